@@ -1,0 +1,68 @@
+"""The ``session-supervisor`` command line.
+
+Exit codes (design.md, Contracts): 0 success, 1 a handled failure, 2 bad usage.
+Bad input never prints a traceback: :func:`main` turns every :class:`SupervisorError`
+into one ``session-supervisor: error: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from supervisor import __version__
+from supervisor.errors import SupervisorError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="session-supervisor")
+def cli() -> None:
+    """Keep Genesys Cloud and NICE CXone sessions alive and honest.
+
+    Every failure is classified by one versioned error taxonomy
+    (TRANSIENT / PERMANENT / STATE_CORRUPTING) that decides retry, reconnect or
+    fail fast. Start with `session-supervisor classify --help`.
+    """
+
+
+def _register() -> None:
+    # imported here so `--help` of one command does not pay for the others' imports
+    from supervisor.cli import classify_cmd, policy_cmd, sim_cmd, taxonomy_cmd
+
+    cli.add_command(classify_cmd.classify)
+    cli.add_command(taxonomy_cmd.taxonomy)
+    cli.add_command(policy_cmd.policy)
+    cli.add_command(sim_cmd.sim)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the CLI, map our errors to exit 1 with one line."""
+    _register()
+    try:
+        cli.main(args=argv, prog_name="session-supervisor", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("session-supervisor: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        # one line naming what was wrong, then where to look
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        click.echo(f"session-supervisor: usage error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"session-supervisor: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except SupervisorError as exc:
+        click.echo(f"session-supervisor: error: {exc}", err=True)
+        sys.exit(1)
+    except BrokenPipeError:
+        # `... | head` closed our stdout: not an error worth a traceback
+        sys.stderr.close()
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(0)

@@ -1,0 +1,8 @@
+"""placeholder"""
+
+import click
+
+
+@click.command()
+def classify() -> None:
+    """placeholder"""

@@ -1,0 +1,8 @@
+"""placeholder"""
+
+import click
+
+
+@click.command()
+def policy() -> None:
+    """placeholder"""
