@@ -124,8 +124,9 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
     code: str
     scope: Scope
     taxonomy_version: str
+    # the resolved policy of this code; the wire form shows its name only
+    policy: RetryPolicy
     trigger: Trigger | None = None
-    policy: str = ""
     retry_after_ms: int | None = None
     reconnect: bool = False
     reconcile_before_retry: bool = False
@@ -159,7 +160,7 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
         out["code"] = self.code
         out["scope"] = self.scope.value
         out["taxonomyVersion"] = self.taxonomy_version
-        out["policy"] = self.policy
+        out["policy"] = self.policy.name
         if self.retry_after_ms is not None:
             out["retryAfterMs"] = self.retry_after_ms
         if self.reconnect:
