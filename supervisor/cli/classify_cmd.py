@@ -1,8 +1,109 @@
-"""placeholder"""
+"""``session-supervisor classify``: NDJSON RawError envelopes in, SdkErrorEvent JSON lines out."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from typing import IO
 
 import click
+import msgspec
+from rich.table import Table
+
+from supervisor.classify_sample import sample_envelopes
+from supervisor.cli.common import active_taxonomy, stderr_console, stdout_console, taxonomy_option
+from supervisor.errors import EnvelopeError
+from supervisor.taxonomy import Classifier, SdkErrorEvent
+
+_encoder = msgspec.json.Encoder()
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    yield from stream
+
+
+def _render_table(events: list[SdkErrorEvent]) -> None:
+    table = Table(
+        title="Classified raw errors (taxonomy " + (events[0].taxonomy_version if events else "?") + ")"
+    )
+    for column in ("#", "source", "raw", "code", "class", "scope", "retries", "trigger"):
+        table.add_column(column, overflow="fold")
+    for i, ev in enumerate(events, 1):
+        raw = " ".join(str(x) for x in (ev.raw_status, ev.raw_code) if x is not None)
+        table.add_row(
+            str(i),
+            ev.source,
+            raw,
+            ev.code,
+            ev.taxonomy_class.value,
+            ev.scope.value,
+            str(ev.max_retry_budget),
+            ev.trigger.value if ev.trigger else "",
+        )
+    console = stdout_console()
+    console.print(table)
+    by_class = Counter(ev.taxonomy_class.value for ev in events)
+    triggers = Counter(ev.trigger.value for ev in events if ev.trigger)
+    console.print(
+        "by class: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(by_class.items()))
+        + (
+            "; fail-fast triggers: " + ", ".join(f"{k} {v}" for k, v in sorted(triggers.items()))
+            if triggers
+            else ""
+        )
+    )
 
 
 @click.command()
-def classify() -> None:
-    """placeholder"""
+@click.argument("source", type=click.File("rb"), default="-", metavar="[FILE|-]")
+@taxonomy_option
+@click.option("--sample", is_flag=True, help="Classify the bundled sample of real-shaped raw errors instead.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "table"]),
+    default="json",
+    show_default=True,
+    help="json: one SdkErrorEvent per line; table: a summary table for people.",
+)
+def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str) -> None:
+    """Classify RawError envelopes (NDJSON) into SdkErrorEvents.
+
+    Reads one JSON envelope per line from FILE (or stdin) and prints one
+    SdkErrorEvent JSON per line, in order. A line that is not JSON or not a valid
+    envelope gets one stderr line naming its line number and the problem; the other
+    lines are still classified, and the exit code is then 1. Blank lines are skipped.
+
+    \b
+    Example:
+      echo '{"platform":"genesys","channel":"rest","status":429,
+             "headers":{"Retry-After":"3"}}' | session-supervisor classify
+
+    The envelope format is documented in docs/taxonomy.md.
+    """
+    classifier = Classifier(active_taxonomy(taxonomy_ref))
+    lines = sample_envelopes() if sample else _lines(source)
+    errors = 0
+    events: list[SdkErrorEvent] = []
+    out = sys.stdout.buffer
+    err = stderr_console()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = classifier.classify_json(line)
+        except EnvelopeError as exc:
+            errors += 1
+            err.print(f"session-supervisor: line {number}: {exc}", markup=False)
+            continue
+        if fmt == "table":
+            events.append(event)
+        else:
+            out.write(_encoder.encode(event.as_json()) + b"\n")
+    out.flush()
+    if fmt == "table":
+        _render_table(events)
+    if errors:
+        raise SystemExit(1)

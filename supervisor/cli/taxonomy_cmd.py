@@ -1,8 +1,120 @@
-"""placeholder"""
+"""``session-supervisor taxonomy check|diff``: validate a taxonomy file, compare two versions."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
 
 import click
+import msgspec
+
+from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.taxonomy import load_taxonomy, shipped_versions
+from supervisor.taxonomy.diff import diff_codes, diff_tables, replay
 
 
-@click.command()
+@click.group()
 def taxonomy() -> None:
-    """placeholder"""
+    """Check taxonomy files and compare versions before switching.
+
+    A taxonomy is a versioned TOML file (docs/taxonomy.md) mapping raw platform errors
+    to semantic codes, classes, scopes, retry policies and fail-fast triggers. The
+    shipped versions are named (v1); any other file is given by path.
+    """
+
+
+@taxonomy.command("check")
+@click.argument("path", metavar="PATH|VERSION")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
+def check(path: str, as_json: bool) -> None:
+    """Validate a taxonomy file: exit 0 when valid, 1 with the located error otherwise.
+
+    \b
+    Example:
+      session-supervisor taxonomy check my-taxonomy.toml
+    """
+    tax = load_taxonomy(path)
+    summary = {
+        "valid": True,
+        "file": tax.origin,
+        "version": tax.version,
+        "codes": len(tax.codes),
+        "rules": len(tax.rules),
+        "policies": len(tax.policies),
+        "closeCodes": len(tax.close_codes),
+        "exceptions": len(tax.exceptions),
+    }
+    if as_json:
+        sys.stdout.buffer.write(msgspec.json.encode(summary) + b"\n")
+    else:
+        click.echo(
+            f"ok: {tax.origin} is taxonomy {tax.version}: {len(tax.codes)} codes, {len(tax.rules)} rules, "
+            f"{len(tax.policies)} policies, {len(tax.close_codes)} close codes, {len(tax.exceptions)} exceptions"
+        )
+
+
+@taxonomy.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option(
+    "--replay", "replay_file", type=click.File("rb"), help="NDJSON RawError envelopes to classify under both."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--fail-on-diff", is_flag=True, help="Exit 1 when any routing differs (for CI gates).")
+def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_diff: bool) -> None:
+    """List what routes differently between taxonomy A and taxonomy B.
+
+    Shows semantic codes added, removed or changed (class, scope, trigger, policy), close
+    codes and exception names mapped elsewhere, and with --replay every recorded
+    envelope whose classification would change. Run this before switching the active
+    version (seed section 1: no silent routing changes).
+
+    \b
+    Example:
+      session-supervisor taxonomy diff v1 ./v2.toml --replay recorded.ndjson
+    """
+    ta, tb = load_taxonomy(a), load_taxonomy(b)
+    codes = diff_codes(ta, tb)
+    tables = diff_tables(ta, tb)
+    replayed, problems = replay(ta, tb, replay_file) if replay_file is not None else ([], [])
+    err = stderr_console()
+    for problem in problems:
+        err.print(f"session-supervisor: {problem}", markup=False)
+    if as_json:
+        doc = {
+            "a": {"file": ta.origin, "version": ta.version},
+            "b": {"file": tb.origin, "version": tb.version},
+            "codes": [msgspec.to_builtins(c) for c in codes],
+            "tables": [msgspec.to_builtins(t) for t in tables],
+            "replay": [msgspec.to_builtins(r) for r in replayed],
+        }
+        sys.stdout.buffer.write(msgspec.json.encode(doc) + b"\n")
+    else:
+        out = stdout_console()
+        out.print(f"taxonomy diff {ta.origin} ({ta.version}) → {tb.origin} ({tb.version})", markup=False)
+        if not (codes or tables or replayed):
+            out.print("no routing differences", markup=False)
+        for c in codes:
+            if c.change == "changed" and c.before and c.after:
+                fields = ", ".join(
+                    f"{k}: {c.before[k]} → {c.after[k]}" for k in c.before if c.before[k] != c.after[k]
+                )
+                out.print(f"code {c.code}: {fields}", markup=False)
+            else:
+                out.print(f"code {c.code}: {c.change}", markup=False)
+        for t in tables:
+            out.print(f"{t.table} {t.key}: {t.before} → {t.after}", markup=False)
+        for r in replayed:
+            fields = ", ".join(
+                f"{k}: {r.before[k]} → {r.after[k]}" for k in r.before if r.before[k] != r.after[k]
+            )
+            out.print(f"replay line {r.line}: {fields}", markup=False)
+    if problems or (fail_on_diff and (codes or tables or replayed)):
+        raise SystemExit(1)
+
+
+@taxonomy.command("list")
+def list_versions() -> None:
+    """List the taxonomy versions shipped with the package."""
+    for name in shipped_versions():
+        click.echo(name)

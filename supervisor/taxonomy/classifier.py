@@ -1,0 +1,311 @@
+"""The classifier: RawError → SdkErrorEvent, over one taxonomy version. Pure and deterministic.
+
+Precedence (docs/taxonomy.md): a status routes through ``[[rules]]``; else a close code
+through ``[closeCodes]``; else an exception name through ``[exceptions]``; else the
+status-less rules (which end in the catch-all).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from supervisor.clock import Clock, SystemClock
+from supervisor.errors import EnvelopeError
+from supervisor.taxonomy.envelope import RawError, envelope_from_json, envelope_from_object
+from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
+from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize
+from supervisor.taxonomy.rules import Taxonomy
+
+# the seed's required fields of a session response (section 3, validateSessionResponse)
+SESSION_REQUIRED_FIELDS = ("conversationId", "agentId", "status")
+_SECRET_KEY = re.compile(r"token|secret|password|authorization|credential", re.IGNORECASE)
+_METHOD_PREFIX = re.compile(r"^([A-Za-z]+)\s+(\S.*)$")
+_REDACTED = "[REDACTED]"
+
+
+def iso_timestamp(epoch: float) -> str:
+    """``2024-05-14T09:32:11.004Z``: UTC with milliseconds, as in the seed's events."""
+    millis = int(epoch * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
+
+
+def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | None, str | None, str | None]:
+    """(method, path, display) from "POST /api/..." or a URL or a path; the query is dropped."""
+    if not endpoint:
+        return method, None, None
+    match = _METHOD_PREFIX.match(endpoint)
+    if match and match.group(1).isupper():
+        method = method or match.group(1)
+        endpoint = match.group(2)
+    path = endpoint
+    if "://" in path:
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    path = path.split("?", 1)[0].split("#", 1)[0]
+    display = f"{method} {path}" if method else path
+    return method, path, display
+
+
+def _safe_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"conversationId": None, "agentId": None, "endpoint": None}
+    if context:
+        for key, value in context.items():
+            # a guest token, a bearer token or a secret never leaves the daemon
+            out[key] = _REDACTED if _SECRET_KEY.search(key) and key != "tokenExpired" else value
+    return out
+
+
+class Classifier:
+    """Classifies RawError envelopes with one taxonomy version; the clock stamps events."""
+
+    __slots__ = ("_clock", "taxonomy")
+
+    def __init__(self, taxonomy: Taxonomy, clock: Clock | None = None) -> None:
+        self.taxonomy = taxonomy
+        self._clock: Clock = clock or SystemClock()
+
+    # ------------------------------------------------------------------ entry points
+    def classify(self, raw: RawError) -> SdkErrorEvent:
+        """The SdkErrorEvent for one envelope. Never raises on a valid RawError."""
+        tax = self.taxonomy
+        platform = raw.platform.value
+        channel = raw.channel.value
+        method, path, display = _split_endpoint(raw.method, raw.endpoint)
+        now = self._now(raw.timestamp)
+        signal = normalize(raw, now)
+        operation = tax.operation_of(platform, channel, method, path)
+        context = raw.context
+        token_expired = bool(context.get("tokenExpired")) if context else False
+
+        raw_status = signal.status
+        raw_code = signal.raw_code
+        spec: CodeSpec | None = None
+        if raw_status is not None:
+            spec = self._match(raw_status, platform, channel, operation, raw_code, token_expired)
+        elif raw.close_code is not None:
+            raw_status = raw.close_code
+            raw_code = raw_code or CLOSE_CODE_NAMES.get(raw.close_code, f"CLOSE_{raw.close_code}")
+            spec = tax.close_codes.get(raw.close_code, tax.close_default)
+        elif raw.exception:
+            name = canonical_exception(raw.exception)
+            raw_code = raw_code or name
+            spec = tax.exceptions.get(name, tax.exception_default)
+        else:
+            spec = self._match(None, platform, channel, operation, raw_code, token_expired)
+
+        out_context = _safe_context(context)
+        if out_context.get("endpoint") is None:
+            out_context["endpoint"] = display
+        return self._event(
+            spec,
+            raw,
+            raw_status=raw_status,
+            raw_code=raw_code,
+            retry_after_ms=signal.retry_after_ms,
+            context=out_context,
+            details=signal.details,
+            timestamp=raw.timestamp or iso_timestamp(now),
+        )
+
+    def classify_json(self, line: bytes | str) -> SdkErrorEvent:
+        """Decode one NDJSON line and classify it; EnvelopeError names what was wrong."""
+        return self.classify(envelope_from_json(line))
+
+    def classify_object(self, obj: object) -> SdkErrorEvent:
+        """Classify an already-parsed JSON value; EnvelopeError names what was wrong."""
+        return self.classify(envelope_from_object(obj))
+
+    # ------------------------------------------------------------------ response validation
+    def validate_response(
+        self,
+        response: object,
+        *,
+        platform: Platform,
+        channel: Channel,
+        required: Iterable[str] = SESSION_REQUIRED_FIELDS,
+        expected_conversation_id: str | None = None,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+    ) -> SdkErrorEvent | None:
+        """None when ``response`` has every required field (and, if given, our conversationId).
+
+        A field counts as missing when it is absent, null or an empty string: a response
+        without a verifiable server-side anchor must not make a session active (seed
+        section 3, "State reconciliation handles partial successes").
+        """
+        obj = response if isinstance(response, Mapping) else {}
+        missing = [f for f in required if obj.get(f) in (None, "")]
+        if missing:
+            return self.incomplete_response(
+                missing, platform=platform, channel=channel, context=context, endpoint=endpoint
+            )
+        if expected_conversation_id is not None:
+            actual = obj.get("conversationId")
+            if actual != expected_conversation_id:
+                return self.state_drift(
+                    expected_conversation_id,
+                    str(actual),
+                    platform=platform,
+                    channel=channel,
+                    context=context,
+                    endpoint=endpoint,
+                )
+        return None
+
+    def incomplete_response(
+        self,
+        missing: Iterable[str],
+        *,
+        platform: Platform,
+        channel: Channel,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+        status: int = 200,
+    ) -> SdkErrorEvent:
+        """STATE_CORRUPTING INCOMPLETE_RESPONSE naming the missing fields."""
+        names = ", ".join(missing)
+        return self._synthetic(
+            "INCOMPLETE_RESPONSE",
+            platform,
+            channel,
+            status,
+            f"Missing required fields: {names}",
+            context,
+            endpoint,
+        )
+
+    def state_drift(
+        self,
+        expected: str,
+        actual: str,
+        *,
+        platform: Platform,
+        channel: Channel,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+    ) -> SdkErrorEvent:
+        """STATE_CORRUPTING CONVERSATION_STATE_DRIFT: the server's conversationId is not ours."""
+        return self._synthetic(
+            "CONVERSATION_STATE_DRIFT",
+            platform,
+            channel,
+            200,
+            f"conversationId drift: held {expected!r}, server answered {actual!r}",
+            context,
+            endpoint,
+        )
+
+    def session_id_mismatch(
+        self,
+        expected: str,
+        actual: str,
+        *,
+        platform: Platform,
+        channel: Channel,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+    ) -> SdkErrorEvent:
+        """STATE_CORRUPTING SESSION_ID_MISMATCH (seed section 1: "Session ID mismatch").
+
+        CXone answers a poll on a stale sessionId with an AgentSessionStart replay
+        (platforms.md section 6): our view of the session must be rebuilt, not advanced.
+        """
+        return self._synthetic(
+            "SESSION_ID_MISMATCH",
+            platform,
+            channel,
+            200,
+            f"session id mismatch: held {expected!r}, server answered {actual!r}",
+            context,
+            endpoint,
+        )
+
+    # ------------------------------------------------------------------ internals
+    def _match(
+        self,
+        status: int | None,
+        platform: str,
+        channel: str,
+        operation: str | None,
+        raw_code: str | None,
+        token_expired: bool,
+    ) -> CodeSpec:
+        for rule in self.taxonomy.rules_for(status):
+            if rule.matches(platform, channel, operation, raw_code, token_expired):
+                return rule.spec
+        # unreachable for a checked taxonomy (its last rule is a catch-all)
+        return self.taxonomy.codes["UNKNOWN_ERROR"]
+
+    def _now(self, timestamp: str | None) -> float:
+        # a recorded envelope replays against its own time, so HTTP-date Retry-After is stable
+        if timestamp:
+            try:
+                return datetime.fromisoformat(timestamp).timestamp()
+            except ValueError:
+                pass
+        return self._clock.time()
+
+    def _synthetic(
+        self,
+        code: str,
+        platform: Platform,
+        channel: Channel,
+        status: int,
+        details: str,
+        context: Mapping[str, Any] | None,
+        endpoint: str | None,
+    ) -> SdkErrorEvent:
+        out_context = _safe_context(context)
+        if endpoint is not None:
+            out_context["endpoint"] = endpoint
+        raw = RawError(platform=platform, channel=channel, status=status)
+        return self._event(
+            self.taxonomy.codes[code],
+            raw,
+            raw_status=status,
+            raw_code=code,
+            retry_after_ms=None,
+            context=out_context,
+            details=details,
+            timestamp=iso_timestamp(self._clock.time()),
+        )
+
+    def _event(
+        self,
+        spec: CodeSpec,
+        raw: RawError,
+        *,
+        raw_status: int | None,
+        raw_code: str | None,
+        retry_after_ms: int | None,
+        context: dict[str, Any],
+        details: str | None,
+        timestamp: str,
+    ) -> SdkErrorEvent:
+        return SdkErrorEvent(
+            timestamp=timestamp,
+            source=self.taxonomy.source_of(raw.platform.value, raw.channel.value),
+            raw_status=raw_status,
+            raw_code=raw_code,
+            taxonomy_class=spec.taxonomy_class,
+            retryable=spec.retryable,
+            max_retry_budget=spec.policy.max_retries,
+            context=context,
+            code=spec.code,
+            scope=spec.scope,
+            taxonomy_version=self.taxonomy.version,
+            policy=spec.policy,
+            trigger=spec.trigger,
+            retry_after_ms=retry_after_ms,
+            reconnect=spec.reconnect,
+            reconcile_before_retry=spec.reconcile_before_retry,
+            platform=raw.platform.value,
+            channel=raw.channel.value,
+            details=details,
+        )
+
+
+__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError", "iso_timestamp"]

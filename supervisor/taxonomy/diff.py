@@ -1,0 +1,122 @@
+"""Routing differences between two taxonomy versions (``taxonomy diff``). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from supervisor.errors import EnvelopeError
+from supervisor.taxonomy.classifier import Classifier
+from supervisor.taxonomy.envelope import envelope_from_json
+from supervisor.taxonomy.model import CodeSpec, SdkErrorEvent
+from supervisor.taxonomy.rules import Taxonomy
+
+
+class CodeChange(msgspec.Struct, frozen=True):
+    code: str
+    change: str  # added | removed | changed
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+class ReplayChange(msgspec.Struct, frozen=True):
+    line: int
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+class TableChange(msgspec.Struct, frozen=True):
+    table: str  # closeCodes | exceptions
+    key: str
+    before: str | None
+    after: str | None
+
+
+def _routing(spec: CodeSpec) -> dict[str, Any]:
+    policy = spec.policy
+    return {
+        "class": spec.taxonomy_class.value,
+        "scope": spec.scope.value,
+        "trigger": spec.trigger.value if spec.trigger else None,
+        "reconnect": spec.reconnect,
+        "policy": policy.name,
+        "maxRetries": policy.max_retries,
+        "baseDelayMs": policy.base_delay_ms,
+        "maxDelayMs": policy.max_delay_ms,
+        "jitter": policy.jitter.value,
+        "honorsRetryAfter": policy.honors_retry_after,
+    }
+
+
+def _event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
+    return {
+        "code": ev.code,
+        "taxonomyClass": ev.taxonomy_class.value,
+        "scope": ev.scope.value,
+        "retryable": ev.retryable,
+        "maxRetryBudget": ev.max_retry_budget,
+        "trigger": ev.trigger.value if ev.trigger else None,
+        "policy": ev.policy.name,
+    }
+
+
+def diff_codes(a: Taxonomy, b: Taxonomy) -> list[CodeChange]:
+    """Semantic codes added, removed, or routed differently (class, scope, trigger, policy)."""
+    out: list[CodeChange] = []
+    for code in sorted(set(a.codes) | set(b.codes)):
+        before = _routing(a.codes[code]) if code in a.codes else None
+        after = _routing(b.codes[code]) if code in b.codes else None
+        if before == after:
+            continue
+        change = "added" if before is None else "removed" if after is None else "changed"
+        out.append(CodeChange(code, change, before, after))
+    return out
+
+
+def diff_tables(a: Taxonomy, b: Taxonomy) -> list[TableChange]:
+    """Close codes and exception names that now map to another semantic code."""
+    out: list[TableChange] = []
+    for table, left, right, left_default, right_default in (
+        (
+            "closeCodes",
+            {str(k): v for k, v in a.close_codes.items()},
+            {str(k): v for k, v in b.close_codes.items()},
+            a.close_default,
+            b.close_default,
+        ),
+        ("exceptions", a.exceptions, b.exceptions, a.exception_default, b.exception_default),
+    ):
+        for key in sorted(set(left) | set(right)):
+            before = left.get(key, left_default).code
+            after = right.get(key, right_default).code
+            if before != after:
+                out.append(TableChange(table, key, before, after))
+        if left_default.code != right_default.code:
+            out.append(TableChange(table, "*", left_default.code, right_default.code))
+    return out
+
+
+def replay(a: Taxonomy, b: Taxonomy, lines: Iterable[bytes]) -> tuple[list[ReplayChange], list[str]]:
+    """Classify each recorded envelope under both versions; return those routed differently.
+
+    Returns (changes, problems): a line that is not a valid envelope is a problem naming
+    its line number, and the replay goes on.
+    """
+    ca, cb = Classifier(a), Classifier(b)
+    changes: list[ReplayChange] = []
+    problems: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            raw = envelope_from_json(line)
+        except EnvelopeError as exc:
+            problems.append(f"line {number}: {exc}")
+            continue
+        before = _event_routing(ca.classify(raw))
+        after = _event_routing(cb.classify(raw))
+        if before != after:
+            changes.append(ReplayChange(number, before, after))
+    return changes, problems

@@ -1,0 +1,352 @@
+"""Load and check a taxonomy file (TOML), and compile it into lookup tables.
+
+Errors name the file, the key and the problem, e.g.
+``v2.toml: codes.RATE_LIMITED.policy: unknown policy 'ratelimit' (known: fail_fast, ...)``.
+
+The active version is chosen by config (``taxonomy.version``) and can be overridden by the
+environment variable ``SESSION_SUPERVISOR_TAXONOMY`` for a staged rollout (seed section 1:
+"Use feature flags to toggle taxonomy versions during platform upgrades"). A version is
+either the name of a file shipped in ``supervisor/taxonomy/data`` (``v1``) or a path.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from supervisor.errors import TaxonomyError
+from supervisor.taxonomy.model import (
+    Channel,
+    CodeSpec,
+    Jitter,
+    Platform,
+    RetryPolicy,
+    Scope,
+    TaxonomyClass,
+    Trigger,
+)
+from supervisor.taxonomy.rules import OperationMatcher, Rule, Taxonomy, parse_status_spec
+
+ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
+DEFAULT_VERSION = "v1"
+SCHEMA = 1
+# codes the classifier itself emits, so every taxonomy version must define them
+REQUIRED_CODES = (
+    "INCOMPLETE_RESPONSE",
+    "CONVERSATION_STATE_DRIFT",
+    "SESSION_ID_MISMATCH",
+    "TOKEN_REFRESH_FAILED",
+    "UNKNOWN_ERROR",
+)
+
+_StrOrList = str | list[str]
+
+
+class _PolicyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    max_retries: int
+    base_delay_ms: int = 0
+    max_delay_ms: int = 0
+    jitter: Jitter = Jitter.ADDITIVE
+    honors_retry_after: bool = False
+    retry_after_ceiling_ms: int = 180_000
+    description: str = ""
+
+
+class _CodeFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    # `class` is a Python keyword: the file key is "class"
+    taxonomy_class: TaxonomyClass = msgspec.field(name="class")
+    scope: Scope
+    policy: str
+    trigger: Trigger | None = None
+    reconnect: bool = False
+    reconcile_before_retry: bool = False
+    description: str = ""
+
+
+class _OperationFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    name: str
+    platform: _StrOrList | None = None
+    channel: _StrOrList | None = None
+    method: _StrOrList | None = None
+    endpoint: _StrOrList | None = None
+
+
+class _RuleFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    code: str
+    platform: _StrOrList | None = None
+    channel: _StrOrList | None = None
+    operation: _StrOrList | None = None
+    status: int | str | list[int | str] | None = None
+    raw_code: _StrOrList | None = None
+    token_expired: bool | None = None
+
+
+class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    schema: int
+    version: str
+    # per-key sections are decoded entry by entry, so an error can name the key
+    policies: dict[str, dict[str, Any]]
+    codes: dict[str, dict[str, Any]]
+    rules: list[_RuleFile]
+    close_codes: dict[str, str]
+    exceptions: dict[str, str]
+    description: str = ""
+    sources: dict[str, str] = msgspec.field(default_factory=dict)
+    operations: list[_OperationFile] = msgspec.field(default_factory=list)
+
+
+_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")
+_CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _located(origin: str, exc: msgspec.ValidationError, prefix: str = "") -> TaxonomyError:
+    """Turn msgspec's ``... - at `$.codes.X.class``` into ``origin: codes.X.class: ...``."""
+    text = str(exc)
+    match = _AT.match(text)
+    if not match:
+        where = f"{prefix}: " if prefix else ""
+        return TaxonomyError(f"{origin}: {where}{text[0].lower() + text[1:]}")
+    path = match.group("path").lstrip(".")
+    path = ".".join(p for p in (prefix, path) if p).replace(".[", "[")
+    message = match.group("msg")
+    message = message[0].lower() + message[1:] if message else message
+    return TaxonomyError(f"{origin}: {path or '(top level)'}: {message}")
+
+
+_E = TypeVar("_E")
+
+
+def _entry(origin: str, where: str, value: object, kind: type[_E]) -> _E:
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise _located(origin, exc, where) from exc
+
+
+def _as_tuple(value: _StrOrList | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check_members(origin: str, key: str, values: tuple[str, ...] | None, enum_values: set[str]) -> None:
+    for value in values or ():
+        if value not in enum_values:
+            known = ", ".join(sorted(enum_values))
+            raise TaxonomyError(f"{origin}: {key}: unknown value '{value}' (known: {known})")
+
+
+def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxonomy:
+    """Check a taxonomy document and compile it. ``origin`` names it in errors."""
+    try:
+        if isinstance(data, bytes | str):
+            raw = tomllib.loads(data.decode() if isinstance(data, bytes) else data)
+        else:
+            raw = dict(data)
+    except tomllib.TOMLDecodeError as exc:
+        raise TaxonomyError(f"{origin}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TaxonomyError(f"{origin}: not UTF-8 text: {exc}") from exc
+    try:
+        doc = msgspec.convert(raw, _TaxonomyFile)
+    except msgspec.ValidationError as exc:
+        raise _located(origin, exc) from exc
+
+    if doc.schema != SCHEMA:
+        raise TaxonomyError(f"{origin}: schema: unsupported schema {doc.schema} (this build reads {SCHEMA})")
+    if not doc.version.strip():
+        raise TaxonomyError(f"{origin}: version: must not be empty")
+
+    policies: dict[str, RetryPolicy] = {}
+    for name, raw_pol in doc.policies.items():
+        where = f"policies.{name}"
+        pol = _entry(origin, where, raw_pol, _PolicyFile)
+        if pol.max_retries < 0 or pol.max_retries > 100:
+            raise TaxonomyError(f"{origin}: {where}.maxRetries: must be between 0 and 100")
+        if pol.base_delay_ms < 0 or pol.max_delay_ms < 0 or pol.retry_after_ceiling_ms < 0:
+            raise TaxonomyError(f"{origin}: {where}: delays must not be negative")
+        if pol.max_delay_ms < pol.base_delay_ms:
+            raise TaxonomyError(f"{origin}: {where}.maxDelayMs: must be >= baseDelayMs")
+        policies[name] = RetryPolicy(
+            name=name,
+            max_retries=pol.max_retries,
+            base_delay_ms=pol.base_delay_ms,
+            max_delay_ms=pol.max_delay_ms,
+            jitter=pol.jitter,
+            honors_retry_after=pol.honors_retry_after,
+            retry_after_ceiling_ms=pol.retry_after_ceiling_ms,
+            description=pol.description,
+        )
+
+    codes: dict[str, CodeSpec] = {}
+    for name, raw_spec in doc.codes.items():
+        where = f"codes.{name}"
+        spec = _entry(origin, where, raw_spec, _CodeFile)
+        if not _CODE_NAME.match(name):
+            raise TaxonomyError(f"{origin}: {where}: a semantic code is UPPER_SNAKE_CASE")
+        policy = policies.get(spec.policy)
+        if policy is None:
+            known = ", ".join(sorted(policies))
+            raise TaxonomyError(f"{origin}: {where}.policy: unknown policy '{spec.policy}' (known: {known})")
+        if spec.taxonomy_class is not TaxonomyClass.TRANSIENT and policy.max_retries > 0:
+            raise TaxonomyError(
+                f"{origin}: {where}.policy: a {spec.taxonomy_class} code must not retry "
+                f"(policy '{spec.policy}' allows {policy.max_retries})"
+            )
+        if spec.trigger is not None and spec.taxonomy_class in (TaxonomyClass.TRANSIENT, TaxonomyClass.NONE):
+            raise TaxonomyError(
+                f"{origin}: {where}.trigger: a fail-fast trigger cannot be {spec.taxonomy_class}"
+            )
+        codes[name] = CodeSpec(
+            code=name,
+            taxonomy_class=spec.taxonomy_class,
+            scope=spec.scope,
+            policy=policy,
+            trigger=spec.trigger,
+            reconnect=spec.reconnect,
+            reconcile_before_retry=spec.reconcile_before_retry,
+            description=spec.description,
+        )
+    for required in REQUIRED_CODES:
+        if required not in codes:
+            raise TaxonomyError(f"{origin}: codes.{required}: missing (the classifier emits it)")
+
+    def code_ref(where: str, name: str) -> CodeSpec:
+        found = codes.get(name)
+        if found is None:
+            raise TaxonomyError(f"{origin}: {where}: unknown code '{name}'")
+        return found
+
+    platforms = {p.value for p in Platform}
+    channels = {c.value for c in Channel}
+    operations: list[OperationMatcher] = []
+    for i, op in enumerate(doc.operations):
+        where = f"operations[{i}]"
+        _check_members(origin, f"{where}.platform", _as_tuple(op.platform), platforms)
+        _check_members(origin, f"{where}.channel", _as_tuple(op.channel), channels)
+        try:
+            operations.append(
+                OperationMatcher.build(
+                    op.name,
+                    _as_tuple(op.platform),
+                    _as_tuple(op.channel),
+                    _as_tuple(op.method),
+                    _as_tuple(op.endpoint),
+                )
+            )
+        except ValueError as exc:
+            raise TaxonomyError(f"{origin}: {where}.endpoint: {exc}") from exc
+    known_operations = {op.name for op in operations}
+
+    rules: list[Rule] = []
+    for i, rule in enumerate(doc.rules):
+        where = f"rules[{i}]"
+        _check_members(origin, f"{where}.platform", _as_tuple(rule.platform), platforms)
+        _check_members(origin, f"{where}.channel", _as_tuple(rule.channel), channels)
+        _check_members(origin, f"{where}.operation", _as_tuple(rule.operation), known_operations)
+        try:
+            statuses = parse_status_spec(rule.status)
+        except ValueError as exc:
+            raise TaxonomyError(f"{origin}: {where}.status: {exc}") from exc
+        raw_codes = _as_tuple(rule.raw_code)
+        rules.append(
+            Rule(
+                index=i,
+                spec=code_ref(f"{where}.code", rule.code),
+                platforms=frozenset(_as_tuple(rule.platform) or ()) or None,
+                channels=frozenset(_as_tuple(rule.channel) or ()) or None,
+                operations=frozenset(_as_tuple(rule.operation) or ()) or None,
+                statuses=statuses,
+                raw_codes=frozenset(raw_codes) if raw_codes else None,
+                token_expired=rule.token_expired,
+            )
+        )
+    if not rules or not rules[-1].is_catch_all:
+        raise TaxonomyError(f"{origin}: rules: the last rule must be a catch-all (only `code`)")
+
+    close_codes: dict[int, CodeSpec] = {}
+    close_default: CodeSpec | None = None
+    for key, name in doc.close_codes.items():
+        where = f"closeCodes.{key}"
+        if key == "*":
+            close_default = code_ref(where, name)
+            continue
+        if not key.isdigit() or not 1000 <= int(key) <= 4999:
+            raise TaxonomyError(f"{origin}: {where}: a close code is an integer from 1000 to 4999, or '*'")
+        close_codes[int(key)] = code_ref(where, name)
+    if close_default is None:
+        raise TaxonomyError(f"{origin}: closeCodes.*: missing (the default for unknown close codes)")
+
+    exceptions: dict[str, CodeSpec] = {}
+    exception_default: CodeSpec | None = None
+    for key, name in doc.exceptions.items():
+        if key == "*":
+            exception_default = code_ref("exceptions.*", name)
+        else:
+            exceptions[key] = code_ref(f"exceptions.{key}", name)
+    if exception_default is None:
+        raise TaxonomyError(f"{origin}: exceptions.*: missing (the default for unknown exceptions)")
+
+    sources = dict(doc.sources)
+    for key in sources:
+        platform, _, channel = key.partition(".")
+        if platform not in platforms or channel not in channels:
+            raise TaxonomyError(f"{origin}: sources.{key}: expected 'platform.channel'")
+
+    return Taxonomy(
+        version=doc.version,
+        description=doc.description,
+        origin=origin,
+        policies=policies,
+        codes=codes,
+        operations=tuple(operations),
+        rules=tuple(rules),
+        close_codes=close_codes,
+        close_default=close_default,
+        exceptions=exceptions,
+        exception_default=exception_default,
+        sources=sources,
+    )
+
+
+def shipped_versions() -> list[str]:
+    """Names of the taxonomy versions shipped in the package, e.g. ``['v1']``."""
+    data = resources.files("supervisor.taxonomy") / "data"
+    return sorted(p.name.removesuffix(".toml") for p in data.iterdir() if p.name.endswith(".toml"))
+
+
+def load_taxonomy(version_or_path: str | Path = DEFAULT_VERSION) -> Taxonomy:
+    """Load a shipped version by name (``v1``) or a taxonomy file by path."""
+    ref = str(version_or_path)
+    if (
+        isinstance(version_or_path, str)
+        and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", ref)
+        and "." not in ref
+    ):
+        resource = resources.files("supervisor.taxonomy") / "data" / f"{ref}.toml"
+        if not resource.is_file():
+            known = ", ".join(shipped_versions())
+            raise TaxonomyError(f"taxonomy version '{ref}' is not shipped (shipped: {known}; or give a path)")
+        return compile_taxonomy(resource.read_bytes(), f"{ref}.toml")
+    path = Path(ref)
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        raise TaxonomyError(f"{ref}: no such taxonomy file") from None
+    except OSError as exc:
+        raise TaxonomyError(f"{ref}: cannot read: {exc.strerror or exc}") from None
+    return compile_taxonomy(content, ref)
+
+
+def resolve_version(configured: str | None, environ: Mapping[str, str]) -> str:
+    """The active taxonomy: the environment override wins over config, then the default."""
+    override = environ.get(ENV_VAR, "").strip()
+    if override:
+        return override
+    return configured or DEFAULT_VERSION

@@ -1,0 +1,1 @@
+"""Benchmarks are run by `./dev bench`, never by the default test run (pyproject ignores tests/bench)."""

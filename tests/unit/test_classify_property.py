@@ -1,0 +1,96 @@
+"""classify never raises on arbitrary JSON: it classifies, or names what is wrong (EnvelopeError)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from supervisor.clock import FakeClock
+from supervisor.errors import EnvelopeError
+from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, TaxonomyClass, load_taxonomy
+
+CLASSIFIER = Classifier(load_taxonomy("v1"), FakeClock())
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+# envelopes that are valid in shape but arbitrary in content
+envelopes = st.fixed_dictionaries(
+    {
+        "platform": st.sampled_from([p.value for p in Platform]),
+        "channel": st.sampled_from([c.value for c in Channel]),
+    },
+    optional={
+        "method": st.sampled_from(["GET", "POST", "PATCH", "REGISTER", "onMessage", "CONNECT", "x"])
+        | st.text(max_size=8),
+        "endpoint": st.sampled_from(["/oauth/token", "/api/v2/conversations/x", "POST /a?b=c", "http://h/p"])
+        | st.text(max_size=20),
+        "status": st.integers(0, 9999),
+        "headers": st.dictionaries(
+            st.sampled_from(["Retry-After", "retry-after", "X"]), json_values, max_size=3
+        ),
+        "body": json_values | st.builds(json.dumps, json_values),
+        "closeCode": st.integers(0, 65535),
+        "exception": st.sampled_from(["httpx.ReadTimeout", "socket.gaierror", "builtins.X", "a.b.c"])
+        | st.text(max_size=20),
+        "context": st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+        "timestamp": st.sampled_from(["2024-05-14T09:32:11.004Z", "nope"]) | st.text(max_size=25),
+    },
+)
+
+
+def _check(event: SdkErrorEvent) -> None:
+    out = event.as_json()
+    json.dumps(out)  # always serialisable
+    assert out["event"] == "SDK_ERROR_CLASSIFIED"
+    assert out["taxonomyClass"] in {c.value for c in TaxonomyClass}
+    assert out["code"] in CLASSIFIER.taxonomy.codes
+    assert out["retryable"] == (
+        event.taxonomy_class is TaxonomyClass.TRANSIENT and event.max_retry_budget > 0
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_arbitrary_json_never_raises(value: Any) -> None:
+    outcome: SdkErrorEvent | EnvelopeError
+    try:
+        outcome = CLASSIFIER.classify_json(json.dumps(value))
+    except EnvelopeError as exc:
+        outcome = exc
+    if isinstance(outcome, EnvelopeError):
+        message = str(outcome)
+        assert message.startswith(("not a valid envelope", "not JSON"))
+        assert "\n" not in message
+    else:
+        _check(outcome)
+
+
+@settings(max_examples=600, deadline=None)
+@given(envelopes)
+def test_arbitrary_envelopes_always_classify(envelope: dict[str, Any]) -> None:
+    try:
+        event = CLASSIFIER.classify_object(envelope)
+    except EnvelopeError:
+        # only out-of-range numbers and over-long strings may be refused, by name
+        return
+    _check(event)
+
+
+@given(st.binary(max_size=60))
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    with contextlib.suppress(EnvelopeError):
+        _check(CLASSIFIER.classify_json(data))
