@@ -1,0 +1,64 @@
+"""The explicit state machines (issue 3): pure, synchronous, driven by classified events.
+
+Nothing here does I/O (tests/unit/test_import_rules.py enforces it): inputs are
+:class:`~supervisor.taxonomy.model.SdkErrorEvent` objects and calls from the runtime,
+outputs are effects as plain data (:mod:`machines.effects`). Clock and RNG are injected.
+
+How a runtime drives one session and its endpoint's circuit::
+
+    session = SessionCore(session_id, clock, rng)          # state: connecting
+    run(session.session_response(validation_error_or_None))
+    run(session.failure(event))                            # any classified failure
+    # on ScheduleReconnect(at=...): at that time
+    admission = circuit.admit()
+    run(admission.effects)
+    run(session.reconnect_due(None if admission.allowed else admission.retry_in_s))
+    # on Reconnect(attempt): connect; report the outcome to both machines
+    run(circuit.record_success(admission.probe_id))        # or record_failure(event, probe_id)
+    run(session.session_response(...))                     # or session.failure(event)
+    run(session.stop())                                    # explicit stop / shutdown
+
+Every input a state does not accept raises :class:`InputRejected`; a terminated session
+accepts nothing (a full re-authentication builds a new SessionCore).
+"""
+
+from machines.circuit import Admission, Circuit, CircuitConfig, CircuitMachine, CircuitState
+from machines.effects import (
+    Effect,
+    InputRejected,
+    MachineError,
+    OperationFailed,
+    Reconnect,
+    RetryOperation,
+    ScheduleReconnect,
+    SessionTerminated,
+    Telemetry,
+    TelemetryName,
+    TerminationReason,
+    Transition,
+)
+from machines.session import SessionConfig, SessionCore, SessionMachine, SessionState
+
+__all__ = [
+    "Admission",
+    "Circuit",
+    "CircuitConfig",
+    "CircuitMachine",
+    "CircuitState",
+    "Effect",
+    "InputRejected",
+    "MachineError",
+    "OperationFailed",
+    "Reconnect",
+    "RetryOperation",
+    "ScheduleReconnect",
+    "SessionConfig",
+    "SessionCore",
+    "SessionMachine",
+    "SessionState",
+    "SessionTerminated",
+    "Telemetry",
+    "TelemetryName",
+    "TerminationReason",
+    "Transition",
+]

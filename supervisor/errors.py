@@ -8,6 +8,9 @@
     ├── EnvelopeError                    a RawError envelope is invalid: names the field
     ├── SimulatorError                   a simulator could not start or was misused
     └── SessionError                     a supervised session failed (runtime)
+        ├── TransportFailure             a transport met a failure: carries the RawError to classify
+        ├── OperationError               an operation failed for good: carries its SdkErrorEvent
+        └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
 
 Errors from libraries (httpx, websockets, OSError, ...) are never raised past the
 boundary that met them: transports turn them into RawError envelopes, which the
@@ -39,3 +42,36 @@ class SimulatorError(SupervisorError):
 
 class SessionError(SupervisorError):
     """A supervised session failed in a way the runtime reports to its caller."""
+
+
+class TransportFailure(SessionError):
+    """A transport met a failure; ``raw`` is the RawError envelope the runtime classifies.
+
+    Transports decide nothing (design.md, "Data flows one way"): they only describe.
+    """
+
+    def __init__(self, raw: object, message: str = "") -> None:
+        self.raw = raw
+        super().__init__(message or "transport failure")
+
+
+class OperationError(SessionError):
+    """An operation failed for good (PERMANENT, fail-fast, or its budget spent).
+
+    ``event`` is the SdkErrorEvent that decided it; ``exhausted`` is True when retries ran out.
+    """
+
+    def __init__(self, event: object, *, exhausted: bool = False) -> None:
+        self.event = event
+        self.exhausted = exhausted
+        code = getattr(event, "code", "?")
+        super().__init__(f"operation failed: {code}" + (" (retries exhausted)" if exhausted else ""))
+
+
+class CircuitOpenError(SessionError):
+    """The endpoint's circuit is open (or its one probe is out); try again in ``retry_in_s``."""
+
+    def __init__(self, circuit_id: str, retry_in_s: float) -> None:
+        self.circuit_id = circuit_id
+        self.retry_in_s = retry_in_s
+        super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")

@@ -30,12 +30,14 @@ def cli() -> None:
 
 def _register() -> None:
     # imported here so `--help` of one command does not pay for the others' imports
-    from supervisor.cli import classify_cmd, policy_cmd, sim_cmd, taxonomy_cmd
+    from supervisor.cli import classify_cmd, demo_cmd, policy_cmd, run_cmd, sim_cmd, taxonomy_cmd
 
     cli.add_command(classify_cmd.classify)
     cli.add_command(taxonomy_cmd.taxonomy)
     cli.add_command(policy_cmd.policy)
     cli.add_command(sim_cmd.sim)
+    cli.add_command(run_cmd.run)
+    cli.add_command(demo_cmd.demo)
 
 
 def main(argv: list[str] | None = None) -> None:

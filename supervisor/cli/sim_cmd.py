@@ -1,10 +1,141 @@
-"""``session-supervisor sim genesys|cxone``: placeholder until the simulators land (issue 4)."""
+"""``session-supervisor sim genesys|cxone``: run a loopback simulator in the foreground (issue 4).
+
+The first stdout line is one JSON object with the base URLs bound, keyed
+``login, api, webmessaging, streaming, admin`` (Genesys) or ``auth, api, admin`` (CXone); the
+process then serves until SIGINT or SIGTERM. ``--port 0`` (default) picks free ports;
+``--port P`` binds P, P+1, ... in key order. By default any client id, secret, user and
+deployment id is accepted; ``--config FILE`` (TOML, the simulator config's keys) restricts them.
+"""
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
+import tomllib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
 import click
+import msgspec
+
+from supervisor.errors import SimulatorError
+
+
+class _Simulator(Protocol):
+    urls: dict[str, str]
+
+
+def _read_toml(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise click.BadParameter(f"{p}: cannot read: {exc.strerror or exc}", param_hint="--config") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"{p}: invalid TOML: {exc}", param_hint="--config") from None
+
+
+def _convert(data: dict[str, Any], cls: type[Any], source: str) -> Any:
+    """``cls`` from TOML data; a bad key is a usage error naming it (exit 2)."""
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        text, sep, where = str(exc).rpartition(" - at `")
+        key = where.rstrip("`").removeprefix("$.").removeprefix("$") if sep else ""
+        raise click.BadParameter(
+            f"{source}: {key or '(top level)'}: {text or exc}", param_hint="--config"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(f"{source}: {exc}", param_hint="--config") from None
+
+
+def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+    """Start the simulator, print its URLs as one JSON line, serve until SIGINT/SIGTERM."""
+
+    async def main() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with factory() as sim:
+                sys.stdout.write(json.dumps(sim.urls) + "\n")
+                sys.stdout.flush()
+                async for _ in signals:
+                    break
+
+    try:
+        anyio.run(main, backend="asyncio")
+    except OSError as exc:  # e.g. a port taken between checks
+        raise SimulatorError(f"cannot serve: {exc.strerror or exc}") from None
+
+
+_common = [
+    click.option(
+        "--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default)."
+    ),
+    click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        show_default=True,
+        help="First port; listeners bind P, P+1, ... in key order. 0 = free ports.",
+    ),
+    click.option(
+        "--seed", type=int, default=0, show_default=True, help="Seed of ids, tokens and fault shares."
+    ),
+    click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="TOML file with the simulator's config keys (restrict clients, set TTLs, ...).",
+    ),
+    click.option(
+        "--token-ttl", type=click.IntRange(min=1), default=None, help="Access token lifetime, seconds."
+    ),
+]
+
+
+def _options(func: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_common):
+        func = option(func)
+    return func
 
 
 @click.group()
 def sim() -> None:
-    """Run a loopback simulator of Genesys Cloud or NICE CXone in the foreground."""
+    """Run a loopback simulator of Genesys Cloud or NICE CXone in the foreground.
+
+    The first stdout line is a JSON object of the base URLs bound. Faults and stats:
+    the "admin" URL (POST /faults, GET /stats; see docs/simulators.md).
+    """
+
+
+@sim.command("genesys")
+@_options
+def genesys(host: str, port: int, seed: int, config_path: str | None, token_ttl: int | None) -> None:
+    """Genesys Cloud: URLs keyed login, api, webmessaging, streaming, admin."""
+    from supervisor.sim.genesys import GenesysSimulator
+    from supervisor.sim.genesys.config import GenesysSimConfig
+
+    data = _read_toml(config_path)
+    if token_ttl is not None:
+        data["token_ttl_s"] = token_ttl
+    config = _convert(data, GenesysSimConfig, config_path or "--token-ttl")
+    run_simulator(lambda: GenesysSimulator(config, host=host, port=port, seed=seed))
+
+
+@sim.command("cxone")
+@_options
+def cxone(host: str, port: int, seed: int, config_path: str | None, token_ttl: int | None) -> None:
+    """NICE CXone: URLs keyed auth, api, admin (any v{N}.0 API version is accepted)."""
+    from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
+
+    data = _read_toml(config_path)
+    if token_ttl is not None:
+        data["token_ttl_s"] = token_ttl
+    config = _convert(data, CxoneSimConfig, config_path or "--token-ttl")
+    run_simulator(lambda: CxoneSimulator(config, host=host, port=port, seed=seed))

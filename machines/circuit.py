@@ -1,0 +1,303 @@
+"""The circuit machine: closed → open → half_open, one per endpoint, pure and clock-driven.
+
+Seed section 2: "Set the failure threshold to 5 consecutive transient errors within a
+10-second window. Transition to Open for 30 seconds. Allow a single probe request in
+Half-Open. Success returns to Closed. Failure returns to Open."
+
+* :class:`CircuitMachine` declares the moves (strict python-statemachine ``StateMachine``).
+* :class:`Circuit` is the driver the runtime calls: ``admit()`` before a call or a
+  reconnection, then ``record_success()`` / ``record_failure(event)`` /
+  ``probe_timed_out()``. Open → half_open happens lazily inside ``admit()`` once the open
+  period has passed: machines hold no timers.
+
+Choices beyond the seed (reference/resilience.md):
+
+* half-open admits exactly one probe (Polly v8); everyone else is refused at once and told
+  how long remains (``retry_in_s``, Polly's ``BrokenCircuitException.RetryAfter``);
+* the probe has its own timeout (Resilience4j ``maxWaitDurationInHalfOpenState``, #903):
+  a hung probe reopens the circuit, whether the runtime reports it or ``admit()`` notices;
+* optional, off by default: an open period that grows on consecutive trips, with jitter
+  (Envoy outlier ejection: base × factor^(trips-1), capped, plus U(0, jitter)).
+
+Only TRANSIENT failures count; a NONE outcome (an empty poll) is a success; PERMANENT and
+STATE_CORRUPTING are the caller's business, not the endpoint's health.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from statemachine import State, StateMachine
+from statemachine.exceptions import TransitionNotAllowed
+
+from machines.effects import Effect, InputRejected, Telemetry, TelemetryName, Transition, iso_utc
+from supervisor.clock import Clock, Rng
+from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
+
+
+class CircuitState(enum.StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitMachine(StateMachine):
+    """Legal moves of one endpoint's circuit breaker; strict: an unaccepted event raises."""
+
+    closed = State(initial=True, value=CircuitState.CLOSED)
+    open = State(value=CircuitState.OPEN)
+    half_open = State(value=CircuitState.HALF_OPEN)
+
+    # seed section 2: 5 consecutive TRANSIENT failures within 10 s
+    trip = closed.to(open)
+    # seed section 2: after the open period, a single probe is let through
+    probe = open.to(half_open)
+    # seed section 2: "Success returns to Closed"
+    probe_succeeded = half_open.to(closed)
+    # seed section 2: "Failure returns to Open" (a probe timeout counts as a failure)
+    probe_failed = half_open.to(open)
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitConfig:
+    """The breaker's numbers; defaults are the seed's (they equal Envoy's outlier defaults)."""
+
+    failure_threshold: int = 5
+    window_s: float = 10.0
+    open_s: float = 30.0
+    # a probe that has not answered by then counts as failed (Resilience4j #903)
+    probe_timeout_s: float = 10.0
+    # beyond the seed, off by default: open period = open_s * growth_factor**(trips-1),
+    # capped at max_open_s, plus U(0, jitter_s)
+    growth: bool = False
+    growth_factor: float = 2.0
+    max_open_s: float = 300.0
+    jitter_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
+            raise ValueError(f"failure_threshold must be >= 1, got {self.failure_threshold!r}")
+        for name in ("window_s", "open_s", "probe_timeout_s", "max_open_s", "jitter_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.growth_factor < 1.0:
+            raise ValueError(f"growth_factor must be >= 1, got {self.growth_factor!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The answer of :meth:`Circuit.admit`.
+
+    ``allowed`` with ``probe`` means "you carry the half-open probe": report its outcome
+    with ``probe_id``. Refused callers get ``retry_in_s``, the time until the circuit can
+    admit again at the earliest (the rest of the open period, or of the probe's timeout).
+    """
+
+    allowed: bool
+    probe: bool = False
+    retry_in_s: float = 0.0
+    probe_id: int = 0
+    effects: tuple[Effect, ...] = field(default=())
+
+
+# the hot path (closed circuit) allocates nothing
+ADMITTED: Final = Admission(True)
+_NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+
+
+class Circuit:
+    """Pure driver of one endpoint's circuit breaker.
+
+    Outcomes of calls admitted before a trip may arrive late; they do not move an open or
+    half-open circuit (only the probe's outcome does, matched by ``probe_id``). Reporting
+    a probe id that was never issued raises :class:`~machines.effects.InputRejected`.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_config",
+        "_failures",
+        "_open_until",
+        "_probe_deadline",
+        "_probe_id",
+        "_rng",
+        "_sm",
+        "_state",
+        "_trips",
+        "circuit_id",
+    )
+
+    def __init__(self, circuit_id: str, clock: Clock, rng: Rng, config: CircuitConfig | None = None) -> None:
+        self.circuit_id = circuit_id
+        self._clock = clock
+        self._rng = rng
+        self._config = config if config is not None else _DEFAULT_CONFIG
+        self._sm = CircuitMachine()
+        # a copy of the machine's state, refreshed after every send: admit() reads it on the hot path
+        self._state: CircuitState = self._sm.current_state_value
+        # monotonic times of the current run of consecutive TRANSIENT failures (newest last)
+        self._failures: deque[float] = deque(maxlen=self._config.failure_threshold)
+        self._open_until = 0.0
+        self._probe_deadline = 0.0
+        # the id of the last probe handed out (0: none yet); the in-flight one while half-open
+        self._probe_id = 0
+        # consecutive openings without a successful probe, for the optional growth
+        self._trips = 0
+
+    # -- inspection -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> CircuitState:
+        return self._state
+
+    @property
+    def probe_in_flight(self) -> bool:
+        """Half-open always has exactly one probe out (it is entered by handing one out)."""
+        return self.state is CircuitState.HALF_OPEN
+
+    @property
+    def consecutive_failures(self) -> int:
+        return len(self._failures)
+
+    def retry_in_s(self) -> float | None:
+        """Seconds until the circuit may admit again; None while it admits (closed, or open and due)."""
+        state = self.state
+        now = self._clock.monotonic()
+        if state is CircuitState.CLOSED:
+            return None
+        if state is CircuitState.OPEN:
+            return None if now >= self._open_until else self._open_until - now
+        return max(self._probe_deadline - now, 0.0)
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def admit(self) -> Admission:
+        """May a call (or a reconnection) go to this endpoint now?"""
+        state = self._state
+        if state is CircuitState.CLOSED:
+            return ADMITTED
+        now = self._clock.monotonic()
+        effects: tuple[Effect, ...] = ()
+        if state is CircuitState.HALF_OPEN:
+            if now < self._probe_deadline:
+                # seed section 2: a single probe; concurrent callers are refused at once
+                return Admission(False, retry_in_s=self._probe_deadline - now)
+            # the probe hung past its timeout and nobody said so: it failed
+            effects = self._reopen("PROBE_TIMEOUT", now)
+        if now < self._open_until:
+            return Admission(False, retry_in_s=self._open_until - now, effects=effects)
+        self._probe_id += 1
+        self._probe_deadline = now + self._config.probe_timeout_s
+        now_iso = iso_utc(self._clock.time())
+        effects = (
+            *effects,
+            self._move("probe", "OPEN_PERIOD_ELAPSED", now_iso),
+            Telemetry(
+                TelemetryName.CIRCUIT_BREAKER_HALF_OPEN,
+                {"timestamp": now_iso, "circuitId": self.circuit_id, "probeId": self._probe_id},
+            ),
+        )
+        return Admission(True, probe=True, probe_id=self._probe_id, effects=effects)
+
+    def record_success(self, probe_id: int = 0) -> tuple[Effect, ...]:
+        """A call succeeded; ``probe_id`` is the Admission's when the call was the probe."""
+        state = self.state
+        if probe_id:
+            if self._is_current_probe(probe_id, "record_success"):
+                self._trips = 0
+                self._failures.clear()
+                now_iso = iso_utc(self._clock.time())
+                return (
+                    self._move("probe_succeeded", "PROBE_SUCCEEDED", now_iso),
+                    Telemetry(
+                        TelemetryName.CIRCUIT_BREAKER_CLOSED,
+                        {"timestamp": now_iso, "circuitId": self.circuit_id, "probeId": probe_id},
+                    ),
+                )
+            return _NO_EFFECTS
+        if state is CircuitState.CLOSED and self._failures:
+            # seed section 2: the failures must be consecutive; a success breaks the run
+            self._failures.clear()
+        return _NO_EFFECTS
+
+    def record_failure(self, event: SdkErrorEvent, probe_id: int = 0) -> tuple[Effect, ...]:
+        """A call failed with ``event``; only TRANSIENT failures count against the endpoint."""
+        cls = event.taxonomy_class
+        if probe_id:
+            if not self._is_current_probe(probe_id, "record_failure"):
+                return _NO_EFFECTS
+            if cls is TaxonomyClass.TRANSIENT:
+                return self._reopen("PROBE_FAILED", self._clock.monotonic())
+            # the endpoint answered: its health is fine, the failure is the caller's to handle
+            return self.record_success(probe_id)
+        if cls is TaxonomyClass.NONE:
+            return self.record_success()
+        if cls is not TaxonomyClass.TRANSIENT or self.state is not CircuitState.CLOSED:
+            return _NO_EFFECTS
+        now = self._clock.monotonic()
+        failures = self._failures
+        failures.append(now)  # the deque keeps only the newest `failure_threshold`
+        if len(failures) < self._config.failure_threshold or now - failures[0] > self._config.window_s:
+            return _NO_EFFECTS
+        return self._open("trip", event.code, now, len(failures))
+
+    def probe_timed_out(self, probe_id: int) -> tuple[Effect, ...]:
+        """The probe ``probe_id`` has not answered within ``probe_timeout_s``: reopen."""
+        if not self._is_current_probe(probe_id, "probe_timed_out"):
+            return _NO_EFFECTS
+        return self._reopen("PROBE_TIMEOUT", self._clock.monotonic())
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _is_current_probe(self, probe_id: int, input_name: str) -> bool:
+        if probe_id < 0 or probe_id > self._probe_id:
+            raise InputRejected(self.circuit_id, self.state, f"{input_name}(probe_id={probe_id})")
+        # an older probe, or one the circuit already timed out, is a late answer
+        return probe_id == self._probe_id and self.state is CircuitState.HALF_OPEN
+
+    def _reopen(self, reason: str, now: float) -> tuple[Effect, ...]:
+        return self._open("probe_failed", reason, now, 1)
+
+    def _open(self, machine_event: str, reason: str, now: float, failures: int) -> tuple[Effect, ...]:
+        self._trips += 1
+        open_s = self._open_period()
+        self._open_until = now + open_s
+        self._failures.clear()
+        now_iso = iso_utc(self._clock.time())
+        return (
+            self._move(machine_event, reason, now_iso),
+            Telemetry(
+                TelemetryName.CIRCUIT_BREAKER_OPEN,
+                {
+                    "timestamp": now_iso,
+                    "circuitId": self.circuit_id,
+                    "reason": reason,
+                    "consecutiveFailures": failures,
+                    "openS": open_s,
+                    "trips": self._trips,
+                },
+            ),
+        )
+
+    def _open_period(self) -> float:
+        cfg = self._config
+        if not cfg.growth:
+            return cfg.open_s
+        # Envoy outlier ejection: the period grows with repeated trips, capped, plus jitter
+        grown = min(cfg.open_s * cfg.growth_factor ** min(self._trips - 1, 64), cfg.max_open_s)
+        return grown + self._rng.random() * cfg.jitter_s if cfg.jitter_s > 0.0 else grown
+
+    def _move(self, machine_event: str, reason: str, now_iso: str) -> Transition:
+        source = self.state
+        try:
+            self._sm.send(machine_event)
+        except TransitionNotAllowed as exc:  # pragma: no cover - the driver checks states first
+            raise InputRejected(self.circuit_id, source, machine_event) from exc
+        self._state = self._sm.current_state_value
+        return Transition(self.circuit_id, source, self._state, machine_event, reason, now_iso)
+
+
+_DEFAULT_CONFIG: Final = CircuitConfig()

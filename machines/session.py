@@ -1,0 +1,415 @@
+"""The session machine: connecting → active ⇄ reconnecting → terminated, driven by classified events.
+
+Two layers, both pure and synchronous:
+
+* :class:`SessionMachine`, a strict python-statemachine ``StateMachine``: it declares which
+  moves exist, and raises on any event the current state does not accept. Its event names
+  say *why* a session moves (``connection_lost``, ``fail_fast``, ``exhausted``, ...), so
+  the generated diagram (docs/machines.md) reads as the rules below.
+* :class:`SessionCore`, the driver the runtime calls. It routes one classified
+  :class:`~supervisor.taxonomy.model.SdkErrorEvent` to one machine event, counts
+  reconnection attempts, draws delays from the injected RNG, stamps times from the
+  injected clock, and returns effects (machines/effects.py) for the runtime to execute.
+
+Rules (seed sections in brackets):
+
+* activation only after a validated session response [section 3, validateSessionResponse];
+* an abnormal drop (1006, 1012, ...) or a TRANSIENT session failure reconnects; the first
+  reconnection waits U(2 s, 8 s), later ones back off per the failure's class policy;
+  success resets the count [edge case 1; section 2];
+* close 1000 terminates without reconnecting [section 2, "graceful closes"];
+* a trigger, STATE_CORRUPTING, or a session-scoped PERMANENT terminates at once with
+  SESSION_TERMINATED and never reconnects [section 3]; an operation-scoped PERMANENT fails
+  only that operation [design.md, "Scope"];
+* a spent budget terminates with RETRY_EXHAUSTED [section 2];
+* while the endpoint's circuit is open a due reconnection is deferred, not counted, and
+  RECONNECTION_THROTTLED is emitted [edge case 1];
+* nothing leaves ``terminated``: a full re-authentication builds a new SessionCore [section 3].
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final
+
+from statemachine import State, StateMachine
+from statemachine.exceptions import TransitionNotAllowed
+
+from machines.effects import (
+    Effect,
+    InputRejected,
+    OperationFailed,
+    Reconnect,
+    RetryOperation,
+    ScheduleReconnect,
+    SessionTerminated,
+    Telemetry,
+    TelemetryName,
+    TerminationReason,
+    Transition,
+    iso_utc,
+)
+from machines.routing import Route, correlation, route, termination_reason
+from supervisor.clock import Clock, Rng
+from supervisor.retry.backoff import decide_retry
+from supervisor.taxonomy.model import RetryPolicy, SdkErrorEvent
+
+
+class SessionState(enum.StrEnum):
+    CONNECTING = "connecting"
+    ACTIVE = "active"
+    RECONNECTING = "reconnecting"
+    TERMINATED = "terminated"
+
+
+class SessionMachine(StateMachine):
+    """Legal moves of one supervised session; strict: an unaccepted event raises."""
+
+    connecting = State(initial=True, value=SessionState.CONNECTING)
+    active = State(value=SessionState.ACTIVE)
+    reconnecting = State(value=SessionState.RECONNECTING)
+    terminated = State(final=True, value=SessionState.TERMINATED)
+
+    # seed section 3: only a response with conversationId, agentId and status activates
+    validated = connecting.to(active)
+    # seed section 2 / edge case 1: abnormal close or TRANSIENT session failure
+    connection_lost = connecting.to(reconnecting) | active.to(reconnecting)
+    # the reconnection timer fired and the circuit admits: connect again
+    reconnect = reconnecting.to(connecting)
+    # seed edge case 1: the circuit is open, defer without counting (RECONNECTION_THROTTLED)
+    throttled = reconnecting.to.itself(internal=True)  # type: ignore[no-untyped-call,unused-ignore]
+    # seed section 3: trigger / STATE_CORRUPTING / session-scoped PERMANENT
+    fail_fast = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
+    # seed section 2: the class policy's budget is spent (RETRY_EXHAUSTED)
+    exhausted = connecting.to(terminated) | active.to(terminated)
+    # seed section 2: close 1000 is not reconnected
+    graceful_close = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
+    # explicit stop or daemon shutdown
+    stop = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """Numbers of the session rules; defaults are the seed's."""
+
+    # seed edge case 1: "a randomized initial delay between 2 and 8 seconds"
+    first_delay_s: tuple[float, float] = (2.0, 8.0)
+    # beyond the seed, off by default: spread deferred reconnections over U(0, this) seconds
+    # past the circuit's remaining open time, so a throttled herd does not return in one instant
+    throttle_jitter_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        lo, hi = self.first_delay_s
+        if not 0.0 <= lo <= hi:
+            raise ValueError(f"first_delay_s must satisfy 0 <= low <= high, got {self.first_delay_s!r}")
+        if self.throttle_jitter_s < 0.0:
+            raise ValueError(f"throttle_jitter_s must be >= 0, got {self.throttle_jitter_s!r}")
+
+
+class SessionCore:
+    """Pure driver of one session: classified inputs in, effects out.
+
+    Every method raises :class:`~machines.effects.InputRejected` for an input the current
+    state does not accept; a terminated session accepts nothing.
+    """
+
+    __slots__ = ("_attempts", "_clock", "_config", "_last_delay_ms", "_rng", "_sm", "_state", "session_id")
+
+    def __init__(self, session_id: str, clock: Clock, rng: Rng, config: SessionConfig | None = None) -> None:
+        self.session_id = session_id
+        self._clock = clock
+        self._rng = rng
+        self._config = config if config is not None else _DEFAULT_CONFIG
+        self._sm = SessionMachine()
+        # a copy of the machine's state, refreshed after every send
+        self._state: SessionState = self._sm.current_state_value
+        # reconnection attempts scheduled since the last activation (the pending one included)
+        self._attempts = 0
+        # the previous reconnection delay, for decorrelated jitter
+        self._last_delay_ms: float | None = None
+
+    # -- inspection -----------------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def attempts(self) -> int:
+        """Reconnection attempts since the last activation."""
+        return self._attempts
+
+    @property
+    def terminated(self) -> bool:
+        return self.state is SessionState.TERMINATED
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def session_response(self, validation_error: SdkErrorEvent | None) -> list[Effect]:
+        """The (re)connection's session response arrived, validated by the taxonomy.
+
+        ``None`` when conversationId, agentId and status are present: the session becomes
+        active and the attempt count resets (RETRY_SUCCESS after a reconnection). Otherwise
+        the INCOMPLETE_RESPONSE / CONVERSATION_STATE_DRIFT event, which must be a fail-fast:
+        the session terminates (seed section 3: "treat missing mandatory fields as
+        state-corrupting errors and execute fail-fast logic"). Accepted only while connecting.
+        """
+        self._require(SessionState.CONNECTING, "session_response")
+        if validation_error is not None:
+            if not validation_error.fail_fast:
+                raise ValueError(
+                    f"a session-response validation error must be fail-fast, got {validation_error.code!r}"
+                )
+            return self._terminate(
+                "fail_fast", termination_reason(validation_error), validation_error, validation_error.code
+            )
+        now_iso = iso_utc(self._clock.time())
+        effects: list[Effect] = [self._move("validated", "VALIDATED", now_iso)]
+        if self._attempts:
+            effects.append(
+                Telemetry(
+                    TelemetryName.RETRY_SUCCESS,
+                    {"timestamp": now_iso, "sessionId": self.session_id, "attempts": self._attempts},
+                )
+            )
+        self._attempts = 0
+        self._last_delay_ms = None
+        return effects
+
+    def failure(
+        self,
+        event: SdkErrorEvent,
+        *,
+        operation_attempt: int = 0,
+        previous_delay_s: float | None = None,
+    ) -> list[Effect]:
+        """A classified failure of this session or of one of its operations.
+
+        ``operation_attempt`` (0-based: retries this operation already made) and
+        ``previous_delay_s`` matter only to an operation-scoped TRANSIENT failure, whose
+        retries the caller counts (the machine does not track individual operations).
+        """
+        state = self.state
+        if state is SessionState.TERMINATED:
+            raise InputRejected(self.session_id, state, f"failure({event.code})")
+        rule = route(event)
+        if rule is Route.FAIL_FAST:
+            return self._terminate("fail_fast", termination_reason(event), event, event.code)
+        if rule is Route.GRACEFUL:
+            return self._terminate("graceful_close", TerminationReason.GRACEFUL_CLOSE, event, event.code)
+        if rule is Route.DROP:
+            if state is SessionState.RECONNECTING:
+                # a late failure of the connection already lost: the pending reconnection covers it
+                return []
+            return self._drop(event)
+        if rule is Route.LOST_PERMANENT:
+            # the link is gone and the failure is not retryable: nothing can carry the session on
+            return self._terminate("fail_fast", TerminationReason.PERMANENT_SESSION_ERROR, event, event.code)
+        if rule is Route.OPERATION_FAILED:
+            return [OperationFailed(self.session_id, event)]
+        if rule is Route.OPERATION_RETRY:
+            return self._operation_retry(event, operation_attempt, previous_delay_s)
+        return []
+
+    def reconnect_due(self, circuit_open_remaining_s: float | None) -> list[Effect]:
+        """The reconnection timer fired; ``circuit_open_remaining_s`` is None when the circuit admits.
+
+        Admitted: move to connecting and emit :class:`Reconnect`. Refused: defer to
+        ``now + remaining`` without counting an attempt, emit RECONNECTION_THROTTLED
+        (seed edge case 1). Accepted only while reconnecting, so a second timer is caught.
+        """
+        self._require(SessionState.RECONNECTING, "reconnect_due")
+        now_iso = iso_utc(self._clock.time())
+        if circuit_open_remaining_s is not None and circuit_open_remaining_s > 0.0:
+            delay = circuit_open_remaining_s
+            if self._config.throttle_jitter_s > 0.0:
+                delay += self._rng.random() * self._config.throttle_jitter_s
+            self._send("throttled")
+            attempt = self._attempts
+            return [
+                ScheduleReconnect(
+                    self.session_id, self._clock.monotonic() + delay, attempt, delay, attempt == 1
+                ),
+                Telemetry(
+                    TelemetryName.RECONNECTION_THROTTLED,
+                    {
+                        "timestamp": now_iso,
+                        "sessionId": self.session_id,
+                        "attempt": attempt,
+                        "retryInS": circuit_open_remaining_s,
+                        "delayS": delay,
+                    },
+                ),
+            ]
+        return [self._move("reconnect", "RECONNECT_DUE", now_iso), Reconnect(self.session_id, self._attempts)]
+
+    def stop(self) -> list[Effect]:
+        """Explicit stop or daemon shutdown: terminate with STOPPED."""
+        if self.terminated:
+            raise InputRejected(self.session_id, self.state, "stop")
+        return self._terminate("stop", TerminationReason.STOPPED, None, None)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _require(self, expected: SessionState, input_name: str) -> None:
+        state = self.state
+        if state is not expected:
+            raise InputRejected(self.session_id, state, input_name)
+
+    def _send(self, machine_event: str) -> None:
+        try:
+            self._sm.send(machine_event)
+        except TransitionNotAllowed as exc:
+            raise InputRejected(self.session_id, self._state, machine_event) from exc
+        self._state = self._sm.current_state_value
+
+    def _move(self, machine_event: str, reason: str, now_iso: str) -> Transition:
+        source = self.state
+        self._send(machine_event)
+        return Transition(self.session_id, source, self.state, machine_event, reason, now_iso)
+
+    def _drop(self, event: SdkErrorEvent) -> list[Effect]:
+        """Connection lost: schedule the next reconnection, or terminate when the budget is spent."""
+        policy: RetryPolicy = event.policy
+        index = self._attempts  # 0-based: reconnections already scheduled since the last success
+        decision = decide_retry(
+            policy,
+            index,
+            self._rng,
+            retryable=True,
+            retry_after_ms=event.retry_after_ms,
+            previous_delay_ms=self._last_delay_ms,
+        )
+        if not decision.retry:
+            now_iso = iso_utc(self._clock.time())
+            exhausted = Telemetry(
+                TelemetryName.RETRY_EXHAUSTED,
+                {
+                    "timestamp": now_iso,
+                    "sessionId": self.session_id,
+                    "attempts": index,
+                    "code": event.code,
+                    "policy": policy.name,
+                    "giveUp": None if decision.reason is None else decision.reason.value,
+                    **correlation(event),
+                },
+            )
+            return [
+                exhausted,
+                *self._terminate("exhausted", TerminationReason.RETRY_EXHAUSTED, event, event.code),
+            ]
+        if index == 0:
+            # seed edge case 1: the first reconnection waits U(2 s, 8 s) so a fleet dropped
+            # at once does not come back in the same millisecond
+            lo, hi = self._config.first_delay_s
+            delay_ms = (lo + self._rng.random() * (hi - lo)) * 1000.0
+            if policy.honors_retry_after and event.retry_after_ms is not None and event.retry_after_ms >= 0:
+                # seed edge case 2: a server's Retry-After is a minimum delay
+                delay_ms = max(delay_ms, float(event.retry_after_ms))
+        else:
+            # seed section 2: later attempts back off per the class policy
+            delay_ms = decision.delay_ms
+        attempt = index + 1
+        self._attempts = attempt
+        self._last_delay_ms = delay_ms
+        now_iso = iso_utc(self._clock.time())
+        delay_s = delay_ms / 1000.0
+        return [
+            self._move("connection_lost", event.code, now_iso),
+            ScheduleReconnect(
+                self.session_id, self._clock.monotonic() + delay_s, attempt, delay_s, index == 0
+            ),
+            Telemetry(
+                TelemetryName.RETRY_ATTEMPT,
+                {
+                    "timestamp": now_iso,
+                    "sessionId": self.session_id,
+                    "kind": "reconnect",
+                    "attempt": attempt,
+                    "delayS": delay_s,
+                    "code": event.code,
+                    "policy": policy.name,
+                    **correlation(event),
+                },
+            ),
+        ]
+
+    def _operation_retry(
+        self, event: SdkErrorEvent, operation_attempt: int, previous_delay_s: float | None
+    ) -> list[Effect]:
+        decision = decide_retry(
+            event.policy,
+            operation_attempt,
+            self._rng,
+            retryable=event.retryable,
+            retry_after_ms=event.retry_after_ms,
+            previous_delay_ms=None if previous_delay_s is None else previous_delay_s * 1000.0,
+        )
+        now_iso = iso_utc(self._clock.time())
+        base = {"timestamp": now_iso, "sessionId": self.session_id, "code": event.code, **correlation(event)}
+        if not decision.retry:
+            return [
+                OperationFailed(self.session_id, event, exhausted=True),
+                Telemetry(
+                    TelemetryName.RETRY_EXHAUSTED,
+                    {
+                        **base,
+                        "kind": "operation",
+                        "attempts": operation_attempt,
+                        "policy": event.policy.name,
+                        "giveUp": None if decision.reason is None else decision.reason.value,
+                    },
+                ),
+            ]
+        delay_s = decision.delay_ms / 1000.0
+        attempt = operation_attempt + 1
+        return [
+            RetryOperation(
+                self.session_id,
+                self._clock.monotonic() + delay_s,
+                attempt,
+                delay_s,
+                event.code,
+                decision.from_retry_after,
+            ),
+            Telemetry(
+                TelemetryName.RETRY_ATTEMPT,
+                {
+                    **base,
+                    "kind": "operation",
+                    "attempt": attempt,
+                    "delayS": delay_s,
+                    "policy": event.policy.name,
+                },
+            ),
+        ]
+
+    def _terminate(
+        self,
+        machine_event: str,
+        reason: TerminationReason,
+        event: SdkErrorEvent | None,
+        code: str | None,
+    ) -> list[Effect]:
+        now_iso = iso_utc(self._clock.time())
+        transition = self._move(machine_event, reason.value, now_iso)
+        terminated = SessionTerminated(
+            self.session_id,
+            reason,
+            None if event is None else event.trigger,
+            None if event is None else event.raw_status,
+            None if event is None else event.raw_code,
+            now_iso,
+            code,
+        )
+        fields = terminated.as_json()
+        fields["sessionId"] = self.session_id
+        if code is not None:
+            fields["code"] = code
+        if event is not None:
+            fields.update(correlation(event))
+        return [transition, terminated, Telemetry(TelemetryName.SESSION_TERMINATED, fields)]
+
+
+_DEFAULT_CONFIG: Final = SessionConfig()

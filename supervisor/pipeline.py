@@ -1,0 +1,289 @@
+"""The one retry layer: every REST call goes through :class:`RequestPipeline`.
+
+Per attempt (design.md, "Decisions already taken"):
+
+1. the endpoint's circuit must admit the call (else :class:`CircuitOpenError`);
+2. the request carries the cached token (refreshed 5 minutes early);
+3. a failure becomes a RawError, the taxonomy classifies it, the circuit records it;
+4. a 401 on a token that had expired by our clock is replayed once with a fresh token;
+5. otherwise the class policy decides: retry after its backoff (a server's Retry-After is
+   the minimum delay), or give up with :class:`OperationError`;
+6. before every retry a token expiring within 60 s is refreshed and the request is cloned
+   with the new Authorization header (seed edge case 3).
+
+httpx's own retries stay at 0 and nothing else retries: retries multiply across layers
+(AWS Builders' Library). Telemetry leaves through :class:`PipelineHooks` only, so tracing
+can attach later without touching this loop.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import httpx
+
+from supervisor.clock import Clock, Rng
+from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.retry import decide_retry
+from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.tokens import Token, TokenCache
+from supervisor.transports.base import SessionContext, raw_from_exception, raw_from_response
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDetails:
+    """What hooks learn about one retry decision or outcome."""
+
+    operation: str
+    session_id: str
+    attempt: int
+    event: SdkErrorEvent | None = None
+    delay_s: float = 0.0
+    from_retry_after: bool = False
+    token_refreshed: bool = False
+
+
+class PipelineHooks(Protocol):
+    """Typed instrumentation seam (stamina's RetryHook idea): no tracer calls in the loop."""
+
+    def classified(self, event: SdkErrorEvent) -> None: ...
+
+    def retry_scheduled(self, details: AttemptDetails) -> None: ...
+
+    def succeeded(self, details: AttemptDetails) -> None: ...
+
+    def gave_up(self, details: AttemptDetails) -> None: ...
+
+    def circuit_effects(self, effects: tuple[Any, ...]) -> None: ...
+
+
+class NoHooks:
+    def classified(self, event: SdkErrorEvent) -> None:
+        pass
+
+    def retry_scheduled(self, details: AttemptDetails) -> None:
+        pass
+
+    def succeeded(self, details: AttemptDetails) -> None:
+        pass
+
+    def gave_up(self, details: AttemptDetails) -> None:
+        pass
+
+    def circuit_effects(self, effects: tuple[Any, ...]) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseCheck:
+    """Fields a success must carry, and the conversationId it must name (seed section 3)."""
+
+    required: tuple[str, ...] = ()
+    expected_conversation_id: str | None = None
+
+
+class RequestPipeline:
+    """Retries, token rotation and circuit gating for REST calls of one platform."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        classifier: Classifier,
+        circuits: CircuitRegistry,
+        clock: Clock,
+        *,
+        tokens: TokenCache | None = None,
+        rng: Rng | None = None,
+        hooks: PipelineHooks | None = None,
+        sleep: Sleep = anyio.sleep,
+        refresh_before_retry_s: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.classifier = classifier
+        self.circuits = circuits
+        self.tokens = tokens
+        self._clock = clock
+        self._rng: Rng = rng if rng is not None else random.Random()
+        self._hooks: PipelineHooks = hooks if hooks is not None else NoHooks()
+        self._sleep = sleep
+        self._refresh_before_retry = refresh_before_retry_s
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        ctx: SessionContext,
+        circuit: str,
+        operation: str | None = None,
+        channel: Channel | None = None,
+        check: ResponseCheck | None = None,
+        ok_statuses: frozenset[int] = frozenset(),
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one logical request; return the successful response or raise.
+
+        ``ok_statuses`` are non-2xx statuses that are answers, not failures (CXone's 304).
+        Raises :class:`OperationError` (the deciding event), :class:`CircuitOpenError`.
+        """
+        breaker = self.circuits.get(circuit)
+        path = httpx.URL(url).path
+        name = operation or f"{method} {path}"
+        token = await self._token(ctx)
+        headers = dict(kwargs.pop("headers", None) or {})
+        attempt = 0
+        previous_delay_ms: float | None = None
+        replayed_401 = False
+        while True:
+            admission = breaker.admit()
+            if admission.effects:
+                self._hooks.circuit_effects(admission.effects)
+            if not admission.allowed:
+                raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
+            if token is not None:
+                headers["Authorization"] = token.authorization
+            raw: RawError | None = None
+            try:
+                response = await self.client.request(method, url, headers=headers, **kwargs)
+            except (httpx.HTTPError, OSError) as exc:
+                raw = raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
+            else:
+                status = response.status_code
+                if 200 <= status < 300 or status in ok_statuses:
+                    event = self._check(response, ctx, channel, path, check) if check else None
+                    if event is None:
+                        effects = breaker.record_success(admission.probe_id)
+                        if effects:
+                            self._hooks.circuit_effects(effects)
+                        if attempt or replayed_401:
+                            self._hooks.succeeded(AttemptDetails(name, ctx.session_id, attempt))
+                        return response
+                    # the endpoint answered: healthy for the circuit, corrupt for the session
+                    breaker.record_success(admission.probe_id)
+                    self._hooks.classified(event)
+                    raise OperationError(event)
+                expired = token is not None and self.tokens is not None and self.tokens.expired(token)
+                raw = raw_from_response(
+                    response, ctx=ctx, channel=channel, endpoint=path, token_expired=expired
+                )
+            event = self.classifier.classify(raw)
+            self._hooks.classified(event)
+            effects = breaker.record_failure(event, admission.probe_id)
+            if effects:
+                self._hooks.circuit_effects(effects)
+            if event.code == "TOKEN_EXPIRED" and not replayed_401 and self.tokens is not None:
+                # seed edge case 3: replay once with a fresh token, never with the stale one
+                replayed_401 = True
+                token = await self._refresh(ctx, token)
+                self._hooks.retry_scheduled(
+                    AttemptDetails(name, ctx.session_id, attempt + 1, event, 0.0, False, True)
+                )
+                continue
+            decision = decide_retry(
+                event.policy,
+                attempt,
+                self._rng,
+                retryable=event.retryable,
+                retry_after_ms=event.retry_after_ms,
+                previous_delay_ms=previous_delay_ms,
+            )
+            if not decision.retry:
+                exhausted = event.retryable and attempt > 0
+                self._hooks.gave_up(AttemptDetails(name, ctx.session_id, attempt, event))
+                raise OperationError(event, exhausted=exhausted)
+            delay_s = decision.delay_ms / 1000.0
+            attempt += 1
+            previous_delay_ms = decision.delay_ms
+            self._hooks.retry_scheduled(
+                AttemptDetails(name, ctx.session_id, attempt, event, delay_s, decision.from_retry_after)
+            )
+            await self._sleep(delay_s)
+            if self.tokens is not None:
+                # seed edge case 3: refresh a token that expires within 60 s before retrying
+                token = await self._ensure(ctx, self._refresh_before_retry)
+
+    def _check(
+        self,
+        response: httpx.Response,
+        ctx: SessionContext,
+        channel: Channel | None,
+        path: str,
+        check: ResponseCheck,
+    ) -> SdkErrorEvent | None:
+        try:
+            body: object = response.json() if response.content else {}
+        except ValueError:
+            body = None
+        if body is None:
+            raw = RawError(
+                platform=ctx.platform,
+                channel=channel or ctx.channel,
+                method=response.request.method,
+                endpoint=path,
+                exception="json.JSONDecodeError",
+                context=ctx.envelope_context(),
+            )
+            return self.classifier.classify(raw)
+        return self.classifier.validate_response(
+            body if isinstance(body, Mapping) else {},
+            platform=ctx.platform,
+            channel=channel or ctx.channel,
+            required=check.required,
+            expected_conversation_id=check.expected_conversation_id,
+            context=ctx.envelope_context(),
+            endpoint=f"{response.request.method} {path}",
+        )
+
+    async def _token(self, ctx: SessionContext) -> Token | None:
+        if self.tokens is None:
+            return None
+        return await self._with_token_retries(ctx, self.tokens.get)
+
+    async def _ensure(self, ctx: SessionContext, min_validity_s: float) -> Token | None:
+        tokens = self.tokens
+        if tokens is None:
+            return None
+        return await self._with_token_retries(ctx, lambda: tokens.ensure(min_validity_s))
+
+    async def _refresh(self, ctx: SessionContext, stale: Token | None) -> Token:
+        tokens = self.tokens
+        assert tokens is not None
+        return await self._with_token_retries(ctx, lambda: tokens.refresh(stale))
+
+    async def _with_token_retries(self, ctx: SessionContext, fetch: Callable[[], Awaitable[Token]]) -> Token:
+        """Token endpoint calls: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy."""
+        attempt = 0
+        previous_delay_ms: float | None = None
+        while True:
+            try:
+                return await fetch()
+            except TransportFailure as exc:
+                raw = exc.raw
+                if not isinstance(raw, RawError):
+                    raw = RawError(platform=ctx.platform, channel=Channel.REST, exception="OSError")
+                event = self.classifier.classify(raw)
+                self._hooks.classified(event)
+                decision = decide_retry(
+                    event.policy,
+                    attempt,
+                    self._rng,
+                    retryable=event.retryable,
+                    retry_after_ms=event.retry_after_ms,
+                    previous_delay_ms=previous_delay_ms,
+                )
+                if not decision.retry:
+                    self._hooks.gave_up(AttemptDetails("oauth.token", ctx.session_id, attempt, event))
+                    raise OperationError(event, exhausted=event.retryable) from None
+                attempt += 1
+                previous_delay_ms = decision.delay_ms
+                self._hooks.retry_scheduled(
+                    AttemptDetails("oauth.token", ctx.session_id, attempt, event, decision.delay_ms / 1000.0)
+                )
+                await self._sleep(decision.delay_ms / 1000.0)

@@ -1,0 +1,294 @@
+"""One supervised session: the session machine decides, this task executes its effects.
+
+    connecting ──open()+validate──► active ──serve() ends──► reconnecting ──timer──► connecting
+         └──────────────── fail-fast / exhausted / graceful close ─────────► terminated
+
+* The endpoint's circuit gates every connection attempt; a due reconnection it refuses is
+  deferred without counting (RECONNECTION_THROTTLED, seed edge case 1). Only attempts
+  (handshakes, REST calls) are recorded on the circuit, never the drop of an established
+  connection: a mass drop must not trip the breaker and delay everyone's recovery.
+* Every response is validated before the session may go active: missing required fields
+  (INCOMPLETE_RESPONSE) or another conversationId than ours (CONVERSATION_STATE_DRIFT).
+* On termination the session's stored record and its cached token are deleted, subscribers
+  get SESSION_TERMINATED with REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE, and nothing
+  reconnects: only a new runner (a full authentication cycle) brings the session back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from machines.circuit import Circuit
+from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.session import SessionConfig, SessionCore, SessionState
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, Rng
+from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.runtime.publish import publish_classified, publish_effects
+from supervisor.runtime.store import SessionStore
+from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
+from supervisor.tokens import TokenCache
+from supervisor.transports.base import Connection, Transport
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def connection_lost(event: SdkErrorEvent) -> SdkErrorEvent:
+    """The failure ended (or prevented) the connection itself, so it is session-level.
+
+    A 429 on the WebSocket upgrade is operation-scoped in the taxonomy, but when the
+    operation *is* the connection, the session must reconnect (TRANSIENT) or end
+    (PERMANENT): there is no session left to carry on with.
+    """
+    if event.reconnect or event.fail_fast or event.taxonomy_class is TaxonomyClass.NONE:
+        return event
+    return msgspec.structs.replace(event, reconnect=True, scope=Scope.SESSION)
+
+
+def _decided(error: OperationError) -> SdkErrorEvent:
+    event = error.event
+    if not isinstance(event, SdkErrorEvent):  # pragma: no cover - OperationError always carries one
+        raise TypeError(f"OperationError without an SdkErrorEvent: {event!r}")
+    return event
+
+
+class SessionRunner:
+    """Runs one session until it terminates; :meth:`stop` ends it on purpose."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        classifier: Classifier,
+        circuit: Circuit,
+        bus: EventBus,
+        clock: Clock,
+        rng: Rng,
+        store: SessionStore,
+        tokens: TokenCache | None = None,
+        config: SessionConfig | None = None,
+        sleep: Sleep = anyio.sleep,
+    ) -> None:
+        self.transport = transport
+        self.ctx = transport.context
+        self.session_id = self.ctx.session_id
+        self.core = SessionCore(self.session_id, clock, rng, config)
+        self._classifier = classifier
+        self._circuit = circuit
+        self._bus = bus
+        self._clock = clock
+        self._store = store
+        self._tokens = tokens
+        self._sleep = sleep
+        self._due: float | None = None
+        self._probe_id = 0
+        self._admitted = False
+        self._connection: Connection | None = None
+        self._serve_scope: anyio.CancelScope | None = None
+        self._wait_scope: anyio.CancelScope | None = None
+        self._reported: tuple[RawError, SdkErrorEvent] | None = None
+        self._close_code = 1000
+        self.termination: SessionTerminated | None = None
+        self.connects = 0
+        store.put(self.session_id, {"platform": self.ctx.platform.value, "kind": self.ctx.channel.value})
+
+    @property
+    def state(self) -> SessionState:
+        return self.core.state
+
+    def correlation(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"sessionId": self.session_id}
+        if self.ctx.agent_id is not None:
+            out["agentId"] = self.ctx.agent_id
+        if self.ctx.conversation_id is not None:
+            out["conversationId"] = self.ctx.conversation_id
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        """Until terminated: connect, serve, and reconnect when the machine says so."""
+        try:
+            while not self.core.terminated:
+                if self.core.state is SessionState.RECONNECTING:
+                    await self._await_reconnect()
+                else:
+                    await self._connect_and_serve()
+        finally:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                with anyio.CancelScope(shield=True):
+                    await connection.close(self._close_code)
+
+    async def stop(self, code: int = 1000) -> None:
+        """End the session on purpose: 1000 for an explicit stop, 1001 on daemon shutdown."""
+        if self.core.terminated:
+            return
+        self._close_code = code
+        self._execute(self.core.stop())
+
+    # ------------------------------------------------------------------ states
+    async def _pause(self, seconds: float) -> None:
+        """Wait, but wake at once when the session is stopped."""
+        with anyio.CancelScope() as scope:
+            self._wait_scope = scope
+            await self._sleep(seconds)
+        self._wait_scope = None
+
+    async def _await_reconnect(self) -> None:
+        due = self._due if self._due is not None else self._clock.monotonic()
+        wait = due - self._clock.monotonic()
+        if wait > 0:
+            await self._pause(wait)
+        if self.core.state is not SessionState.RECONNECTING:
+            return  # stopped while waiting
+        admission = self._circuit.admit()
+        if admission.effects:
+            publish_effects(self._bus, admission.effects)
+        if admission.allowed:
+            self._probe_id = admission.probe_id
+            self._admitted = True
+            self._execute(self.core.reconnect_due(None))
+        else:
+            # seed edge case 1: the circuit is open: defer, not counted, RECONNECTION_THROTTLED
+            self._execute(self.core.reconnect_due(max(admission.retry_in_s, 0.001)))
+
+    async def _connect_and_serve(self) -> None:
+        if not self._admitted:
+            admission = self._circuit.admit()
+            if admission.effects:
+                publish_effects(self._bus, admission.effects)
+            if not admission.allowed:
+                await self._pause(max(admission.retry_in_s, 0.001))
+                return
+            self._probe_id = admission.probe_id
+        self._admitted = False
+        probe_id, self._probe_id = self._probe_id, 0
+        self.connects += 1
+        try:
+            connection = await self.transport.open()
+        except TransportFailure as failure:
+            raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
+            self._connect_failed(self._classify(raw), probe_id)
+            return
+        except OperationError as failure:
+            self._connect_failed(_decided(failure), probe_id)
+            return
+        except CircuitOpenError as refused:
+            # a REST endpoint behind this connection is open: wait, not counted
+            self._record(self._circuit.record_success(probe_id))
+            await self._pause(max(refused.retry_in_s, 0.001))
+            return
+        self._record(self._circuit.record_success(probe_id))
+        problem = self._classifier.validate_response(
+            connection.session_response,
+            platform=self.ctx.platform,
+            channel=self.ctx.channel,
+            required=self.transport.required_fields,
+            expected_conversation_id=self._store.get(self.session_id).get("conversationId"),
+            context=self.ctx.envelope_context(),
+        )
+        if problem is not None:
+            publish_classified(self._bus, problem)
+        self._connection = connection
+        self._execute(self.core.session_response(problem))
+        if self.core.state is not SessionState.ACTIVE:
+            return
+        self._remember(connection)
+        await self._serve(connection)
+
+    def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
+        self._record(self._circuit.record_failure(event, probe_id))
+        self._execute(self.core.failure(connection_lost(event)))
+
+    def _unknown_failure(self) -> RawError:
+        return RawError(platform=self.ctx.platform, channel=self.ctx.channel, exception="OSError")
+
+    async def _serve(self, connection: Connection) -> None:
+        ended: RawError | None = None
+        failure: SdkErrorEvent | None = None
+        with anyio.CancelScope() as scope:
+            self._serve_scope = scope
+            try:
+                ended = await connection.serve(self._report)
+            except TransportFailure as exc:
+                ended = exc.raw if isinstance(exc.raw, RawError) else None
+            except OperationError as exc:
+                failure = _decided(exc)
+            except CircuitOpenError:
+                ended = self._unknown_failure()
+        self._serve_scope = None
+        if self.core.terminated:
+            return  # stopped, or a reported fail-fast already ended it
+        if failure is None and ended is not None:
+            failure = self._event_for(ended)
+        if failure is None:
+            failure = self._classify(
+                RawError(platform=self.ctx.platform, channel=self.ctx.channel, close_code=1006)
+            )
+        self._connection = None
+        with anyio.CancelScope(shield=True):
+            await connection.close(1000 if failure.code == "GRACEFUL_CLOSE" else 1001)
+        self._execute(self.core.failure(connection_lost(failure)))
+
+    async def _report(self, raw: RawError) -> bool:
+        """In-band failure from a live connection: True when the connection may go on."""
+        event = self._classify(raw)
+        self._reported = (raw, event)
+        if event.fail_fast or event.reconnect or event.code == "GRACEFUL_CLOSE":
+            return False
+        effects = self.core.failure(event)
+        self._execute(effects)
+        return not self.core.terminated
+
+    # ------------------------------------------------------------------ effects
+    def _execute(self, effects: list[Effect]) -> None:
+        correlation = self.correlation()
+        publish_effects(self._bus, effects, correlation)
+        for effect in effects:
+            if isinstance(effect, ScheduleReconnect):
+                self._due = effect.at
+            elif isinstance(effect, Reconnect):
+                self._due = None
+            elif isinstance(effect, SessionTerminated):
+                self._terminated(effect)
+
+    def _terminated(self, effect: SessionTerminated) -> None:
+        self.termination = effect
+        # seed section 3: "revoke local session storage" and force a full authentication cycle
+        self._store.delete(self.session_id)
+        if self._tokens is not None and effect.reason.value not in ("GRACEFUL_CLOSE", "STOPPED"):
+            self._tokens.revoke()
+        for scope in (self._serve_scope, self._wait_scope):
+            if scope is not None:
+                scope.cancel()
+
+    def _record(self, effects: tuple[Effect, ...]) -> None:
+        if effects:
+            publish_effects(self._bus, effects)
+
+    # ------------------------------------------------------------------ classification
+    def _classify(self, raw: RawError) -> SdkErrorEvent:
+        event = self._classifier.classify(raw)
+        publish_classified(self._bus, event)
+        return event
+
+    def _event_for(self, raw: RawError) -> SdkErrorEvent:
+        reported = self._reported
+        if reported is not None and reported[0] is raw:
+            return reported[1]  # already classified (and published) when it was reported
+        return self._classify(raw)
+
+    def _remember(self, connection: Connection) -> None:
+        response = connection.session_response
+        conversation = response.get("conversationId")
+        if isinstance(conversation, str) and conversation:
+            self.ctx.conversation_id = conversation
+        record = self._store.get(self.session_id)
+        record["conversationId"] = self.ctx.conversation_id
+        if self.ctx.platform_session_id is not None:
+            record["platformSessionId"] = self.ctx.platform_session_id
+        self._store.put(self.session_id, record)

@@ -1,0 +1,7 @@
+"""Loopback simulators of Genesys Cloud and NICE CXone with fault injection (issue 4).
+
+Shared modules: :mod:`supervisor.sim.faults` (what can go wrong), :mod:`supervisor.sim.recorder`
+(what the simulator saw), :mod:`supervisor.sim.admin` (the admin HTTP API over both) and
+:mod:`supervisor.sim.serving` (listeners). Platforms: :mod:`supervisor.sim.genesys`,
+:mod:`supervisor.sim.cxone`. See docs/simulators.md.
+"""

@@ -1,0 +1,274 @@
+"""CXone token endpoints (platforms.md §7) on the simulator's ``auth`` listener.
+
+* ``POST /InContactAuthorizationServer/Token``: legacy. ``Authorization: basic
+  base64(app@vendor:BU)``, JSON body ``{"grant_type":"password","username","password","scope"}``;
+  ``grant_type=refresh_token`` with ``refresh_token`` is accepted too.
+* ``POST /public/authentication/v1/token``: JSON or form body; ``grant_type`` ``password``
+  (``username``, ``password``) or ``client_credentials``; client id/secret in the body
+  (``client_id``, ``client_secret``) or in Basic auth.
+* ``POST /public/authentication/v1/refresh``: ``{"refresh_token": ..}``.
+
+Success (AcdToken, platforms.md §7)::
+
+    {"access_token", "token_type": "bearer", "expires_in": 3600, "refresh_token",
+     "refresh_token_server_uri", "resource_server_base_uri": "http://127.0.0.1:P/inContactAPI/",
+     "scope", "agent_id", "team_id", "bus_no"}
+
+Errors are OAuth-shaped (RFC 6749 §5.2): 401 ``invalid_client`` (the FAQ's "Client
+application 'app@vendor' not authorized for user"), 400 ``invalid_request`` /
+``invalid_grant`` / ``unsupported_grant_type``.
+
+Also here: the bearer check every API route runs (:func:`check_bearer`) and the hooks that
+make TOKEN_EXPIRE / TOKEN_REVOKE act on the tokens alive when the fault starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from aiohttp import web
+
+from supervisor.sim.cxone.config import ErrorBody
+from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
+from supervisor.sim.cxone.tokens import GrantError, Token, TokenStatus
+from supervisor.sim.cxone.wire import ENDPOINT_KEY, BodyError, json_response, oauth_error, read_body
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.recorder import TokenEvent
+
+LEGACY_TOKEN = "/InContactAuthorizationServer/Token"
+V1_TOKEN = "/public/authentication/v1/token"
+V1_REFRESH = "/public/authentication/v1/refresh"
+
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}  # RFC 6749 §5.1
+
+
+def _basic(request: web.Request) -> tuple[str, str] | None:
+    """``(user, password)`` of a Basic ``Authorization`` header (scheme case-insensitive), or None."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, secret = decoded.partition(":")
+    return (user, secret) if sep else None
+
+
+def _token_body(ctx: CxoneContext, token: Token) -> dict[str, object]:
+    cfg = ctx.config
+    return {
+        "access_token": token.access_token,
+        "token_type": "bearer",
+        "expires_in": cfg.token_ttl_s,
+        "refresh_token": token.refresh_token,
+        "refresh_token_server_uri": ctx.urls.get("auth", "") + token.refresh_uri,
+        # real CXone hands out the base with a trailing slash (platforms.md §6)
+        "resource_server_base_uri": ctx.urls.get("api", "") + "/inContactAPI/",
+        "scope": token.scope,
+        "agent_id": token.agent_id,
+        "team_id": cfg.team_id,
+        "bus_no": cfg.bus_no,
+    }
+
+
+def _answer(
+    ctx: CxoneContext, request: web.Request, token: Token, event: TokenEvent, grant: str
+) -> web.Response:
+    ctx.recorder.record_token(event, grant=grant)
+    body = _token_body(ctx, token)
+    rewritten = ctx.gate.rewrite(str(token.agent_id), request[ENDPOINT_KEY], 200, body)
+    if rewritten is not None:
+        rewritten.headers.update(_NO_STORE)
+        return rewritten
+    return json_response(200, body, _NO_STORE)
+
+
+def _reject(ctx: CxoneContext, status: int, error: str, description: str) -> web.Response:
+    ctx.recorder.record_token("rejected")
+    return oauth_error(status, error, description)
+
+
+def _client_ok(ctx: CxoneContext, client_id: str, secret: str | None) -> bool:
+    cfg = ctx.config
+    if cfg.client_ids and client_id not in cfg.client_ids:
+        return False
+    return cfg.client_secret is None or secret == cfg.client_secret
+
+
+def _user_ok(ctx: CxoneContext, user: str, password: str) -> bool:
+    cfg = ctx.config
+    if cfg.users and user not in cfg.users:
+        return False
+    return cfg.password is None or password == cfg.password
+
+
+async def _password_or_refresh(
+    ctx: CxoneContext, request: web.Request, body: dict[str, str], client_id: str, refresh_uri: str
+) -> web.Response:
+    grant = body.get("grant_type", "")
+    if grant == "refresh_token":
+        return _refresh(ctx, request, body.get("refresh_token", ""))
+    if grant == "client_credentials":
+        user = client_id
+    elif grant == "password":
+        user, password = body.get("username", ""), body.get("password", "")
+        if not user or not password:
+            return _reject(ctx, 400, "invalid_request", "username and password are required")
+        if not _user_ok(ctx, user, password):
+            return _reject(ctx, 400, "invalid_grant", "Invalid username or password")
+    else:
+        return _reject(ctx, 400, "unsupported_grant_type", "grant_type must be password or refresh_token")
+    token = ctx.tokens.issue(
+        client_id=client_id,
+        user=user,
+        scope=body.get("scope") or ctx.config.scope,
+        ttl_s=ctx.config.token_ttl_s,
+        refresh_uri=refresh_uri,
+    )
+    return _answer(ctx, request, token, "issued", grant)
+
+
+def _refresh(ctx: CxoneContext, request: web.Request, refresh_token: str) -> web.Response:
+    if not refresh_token:
+        return _reject(ctx, 400, "invalid_request", "refresh_token is required")
+    try:
+        token = ctx.tokens.refresh(refresh_token, ttl_s=ctx.config.token_ttl_s)
+    except GrantError as exc:
+        return _reject(ctx, exc.status, exc.error, exc.description)
+    return _answer(ctx, request, token, "refreshed", "refresh_token")
+
+
+async def legacy_token(request: web.Request) -> web.Response:
+    """``POST /InContactAuthorizationServer/Token`` (Basic ``app@vendor:BU`` + JSON body)."""
+    ctx = request.app[CONTEXT_KEY]
+    creds = _basic(request)
+    if creds is None:
+        return _reject(
+            ctx, 401, "invalid_client", "Basic authorization with application@vendor:BU is required"
+        )
+    client_id = creds[0]
+    if not _client_ok(ctx, client_id, None):
+        return _reject(
+            ctx, 401, "invalid_client", f"Client application '{client_id[:80]}' not authorized for user"
+        )
+    try:
+        body = await read_body(request)
+    except BodyError as exc:
+        return _reject(ctx, 400, "invalid_request", str(exc))
+    return await _password_or_refresh(ctx, request, body, client_id, LEGACY_TOKEN)
+
+
+async def v1_token(request: web.Request) -> web.Response:
+    """``POST /public/authentication/v1/token`` (client id/secret in the body or Basic auth)."""
+    ctx = request.app[CONTEXT_KEY]
+    try:
+        body = await read_body(request)
+    except BodyError as exc:
+        return _reject(ctx, 400, "invalid_request", str(exc))
+    creds = _basic(request)
+    client_id = body.get("client_id") or (creds[0] if creds else "")
+    secret = body.get("client_secret") or (creds[1] if creds else None)
+    if not client_id:
+        return _reject(ctx, 401, "invalid_client", "client_id is required")
+    if not _client_ok(ctx, client_id, secret):
+        return _reject(
+            ctx, 401, "invalid_client", f"Client application '{client_id[:80]}' not authorized for user"
+        )
+    return await _password_or_refresh(ctx, request, body, client_id, V1_REFRESH)
+
+
+async def v1_refresh(request: web.Request) -> web.Response:
+    """``POST /public/authentication/v1/refresh`` with ``{"refresh_token": ..}``."""
+    ctx = request.app[CONTEXT_KEY]
+    try:
+        body = await read_body(request)
+    except BodyError as exc:
+        return _reject(ctx, 400, "invalid_request", str(exc))
+    grant = body.get("grant_type", "refresh_token")
+    if grant != "refresh_token":
+        return _reject(ctx, 400, "unsupported_grant_type", "grant_type must be refresh_token")
+    return _refresh(ctx, request, body.get("refresh_token", ""))
+
+
+async def auth_key_of(request: web.Request, ctx: CxoneContext) -> str:
+    """Share key of a token request: the agent id of its username (or client id), else ""."""
+    try:
+        body = await read_body(request)
+    except BodyError:
+        return ""
+    user = body.get("username") or body.get("client_id") or ""
+    if not user and body.get("grant_type") == "client_credentials":
+        creds = _basic(request)
+        user = creds[0] if creds else ""
+    return str(ctx.tokens.agent_id_for(user)) if user else ""
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the three token routes on the ``auth`` listener's app."""
+    app.router.add_post(LEGACY_TOKEN, legacy_token)
+    app.router.add_post(V1_TOKEN, v1_token)
+    app.router.add_post(V1_REFRESH, v1_refresh)
+
+
+# --------------------------------------------------------------------------- API-side checks
+
+
+def bearer_of(request: web.Request) -> str | None:
+    """The bearer token of the ``Authorization`` header (scheme case-insensitive), or None."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def check_bearer(ctx: CxoneContext, request: web.Request) -> Token | web.Response:
+    """The caller's valid :class:`Token`, or the 401 to answer (missing/unknown/expired/revoked).
+
+    401 body: ``{"error":"invalid_token","error_description":..}`` or empty
+    (:attr:`CxoneSimConfig.auth_error_body`), with ``WWW-Authenticate`` (RFC 6750 §3).
+    """
+    status, token = ctx.tokens.check(bearer_of(request))
+    if status is TokenStatus.VALID and token is not None:
+        return token
+    if status is TokenStatus.EXPIRED:
+        ctx.recorder.record_token("expired")
+    elif status is TokenStatus.REVOKED:
+        ctx.recorder.record_token("revoked")
+    description = {
+        TokenStatus.MISSING: "Authorization bearer token is required",
+        TokenStatus.UNKNOWN: "Invalid token",
+        TokenStatus.EXPIRED: "Token expired",
+        TokenStatus.REVOKED: "Token revoked",
+    }[status]
+    error = "invalid_request" if status is TokenStatus.MISSING else "invalid_token"
+    headers = {"WWW-Authenticate": f'Bearer error="{error}"'}
+    empty = ctx.config.auth_error_body is ErrorBody.EMPTY
+    return oauth_error(401, error, description, empty=empty, headers=headers)
+
+
+def install_token_faults(ctx: CxoneContext) -> None:
+    """TOKEN_EXPIRE / TOKEN_REVOKE: when such a fault starts, expire (refresh still works) or revoke
+    (refresh answers ``invalid_grant``) the live tokens of the agents in its share."""
+
+    def on_activate(fault: Fault) -> None:
+        if fault.kind not in (FaultKind.TOKEN_EXPIRE, FaultKind.TOKEN_REVOKE):
+            return
+        remaining = fault.count
+        for token in ctx.tokens.live():
+            if remaining is not None and remaining <= 0:
+                break
+            if not ctx.faults.selected(fault, str(token.agent_id)):
+                continue
+            if fault.kind is FaultKind.TOKEN_EXPIRE:
+                ctx.tokens.expire(token.access_token)
+            else:
+                ctx.tokens.revoke(token.access_token)
+            ctx.recorder.record_fault_hit(fault)
+            ctx.faults.hit(fault)  # spends a counted fault (count = how many tokens)
+            if remaining is not None:
+                remaining -= 1
+
+    ctx.faults.on_activate(on_activate)

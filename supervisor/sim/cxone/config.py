@@ -1,0 +1,89 @@
+"""Configuration of the CXone fake (:class:`CxoneSimConfig`), a frozen msgspec Struct.
+
+Defaults accept any client, secret and user (issue 4: "By default the simulators accept
+any client id, secret, user"); setting a tuple or a value restricts them.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import msgspec
+
+from supervisor.errors import ConfigError
+
+
+class ErrorBody(enum.StrEnum):
+    """Body of 401 answers on API routes: platforms.md §7 says both forms occur [I]."""
+
+    JSON = "json"  # {"error":"invalid_token","error_description":...}
+    EMPTY = "empty"  # status line only
+
+
+class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Knobs of the CXone fake. Every field has a working default.
+
+    Attributes:
+        token_ttl_s: ``expires_in`` of issued access tokens (platforms.md §7: "expire after an hour").
+        client_ids: accepted application names (``app@vendor`` in legacy Basic auth, ``client_id``
+            on the v1 endpoint); empty accepts any.
+        client_secret: when set, the v1 endpoint's ``client_secret`` must equal it.
+        users: accepted usernames for the password grant; empty accepts any.
+        password: when set, the password grant's ``password`` must equal it.
+        max_age_s: when set, every get-next-event answer carries ``Cache-Control: max-age=N``
+            (RFC 9111 §5.2.2.1; a re-poll hint, platforms.md §10 [I]).
+        inactivity_timeout_s: session inactivity timeout when the start request gives none.
+        api_versions: accepted ``v{N}.0`` major versions; empty accepts any.
+        max_poll_timeout_s: upper bound of ``get-next-event?timeout=`` (platforms.md §6: 0–60).
+        bus_no: business unit number put in tokens and events.
+        team_id: ``team_id`` put in tokens.
+        first_agent_id: agent ids are given to new usernames from this number upwards.
+        auth_error_body: body of 401s on API routes (``json`` or ``empty``).
+        scope: ``scope`` of issued tokens when the request names none.
+    """
+
+    token_ttl_s: int = 3600
+    client_ids: tuple[str, ...] = ()
+    client_secret: str | None = None
+    users: tuple[str, ...] = ()
+    password: str | None = None
+    max_age_s: int | None = None
+    inactivity_timeout_s: float = 300.0
+    api_versions: tuple[int, ...] = ()
+    max_poll_timeout_s: int = 60
+    bus_no: int = 4600001
+    team_id: int = 2000
+    first_agent_id: int = 100001
+    auth_error_body: ErrorBody = ErrorBody.JSON
+    scope: str = "RealTimeApi AdminApi AgentApi AuthenticationApi PatronApi ReportingApi"
+
+    def __post_init__(self) -> None:
+        if self.token_ttl_s <= 0:
+            raise ValueError("token_ttl_s must be positive")
+        if self.max_age_s is not None and self.max_age_s < 0:
+            raise ValueError("max_age_s must be >= 0")
+        if not 0 <= self.max_poll_timeout_s <= 3600:
+            raise ValueError("max_poll_timeout_s must be within 0..3600")
+        if self.inactivity_timeout_s < 0:
+            raise ValueError("inactivity_timeout_s must be >= 0 (0 disables it)")
+
+
+def load_config(path: str | Path) -> CxoneSimConfig:
+    """A :class:`CxoneSimConfig` from a TOML file (keys as the field names; unknown keys refused).
+
+    Raises:
+        ConfigError: unreadable file or invalid content; one line naming the file and the key.
+    """
+    where = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return msgspec.toml.decode(raw, type=CxoneSimConfig)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # msgspec: "Expected `int`, got `str` - at `$.token_ttl_s`"
+        text, sep, at = str(exc).rpartition(" - at `")
+        detail = f"{at.rstrip('`').removeprefix('$.')}: {text}" if sep else str(exc)
+        raise ConfigError(f"{where}: {detail}") from None

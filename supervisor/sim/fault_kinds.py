@@ -1,0 +1,195 @@
+"""Fault kinds and their parameters: the vocabulary of :mod:`supervisor.sim.faults`.
+
+Import these names from :mod:`supervisor.sim.faults` (which re-exports them); this module
+only keeps the kind table and the param validators apart from the controller.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "CONNECTION_KINDS",
+    "PARAM_SPECS",
+    "FaultKind",
+    "retry_after_header",
+    "retry_after_seconds",
+]
+
+
+class FaultKind(enum.StrEnum):
+    """What a fault does; the value is the JSON spelling used by the admin API."""
+
+    DROP = "drop"
+    CLOSE = "close"
+    BLACKHOLE = "blackhole"
+    ADMISSION_LIMIT = "admission_limit"
+    RATE_LIMIT_STORM = "rate_limit_storm"
+    SERVER_ERROR_BURST = "server_error_burst"
+    LATENCY = "latency"
+    TOKEN_EXPIRE = "token_expire"
+    TOKEN_REVOKE = "token_revoke"
+    MISSING_FIELDS = "missing_fields"
+    CONVERSATION_DRIFT = "conversation_drift"
+    DUPLICATE_MESSAGE = "duplicate_message"
+    QUEUE_FULL = "queue_full"
+    SILENT_DROP_ATTRIBUTES = "silent_drop_attributes"
+    SESSION_EXPIRED = "session_expired"
+    CONNECTION_CLOSED_EVENT = "connection_closed_event"
+    SOCKET_CLOSING = "socket_closing"
+    SESSION_ENDED = "session_ended"
+    STALE_SESSION = "stale_session"
+    MALFORMED_BODY = "malformed_body"
+
+
+#: kinds that act on open connections through :meth:`FaultController.on_activate`
+CONNECTION_KINDS: frozenset[FaultKind] = frozenset(
+    {
+        FaultKind.DROP,
+        FaultKind.CLOSE,
+        FaultKind.BLACKHOLE,
+        FaultKind.SOCKET_CLOSING,
+        FaultKind.CONNECTION_CLOSED_EVENT,
+        FaultKind.SESSION_EXPIRED,
+    }
+)
+
+# RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (platforms.md §9)
+_CLOSE_CODES = (1000, 1001, 1008, 1011, 1012, 1013)
+
+
+# -- param validators: each returns None when fine, else the problem in a few words ----------------------
+
+
+def _retry_after(value: object) -> str | None:
+    if value is None or value == "http-date":
+        return None
+    if isinstance(value, str) and value.startswith("http-date:") and value[10:].isdigit():
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return None
+    if isinstance(value, str) and value.isdigit() and len(value) <= 10:
+        return None
+    return 'must be "<seconds>", "http-date", "http-date:<seconds>" or null'
+
+
+def _one_of(*choices: object) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or value not in choices:
+            return "must be one of " + ", ".join(str(c) for c in choices)
+        return None
+
+    return check
+
+
+def _close_code(value: object) -> str | None:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if is_int and (value in _CLOSE_CODES or 4000 <= value <= 4999):  # type: ignore[operator]
+        return None
+    return "must be one of " + ", ".join(str(c) for c in _CLOSE_CODES) + " or 4000-4999"
+
+
+def _number(minimum: float, strict: bool = False) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number"
+        if value < minimum or (strict and value == minimum):
+            return f"must be {'>' if strict else '>='} {minimum:g}"
+        return None
+
+    return check
+
+
+def _int_min(minimum: int) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            return f"must be an integer >= {minimum}"
+        return None
+
+    return check
+
+
+def _opt_str(value: object) -> str | None:
+    ok = value is None or (isinstance(value, str) and len(value) <= 200)
+    return None if ok else "must be a short string"
+
+
+def _fields(value: object) -> str | None:
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return None
+    return "must be a non-empty list of field names"
+
+
+def _opt_number(value: object) -> str | None:
+    return None if value is None else _number(0.0)(value)
+
+
+_Spec = dict[str, tuple[bool, Any, Callable[[object], str | None]]]
+
+#: per kind: param name -> (required, default, validator)
+PARAM_SPECS: dict[FaultKind, _Spec] = {
+    FaultKind.DROP: {},
+    FaultKind.CLOSE: {"code": (True, None, _close_code), "reason": (False, "", _opt_str)},
+    FaultKind.BLACKHOLE: {},
+    FaultKind.ADMISSION_LIMIT: {
+        "rate_per_s": (True, None, _number(0.0, strict=True)),
+        "status": (False, 429, _one_of(429, 503)),
+        "retry_after": (False, "1", _retry_after),
+        "body": (False, None, _one_of("json", "empty", None)),
+    },
+    FaultKind.RATE_LIMIT_STORM: {
+        "retry_after": (False, "5", _retry_after),
+        "body": (False, None, _one_of("json", "empty", None)),
+    },
+    FaultKind.SERVER_ERROR_BURST: {
+        "status": (False, 503, _one_of(500, 502, 503, 504)),
+        "retry_after": (False, None, _retry_after),
+        "body": (False, None, _one_of("json", "empty", None)),
+    },
+    FaultKind.LATENCY: {"latency_ms": (True, None, _number(0.0))},
+    FaultKind.TOKEN_EXPIRE: {},
+    FaultKind.TOKEN_REVOKE: {},
+    FaultKind.MISSING_FIELDS: {"fields": (False, ["conversationId", "agentId", "status"], _fields)},
+    FaultKind.CONVERSATION_DRIFT: {"conversation_id": (False, None, _opt_str)},
+    FaultKind.DUPLICATE_MESSAGE: {},
+    FaultKind.QUEUE_FULL: {
+        "retry_after": (False, None, _retry_after),
+        "body": (False, None, _one_of("json", "empty", None)),
+    },
+    FaultKind.SILENT_DROP_ATTRIBUTES: {"after": (False, 0, _int_min(0))},
+    FaultKind.SESSION_EXPIRED: {"mode": (False, "event", _one_of("event", "code"))},
+    FaultKind.CONNECTION_CLOSED_EVENT: {"reason": (False, None, _opt_str)},
+    FaultKind.SOCKET_CLOSING: {"lead_s": (False, None, _opt_number), "code": (False, 1001, _close_code)},
+    FaultKind.SESSION_ENDED: {},
+    FaultKind.STALE_SESSION: {},
+    FaultKind.MALFORMED_BODY: {},
+}
+
+
+def retry_after_header(value: object, now_epoch: float) -> str | None:
+    """The ``Retry-After`` value a fault's ``retry_after`` param asks for (RFC 9110 §10.2.3).
+
+    ``"5"`` or ``5`` -> ``"5"``; ``"http-date"`` -> an IMF-fixdate 5 s after ``now_epoch``;
+    ``"http-date:N"`` -> N s after it; None -> None (no header).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.startswith("http-date"):
+        delay = int(value[10:]) if value.startswith("http-date:") else _HTTP_DATE_DELAY_S
+        return email.utils.formatdate(now_epoch + delay, usegmt=True)
+    return str(value)
+
+
+def retry_after_seconds(value: object) -> int | None:
+    """The delay in whole seconds a ``retry_after`` param stands for (``"http-date"`` counts 5 s)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.startswith("http-date"):
+        return int(value[10:]) if value.startswith("http-date:") else _HTTP_DATE_DELAY_S
+    return int(str(value))
+
+
+_HTTP_DATE_DELAY_S = 5

@@ -1,0 +1,118 @@
+"""Configuration of the Genesys Cloud simulator (:class:`GenesysSimConfig`), a frozen msgspec Struct.
+
+Values marked [I] in platforms.md (inferred, undocumented) are knobs here. Defaults accept any
+client id, secret and deployment id, so a newcomer can point a client at the simulator at once;
+``clients`` / ``deployments`` restrict them. A TOML file with the same keys loads through
+:func:`load_config`::
+
+    token_ttl_s = 300
+    deployments = ["3f1b..."]
+    [clients]
+    my-client-id = "my-secret"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from supervisor.errors import SimulatorError
+
+__all__ = ["GenesysSimConfig", "load_config"]
+
+
+class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Knobs of the Genesys simulator. Every field has a working default.
+
+    Attributes:
+        clients: client id -> secret accepted by ``POST /oauth/token``; empty accepts any (§4).
+        deployments: Web Messaging deployment ids accepted; empty accepts any (§1).
+        token_ttl_s: ``expires_in`` of access tokens; Genesys allows 300..172800, default 86400 (§4).
+        issue_refresh_tokens: also return a ``refresh_token`` for client credentials. Real
+            client-credentials tokens carry none (§3); on by default so the refresh grant is usable.
+        rate_limit: requests per token per window before 429 ``too.many.requests`` (§3: 300/min).
+        rate_window_s: that window.
+        heartbeat_interval_s: notifications heartbeat period (§2: 30 s).
+        socket_closing_lead_s: time between ``v2.system.socket_closing`` and the close (§2: ~60 s).
+        channel_ttl_s: a channel expires this long after its last subscribe (§2: 24 h).
+        max_channels: channels per client before the oldest is evicted (§2: 20).
+        max_topics: topics per channel (§2: 1000).
+        wm_session_ttl_s: Web Messaging session lifetime (``durationSeconds``) [I].
+        wm_rate_limit / wm_rate_window_s: guest messages per session per window before 4029 [I].
+        max_message_chars: onMessage text longer than this is 4011 [I].
+        max_custom_data_bytes: customAttributes larger than this is 4013 (§1: 2048).
+        ws_ping_interval_s: server-side WebSocket pings (None: the client pings, §1) [I].
+        ws_max_size: largest accepted WebSocket frame in bytes [I].
+        compression: offer permessage-deflate (off: cheaper per connection) [I].
+    """
+
+    clients: dict[str, str] = msgspec.field(default_factory=dict)
+    deployments: tuple[str, ...] = ()
+    token_ttl_s: int = 86400
+    issue_refresh_tokens: bool = True
+    rate_limit: int = 300
+    rate_window_s: float = 60.0
+    heartbeat_interval_s: float = 30.0
+    socket_closing_lead_s: float = 60.0
+    channel_ttl_s: float = 86400.0
+    max_channels: int = 20
+    max_topics: int = 1000
+    wm_session_ttl_s: int = 259200
+    wm_rate_limit: int = 60
+    wm_rate_window_s: float = 60.0
+    max_message_chars: int = 4096
+    max_custom_data_bytes: int = 2048
+    ws_ping_interval_s: float | None = None
+    ws_max_size: int = 256 * 1024
+    compression: bool = False
+
+    def __post_init__(self) -> None:
+        positive = {
+            "token_ttl_s": self.token_ttl_s,
+            "rate_limit": self.rate_limit,
+            "rate_window_s": self.rate_window_s,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "socket_closing_lead_s": self.socket_closing_lead_s,
+            "channel_ttl_s": self.channel_ttl_s,
+            "max_channels": self.max_channels,
+            "max_topics": self.max_topics,
+            "wm_session_ttl_s": self.wm_session_ttl_s,
+            "wm_rate_limit": self.wm_rate_limit,
+            "wm_rate_window_s": self.wm_rate_window_s,
+            "max_message_chars": self.max_message_chars,
+            "max_custom_data_bytes": self.max_custom_data_bytes,
+            "ws_max_size": self.ws_max_size,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.ws_ping_interval_s is not None and self.ws_ping_interval_s <= 0:
+            raise ValueError("ws_ping_interval_s must be > 0 or absent")
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> GenesysSimConfig:
+    """Build a config from a mapping; one-line :class:`SimulatorError` naming the key on error."""
+    try:
+        return msgspec.convert(data, GenesysSimConfig)
+    except msgspec.ValidationError as exc:
+        text, sep, where = str(exc).rpartition(" - at `")
+        key = where.rstrip("`").removeprefix("$.").removeprefix("$") if sep else ""
+        raise SimulatorError(f"{source}: {key or '(top level)'}: {text or exc}") from None
+    except ValueError as exc:
+        raise SimulatorError(f"{source}: {exc}") from None
+
+
+def load_config(path: str | Path, **overrides: Any) -> GenesysSimConfig:
+    """Load a TOML file (keys as :class:`GenesysSimConfig`), then apply non-None ``overrides``."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SimulatorError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SimulatorError(f"{p}: invalid TOML: {exc}") from None
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(data, str(p))

@@ -1,0 +1,161 @@
+"""Open WebSocket connections of one listener, and the connection faults applied to them.
+
+Both Genesys WebSocket listeners (Web Messaging, notifications) use :class:`WsListener` for:
+
+- the handshake: ADMISSION_LIMIT (429 or 503 with ``Retry-After``) and LATENCY, recording every
+  attempt as accepted or refused (:meth:`WsListener.admit`);
+- connection faults when they start (``FaultController.on_activate``): DROP =
+  ``transport.abort()`` with no close frame, so the client sees 1006 (RFC 6455 §7.1.5);
+  CLOSE = a close frame with the chosen code (§7.4.1); BLACKHOLE = ``pause_reading()``, nothing
+  answered, TCP kept open, resumed when the fault ends; plus per-listener kinds (``extra``);
+- faults still active when a connection sends a frame (:meth:`WsListener.intercept`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.http11 import Request, Response
+
+from supervisor.sim.faults import Fault, FaultKind, retry_after_header
+from supervisor.sim.genesys.context import SimContext
+
+__all__ = ["WsListener"]
+
+ExtraAction = Callable[[ServerConnection, Fault], None]
+_ONGOING = (FaultKind.DROP, FaultKind.CLOSE, FaultKind.BLACKHOLE)
+
+
+class WsListener:
+    """Connections of one WebSocket listener (``name``), keyed for share selection."""
+
+    def __init__(self, ctx: SimContext, name: str, endpoint: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.endpoint = endpoint
+        self.conns: dict[ServerConnection, str] = {}
+        self.blackholed: dict[ServerConnection, str] = {}
+        self.extra: dict[FaultKind, ExtraAction] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        ctx.faults.on_activate(self._activated)
+        ctx.faults.on_clear(self._cleared)
+
+    # -- handshake ----------------------------------------------------------------------------------
+
+    def refuse(
+        self, conn: ServerConnection, status: int, text: str, retry_after: str | None = None
+    ) -> Response:
+        """An HTTP answer instead of the upgrade, recorded as a refused attempt."""
+        self.ctx.recorder.record_attempt(self.name, accepted=False)
+        response = conn.respond(status, text + "\n")
+        if retry_after is not None:
+            response.headers["Retry-After"] = retry_after
+        return response
+
+    async def admit(self, conn: ServerConnection, request: Request) -> Response | None:
+        """ADMISSION_LIMIT and LATENCY at the handshake; None = accept (recorded)."""
+        key = _peer(conn)
+        latency = self.ctx.gate.hit(FaultKind.LATENCY, key, self.endpoint)
+        if latency is not None:
+            await asyncio.sleep(float(latency.params["latency_ms"]) / 1000.0)
+        fault = self.ctx.faults.admission(key, self.endpoint)
+        if fault is not None:
+            self.ctx.recorder.record_fault_hit(fault)
+            status = int(fault.params["status"])
+            retry = retry_after_header(fault.params.get("retry_after"), self.ctx.clock.time())
+            text = "Too Many Requests" if status == 429 else "Service Unavailable"
+            return self.refuse(conn, status, text, retry)
+        self.ctx.recorder.record_attempt(self.name, accepted=True)
+        return None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def opened(self, conn: ServerConnection, key: str) -> None:
+        self.conns[conn] = key
+        self.ctx.recorder.connection_opened(self.name)
+
+    def rekey(self, conn: ServerConnection, key: str) -> None:
+        if conn in self.conns:
+            self.conns[conn] = key
+
+    def closed(self, conn: ServerConnection) -> None:
+        if self.conns.pop(conn, None) is not None:
+            self.ctx.recorder.connection_closed(self.name)
+        self.blackholed.pop(conn, None)
+
+    def live(self) -> list[ServerConnection]:
+        """Open connections that are not black-holed (pushes go to these)."""
+        return [c for c in self.conns if c not in self.blackholed]
+
+    # -- faults -------------------------------------------------------------------------------------
+
+    def intercept(self, conn: ServerConnection) -> bool:
+        """Apply DROP / CLOSE / BLACKHOLE faults still active to this connection; True if one applied."""
+        key = self.conns.get(conn, _peer(conn))
+        for kind in _ONGOING:
+            fault = self.ctx.gate.hit(kind, key, self.endpoint)
+            if fault is not None:
+                self.apply(conn, fault)
+                return True
+        return False
+
+    def apply(self, conn: ServerConnection, fault: Fault) -> None:
+        """Do what ``fault`` says to ``conn`` (the hit is already counted)."""
+        self.ctx.recorder.record_event(fault.kind.value, listener=self.name)
+        if fault.kind is FaultKind.DROP:
+            conn.transport.abort()
+        elif fault.kind is FaultKind.CLOSE:
+            self.spawn(conn.close(int(fault.params["code"]), str(fault.params.get("reason") or "")))
+        elif fault.kind is FaultKind.BLACKHOLE:
+            self.blackholed[conn] = fault.id or ""
+            conn.transport.pause_reading()
+        elif fault.kind in self.extra:
+            self.extra[fault.kind](conn, fault)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, keeping a reference until it ends; errors are swallowed."""
+
+        async def quiet() -> None:
+            with contextlib.suppress(Exception):
+                await coro
+
+        task = asyncio.get_running_loop().create_task(quiet())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _activated(self, fault: Fault) -> None:
+        if fault.kind not in _ONGOING and fault.kind not in self.extra:
+            return
+        if not fault.applies_to(self.endpoint):
+            return
+        if fault.kind is FaultKind.SESSION_EXPIRED and fault.params.get("mode") == "code":
+            return  # a request-time fault: answered 4006 on the next request
+        for conn, key in list(self.conns.items()):
+            if conn in self.blackholed and fault.kind is FaultKind.BLACKHOLE:
+                continue
+            if self.ctx.faults.selected(fault, key) and self.ctx.faults.hit(fault):
+                self.ctx.recorder.record_fault_hit(fault)
+                self.apply(conn, fault)
+
+    def _cleared(self, fault: Fault) -> None:
+        if fault.kind is not FaultKind.BLACKHOLE:
+            return
+        for conn, fid in list(self.blackholed.items()):
+            if fid == fault.id:
+                del self.blackholed[conn]
+                with contextlib.suppress(Exception):
+                    conn.transport.resume_reading()
+
+    async def close_all(self) -> None:
+        """Cancel background tasks (shutdown)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _peer(conn: ServerConnection) -> str:
+    addr = conn.remote_address
+    return f"{addr[0]}:{addr[1]}" if addr else "peer"

@@ -1,0 +1,245 @@
+"""In-memory state of the Genesys simulator: tokens, conversations, channels, guest sessions.
+
+Pure data plus small decisions (token validity, rate windows, channel eviction); no I/O.
+Times are the injected clock's ``monotonic()``; ids come from the seeded RNG, so a run
+with the same seed and the same requests produces the same ids.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from supervisor.clock import Clock
+from supervisor.sim.genesys.config import GenesysSimConfig
+
+__all__ = ["Channel", "Conversation", "GenesysState", "GuestSession", "Participant", "Token", "TokenStatus"]
+
+
+class TokenStatus(enum.Enum):
+    """What a bearer token is worth right now (§3, §4)."""
+
+    VALID = "valid"
+    UNKNOWN = "unknown"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+@dataclass(slots=True)
+class Token:
+    """One access token (never logged; ``id`` is its printable stand-in)."""
+
+    id: str
+    client_id: str
+    issued_at: float
+    expires_at: float
+    refresh: str | None
+    expired: bool = False  # forced by TOKEN_EXPIRE
+    revoked: bool = False  # TOKEN_REVOKE
+    window_start: float = 0.0
+    window_count: int = 0
+
+
+@dataclass(slots=True)
+class Participant:
+    """A conversation participant (§5)."""
+
+    id: str
+    purpose: str
+    state: str = "connected"
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "purpose": self.purpose,
+            "state": self.state,
+            "attributes": dict(self.attributes),
+        }
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A conversation, created on first reference (a newcomer can use any id)."""
+
+    id: str
+    agent_id: str
+    participants: dict[str, Participant]
+    status: str = "connected"
+    message_ids: set[str] = field(default_factory=set)
+    attribute_updates: int = 0  # SILENT_DROP_ATTRIBUTES ``after`` counts these
+
+    def customer(self) -> Participant:
+        return next(p for p in self.participants.values() if p.purpose == "customer")
+
+
+@dataclass(slots=True)
+class Channel:
+    """A notifications channel (§2)."""
+
+    id: str
+    owner: str  # client id: the 20-channel limit is per user/app combination
+    created_at: float
+    last_used: float
+    expires_at: float
+    topics: list[str] = field(default_factory=list)
+    connected: bool = False
+
+
+@dataclass(slots=True)
+class GuestSession:
+    """A Web Messaging guest session keyed by the guest's token (§1)."""
+
+    token: str
+    deployment_id: str
+    conversation_id: str
+    created_at: float
+    expires_at: float
+    read_only: bool = False
+    expired: bool = False
+    window_start: float = 0.0
+    window_count: int = 0
+
+
+class GenesysState:
+    """All simulator state, owned by the event loop."""
+
+    def __init__(self, config: GenesysSimConfig, clock: Clock, rng: random.Random) -> None:
+        self.config = config
+        self.clock = clock
+        self.rng = rng
+        self.tokens: dict[str, Token] = {}
+        self.refresh_tokens: dict[str, Token] = {}
+        self.conversations: dict[str, Conversation] = {}
+        self.channels: dict[str, Channel] = {}
+        self.sessions: dict[str, GuestSession] = {}
+        self._serial = 0
+
+    # -- ids --------------------------------------------------------------------------------------
+
+    def uuid(self) -> str:
+        """A UUID4 from the seeded RNG."""
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def secret(self) -> str:
+        """An opaque token string from the seeded RNG (simulator tokens are not secure)."""
+        return f"{self.rng.getrandbits(192):048x}"
+
+    # -- tokens (§3, §4) ----------------------------------------------------------------------------
+
+    def issue_token(self, client_id: str, refresh: str | None = None) -> tuple[str, Token]:
+        """A new access token for ``client_id``; reuses ``refresh`` on a refresh grant."""
+        self._serial += 1
+        now = self.clock.monotonic()
+        if refresh is None and self.config.issue_refresh_tokens:
+            refresh = self.secret()
+        token = Token(
+            id=f"tok-{self._serial}",
+            client_id=client_id,
+            issued_at=now,
+            expires_at=now + self.config.token_ttl_s,
+            refresh=refresh,
+            window_start=now,
+        )
+        access = self.secret()
+        self.tokens[access] = token
+        if refresh is not None:
+            self.refresh_tokens[refresh] = token
+        return access, token
+
+    def token_status(self, access: str) -> tuple[TokenStatus, Token | None]:
+        """Whether ``access`` is valid, unknown, expired (by the clock or a fault) or revoked."""
+        token = self.tokens.get(access)
+        if token is None:
+            return TokenStatus.UNKNOWN, None
+        if token.revoked:
+            return TokenStatus.REVOKED, token
+        if token.expired or self.clock.monotonic() >= token.expires_at:
+            return TokenStatus.EXPIRED, token
+        return TokenStatus.VALID, token
+
+    def rate_check(self, token: Token) -> tuple[bool, int, float]:
+        """Count one request in the token's window: (allowed, count, seconds until reset) (§3)."""
+        now = self.clock.monotonic()
+        window = self.config.rate_window_s
+        if now - token.window_start >= window:
+            token.window_start, token.window_count = now, 0
+        token.window_count += 1
+        reset = max(0.0, token.window_start + window - now)
+        return token.window_count <= self.config.rate_limit, token.window_count, reset
+
+    # -- conversations (§5) -------------------------------------------------------------------------
+
+    def conversation(self, conversation_id: str) -> Conversation:
+        """The conversation, created with a customer and an agent participant on first reference."""
+        conv = self.conversations.get(conversation_id)
+        if conv is None:
+            customer, agent = Participant(self.uuid(), "customer"), Participant(self.uuid(), "agent")
+            conv = Conversation(
+                id=conversation_id,
+                agent_id=self.uuid(),
+                participants={customer.id: customer, agent.id: agent},
+            )
+            self.conversations[conversation_id] = conv
+        return conv
+
+    def participant(self, conv: Conversation, participant_id: str) -> Participant:
+        """The participant, added as a customer when unknown (auto-creation, as conversations)."""
+        part = conv.participants.get(participant_id)
+        if part is None:
+            part = conv.participants[participant_id] = Participant(participant_id, "customer")
+        return part
+
+    # -- channels (§2) ------------------------------------------------------------------------------
+
+    def create_channel(self, owner: str) -> tuple[Channel, Channel | None]:
+        """A new channel; returns it and the channel evicted to stay within ``max_channels``.
+
+        Eviction (§2): channels without an active connection go first, then the oldest last-used.
+        """
+        now = self.clock.monotonic()
+        evicted = None
+        mine = [c for c in self.channels.values() if c.owner == owner]
+        if len(mine) >= self.config.max_channels:
+            evicted = min(mine, key=lambda c: (c.connected, c.last_used, c.created_at))
+            del self.channels[evicted.id]
+        self._serial += 1
+        chan_id = f"streaming-{self._serial % 10}-{self.secret()[:26]}"
+        chan = Channel(chan_id, owner, now, now, now + self.config.channel_ttl_s)
+        self.channels[chan_id] = chan
+        return chan, evicted
+
+    def expired_channels(self) -> list[Channel]:
+        """Channels past their lifetime (removed from the state)."""
+        now = self.clock.monotonic()
+        gone = [c for c in self.channels.values() if now >= c.expires_at]
+        for chan in gone:
+            del self.channels[chan.id]
+        return gone
+
+    # -- guest sessions (§1) ------------------------------------------------------------------------
+
+    def session_rate_check(self, session: GuestSession) -> bool:
+        """Count one guest message in the session's window; False when over ``wm_rate_limit`` [I]."""
+        now = self.clock.monotonic()
+        if now - session.window_start >= self.config.wm_rate_window_s:
+            session.window_start, session.window_count = now, 0
+        session.window_count += 1
+        return session.window_count <= self.config.wm_rate_limit
+
+    def new_session(self, token: str, deployment_id: str) -> GuestSession:
+        """A new guest session with a new conversation."""
+        now = self.clock.monotonic()
+        conv = self.conversation(self.uuid())
+        sess = GuestSession(
+            token, deployment_id, conv.id, now, now + self.config.wm_session_ttl_s, window_start=now
+        )
+        self.sessions[token] = sess
+        return sess
+
+    def session_expired(self, sess: GuestSession) -> bool:
+        """Whether the session ran past its lifetime or was expired by a fault."""
+        return sess.expired or self.clock.monotonic() >= sess.expires_at

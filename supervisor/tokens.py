@@ -1,0 +1,222 @@
+"""OAuth token cache with early refresh and single-flight refresh (seed edge case 3).
+
+* A cached token is used only while it is valid for longer than ``early_refresh_s``
+  (5 minutes by default: "maintain a token cache with a 5-minute early refresh window").
+* :meth:`TokenCache.ensure` refreshes a token that expires within ``min_validity_s``; the
+  request pipeline calls it before every retry with 60 s ("if expiration occurs within 60
+  seconds, trigger a silent refresh").
+* However many callers need a refresh at once, one request goes to the token endpoint;
+  the others wait for its result (no authentication storm).
+* A failed fetch raises :class:`TransportFailure` with the token endpoint's RawError: the
+  taxonomy makes a 4xx ``TOKEN_REFRESH_FAILED`` (PERMANENT, fail-fast) and a 5xx or a
+  network failure TRANSIENT.
+
+Tokens live in memory only and never appear in a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import httpx
+
+from supervisor.clock import Clock
+from supervisor.config import Secret
+from supervisor.errors import TransportFailure
+from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.transports.base import SessionContext, raw_from_exception, raw_from_response
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """An access token and when it expires, on the monotonic clock."""
+
+    access: Secret
+    expires_at: float
+    refresh: Secret | None = None
+    # what else the token endpoint said that callers need (CXone resource_server_base_uri, agent_id, ...)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def remaining(self, now: float) -> float:
+        return self.expires_at - now
+
+    @property
+    def authorization(self) -> str:
+        return f"Bearer {self.access.reveal()}"
+
+
+class TokenSource(Protocol):
+    """Obtains a token from a platform's token endpoint."""
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        """(access token, lifetime in seconds, refresh token, extra fields); TransportFailure on failure."""
+
+
+class TokenCache:
+    """One credential's token: cached, refreshed early, refreshed once however many wait."""
+
+    def __init__(
+        self, source: TokenSource, clock: Clock, *, early_refresh_s: float = 300.0, name: str = ""
+    ) -> None:
+        self.name = name
+        self._source = source
+        self._clock = clock
+        self._early = early_refresh_s
+        self._token: Token | None = None
+        self._inflight: anyio.Event | None = None
+        self._failure: BaseException | None = None
+        self.fetches = 0
+        self.refreshes = 0
+
+    @property
+    def current(self) -> Token | None:
+        return self._token
+
+    def expired(self, token: Token) -> bool:
+        """Has ``token`` expired by our clock?"""
+        return token.remaining(self._clock.monotonic()) <= 0.0
+
+    async def get(self) -> Token:
+        """A token valid for longer than the early-refresh window (refreshing if needed)."""
+        return await self.ensure(self._early)
+
+    async def ensure(self, min_validity_s: float) -> Token:
+        """A token valid for at least ``min_validity_s`` more seconds."""
+        token = self._token
+        if token is not None and token.remaining(self._clock.monotonic()) > min_validity_s:
+            return token
+        return await self.refresh(stale=token)
+
+    async def refresh(self, stale: Token | None = None) -> Token:
+        """Fetch a new token; concurrent callers share one fetch.
+
+        ``stale`` is the token the caller found wanting: if another caller already replaced
+        it, that newer token is returned without a second fetch.
+        """
+        if self._token is not None and self._token is not stale:
+            return self._token
+        if self._inflight is not None:
+            await self._inflight.wait()
+            if self._token is not None and self._token is not stale:
+                return self._token
+            raise self._failure or TransportFailure(None, "token refresh failed")
+        done = self._inflight = anyio.Event()
+        try:
+            refresh = stale.refresh if stale is not None else None
+            access, lifetime, new_refresh, extra = await self._source.fetch(refresh)
+            self._failure = None
+            self._token = Token(access, self._clock.monotonic() + lifetime, new_refresh or refresh, extra)
+            self.fetches += 1
+            if stale is not None:
+                self.refreshes += 1
+            return self._token
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        finally:
+            self._inflight = None
+            done.set()
+
+    def revoke(self) -> None:
+        """Forget the cached token (fail-fast: "revoke local session storage")."""
+        self._token = None
+
+
+def _lifetime(payload: dict[str, Any]) -> float:
+    value = payload.get("expires_in")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return 3600.0
+
+
+class GenesysClientCredentials:
+    """``POST {login}/oauth/token`` with Basic auth, ``grant_type=client_credentials`` (platforms.md 4)."""
+
+    def __init__(self, client: httpx.AsyncClient, login_url: str, client_id: str, secret: Secret) -> None:
+        self._client = client
+        self._url = login_url.rstrip("/") + "/oauth/token"
+        basic = base64.b64encode(f"{client_id}:{secret.reveal()}".encode()).decode()
+        self._auth = Secret(f"Basic {basic}")
+        self._ctx = SessionContext("oauth", Platform.GENESYS, Channel.REST)
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        form = {"grant_type": "client_credentials"}
+        if refresh is not None:
+            form = {"grant_type": "refresh_token", "refresh_token": refresh.reveal()}
+        return await _post_token(
+            self._client, self._url, self._ctx, headers={"Authorization": self._auth.reveal()}, data=form
+        )
+
+
+class CxoneCredentials:
+    """``POST {auth}/public/authentication/v1/token`` (or ``/refresh``), JSON body (platforms.md 7)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        auth_url: str,
+        client_id: str,
+        secret: Secret,
+        username: str | None = None,
+        password: Secret | None = None,
+    ) -> None:
+        self._client = client
+        self._base = auth_url.rstrip("/") + "/public/authentication/v1/"
+        self._client_id = client_id
+        self._secret = secret
+        self._username = username
+        self._password = password
+        self._ctx = SessionContext("oauth", Platform.CXONE, Channel.REST)
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        body: dict[str, str] = {"client_id": self._client_id, "client_secret": self._secret.reveal()}
+        if refresh is not None:
+            body.update(grant_type="refresh_token", refresh_token=refresh.reveal())
+            url = self._base + "refresh"
+        else:
+            if self._username is not None and self._password is not None:
+                body.update(grant_type="password", username=self._username, password=self._password.reveal())
+            else:
+                body.update(grant_type="client_credentials")
+            url = self._base + "token"
+        return await _post_token(self._client, url, self._ctx, json=body)
+
+
+async def _post_token(
+    client: httpx.AsyncClient, url: str, ctx: SessionContext, **kwargs: Any
+) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+    path = httpx.URL(url).path
+    try:
+        response = await client.post(url, **kwargs)
+    except httpx.HTTPError as exc:
+        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
+    except OSError as exc:
+        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
+    if response.status_code != 200:
+        raise TransportFailure(raw_from_response(response, ctx=ctx, endpoint=path))
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
+        # a 200 without a token is a contract violation, not a success (seed section 3)
+        raw = RawError(
+            platform=ctx.platform,
+            channel=ctx.channel,
+            method="POST",
+            endpoint=path,
+            exception="json.JSONDecodeError",
+            context=ctx.envelope_context(),
+        )
+        raise TransportFailure(raw)
+    refresh = payload.get("refresh_token")
+    extra = {k: v for k, v in payload.items() if k not in ("access_token", "refresh_token")}
+    return (
+        Secret(payload["access_token"]),
+        _lifetime(payload),
+        Secret(refresh) if isinstance(refresh, str) and refresh else None,
+        extra,
+    )

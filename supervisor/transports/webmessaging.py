@@ -1,0 +1,425 @@
+"""Genesys Web Messaging guest WebSocket (platforms.md §1): a :class:`~supervisor.transports.base.Transport`.
+
+Wire (platforms.md §1): ``wss://webmessaging.<domain>/v1?deploymentId=D&application=A``; client frames
+``{"action", "token", "tracingId", ...}``; server envelopes ``{"type","class","code","body","tracingId"?}``.
+
+* :meth:`WebMessagingTransport.open` connects (WebSocket pings per :class:`~supervisor.config.Keepalive`:
+  a missing pong closes the link, the client sees 1011/1006), sends ``configureSession`` with the guest
+  token made once per transport (``startNew:false``, so a reconnect resumes the same conversation) and
+  waits for the ``SessionResponse``.
+* :meth:`WebMessagingConnection.serve` reports error envelopes and pushed events in-band and runs the
+  app-level ``echo`` health check (GMT HealthCheckProvider) next to the receive loop.
+
+The transport decides nothing (design.md, "Data flows one way"): every failure becomes a RawError.
+The guest token is a bearer credential for the conversation: it is never put in a RawError (server
+text that echoes it is scrubbed) nor in ``SessionContext``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import websockets.exceptions as wsx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.protocol import State
+from websockets.typing import Origin
+
+from supervisor.config import Keepalive
+from supervisor.errors import TransportFailure
+from supervisor.taxonomy import RawError
+from supervisor.transports.base import (
+    Reporter,
+    SessionContext,
+    raw_from_close,
+    raw_from_exception,
+    raw_from_message,
+)
+
+__all__ = [
+    "HEALTH_CHECK_TRACING_ID",
+    "WebMessagingConnection",
+    "WebMessagingTransport",
+    "abort_socket",
+    "decode_frame",
+    "malformed_frame",
+    "scrub",
+    "shutdown_socket",
+]
+
+# GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
+HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
+ENDPOINT = "/v1"
+_REDACTED = "***"
+# server classes that are failures or session-ending pushes (§1, GMT MessagingClientImpl.handleError)
+_ERROR_CLASSES = frozenset(
+    {
+        "string",
+        "TooManyRequestsErrorMessage",
+        "SessionExpiredEvent",
+        "ConnectionClosedEvent",
+        "SessionClearedEvent",
+        "LogoutEvent",
+        "GenerateUrlError",
+        "UploadFailureEvent",
+    }
+)
+_TRACKED_REQUESTS = 256  # tracingId -> action, so an error reply names the request it answers
+
+
+# -- helpers shared with supervisor/transports/notifications.py -------------------------------------------
+
+
+def decode_frame(frame: str | bytes) -> dict[str, Any] | None:
+    """A server frame as a JSON object, or None when it is not one (MALFORMED_RESPONSE)."""
+    try:
+        value = json.loads(frame)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def malformed_frame(ctx: SessionContext, *, method: str | None, endpoint: str) -> RawError:
+    """The RawError for a frame that is not a JSON object: the taxonomy's MALFORMED_RESPONSE."""
+    return RawError(
+        platform=ctx.platform,
+        channel=ctx.channel,
+        method=method,
+        endpoint=endpoint,
+        exception="json.JSONDecodeError",
+        context=ctx.envelope_context(),
+    )
+
+
+def scrub(value: Any, secret: str) -> Any:
+    """``value`` with every occurrence of ``secret`` in its strings replaced by ``***``."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return value.replace(secret, _REDACTED)
+    if isinstance(value, Mapping):
+        return {scrub(k, secret): scrub(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secret) for v in value]
+    return value
+
+
+def abort_socket(ws: ClientConnection) -> None:
+    """Drop the TCP link without a closing handshake (the peer is unresponsive, RFC 6455 §7.1.1)."""
+    with contextlib.suppress(OSError, RuntimeError, AttributeError):
+        ws.transport.abort()
+
+
+async def shutdown_socket(ws: ClientConnection, code: int, reason: str, within: float) -> None:
+    """Close with ``code`` within ``within`` s, else abort; never raises."""
+    try:
+        with anyio.move_on_after(within):
+            await ws.close(code, reason)
+    except (wsx.WebSocketException, OSError, ValueError):
+        pass
+    if ws.state is not State.CLOSED:
+        abort_socket(ws)
+
+
+async def await_liveness(
+    ws: ClientConnection,
+    probe: str,
+    answered: Callable[[], anyio.Event],
+    *,
+    interval: float,
+    answer_within: float,
+    scope: anyio.CancelScope,
+    on_dead: Callable[[], None],
+) -> None:
+    """Send ``probe`` every ``interval`` s; when ``answered()`` is not set within ``answer_within`` s, give up.
+
+    Giving up aborts the socket, calls ``on_dead`` and cancels ``scope`` (the serve task group).
+    """
+    while True:
+        await anyio.sleep(interval)
+        event = answered()
+        with anyio.move_on_after(answer_within) as waited:
+            try:
+                await ws.send(probe)
+            except (wsx.WebSocketException, OSError):
+                return  # the link is gone: the receive loop reports how it ended
+            await event.wait()
+        if waited.cancelled_caught:
+            on_dead()
+            abort_socket(ws)
+            scope.cancel()
+            return
+
+
+# -- the transport -------------------------------------------------------------------------------------
+
+
+class WebMessagingTransport:
+    """Opens guest connections for one session; the guest token survives reconnects (resume)."""
+
+    # the seed's required session fields; the simulator adds them to SessionResponse (docs/simulators.md)
+    required_fields: tuple[str, ...] = ("conversationId", "agentId", "status")
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        *,
+        url: str,
+        deployment_id: str,
+        keepalive: Keepalive,
+        guest_token: str | None = None,
+        origin: str | None = None,
+        application: str = "session-supervisor",
+        close_timeout: float = 5.0,
+        max_size: int = 1 << 20,
+        proxy: str | None = None,
+        on_message: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        self.context = ctx
+        self.guest_token = guest_token or str(uuid.uuid4())
+        self.deployment_id = deployment_id
+        self._uri = f"{url.rstrip('/')}{ENDPOINT}?" + urlencode(
+            {"deploymentId": deployment_id, "application": application}
+        )
+        self._keepalive = keepalive
+        self._origin = Origin(origin) if origin else None
+        self._close_timeout = close_timeout
+        self._max_size = max_size
+        self._proxy = proxy
+        self._on_message = on_message
+        self._live: WebMessagingConnection | None = None
+
+    def new_guest_token(self) -> None:
+        """Start over with a fresh guest token (4006/4007 make the old one useless, §1)."""
+        self.guest_token = str(uuid.uuid4())
+        self.context.conversation_id = None
+
+    async def open(self) -> WebMessagingConnection:
+        """Connect, configure the session, return the connection; raises :class:`TransportFailure`."""
+        ctx = self.context
+        ka = self._keepalive
+        try:
+            ws = await connect(
+                self._uri,
+                origin=self._origin,
+                compression=None,  # per-connection deflate state costs memory (design.md targets)
+                proxy=self._proxy,
+                open_timeout=ka.open_timeout,
+                # RFC 6455 §5.5.2 pings: a missing pong ends the connection (seed section 2: 1011/1006)
+                ping_interval=ka.ping_interval,
+                ping_timeout=ka.ping_timeout,
+                close_timeout=self._close_timeout,
+                max_size=self._max_size,
+            )
+        except (wsx.WebSocketException, OSError) as exc:
+            # InvalidStatus keeps status and Retry-After (429/503 admission, 403 AccessDenied, §1)
+            raise TransportFailure(
+                raw_from_exception(exc, ctx=ctx, method="CONNECT", endpoint=ENDPOINT)
+            ) from None
+        conn = WebMessagingConnection(self, ws)
+        try:
+            with anyio.fail_after(ka.open_timeout):
+                answer = await conn.configure()
+        except TimeoutError as exc:
+            failure: RawError | None = raw_from_exception(
+                exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT
+            )
+        except (wsx.WebSocketException, OSError) as exc:
+            failure = raw_from_exception(exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT)
+        else:
+            failure = answer
+        if failure is not None:
+            await shutdown_socket(ws, 1000, "", self._close_timeout)
+            raise TransportFailure(failure)
+        conversation = conn.session_response.get("conversationId")
+        if ctx.conversation_id is None and isinstance(conversation, str) and conversation:
+            # a different id is left to the runtime's validate_response (CONVERSATION_STATE_DRIFT)
+            ctx.conversation_id = conversation
+        self._live = conn
+        return conn
+
+    async def aclose(self) -> None:
+        """Close a connection still open (daemon shutdown: 1001 going away)."""
+        if self._live is not None:
+            await self._live.close(1001)
+            self._live = None
+
+
+class WebMessagingConnection:
+    """One configured guest connection."""
+
+    def __init__(self, transport: WebMessagingTransport, ws: ClientConnection) -> None:
+        self._t = transport
+        self._ws = ws
+        self._ctx = transport.context
+        self._session: dict[str, Any] = {}
+        self._requests: OrderedDict[str, str] = OrderedDict()
+        self._echo_answered = anyio.Event()
+        self._health_failure: RawError | None = None
+        self._closed = False
+        self.agent_disconnected = False
+
+    @property
+    def session_response(self) -> Mapping[str, Any]:
+        """The SessionResponse ``body`` (connected, newSession, readOnly, conversationId, ...)."""
+        return self._session
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def _frame(self, action: str, **fields: Any) -> str:
+        tracing = fields.pop("tracingId", None) or str(uuid.uuid4())
+        self._requests[tracing] = action
+        while len(self._requests) > _TRACKED_REQUESTS:
+            self._requests.popitem(last=False)
+        return json.dumps({"action": action, "token": self._t.guest_token, "tracingId": tracing, **fields})
+
+    def _raw(self, msg: Mapping[str, Any], method: str | None) -> RawError:
+        body = scrub(msg, self._t.guest_token)
+        return raw_from_message(body, ctx=self._ctx, method=method, endpoint=ENDPOINT)
+
+    async def configure(self) -> RawError | None:
+        """Send configureSession and read until its answer; None when the session is configured."""
+        await self._ws.send(
+            self._frame("configureSession", deploymentId=self._t.deployment_id, startNew=False)
+        )
+        while True:
+            msg = decode_frame(await self._ws.recv())
+            if msg is None:
+                return malformed_frame(self._ctx, method="configureSession", endpoint=ENDPOINT)
+            cls = msg.get("class")
+            if cls == "SessionResponse":
+                self._requests.clear()
+                body = msg.get("body")
+                # a body that is not an object leaves every required field missing (INCOMPLETE_RESPONSE)
+                self._session = dict(body) if isinstance(body, Mapping) else {}
+                return None
+            if cls in _ERROR_CLASSES:
+                return self._raw(msg, "configureSession")
+            # anything else (a StructuredMessage push before the answer) is not the answer: keep reading
+
+    async def send_message(self, text: str) -> None:
+        """Send a guest text (``onMessage``); its answer or error arrives through :meth:`serve`."""
+        message = {"type": "Text", "text": text}
+        try:
+            await self._ws.send(self._frame("onMessage", message=message))
+        except (wsx.WebSocketException, OSError) as exc:
+            raise TransportFailure(
+                raw_from_exception(exc, ctx=self._ctx, method="onMessage", endpoint=ENDPOINT)
+            ) from None
+
+    # -- serving ------------------------------------------------------------------------------------
+
+    async def serve(self, report: Reporter) -> RawError:
+        """Receive until the connection ends; return the RawError that says why."""
+        ka = self._t._keepalive
+        outcome: RawError | None = None
+        async with anyio.create_task_group() as tg:
+            if ka.echo_interval > 0:
+                echo = json.dumps(
+                    {
+                        "action": "echo",
+                        "token": self._t.guest_token,
+                        "tracingId": HEALTH_CHECK_TRACING_ID,
+                        "message": {"type": "Text", "text": "ping"},
+                    }
+                )
+                tg.start_soon(
+                    partial(
+                        await_liveness,
+                        self._ws,
+                        echo,
+                        self._fresh_echo_event,
+                        interval=ka.echo_interval,
+                        answer_within=ka.echo_timeout,
+                        scope=tg.cancel_scope,
+                        on_dead=self._echo_failed,
+                    )
+                )
+            outcome = await self._receive(report)
+            tg.cancel_scope.cancel()
+        if outcome is None:
+            # the echo health check gave up: we aborted the TCP link without a close frame, which
+            # RFC 6455 §7.1.5 calls 1006; the taxonomy makes that ABNORMAL_CLOSURE (reconnect)
+            outcome = self._health_failure or raw_from_close(1006, ctx=self._ctx)
+        return outcome
+
+    def _fresh_echo_event(self) -> anyio.Event:
+        self._echo_answered = anyio.Event()
+        return self._echo_answered
+
+    def _echo_failed(self) -> None:
+        self._health_failure = raw_from_close(1006, ctx=self._ctx)
+
+    async def _receive(self, report: Reporter) -> RawError:
+        while True:
+            try:
+                frame = await self._ws.recv()
+            except wsx.ConnectionClosed as exc:
+                # the close code the server sent (exc.rcvd), or 1006 when the link just died (§7.1.5)
+                return raw_from_exception(exc, ctx=self._ctx, endpoint=ENDPOINT)
+            msg = decode_frame(frame)
+            raw = self._classify_frame(msg)
+            if raw is None:
+                continue
+            if not await report(raw):
+                await shutdown_socket(self._ws, 1000, "", self._t._close_timeout)
+                self._closed = True
+                return raw
+
+    def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
+        """The RawError a frame stands for, or None when it is not a failure."""
+        if msg is None:
+            return malformed_frame(self._ctx, method=None, endpoint=ENDPOINT)
+        tracing = msg.get("tracingId")
+        if tracing == HEALTH_CHECK_TRACING_ID:
+            self._echo_answered.set()  # any answer to the echo proves the server reads and writes
+        method = self._requests.pop(tracing, None) if isinstance(tracing, str) else None
+        cls = msg.get("class")
+        if cls in _ERROR_CLASSES:
+            return self._raw(msg, method or ("echo" if tracing == HEALTH_CHECK_TRACING_ID else None))
+        if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
+            body = msg.get("body")
+            if _is_agent_disconnect(body):
+                # the agent ended the conversation: not an error; a reconfigure will say readOnly (§1)
+                self.agent_disconnected = True
+            if self._t._on_message is not None and isinstance(body, Mapping):
+                self._t._on_message(body)
+        return None
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """closeSession (only on 1000: the session is over) then a close frame; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._t._live is self:
+            self._t._live = None
+        if code == 1000 and self._ws.state is State.OPEN:
+            frame = json.dumps(
+                {"action": "closeSession", "token": self._t.guest_token, "closeAllConnections": True}
+            )
+            try:
+                with anyio.move_on_after(self._t._close_timeout):
+                    await self._ws.send(frame)
+            except (wsx.WebSocketException, OSError):
+                pass
+        await shutdown_socket(self._ws, code, reason, self._t._close_timeout)
+
+
+def _is_agent_disconnect(body: object) -> bool:
+    if not isinstance(body, Mapping) or body.get("type") != "Event":
+        return False
+    events = body.get("events")
+    return isinstance(events, list) and any(
+        isinstance(e, Mapping)
+        and e.get("eventType") == "Presence"
+        and isinstance(e.get("presence"), Mapping)
+        and e["presence"].get("type") == "Disconnect"
+        for e in events
+    )

@@ -1,0 +1,160 @@
+"""Genesys simulator, Notifications API (platforms.md §2): channel REST and the channel WebSocket."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys.config import GenesysSimConfig
+from tests.integration.conftest import Genesys
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+CHANNELS = "/api/v2/notifications/channels"
+
+
+async def new_channel(g: Genesys) -> dict[str, Any]:
+    r = await g.http.post(g.api(CHANNELS), headers=g.auth)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def ask(ws: ClientConnection, frame: dict[str, Any]) -> dict[str, Any]:
+    await ws.send(json.dumps(frame))
+    reply: dict[str, Any] = json.loads(await ws.recv())
+    return reply
+
+
+async def test_channel_shape_head_and_subscriptions(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    assert set(chan) == {"connectUri", "id", "expires"}
+    assert chan["connectUri"] == f"{genesys.sim.urls['streaming']}/channels/{chan['id']}"
+    assert chan["expires"].endswith("Z")
+    head = await genesys.http.head(genesys.api(f"{CHANNELS}/{chan['id']}"), headers=genesys.auth)
+    assert head.status_code == 200
+    missing = await genesys.http.head(genesys.api(f"{CHANNELS}/nope"), headers=genesys.auth)
+    assert missing.status_code == 404
+    subs = genesys.api(f"{CHANNELS}/{chan['id']}/subscriptions")
+    r = await genesys.http.post(subs, json=[{"id": "v2.users.u1.presence"}], headers=genesys.auth)
+    assert r.status_code == 200
+    assert r.json() == {"entities": [{"id": "v2.users.u1.presence", "state": "Permitted"}]}
+    r = await genesys.http.put(subs, json=[{"id": "v2.a"}, {"id": "v2.b"}], headers=genesys.auth)
+    assert [e["id"] for e in r.json()["entities"]] == ["v2.a", "v2.b"]
+    assert (await genesys.http.get(subs, headers=genesys.auth)).json()["entities"][0]["id"] == "v2.a"
+    assert (await genesys.http.delete(subs, headers=genesys.auth)).status_code == 204
+    bad = await genesys.http.post(subs, json={"id": "x"}, headers=genesys.auth)
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid.value"
+
+
+async def test_socket_ping_subscribe_and_events(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        assert await ask(ws, {"message": "ping"}) == {
+            "topicName": "channel.metadata",
+            "eventBody": {"message": "pong"},
+        }
+        ok = await ask(
+            ws, {"message": "subscribe", "topics": ["v2.users.u1.conversations"], "correlationId": "c1"}
+        )
+        assert ok == {"result": "200", "status": "subscribed", "correlationId": "c1"}
+        bad = await ask(ws, {"message": "subscribe"})
+        assert bad == {
+            "result": "400",
+            "status": "error",
+            "message": "Required data missing from subscribe request.",
+        }
+        assert genesys.sim.publish("v2.users.u1.conversations", {"id": "conv-1"}, "corr-9") == 1
+        event = json.loads(await ws.recv())
+        assert event == {
+            "topicName": "v2.users.u1.conversations",
+            "version": "2",
+            "eventBody": {"id": "conv-1"},
+            "metadata": {"CorrelationId": "corr-9"},
+        }
+        assert genesys.sim.heartbeat() == 1
+        assert json.loads(await ws.recv()) == {
+            "topicName": "channel.metadata",
+            "eventBody": {"message": "WebSocket Heartbeat"},
+        }
+    assert genesys.sim.recorder.ws_messages("streaming", "in", "ping") == 1
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(heartbeat_interval_s=0.05)])
+async def test_periodic_heartbeat(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        frame = json.loads(await ws.recv())  # arrives on its own (short configured interval)
+    assert frame["eventBody"] == {"message": "WebSocket Heartbeat"}
+
+
+async def test_socket_closing_then_close(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        genesys.sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING, params={"lead_s": 0.01}))
+        warning = json.loads(await ws.recv())
+        assert warning["topicName"] == "v2.system.socket_closing"
+        body = warning["eventBody"]
+        assert body["channelId"] == chan["id"]
+        assert {"systemTopicType", "correlationId", "reason", "message", "data"} <= set(body)
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1001
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=2)])
+async def test_over_the_limit_evicts_unconnected_channels_first(genesys: Genesys) -> None:
+    await genesys.login()
+    older = await new_channel(genesys)
+    newer = await new_channel(genesys)
+    async with connect(older["connectUri"]) as ws:
+        assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"
+        third = await new_channel(genesys)  # evicts `newer`: unconnected goes before oldest
+        listing = (await genesys.http.get(genesys.api(CHANNELS), headers=genesys.auth)).json()
+        assert {c["id"] for c in listing["entities"]} == {older["id"], third["id"]}
+    head = await genesys.http.head(genesys.api(f"{CHANNELS}/{newer['id']}"), headers=genesys.auth)
+    assert head.status_code == 404
+    assert genesys.sim.recorder.events("channel_evicted") == 1
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=1)])
+async def test_evicted_connected_channel_gets_404_message_and_close(genesys: Genesys) -> None:
+    await genesys.login()
+    first = await new_channel(genesys)
+    async with connect(first["connectUri"]) as ws:
+        await new_channel(genesys)
+        gone = json.loads(await ws.recv())
+        assert gone["result"] == "404"
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1001
+    with pytest.raises(InvalidStatus) as unknown:
+        async with connect(first["connectUri"]):
+            pass
+    assert unknown.value.response.status_code == 404
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=100)])
+async def test_channel_expires_by_the_clock_and_subscribe_extends_it(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        genesys.clock.advance(90)
+        await ask(ws, {"message": "subscribe", "topics": ["v2.x"]})  # extends to now + 100
+        genesys.clock.advance(90)
+        genesys.sim.tick()
+        assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"
+        genesys.clock.advance(10)
+        genesys.sim.tick()
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1001

@@ -1,0 +1,313 @@
+"""Genesys simulator, HTTP side: OAuth and Platform REST wire shapes (platforms.md §3-5), driven by httpx.
+
+Each test checks what the client sees and what the simulator recorded.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import uuid
+
+import httpx
+import pytest
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys.config import GenesysSimConfig
+from tests.integration.conftest import Genesys
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+CONV = "/api/v2/conversations/{conversationId}"
+ATTRS = "/api/v2/conversations/{conversationId}/participants/{participantId}/attributes"
+MSGS = "/api/v2/conversations/messages/{conversationId}/communications/{communicationId}/messages"
+ERROR_KEYS = {"message", "code", "status", "contextId", "details", "errors"}
+
+
+def conv_id() -> str:
+    return str(uuid.uuid4())
+
+
+# -- OAuth (§4) ---------------------------------------------------------------------------------------
+
+
+async def test_client_credentials_token_shape_and_record(genesys: Genesys) -> None:
+    body = await genesys.login()
+    assert body["token_type"] == "bearer"
+    assert body["expires_in"] == 86400
+    assert isinstance(body["access_token"], str) and body["access_token"]
+    assert genesys.sim.recorder.tokens()["issued"] == 1
+    snapshot = str(genesys.sim.recorder.snapshot())
+    assert body["access_token"] not in snapshot  # never the token values in stats
+    assert body["refresh_token"] not in snapshot
+
+
+async def test_refresh_grant_issues_a_new_access_token(genesys: Genesys) -> None:
+    first = await genesys.login()
+    r = await genesys.http.post(
+        genesys.sim.urls["login"] + "/oauth/token",
+        data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"]},
+        auth=("client", "secret"),
+    )
+    assert r.status_code == 200
+    assert r.json()["access_token"] != first["access_token"]
+    assert genesys.sim.recorder.tokens()["refreshed"] == 1
+    bad = await genesys.http.post(
+        genesys.sim.urls["login"] + "/oauth/token",
+        data={"grant_type": "refresh_token", "refresh_token": "nope"},
+        auth=("client", "secret"),
+    )
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "invalid_grant"
+
+
+@pytest.mark.parametrize(
+    ("headers", "data", "status", "error"),
+    [
+        ({}, {"grant_type": "client_credentials"}, 401, "invalid_client"),
+        ({"Authorization": "Basic !!!"}, {"grant_type": "client_credentials"}, 401, "invalid_client"),
+        ({"Authorization": "Basic " + base64.b64encode(b"c:s").decode()}, {}, 400, "invalid_request"),
+        (
+            {"Authorization": "Basic " + base64.b64encode(b"c:s").decode()},
+            {"grant_type": "password"},
+            400,
+            "unsupported_grant_type",
+        ),
+    ],
+)
+async def test_oauth_errors_have_the_login_shape(
+    genesys: Genesys, headers: dict[str, str], data: dict[str, str], status: int, error: str
+) -> None:
+    r = await genesys.http.post(genesys.sim.urls["login"] + "/oauth/token", data=data, headers=headers)
+    assert r.status_code == status
+    body = r.json()
+    assert set(body) == {"error", "description", "error_description"}
+    assert body["error"] == error
+    assert "Traceback" not in r.text
+
+
+async def test_oauth_json_body_is_invalid_request(genesys: Genesys) -> None:
+    r = await genesys.http.post(
+        genesys.sim.urls["login"] + "/oauth/token", json={"grant_type": "client_credentials"}, auth=("c", "s")
+    )
+    assert r.status_code == 400
+    assert r.json()["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(clients={"known": "right"}, token_ttl_s=300)])
+async def test_restricted_clients_and_configured_ttl(genesys: Genesys) -> None:
+    url = genesys.sim.urls["login"] + "/oauth/token"
+    wrong = await genesys.http.post(url, data={"grant_type": "client_credentials"}, auth=("known", "wrong"))
+    assert wrong.status_code == 401
+    assert wrong.json()["error"] == "invalid_client"
+    assert "wrong" not in wrong.text  # the secret is never echoed
+    body = await genesys.login("known", "right")
+    assert body["expires_in"] == 300
+    assert genesys.sim.recorder.tokens() | {} == {
+        "issued": 1,
+        "refreshed": 0,
+        "rejected": 1,
+        "expired": 0,
+        "revoked": 0,
+    }
+
+
+# -- Platform REST (§3, §5) ---------------------------------------------------------------------------
+
+
+async def test_missing_bearer_is_authentication_required(genesys: Genesys) -> None:
+    r = await genesys.http.get(genesys.api(f"/api/v2/conversations/{conv_id()}"))
+    assert r.status_code == 401
+    body = r.json()
+    assert set(body) == ERROR_KEYS
+    assert body["code"] == "authentication.required"
+    assert r.headers["ININ-Correlation-Id"] == body["contextId"]
+
+
+async def test_unknown_token_is_bad_credentials(genesys: Genesys) -> None:
+    r = await genesys.http.get(
+        genesys.api(f"/api/v2/conversations/{conv_id()}"), headers={"Authorization": "Bearer nope"}
+    )
+    assert r.status_code == 401
+    assert r.json()["code"] == "bad.credentials"
+    assert r.json()["message"] == "Invalid login credentials."
+
+
+async def test_token_expires_by_the_clock(genesys: Genesys) -> None:
+    await genesys.login()
+    cid = conv_id()
+    assert (
+        await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)
+    ).status_code == 200
+    genesys.clock.advance(86400)
+    r = await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)
+    assert r.status_code == 401
+    assert r.json()["code"] == "bad.credentials"
+    assert genesys.sim.recorder.tokens()["expired"] == 1
+
+
+async def test_get_conversation_shape_and_headers(genesys: Genesys) -> None:
+    await genesys.login()
+    cid = conv_id()
+    r = await genesys.http.get(
+        genesys.api(f"/api/v2/conversations/{cid}"), headers={**genesys.auth, "ININ-Correlation-Id": "corr-1"}
+    )
+    assert r.status_code == 200
+    body = r.json()
+    assert body["id"] == cid
+    assert {p["purpose"] for p in body["participants"]} == {"customer", "agent"}
+    for part in body["participants"]:
+        assert set(part) == {"id", "purpose", "state", "attributes"}
+    # simulator extension: the seed's required session fields
+    assert body["conversationId"] == cid
+    assert body["agentId"] and body["status"] == "connected"
+    assert r.headers["ININ-Correlation-Id"] == "corr-1"
+    assert r.headers["inin-ratelimit-allowed"] == "300"
+    assert r.headers["inin-ratelimit-count"] == "1"
+    assert int(r.headers["inin-ratelimit-reset"]) == 60
+    assert genesys.sim.recorder.request_count("GET", CONV, 200) == 1
+
+
+async def test_attributes_patch_is_202_and_persisted(genesys: Genesys) -> None:
+    await genesys.login()
+    cid = conv_id()
+    conv = (await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)).json()
+    pid = conv["participants"][0]["id"]
+    r = await genesys.http.patch(
+        genesys.api(f"/api/v2/conversations/{cid}/participants/{pid}/attributes"),
+        json={"attributes": {"survey": "yes"}},
+        headers={**genesys.auth, "Idempotency-Key": "k-1"},
+    )
+    assert r.status_code == 202
+    assert r.content == b""
+    after = (await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)).json()
+    assert next(p for p in after["participants"] if p["id"] == pid)["attributes"] == {"survey": "yes"}
+    rec = genesys.sim.recorder
+    assert rec.attributes(cid) == {"survey": "yes"}
+    assert rec.idempotency_keys() == {"k-1": 1}
+    assert rec.request_count("PATCH", ATTRS, 202) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "code"),
+    [
+        (b'{"attributes": {"a": 1}}', "application/json", 400, "invalid.value"),
+        (b'{"attributes": ', "application/json", 400, "bad.request"),
+        (b"attributes=1", "application/x-www-form-urlencoded", 415, "unsupported.media.type"),
+    ],
+)
+async def test_malformed_patch_gets_an_error_body(
+    genesys: Genesys, body: bytes, content_type: str, status: int, code: str
+) -> None:
+    await genesys.login()
+    r = await genesys.http.patch(
+        genesys.api(f"/api/v2/conversations/{conv_id()}/participants/p/attributes"),
+        content=body,
+        headers={**genesys.auth, "Content-Type": content_type},
+    )
+    assert r.status_code == status
+    assert set(r.json()) == ERROR_KEYS
+    assert r.json()["code"] == code
+
+
+async def test_unknown_route_and_method_get_error_bodies(genesys: Genesys) -> None:
+    await genesys.login()
+    r = await genesys.http.get(genesys.api("/api/v2/nothing/here"), headers=genesys.auth)
+    assert r.status_code == 404
+    assert r.json()["code"] == "not.found"
+    r = await genesys.http.delete(genesys.api(f"/api/v2/conversations/{conv_id()}"), headers=genesys.auth)
+    assert r.status_code == 405
+    assert set(r.json()) == ERROR_KEYS
+
+
+async def test_agent_message_and_409_on_repeated_id(genesys: Genesys) -> None:
+    await genesys.login()
+    cid = conv_id()
+    url = genesys.api(f"/api/v2/conversations/messages/{cid}/communications/c1/messages")
+    headers = {**genesys.auth, "Idempotency-Key": "m-1"}
+    r = await genesys.http.post(url, json={"textBody": "hello"}, headers=headers)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["conversationId"] == cid
+    assert body["status"] == "Sent"
+    assert body["textBody"] == "hello"
+    for key in ("id", "timestamp", "fromAddress", "toAddress", "direction", "messengerType", "selfUri"):
+        assert key in body
+    again = await genesys.http.post(url, json={"textBody": "hello"}, headers=headers)
+    assert again.status_code == 409
+    assert again.json()["code"] == "conflict"
+    both = await genesys.http.post(url, json={"textBody": "a", "mediaIds": ["x"]}, headers=genesys.auth)
+    assert both.status_code == 400
+    rec = genesys.sim.recorder
+    assert rec.message_ids() == {"m-1": 2}
+    assert rec.request_count("POST", MSGS, 200) == 1
+    assert rec.request_count("POST", MSGS, 409) == 1
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(rate_limit=3)])
+async def test_per_token_rate_limit_answers_429_with_retry_after(genesys: Genesys) -> None:
+    await genesys.login()
+    url = genesys.api(f"/api/v2/conversations/{conv_id()}")
+    for _ in range(3):
+        assert (await genesys.http.get(url, headers=genesys.auth)).status_code == 200
+    genesys.clock.advance(20)
+    r = await genesys.http.get(url, headers=genesys.auth)
+    assert r.status_code == 429
+    assert r.json()["code"] == "too.many.requests"
+    assert r.json()["message"] == "Rate limit exceeded the maximum [3] requests within [60] seconds"
+    assert r.headers["Retry-After"] == "40"
+    assert r.headers["inin-ratelimit-count"] == "4"
+    genesys.clock.advance(40)
+    assert (await genesys.http.get(url, headers=genesys.auth)).status_code == 200
+    assert genesys.sim.recorder.request_count("GET", CONV, 429) == 1
+
+
+# -- admin API --------------------------------------------------------------------------------------
+
+
+async def test_admin_api_faults_and_stats(genesys: Genesys) -> None:
+    admin = genesys.sim.urls["admin"]
+    r = await genesys.http.post(
+        admin + "/faults", json={"kind": "server_error_burst", "params": {"status": 502}}
+    )
+    assert r.status_code == 201
+    fid = r.json()["faults"][0]["id"]
+    listed = (await genesys.http.get(admin + "/faults")).json()["faults"]
+    assert [f["id"] for f in listed] == [fid]
+    assert listed[0]["state"] == "active"
+    bad = await genesys.http.post(admin + "/faults", json={"kind": "close", "params": {"code": 1234}})
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith("fault.params.code:")
+    assert "\n" not in bad.json()["error"]
+    junk = await genesys.http.post(admin + "/faults", content=b"{nope")
+    assert junk.status_code == 400 and "invalid JSON" in junk.json()["error"]
+    assert (await genesys.http.delete(admin + f"/faults/{fid}")).json() == {"cleared": 1}
+    assert (await genesys.http.delete(admin + "/faults/f999")).status_code == 404
+    await genesys.login()
+    stats = (await genesys.http.get(admin + "/stats")).json()
+    assert stats["tokens"]["issued"] == 1
+    assert (await genesys.http.post(admin + "/stats/reset")).json() == {"reset": True}
+    assert (await genesys.http.get(admin + "/stats")).json()["tokens"]["issued"] == 0
+    index = (await genesys.http.get(admin + "/")).json()
+    assert set(index["urls"]) == {"login", "api", "webmessaging", "streaming", "admin"}
+
+
+async def test_http_date_retry_after_helper_round_trips(genesys: Genesys) -> None:
+    await genesys.login()
+    genesys.sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "http-date:30"}))
+    r = await genesys.http.get(genesys.api(f"/api/v2/conversations/{conv_id()}"), headers=genesys.auth)
+    when = email.utils.parsedate_to_datetime(r.headers["Retry-After"])
+    assert when.timestamp() == pytest.approx(genesys.clock.time() + 30, abs=1)
+
+
+async def test_no_stack_trace_on_garbage(genesys: Genesys) -> None:
+    await genesys.login()
+    r = await genesys.http.request(
+        "POST",
+        genesys.api(f"/api/v2/conversations/messages/{conv_id()}/communications/c/messages"),
+        content=b"\xff\xfe",
+        headers={**genesys.auth, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400
+    assert "Traceback" not in r.text
+    assert isinstance(httpx.Response(200, json=r.json()).json(), dict)

@@ -1,0 +1,275 @@
+"""Genesys simulator, Web Messaging guest WebSocket (platforms.md §1), driven by a plain websockets client."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys.config import GenesysSimConfig
+from tests.integration.conftest import Genesys, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+ENVELOPE = {"type", "class", "code", "body"}
+
+
+async def ask(ws: ClientConnection, frame: dict[str, Any]) -> dict[str, Any]:
+    await ws.send(json.dumps(frame))
+    reply: dict[str, Any] = json.loads(await ws.recv())
+    return reply
+
+
+async def configure(ws: ClientConnection, token: str, **extra: Any) -> dict[str, Any]:
+    return await ask(ws, {"action": "configureSession", "token": token, "deploymentId": "dep-1", **extra})
+
+
+async def test_configure_new_then_resume(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        first = await configure(ws, "tok-a")
+    assert set(first) == ENVELOPE
+    assert first["type"] == "response" and first["class"] == "SessionResponse" and first["code"] == 200
+    body = first["body"]
+    assert body["connected"] is True and body["newSession"] is True and body["readOnly"] is False
+    assert body["maxCustomDataBytes"] == 2048 and body["clearedExistingSession"] is False
+    assert {"conversationId", "agentId", "status"} <= set(body)  # simulator extension
+    async with connect(genesys.wm_url()) as ws:
+        again = await configure(ws, "tok-a")
+    assert again["body"]["newSession"] is False
+    assert again["body"]["conversationId"] == body["conversationId"]
+    rec = genesys.sim.recorder
+    assert rec.attempts_total("webmessaging") == {"accepted": 2, "refused": 0}
+    assert rec.ws_messages("webmessaging", "in", "configureSession") == 2
+
+
+async def test_on_message_echo_and_custom_attributes(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        conv = (await configure(ws, "tok-b"))["body"]["conversationId"]
+        msg = await ask(
+            ws,
+            {
+                "action": "onMessage",
+                "token": "tok-b",
+                "message": {
+                    "type": "Text",
+                    "text": "hi",
+                    "channel": {"metadata": {"customAttributes": {"plan": "gold"}}},
+                },
+            },
+        )
+        assert msg["type"] == "message" and msg["class"] == "StructuredMessage" and msg["code"] == 200
+        assert msg["body"]["direction"] == "Inbound" and msg["body"]["text"] == "hi"
+        assert {"time", "messageId"} <= set(msg["body"]["channel"])
+        echo = await ask(
+            ws,
+            {
+                "action": "echo",
+                "token": "tok-b",
+                "tracingId": "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ=",
+                "message": {"type": "Text", "text": "ping"},
+            },
+        )
+        assert echo["type"] == "response" and echo["class"] == "StructuredMessage"
+        assert echo["tracingId"] == "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
+        assert echo["body"]["text"] == "ping"
+        jwt = await ask(ws, {"action": "getJwt", "token": "tok-b"})
+        assert jwt["class"] == "JwtResponse" and {"jwt", "exp"} <= set(jwt["body"])
+    assert genesys.sim.recorder.attributes(conv) == {"plan": "gold"}
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (
+            {"action": "onMessage", "token": "never-configured", "message": {"type": "Text", "text": "x"}},
+            4007,
+        ),
+        ({"action": "configureSession"}, 400),
+        ({"action": "teleport", "token": "t"}, 400),
+        ({"token": "t"}, 400),
+    ],
+)
+async def test_error_responses_are_class_string(genesys: Genesys, frame: dict[str, Any], code: int) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        reply = await ask(ws, frame)
+    assert reply["type"] == "response" and reply["class"] == "string" and reply["code"] == code
+    assert isinstance(reply["body"], str)
+
+
+async def test_garbage_frame_is_request_failed(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await ws.send("not json at all")
+        reply = json.loads(await ws.recv())
+    assert reply == {"type": "response", "class": "string", "code": 400, "body": "Request failed."}
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_message_chars=10, max_custom_data_bytes=30)])
+async def test_4011_and_4013(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-c")
+        long = await ask(
+            ws, {"action": "onMessage", "token": "tok-c", "message": {"type": "Text", "text": "x" * 11}}
+        )
+        assert long["code"] == 4011 and long["class"] == "string"
+        big = {"channel": {"metadata": {"customAttributes": {"k": "v" * 40}}}}
+        large = await ask(
+            ws, {"action": "onMessage", "token": "tok-c", "message": {"type": "Text", "text": "ok", **big}}
+        )
+        assert large["code"] == 4013
+        assert large["body"] == "Custom Attributes in channel metadata is larger than 30 bytes"
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_rate_limit=2, wm_rate_window_s=10)])
+async def test_4029_too_many_requests_per_session(genesys: Genesys) -> None:
+    frame = {"action": "onMessage", "token": "tok-d", "message": {"type": "Text", "text": "m"}}
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-d")
+        assert (await ask(ws, frame))["code"] == 200
+        assert (await ask(ws, frame))["code"] == 200
+        limited = await ask(ws, frame)
+        assert limited == {
+            "type": "response",
+            "class": "TooManyRequestsErrorMessage",
+            "code": 429,
+            "body": {
+                "retryAfter": 10,
+                "errorCode": 4029,
+                "errorMessage": "Message rate too high for this session",
+            },
+        }
+        genesys.clock.advance(10)
+        assert (await ask(ws, frame))["code"] == 200
+
+
+async def test_4029_storm_fault(genesys: Genesys) -> None:
+    genesys.sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "3"}))
+    async with connect(genesys.wm_url()) as ws:
+        reply = await ask(ws, {"action": "echo", "token": "t", "message": {"type": "Text", "text": "ping"}})
+    assert reply["class"] == "TooManyRequestsErrorMessage"
+    assert reply["body"]["retryAfter"] == 3 and reply["body"]["errorCode"] == 4029
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_session_ttl_s=100)])
+async def test_session_expiry_by_clock_gives_event_then_4006(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-e")
+        genesys.clock.advance(100)
+        genesys.sim.tick()
+        event = json.loads(await ws.recv())
+        assert event["class"] == "SessionExpiredEvent" and event["body"] == {}
+        reply = await ask(
+            ws, {"action": "onMessage", "token": "tok-e", "message": {"type": "Text", "text": "x"}}
+        )
+        assert reply["code"] == 4006
+        assert (await configure(ws, "tok-e"))["code"] == 4006
+        fresh = await configure(ws, "tok-e", startNew=True)
+        assert fresh["body"]["newSession"] is True
+
+
+async def test_session_expired_fault_code_mode(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-f")
+        genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, params={"mode": "code"}))
+        reply = await ask(
+            ws, {"action": "onMessage", "token": "tok-f", "message": {"type": "Text", "text": "x"}}
+        )
+        assert reply["code"] == 4006 and reply["class"] == "string"
+
+
+async def test_session_expired_fault_event_mode(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-g")
+        genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED))
+        event = json.loads(await ws.recv())
+        assert event["type"] == "message" and event["class"] == "SessionExpiredEvent"
+
+
+async def test_same_token_elsewhere_gets_connection_closed_event(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as old, connect(genesys.wm_url()) as new:
+        await configure(old, "tok-h")
+        await configure(new, "tok-h")
+        event = json.loads(await old.recv())
+        assert event == {"type": "message", "class": "ConnectionClosedEvent", "code": 200, "body": {}}
+        with pytest.raises(ConnectionClosed):
+            await old.recv()
+        assert old.close_code == 1000
+
+
+async def test_close_session_closes_all_connections(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-i")
+        event = await ask(ws, {"action": "closeSession", "token": "tok-i", "closeAllConnections": True})
+        assert event["class"] == "ConnectionClosedEvent"
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+    assert "tok-i" not in genesys.sim.state.sessions
+
+
+async def test_connection_closed_event_fault_with_reason(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-j")
+        genesys.sim.faults.inject(
+            Fault(kind=FaultKind.CONNECTION_CLOSED_EVENT, params={"reason": "signedIn"})
+        )
+        event = json.loads(await ws.recv())
+        assert event["class"] == "ConnectionClosedEvent" and event["body"] == {"reason": "signedIn"}
+
+
+async def test_agent_message_is_pushed_and_disconnect_makes_read_only(genesys: Genesys) -> None:
+    await genesys.login()
+    async with connect(genesys.wm_url()) as ws:
+        conv = (await configure(ws, "tok-k"))["body"]["conversationId"]
+        r = await genesys.http.post(
+            genesys.api(f"/api/v2/conversations/messages/{conv}/communications/c/messages"),
+            json={"textBody": "agent here"},
+            headers=genesys.auth,
+        )
+        assert r.status_code == 200
+        pushed = json.loads(await ws.recv())
+        assert pushed["type"] == "message" and pushed["body"]["direction"] == "Outbound"
+        assert pushed["body"]["text"] == "agent here"
+        assert await genesys.sim.end_conversation(conv) == 1
+        presence = json.loads(await ws.recv())
+        assert presence["body"]["events"] == [{"eventType": "Presence", "presence": {"type": "Disconnect"}}]
+        assert (await configure(ws, "tok-k"))["body"]["readOnly"] is True
+        renewed = await configure(ws, "tok-k", startNew=True)
+        assert renewed["body"]["readOnly"] is False and renewed["body"]["conversationId"] != conv
+
+
+async def test_missing_fields_and_drift_on_session_response(genesys: Genesys) -> None:
+    genesys.sim.faults.inject(
+        Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["agentId", "status"]}, count=1)
+    )
+    genesys.sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT, count=1))
+    async with connect(genesys.wm_url()) as ws:
+        first = (await configure(ws, "tok-l"))["body"]
+        second = (await configure(ws, "tok-l"))["body"]
+    assert "agentId" not in first and "status" not in first
+    assert first["conversationId"] != second["conversationId"]  # the first answer drifted
+
+
+async def test_handshake_errors(genesys: Genesys) -> None:
+    with pytest.raises(InvalidStatus) as missing:
+        async with connect(genesys.sim.urls["webmessaging"] + "/v1"):
+            pass
+    assert missing.value.response.status_code == 400
+    with pytest.raises(InvalidStatus) as wrong_path:
+        async with connect(genesys.sim.urls["webmessaging"] + "/v2?deploymentId=x"):
+            pass
+    assert wrong_path.value.response.status_code == 404
+    await wait_until(lambda: genesys.sim.recorder.attempts_total("webmessaging")["refused"] == 2)
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(deployments=("allowed",))])
+async def test_restricted_deployments_answer_403(genesys: Genesys) -> None:
+    with pytest.raises(InvalidStatus) as denied:
+        async with connect(genesys.wm_url("other")):
+            pass
+    assert denied.value.response.status_code == 403
+    async with connect(genesys.wm_url("allowed")) as ws:
+        await ws.send(json.dumps({"action": "configureSession", "token": "t", "deploymentId": "allowed"}))
+        assert json.loads(await ws.recv())["code"] == 200

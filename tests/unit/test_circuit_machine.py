@@ -1,0 +1,324 @@
+"""The circuit machine's rules (issue 3, part 2), on a fake clock: seed section 2's breaker."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from statemachine.exceptions import TransitionNotAllowed
+
+from machines.circuit import ADMITTED, Circuit, CircuitConfig, CircuitMachine, CircuitState
+from machines.effects import Effect, InputRejected, Telemetry, TelemetryName, Transition
+from supervisor.clock import FakeClock
+from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
+
+T = TaxonomyClass
+POLICY = RetryPolicy(name="server-error", max_retries=3, base_delay_ms=1000, max_delay_ms=12_000)
+
+
+def make_event(cls: TaxonomyClass = T.TRANSIENT, code: str = "SERVICE_UNAVAILABLE") -> SdkErrorEvent:
+    return SdkErrorEvent(
+        timestamp="2024-05-14T09:32:11.004Z",
+        source="GENESYS_PLATFORM_API",
+        raw_status=503,
+        raw_code=code,
+        taxonomy_class=cls,
+        retryable=cls is T.TRANSIENT,
+        max_retry_budget=3,
+        context={},
+        code=code,
+        scope=Scope.OPERATION,
+        taxonomy_version="test",
+        policy=POLICY,
+    )
+
+
+FAIL = make_event()
+PERMANENT = make_event(T.PERMANENT, "NOT_FOUND")
+EMPTY_POLL = make_event(T.NONE, "EMPTY_POLL")
+
+
+def telemetry(effects: tuple[Effect, ...], name: TelemetryName) -> list[Telemetry]:
+    return [e for e in effects if isinstance(e, Telemetry) and e.name is name]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1000.0)
+
+
+def new_circuit(clock: FakeClock, seed: int = 3, **config: Any) -> Circuit:
+    return Circuit("GET /api/v2/conversations", clock, random.Random(seed), CircuitConfig(**config))
+
+
+def trip(circuit: Circuit, clock: FakeClock, n: int = 5, every_s: float = 1.0) -> tuple[Effect, ...]:
+    effects: tuple[Effect, ...] = ()
+    for i in range(n):
+        if i:
+            clock.advance(every_s)
+        effects = circuit.record_failure(FAIL)
+    return effects
+
+
+# -- closed -> open -------------------------------------------------------------------------------
+
+
+def test_closed_admits_everyone_without_allocating(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    assert circuit.state is CircuitState.CLOSED
+    assert circuit.admit() is ADMITTED
+    assert ADMITTED.allowed
+    assert not ADMITTED.probe
+    assert circuit.record_success() == ()
+
+
+def test_five_consecutive_transient_failures_within_ten_seconds_open_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    assert trip(circuit, clock, n=4, every_s=2.0) == ()
+    assert circuit.state is CircuitState.CLOSED
+    clock.advance(2.0)  # the fifth, 8 s after the first
+    effects = circuit.record_failure(FAIL)
+    assert circuit.state is CircuitState.OPEN
+    transition = effects[0]
+    assert isinstance(transition, Transition)
+    assert (transition.source, transition.target, transition.event) == ("closed", "open", "trip")
+    (opened,) = telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
+    assert opened.fields["consecutiveFailures"] == 5
+    assert opened.fields["openS"] == 30.0
+    assert opened.fields["circuitId"] == "GET /api/v2/conversations"
+
+
+def test_five_failures_spread_over_more_than_ten_seconds_do_not_open_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    assert trip(circuit, clock, n=5, every_s=2.6) == ()  # 10.4 s from first to fifth
+    assert circuit.state is CircuitState.CLOSED
+    # the window slides: the last five now span 2.6 s .. 11 s, 8.4 s, so the sixth opens it
+    clock.advance(0.6)
+    circuit.record_failure(FAIL)
+    assert circuit.state is CircuitState.OPEN
+
+
+def test_five_failures_exactly_ten_seconds_apart_end_to_end_open_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, n=5, every_s=2.5)
+    assert circuit.state is CircuitState.OPEN
+
+
+def test_a_success_while_closed_resets_the_count(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, n=4, every_s=0.1)
+    assert circuit.consecutive_failures == 4
+    circuit.record_success()
+    assert circuit.consecutive_failures == 0
+    trip(circuit, clock, n=4, every_s=0.1)
+    assert circuit.state is CircuitState.CLOSED
+
+
+def test_none_never_counts_and_is_a_success(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    for _ in range(10):
+        circuit.record_failure(EMPTY_POLL)
+    assert circuit.consecutive_failures == 0
+    trip(circuit, clock, n=4, every_s=0.1)
+    circuit.record_failure(EMPTY_POLL)
+    circuit.record_failure(FAIL)
+    assert circuit.state is CircuitState.CLOSED
+
+
+def test_permanent_failures_neither_count_nor_reset(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    for _ in range(10):
+        assert circuit.record_failure(PERMANENT) == ()
+    assert circuit.state is CircuitState.CLOSED
+    trip(circuit, clock, n=4, every_s=0.1)
+    circuit.record_failure(PERMANENT)
+    circuit.record_failure(FAIL)
+    assert circuit.state is CircuitState.OPEN
+
+
+# -- open -> half_open: one probe -----------------------------------------------------------------
+
+
+def test_open_refuses_and_says_how_long_remains(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(12.0)
+    admission = circuit.admit()
+    assert not admission.allowed
+    assert admission.retry_in_s == pytest.approx(18.0)
+    assert circuit.retry_in_s() == pytest.approx(18.0)
+
+
+def test_after_the_open_period_exactly_one_probe_is_admitted(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    assert probe.allowed
+    assert probe.probe
+    assert probe.probe_id == 1
+    assert circuit.state is CircuitState.HALF_OPEN
+    assert circuit.probe_in_flight
+    assert telemetry(probe.effects, TelemetryName.CIRCUIT_BREAKER_HALF_OPEN)
+    # a second, concurrent caller is refused at once and told how long the probe may take
+    clock.advance(4.0)
+    second = circuit.admit()
+    assert not second.allowed
+    assert not second.probe
+    assert second.retry_in_s == pytest.approx(6.0)  # probe_timeout_s 10 - 4
+
+
+def test_probe_success_closes_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    effects = circuit.record_success(probe.probe_id)
+    assert circuit.state is CircuitState.CLOSED
+    assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_CLOSED)
+    assert circuit.admit() is ADMITTED
+    assert circuit.consecutive_failures == 0
+
+
+def test_probe_failure_reopens_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    effects = circuit.record_failure(FAIL, probe.probe_id)
+    assert circuit.state is CircuitState.OPEN
+    (opened,) = telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
+    assert opened.fields["reason"] == "PROBE_FAILED"
+    assert circuit.admit().retry_in_s == pytest.approx(30.0)
+
+
+def test_a_probe_answered_with_a_non_transient_failure_closes_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    circuit.record_failure(PERMANENT, probe.probe_id)  # the endpoint answered
+    assert circuit.state is CircuitState.CLOSED
+
+
+def test_probe_timeout_reopens_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    clock.advance(10.0)
+    effects = circuit.probe_timed_out(probe.probe_id)
+    assert circuit.state is CircuitState.OPEN
+    assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["reason"] == "PROBE_TIMEOUT"
+    # its answer, arriving later, is stale and changes nothing
+    assert circuit.record_success(probe.probe_id) == ()
+    assert circuit.state is CircuitState.OPEN
+
+
+def test_a_hung_probe_is_timed_out_by_admit_when_nobody_reports_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    circuit.admit()
+    clock.advance(10.0)
+    admission = circuit.admit()
+    assert not admission.allowed
+    assert circuit.state is CircuitState.OPEN
+    assert admission.retry_in_s == pytest.approx(30.0)
+    assert telemetry(admission.effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
+
+
+def test_late_outcomes_of_calls_admitted_before_the_trip_do_not_move_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    assert circuit.record_success() == ()
+    assert circuit.record_failure(FAIL) == ()
+    assert circuit.state is CircuitState.OPEN
+    clock.advance(30.0)
+    circuit.admit()
+    assert circuit.record_success() == ()  # not the probe
+    assert circuit.record_failure(FAIL) == ()
+    assert circuit.state is CircuitState.HALF_OPEN
+
+
+def test_a_probe_id_never_issued_is_rejected(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    with pytest.raises(InputRejected):
+        circuit.record_success(probe_id=1)
+    with pytest.raises(InputRejected):
+        circuit.probe_timed_out(7)
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+def test_all_numbers_come_from_config(clock: FakeClock) -> None:
+    circuit = new_circuit(clock, failure_threshold=3, window_s=1.0, open_s=5.0, probe_timeout_s=2.0)
+    trip(circuit, clock, n=3, every_s=0.6)  # 1.2 s: outside the 1 s window
+    assert circuit.state is CircuitState.CLOSED
+    trip(circuit, clock, n=2, every_s=0.3)
+    assert circuit.state is CircuitState.OPEN
+    clock.advance(5.0)
+    probe = circuit.admit()
+    assert probe.probe
+    assert circuit.admit().retry_in_s == pytest.approx(2.0)
+
+
+def test_open_period_is_constant_by_default(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    for _ in range(4):
+        clock.advance(30.0)
+        probe = circuit.admit()
+        effects = circuit.record_failure(FAIL, probe.probe_id)
+        assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["openS"] == 30.0
+
+
+def test_optional_growth_lengthens_repeated_trips_with_a_cap_and_resets_on_recovery(clock: FakeClock) -> None:
+    circuit = new_circuit(clock, growth=True, growth_factor=2.0, max_open_s=100.0)
+    opened = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
+    periods = [opened[0].fields["openS"]]
+    for _ in range(3):
+        clock.advance(periods[-1])
+        probe = circuit.admit()
+        assert probe.probe
+        effects = circuit.record_failure(FAIL, probe.probe_id)
+        periods.append(telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["openS"])
+    assert periods == [30.0, 60.0, 100.0, 100.0]
+    clock.advance(100.0)
+    circuit.record_success(circuit.admit().probe_id)
+    opened = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
+    assert opened[0].fields["openS"] == 30.0
+
+
+def test_optional_growth_jitter_stays_within_bounds(clock: FakeClock) -> None:
+    for seed in range(50):
+        circuit = new_circuit(clock, seed, growth=True, jitter_s=5.0)
+        (opened,) = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
+        assert 30.0 <= opened.fields["openS"] <= 35.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"failure_threshold": 0},
+        {"window_s": -1.0},
+        {"open_s": -1.0},
+        {"growth_factor": 0.5},
+        {"jitter_s": -1},
+    ],
+)
+def test_circuit_config_rejects_nonsense(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        CircuitConfig(**kwargs)
+
+
+def test_the_machine_class_is_strict() -> None:
+    sm = CircuitMachine()
+    for event in ("probe", "probe_succeeded", "probe_failed"):
+        with pytest.raises(TransitionNotAllowed):
+            sm.send(event)
+    sm.send("trip")
+    with pytest.raises(TransitionNotAllowed):
+        sm.send("trip")

@@ -1,0 +1,542 @@
+"""The session machine's rules (issue 3, part 1), each on a fake clock with a seeded RNG."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import pytest
+from statemachine.exceptions import TransitionNotAllowed
+
+from machines.effects import (
+    REVOKE_AND_REAUTHENTICATE,
+    Effect,
+    InputRejected,
+    MachineError,
+    OperationFailed,
+    Reconnect,
+    RetryOperation,
+    ScheduleReconnect,
+    SessionTerminated,
+    Telemetry,
+    TelemetryName,
+    TerminationReason,
+    Transition,
+    iso_utc,
+)
+from machines.session import SessionConfig, SessionCore, SessionMachine, SessionState
+from supervisor.clock import FakeClock
+from supervisor.errors import SupervisorError
+from supervisor.retry.backoff import backoff_delay_ms
+from supervisor.taxonomy.model import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
+
+T = TaxonomyClass
+RECONNECT = RetryPolicy(name="websocket-reconnect", max_retries=5, base_delay_ms=1000, max_delay_ms=16_000)
+RATE = RetryPolicy(
+    name="rate-limit", max_retries=2, base_delay_ms=2000, max_delay_ms=8000, honors_retry_after=True
+)
+NO_RETRY = RetryPolicy(name="none", max_retries=0)
+
+
+def make_event(
+    code: str = "ABNORMAL_CLOSURE",
+    cls: TaxonomyClass = T.TRANSIENT,
+    *,
+    scope: Scope = Scope.SESSION,
+    trigger: Trigger | None = None,
+    reconnect: bool = False,
+    raw_status: int | None = None,
+    raw_code: str | None = None,
+    policy: RetryPolicy = RECONNECT,
+    retry_after_ms: int | None = None,
+    context: dict[str, Any] | None = None,
+) -> SdkErrorEvent:
+    return SdkErrorEvent(
+        timestamp="2024-05-14T09:32:11.004Z",
+        source="GENESYS_WEB_MESSAGING_V4",
+        raw_status=raw_status,
+        raw_code=raw_code,
+        taxonomy_class=cls,
+        retryable=cls is T.TRANSIENT and policy.max_retries > 0,
+        max_retry_budget=policy.max_retries,
+        context=context if context is not None else {"conversationId": "conv-1", "agentId": "agent-1"},
+        code=code,
+        scope=scope,
+        taxonomy_version="test",
+        policy=policy,
+        trigger=trigger,
+        retry_after_ms=retry_after_ms,
+        reconnect=reconnect,
+    )
+
+
+def drop(code: str = "ABNORMAL_CLOSURE", raw_code: str | None = "1006", **kw: Any) -> SdkErrorEvent:
+    return make_event(code, T.TRANSIENT, reconnect=True, raw_code=raw_code, **kw)
+
+
+GRACEFUL = make_event("GRACEFUL_CLOSE", T.NONE, raw_code="1000")
+EMPTY_POLL = make_event("EMPTY_POLL", T.NONE, scope=Scope.OPERATION, raw_status=304)
+INCOMPLETE = make_event(
+    "INCOMPLETE_RESPONSE",
+    T.STATE_CORRUPTING,
+    trigger=Trigger.INCOMPLETE_RESPONSE,
+    raw_status=200,
+    policy=NO_RETRY,
+)
+
+
+def of(effects: list[Effect], kind: type[Any]) -> list[Any]:
+    return [e for e in effects if isinstance(e, kind)]
+
+
+def telemetry(effects: list[Effect], name: TelemetryName) -> list[Telemetry]:
+    return [e for e in of(effects, Telemetry) if e.name is name]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=100.0)
+
+
+def new_core(clock: FakeClock, seed: int = 1, config: SessionConfig | None = None) -> SessionCore:
+    return SessionCore("s-1", clock, random.Random(seed), config)
+
+
+def active_core(clock: FakeClock, seed: int = 1, config: SessionConfig | None = None) -> SessionCore:
+    core = new_core(clock, seed, config)
+    core.session_response(None)
+    return core
+
+
+# -- activation: seed section 3, validateSessionResponse ------------------------------------------
+
+
+def test_starts_connecting_and_activates_only_on_a_validated_response(clock: FakeClock) -> None:
+    core = new_core(clock)
+    assert core.state is SessionState.CONNECTING
+    effects = core.session_response(None)
+    assert core.state is SessionState.ACTIVE
+    assert effects == [
+        Transition(
+            "s-1",
+            SessionState.CONNECTING,
+            SessionState.ACTIVE,
+            "validated",
+            "VALIDATED",
+            iso_utc(clock.time()),
+        )
+    ]
+
+
+def test_missing_required_field_terminates_with_incomplete_response(clock: FakeClock) -> None:
+    core = new_core(clock)
+    effects = core.session_response(INCOMPLETE)
+    assert core.state is SessionState.TERMINATED
+    (terminated,) = of(effects, SessionTerminated)
+    assert terminated.reason is TerminationReason.FAIL_FAST_TRIGGER
+    assert terminated.trigger is Trigger.INCOMPLETE_RESPONSE
+    assert terminated.raw_status == 200
+    assert not of(effects, ScheduleReconnect)
+
+
+def test_a_validation_error_that_is_not_fail_fast_is_a_caller_bug(clock: FakeClock) -> None:
+    core = new_core(clock)
+    with pytest.raises(ValueError, match="must be fail-fast"):
+        core.session_response(drop())
+    assert core.state is SessionState.CONNECTING
+
+
+def test_session_response_is_accepted_only_while_connecting(clock: FakeClock) -> None:
+    core = active_core(clock)
+    with pytest.raises(InputRejected):
+        core.session_response(None)
+
+
+# -- reconnection: seed edge case 1 and section 2 -------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "raw_code"), [("ABNORMAL_CLOSURE", "1006"), ("SERVICE_RESTART", "1012")])
+def test_abnormal_drop_moves_to_reconnecting_and_schedules_the_first_attempt(
+    clock: FakeClock, code: str, raw_code: str
+) -> None:
+    core = active_core(clock)
+    effects = core.failure(drop(code, raw_code))
+    assert core.state is SessionState.RECONNECTING
+    (schedule,) = of(effects, ScheduleReconnect)
+    assert schedule.first is True
+    assert schedule.attempt == 1
+    assert 2.0 <= schedule.delay_s <= 8.0
+    assert schedule.at == pytest.approx(clock.monotonic() + schedule.delay_s)
+    (attempt,) = telemetry(effects, TelemetryName.RETRY_ATTEMPT)
+    assert attempt.fields["attempt"] == 1
+    assert attempt.fields["conversationId"] == "conv-1"
+    assert attempt.fields["agentId"] == "agent-1"
+
+
+def test_first_reconnection_delay_is_always_within_2_and_8_seconds(clock: FakeClock) -> None:
+    delays = []
+    for seed in range(2000):
+        core = active_core(clock, seed)
+        (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+        delays.append(schedule.delay_s)
+    assert all(2.0 <= d <= 8.0 for d in delays)
+    # spread over the window, not clustered (seed edge case 1's purpose)
+    assert min(delays) < 2.1
+    assert max(delays) > 7.9
+
+
+class _FixedRng:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+@pytest.mark.parametrize(("u", "expected"), [(0.0, 2.0), (0.5, 5.0), (0.999999, 8.0)])
+def test_first_delay_is_uniform_over_the_configured_window(
+    clock: FakeClock, u: float, expected: float
+) -> None:
+    core = SessionCore("s-1", clock, _FixedRng(u))
+    core.session_response(None)
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    assert schedule.delay_s == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_transient_session_failure_without_a_close_code_also_reconnects(clock: FakeClock) -> None:
+    core = active_core(clock)
+    core.failure(make_event("SERVER_ERROR", T.TRANSIENT, scope=Scope.SESSION, raw_status=503))
+    assert core.state is SessionState.RECONNECTING
+
+
+def test_a_failed_initial_connect_reconnects_too(clock: FakeClock) -> None:
+    core = new_core(clock)
+    effects = core.failure(drop())
+    assert core.state is SessionState.RECONNECTING
+    assert of(effects, ScheduleReconnect)[0].first is True
+
+
+def test_due_reconnection_connects_and_later_attempts_back_off_per_class_policy(clock: FakeClock) -> None:
+    rng = random.Random(42)
+    core = SessionCore("s-1", clock, rng)
+    core.session_response(None)
+    core.failure(drop())
+    clock.advance(8.0)
+    effects = core.reconnect_due(None)
+    assert core.state is SessionState.CONNECTING
+    assert of(effects, Reconnect) == [Reconnect("s-1", 1)]
+    # the reconnection fails: attempt 2 backs off with the seed formula (attempt index 1)
+    twin = copy.deepcopy(rng)
+    expected_ms = backoff_delay_ms(RECONNECT, 1, twin)
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    assert schedule.first is False
+    assert schedule.attempt == 2
+    assert schedule.delay_s == pytest.approx(expected_ms / 1000.0)
+    assert 2.0 <= schedule.delay_s <= 3.0  # 1 s * 2^1 + U(0, 1 s)
+
+
+def test_backoff_follows_the_failures_policy_jitter(clock: FakeClock) -> None:
+    full = RetryPolicy(name="full", max_retries=9, base_delay_ms=1000, max_delay_ms=4000, jitter=Jitter.FULL)
+    core = active_core(clock)
+    core.failure(drop(policy=full))
+    for _ in range(6):
+        core.reconnect_due(None)
+        (schedule,) = of(core.failure(drop(policy=full)), ScheduleReconnect)
+        assert 0.0 <= schedule.delay_s <= 4.0
+
+
+def test_success_resets_the_attempt_count(clock: FakeClock) -> None:
+    core = active_core(clock)
+    for _ in range(3):
+        core.failure(drop())
+        core.reconnect_due(None)
+    assert core.attempts == 3
+    effects = core.session_response(None)
+    (success,) = telemetry(effects, TelemetryName.RETRY_SUCCESS)
+    assert success.fields["attempts"] == 3
+    assert core.attempts == 0
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    assert schedule.first is True
+    assert schedule.attempt == 1
+    assert 2.0 <= schedule.delay_s <= 8.0
+
+
+def test_retry_after_is_a_minimum_for_the_first_reconnection(clock: FakeClock) -> None:
+    core = active_core(clock)
+    event = drop("RATE_LIMITED", raw_code=None, raw_status=429, policy=RATE, retry_after_ms=20_000)
+    (schedule,) = of(core.failure(event), ScheduleReconnect)
+    assert schedule.delay_s == 20.0
+
+
+def test_retry_after_past_the_ceiling_gives_up(clock: FakeClock) -> None:
+    core = active_core(clock)
+    event = drop("RATE_LIMITED", raw_code=None, raw_status=429, policy=RATE, retry_after_ms=600_000)
+    effects = core.failure(event)
+    assert core.state is SessionState.TERMINATED
+    assert of(effects, SessionTerminated)[0].reason is TerminationReason.RETRY_EXHAUSTED
+
+
+def test_late_failures_while_reconnecting_do_not_schedule_twice(clock: FakeClock) -> None:
+    core = active_core(clock)
+    core.failure(drop())
+    assert core.failure(drop()) == []
+    assert core.attempts == 1
+    assert core.state is SessionState.RECONNECTING
+
+
+# -- graceful close: seed section 2 ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["connecting", "active", "reconnecting"])
+def test_graceful_close_terminates_without_reconnecting(clock: FakeClock, where: str) -> None:
+    core = new_core(clock)
+    if where != "connecting":
+        core.session_response(None)
+    if where == "reconnecting":
+        core.failure(drop())
+    effects = core.failure(GRACEFUL)
+    assert core.state is SessionState.TERMINATED
+    assert not of(effects, ScheduleReconnect)
+    assert not of(effects, Reconnect)
+    (terminated,) = of(effects, SessionTerminated)
+    assert terminated.reason is TerminationReason.GRACEFUL_CLOSE
+    assert terminated.trigger is None
+
+
+def test_empty_poll_is_not_a_failure(clock: FakeClock) -> None:
+    core = active_core(clock)
+    assert core.failure(EMPTY_POLL) == []
+    assert core.state is SessionState.ACTIVE
+
+
+# -- fail fast: seed section 3 --------------------------------------------------------------------
+
+
+def test_fail_fast_reproduces_the_seed_session_terminated_event(clock: FakeClock) -> None:
+    core = active_core(clock)
+    clock.set(clock.monotonic() + (22.118 - 11.004) + 13 * 60)  # 09:32:11.004 -> 09:45:22.118
+    event = make_event(
+        "OAUTH_TOKEN_INVALID",
+        T.PERMANENT,
+        trigger=Trigger.OAUTH_TOKEN_INVALID,
+        raw_status=401,
+        raw_code="invalid_token",
+        policy=NO_RETRY,
+    )
+    effects = core.failure(event)
+    (terminated,) = of(effects, SessionTerminated)
+    assert terminated.as_json() == {
+        "event": "SESSION_TERMINATED",
+        "reason": "FAIL_FAST_TRIGGER",
+        "trigger": "OAUTH_TOKEN_INVALID",
+        "rawStatus": 401,
+        "rawCode": "invalid_token",
+        "timestamp": "2024-05-14T09:45:22.118Z",
+        "action": "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE",
+    }
+    (published,) = telemetry(effects, TelemetryName.SESSION_TERMINATED)
+    assert published.fields["reason"] == "FAIL_FAST_TRIGGER"
+    assert published.fields["sessionId"] == "s-1"
+
+
+@pytest.mark.parametrize("trigger", list(Trigger))
+@pytest.mark.parametrize("where", ["connecting", "active", "reconnecting"])
+def test_every_trigger_terminates_at_once_from_every_live_state(
+    clock: FakeClock, trigger: Trigger, where: str
+) -> None:
+    core = new_core(clock)
+    if where != "connecting":
+        core.session_response(None)
+    if where == "reconnecting":
+        core.failure(drop())
+    # a trigger wins even over a TRANSIENT-looking class (QUEUE_FULL is a 429)
+    effects = core.failure(make_event(trigger.value, T.PERMANENT, trigger=trigger, raw_status=429))
+    assert core.state is SessionState.TERMINATED
+    assert [type(e) for e in effects] == [Transition, SessionTerminated, Telemetry]
+    terminated = effects[1]
+    assert isinstance(terminated, SessionTerminated)
+    assert terminated.reason is TerminationReason.FAIL_FAST_TRIGGER
+    assert terminated.trigger is trigger
+    assert terminated.action == REVOKE_AND_REAUTHENTICATE
+    assert terminated.timestamp == iso_utc(clock.time())
+
+
+def test_state_corrupting_without_trigger_terminates(clock: FakeClock) -> None:
+    core = active_core(clock)
+    effects = core.failure(make_event("SESSION_ID_MISMATCH", T.STATE_CORRUPTING, policy=NO_RETRY))
+    assert of(effects, SessionTerminated)[0].reason is TerminationReason.STATE_CORRUPTING
+
+
+def test_session_scoped_permanent_terminates(clock: FakeClock) -> None:
+    core = active_core(clock)
+    effects = core.failure(make_event("FORBIDDEN", T.PERMANENT, scope=Scope.SESSION, raw_status=403))
+    assert of(effects, SessionTerminated)[0].reason is TerminationReason.PERMANENT_SESSION_ERROR
+
+
+def test_operation_scoped_permanent_fails_only_that_operation(clock: FakeClock) -> None:
+    core = active_core(clock)
+    event = make_event("NOT_FOUND", T.PERMANENT, scope=Scope.OPERATION, raw_status=404, policy=NO_RETRY)
+    assert core.failure(event) == [OperationFailed("s-1", event)]
+    assert core.state is SessionState.ACTIVE
+
+
+def test_a_permanent_failure_that_lost_the_link_ends_the_session(clock: FakeClock) -> None:
+    core = active_core(clock)
+    event = make_event(
+        "POLICY_VIOLATION", T.PERMANENT, scope=Scope.OPERATION, reconnect=True, raw_code="1008"
+    )
+    effects = core.failure(event)
+    assert of(effects, SessionTerminated)[0].reason is TerminationReason.PERMANENT_SESSION_ERROR
+
+
+def test_operation_scoped_transient_is_retried_per_policy_then_fails_the_operation(clock: FakeClock) -> None:
+    core = active_core(clock)
+    event = make_event("RATE_LIMITED", T.TRANSIENT, scope=Scope.OPERATION, policy=RATE, retry_after_ms=5000)
+    effects = core.failure(event, operation_attempt=0)
+    (retry,) = of(effects, RetryOperation)
+    assert retry.attempt == 1
+    assert retry.delay_s == 5.0  # Retry-After beat the 2-4 s backoff: it is the minimum
+    assert retry.from_retry_after is True
+    assert retry.at == clock.monotonic() + 5.0
+    assert core.state is SessionState.ACTIVE
+    effects = core.failure(event, operation_attempt=2)
+    assert of(effects, OperationFailed) == [OperationFailed("s-1", event, exhausted=True)]
+    assert telemetry(effects, TelemetryName.RETRY_EXHAUSTED)[0].fields["kind"] == "operation"
+    assert core.state is SessionState.ACTIVE
+
+
+# -- budget: seed section 2 -----------------------------------------------------------------------
+
+
+def test_exhausted_budget_terminates_with_retry_exhausted(clock: FakeClock) -> None:
+    two = RetryPolicy(name="two", max_retries=2, base_delay_ms=1000, max_delay_ms=16_000)
+    core = active_core(clock)
+    core.failure(drop(policy=two))
+    core.reconnect_due(None)
+    core.failure(drop(policy=two))
+    core.reconnect_due(None)
+    effects = core.failure(drop(policy=two))
+    assert core.state is SessionState.TERMINATED
+    assert not of(effects, ScheduleReconnect)
+    (terminated,) = of(effects, SessionTerminated)
+    assert terminated.reason is TerminationReason.RETRY_EXHAUSTED
+    (exhausted,) = telemetry(effects, TelemetryName.RETRY_EXHAUSTED)
+    assert exhausted.fields["attempts"] == 2
+    assert exhausted.fields["giveUp"] == "BUDGET_EXHAUSTED"
+
+
+# -- circuit open: seed edge case 1 ---------------------------------------------------------------
+
+
+def test_due_reconnection_is_deferred_while_the_circuit_is_open(clock: FakeClock) -> None:
+    core = active_core(clock)
+    core.failure(drop())
+    clock.advance(8.0)
+    effects = core.reconnect_due(12.5)
+    assert core.state is SessionState.RECONNECTING
+    assert not of(effects, Transition)
+    assert of(effects, ScheduleReconnect) == [
+        ScheduleReconnect("s-1", clock.monotonic() + 12.5, 1, 12.5, True)
+    ]
+    (throttled,) = telemetry(effects, TelemetryName.RECONNECTION_THROTTLED)
+    assert throttled.fields["retryInS"] == 12.5
+    assert core.attempts == 1  # not counted as an attempt
+
+
+def test_deferrals_never_spend_the_budget(clock: FakeClock) -> None:
+    one = RetryPolicy(name="one", max_retries=1, base_delay_ms=1000, max_delay_ms=1000)
+    core = active_core(clock)
+    core.failure(drop(policy=one))
+    for _ in range(50):
+        core.reconnect_due(30.0)
+    assert core.attempts == 1
+    assert of(core.reconnect_due(None), Reconnect) == [Reconnect("s-1", 1)]
+    assert core.session_response(None)
+
+
+def test_throttle_jitter_spreads_deferred_reconnections(clock: FakeClock) -> None:
+    core = active_core(clock, config=SessionConfig(throttle_jitter_s=4.0))
+    core.failure(drop())
+    (schedule,) = of(core.reconnect_due(10.0), ScheduleReconnect)
+    assert 10.0 <= schedule.delay_s <= 14.0
+
+
+# -- strictness: nothing is silently ignored -------------------------------------------------------
+
+
+def _inputs() -> list[tuple[str, Any]]:
+    return [
+        ("session_response(None)", lambda c: c.session_response(None)),
+        ("session_response(incomplete)", lambda c: c.session_response(INCOMPLETE)),
+        ("failure(drop)", lambda c: c.failure(drop())),
+        ("failure(graceful)", lambda c: c.failure(GRACEFUL)),
+        ("failure(empty poll)", lambda c: c.failure(EMPTY_POLL)),
+        ("failure(incomplete)", lambda c: c.failure(INCOMPLETE)),
+        ("reconnect_due(None)", lambda c: c.reconnect_due(None)),
+        ("reconnect_due(5)", lambda c: c.reconnect_due(5.0)),
+        ("stop()", lambda c: c.stop()),
+    ]
+
+
+@pytest.mark.parametrize(("name", "feed"), _inputs())
+def test_a_terminated_session_accepts_nothing(clock: FakeClock, name: str, feed: Any) -> None:
+    core = active_core(clock)
+    core.failure(GRACEFUL)
+    with pytest.raises(InputRejected) as info:
+        feed(core)
+    assert isinstance(info.value, MachineError)
+    assert isinstance(info.value, SupervisorError)
+    assert info.value.state == SessionState.TERMINATED
+    assert core.state is SessionState.TERMINATED
+
+
+def test_reconnect_due_outside_reconnecting_is_rejected(clock: FakeClock) -> None:
+    core = active_core(clock)
+    with pytest.raises(InputRejected):
+        core.reconnect_due(None)
+    core.failure(drop())
+    core.reconnect_due(None)
+    with pytest.raises(InputRejected):  # a second timer for the same attempt
+        core.reconnect_due(None)
+
+
+def test_stop_terminates_with_stopped(clock: FakeClock) -> None:
+    core = active_core(clock)
+    effects = core.stop()
+    (terminated,) = of(effects, SessionTerminated)
+    assert terminated.reason is TerminationReason.STOPPED
+    assert (terminated.trigger, terminated.raw_status, terminated.raw_code) == (None, None, None)
+
+
+def test_the_machine_class_is_strict_and_terminated_is_final() -> None:
+    sm = SessionMachine()
+    with pytest.raises(TransitionNotAllowed):
+        sm.send("reconnect")
+    sm.send("stop")
+    assert sm.current_state_value is SessionState.TERMINATED
+    for event in ("validated", "connection_lost", "reconnect", "throttled", "fail_fast", "stop"):
+        with pytest.raises(TransitionNotAllowed):
+            sm.send(event)
+
+
+def test_timestamps_come_from_the_injected_clock() -> None:
+    clock = FakeClock(start=0.0, epoch=1_700_000_000.0)
+    core = SessionCore("s-1", clock, random.Random(0))
+    clock.advance(1.2346)
+    (transition,) = core.session_response(None)
+    assert isinstance(transition, Transition)
+    assert transition.timestamp == "2023-11-14T22:13:21.235Z"
+
+
+def test_iso_utc_rounds_to_the_millisecond() -> None:
+    assert iso_utc(1_715_679_131.004) == "2024-05-14T09:32:11.004Z"
+    assert iso_utc(1_715_679_131.9996) == "2024-05-14T09:32:12.000Z"
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"first_delay_s": (8.0, 2.0)}, {"first_delay_s": (-1.0, 2.0)}, {"throttle_jitter_s": -1.0}]
+)
+def test_session_config_rejects_nonsense(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        SessionConfig(**kwargs)
