@@ -26,13 +26,13 @@ from machines.session import SessionConfig
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.config import Config, SessionKind, SessionSpec, read_secret
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, OperationError, SessionError
 from supervisor.pipeline import RequestPipeline
 from supervisor.runtime.circuits import CircuitRegistry
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner, Sleep
 from supervisor.runtime.store import SessionStore
-from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy, resolve_version
+from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, load_taxonomy, resolve_version
 from supervisor.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
 from supervisor.transports.base import SessionContext, Transport
 
@@ -261,6 +261,25 @@ class Supervisor:
         with anyio.move_on_after(grace_s, shield=True):
             for done in list(self._done.values()):
                 await done.wait()
+
+    async def request(self, session_id: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """A REST call on behalf of a supervised session, through its platform's pipeline.
+
+        A failure that ends the operation is also fed to the session's machine, so a
+        fail-fast trigger (409 on message creation, QUEUE_FULL, 401 invalid_token) ends the
+        session at once. Raises OperationError or CircuitOpenError to the caller.
+        """
+        runner = self.runners[session_id]
+        if runner.core.terminated:
+            raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
+        pipeline = self.pipelines[runner.ctx.platform.value]
+        kwargs.setdefault("circuit", f"{runner.ctx.platform.value}:api")
+        try:
+            return await pipeline.request(method, url, ctx=runner.ctx, **kwargs)
+        except OperationError as failure:
+            if isinstance(failure.event, SdkErrorEvent):
+                runner.operation_failed(failure.event)
+            raise
 
     def states(self) -> dict[str, int]:
         out: dict[str, int] = {}

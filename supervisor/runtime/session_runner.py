@@ -130,6 +130,15 @@ class SessionRunner:
         self._close_code = code
         self._execute(self.core.stop())
 
+    def operation_failed(self, event: SdkErrorEvent) -> None:
+        """An operation done for this session (a REST call) failed for good with ``event``.
+
+        A fail-fast trigger (409 duplicate message, QUEUE_FULL, invalid token, ...) ends the
+        session here; an operation-scoped failure only fails that operation.
+        """
+        if not self.core.terminated:
+            self._execute(self.core.failure(event))
+
     # ------------------------------------------------------------------ states
     async def _pause(self, seconds: float) -> None:
         """Wait, but wake at once when the session is stopped."""

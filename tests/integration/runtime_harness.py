@@ -1,0 +1,132 @@
+"""A supervisor wired to the loopback simulators, with the short durations the tests use.
+
+Everything runs over real sockets against our simulators: no transport is mocked. Waits
+are for outcomes (a state reached, a request recorded), bounded by a deadline; no test
+sleeps for a timer or asserts on a duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, SystemClock
+from supervisor.config import Config, parse_config
+from supervisor.runtime.daemon import Supervisor
+from supervisor.sim.cxone import CxoneSimulator
+from supervisor.sim.genesys import GenesysSimulator
+
+
+@dataclass
+class Recorded:
+    """Every bus event, with the monotonic time it was published."""
+
+    clock: Clock
+    events: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> None:
+        self.events.append((self.clock.monotonic(), name, payload))
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [p for _, n, p in self.events if n == name]
+
+    def timed(self, name: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, p) for t, n, p in self.events if n == name]
+
+
+@dataclass
+class Harness:
+    supervisor: Supervisor
+    recorded: Recorded
+    tg: TaskGroup
+    genesys: GenesysSimulator | None = None
+    cxone: CxoneSimulator | None = None
+
+    @property
+    def runners(self) -> dict[str, Any]:
+        return self.supervisor.runners
+
+    def states(self) -> dict[str, int]:
+        return self.supervisor.states()
+
+    def all_in(self, state: str) -> bool:
+        return all(r.state.value == state for r in self.runners.values())
+
+    async def wait(self, predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
+        with anyio.fail_after(limit_s):
+            while not predicate():
+                await anyio.sleep(0.01)
+
+    def terminations(self) -> dict[str, Any]:
+        return {sid: r.termination for sid, r in self.runners.items() if r.termination is not None}
+
+
+def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str:
+    lines = [
+        "[daemon]",
+        f"seed = {overrides.get('seed', 7)}",
+        "shutdownGrace = 2.0",
+        "[reconnect]",
+        f"firstDelayMin = {overrides.get('first_min', 0.2)}",
+        f"firstDelayMax = {overrides.get('first_max', 0.8)}",
+        "[circuit]",
+        f"openFor = {overrides.get('open_for', 1.0)}",
+        f"probeTimeout = {overrides.get('probe_timeout', 2.0)}",
+        "[tokens]",
+        f"earlyRefresh = {overrides.get('early_refresh', 0.0)}",
+        "[platforms.genesys]",
+        f'loginUrl = "{urls["login"]}"',
+        f'apiUrl = "{urls["api"]}"',
+        f'webmessagingUrl = "{urls["webmessaging"]}"',
+        f'streamingUrl = "{urls["streaming"]}"',
+        'clientId = "demo-client"',
+        'clientSecretFile = "genesys-secret"',
+        'deploymentId = "dep-1"',
+        "[platforms.genesys.keepalive]",
+        "echoInterval = 0",
+        "pingInterval = 5.0",
+        "pingTimeout = 5.0",
+    ]
+    for i in range(sessions):
+        lines += ["[[sessions]]", f'id = "wm-{i}"', 'platform = "genesys"', 'kind = "webmessaging"', f'agentId = "a-{i}"']
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.asynccontextmanager
+async def supervised(
+    config_text: str,
+    tmp: Path,
+    *,
+    genesys: GenesysSimulator | None = None,
+    cxone: CxoneSimulator | None = None,
+    clock: Clock | None = None,
+    start: bool = True,
+) -> AsyncIterator[Harness]:
+    (tmp / "genesys-secret").write_text("not-a-real-secret")
+    (tmp / "cxone-secret").write_text("not-a-real-secret")
+    config: Config = parse_config(config_text, "test.toml")
+    clock = clock or SystemClock()
+    bus = EventBus()
+    recorded = Recorded(clock)
+    bus.subscribe(recorded)
+    seed = config.daemon.seed or 0
+    async with (
+        Supervisor(config, bus=bus, clock=clock, rng=random.Random(seed), config_dir=tmp, environ={}) as sup,
+        anyio.create_task_group() as tg,
+    ):
+        if start:
+            sup.start_all(tg)
+        harness = Harness(sup, recorded, tg, genesys, cxone)
+        try:
+            yield harness
+        finally:
+            await sup.shutdown(2.0)
+            tg.cancel_scope.cancel()

@@ -1,0 +1,148 @@
+"""The runtime end to end against the Genesys simulator: Web Messaging sessions (issue 5 acceptance)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.runtime_harness import genesys_config, supervised
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=11) as simulator:
+        yield simulator
+
+
+def attempts(sim: GenesysSimulator) -> int:
+    total = sim.recorder.attempts_total("webmessaging")
+    return total["accepted"] + total["refused"]
+
+
+async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """Seed edge case 1: a mass 1006 drop; first reconnections spread over the window; nobody terminated."""
+    n = 24
+    async with supervised(genesys_config(sim.urls, n), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
+        before = attempts(sim)
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: sum(r.connects for r in h.runners.values()) >= 2 * n and h.all_in("active"))
+        first = [
+            e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect" and e["attempt"] == 1
+        ]
+        assert len(first) == n
+        assert {e["code"] for e in first} == {"ABNORMAL_CLOSURE"}
+        delays = sorted(e["delayS"] for e in first)
+        assert all(0.2 <= d <= 0.8 for d in delays)
+        # spread, not a wave: the seeded draws cover most of the window
+        assert delays[-1] - delays[0] > 0.3
+        assert h.terminations() == {}
+        assert attempts(sim) - before == n  # one handshake each: nobody was refused or retried
+
+
+@pytest.mark.parametrize(("code", "expected"), [(1012, "SERVICE_RESTART"), (1001, "GOING_AWAY")])
+async def test_restart_and_going_away_reconnect(
+    sim: GenesysSimulator, tmp_path: Path, code: int, expected: str
+) -> None:
+    async with supervised(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == 3)
+        sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": code}))
+        await h.wait(lambda: sum(r.connects for r in h.runners.values()) >= 6 and h.all_in("active"))
+        codes = {e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")}
+        assert expected in codes
+        assert h.terminations() == {}
+
+
+async def test_graceful_close_terminates_without_reconnecting(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """Seed section 2: close 1000 ends the session; no reconnection attempt follows."""
+    async with supervised(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == 3)
+        before = attempts(sim)
+        sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
+        await h.wait(lambda: h.all_in("terminated"))
+        reasons = {t.reason.value for t in h.terminations().values()}
+        assert reasons == {"GRACEFUL_CLOSE"}
+        assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
+        assert attempts(sim) == before
+        assert all(sid not in h.supervisor.store for sid in h.runners)
+
+
+async def test_handshake_429_is_never_retried_before_retry_after(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """Seed edge case 2 for reconnections: a refused handshake's Retry-After is a minimum delay."""
+    async with supervised(genesys_config(sim.urls, 4), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == 4)
+        # refuse three handshakes with 429 + Retry-After: 1 (the rate_limit budget allows two refusals each)
+        sim.faults.inject(
+            Fault(kind=FaultKind.ADMISSION_LIMIT, count=3, params={"rate_per_s": 0.001, "retry_after": "1"})
+        )
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(
+            lambda: h.all_in("active") and sum(r.connects for r in h.runners.values()) >= 11, limit_s=20
+        )
+        refused = [(t, e) for t, e in h.recorded.timed("SDK_ERROR_CLASSIFIED") if e["code"] == "RATE_LIMITED"]
+        assert refused, "the admission limit refused nobody"
+        assert all(e["retryAfterMs"] == 1000 for _, e in refused)
+        reconnects = h.recorded.timed("SESSION_TRANSITION")
+        for t_refused, event in refused:
+            sid = event["context"]["sessionId"]
+            later = [
+                t for t, p in reconnects if p["sessionId"] == sid and p["to"] == "connecting" and t > t_refused
+            ]
+            assert later, sid
+            assert later[0] - t_refused >= 1.0
+        assert h.terminations() == {}
+
+
+async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it."""
+    n = 12
+    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    async with supervised(config, tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
+        # one handshake admitted per second, the rest refused with 503: the burst of first
+        # reconnections (all within 0.1 s) makes well over five consecutive failures
+        refuse = sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503}))
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
+        opened_at = h.recorded.timed("CIRCUIT_BREAKER_OPEN")[0][0]
+        await h.wait(lambda: bool(h.recorded.named("RECONNECTION_THROTTLED")))
+        sim.faults.clear(refuse.id)
+        await h.wait(lambda: h.all_in("active"), limit_s=15)
+        half_open = h.recorded.timed("CIRCUIT_BREAKER_HALF_OPEN")
+        closed = h.recorded.timed("CIRCUIT_BREAKER_CLOSED")
+        assert half_open and closed
+        # no connection attempt reached the endpoint while the circuit was open
+        transitions = h.recorded.timed("SESSION_TRANSITION")
+        during_open = [
+            t for t, p in transitions if p["to"] == "connecting" and opened_at < t < half_open[0][0]
+        ]
+        assert during_open == []
+        assert h.terminations() == {}
+
+
+async def test_session_response_missing_conversation_id_terminates(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """Seed section 3: a 200 without conversationId never goes active: INCOMPLETE_RESPONSE, fail-fast."""
+    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["conversationId"]}))
+    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("terminated"))
+        for termination in h.terminations().values():
+            assert termination.as_json()["reason"] == "FAIL_FAST_TRIGGER"
+            assert termination.as_json()["trigger"] == "INCOMPLETE_RESPONSE"
+            assert termination.as_json()["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
+        details = [e["details"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["code"] == "INCOMPLETE_RESPONSE"]
+        assert details and all("conversationId" in d for d in details)
+        assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
+        assert not any(r.state.value == "active" for r in h.runners.values())
