@@ -176,6 +176,11 @@ def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
 def _check(config: Config, origin: str) -> None:
     if config.reconnect.first_delay_min > config.reconnect.first_delay_max:
         raise ConfigError(f"{origin}: reconnect.firstDelayMin: must be <= reconnect.firstDelayMax")
+    cxone = config.platforms.cxone
+    if cxone is not None and cxone.poll_watchdog <= cxone.poll_timeout:
+        raise ConfigError(
+            f"{origin}: platforms.cxone.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)"
+        )
     seen: set[str] = set()
     for i, spec in enumerate(config.sessions):
         where = f"sessions[{i}]"

@@ -157,7 +157,10 @@ class RequestPipeline:
             else:
                 status = response.status_code
                 if 200 <= status < 300 or status in ok_statuses:
-                    event = self._check(response, ctx, channel, path, check) if check else None
+                    # only a 2xx carries a body to check (RFC 9110 15.4.5: a 304 has none)
+                    event = (
+                        self._check(response, ctx, channel, path, check) if check and status < 300 else None
+                    )
                     if event is None:
                         effects = breaker.record_success(admission.probe_id)
                         if effects:

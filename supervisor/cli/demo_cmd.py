@@ -1,11 +1,92 @@
-"""``session-supervisor demo`` (being written)."""
+"""``session-supervisor demo``: the daemon against both built-in simulators, one scenario (docs/demo.md)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import Any
+
+import anyio
 import click
 
+from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
-@click.command(hidden=True)
-def demo() -> None:
-    """The live demo against the built-in simulators (not yet available)."""
-    raise click.ClickException("the live demo is not available yet")
+_NAMES = tuple(SCENARIOS)
+
+
+@click.command()
+@click.option(
+    "--scenario",
+    type=click.Choice(_NAMES),
+    default=DEFAULT_SCENARIO,
+    show_default=True,
+    help="What goes wrong (docs/demo.md describes each one and its expected outcome).",
+)
+@click.option(
+    "--sessions",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="Sessions supervised, across both platforms (2/5 Web Messaging, 1/5 notifications, 2/5 CXone).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
+@click.option(
+    "--seed", type=int, default=1, show_default=True, help="Seed of the simulators and the daemon's RNG."
+)
+@click.option(
+    "--fast",
+    is_flag=True,
+    help="Scale the seed's durations down for tests and CI: first reconnect delay U(0.2, 0.8) s, "
+    "circuit open 3 s, backoff delays / 10, 4 s tokens (token-expiry).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1.0, max=3600.0),
+    default=None,
+    help="Give up after this many seconds (default: 180, or 45 with --fast).",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Live progress on stderr (default: only when stderr is a terminal).",
+)
+def demo(
+    scenario: str,
+    sessions: int,
+    as_json: bool,
+    seed: int,
+    fast: bool,
+    timeout_s: float | None,
+    progress: bool | None,
+) -> None:
+    """Supervise --sessions sessions against in-process Genesys and CXone simulators and play a scenario.
+
+    Ends with a summary (a table, or one JSON object with --json). Exit 0 when the outcome
+    matches the scenario's expected outcome, 1 when it does not (the reasons go to stderr).
+    """
+    from supervisor.demo.runner import DemoOptions, run_demo
+
+    show = sys.stderr.isatty() if progress is None else progress
+    options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
+
+    async def main() -> dict[str, Any]:
+        return await run_demo(options, progress=stderr_console() if show else None)
+
+    try:
+        summary = anyio.run(main, backend="asyncio")
+    except OSError as exc:
+        raise click.ClickException(f"cannot run the demo: {exc.strerror or exc}") from None
+    if as_json:
+        sys.stdout.write(json.dumps(summary, sort_keys=False) + "\n")
+        sys.stdout.flush()
+    else:
+        from supervisor.demo.summary import render
+
+        render(stdout_console(), summary)
+    outcome = summary["outcome"]
+    if not outcome["ok"]:
+        for problem in outcome["problems"]:
+            click.echo(f"session-supervisor: demo {scenario}: {problem}", err=True)
+        raise click.exceptions.Exit(1)

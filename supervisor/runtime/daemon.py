@@ -211,9 +211,9 @@ class Supervisor:
 
     def runner_for(self, spec: SessionSpec) -> SessionRunner:
         transport, circuit = self.transport_for(spec)
-        tokens = self.tokens.get("genesys" if spec.platform == "genesys" else "cxone")
-        if spec.kind is SessionKind.WEBMESSAGING:
-            tokens = None  # guest sessions hold no OAuth token
+        # the platform credential's cache: REST calls made for the session use it, so a
+        # fail-fast revokes it too (the next user re-authenticates once, single-flight)
+        tokens = self.tokens.get(spec.platform)
         runner = SessionRunner(
             transport,
             classifier=self.classifier,
@@ -274,6 +274,8 @@ class Supervisor:
             raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
         pipeline = self.pipelines[runner.ctx.platform.value]
         kwargs.setdefault("circuit", f"{runner.ctx.platform.value}:api")
+        # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
+        kwargs.setdefault("channel", Channel.REST)
         try:
             return await pipeline.request(method, url, ctx=runner.ctx, **kwargs)
         except OperationError as failure:

@@ -49,6 +49,7 @@ __all__ = [
     "WebMessagingTransport",
     "abort_socket",
     "decode_frame",
+    "discard_socket",
     "malformed_frame",
     "scrub",
     "shutdown_socket",
@@ -126,6 +127,14 @@ async def shutdown_socket(ws: ClientConnection, code: int, reason: str, within: 
         pass
     if ws.state is not State.CLOSED:
         abort_socket(ws)
+
+
+async def discard_socket(ws: ClientConnection, failure: RawError, within: float) -> None:
+    """After a failed open: a polite close, or an abort when the peer stopped answering."""
+    if failure.exception == "TimeoutError":
+        abort_socket(ws)  # a closing handshake would only wait close_timeout for it again
+    else:
+        await shutdown_socket(ws, 1000, "", within)
 
 
 async def await_liveness(
@@ -227,16 +236,14 @@ class WebMessagingTransport:
         try:
             with anyio.fail_after(ka.open_timeout):
                 answer = await conn.configure()
-        except TimeoutError as exc:
+        except (wsx.WebSocketException, OSError) as exc:  # TimeoutError (no answer) is an OSError
             failure: RawError | None = raw_from_exception(
                 exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT
             )
-        except (wsx.WebSocketException, OSError) as exc:
-            failure = raw_from_exception(exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT)
         else:
             failure = answer
         if failure is not None:
-            await shutdown_socket(ws, 1000, "", self._close_timeout)
+            await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
         conversation = conn.session_response.get("conversationId")
         if ctx.conversation_id is None and isinstance(conversation, str) and conversation:

@@ -7,7 +7,7 @@ The simulator runs in its own process (``session-supervisor sim genesys``), as i
 benchmark; this process opens the Web Messaging WebSockets with the plain websockets client
 (no compression, no pings), then sends ``configureSession`` on each, holds them all, checks
 an echo on a sample, and reads the simulator's ``VmRSS`` from ``/proc/<pid>/status`` before
-and after. Targets (issue 4): >= 300 handshakes/s accepted and 5,000 concurrent sessions.
+and after, and its CPU use over 3 s of idle holding. Targets (issue 4): >= 300 handshakes/s accepted and 5,000 concurrent sessions.
 The handshake rate is the simulator's own count (``GET /stats`` peak accepted per second)
 and the client-side average over the whole ramp.
 """
@@ -49,6 +49,12 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (``/proc/<pid>/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_simulator(stderr: IO[bytes]) -> tuple[subprocess.Popen[str], dict[str, str]]:
@@ -114,7 +120,9 @@ async def _measure(
     t1 = time.perf_counter()
     await asyncio.gather(*(configure(i, ws) for i, ws in enumerate(conns)))
     configure_s = time.perf_counter() - t1
-    await asyncio.sleep(1.0)  # hold, then measure
+    cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
+    await asyncio.sleep(3.0)  # hold idle, then measure
+    idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.perf_counter() - wall0)
     async with httpx.AsyncClient() as http:
         stats = (await http.get(urls["admin"] + "/stats")).json()
     rss_after = rss_kib(proc.pid)
@@ -135,6 +143,7 @@ async def _measure(
         "rss_before_mib": rss_before / 1024,
         "rss_after_mib": rss_after / 1024,
         "rss_per_conn_kib": (rss_after - rss_before) / sessions,
+        "idle_cpu_percent": idle_cpu * 100,
     }
 
 
@@ -150,6 +159,7 @@ def report(result: dict[str, Any]) -> str:
             f"configureSession/s:               {result['configure_per_s']:.0f}",
             f"simulator RSS before/after:       {result['rss_before_mib']:.1f} / {result['rss_after_mib']:.1f} MiB",
             f"simulator RSS per connection:     {result['rss_per_conn_kib']:.1f} KiB",
+            f"simulator CPU while holding idle: {result['idle_cpu_percent']:.1f} % of one core",
         ]
     )
 

@@ -23,6 +23,7 @@ from supervisor.config import Config, parse_config
 from supervisor.runtime.daemon import Supervisor
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.conftest import wait_until
 
 
 @dataclass
@@ -61,9 +62,8 @@ class Harness:
         return all(r.state.value == state for r in self.runners.values())
 
     async def wait(self, predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
-        with anyio.fail_after(limit_s):
-            while not predicate():
-                await anyio.sleep(0.01)
+        """Wait for an outcome (a state reached, a request recorded), bounded by ``limit_s``."""
+        await wait_until(predicate, limit_s)
 
     def terminations(self) -> dict[str, Any]:
         return {sid: r.termination for sid, r in self.runners.items() if r.termination is not None}
@@ -96,7 +96,13 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         "pingTimeout = 5.0",
     ]
     for i in range(sessions):
-        lines += ["[[sessions]]", f'id = "wm-{i}"', 'platform = "genesys"', 'kind = "webmessaging"', f'agentId = "a-{i}"']
+        lines += [
+            "[[sessions]]",
+            f'id = "wm-{i}"',
+            'platform = "genesys"',
+            'kind = "webmessaging"',
+            f'agentId = "a-{i}"',
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -78,7 +78,9 @@ async def test_graceful_close_terminates_without_reconnecting(sim: GenesysSimula
         assert all(sid not in h.supervisor.store for sid in h.runners)
 
 
-async def test_handshake_429_is_never_retried_before_retry_after(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_handshake_429_is_never_retried_before_retry_after(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """Seed edge case 2 for reconnections: a refused handshake's Retry-After is a minimum delay."""
     async with supervised(genesys_config(sim.urls, 4), tmp_path, genesys=sim) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 4)
@@ -97,7 +99,9 @@ async def test_handshake_429_is_never_retried_before_retry_after(sim: GenesysSim
         for t_refused, event in refused:
             sid = event["context"]["sessionId"]
             later = [
-                t for t, p in reconnects if p["sessionId"] == sid and p["to"] == "connecting" and t > t_refused
+                t
+                for t, p in reconnects
+                if p["sessionId"] == sid and p["to"] == "connecting" and t > t_refused
             ]
             assert later, sid
             assert later[0] - t_refused >= 1.0
@@ -114,7 +118,9 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
         # one handshake admitted per second, the rest refused with 503: the burst of first
         # reconnections (all within 0.1 s) makes well over five consecutive failures
-        refuse = sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503}))
+        refuse = sim.faults.inject(
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
+        )
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
         opened_at = h.recorded.timed("CIRCUIT_BREAKER_OPEN")[0][0]
@@ -133,7 +139,9 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
         assert h.terminations() == {}
 
 
-async def test_session_response_missing_conversation_id_terminates(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_session_response_missing_conversation_id_terminates(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """Seed section 3: a 200 without conversationId never goes active: INCOMPLETE_RESPONSE, fail-fast."""
     sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["conversationId"]}))
     async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
@@ -142,7 +150,11 @@ async def test_session_response_missing_conversation_id_terminates(sim: GenesysS
             assert termination.as_json()["reason"] == "FAIL_FAST_TRIGGER"
             assert termination.as_json()["trigger"] == "INCOMPLETE_RESPONSE"
             assert termination.as_json()["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
-        details = [e["details"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["code"] == "INCOMPLETE_RESPONSE"]
+        details = [
+            e["details"]
+            for e in h.recorded.named("SDK_ERROR_CLASSIFIED")
+            if e["code"] == "INCOMPLETE_RESPONSE"
+        ]
         assert details and all("conversationId" in d for d in details)
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
         assert not any(r.state.value == "active" for r in h.runners.values())

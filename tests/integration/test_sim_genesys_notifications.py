@@ -158,3 +158,32 @@ async def test_channel_expires_by_the_clock_and_subscribe_extends_it(genesys: Ge
         with pytest.raises(ConnectionClosed):
             await ws.recv()
         assert ws.close_code == 1001
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=300)])
+async def test_channel_closes_when_its_token_expires(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        genesys.clock.advance(299)
+        genesys.sim.tick()
+        assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"
+        genesys.clock.advance(1)
+        genesys.sim.tick()
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1001
+    assert genesys.sim.recorder.events("channel_expired") == 1
+
+
+async def test_channel_closes_when_its_token_is_revoked(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    async with connect(chan["connectUri"]) as ws:
+        genesys.sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+        r = await genesys.http.head(genesys.api(f"{CHANNELS}/{chan['id']}"), headers=genesys.auth)
+        assert r.status_code == 401  # the revocation is noticed on the token's next use
+        genesys.sim.tick()
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        assert ws.close_code == 1001

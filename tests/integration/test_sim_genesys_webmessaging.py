@@ -273,3 +273,52 @@ async def test_restricted_deployments_answer_403(genesys: Genesys) -> None:
     async with connect(genesys.wm_url("allowed")) as ws:
         await ws.send(json.dumps({"action": "configureSession", "token": "t", "deploymentId": "allowed"}))
         assert json.loads(await ws.recv())["code"] == 200
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_idle_timeout_s=300, wm_max_connection_s=3600)])
+async def test_idle_and_lifetime_limits_close_with_1001(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as idle, connect(genesys.wm_url()) as busy:
+        await configure(idle, "tok-idle")
+        await configure(busy, "tok-busy")
+        genesys.clock.advance(299)
+        await ask(busy, {"action": "echo", "token": "tok-busy", "message": {"type": "Text", "text": "ping"}})
+        genesys.clock.advance(1)
+        genesys.sim.tick()
+        with pytest.raises(ConnectionClosed):
+            await idle.recv()
+        assert idle.close_code == 1001
+        for _ in range(12):  # busy stays alive by talking, until its lifetime runs out
+            genesys.clock.advance(299)
+            await ask(
+                busy, {"action": "echo", "token": "tok-busy", "message": {"type": "Text", "text": "ping"}}
+            )
+            genesys.sim.tick()
+        with pytest.raises(ConnectionClosed):
+            await busy.recv()
+        assert busy.close_code == 1001
+    assert genesys.sim.recorder.events("limit_close", reason="idle") == 1
+    assert genesys.sim.recorder.events("limit_close", reason="lifetime") == 1
+
+
+async def test_guest_rest_messages_with_the_jwt(genesys: Genesys) -> None:
+    url = genesys.api("/api/v2/webmessaging/messages")
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-m")
+        for text in ("one", "two", "three"):
+            await ask(
+                ws, {"action": "onMessage", "token": "tok-m", "message": {"type": "Text", "text": text}}
+            )
+        jwt = (await ask(ws, {"action": "getJwt", "token": "tok-m"}))["body"]["jwt"]
+    r = await genesys.http.get(url, params={"pageSize": 2}, headers={"Authorization": f"Bearer {jwt}"})
+    assert r.status_code == 200
+    body = r.json()
+    assert [m["text"] for m in body["entities"]] == ["three", "two"]
+    assert (body["pageSize"], body["pageNumber"], body["total"], body["pageCount"]) == (2, 1, 3, 2)
+    assert (await genesys.http.get(url)).json()["code"] == "authentication.required"
+    stale = await genesys.http.get(url, headers={"Authorization": "Bearer nope"})
+    assert stale.status_code == 401 and stale.json()["code"] == "bad.credentials"
+    bad = await genesys.http.get(url, params={"pageSize": 0}, headers={"Authorization": f"Bearer {jwt}"})
+    assert bad.status_code == 400 and bad.json()["code"] == "bad.request"
+    genesys.clock.advance(3600)  # the JWT's lifetime
+    assert (await genesys.http.get(url, headers={"Authorization": f"Bearer {jwt}"})).status_code == 401
+    assert genesys.sim.recorder.request_count("GET", "/api/v2/webmessaging/messages", 200) == 1

@@ -23,7 +23,8 @@ from aiohttp import web
 
 from supervisor.clock import Clock
 from supervisor.sim.cxone.config import ErrorBody
-from supervisor.sim.cxone.wire import empty_response, json_response, oauth_error, retry_after_value
+from supervisor.sim.cxone.wire import empty_response, json_response, oauth_error
+from supervisor.sim.fault_kinds import retry_after_header
 from supervisor.sim.faults import Fault, FaultController, FaultKind
 from supervisor.sim.recorder import Recorder
 
@@ -149,7 +150,7 @@ class FaultGate:
         return None
 
     def _retry_after(self, fault: Fault) -> dict[str, str]:
-        value = retry_after_value(fault.params.get("retry_after"), self.clock)
+        value = retry_after_header(fault.params.get("retry_after"), self.clock.time())
         return {} if value is None else {"Retry-After": value}
 
     def _throttled(self, fault: Fault, code: str, message: str) -> web.Response:

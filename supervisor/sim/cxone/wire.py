@@ -11,14 +11,11 @@ Nothing here ever puts a traceback, a token or a secret in a body.
 
 from __future__ import annotations
 
-import email.utils
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 from aiohttp import web
-
-from supervisor.clock import Clock
 
 _ENCODER = msgspec.json.Encoder()
 JSON = "application/json; charset=utf-8"
@@ -68,19 +65,6 @@ def endpoint_of(request: web.Request) -> str:
     if not canonical or request.match_info.http_exception is not None:
         return f"{request.method} {UNKNOWN_ENDPOINT}"
     return f"{request.method} {canonical}"
-
-
-def retry_after_value(param: object, clock: Clock, *, date_delay_s: int = 5) -> str | None:
-    """The ``Retry-After`` header for a fault's ``retry_after`` param (RFC 9110 §10.2.3).
-
-    ``"7"`` / ``7`` → delay-seconds; ``"http-date"`` → an IMF-fixdate ``date_delay_s`` from now;
-    None → no header.
-    """
-    if param is None:
-        return None
-    if param == "http-date":
-        return email.utils.formatdate(clock.time() + date_delay_s, usegmt=True)
-    return str(int(str(param)))
 
 
 def correlation_headers(request: web.Request) -> dict[str, str]:

@@ -34,6 +34,7 @@ from supervisor.sim.admin import make_admin_app
 from supervisor.sim.faults import FaultController
 from supervisor.sim.genesys.config import GenesysSimConfig, load_config
 from supervisor.sim.genesys.context import FaultGate, SimContext
+from supervisor.sim.genesys.guest import MESSAGES_ROUTE, guest_messages
 from supervisor.sim.genesys.notifications import CHANNEL_ROUTES, NotificationsHub
 from supervisor.sim.genesys.oauth import make_login_app
 from supervisor.sim.genesys.rest import make_api_app
@@ -107,6 +108,7 @@ class GenesysSimulator:
             self.ctx.urls = dict(self.urls)
             self._listeners.append(await serve_aiohttp("login", make_login_app(self.ctx), socks["login"]))
             api = make_api_app(self.ctx, CHANNEL_ROUTES)
+            api.router.add_get(MESSAGES_ROUTE, guest_messages)
             self._listeners.append(await serve_aiohttp("api", api, socks["api"]))
             wm = self.webmessaging
             self._listeners.append(

@@ -44,6 +44,9 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         wm_rate_limit / wm_rate_window_s: guest messages per session per window before 4029 [I].
         max_message_chars: onMessage text longer than this is 4011 [I].
         max_custom_data_bytes: customAttributes larger than this is 4013 (§1: 2048).
+        wm_idle_timeout_s: close a Web Messaging connection with 1001 after this long without a
+            frame from the client (None: never) [I, §1: "idle 300 s" suggested].
+        wm_max_connection_s: close it with 1001 after this long open (None: never) [I].
         ws_ping_interval_s: server-side WebSocket pings (None: the client pings, §1) [I].
         ws_max_size: largest accepted WebSocket frame in bytes [I].
         compression: offer permessage-deflate (off: cheaper per connection) [I].
@@ -65,6 +68,8 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     wm_rate_window_s: float = 60.0
     max_message_chars: int = 4096
     max_custom_data_bytes: int = 2048
+    wm_idle_timeout_s: float | None = None
+    wm_max_connection_s: float | None = None
     ws_ping_interval_s: float | None = None
     ws_max_size: int = 256 * 1024
     compression: bool = False
@@ -89,8 +94,10 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         for name, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.ws_ping_interval_s is not None and self.ws_ping_interval_s <= 0:
-            raise ValueError("ws_ping_interval_s must be > 0 or absent")
+        for name in ("ws_ping_interval_s", "wm_idle_timeout_s", "wm_max_connection_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 or absent")
 
 
 def config_from_dict(data: dict[str, Any], source: str = "config") -> GenesysSimConfig:

@@ -38,6 +38,9 @@ class WsListener:
         self.name = name
         self.endpoint = endpoint
         self.conns: dict[ServerConnection, str] = {}
+        # [opened, last frame] on the injected clock, for the idle and lifetime limits
+        self.times: dict[ServerConnection, list[float]] = {}
+        self._next_sweep = 0.0
         self.blackholed: dict[ServerConnection, str] = {}
         self.extra: dict[FaultKind, ExtraAction] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -76,6 +79,8 @@ class WsListener:
 
     def opened(self, conn: ServerConnection, key: str) -> None:
         self.conns[conn] = key
+        now = self.ctx.clock.monotonic()
+        self.times[conn] = [now, now]
         self.ctx.recorder.connection_opened(self.name)
 
     def rekey(self, conn: ServerConnection, key: str) -> None:
@@ -85,6 +90,7 @@ class WsListener:
     def closed(self, conn: ServerConnection) -> None:
         if self.conns.pop(conn, None) is not None:
             self.ctx.recorder.connection_closed(self.name)
+        self.times.pop(conn, None)
         self.blackholed.pop(conn, None)
 
     def live(self) -> list[ServerConnection]:
@@ -96,6 +102,9 @@ class WsListener:
     def intercept(self, conn: ServerConnection) -> bool:
         """Apply DROP / CLOSE / BLACKHOLE faults still active to this connection; True if one applied."""
         key = self.conns.get(conn, _peer(conn))
+        times = self.times.get(conn)
+        if times is not None:
+            times[1] = self.ctx.clock.monotonic()
         for kind in _ONGOING:
             fault = self.ctx.gate.hit(kind, key, self.endpoint)
             if fault is not None:
@@ -149,6 +158,24 @@ class WsListener:
                 del self.blackholed[conn]
                 with contextlib.suppress(Exception):
                     conn.transport.resume_reading()
+
+    def enforce_limits(self, idle_s: float | None, lifetime_s: float | None) -> int:
+        """Close (1001, platforms.md §1 [I]) connections idle or open for too long; at most once a second."""
+        now = self.ctx.clock.monotonic()
+        if (idle_s is None and lifetime_s is None) or now < self._next_sweep:
+            return 0
+        self._next_sweep = now + 1.0
+        closed = 0
+        for conn, (opened, last) in list(self.times.items()):
+            idle = idle_s is not None and now - last >= idle_s
+            if idle or (lifetime_s is not None and now - opened >= lifetime_s):
+                del self.times[conn]  # closed once
+                self.ctx.recorder.record_event(
+                    "limit_close", listener=self.name, reason="idle" if idle else "lifetime"
+                )
+                self.spawn(conn.close(1001, "idle timeout" if idle else "connection lifetime reached"))
+                closed += 1
+        return closed
 
     async def close_all(self) -> None:
         """Cancel background tasks (shutdown)."""

@@ -108,13 +108,18 @@ class FaultGate:
         """
         if not isinstance(body, dict):
             return body
-        drift = self.hit(FaultKind.CONVERSATION_DRIFT, session_key, endpoint)
-        if drift is not None:
-            other = drift.params.get("conversation_id") or _other_id(conversation_id)
-            body = _replace_conversation(body, conversation_id, other)
-        missing = self.hit(FaultKind.MISSING_FIELDS, session_key, endpoint)
-        if missing is not None:
-            body = {k: v for k, v in body.items() if k not in missing.params["fields"]}
+        # drift and missing fields only spend a hit on bodies that carry what they change
+        if conversation_id is not None:
+            drift = self.hit(FaultKind.CONVERSATION_DRIFT, session_key, endpoint)
+            if drift is not None:
+                other = drift.params.get("conversation_id") or _other_id(conversation_id)
+                body = _replace_conversation(body, conversation_id, other)
+        for fault in self._faults.candidates(FaultKind.MISSING_FIELDS, session_key, endpoint):
+            fields = fault.params["fields"]
+            if any(name in body for name in fields) and self._faults.hit(fault):
+                self._recorder.record_fault_hit(fault)
+                body = {k: v for k, v in body.items() if k not in fields}
+                break
         if self.hit(FaultKind.MALFORMED_BODY, session_key, endpoint) is not None:
             return msgspec.json.encode(body)[:-1] + b',"truncated'
         return body

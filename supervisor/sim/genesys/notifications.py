@@ -18,7 +18,8 @@ WebSocket ``/channels/{id}`` (SIMULATOR SPEC 4): a heartbeat
 ``{"result":"400","status":"error","message":..}``); events
 ``{"topicName","version":"2","eventBody","metadata":{"CorrelationId"}}`` via
 :meth:`NotificationsHub.publish`; SOCKET_CLOSING sends ``v2.system.socket_closing`` then closes
-after the lead time; an expired channel is closed with 1001.
+after the lead time; a channel past its lifetime, or whose creating token expired or was
+revoked (§2), is closed with 1001.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _owned(req: Request) -> Channel:
 
 
 async def create_channel(req: Request) -> Reply:
-    chan, evicted = req.ctx.state.create_channel(req.token.client_id)
+    chan, evicted = req.ctx.state.create_channel(req.token.client_id, req.token)
     if evicted is not None:
         req.ctx.recorder.record_event("channel_evicted")
         if req.ctx.channel_evicted is not None:

@@ -70,10 +70,16 @@ class Conversation:
     participants: dict[str, Participant]
     status: str = "connected"
     message_ids: set[str] = field(default_factory=set)
-    attribute_updates: int = 0  # SILENT_DROP_ATTRIBUTES ``after`` counts these
+    transcript: list[dict[str, Any]] = field(default_factory=list)  # guest-visible messages
 
     def customer(self) -> Participant:
         return next(p for p in self.participants.values() if p.purpose == "customer")
+
+    def remember(self, message: dict[str, Any], keep: int = 500) -> None:
+        """Keep a Web Messaging message for the guest REST transcript (the newest ``keep``)."""
+        self.transcript.append(message)
+        if len(self.transcript) > keep:
+            del self.transcript[: len(self.transcript) - keep]
 
 
 @dataclass(slots=True)
@@ -87,6 +93,7 @@ class Channel:
     expires_at: float
     topics: list[str] = field(default_factory=list)
     connected: bool = False
+    token: Token | None = None  # the channel closes when its creator's token expires (§2)
 
 
 @dataclass(slots=True)
@@ -116,6 +123,7 @@ class GenesysState:
         self.conversations: dict[str, Conversation] = {}
         self.channels: dict[str, Channel] = {}
         self.sessions: dict[str, GuestSession] = {}
+        self.jwts: dict[str, tuple[str, float]] = {}  # guest JWT -> (session token, expiry)
         self._serial = 0
 
     # -- ids --------------------------------------------------------------------------------------
@@ -195,7 +203,7 @@ class GenesysState:
 
     # -- channels (§2) ------------------------------------------------------------------------------
 
-    def create_channel(self, owner: str) -> tuple[Channel, Channel | None]:
+    def create_channel(self, owner: str, token: Token | None = None) -> tuple[Channel, Channel | None]:
         """A new channel; returns it and the channel evicted to stay within ``max_channels``.
 
         Eviction (§2): channels without an active connection go first, then the oldest last-used.
@@ -208,17 +216,21 @@ class GenesysState:
             del self.channels[evicted.id]
         self._serial += 1
         chan_id = f"streaming-{self._serial % 10}-{self.secret()[:26]}"
-        chan = Channel(chan_id, owner, now, now, now + self.config.channel_ttl_s)
+        chan = Channel(chan_id, owner, now, now, now + self.config.channel_ttl_s, token=token)
         self.channels[chan_id] = chan
         return chan, evicted
 
     def expired_channels(self) -> list[Channel]:
-        """Channels past their lifetime (removed from the state)."""
+        """Channels past their lifetime or whose token expired (removed from the state) (§2)."""
         now = self.clock.monotonic()
-        gone = [c for c in self.channels.values() if now >= c.expires_at]
+        gone = [c for c in self.channels.values() if now >= c.expires_at or self._token_gone(c.token, now)]
         for chan in gone:
             del self.channels[chan.id]
         return gone
+
+    @staticmethod
+    def _token_gone(token: Token | None, now: float) -> bool:
+        return token is not None and (token.revoked or token.expired or now >= token.expires_at)
 
     # -- guest sessions (§1) ------------------------------------------------------------------------
 
@@ -239,6 +251,19 @@ class GenesysState:
         )
         self.sessions[token] = sess
         return sess
+
+    def issue_jwt(self, session_token: str, ttl_s: float = 3600.0) -> tuple[str, int]:
+        """A guest JWT for the session (``getJwt``): the opaque value and its ``exp`` (epoch s)."""
+        jwt = f"sim.{self.secret()}.jwt"
+        self.jwts[jwt] = (session_token, self.clock.monotonic() + ttl_s)
+        return jwt, int(self.clock.time() + ttl_s)
+
+    def jwt_session(self, jwt: str) -> GuestSession | None:
+        """The live session a guest JWT stands for, or None (unknown, expired, session gone)."""
+        entry = self.jwts.get(jwt)
+        if entry is None or self.clock.monotonic() >= entry[1]:
+            return None
+        return self.sessions.get(entry[0])
 
     def session_expired(self, sess: GuestSession) -> bool:
         """Whether the session ran past its lifetime or was expired by a fault."""

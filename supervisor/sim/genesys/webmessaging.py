@@ -59,6 +59,7 @@ class WebMessagingServer:
         self.listener.extra[FaultKind.CONNECTION_CLOSED_EVENT] = self._closed_event
         self.by_token: dict[str, set[ServerConnection]] = {}
         self.token_of: dict[ServerConnection, str] = {}
+        self._next_sweep = 0.0
         ctx.push_outbound = self.push_outbound
 
     # -- handshake and connection -------------------------------------------------------------------
@@ -270,6 +271,7 @@ class WebMessagingServer:
         for field in ("text", "content", "events", "metadata"):
             if message.get(field) is not None:
                 body[field] = message[field]
+        self.ctx.state.conversation(sess.conversation_id).remember(body)
         payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body, tracing)
         await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
 
@@ -299,8 +301,8 @@ class WebMessagingServer:
         if sess is None:
             await self._send(conn, error or wm_error(400, _FAILED), "string")
             return
-        exp = int(self.ctx.clock.time()) + 3600
-        body = {"jwt": f"sim.{self.ctx.state.secret()}.jwt", "exp": exp}
+        jwt, exp = self.ctx.state.issue_jwt(token)
+        body = {"jwt": jwt, "exp": exp}
         await self._send(
             conn, wm_envelope("response", WmClass.JWT_RESPONSE, 200, body, tracing), "JwtResponse"
         )
@@ -341,20 +343,21 @@ class WebMessagingServer:
 
     async def push_outbound(self, conversation_id: str, message: dict[str, Any]) -> int:
         """Push an agent message (Outbound StructuredMessage) to the guest's open connections."""
+        body = {
+            "id": message["id"],
+            "channel": {"time": message["time"], "messageId": message["id"]},
+            "type": "Text",
+            "text": message["text"],
+            "direction": "Outbound",
+            "originatingEntity": "Human",
+        }
+        self.ctx.state.conversation(conversation_id).remember(body)
+        payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body)
         sent = 0
         for token, conns in list(self.by_token.items()):
             sess = self.ctx.state.sessions.get(token)
             if sess is None or sess.conversation_id != conversation_id:
                 continue
-            body = {
-                "id": message["id"],
-                "channel": {"time": message["time"], "messageId": message["id"]},
-                "type": "Text",
-                "text": message["text"],
-                "direction": "Outbound",
-                "originatingEntity": "Human",
-            }
-            payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body)
             for conn in list(conns):
                 if conn not in self.listener.blackholed:
                     await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
@@ -388,7 +391,13 @@ class WebMessagingServer:
         return sent
 
     def sweep(self) -> None:
-        """Push SessionExpiredEvent to connections whose session ran past its lifetime."""
+        """SessionExpiredEvent to sessions past their lifetime; close idle or too-old connections."""
+        cfg = self.ctx.config
+        self.listener.enforce_limits(cfg.wm_idle_timeout_s, cfg.wm_max_connection_s)
+        now = self.ctx.clock.monotonic()
+        if now < self._next_sweep:  # once a clock second: cheap with thousands of sessions
+            return
+        self._next_sweep = now + 1.0
         for token, conns in list(self.by_token.items()):
             sess = self.ctx.state.sessions.get(token)
             if sess is None or sess.expired or not self.ctx.state.session_expired(sess):

@@ -1,0 +1,126 @@
+"""What the demo learns from the daemon's event bus while a scenario runs.
+
+:class:`Observer` is a bus sink (synchronous, cheap): it keeps the sessions' states from
+SESSION_TRANSITION events, notes when every surviving session is active again after the
+fault (``recoverySeconds``), remembers each terminated session's connection count (so a
+reconnection after termination would show), pairs every RATE_LIMITED classification with
+the retry scheduled after it (a retry earlier than Retry-After would show), and counts
+events for the events-per-second gauge. It wakes the orchestrator on every transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from supervisor.clock import Clock
+
+_ACTIVE = "active"
+_TERMINATED = "terminated"
+
+
+class Observer:
+    """A sink for :meth:`supervisor.bus.EventBus.subscribe`; see the module docstring."""
+
+    def __init__(self, clock: Clock, connects_of: Callable[[str], int]) -> None:
+        self._clock = clock
+        self._connects_of = connects_of
+        self.states: dict[str, str] = {}
+        self.events = 0
+        self.fault_at: float | None = None
+        self.recovered_at: float | None = None
+        # sessions seen leaving "active" after the fault (other than by terminating)
+        self.disrupted: set[str] = set()
+        self.connects_at_termination: dict[str, int] = {}
+        self.rate_limited = 0
+        self.rate_limit_retries = 0
+        self.min_retry_delay_s: float | None = None
+        self.early_retries = 0
+        self._retry_after_ms: dict[str, int] = {}
+        self._changed = anyio.Event()
+
+    # -- the sink -----------------------------------------------------------------------------------
+
+    def __call__(self, name: str, payload: dict[str, Any]) -> None:
+        self.events += 1
+        if name == "SESSION_TRANSITION":
+            self._transition(payload)
+        elif name == "SDK_ERROR_CLASSIFIED" and payload.get("code") == "RATE_LIMITED":
+            self._rate_limited(payload)
+        elif name == "RETRY_ATTEMPT" and payload.get("code") == "RATE_LIMITED":
+            self._retry(payload)
+
+    def _transition(self, payload: dict[str, Any]) -> None:
+        session = str(payload.get("machineId"))
+        target = str(payload.get("to"))
+        source = self.states.get(session)
+        self.states[session] = target
+        if target == _TERMINATED:
+            self.connects_at_termination[session] = self._connects_of(session)
+        if self.fault_at is not None:
+            if source == _ACTIVE and target != _TERMINATED:
+                self.disrupted.add(session)
+                self.recovered_at = None
+            elif target == _ACTIVE and self.all_survivors_active():
+                self.recovered_at = self._clock.monotonic()
+        self._changed.set()
+
+    def _rate_limited(self, payload: dict[str, Any]) -> None:
+        if self.fault_at is None:
+            return
+        self.rate_limited += 1
+        session = _session_of(payload)
+        retry_after = payload.get("retryAfterMs")
+        if session is not None and isinstance(retry_after, int):
+            self._retry_after_ms[session] = retry_after
+
+    def _retry(self, payload: dict[str, Any]) -> None:
+        if self.fault_at is None:
+            return
+        self.rate_limit_retries += 1
+        delay = payload.get("delayS")
+        if not isinstance(delay, int | float):
+            return
+        delay_s = float(delay)
+        if self.min_retry_delay_s is None or delay_s < self.min_retry_delay_s:
+            self.min_retry_delay_s = delay_s
+        session = payload.get("sessionId")
+        wanted = self._retry_after_ms.pop(str(session), None)
+        if wanted is not None and delay_s * 1000.0 < wanted - 0.5:
+            self.early_retries += 1
+
+    # -- queries for the orchestrator ---------------------------------------------------------------
+
+    def mark_fault(self) -> None:
+        """The scenario's faults are being injected now."""
+        now = self._clock.monotonic()
+        self.fault_at = now
+        self.recovered_at = now if self.all_survivors_active() else None
+
+    def count(self, state: str) -> int:
+        return sum(1 for s in self.states.values() if s == state)
+
+    def all_survivors_active(self) -> bool:
+        return all(s in (_ACTIVE, _TERMINATED) for s in self.states.values())
+
+    def recovery_seconds(self) -> float | None:
+        if self.fault_at is None or self.recovered_at is None:
+            return None
+        return round(max(0.0, self.recovered_at - self.fault_at), 3)
+
+    async def changed(self, limit_s: float) -> None:
+        """Wait for the next transition, at most ``limit_s`` (time-based conditions need a re-check)."""
+        with anyio.move_on_after(limit_s):
+            await self._changed.wait()
+        self._changed = anyio.Event()
+
+
+def _session_of(payload: dict[str, Any]) -> str | None:
+    context = payload.get("context")
+    if isinstance(context, dict):
+        session = context.get("sessionId")
+        if isinstance(session, str):
+            return session
+    return None

@@ -1,0 +1,219 @@
+"""The demo's orchestration: simulators, daemon, faults, outcome, summary.
+
+1. start both simulators in-process on loopback (free ports);
+2. build the daemon's config (credential files in a temporary directory) and run the
+   :class:`~supervisor.runtime.daemon.Supervisor` under one anyio task group;
+3. wait until every session is active;
+4. inject the scenario's faults through the simulators' Python API;
+5. wait, with a bounded deadline, until the outcome settles: every counted fault spent,
+   the expected sessions disrupted and terminated, every survivor active again, and the
+   scenario's minimum observation time passed;
+6. collect the summary, judge it against the scenario's expected outcome, shut down.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from supervisor.bus import EventBus
+from supervisor.clock import SystemClock
+from supervisor.demo.observe import Observer
+from supervisor.demo.progress import Progress
+from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
+from supervisor.demo.summary import Baseline, collect
+from supervisor.demo.wiring import (
+    cxone_sim_config,
+    daemon_config,
+    genesys_sim_config,
+    scaled_taxonomy,
+    write_credentials,
+)
+from supervisor.runtime.daemon import Supervisor
+from supervisor.sim.cxone import CxoneSimulator
+from supervisor.sim.genesys import GenesysSimulator
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    scenario: str = "mixed"
+    sessions: int = 50
+    seed: int = 1
+    fast: bool = False
+    timeout_s: float | None = None
+
+
+class _Run:
+    """One demo run's moving parts (see the module docstring for the steps)."""
+
+    def __init__(self, options: DemoOptions, scenario: Scenario, timing: Timing) -> None:
+        self.options = options
+        self.scenario = scenario
+        self.timing = timing
+        self.fleet = Fleet.of(options.sessions)
+        self.clock = SystemClock()
+        self.phase = "starting"
+        self.problems: list[str] = []
+        self.injected: list[tuple[Injection, str]] = []
+
+    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any]:
+        opts, scenario, timing = self.options, self.scenario, self.timing
+        credentials = write_credentials(workdir)
+        taxonomy = scaled_taxonomy(workdir, timing.backoff_scale)
+        started = self.clock.monotonic()
+        async with (
+            GenesysSimulator(genesys_sim_config(scenario, timing), seed=opts.seed) as genesys,
+            CxoneSimulator(cxone_sim_config(scenario, timing), seed=opts.seed) as cxone,
+        ):
+            config = daemon_config(
+                fleet=self.fleet,
+                scenario=scenario,
+                timing=timing,
+                genesys_urls=genesys.urls,
+                cxone_urls=cxone.urls,
+                credentials=credentials,
+                taxonomy=taxonomy,
+                seed=opts.seed,
+            )
+            bus = EventBus()
+            async with Supervisor(
+                config,
+                bus=bus,
+                clock=self.clock,
+                rng=random.Random(opts.seed),
+                config_dir=workdir,
+                environ={},
+            ) as supervisor:
+                observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
+                bus.subscribe(observer)
+                baseline: Baseline | None = None
+                async with anyio.create_task_group() as tg:
+                    if progress is not None:
+                        sample = self._sampler(supervisor, observer)
+                        tg.start_soon(Progress(progress, self.clock, sample, scenario.name).run)
+                    supervisor.start_all(tg)
+                    deadline = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    with anyio.move_on_after(deadline) as scope:
+                        await self._wait(observer, lambda: _started(supervisor, self.fleet.sessions))
+                        if supervisor.states().get("terminated"):
+                            self.problems.append("a session terminated before the scenario started")
+                        else:
+                            self.phase = "fault injected"
+                            baseline = Baseline.take(genesys, cxone)
+                            observer.mark_fault()
+                            self._inject(genesys, cxone)
+                            injected_at = self.clock.monotonic()
+                            await self._wait(
+                                observer, lambda: self._settled(observer, genesys, cxone, injected_at)
+                            )
+                    if scope.cancelled_caught:
+                        self.problems.append(f"timed out after {deadline:g} s while {self.phase}")
+                    self.phase = "done"
+                    summary = collect(
+                        scenario=scenario,
+                        fleet=self.fleet,
+                        seed=opts.seed,
+                        fast=timing.fast,
+                        supervisor=supervisor,
+                        genesys=genesys,
+                        cxone=cxone,
+                        observer=observer,
+                        baseline=baseline,
+                        admission=None
+                        if scenario.admission is None
+                        else scenario.admission(self.fleet, timing),
+                        elapsed_s=self.clock.monotonic() - started,
+                        faults=self._faults(genesys, cxone),
+                    )
+                    # cancelling (rather than Supervisor.shutdown) also ends connection attempts in
+                    # flight; each runner still closes its open connection on the way out
+                    tg.cancel_scope.cancel()
+        problems = self.problems + (scenario.check(summary) if not self.problems else [])
+        summary["outcome"] = {"ok": not problems, "problems": problems}
+        return summary
+
+    # -- steps ----------------------------------------------------------------------------------------
+
+    async def _wait(self, observer: Observer, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await observer.changed(0.25)
+
+    def _inject(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> None:
+        for injection in self.scenario.faults(self.fleet, self.timing):
+            target = genesys.faults if injection.sim == "genesys" else cxone.faults
+            stored = target.inject(injection.fault)
+            self.injected.append((injection, stored.id or "?"))
+
+    def _settled(
+        self, observer: Observer, genesys: GenesysSimulator, cxone: CxoneSimulator, since: float
+    ) -> bool:
+        if self.clock.monotonic() - since < self.scenario.hold(self.timing):
+            return False
+        for sim in (genesys, cxone):
+            if any(f.count is not None for f in sim.faults.active()):
+                return False  # a counted fault has hits left
+        if len(observer.disrupted) < self.scenario.disrupted(self.fleet):
+            return False
+        if observer.count("terminated") < self.scenario.terminations(self.fleet):
+            return False
+        return observer.all_survivors_active()
+
+    def _faults(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for injection, fid in self.injected:
+            sim = genesys if injection.sim == "genesys" else cxone
+            fault = injection.fault
+            out.append(
+                {
+                    "simulator": injection.sim,
+                    "id": fid,
+                    "kind": fault.kind.value,
+                    "endpoint": fault.endpoint,
+                    "share": fault.share,
+                    "count": fault.count,
+                    "params": dict(fault.params),
+                    "hits": sim.recorder.fault_hits(fid),
+                }
+            )
+        return out
+
+    def _sampler(
+        self, supervisor: Supervisor, observer: Observer
+    ) -> Callable[[], tuple[str, dict[str, int], list[str], int]]:
+        def sample() -> tuple[str, dict[str, int], list[str], int]:
+            circuits = sorted(c for c, b in supervisor.circuits.all().items() if b.state.value != "closed")
+            return self.phase, supervisor.states(), circuits, observer.events
+
+        return sample
+
+
+def _started(supervisor: Supervisor, sessions: int) -> bool:
+    states = supervisor.states()
+    return states.get("active", 0) == sessions or states.get("terminated", 0) > 0
+
+
+def _connects(supervisor: Supervisor, session_id: str) -> int:
+    runner = supervisor.runners.get(session_id)
+    return 0 if runner is None else runner.connects
+
+
+def timing_for(fast: bool) -> Timing:
+    return FAST if fast else REAL
+
+
+async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any]:
+    """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
+
+    Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
+    """
+    scenario = SCENARIOS[options.scenario]
+    run = _Run(options, scenario, timing_for(options.fast))
+    with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
+        return await run.execute(Path(workdir), progress)

@@ -1,0 +1,409 @@
+"""NICE CXone Agent Session transport: REST long polling through the request pipeline (issue 5).
+
+Wire protocol (reference/platforms.md section 6)::
+
+    POST   {base}/services/{v}/agent-sessions?stationId=|stationPhoneNumber=   -> {"sessionId": S0}
+    GET    {base}/services/{v}/agent-sessions/{S}/get-next-event?timeout=N     -> 200 {"sessionId": S+1, "events"}
+                                                                                  304 (no body): idle
+                                                                                  409: session ended
+    DELETE {base}/services/{v}/agent-sessions/{S}
+
+``{base}`` is the token's ``resource_server_base_uri`` (platforms.md section 7) unless
+configured. Every request goes through :class:`~supervisor.pipeline.RequestPipeline` (the
+one retry layer: token, circuit ``cxone:api``, classification, retries, Retry-After), so
+this module only *describes* what the platform answered (design.md, "Data flows one way"):
+
+* a failed request raises the pipeline's :class:`OperationError` / :class:`CircuitOpenError`
+  unchanged (a 409 on a poll is AGENT_SESSION_ENDED, taxonomy v1);
+* a poll 200 whose body does not parse is MALFORMED_RESPONSE, one without ``sessionId`` is
+  INCOMPLETE_RESPONSE (seed section 3), an ``AgentSessionStart`` after the first poll of a
+  connection is the server's replay for a stale id: SESSION_ID_MISMATCH. All three raise
+  :class:`OperationError` with the taxonomy's event;
+* a poll that does not return within ``poll_watchdog`` seconds (core-sdk: 90 s; the pipeline's
+  retries of it included) is abandoned and :meth:`AgentSessionConnection.serve` returns a
+  ``TimeoutError`` RawError (NETWORK_TIMEOUT): the only way ``serve`` returns.
+
+``AgentSessionEnd``: taxonomy v1 has no rule that routes a 200 carrying it to a session end
+(such a RawError would classify as NOT_AN_ERROR), and inventing a 409 would misdescribe the
+wire. So the events are delivered and the next poll goes out at once with ``timeout=0``: the
+platform answers it with 409 (platforms.md section 6; core-sdk treats 409 as the session's
+end), which the pipeline raises as AGENT_SESSION_ENDED. The platform's own answer decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import httpx
+
+from supervisor.clock import Clock
+from supervisor.errors import OperationError, TransportFailure
+from supervisor.pipeline import RequestPipeline, ResponseCheck
+from supervisor.retry.headers import parse_max_age_ms
+from supervisor.taxonomy import Channel, RawError
+from supervisor.transports.base import Reporter, SessionContext, raw_from_exception
+
+__all__ = [
+    "CIRCUIT",
+    "MAX_AGE_CEILING_S",
+    "POLL_READ_GRACE_S",
+    "AgentSessionConnection",
+    "AgentSessionTransport",
+    "EventSink",
+]
+
+Sleep = Callable[[float], Awaitable[None]]
+EventSink = Callable[[list[dict[str, Any]]], None]
+
+#: the circuit every Agent Session API call goes through (one per CXone API endpoint)
+CIRCUIT = "cxone:api"
+#: the httpx read timeout of a poll is the server's hold time plus this (the server holds up to N s)
+POLL_READ_GRACE_S = 10.0
+#: a Cache-Control max-age longer than the longest hold CXone allows (60 s) is clamped to it
+MAX_AGE_CEILING_S = 60.0
+#: close() gives its DELETE (and the pipeline's retries of it) at most this long
+CLOSE_TIMEOUT_S = 5.0
+
+_START = "agent-session.start"
+_POLL = "agent-session.poll"
+_END = "agent-session.end"
+
+
+class AgentSessionTransport:
+    """Opens CXone agent sessions for one supervised session (the :class:`Transport` protocol).
+
+    ``required_fields``: ``sessionId`` is the session's server-side anchor (the start
+    answer); ``agentId`` is the seed's required field (section 3) and CXone documents it
+    in ``AgentSessionStart`` (platforms.md section 6), the first event of a session; the
+    token's ``agent_id`` (AcdToken, section 7) stands in when the first poll has no such
+    event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
+    which the platform need not send on the first poll, and is reported when it does.
+    """
+
+    required_fields: tuple[str, ...] = ("sessionId", "agentId")
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        *,
+        pipeline: RequestPipeline,
+        api_base: str | None = None,
+        api_version: str = "v23.0",
+        station_id: str | None = None,
+        station_phone_number: str | None = None,
+        poll_timeout: int = 30,
+        poll_watchdog: float = 90.0,
+        clock: Clock,
+        sleep: Sleep = anyio.sleep,
+        on_events: EventSink | None = None,
+    ) -> None:
+        if not 0 <= poll_timeout <= 60:
+            raise ValueError(
+                f"poll_timeout must be within 0..60 s (platforms.md section 6), got {poll_timeout!r}"
+            )
+        if not poll_watchdog > poll_timeout:
+            # the server may hold a poll for poll_timeout: a shorter watchdog abandons every idle poll
+            raise ValueError(
+                f"poll_watchdog ({poll_watchdog!r} s) must exceed poll_timeout ({poll_timeout!r} s)"
+            )
+        if api_base is None and pipeline.tokens is None:
+            raise ValueError("api_base is required when the pipeline has no token cache")
+        self.context = ctx
+        self.pipeline = pipeline
+        self._api_base = api_base
+        self._version = api_version
+        self._station: dict[str, str] = {}
+        if station_id is not None:
+            self._station["stationId"] = station_id
+        if station_phone_number is not None:
+            self._station["stationPhoneNumber"] = station_phone_number
+        self.poll_timeout = poll_timeout
+        self.poll_watchdog = poll_watchdog
+        self.clock = clock
+        self.sleep = sleep
+        self.on_events = on_events
+        base = pipeline.client.timeout
+        # the server holds the request up to poll_timeout s: the read timeout must exceed it
+        self.poll_http_timeout = httpx.Timeout(
+            connect=base.connect, read=poll_timeout + POLL_READ_GRACE_S, write=base.write, pool=base.pool
+        )
+
+    async def _sessions_url(self) -> str:
+        base = self._api_base
+        if base is None:
+            tokens = self.pipeline.tokens
+            assert tokens is not None  # checked in __init__
+            # a failed token fetch raises TransportFailure, as open() may (transports/base.py)
+            token = await tokens.get()
+            uri = token.extra.get("resource_server_base_uri")
+            if not isinstance(uri, str) or not uri:
+                # the token answer lacks a field we need: a partial success (seed section 3)
+                event = self.pipeline.classifier.incomplete_response(
+                    ("resource_server_base_uri",),
+                    platform=self.context.platform,
+                    channel=Channel.REST,
+                    context=self.context.envelope_context(),
+                    endpoint="oauth.token",
+                )
+                raise OperationError(event)
+            base = uri
+        return f"{base.rstrip('/')}/services/{self._version}/agent-sessions"
+
+    async def open(self) -> AgentSessionConnection:
+        """Start a platform session, then run its first poll; see the module docstring.
+
+        Raises :class:`OperationError` (a classified failure, a malformed or incomplete
+        poll), :class:`CircuitOpenError`, or :class:`TransportFailure` (token endpoint; the
+        first poll's watchdog).
+        """
+        ctx = self.context
+        ctx.platform_session_id = None  # a previous connection's id is no longer ours
+        sessions = await self._sessions_url()
+        response = await self.pipeline.request(
+            "POST",
+            sessions,
+            ctx=ctx,
+            circuit=CIRCUIT,
+            operation=_START,
+            check=ResponseCheck(),  # a body that does not parse is MALFORMED_RESPONSE
+            params=self._station,
+        )
+        body = _json_object(response)
+        start_id = body.get("sessionId") if body is not None else None
+        if not isinstance(start_id, str) or not start_id:
+            start_id = None
+        connection = AgentSessionConnection(self, sessions, start_id)
+        if start_id is None:
+            # no anchor to poll: the runtime's validation of session_response reports
+            # INCOMPLETE_RESPONSE (seed section 3); nothing is invented here
+            return connection
+        ctx.platform_session_id = start_id
+        await connection.first_poll()
+        return connection
+
+    async def aclose(self) -> None:
+        """Nothing to release: the HTTP client and token cache belong to the pipeline's owner."""
+
+
+class AgentSessionConnection:
+    """One platform agent session: the long-poll loop and its rolling sessionId."""
+
+    def __init__(self, transport: AgentSessionTransport, sessions_url: str, start_id: str | None) -> None:
+        self._t = transport
+        self._ctx = transport.context
+        self._sessions = sessions_url
+        #: the start answer's sessionId: the session's anchor (None when the platform gave none)
+        self.start_id = start_id
+        #: the rolling sessionId to poll next (mirrored in ``context.platform_session_id``)
+        self.session_id = start_id
+        self._response: dict[str, Any] = self._session_response([])
+        self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
+        self._ended = False  # the platform said AgentSessionEnd
+        self._confirm = False  # ...so the next poll goes out at once (timeout=0)
+        self._closed = False
+        #: when the platform last answered a poll (``clock.monotonic()``), for health reports
+        self.last_answer_at: float | None = None
+
+    @property
+    def session_response(self) -> Mapping[str, Any]:
+        """``{"sessionId", "agentId", "status"}`` as the platform said them.
+
+        ``sessionId`` is the start answer's (None when it had none); ``agentId`` comes from
+        ``AgentSessionStart`` or else the token; ``status`` (``AgentState.CurrentState``) is
+        present only when the first poll carried it.
+        """
+        return self._response
+
+    # ------------------------------------------------------------------ polling
+    def _poll_url(self, session_id: str) -> str:
+        return f"{self._sessions}/{session_id}/get-next-event"
+
+    async def _poll(self, hold_s: int) -> httpx.Response | None:
+        """One get-next-event through the pipeline, or None when the watchdog fired."""
+        session_id = self.session_id
+        assert session_id is not None
+        t = self._t
+        with anyio.move_on_after(t.poll_watchdog):
+            response = await t.pipeline.request(
+                "GET",
+                self._poll_url(session_id),
+                ctx=self._ctx,
+                circuit=CIRCUIT,
+                operation=_POLL,
+                ok_statuses=frozenset({304}),
+                params={"timeout": hold_s},
+                timeout=t.poll_http_timeout,
+            )
+            self.last_answer_at = t.clock.monotonic()
+            return response
+        return None
+
+    def _watchdog_raw(self) -> RawError:
+        session_id = self.session_id or ""
+        exc = TimeoutError(f"get-next-event did not return within {self._t.poll_watchdog:g} s")
+        path = httpx.URL(self._poll_url(session_id)).path
+        return raw_from_exception(exc, ctx=self._ctx, method="GET", endpoint=path)
+
+    def _after_304(self, response: httpx.Response) -> None:
+        # RFC 9110 section 15.4.5: a 304 has no body, so no new sessionId: keep the current one.
+        # RFC 9111 section 5.2.2.1 max-age: the minimum re-poll interval (seed section 2).
+        max_age_ms = parse_max_age_ms(response.headers.get("cache-control"))
+        self._next_delay = min(max_age_ms / 1000.0, MAX_AGE_CEILING_S) if max_age_ms else 0.0
+
+    def _take(self, response: httpx.Response, *, first: bool) -> list[dict[str, Any]]:
+        """Follow the rolling sessionId of a 200 and return its events (or raise)."""
+        ctx = self._ctx
+        classifier = self._t.pipeline.classifier
+        polled = self.session_id or ""
+        path = response.request.url.path
+        endpoint = f"GET {path}"
+        body = _json_object(response)
+        if body is None:
+            raw = RawError(
+                platform=ctx.platform,
+                channel=ctx.channel,
+                method="GET",
+                endpoint=path,
+                exception="json.JSONDecodeError",
+                context=ctx.envelope_context(),
+            )
+            raise OperationError(classifier.classify(raw))
+        new_id = body.get("sessionId")
+        if not isinstance(new_id, str):
+            new_id = None
+        problem = classifier.validate_response(
+            {"sessionId": new_id},
+            platform=ctx.platform,
+            channel=ctx.channel,
+            required=("sessionId",),
+            context=ctx.envelope_context(),
+            endpoint=endpoint,
+        )
+        if problem is not None:
+            # without the next id the session cannot go on: the next poll would replay
+            raise OperationError(problem)
+        assert new_id is not None
+        # platforms.md section 6: every 200 carries a new sessionId to use on the next poll
+        self.session_id = ctx.platform_session_id = new_id
+        raw_events = body.get("events")
+        events = [e for e in raw_events if isinstance(e, dict)] if isinstance(raw_events, list) else []
+        if not first and any(e.get("Type") == "AgentSessionStart" for e in events):
+            # an old id makes the server replay AgentSessionStart plus a snapshot (section 6):
+            # our view of the session is stale; it must be rebuilt, not advanced
+            raise OperationError(
+                classifier.session_id_mismatch(
+                    polled,
+                    new_id,
+                    platform=ctx.platform,
+                    channel=ctx.channel,
+                    context=ctx.envelope_context(),
+                    endpoint=endpoint,
+                )
+            )
+        if any(e.get("Type") == "AgentSessionEnd" for e in events):
+            self._ended = self._confirm = True
+        return events
+
+    def _deliver(self, events: list[dict[str, Any]]) -> None:
+        sink = self._t.on_events
+        if events and sink is not None:
+            sink(events)
+
+    async def first_poll(self) -> None:
+        """The first poll of a new session: ``AgentSessionStart`` (and ``AgentState``) expected."""
+        response = await self._poll(0)  # answered at once: the start queued AgentSessionStart
+        if response is None:
+            raise TransportFailure(self._watchdog_raw(), "first get-next-event timed out")
+        events: list[dict[str, Any]] = []
+        if response.status_code == 304:
+            self._after_304(response)
+        else:
+            events = self._take(response, first=True)
+        self._response = self._session_response(events)
+        if self._ctx.agent_id is None and "agentId" in self._response:
+            self._ctx.agent_id = self._response["agentId"]
+        self._deliver(events)
+
+    def _session_response(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"sessionId": self.start_id}
+        for event in events:
+            kind = event.get("Type")
+            if kind == "AgentSessionStart" and event.get("AgentId"):
+                out["agentId"] = str(event["AgentId"])
+            elif kind == "AgentState" and event.get("CurrentState"):
+                out["status"] = str(event["CurrentState"])
+        if "agentId" not in out:
+            tokens = self._t.pipeline.tokens
+            token = tokens.current if tokens is not None else None
+            agent = token.extra.get("agent_id") if token is not None else None
+            if agent not in (None, ""):
+                out["agentId"] = str(agent)
+        return out
+
+    async def serve(self, report: Reporter) -> RawError:
+        """The long-poll loop (platforms.md section 6); returns only when the watchdog fires.
+
+        Every other end raises: the pipeline's :class:`OperationError` (409 =
+        AGENT_SESSION_ENDED, QUEUE_FULL, OAUTH_TOKEN_INVALID, exhausted retries, ...) or
+        :class:`CircuitOpenError`, and this module's MALFORMED_RESPONSE,
+        INCOMPLETE_RESPONSE and SESSION_ID_MISMATCH. ``report`` is not used: every poll
+        failure ends the connection, and in-call retries belong to the pipeline.
+        """
+        del report
+        if self.session_id is None:
+            raise RuntimeError("serve() needs a session opened with a sessionId")
+        while True:
+            if self._next_delay > 0:
+                await self._t.sleep(self._next_delay)
+                self._next_delay = 0.0
+            # after AgentSessionEnd: ask again at once; the platform answers 409
+            timeout = 0 if self._confirm else self._t.poll_timeout
+            self._confirm = False
+            response = await self._poll(timeout)
+            if response is None:
+                return self._watchdog_raw()
+            if response.status_code == 304:
+                self._after_304(response)  # empty poll: poll again (after max-age, if any)
+                continue
+            self._deliver(self._take(response, first=False))
+
+    # ------------------------------------------------------------------ closing
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """End the platform session with DELETE so no orphan stays logged in; never raises.
+
+        ``code`` and ``reason`` do not change the request: on stop (1000) and on shutdown
+        (1001) alike the agent session must not outlive its supervisor. Skipped when the
+        platform already said ``AgentSessionEnd`` or never gave a sessionId.
+        """
+        del code, reason
+        if self._closed:
+            return
+        self._closed = True
+        session_id = self.session_id
+        if session_id is None or self._ended:
+            return
+        # shielded: a cancelled runner still logs the agent out, within a bounded time
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+            # close() never raises (transports/base.py): a failed DELETE changes nothing now
+            with contextlib.suppress(Exception):
+                await self._t.pipeline.request(
+                    "DELETE",
+                    f"{self._sessions}/{session_id}",
+                    ctx=self._ctx,
+                    circuit=CIRCUIT,
+                    operation=_END,
+                )
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    """The body as a JSON object; ``{}`` for an empty body; None when it does not parse."""
+    if not response.content:
+        return {}
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else {}

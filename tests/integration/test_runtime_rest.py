@@ -1,0 +1,178 @@
+"""REST calls made for supervised sessions, end to end against the Genesys simulator (issue 5).
+
+Token rotation (seed edge case 3), fail-fast triggers on operations (QUEUE_FULL, 409 on
+message creation, a revoked token), and what the simulator recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.clock import FakeClock
+from supervisor.errors import OperationError, SessionError
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.integration.runtime_harness import Harness, genesys_config, supervised
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=5000.0)
+
+
+@pytest.fixture
+async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=300), seed=5, clock=clock) as simulator:
+        yield simulator
+
+
+async def active_session(h: Harness) -> str:
+    await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+    runner = h.runners["wm-0"]
+    assert runner.ctx.conversation_id
+    return str(runner.ctx.conversation_id)
+
+
+def api(sim: GenesysSimulator, path: str) -> str:
+    return sim.urls["api"] + path
+
+
+async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_it(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Seed edge case 3: before a retry, a token expiring within 60 s is refreshed; the clone is re-signed."""
+    waits: list[float] = []
+
+    async def backoff(seconds: float) -> None:
+        # the backoff of the failed attempt takes us to 40 s before the token's end
+        waits.append(seconds)
+        clock.advance(260.0)
+
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        for pipeline in h.supervisor.pipelines.values():
+            pipeline._sleep = backoff  # the REST backoff only; the sessions keep real time
+        sim.faults.inject(
+            Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint="GET /api/v2/conversations/*")
+        )
+        response = await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        assert response.status_code == 200
+        assert len(waits) == 1
+        tokens = list(sim.state.tokens.values())
+        # two tokens, each used by exactly one attempt: the retry went out with the new one
+        assert sorted(t.window_count for t in tokens) == [1, 1]
+        assert sim.recorder.tokens().get("issued", 0) + sim.recorder.tokens().get("refreshed", 0) == 2
+        assert h.supervisor.tokens["genesys"].refreshes == 1
+        assert h.runners["wm-0"].state.value == "active"
+        assert h.terminations() == {}
+        names = [n for _, n, _ in h.recorded.events]
+        assert "RETRY_ATTEMPT" in names and "RETRY_SUCCESS" in names
+
+
+async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+        with pytest.raises(OperationError) as info:
+            await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        assert info.value.event.code == "OAUTH_TOKEN_INVALID"  # type: ignore[attr-defined]
+        await h.wait(lambda: h.all_in("terminated"))
+        termination = h.runners["wm-0"].termination
+        assert termination is not None
+        assert termination.as_json() | {"timestamp": "t"} == {
+            "event": "SESSION_TERMINATED",
+            "reason": "FAIL_FAST_TRIGGER",
+            "trigger": "OAUTH_TOKEN_INVALID",
+            "rawStatus": 401,
+            "rawCode": "invalid_token",
+            "timestamp": "t",
+            "action": "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE",
+        }
+        # local storage revoked: no session record, no cached token
+        assert "wm-0" not in h.supervisor.store
+        assert h.supervisor.tokens["genesys"].current is None
+        requests = sim.recorder.request_count()
+        with pytest.raises(SessionError, match="terminated"):
+            await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        assert sim.recorder.request_count() == requests  # no further call reached the platform
+        assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
+
+
+async def test_queue_full_terminates_with_its_trigger(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
+        with pytest.raises(OperationError) as info:
+            await h.supervisor.request(
+                "wm-0",
+                "PATCH",
+                api(sim, f"/api/v2/conversations/{cid}/participants/p-1/attributes"),
+                json={"attributes": {"survey": "yes"}},
+            )
+        assert info.value.event.code == "QUEUE_FULL", info.value.event  # type: ignore[attr-defined]
+        await h.wait(lambda: h.all_in("terminated"))
+        termination = h.runners["wm-0"].termination
+        assert termination is not None
+        assert (termination.reason.value, termination.trigger) == ("FAIL_FAST_TRIGGER", "QUEUE_FULL")
+        # the seed's trap: QUEUE_FULL is not retried like a rate limit
+        assert sim.recorder.request_count(method="PATCH") == 1
+
+
+async def test_duplicate_message_id_terminates_with_its_trigger(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        url = api(sim, f"/api/v2/conversations/messages/{cid}/communications/comm-1/messages")
+        sent = await h.supervisor.request("wm-0", "POST", url, json={"textBody": "hello"})
+        assert sent.status_code == 200
+        sim.faults.inject(Fault(kind=FaultKind.DUPLICATE_MESSAGE, endpoint="POST */messages"))
+        with pytest.raises(OperationError) as info:
+            await h.supervisor.request("wm-0", "POST", url, json={"textBody": "hello"})
+        assert info.value.event.code == "DUPLICATE_MESSAGE_ID"  # type: ignore[attr-defined]
+        await h.wait(lambda: h.all_in("terminated"))
+        termination = h.runners["wm-0"].termination
+        assert termination is not None
+        assert (termination.reason.value, termination.trigger, termination.raw_status) == (
+            "FAIL_FAST_TRIGGER",
+            "DUPLICATE_MESSAGE_ID",
+            409,
+        )
+
+
+async def test_rate_limited_call_waits_at_least_retry_after(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A 429 with Retry-After is never retried earlier than it says (seed edge case 2)."""
+    waits: list[float] = []
+
+    async def backoff(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
+
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        for pipeline in h.supervisor.pipelines.values():
+            pipeline._sleep = backoff
+        sim.faults.inject(
+            Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"retry_after": "7"}, endpoint="GET *")
+        )
+        response = await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        assert response.status_code == 200
+        assert len(waits) == 2 and all(w >= 7.0 for w in waits)
+        assert sim.recorder.request_count(method="GET", status=429) == 2

@@ -1,0 +1,539 @@
+"""The CXone Agent Session transport against the CXone simulator over loopback (issue 5).
+
+A real :class:`RequestPipeline` (httpx, taxonomy v1, circuits, the CXone token cache with
+:class:`CxoneCredentials`) drives the simulator. The pipeline's backoff and the transport's
+max-age wait go through one recording fake ``sleep``, so no test waits for a timer and no
+test asserts on a timing. Server-side effects are awaited with ``wait_until`` (a protocol
+wait); the one real-time wait is the watchdog test's 0.3 s watchdog on a black-holed poll.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from supervisor.clock import FakeClock, SystemClock
+from supervisor.config import Secret
+from supervisor.errors import OperationError
+from supervisor.pipeline import RequestPipeline
+from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
+from supervisor.sim.cxone.state import EndReason
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
+from supervisor.tokens import CxoneCredentials, TokenCache
+from supervisor.transports.base import SessionContext
+from supervisor.transports.cxone import AgentSessionConnection, AgentSessionTransport
+from tests.integration.conftest import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(10)]
+
+POLL = "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/get-next-event"
+START = "/inContactAPI/services/v{N}.0/agent-sessions"
+ONE = "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}"
+AGENT = "100001"
+
+
+@dataclass
+class Rig:
+    """A simulator, the client-side pipeline, and what the client sent and received."""
+
+    sim: CxoneSimulator
+    pipeline: RequestPipeline
+    tokens: TokenCache
+    client_clock: FakeClock
+    classifier: Classifier
+    sleeps: list[float] = field(default_factory=list)
+    # (method, session id or "", ?timeout=, bearer) of every API request the client sent
+    sent: list[tuple[str, str, str | None, str]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    on_send: Callable[[httpx.Request], None] | None = None
+
+    def transport(self, **overrides: Any) -> AgentSessionTransport:
+        ctx = SessionContext("cx-1", Platform.CXONE, Channel.AGENT_SESSION)
+        kwargs: dict[str, Any] = {
+            "pipeline": self.pipeline,
+            "api_base": None,  # from the token's resource_server_base_uri
+            "station_phone_number": "5551234",
+            "poll_timeout": 0,
+            "poll_watchdog": 60.0,  # > every poll_timeout used here; never reached
+            "clock": SystemClock(),
+            "sleep": self.fake_sleep,
+            "on_events": self.events.extend,
+        }
+        kwargs.update(overrides)
+        return AgentSessionTransport(ctx, **kwargs)
+
+    async def fake_sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await anyio.lowlevel.checkpoint()
+
+    def polled_ids(self) -> list[str]:
+        return [sid for method, sid, _, _ in self.sent if method == "GET"]
+
+    def handle(self, start_id: str) -> Any:
+        handle = self.sim.state.handle(start_id)
+        assert handle is not None
+        return handle
+
+    def types(self) -> list[str]:
+        return [str(e.get("Type")) for e in self.events]
+
+
+def _delivered(rig: Rig, kind: str, n: int) -> bool:
+    return rig.types().count(kind) == n
+
+
+def _session_id_of(path: str) -> str:
+    parts = path.split("/agent-sessions/", 1)
+    return parts[1].split("/", 1)[0] if len(parts) == 2 else ""
+
+
+@pytest.fixture
+def sim_config() -> CxoneSimConfig:
+    return CxoneSimConfig()
+
+
+@pytest.fixture
+async def rig(sim_config: CxoneSimConfig) -> AsyncIterator[Rig]:
+    holder: list[Rig] = []
+
+    async def on_request(request: httpx.Request) -> None:
+        if "/agent-sessions" not in request.url.path:
+            return
+        r = holder[0]
+        bearer = request.headers.get("Authorization", "")
+        r.sent.append(
+            (request.method, _session_id_of(request.url.path), request.url.params.get("timeout"), bearer)
+        )
+        if r.on_send is not None:
+            r.on_send(request)
+
+    client_clock = FakeClock(start=1000.0)
+    async with (
+        CxoneSimulator(sim_config, seed=7, clock=FakeClock(start=50.0)) as sim,
+        httpx.AsyncClient(timeout=5.0, event_hooks={"request": [on_request]}) as http,
+    ):
+        classifier = Classifier(load_taxonomy("v1"))
+        source = CxoneCredentials(http, sim.urls["auth"], "app@vendor", Secret("s3cret"))
+        tokens = TokenCache(source, client_clock, early_refresh_s=0.0, name="cxone")
+        rig = Rig(sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
+        rig.pipeline = RequestPipeline(
+            http,
+            classifier,
+            CircuitRegistry(SystemClock()),
+            SystemClock(),
+            tokens=tokens,
+            rng=random.Random(7),
+            sleep=rig.fake_sleep,
+        )
+        holder.append(rig)
+        yield rig
+
+
+async def _no_report(raw: RawError) -> bool:
+    raise AssertionError(f"nothing is reported in-band on CXone: {raw!r}")
+
+
+@dataclass
+class Served:
+    raw: RawError | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+async def _serve_until_done(conn: AgentSessionConnection, outcome: Served) -> None:
+    try:
+        outcome.raw = await conn.serve(_no_report)
+    except Exception as exc:  # the test inspects it
+        outcome.error = exc
+    outcome.done = True
+
+
+async def _serve(conn: AgentSessionConnection, during: Callable[[], Any] | None = None) -> Served:
+    """Run serve() to its end; ``during`` (sync or async) runs once serve is under way."""
+    outcome = Served()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_serve_until_done, conn, outcome)
+        if during is not None:
+            result = during()
+            if hasattr(result, "__await__"):
+                await result
+        await wait_until(lambda: outcome.done)
+    return outcome
+
+
+def _event(outcome: Served) -> SdkErrorEvent:
+    assert isinstance(outcome.error, OperationError), outcome
+    event = outcome.error.event
+    assert isinstance(event, SdkErrorEvent)
+    return event
+
+
+# --------------------------------------------------------------------------- open
+
+
+async def test_open_starts_a_session_and_runs_the_first_poll(rig: Rig) -> None:
+    transport = rig.transport()
+    conn = await transport.open()
+
+    start_id = rig.sim.state.sessions()[0].key
+    assert conn.session_response == {"sessionId": start_id, "agentId": AGENT, "status": "Unavailable"}
+    assert (
+        rig.classifier.validate_response(
+            conn.session_response,
+            platform=Platform.CXONE,
+            channel=Channel.AGENT_SESSION,
+            required=transport.required_fields,
+        )
+        is None
+    )
+    handle = rig.handle(start_id)
+    # the first 200 rolled the id: the context holds the one to poll next
+    assert transport.context.platform_session_id == handle.current_id != start_id
+    assert transport.context.agent_id == AGENT
+    assert rig.types() == ["AgentSessionStart", "AgentState"]
+    assert rig.sim.recorder.request_count("POST", START, 202) == 1
+    assert rig.sim.recorder.request_count("GET", POLL, 200) == 1
+    assert rig.polled_ids() == [start_id]
+    # the server holds a poll for up to poll_timeout: the read timeout must exceed it
+    assert (
+        transport.poll_http_timeout.read is not None
+        and transport.poll_http_timeout.read > transport.poll_timeout
+    )
+
+
+async def test_explicit_api_base_is_used(rig: Rig) -> None:
+    conn = await rig.transport(api_base=rig.sim.urls["api"] + "/inContactAPI", api_version="v31.0").open()
+    assert conn.session_response["sessionId"]
+    assert rig.sim.recorder.request_count("POST", START, 202) == 1
+
+
+async def test_start_answer_without_session_id_is_incomplete(rig: Rig) -> None:
+    rig.sim.faults.inject(
+        Fault(
+            kind=FaultKind.MISSING_FIELDS, endpoint="POST */agent-sessions", params={"fields": ["sessionId"]}
+        )
+    )
+    transport = rig.transport()
+    conn = await transport.open()
+
+    assert conn.session_response == {"sessionId": None, "agentId": AGENT}  # from the token: no poll
+    problem = rig.classifier.validate_response(
+        conn.session_response,
+        platform=Platform.CXONE,
+        channel=Channel.AGENT_SESSION,
+        required=transport.required_fields,
+    )
+    assert problem is not None and problem.code == "INCOMPLETE_RESPONSE"
+    assert problem.details == "Missing required fields: sessionId"
+    assert rig.polled_ids() == []  # nothing to poll without an anchor
+    assert transport.context.platform_session_id is None
+
+
+# --------------------------------------------------------------------------- polling
+
+
+async def test_rolling_session_id_is_followed_across_polls(rig: Rig) -> None:
+    transport = rig.transport(poll_timeout=10)
+    conn = await transport.open()
+    start_id = str(conn.session_response["sessionId"])
+
+    async def three_contacts_then_end() -> None:
+        for n in range(1, 4):
+            rig.sim.push_contact(agent_id=AGENT)  # wakes the held poll
+            await wait_until(functools.partial(_delivered, rig, "CallContactEvent", n))
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, three_contacts_then_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    handle = rig.handle(start_id)
+    # every 200 handed out the next id and the next poll used it (platforms.md section 6)
+    chain = [*handle.stale, handle.current_id]
+    polled = rig.polled_ids()
+    assert len(chain) >= 6  # start, first poll, three contacts, the final AgentSessionEnd
+    assert polled == chain[: len(polled)]
+    assert polled[-1] == handle.current_id == transport.context.platform_session_id
+    assert rig.types().count("AgentSessionStart") == 1  # never a replay
+    assert rig.types()[-1] == "AgentSessionEnd"
+
+
+async def test_idle_poll_with_timeout_zero_is_an_empty_poll(rig: Rig) -> None:
+    transport = rig.transport(poll_timeout=0)
+    conn = await transport.open()
+    held_id = transport.context.platform_session_id
+    delivered = len(rig.events)
+
+    async def idle_then_end() -> None:
+        await wait_until(lambda: rig.sim.recorder.request_count("GET", POLL, 304) >= 3)
+        assert transport.context.platform_session_id == held_id  # a 304 carries no new id
+        assert len(rig.events) == delivered
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, idle_then_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    assert rig.sleeps == []  # no max-age: polled again at once
+    assert {t for m, _, t, _ in rig.sent if m == "GET"} == {"0"}
+
+
+@pytest.mark.parametrize("sim_config", [CxoneSimConfig(max_age_s=2)])
+async def test_cache_control_max_age_spaces_empty_polls(rig: Rig) -> None:
+    conn = await rig.transport(poll_timeout=0).open()
+
+    async def idle_then_end() -> None:
+        await wait_until(lambda: len(rig.sleeps) >= 3)
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, idle_then_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    assert rig.sleeps and set(rig.sleeps) == {2.0}  # RFC 9111 section 5.2.2.1, seed section 2
+    # every re-poll after a 304 waited first; none after a 200 (open's poll, AgentSessionEnd)
+    assert rig.sim.recorder.request_count("GET", POLL, 304) == len(rig.sleeps)
+
+
+async def test_platform_end_delivers_agent_session_end_then_409(rig: Rig) -> None:
+    transport = rig.transport(poll_timeout=30)
+    conn = await transport.open()
+    rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn)
+
+    event = _event(outcome)
+    assert event.code == "AGENT_SESSION_ENDED" and event.raw_status == 409
+    assert event.taxonomy_class.value == "PERMANENT" and event.fail_fast
+    assert rig.types()[-1] == "AgentSessionEnd"
+    # the confirming poll went out at once (timeout=0), not held for 30 s
+    polls = [(sid, t) for m, sid, t, _ in rig.sent if m == "GET"]
+    assert polls[-2][1] == "30" and polls[-1][1] == "0"
+    assert rig.sim.recorder.request_count("GET", POLL, 409) == 1
+    await conn.close(1000)
+    assert rig.sim.recorder.request_count("DELETE", ONE) == 0  # already ended by the platform
+
+
+async def test_silently_ended_session_answers_409(rig: Rig) -> None:
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED, endpoint="*get-next-event"))
+
+    outcome = await _serve(conn)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    assert "AgentSessionEnd" not in rig.types()
+
+
+@pytest.mark.parametrize("how", ["stale_session fault", "old id"])
+async def test_stale_id_replay_is_session_id_mismatch(rig: Rig, how: str) -> None:
+    transport = rig.transport()
+    conn = await transport.open()
+    start_id = str(conn.session_response["sessionId"])
+    if how == "old id":
+        conn.session_id = start_id  # superseded by the first poll
+    else:
+        rig.sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, endpoint="*get-next-event", count=1))
+    delivered = len(rig.events)
+
+    outcome = await _serve(conn)
+
+    event = _event(outcome)
+    assert event.code == "SESSION_ID_MISMATCH" and event.taxonomy_class.value == "STATE_CORRUPTING"
+    assert len(rig.events) == delivered  # the replayed snapshot is not passed on as news
+    # the context follows the server's newest id (what close() must DELETE)
+    assert transport.context.platform_session_id == rig.handle(start_id).current_id
+
+
+async def test_poll_without_session_id_is_incomplete_response(rig: Rig) -> None:
+    transport = rig.transport(poll_timeout=10)
+    conn = await transport.open()
+    held_id = transport.context.platform_session_id
+    rig.sim.faults.inject(
+        Fault(
+            kind=FaultKind.MISSING_FIELDS,
+            endpoint="*get-next-event",
+            params={"fields": ["sessionId"]},
+            count=1,
+        )
+    )
+
+    outcome = await _serve(conn, lambda: rig.sim.push_contact(agent_id=AGENT))
+
+    event = _event(outcome)
+    assert event.code == "INCOMPLETE_RESPONSE" and event.trigger is not None
+    assert event.details is not None and "sessionId" in event.details
+    assert transport.context.platform_session_id == held_id  # nothing to follow
+
+
+async def test_malformed_poll_body_is_malformed_response(rig: Rig) -> None:
+    conn = await rig.transport(poll_timeout=10).open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.MALFORMED_BODY, endpoint="*get-next-event", count=1))
+
+    outcome = await _serve(conn, lambda: rig.sim.push_contact(agent_id=AGENT))
+
+    assert _event(outcome).code == "MALFORMED_RESPONSE"
+
+
+# --------------------------------------------------------------------------- auth
+
+
+async def test_revoked_token_is_oauth_token_invalid(rig: Rig) -> None:
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+
+    outcome = await _serve(conn)
+
+    event = _event(outcome)
+    assert event.code == "OAUTH_TOKEN_INVALID" and event.raw_status == 401
+    assert event.trigger is not None and event.trigger.value == "OAUTH_TOKEN_INVALID"
+    assert rig.sim.recorder.tokens()["revoked"] == 1
+    assert rig.sim.recorder.tokens()["refreshed"] == 0  # a fail-fast trigger is never retried
+    token = rig.tokens.current
+    assert token is not None and token.access.reveal() not in repr(event) + str(outcome.error)
+
+
+async def test_token_expiring_mid_poll_is_refreshed_and_replayed(rig: Rig) -> None:
+    transport = rig.transport()
+    conn = await transport.open()
+    start_id = str(conn.session_response["sessionId"])
+    held_id = transport.context.platform_session_id
+    old = rig.tokens.current
+    assert old is not None
+    rig.client_clock.set(old.expires_at - 1.0)  # still valid when the next poll takes it
+    armed = [True]
+
+    def expire_in_flight(request: httpx.Request) -> None:
+        # seed edge case 3: the token expires during the call, by our clock and the server's
+        if armed[0] and request.method == "GET":
+            armed[0] = False
+            rig.client_clock.advance(2.0)
+            rig.sim.faults.inject(Fault(kind=FaultKind.TOKEN_EXPIRE))
+
+    rig.on_send = expire_in_flight
+
+    async def after_refresh_end() -> None:
+        await wait_until(lambda: rig.sim.recorder.tokens()["refreshed"] == 1)
+        await wait_until(lambda: rig.sim.recorder.request_count("GET", POLL, 304) >= 1)
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, after_refresh_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"  # the session went on until ended
+    new = rig.tokens.current
+    assert new is not None and new is not old
+    polls = [(sid, bearer) for m, sid, _, bearer in rig.sent if m == "GET"]
+    # polls[0] is open()'s; polls[1] got the 401; polls[2] is the replay with the new token
+    assert polls[1] == (held_id, old.authorization)
+    assert polls[2] == (held_id, new.authorization)
+    assert rig.sim.recorder.request_count("GET", POLL, 401) == 1
+    assert rig.sim.recorder.tokens()["expired"] == 1
+    assert rig.sim.recorder.request_count("POST", START) == 1  # the same session throughout
+    assert rig.handle(start_id).session.ended is EndReason.FORCED
+
+
+async def test_server_side_expiry_unknown_to_our_clock_fails_fast(rig: Rig) -> None:
+    # by design.md only a token expired *by our clock* is refreshed; otherwise a 401
+    # invalid_token is the seed's OAUTH_TOKEN_INVALID trigger (even "Token expired")
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.TOKEN_EXPIRE))
+
+    outcome = await _serve(conn)
+
+    assert _event(outcome).code == "OAUTH_TOKEN_INVALID"
+    assert rig.sim.recorder.tokens()["refreshed"] == 0
+
+
+# --------------------------------------------------------------------------- throttling
+
+
+async def test_rate_limit_storm_honours_retry_after(rig: Rig) -> None:
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(
+        Fault(
+            kind=FaultKind.RATE_LIMIT_STORM, endpoint="*get-next-event", count=2, params={"retry_after": "3"}
+        )
+    )
+
+    async def until_recovered() -> None:
+        await wait_until(lambda: rig.sim.recorder.request_count("GET", POLL, 304) >= 1)
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, until_recovered)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"  # the storm passed; the session went on
+    assert rig.sim.recorder.request_count("GET", POLL, 429) == 2
+    assert len(rig.sleeps) == 2 and all(s >= 3.0 for s in rig.sleeps)  # Retry-After is the minimum
+
+
+async def test_queue_full_is_the_fail_fast_trigger(rig: Rig) -> None:
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="*get-next-event"))
+
+    outcome = await _serve(conn)
+
+    event = _event(outcome)
+    assert event.code == "QUEUE_FULL" and event.trigger is not None and event.trigger.value == "QUEUE_FULL"
+    assert rig.sleeps == []  # never retried
+    assert rig.sim.recorder.request_count("GET", POLL, 429) == 1
+
+
+# --------------------------------------------------------------------------- watchdog and close
+
+
+async def test_watchdog_abandons_a_black_holed_poll(rig: Rig) -> None:
+    transport = rig.transport(poll_timeout=0, poll_watchdog=0.3)
+    conn = await transport.open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="*get-next-event"))
+
+    outcome = await _serve(conn)
+
+    assert outcome.error is None and outcome.raw is not None
+    assert outcome.raw.exception == "TimeoutError" and outcome.raw.method == "GET"
+    event = rig.classifier.classify(outcome.raw)
+    assert event.code == "NETWORK_TIMEOUT" and event.taxonomy_class.value == "TRANSIENT"
+    assert "Bearer" not in repr(outcome.raw)  # never a token in error text
+    # the runtime then closes the connection: the DELETE is not black-holed
+    await conn.close(1001)
+    assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
+
+
+async def test_close_deletes_the_platform_session_once(rig: Rig) -> None:
+    transport = rig.transport()
+    conn = await transport.open()
+    start_id = str(conn.session_response["sessionId"])
+
+    await conn.close(1000)
+    await conn.close(1000)
+
+    assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
+    deletes = [sid for m, sid, _, _ in rig.sent if m == "DELETE"]
+    assert deletes == [transport.context.platform_session_id]  # the newest id of the chain
+    assert rig.handle(start_id).session.ended is EndReason.CLIENT
+
+
+async def test_close_never_raises(rig: Rig) -> None:
+    conn = await rig.transport().open()
+    rig.sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))  # every call now answers 409
+
+    await conn.close(1001)
+
+    assert rig.sim.recorder.request_count("DELETE", ONE, 409) == 1
+
+
+async def test_reopen_after_close_starts_a_fresh_session(rig: Rig) -> None:
+    # the runtime's reconnect path: close(1001), then open() again on the same transport
+    transport = rig.transport()
+    first = await transport.open()
+    await first.close(1001)
+    second = await transport.open()
+
+    assert second.session_response["sessionId"] != first.session_response["sessionId"]
+    assert transport.context.platform_session_id == second.session_id
+    assert rig.sim.recorder.request_count("POST", START, 202) == 2
+    assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
