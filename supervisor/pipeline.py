@@ -184,9 +184,10 @@ class RequestPipeline:
             if event.code == "TOKEN_EXPIRED" and not replayed_401 and self.tokens is not None:
                 # seed edge case 3: replay once with a fresh token, never with the stale one
                 replayed_401 = True
+                attempt += 1  # the replay spends the token_refresh budget: a second 401 is final
                 token = await self._refresh(ctx, token)
                 self._hooks.retry_scheduled(
-                    AttemptDetails(name, ctx.session_id, attempt + 1, event, 0.0, False, True)
+                    AttemptDetails(name, ctx.session_id, attempt, event, 0.0, False, True)
                 )
                 continue
             decision = decide_retry(

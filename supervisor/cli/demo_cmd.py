@@ -87,6 +87,7 @@ def demo(
         render(stdout_console(), summary)
     outcome = summary["outcome"]
     if not outcome["ok"]:
-        for problem in outcome["problems"]:
-            click.echo(f"session-supervisor: demo {scenario}: {problem}", err=True)
-        raise click.exceptions.Exit(1)
+        # exit 1 with one line saying why (a ClickException: main() maps it to its exit code)
+        raise click.ClickException(
+            f"demo {scenario}: outcome not as expected: " + "; ".join(outcome["problems"])
+        )

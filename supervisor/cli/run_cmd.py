@@ -28,7 +28,8 @@ def run(config_path: Path, check: bool) -> None:
     SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT, RETRY_SUCCESS, RETRY_EXHAUSTED,
     CIRCUIT_BREAKER_OPEN/HALF_OPEN/CLOSED, RECONNECTION_THROTTLED, SESSION_TERMINATED and
     every session transition. SIGTERM stops intake, closes sessions with 1001, waits
-    at most daemon.shutdownGrace seconds and exits 0; a second signal forces the exit.
+    at most daemon.shutdownGrace seconds and exits 0; a second signal forces the exit
+    (exit code 1, DAEMON_FORCED_EXIT).
     """
     from supervisor.runtime.daemon import Supervisor, serve_until_signalled
 
@@ -44,7 +45,10 @@ def run(config_path: Path, check: bool) -> None:
             supervisor.bus.publish(
                 "DAEMON_STARTED", {"sessions": len(config.sessions), "config": str(config_path)}
             )
-            await serve_until_signalled(supervisor, grace_s=config.daemon.shutdown_grace)
+            forced = await serve_until_signalled(supervisor, grace_s=config.daemon.shutdown_grace)
+            if forced:
+                supervisor.bus.publish("DAEMON_FORCED_EXIT", supervisor.snapshot())
+                raise SystemExit(1)
             supervisor.bus.publish("DAEMON_STOPPED", supervisor.snapshot())
 
     anyio.run(main, backend="asyncio")

@@ -109,12 +109,15 @@ class Fleet:
 
 
 def admission_rate(fleet: Fleet, timing: Timing) -> int:
-    """The storm's handshake admission rate: 1.5x the mean rate the first-delay spread implies.
+    """The storm's handshake admission rate: the mean rate the first-delay spread implies, plus 4 sigma.
 
-    The simulator counts attempts in whole-second buckets; a spread shorter than one second
-    (``--fast``) is counted as one second, so there the limit admits the whole herd.
+    With a spread of ``w`` seconds, ``n`` dropped WebSockets come back at ``m = n / w`` per
+    second on average, Poisson-like; ``ceil(m + 4 sqrt(m))`` leaves room for the busiest of
+    the seconds while an immediate reconnect (all ``n`` in one second) would exceed it. The
+    simulator counts whole-second buckets, so a spread under one second (``--fast``) counts as one.
     """
-    return max(5, math.ceil(1.5 * fleet.websockets / max(timing.spread_s, 1.0)))
+    mean = fleet.websockets / max(timing.spread_s, 1.0)
+    return max(5, math.ceil(mean + 4.0 * math.sqrt(mean)))
 
 
 def hit_count(n: int) -> int:

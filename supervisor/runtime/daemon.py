@@ -301,24 +301,26 @@ class Supervisor:
         }
 
 
-async def serve_until_signalled(supervisor: Supervisor, *, grace_s: float) -> None:
-    """Run every session until SIGTERM/SIGINT; a second signal forces the exit at once."""
+async def serve_until_signalled(supervisor: Supervisor, *, grace_s: float) -> bool:
+    """Run every session until SIGTERM/SIGINT, then drain; True when a second signal forced the exit."""
+    forced = False
     async with anyio.create_task_group() as tg:
         supervisor.start_all(tg)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 supervisor.bus.publish("DAEMON_STOPPING", {"graceS": grace_s})
-                # a second signal while draining cancels everything at once
                 async with anyio.create_task_group() as drain:
-                    drain.start_soon(_force_on_second_signal, signals, drain, tg)
+
+                    async def force_on_second_signal() -> None:
+                        nonlocal forced
+                        async for _ in signals:
+                            forced = True
+                            drain.cancel_scope.cancel()
+                            return
+
+                    drain.start_soon(force_on_second_signal)
                     await supervisor.shutdown(grace_s)
                     drain.cancel_scope.cancel()
                 break
         tg.cancel_scope.cancel()
-
-
-async def _force_on_second_signal(signals: Any, drain: TaskGroup, tg: TaskGroup) -> None:
-    async for _ in signals:
-        tg.cancel_scope.cancel()
-        drain.cancel_scope.cancel()
-        return
+    return forced

@@ -177,8 +177,15 @@ class SessionRunner:
         self._admitted = False
         probe_id, self._probe_id = self._probe_id, 0
         self.connects += 1
+        connection: Connection | None = None
         try:
-            connection = await self.transport.open()
+            with anyio.CancelScope() as scope:
+                # stop() cancels a pending open: a hung handshake never delays shutdown
+                self._wait_scope = scope
+                connection = await self.transport.open()
+            self._wait_scope = None
+            if connection is None:
+                return  # stopped while connecting
         except TransportFailure as failure:
             raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
             self._connect_failed(self._classify(raw), probe_id)

@@ -135,7 +135,8 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.CLOSE: {"code": (True, None, _close_code), "reason": (False, "", _opt_str)},
     FaultKind.BLACKHOLE: {},
     FaultKind.ADMISSION_LIMIT: {
-        "rate_per_s": (True, None, _number(0.0, strict=True)),
+        # 0 refuses every handshake (a closed door); otherwise at most N per clock second
+        "rate_per_s": (True, None, _number(0.0)),
         "status": (False, 429, _one_of(429, 503)),
         "retry_after": (False, "1", _retry_after),
         "body": (False, None, _one_of("json", "empty", None)),

@@ -40,7 +40,7 @@ Kinds and their params (``retry_after`` is ``"<int seconds>"``, ``"http-date"`` 
 DROP                        WS: ``transport.abort()``, no close frame (client sees 1006). No params.
 CLOSE                       WS close frame: ``code`` (1000/1001/1008/1011/1012/1013/4000-4999), ``reason``
 BLACKHOLE                   WS: stop reading and answering, keep TCP open; HTTP: hold the request unanswered
-ADMISSION_LIMIT             WS handshake: ``rate_per_s`` (>0, required), ``status`` (429|503, default 429),
+ADMISSION_LIMIT             WS handshake: ``rate_per_s`` (>= 0, required; 0 refuses all), ``status`` (429|503, default 429),
                             ``retry_after`` (default "1")
 RATE_LIMIT_STORM            HTTP 429 / Genesys WM 4029. ``retry_after`` (default "5")
 SERVER_ERROR_BURST          HTTP 5xx: ``status`` (500/502/503/504, default 503), ``retry_after`` (dflt null)

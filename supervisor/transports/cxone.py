@@ -120,6 +120,10 @@ class AgentSessionTransport:
             self._station["stationId"] = station_id
         if station_phone_number is not None:
             self._station["stationPhoneNumber"] = station_phone_number
+        if ctx.agent_id is not None:
+            # one application credential, many agents: start the session on the agent's behalf
+            # (platforms.md section 6: POST agent-sessions?asAgentId=)
+            self._station["asAgentId"] = ctx.agent_id
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.clock = clock

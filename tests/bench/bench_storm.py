@@ -39,7 +39,14 @@ from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.demo.observe import Observer
 from supervisor.runtime.daemon import Supervisor
-from tests.bench.runtime_harness import SimProcess, raise_nofile, table, taxonomy_variant, wait_for, webmessaging_config
+from tests.bench.runtime_harness import (
+    SimProcess,
+    raise_nofile,
+    table,
+    taxonomy_variant,
+    wait_for,
+    webmessaging_config,
+)
 
 
 @dataclass(frozen=True)
@@ -70,11 +77,20 @@ class Result:
     active: int
 
 
-async def storm_once(policy: Policy, sessions: int, rate: int, limit_s: float, seed: int, workdir: Path) -> Result:
-    taxonomy = taxonomy_variant(workdir, policy.name, jitter=policy.jitter, delay_scale=policy.delay_scale,
-                                honor_retry_after=policy.honor_retry_after)
+async def storm_once(
+    policy: Policy, sessions: int, rate: int, limit_s: float, seed: int, workdir: Path
+) -> Result:
+    taxonomy = taxonomy_variant(
+        workdir,
+        policy.name,
+        jitter=policy.jitter,
+        delay_scale=policy.delay_scale,
+        honor_retry_after=policy.honor_retry_after,
+    )
     with SimProcess(seed=seed) as sim:
-        config = webmessaging_config(sim.urls, sessions, first_delay=policy.first_delay, taxonomy=taxonomy, seed=seed)
+        config = webmessaging_config(
+            sim.urls, sessions, first_delay=policy.first_delay, taxonomy=taxonomy, seed=seed
+        )
         bus = EventBus()
         clock = SystemClock()
         async with (
@@ -97,7 +113,11 @@ async def storm_once(policy: Policy, sessions: int, rate: int, limit_s: float, s
                 cpu0 = time.process_time()
                 await sim.inject(
                     admin,
-                    {"kind": "admission_limit", "endpoint": "WS /*", "params": {"rate_per_s": rate, "status": 429}},
+                    {
+                        "kind": "admission_limit",
+                        "endpoint": "WS /*",
+                        "params": {"rate_per_s": rate, "status": 429},
+                    },
                     {"kind": "drop", "endpoint": "WS /*"},
                 )
 
@@ -128,7 +148,9 @@ def run(sessions: int = 1000, rate: int = 200, limit_s: float = 90.0, seed: int 
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-storm-") as tmp:
         for policy in POLICIES:
-            results.append(anyio.run(storm_once, policy, sessions, rate, limit_s, seed, Path(tmp), backend="asyncio"))
+            results.append(
+                anyio.run(storm_once, policy, sessions, rate, limit_s, seed, Path(tmp), backend="asyncio")
+            )
     return results
 
 
@@ -147,10 +169,23 @@ def report(results: list[Result], sessions: int, rate: int) -> str:
         ]
         for r in results
     ]
-    head = ["policy", "peak attempts/s", "peak / rate", "refused", "all active after, s", "terminated",
-            "active at end", "daemon CPU s"]
+    head = [
+        "policy",
+        "peak attempts/s",
+        "peak / rate",
+        "refused",
+        "all active after, s",
+        "terminated",
+        "active at end",
+        "daemon CPU s",
+    ]
     targets = f"targets: peak <= {1.1 * rate:.0f}/s, all active within {bound:.2f} s, 0 terminated"
-    return f"storm: {sessions} sessions dropped at once, admission {rate} handshakes/s\n" + table(head, rows) + "\n" + targets
+    return (
+        f"storm: {sessions} sessions dropped at once, admission {rate} handshakes/s\n"
+        + table(head, rows)
+        + "\n"
+        + targets
+    )
 
 
 def check(results: list[Result], sessions: int, rate: int) -> list[str]:

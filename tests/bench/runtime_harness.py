@@ -52,7 +52,9 @@ def rss_bytes() -> int:
 class SimProcess:
     """``python -m supervisor sim genesys`` in a subprocess; admin helpers over HTTP."""
 
-    def __init__(self, *, seed: int = 1, config: dict[str, Any] | None = None, start_limit_s: float = 20.0) -> None:
+    def __init__(
+        self, *, seed: int = 1, config: dict[str, Any] | None = None, start_limit_s: float = 20.0
+    ) -> None:
         self._seed = seed
         self._config = config or {}
         self._limit = start_limit_s
@@ -62,8 +64,20 @@ class SimProcess:
 
     def __enter__(self) -> SimProcess:
         path = Path(self._tmp.name) / "sim.toml"
-        path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in self._config.items()), encoding="utf-8")
-        cmd = [sys.executable, "-m", "supervisor", "sim", "genesys", "--seed", str(self._seed), "--config", str(path)]
+        path.write_text(
+            "".join(f"{k} = {json.dumps(v)}\n" for k, v in self._config.items()), encoding="utf-8"
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "supervisor",
+            "sim",
+            "genesys",
+            "--seed",
+            str(self._seed),
+            "--config",
+            str(path),
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         assert self._proc.stdout is not None
@@ -79,7 +93,9 @@ class SimProcess:
         self.urls = json.loads(line)
         return self
 
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -120,8 +136,14 @@ class SimProcess:
 _DELAY = re.compile(r"^(baseDelayMs|maxDelayMs)\s*=\s*(\d+)\s*$", re.MULTILINE)
 
 
-def taxonomy_variant(directory: Path, name: str, *, jitter: str | None = None, delay_scale: float = 1.0,
-                     honor_retry_after: bool = True) -> str:
+def taxonomy_variant(
+    directory: Path,
+    name: str,
+    *,
+    jitter: str | None = None,
+    delay_scale: float = 1.0,
+    honor_retry_after: bool = True,
+) -> str:
     """Taxonomy v1 with another jitter, scaled delays or Retry-After ignored; returns its path."""
     text = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
     if jitter is not None:
@@ -135,8 +157,15 @@ def taxonomy_variant(directory: Path, name: str, *, jitter: str | None = None, d
     return str(path)
 
 
-def webmessaging_config(urls: dict[str, str], sessions: int, *, first_delay: tuple[float, float] = (2.0, 8.0),
-                        taxonomy: str = "v1", seed: int = 1, echo_interval: float = 30.0) -> Config:
+def webmessaging_config(
+    urls: dict[str, str],
+    sessions: int,
+    *,
+    first_delay: tuple[float, float] = (2.0, 8.0),
+    taxonomy: str = "v1",
+    seed: int = 1,
+    echo_interval: float = 30.0,
+) -> Config:
     """``sessions`` Genesys Web Messaging guests against the simulator at ``urls``."""
     data: dict[str, Any] = {
         "platforms": {
@@ -160,7 +189,8 @@ def webmessaging_config(urls: dict[str, str], sessions: int, *, first_delay: tup
 async def wait_for(condition: Callable[[], bool], limit_s: float, poll_s: float = 0.05) -> bool:
     """Poll ``condition`` (a benchmark watches a system under load); False when ``limit_s`` passed."""
     with anyio.move_on_after(limit_s):
-        while not condition():
+        # polling is the point: a benchmark samples a system under load, it has no event to await
+        while not condition():  # noqa: ASYNC110
             await anyio.sleep(poll_s)
         return True
     return False
@@ -171,6 +201,10 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
     sep = "|" + "|".join("-" * (w + 1) + ":" if i else "-" * (w + 2) for i, w in enumerate(widths)) + "|"
-    body = ["| " + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) + " |"
-            for r in rows]
+    body = [
+        "| "
+        + " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        + " |"
+        for r in rows
+    ]
     return "\n".join([line, sep, *body])

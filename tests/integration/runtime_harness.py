@@ -106,6 +106,33 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
     return "\n".join(lines) + "\n"
 
 
+def cxone_config(urls: dict[str, str], sessions: int, *, poll_timeout: int = 1, watchdog: float = 5.0) -> str:
+    lines = [
+        "[daemon]",
+        "seed = 3",
+        "shutdownGrace = 2.0",
+        "[reconnect]",
+        "firstDelayMin = 0.2",
+        "firstDelayMax = 0.8",
+        "[platforms.cxone]",
+        f'authUrl = "{urls["auth"]}"',
+        'clientId = "app@vendor"',
+        'clientSecretFile = "cxone-secret"',
+        f"pollTimeout = {poll_timeout}",
+        f"pollWatchdog = {watchdog}",
+    ]
+    for i in range(sessions):
+        lines += [
+            "[[sessions]]",
+            f'id = "cx-{i}"',
+            'platform = "cxone"',
+            'kind = "agent-session"',
+            f'stationId = "station-{i}"',
+            f'agentId = "{100001 + i}"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.asynccontextmanager
 async def supervised(
     config_text: str,

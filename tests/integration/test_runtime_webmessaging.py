@@ -84,16 +84,17 @@ async def test_handshake_429_is_never_retried_before_retry_after(
     """Seed edge case 2 for reconnections: a refused handshake's Retry-After is a minimum delay."""
     async with supervised(genesys_config(sim.urls, 4), tmp_path, genesys=sim) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 4)
-        # refuse three handshakes with 429 + Retry-After: 1 (the rate_limit budget allows two refusals each)
+        # refuse the first four handshakes with 429 + Retry-After: 1, one per session (each first
+        # reconnection is refused once; the rate_limit budget would allow a second refusal)
         sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, count=3, params={"rate_per_s": 0.001, "retry_after": "1"})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, count=4, params={"rate_per_s": 0, "retry_after": "1"})
         )
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(
-            lambda: h.all_in("active") and sum(r.connects for r in h.runners.values()) >= 11, limit_s=20
+            lambda: h.all_in("active") and sum(r.connects for r in h.runners.values()) >= 12, limit_s=20
         )
         refused = [(t, e) for t, e in h.recorded.timed("SDK_ERROR_CLASSIFIED") if e["code"] == "RATE_LIMITED"]
-        assert refused, "the admission limit refused nobody"
+        assert len(refused) == 4
         assert all(e["retryAfterMs"] == 1000 for _, e in refused)
         reconnects = h.recorded.timed("SESSION_TRANSITION")
         for t_refused, event in refused:

@@ -50,7 +50,7 @@ def faults(clock: FakeClock) -> FaultController:
         ({"kind": "close"}, "fault.params.code:"),
         ({"kind": "close", "params": {"code": 1005}}, "fault.params.code:"),
         ({"kind": "close", "params": {"code": True}}, "fault.params.code:"),
-        ({"kind": "admission_limit", "params": {"rate_per_s": 0}}, "fault.params.rate_per_s:"),
+        ({"kind": "admission_limit", "params": {"rate_per_s": -1}}, "fault.params.rate_per_s:"),
         ({"kind": "admission_limit", "params": {"rate_per_s": 5, "status": 500}}, "fault.params.status:"),
         ({"kind": "rate_limit_storm", "params": {"retry_after": "soon"}}, "fault.params.retry_after:"),
         ({"kind": "server_error_burst", "params": {"status": 404}}, "fault.params.status:"),
@@ -187,6 +187,13 @@ def test_admission_limit_windows_are_whole_clock_seconds(clock: FakeClock, fault
     clock.advance(1.0)
     assert faults.admission("k", "WS /v1") is None
     assert faults.hits("f1") == 2
+
+
+def test_admission_limit_zero_refuses_every_handshake(clock: FakeClock, faults: FaultController) -> None:
+    faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, count=3, params={"rate_per_s": 0}))
+    refused = [faults.admission(f"k{i}", "WS /v1") is not None for i in range(4)]
+    # refused until the fault's three hits are spent, then the door opens again
+    assert refused == [True, True, True, False]
 
 
 # -- recorder --------------------------------------------------------------------------------------

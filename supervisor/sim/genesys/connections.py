@@ -90,6 +90,12 @@ class WsListener:
     def closed(self, conn: ServerConnection) -> None:
         if self.conns.pop(conn, None) is not None:
             self.ctx.recorder.connection_closed(self.name)
+            protocol = conn.protocol
+            if protocol.close_rcvd is not None and protocol.close_rcvd_then_sent:
+                # the client closed first: record its code (tests check 1000 on stop, 1001 on shutdown)
+                self.ctx.recorder.record_event(
+                    "client_close", listener=self.name, code=protocol.close_rcvd.code
+                )
         self.times.pop(conn, None)
         self.blackholed.pop(conn, None)
 

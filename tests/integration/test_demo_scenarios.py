@@ -1,0 +1,169 @@
+"""``session-supervisor demo``: every scenario, --fast, 12 sessions, through the CLI (docs/demo.md).
+
+Each run starts both simulators in-process on loopback and the daemon against them; the
+assertions are on the ``--json`` summary (what the simulators counted and how each session
+ended), never on logs or timings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from supervisor.cli import main
+from supervisor.demo.scenarios import FAST, SCENARIOS, Fleet, admission_rate
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 12
+FLEET = Fleet.of(SESSIONS)
+FIELDS = (
+    "scenario",
+    "sessions",
+    "states",
+    "terminated",
+    "connectAttempts",
+    "rejectedAttempts",
+    "peakAttemptsPerSecond",
+    "recoverySeconds",
+    "tokenRefreshes",
+)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", *args])
+    out, err = capsys.readouterr()
+    code = exited.value.code
+    return (code if isinstance(code, int) else 1), out, err
+
+
+def demo_json(capsys: pytest.CaptureFixture[str], scenario: str) -> dict[str, Any]:
+    code, out, err = run_cli(capsys, "--scenario", scenario, "--fast", "--sessions", str(SESSIONS), "--json")
+    assert code == 0, err
+    assert out.count("\n") == 1, "one JSON object on one line"
+    summary: dict[str, Any] = json.loads(out)
+    for field in FIELDS:
+        assert field in summary, field
+    assert summary["scenario"] == scenario
+    assert summary["sessions"] == SESSIONS
+    assert summary["outcome"] == {"ok": True, "problems": []}
+    assert sum(summary["states"].values()) == SESSIONS
+    assert summary["reconnectsAfterTermination"] == 0
+    assert "secret" not in out.lower() and "access_token" not in out
+    return summary
+
+
+def reasons(summary: dict[str, Any]) -> set[tuple[str, str | None]]:
+    return {(t["reason"], t["trigger"]) for t in summary["terminated"]}
+
+
+def test_storm(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "storm")
+    assert s["states"] == {"active": SESSIONS}
+    assert s["terminated"] == []
+    assert s["admissionRatePerSecond"] == admission_rate(FLEET, FAST)
+    assert s["peakAttemptsPerSecond"] <= 1.1 * s["admissionRatePerSecond"]
+    # every dropped WebSocket came back through a new handshake the simulator counted
+    assert s["attempts"]["genesysWebSocket"]["accepted"] >= FLEET.websockets
+    assert s["recoverySeconds"] is not None and s["recoverySeconds"] > 0
+
+
+def test_rate_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "rate-limit")
+    assert s["terminated"] == []
+    assert s["states"] == {"active": SESSIONS}
+    rl = s["rateLimit"]
+    assert rl["responses"] >= 1 and rl["retries"] >= 1
+    assert rl["earlierThanRetryAfter"] == 0
+    assert rl["minRetryDelayS"] >= FAST.retry_after_s
+    hits = {f["kind"]: f["hits"] for f in s["faults"] if f["simulator"] == "cxone"}
+    assert hits["rate_limit_storm"] >= 1
+
+
+def test_token_expiry(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "token-expiry")
+    assert s["terminated"] == []
+    assert s["tokenRefreshes"] >= 1
+    refreshed = s["simulatorTokens"]["genesys"]["refreshed"] + s["simulatorTokens"]["cxone"]["refreshed"]
+    assert refreshed >= 1
+
+
+def test_partial_success(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "partial-success")
+    hit = next(f["hits"] for f in s["faults"] if f["kind"] == "missing_fields")
+    assert hit >= 1
+    assert len(s["terminated"]) == hit
+    assert reasons(s) == {("FAIL_FAST_TRIGGER", "INCOMPLETE_RESPONSE")}
+    assert all(t["sessionId"].startswith("wm-") for t in s["terminated"])
+    assert s["states"] == {"active": SESSIONS - hit, "terminated": hit}
+
+
+def test_queue_full(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "queue-full")
+    hit = next(f["hits"] for f in s["faults"] if f["kind"] == "queue_full")
+    assert hit >= 1 and len(s["terminated"]) == hit
+    assert reasons(s) == {("FAIL_FAST_TRIGGER", "QUEUE_FULL")}
+    assert all(t["sessionId"].startswith("cx-") for t in s["terminated"])
+    # never reconnected: no new agent session was started after the fault
+    assert s["attempts"]["cxoneSessionStarts"]["all"] == 0
+    assert s["states"] == {"active": SESSIONS - hit, "terminated": hit}
+
+
+def test_graceful_close(capsys: pytest.CaptureFixture[str]) -> None:
+    s = demo_json(capsys, "graceful-close")
+    hit = next(f["hits"] for f in s["faults"] if f["kind"] == "close")
+    assert hit >= 1 and len(s["terminated"]) == hit
+    assert reasons(s) == {("GRACEFUL_CLOSE", None)}
+    # no reconnection attempt afterwards: the simulator saw no handshake at all
+    assert s["connectAttempts"] == 0
+    assert s["states"] == {"active": SESSIONS - hit, "terminated": hit}
+
+
+def test_mixed_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "--fast", "--sessions", str(SESSIONS), "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["scenario"] == "mixed"
+    assert reasons(s) == {("FAIL_FAST_TRIGGER", "QUEUE_FULL")}
+    assert s["tokenRefreshes"] >= 1
+    assert s["rateLimit"]["earlierThanRetryAfter"] == 0
+    assert s["peakAttemptsPerSecond"] <= 1.1 * s["admissionRatePerSecond"]
+
+
+def test_table_for_people(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(
+        capsys, "--scenario", "graceful-close", "--fast", "--sessions", "5", "--no-progress"
+    )
+    assert code == 0
+    assert "graceful-close" in out and "outcome: as expected" in out
+
+
+def test_outcome_not_reached_exits_1_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    # token-expiry watches for two token lifetimes: a 1 s deadline cannot be met
+    code, out, err = run_cli(
+        capsys, "--scenario", "token-expiry", "--fast", "--sessions", "5", "--json", "--timeout", "1"
+    )
+    assert code == 1
+    assert json.loads(out)["outcome"]["ok"] is False
+    assert "timed out after 1 s" in err
+
+
+def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "--scenario", "hurricane")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    for name in SCENARIOS:
+        assert name in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args", [["--sessions", "0"], ["--sessions", "many"], ["--timeout", "0"], ["--bogus"]]
+)
+def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2
+    assert err.startswith("session-supervisor: usage error:") and "Traceback" not in err
