@@ -49,6 +49,11 @@ async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulat
         assert delays[-1] - delays[0] > 0.3
         assert h.terminations() == {}
         assert attempts(sim) - before == n  # one handshake each: nobody was refused or retried
+        # seed section 2: telemetry is correlated with conversation, agent and session ids
+        for event in h.recorded.named("SDK_ERROR_CLASSIFIED"):
+            assert {"sessionId", "agentId", "conversationId"} <= set(event["context"])
+        for event in first:
+            assert {"sessionId", "agentId", "conversationId"} <= set(event)
 
 
 @pytest.mark.parametrize(("code", "expected"), [(1012, "SERVICE_RESTART"), (1001, "GOING_AWAY")])
