@@ -190,28 +190,41 @@ class RequestPipeline:
                     AttemptDetails(name, ctx.session_id, attempt, event, 0.0, False, True)
                 )
                 continue
-            decision = decide_retry(
-                event.policy,
-                attempt,
-                self._rng,
-                retryable=event.retryable,
-                retry_after_ms=event.retry_after_ms,
-                previous_delay_ms=previous_delay_ms,
-            )
-            if not decision.retry:
-                exhausted = event.retryable and attempt > 0
-                self._hooks.gave_up(AttemptDetails(name, ctx.session_id, attempt, event))
-                raise OperationError(event, exhausted=exhausted)
-            delay_s = decision.delay_ms / 1000.0
+            previous_delay_ms = await self._backoff(name, ctx, event, attempt, previous_delay_ms)
             attempt += 1
-            previous_delay_ms = decision.delay_ms
-            self._hooks.retry_scheduled(
-                AttemptDetails(name, ctx.session_id, attempt, event, delay_s, decision.from_retry_after)
-            )
-            await self._sleep(delay_s)
             if self.tokens is not None:
                 # seed edge case 3: refresh a token that expires within 60 s before retrying
                 token = await self._ensure(ctx, self._refresh_before_retry)
+
+    async def _backoff(
+        self,
+        name: str,
+        ctx: SessionContext,
+        event: SdkErrorEvent,
+        attempt: int,
+        previous_delay_ms: float | None,
+    ) -> float:
+        """Wait before retry ``attempt + 1`` as the event's class policy says; raise when it says stop.
+
+        Returns the delay it waited, in ms (decorrelated jitter grows from it).
+        """
+        decision = decide_retry(
+            event.policy,
+            attempt,
+            self._rng,
+            retryable=event.retryable,
+            retry_after_ms=event.retry_after_ms,
+            previous_delay_ms=previous_delay_ms,
+        )
+        if not decision.retry:
+            self._hooks.gave_up(AttemptDetails(name, ctx.session_id, attempt, event))
+            raise OperationError(event, exhausted=event.retryable and attempt > 0)
+        delay_s = decision.delay_ms / 1000.0
+        self._hooks.retry_scheduled(
+            AttemptDetails(name, ctx.session_id, attempt + 1, event, delay_s, decision.from_retry_after)
+        )
+        await self._sleep(delay_s)
+        return decision.delay_ms
 
     def _check(
         self,
@@ -274,20 +287,5 @@ class RequestPipeline:
                     raw = RawError(platform=ctx.platform, channel=Channel.REST, exception="OSError")
                 event = self.classifier.classify(raw)
                 self._hooks.classified(event)
-                decision = decide_retry(
-                    event.policy,
-                    attempt,
-                    self._rng,
-                    retryable=event.retryable,
-                    retry_after_ms=event.retry_after_ms,
-                    previous_delay_ms=previous_delay_ms,
-                )
-                if not decision.retry:
-                    self._hooks.gave_up(AttemptDetails("oauth.token", ctx.session_id, attempt, event))
-                    raise OperationError(event, exhausted=event.retryable) from None
+                previous_delay_ms = await self._backoff("oauth.token", ctx, event, attempt, previous_delay_ms)
                 attempt += 1
-                previous_delay_ms = decision.delay_ms
-                self._hooks.retry_scheduled(
-                    AttemptDetails("oauth.token", ctx.session_id, attempt, event, decision.delay_ms / 1000.0)
-                )
-                await self._sleep(decision.delay_ms / 1000.0)
