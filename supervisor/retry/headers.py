@@ -4,10 +4,20 @@
 
 from __future__ import annotations
 
-import email.utils
+import calendar
 import re
 
 _DELTA_SECONDS = re.compile(r"^\s*(\d{1,10})\s*$")
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
+    )
+}
+# RFC 9110 section 5.6.7: IMF-fixdate, and the obsolete RFC 850 and asctime forms a recipient must accept
+_IMF_FIXDATE = re.compile(r"^[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$")
+_RFC850 = re.compile(r"^[A-Za-z]{6,9}, (\d{2})-([A-Za-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$")
+_ASCTIME = re.compile(r"^[A-Za-z]{3} ([A-Za-z]{3}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$")
 _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d{1,10})\"?\s*(?:,|$)", re.IGNORECASE)
 
 
@@ -27,15 +37,38 @@ def parse_retry_after_ms(value: object, now_epoch: float) -> int | None:
     match = _DELTA_SECONDS.match(value)
     if match:
         return int(match.group(1)) * 1000
+    when = parse_http_date(value.strip())
+    if when is None:
+        return None
+    return max(0, round((when - now_epoch) * 1000.0))
+
+
+def parse_http_date(value: str) -> float | None:
+    """An HTTP-date (RFC 9110 section 5.6.7) as epoch seconds, or None.
+
+    Written out rather than borrowed from ``email.utils``, which imports ``socket``: decision
+    code imports no I/O library.
+    """
+    if m := _IMF_FIXDATE.match(value):
+        day, month, year, hh, mm, ss = m.groups()
+    elif m := _RFC850.match(value):
+        day, month, yy, hh, mm, ss = m.groups()
+        # RFC 9110: a two-digit year more than 50 years in the future is in the past century
+        year = str(2000 + int(yy) if int(yy) < 70 else 1900 + int(yy))
+    elif m := _ASCTIME.match(value):
+        month, day, hh, mm, ss, year = m.groups()
+    else:
+        return None
+    month_number = _MONTHS.get(month.lower())
+    if month_number is None:
+        return None
     try:
-        when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):
+        fields = (int(year), month_number, int(day), int(hh), int(mm), int(ss))
+        if not (1 <= fields[2] <= 31 and fields[3] < 24 and fields[4] < 60 and fields[5] < 61):
+            return None
+        return float(calendar.timegm((*fields, 0, 0, 0)))
+    except (ValueError, OverflowError):
         return None
-    if when.tzinfo is None:
-        # RFC 9110 section 5.6.7: HTTP-dates are always GMT
-        return None
-    delta_ms = (when.timestamp() - now_epoch) * 1000.0
-    return max(0, round(delta_ms))
 
 
 def parse_max_age_ms(value: object) -> int | None:

@@ -5,8 +5,9 @@ and ``__import__`` with a constant name) for every module of machines/,
 supervisor/taxonomy/, supervisor/retry/ and supervisor/clock.py. machines/ may import from
 ``supervisor`` only the taxonomy, retry, clock and errors modules.
 
-Transitive imports are out of scope on purpose: python-statemachine itself imports asyncio
-(its async engine) and the standard library's ``email.utils`` imports socket.
+Transitively, importing the taxonomy and the retry policy loads no I/O module either
+(checked in a fresh interpreter). machines/ is exempt from that second check only because
+python-statemachine itself imports asyncio (its async engine); our own machine code is not.
 """
 
 from __future__ import annotations
@@ -142,3 +143,21 @@ def test_no_io_imports(path: Path) -> None:
 def test_the_checker_catches_what_it_should(source: str, bad: bool) -> None:
     # as if the snippet were a module of machines/, so the supervisor rule applies too
     assert bool(violations(source, "machines.probe")) is bad
+
+
+def test_the_taxonomy_and_retry_policy_load_no_io_module_even_transitively() -> None:
+    """A fresh interpreter importing the decision core has no socket, ssl, asyncio, ... loaded."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import supervisor.taxonomy, supervisor.retry, supervisor.clock; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.split()
+    )
+    offenders = sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+    assert offenders == []
