@@ -40,6 +40,8 @@ from supervisor.runtime.daemon import Supervisor
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
+_SHUTDOWN_GRACE_S = 2.0
+
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
@@ -132,8 +134,8 @@ class _Run:
                         elapsed_s=self.clock.monotonic() - started,
                         faults=self._faults(genesys, cxone),
                     )
-                    # cancelling (rather than Supervisor.shutdown) also ends connection attempts in
-                    # flight; each runner still closes its open connection on the way out
+                    # every session is stopped and closed with 1001 (going away), as on SIGTERM
+                    await supervisor.shutdown(_SHUTDOWN_GRACE_S)
                     tg.cancel_scope.cancel()
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
         summary["outcome"] = {"ok": not problems, "problems": problems}

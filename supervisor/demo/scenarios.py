@@ -25,6 +25,8 @@ Check = Callable[[Summary], "str | None"]
 
 WS_ENDPOINTS = "WS /*"  # both Genesys WebSocket listeners (WS /v1, WS /channels/{id})
 POLL = "*get-next-event"
+# 429s per endpoint in the rate-limit scenario: one fewer than the circuit's threshold (seed: 5)
+RATE_LIMIT_HITS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,26 +239,14 @@ def _storm(fleet: Fleet, timing: Timing) -> list[Injection]:
 
 
 def _rate_limit(fleet: Fleet, timing: Timing) -> list[Injection]:
-    # a bounded number of 429s (about one per session), so the 2-retry budget absorbs them
+    # fewer 429s per endpoint than the circuit's failure threshold (5 in a row): this scenario
+    # shows Retry-After handling; a longer run of 429s would also open the endpoint's circuit
+    retry_after = {"retry_after": str(timing.retry_after_s)}
     return [
-        Injection(
-            "cxone",
-            Fault(
-                kind=FaultKind.RATE_LIMIT_STORM,
-                endpoint=POLL,
-                count=max(1, fleet.cxone),
-                params={"retry_after": str(timing.retry_after_s)},
-            ),
-        ),
-        Injection(
-            "genesys",
-            Fault(
-                kind=FaultKind.RATE_LIMIT_STORM,
-                endpoint="*/api/v2/notifications/*",
-                count=max(1, fleet.notifications),
-                params={"retry_after": str(timing.retry_after_s)},
-            ),
-        ),
+        Injection("cxone", Fault(kind=FaultKind.RATE_LIMIT_STORM, endpoint=POLL,
+                                 count=min(RATE_LIMIT_HITS, max(1, fleet.cxone)), params=retry_after)),
+        Injection("genesys", Fault(kind=FaultKind.RATE_LIMIT_STORM, endpoint="*/api/v2/notifications/*",
+                                   count=min(RATE_LIMIT_HITS, max(1, fleet.notifications)), params=dict(retry_after))),
         # the notifications sessions reconnect, so their REST calls meet the 429s
         Injection("genesys", Fault(kind=FaultKind.DROP, endpoint="WS /channels/*")),
     ]
@@ -323,8 +313,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "rate-limit",
-            "CXone polls and Genesys notifications REST calls answer 429 with Retry-After "
-            "(a bounded number of them); the notifications sockets are dropped so they meet the 429s.",
+            "Up to 4 CXone polls and 4 Genesys notifications REST calls answer 429 with Retry-After; "
+            "the notifications sockets are dropped so their reconnections meet the 429s.",
             "429s absorbed: retries never scheduled earlier than Retry-After, none terminated",
             _rate_limit,
             disrupted=lambda fleet: fleet.notifications,
