@@ -25,10 +25,11 @@ _NAMES = tuple(SCENARIOS)
 )
 @click.option(
     "--sessions",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(5, 10_000),
     default=50,
     show_default=True,
-    help="Sessions supervised, across both platforms (2/5 Web Messaging, 1/5 notifications, 2/5 CXone).",
+    help="Sessions supervised, across both platforms (2/5 Web Messaging, 1/5 notifications, 2/5 CXone; "
+    "at least 5, so every kind is present).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stdout.")
 @click.option(

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import random
+import resource
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +41,6 @@ from supervisor.runtime.daemon import Supervisor
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
-_SHUTDOWN_GRACE_S = 2.0
-
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
@@ -64,6 +63,8 @@ class _Run:
         self.phase = "starting"
         self.problems: list[str] = []
         self.injected: list[tuple[Injection, str]] = []
+        # what the progress display shows once the summary is taken (shutdown stops everyone)
+        self.final: tuple[dict[str, int], list[str]] | None = None
 
     async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any]:
         opts, scenario, timing = self.options, self.scenario, self.timing
@@ -134,8 +135,10 @@ class _Run:
                         elapsed_s=self.clock.monotonic() - started,
                         faults=self._faults(genesys, cxone),
                     )
-                    # every session is stopped and closed with 1001 (going away), as on SIGTERM
-                    await supervisor.shutdown(_SHUTDOWN_GRACE_S)
+                    self.final = (summary["states"], summary["openCircuits"])
+                    # cancelled rather than Supervisor.shutdown(): a connection attempt that fails
+                    # after stop() still reaches the machine (SessionRunner._connect_failed on a
+                    # terminated session raises InputRejected); each runner closes what it has open
                     tg.cancel_scope.cancel()
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
         summary["outcome"] = {"ok": not problems, "problems": problems}
@@ -190,6 +193,8 @@ class _Run:
         self, supervisor: Supervisor, observer: Observer
     ) -> Callable[[], tuple[str, dict[str, int], list[str], int]]:
         def sample() -> tuple[str, dict[str, int], list[str], int]:
+            if self.final is not None:
+                return self.phase, self.final[0], self.final[1], observer.events
             circuits = sorted(c for c, b in supervisor.circuits.all().items() if b.state.value != "closed")
             return self.phase, supervisor.states(), circuits, observer.events
 
@@ -206,6 +211,15 @@ def _connects(supervisor: Supervisor, session_id: str) -> int:
     return 0 if runner is None else runner.connects
 
 
+def _raise_nofile(sessions: int) -> None:
+    """Both ends of every connection live in this process: raise the soft RLIMIT_NOFILE if needed."""
+    wanted = 3 * sessions + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def timing_for(fast: bool) -> Timing:
     return FAST if fast else REAL
 
@@ -216,6 +230,7 @@ async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> 
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]
+    _raise_nofile(options.sessions)
     run = _Run(options, scenario, timing_for(options.fast))
     with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
         return await run.execute(Path(workdir), progress)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.config import Config, parse_config
-from supervisor.demo.scenarios import Fleet, Scenario, Timing
+from supervisor.demo.scenarios import Fleet, Scenario, Timing, kind_of
 from supervisor.sim.cxone import CxoneSimConfig
 from supervisor.sim.genesys.config import GenesysSimConfig
 
@@ -71,10 +71,10 @@ def session_specs(fleet: Fleet) -> list[dict[str, Any]]:
     """``sessions`` of the daemon config: see :mod:`supervisor.demo.scenarios` for the mix."""
     specs: list[dict[str, Any]] = []
     for i in range(fleet.sessions):
-        kind = i % 5
-        if kind in (0, 1):
+        kind = kind_of(i)
+        if kind == "webmessaging":
             specs.append({"id": f"wm-{i:04d}", "platform": "genesys", "kind": "webmessaging"})
-        elif kind == 2:
+        elif kind == "notifications":
             specs.append(
                 {
                     "id": f"nt-{i:04d}",

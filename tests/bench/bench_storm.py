@@ -25,6 +25,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,7 @@ class Result:
     terminated: int
     cpu_s: float
     active: int
+    reasons: str
 
 
 async def storm_once(
@@ -131,6 +133,11 @@ async def storm_once(
     totals: dict[str, int] = stats["attempts_total"].get("webmessaging", {"accepted": 0, "refused": 0})
     peak = stats["peak_attempts_per_second"].get("webmessaging", {"all": 0})["all"]
     states = supervisor.states()
+    why = Counter(
+        f"{r.termination.reason.value}/{r.termination.code}"
+        for r in supervisor.runners.values()
+        if r.termination is not None
+    )
     return Result(
         policy.name,
         peak,
@@ -140,6 +147,7 @@ async def storm_once(
         states.get("terminated", 0),
         cpu,
         states.get("active", 0),
+        ", ".join(f"{k} {n}" for k, n in why.most_common()) or "-",
     )
 
 
@@ -166,6 +174,7 @@ def report(results: list[Result], sessions: int, rate: int) -> str:
             str(r.terminated),
             f"{r.active}/{sessions}",
             f"{r.cpu_s:.2f}",
+            r.reasons,
         ]
         for r in results
     ]
@@ -178,6 +187,7 @@ def report(results: list[Result], sessions: int, rate: int) -> str:
         "terminated",
         "active at end",
         "daemon CPU s",
+        "terminated why",
     ]
     targets = f"targets: peak <= {1.1 * rate:.0f}/s, all active within {bound:.2f} s, 0 terminated"
     return (

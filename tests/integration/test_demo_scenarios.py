@@ -161,7 +161,7 @@ def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize(
-    "args", [["--sessions", "0"], ["--sessions", "many"], ["--timeout", "0"], ["--bogus"]]
+    "args", [["--sessions", "4"], ["--sessions", "many"], ["--timeout", "0"], ["--bogus"]]
 )
 def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     code, _, err = run_cli(capsys, *args)
