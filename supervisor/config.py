@@ -107,6 +107,9 @@ class ReconnectConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknow
     # seed edge case 1: "a randomized initial delay between 2 and 8 seconds"
     first_delay_min: _Seconds = 2.0
     first_delay_max: _Seconds = 8.0
+    # beyond the seed: reconnections deferred by an open circuit come back spread over
+    # U(0, throttleJitter) past its open period, not all in the same second (docs/benchmarks.md)
+    throttle_jitter: _Seconds = 10.0
 
 
 class CircuitSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -18,10 +18,11 @@ can attach later without touching this loop.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import httpx
@@ -35,6 +36,13 @@ from supervisor.tokens import Token, TokenCache
 from supervisor.transports.base import SessionContext, raw_from_exception, raw_from_response
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=4096)
+def _path_of(url: str) -> str:
+    # parsing a URL costs ~10 µs; a daemon calls the same few endpoints over and over
+    return httpx.URL(url).path
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +123,63 @@ class RequestPipeline:
         self._sleep = sleep
         self._refresh_before_retry = refresh_before_retry_s
 
+    async def call(
+        self,
+        attempt_once: Callable[[Token | None], Awaitable[T | RawError | SdkErrorEvent]],
+        *,
+        ctx: SessionContext,
+        circuit: str,
+        operation: str,
+    ) -> T:
+        """Run one logical operation through the retry layer; return its result or raise.
+
+        ``attempt_once(token)`` makes one attempt with the current token (None without a
+        token cache) and returns its result, or describes its failure: a RawError to
+        classify, or an already-decided SdkErrorEvent (a success that failed validation,
+        which is healthy for the circuit and final for the operation). The loop does the
+        rest: circuit gating, classification, the 401 replay, per-class retries, token
+        refresh before retries, hooks. Raises :class:`OperationError`, :class:`CircuitOpenError`.
+        """
+        breaker = self.circuits.get(circuit)
+        token = await self._token(ctx)
+        attempt = 0
+        previous_delay_ms: float | None = None
+        replayed_401 = False
+        while True:
+            admission = breaker.admit()
+            if admission.effects:
+                self._hooks.circuit_effects(admission.effects)
+            if not admission.allowed:
+                raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
+            outcome = await attempt_once(token)
+            if isinstance(outcome, SdkErrorEvent):
+                # the endpoint answered: healthy for the circuit, corrupt for the session
+                self._record(breaker.record_success(admission.probe_id))
+                self._hooks.classified(outcome)
+                raise OperationError(outcome)
+            if not isinstance(outcome, RawError):
+                self._record(breaker.record_success(admission.probe_id))
+                if attempt or replayed_401:
+                    self._hooks.succeeded(AttemptDetails(operation, ctx.session_id, attempt))
+                return outcome
+            event = self.classifier.classify(outcome)
+            self._hooks.classified(event)
+            self._record(breaker.record_failure(event, admission.probe_id))
+            if event.code == "TOKEN_EXPIRED" and not replayed_401 and self.tokens is not None:
+                # seed edge case 3: replay once with a fresh token, never with the stale one
+                replayed_401 = True
+                attempt += 1  # the replay spends the token_refresh budget: a second 401 is final
+                token = await self._refresh(ctx, token)
+                self._hooks.retry_scheduled(
+                    AttemptDetails(operation, ctx.session_id, attempt, event, 0.0, False, True)
+                )
+                continue
+            previous_delay_ms = await self._backoff(operation, ctx, event, attempt, previous_delay_ms)
+            attempt += 1
+            if self.tokens is not None:
+                # seed edge case 3: refresh a token that expires within 60 s before retrying
+                token = await self._ensure(ctx, self._refresh_before_retry)
+
     async def request(
         self,
         method: str,
@@ -128,73 +193,41 @@ class RequestPipeline:
         ok_statuses: frozenset[int] = frozenset(),
         **kwargs: Any,
     ) -> httpx.Response:
-        """Send one logical request; return the successful response or raise.
+        """Send one logical HTTP request through :meth:`call`; return the successful response.
 
         ``ok_statuses`` are non-2xx statuses that are answers, not failures (CXone's 304).
-        Raises :class:`OperationError` (the deciding event), :class:`CircuitOpenError`.
+        Each attempt is a clone signed with the token current at that attempt.
         """
-        breaker = self.circuits.get(circuit)
-        path = httpx.URL(url).path
-        name = operation or f"{method} {path}"
-        token = await self._token(ctx)
+        path = _path_of(url)
         headers = dict(kwargs.pop("headers", None) or {})
-        attempt = 0
-        previous_delay_ms: float | None = None
-        replayed_401 = False
-        while True:
-            admission = breaker.admit()
-            if admission.effects:
-                self._hooks.circuit_effects(admission.effects)
-            if not admission.allowed:
-                raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
+        tokens = self.tokens
+
+        async def attempt_once(token: Token | None) -> httpx.Response | RawError | SdkErrorEvent:
             if token is not None:
                 headers["Authorization"] = token.authorization
-            raw: RawError | None = None
             try:
-                response = await self.client.request(method, url, headers=headers, **kwargs)
+                # no headers argument at all when there are none: httpx would merge an empty dict
+                response = await self.client.request(method, url, headers=headers or None, **kwargs)
             except (httpx.HTTPError, OSError) as exc:
-                raw = raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
-            else:
-                status = response.status_code
-                if 200 <= status < 300 or status in ok_statuses:
-                    # only a 2xx carries a body to check (RFC 9110 15.4.5: a 304 has none)
-                    event = (
-                        self._check(response, ctx, channel, path, check) if check and status < 300 else None
-                    )
-                    if event is None:
-                        effects = breaker.record_success(admission.probe_id)
-                        if effects:
-                            self._hooks.circuit_effects(effects)
-                        if attempt or replayed_401:
-                            self._hooks.succeeded(AttemptDetails(name, ctx.session_id, attempt))
-                        return response
-                    # the endpoint answered: healthy for the circuit, corrupt for the session
-                    breaker.record_success(admission.probe_id)
-                    self._hooks.classified(event)
-                    raise OperationError(event)
-                expired = token is not None and self.tokens is not None and self.tokens.expired(token)
-                raw = raw_from_response(
-                    response, ctx=ctx, channel=channel, endpoint=path, token_expired=expired
-                )
-            event = self.classifier.classify(raw)
-            self._hooks.classified(event)
-            effects = breaker.record_failure(event, admission.probe_id)
-            if effects:
-                self._hooks.circuit_effects(effects)
-            if event.code == "TOKEN_EXPIRED" and not replayed_401 and self.tokens is not None:
-                # seed edge case 3: replay once with a fresh token, never with the stale one
-                replayed_401 = True
-                attempt += 1  # the replay spends the token_refresh budget: a second 401 is final
-                token = await self._refresh(ctx, token)
-                self._hooks.retry_scheduled(
-                    AttemptDetails(name, ctx.session_id, attempt, event, 0.0, False, True)
-                )
-                continue
-            previous_delay_ms = await self._backoff(name, ctx, event, attempt, previous_delay_ms)
-            attempt += 1
-            if self.tokens is not None:
-                # seed edge case 3: refresh a token that expires within 60 s before retrying
-                token = await self._ensure(ctx, self._refresh_before_retry)
+                return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
+            status = response.status_code
+            if 200 <= status < 300 or status in ok_statuses:
+                # only a 2xx carries a body to check (RFC 9110 section 15.4.5: a 304 has none)
+                if check is not None and status < 300:
+                    problem = self._check(response, ctx, channel, path, check)
+                    if problem is not None:
+                        return problem
+                return response
+            expired = token is not None and tokens is not None and tokens.expired(token)
+            return raw_from_response(response, ctx=ctx, channel=channel, endpoint=path, token_expired=expired)
+
+        return await self.call(
+            attempt_once, ctx=ctx, circuit=circuit, operation=operation or f"{method} {path}"
+        )
+
+    def _record(self, effects: tuple[Any, ...]) -> None:
+        if effects:
+            self._hooks.circuit_effects(effects)
 
     async def _backoff(
         self,

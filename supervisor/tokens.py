@@ -37,6 +37,8 @@ class Token:
     access: Secret
     expires_at: float
     refresh: Secret | None = None
+    # seconds the token was issued for: an early-refresh window never exceeds half of it
+    lifetime: float = 3600.0
     # what else the token endpoint said that callers need (CXone resource_server_base_uri, agent_id, ...)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -86,7 +88,11 @@ class TokenCache:
     async def ensure(self, min_validity_s: float) -> Token:
         """A token valid for at least ``min_validity_s`` more seconds."""
         token = self._token
-        if token is not None and token.remaining(self._clock.monotonic()) > min_validity_s:
+        # a 300 s token (Genesys' minimum) with a 300 s early refresh would be refetched on
+        # every call: the window is capped at half the token's lifetime
+        if token is not None and token.remaining(self._clock.monotonic()) > min(
+            min_validity_s, token.lifetime / 2
+        ):
             return token
         return await self.refresh(stale=token)
 
@@ -108,7 +114,13 @@ class TokenCache:
             refresh = stale.refresh if stale is not None else None
             access, lifetime, new_refresh, extra = await self._source.fetch(refresh)
             self._failure = None
-            self._token = Token(access, self._clock.monotonic() + lifetime, new_refresh or refresh, extra)
+            self._token = Token(
+                access,
+                self._clock.monotonic() + lifetime,
+                new_refresh or refresh,
+                lifetime=lifetime,
+                extra=extra,
+            )
             self.fetches += 1
             if stale is not None:
                 self.refreshes += 1

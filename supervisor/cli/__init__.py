@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI, map our errors to exit 1 with one line."""
     _register()
     try:
-        cli.main(args=argv, prog_name="session-supervisor", standalone_mode=False)
+        result = cli.main(args=argv, prog_name="session-supervisor", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("session-supervisor: aborted", err=True)
         sys.exit(130)
@@ -67,4 +67,5 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
-    sys.exit(0)
+    # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
+    sys.exit(result if isinstance(result, int) else 0)

@@ -36,6 +36,11 @@ from supervisor.transports.base import Connection, Transport
 
 Sleep = Callable[[float], Awaitable[None]]
 
+# failures that condemn the cached token itself, not only the session
+TOKEN_CODES = frozenset(
+    {"OAUTH_TOKEN_INVALID", "TOKEN_REFRESH_FAILED", "AUTH_REQUIRED", "AUTH_FAILED", "AUTH_CLIENT_INVALID"}
+)
+
 
 def connection_lost(event: SdkErrorEvent) -> SdkErrorEvent:
     """The failure ended (or prevented) the connection itself, so it is session-level.
@@ -186,6 +191,11 @@ class SessionRunner:
             self._wait_scope = None
             if connection is None:
                 return  # stopped while connecting
+            if self.core.terminated:
+                # stopped just as the connection opened: close it, never serve it
+                with anyio.CancelScope(shield=True):
+                    await connection.close(self._close_code)
+                return
         except TransportFailure as failure:
             raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
             self._connect_failed(self._classify(raw), probe_id)
@@ -218,6 +228,8 @@ class SessionRunner:
 
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
         self._record(self._circuit.record_failure(event, probe_id))
+        if self.core.terminated:
+            return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))
 
     def _unknown_failure(self) -> RawError:
@@ -276,7 +288,9 @@ class SessionRunner:
         self.termination = effect
         # seed section 3: "revoke local session storage" and force a full authentication cycle
         self._store.delete(self.session_id)
-        if self._tokens is not None and effect.reason.value not in ("GRACEFUL_CLOSE", "STOPPED"):
+        if self._tokens is not None and effect.code in TOKEN_CODES:
+            # the platform credential's token is shared by the sessions that use it: drop it when
+            # the token itself failed, so the next use re-authenticates (once, single-flight)
             self._tokens.revoke()
         for scope in (self._serve_scope, self._wait_scope):
             if scope is not None:

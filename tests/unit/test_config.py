@@ -21,6 +21,7 @@ def test_example_config_is_valid() -> None:
         SessionKind.AGENT_SESSION,
     ]
     assert (config.reconnect.first_delay_min, config.reconnect.first_delay_max) == (2.0, 8.0)
+    assert config.reconnect.throttle_jitter == 10.0
     assert (config.circuit.failure_threshold, config.circuit.window, config.circuit.open_for) == (
         5,
         10.0,

@@ -1,0 +1,122 @@
+"""The session runner's races with stop(), with an in-memory transport (a unit test: the
+integration tests drive the runner over real sockets against the simulators)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from machines.session import SessionConfig
+from supervisor.bus import EventBus
+from supervisor.clock import SystemClock
+from supervisor.config import Secret
+from supervisor.errors import TransportFailure
+from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.store import SessionStore
+from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from supervisor.tokens import TokenCache
+from supervisor.transports.base import Reporter, SessionContext
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class GatedConnection:
+    session_response: Mapping[str, Any] = {"conversationId": "c", "agentId": "a", "status": "ok"}
+
+    def __init__(self) -> None:
+        self.closed_with: int | None = None
+        self.served = False
+
+    async def serve(self, report: Reporter) -> RawError:
+        self.served = True
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed_with = code
+
+
+class GatedTransport:
+    """open() waits for the test, then fails or succeeds as told."""
+
+    required_fields = ("conversationId", "agentId", "status")
+
+    def __init__(self, *, fail: bool) -> None:
+        self.context = SessionContext("s-1", Platform.GENESYS, Channel.WEBMESSAGING, agent_id="a")
+        self.gate = anyio.Event()
+        self.entered = anyio.Event()
+        self.fail = fail
+        self.connection = GatedConnection()
+
+    async def open(self) -> GatedConnection:
+        self.entered.set()
+        with anyio.CancelScope(shield=True):  # a transport that finishes its attempt regardless
+            await self.gate.wait()
+        if self.fail:
+            raise TransportFailure(
+                RawError(platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, close_code=1006)
+            )
+        return self.connection
+
+    async def aclose(self) -> None:
+        pass
+
+
+def runner_for(transport: GatedTransport) -> SessionRunner:
+    clock = SystemClock()
+    return SessionRunner(
+        transport,
+        classifier=Classifier(load_taxonomy("v1"), clock),
+        circuit=CircuitRegistry(clock).get("test"),
+        bus=EventBus(),
+        clock=clock,
+        rng=random.Random(1),
+        store=SessionStore(),
+        config=SessionConfig(first_delay_s=(0.01, 0.02)),
+    )
+
+
+@pytest.mark.parametrize("fail", [True, False])
+async def test_an_attempt_that_ends_after_stop_is_ignored_and_closed(fail: bool) -> None:
+    """stop() while open() is in flight: whatever open() then returns, the session stays stopped."""
+    transport = GatedTransport(fail=fail)
+    runner = runner_for(transport)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run)
+        await transport.entered.wait()
+        await runner.stop(1001)
+        transport.gate.set()
+    assert runner.state.value == "terminated"
+    assert runner.termination is not None and runner.termination.reason.value == "STOPPED"
+    if not fail:
+        assert transport.connection.closed_with == 1001
+        assert not transport.connection.served
+
+
+class CountingSource:
+    def __init__(self, lifetime: float) -> None:
+        self.lifetime = lifetime
+        self.fetches = 0
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        self.fetches += 1
+        return Secret(f"t{self.fetches}"), self.lifetime, None, {}
+
+
+async def test_a_short_lived_token_is_not_refetched_on_every_call() -> None:
+    """A 300 s token (Genesys' minimum) with the 300 s early refresh: the window is capped at half its life."""
+    source = CountingSource(lifetime=300.0)
+    cache = TokenCache(source, SystemClock(), early_refresh_s=300.0)
+    for _ in range(5):
+        await cache.get()
+    assert source.fetches == 1
