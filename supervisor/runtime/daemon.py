@@ -76,7 +76,8 @@ class Supervisor:
         )
         reconnect = config.reconnect
         self.session_config = SessionConfig(
-            first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max)
+            first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max),
+            throttle_jitter_s=reconnect.throttle_jitter,
         )
         self.store = SessionStore()
         self.hooks = BusHooks(self.bus)
