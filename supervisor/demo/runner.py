@@ -136,9 +136,8 @@ class _Run:
                         faults=self._faults(genesys, cxone),
                     )
                     self.final = (summary["states"], summary["openCircuits"])
-                    # cancelled rather than Supervisor.shutdown(): a connection attempt that fails
-                    # after stop() still reaches the machine (SessionRunner._connect_failed on a
-                    # terminated session raises InputRejected); each runner closes what it has open
+                    # the daemon's own drain: every session stopped and closed with 1001, bounded
+                    await supervisor.shutdown(5.0)
                     tg.cancel_scope.cancel()
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
         summary["outcome"] = {"ok": not problems, "problems": problems}
