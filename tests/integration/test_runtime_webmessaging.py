@@ -164,3 +164,46 @@ async def test_session_response_missing_conversation_id_terminates(
         assert details and all("conversationId" in d for d in details)
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
         assert not any(r.state.value == "active" for r in h.runners.values())
+
+
+async def test_a_reconnection_answered_with_another_conversation_terminates_with_drift(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Seed section 3: a server conversationId that differs from ours is CONVERSATION_STATE_DRIFT."""
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        held = h.runners["wm-0"].ctx.conversation_id
+        sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT))
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: h.all_in("terminated"))
+        termination = h.runners["wm-0"].termination
+        assert termination is not None
+        assert (termination.reason.value, termination.trigger) == (
+            "FAIL_FAST_TRIGGER",
+            "CONVERSATION_STATE_DRIFT",
+        )
+        drift = [
+            e for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["code"] == "CONVERSATION_STATE_DRIFT"
+        ]
+        assert drift and str(held) in drift[0]["details"]
+        assert "wm-0" not in h.supervisor.store
+
+
+async def test_a_terminated_session_comes_back_only_through_a_new_start(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Nothing reconnects in the background; starting the session again is a new machine and a new guest session."""
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        old = h.runners["wm-0"]
+        old_conversation = old.ctx.conversation_id
+        sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED))
+        await h.wait(lambda: old.core.terminated)
+        assert old.termination is not None and old.termination.code == "SESSION_EXPIRED"
+        spec = h.supervisor.config.sessions[0]
+        new = h.supervisor.start(h.tg, spec)
+        assert new is not old and h.runners["wm-0"] is new
+        await h.wait(lambda: new.state.value == "active")
+        # a full cycle: a new guest token, hence a new conversation, not a resume of the old one
+        assert new.ctx.conversation_id and new.ctx.conversation_id != old_conversation
+        assert old.state.value == "terminated"
