@@ -36,15 +36,14 @@ from supervisor.taxonomy import Channel, RawError
 from supervisor.transports.base import (
     Reporter,
     SessionContext,
-    raw_from_close,
     raw_from_exception,
     raw_from_message,
 )
-from supervisor.transports.webmessaging import (
-    await_liveness,
+from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,
     malformed_frame,
+    serve_alive,
     shutdown_socket,
 )
 
@@ -153,7 +152,6 @@ class NotificationsConnection:
         self._endpoint = endpoint
         self.session_response: dict[str, Any] = {}
         self._pong = anyio.Event()
-        self._ping_failure: RawError | None = None
         self._closed = False
         self.heartbeats = 0
 
@@ -177,36 +175,23 @@ class NotificationsConnection:
             return raw_from_message(msg, ctx=self._ctx, method="subscribe", endpoint=self._endpoint)
 
     async def serve(self, report: Reporter) -> RawError:
-        """Receive until the connection ends; return the RawError that says why."""
-        ka = self._t._keepalive
-        outcome: RawError | None = None
-        async with anyio.create_task_group() as tg:
-            if ka.echo_interval > 0:
-                tg.start_soon(
-                    partial(
-                        await_liveness,
-                        self._ws,
-                        _PING,
-                        self._fresh_pong_event,
-                        interval=ka.echo_interval,
-                        answer_within=ka.echo_timeout,
-                        scope=tg.cancel_scope,
-                        on_dead=self._ping_failed,
-                    )
-                )
-            outcome = await self._receive(report)
-            tg.cancel_scope.cancel()
-        if outcome is None:
-            # no pong in time: we aborted the link without a close frame, 1006 (RFC 6455 §7.1.5)
-            outcome = self._ping_failure or raw_from_close(1006, ctx=self._ctx)
-        return outcome
+        """Receive until the connection ends; return the RawError that says why.
+
+        A ``{"message":"ping"}`` every echo interval must get its pong (platforms.md section 2);
+        silence aborts the link: close 1006, ABNORMAL_CLOSURE, reconnect.
+        """
+        return await serve_alive(
+            self._ws,
+            self._ctx,
+            self._t._keepalive,
+            _PING,
+            self._fresh_pong_event,
+            partial(self._receive, report),
+        )
 
     def _fresh_pong_event(self) -> anyio.Event:
         self._pong = anyio.Event()
         return self._pong
-
-    def _ping_failed(self) -> None:
-        self._ping_failure = raw_from_close(1006, ctx=self._ctx)
 
     async def _receive(self, report: Reporter) -> RawError:
         while True:

@@ -17,7 +17,6 @@ text that echoes it is scrubbed) nor in ``SessionContext``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections import OrderedDict
@@ -38,27 +37,27 @@ from supervisor.taxonomy import RawError
 from supervisor.transports.base import (
     Reporter,
     SessionContext,
-    raw_from_close,
     raw_from_exception,
     raw_from_message,
+)
+from supervisor.transports.sockets import (
+    decode_frame,
+    discard_socket,
+    malformed_frame,
+    scrub,
+    serve_alive,
+    shutdown_socket,
 )
 
 __all__ = [
     "HEALTH_CHECK_TRACING_ID",
     "WebMessagingConnection",
     "WebMessagingTransport",
-    "abort_socket",
-    "decode_frame",
-    "discard_socket",
-    "malformed_frame",
-    "scrub",
-    "shutdown_socket",
 ]
 
 # GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
 HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 ENDPOINT = "/v1"
-_REDACTED = "***"
 # server classes that are failures or session-ending pushes (§1, GMT MessagingClientImpl.handleError)
 _ERROR_CLASSES = frozenset(
     {
@@ -73,101 +72,6 @@ _ERROR_CLASSES = frozenset(
     }
 )
 _TRACKED_REQUESTS = 256  # tracingId -> action, so an error reply names the request it answers
-
-
-# -- helpers shared with supervisor/transports/notifications.py -------------------------------------------
-
-
-def decode_frame(frame: str | bytes) -> dict[str, Any] | None:
-    """A server frame as a JSON object, or None when it is not one (MALFORMED_RESPONSE)."""
-    try:
-        value = json.loads(frame)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def malformed_frame(ctx: SessionContext, *, method: str | None, endpoint: str) -> RawError:
-    """The RawError for a frame that is not a JSON object: the taxonomy's MALFORMED_RESPONSE."""
-    return RawError(
-        platform=ctx.platform,
-        channel=ctx.channel,
-        method=method,
-        endpoint=endpoint,
-        exception="json.JSONDecodeError",
-        context=ctx.envelope_context(),
-    )
-
-
-def scrub(value: Any, secret: str) -> Any:
-    """``value`` with every occurrence of ``secret`` in its strings replaced by ``***``."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return value.replace(secret, _REDACTED)
-    if isinstance(value, Mapping):
-        return {scrub(k, secret): scrub(v, secret) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(v, secret) for v in value]
-    return value
-
-
-def abort_socket(ws: ClientConnection) -> None:
-    """Drop the TCP link without a closing handshake (the peer is unresponsive, RFC 6455 §7.1.1)."""
-    with contextlib.suppress(OSError, RuntimeError, AttributeError):
-        ws.transport.abort()
-
-
-async def shutdown_socket(ws: ClientConnection, code: int, reason: str, within: float) -> None:
-    """Close with ``code`` within ``within`` s, else abort; never raises."""
-    try:
-        with anyio.move_on_after(within):
-            await ws.close(code, reason)
-    except (wsx.WebSocketException, OSError, ValueError):
-        pass
-    if ws.state is not State.CLOSED:
-        abort_socket(ws)
-
-
-async def discard_socket(ws: ClientConnection, failure: RawError, within: float) -> None:
-    """After a failed open: a polite close, or an abort when the peer stopped answering."""
-    if failure.exception == "TimeoutError":
-        abort_socket(ws)  # a closing handshake would only wait close_timeout for it again
-    else:
-        await shutdown_socket(ws, 1000, "", within)
-
-
-async def await_liveness(
-    ws: ClientConnection,
-    probe: str,
-    answered: Callable[[], anyio.Event],
-    *,
-    interval: float,
-    answer_within: float,
-    scope: anyio.CancelScope,
-    on_dead: Callable[[], None],
-) -> None:
-    """Send ``probe`` every ``interval`` s; when ``answered()`` is not set within ``answer_within`` s, give up.
-
-    Giving up aborts the socket, calls ``on_dead`` and cancels ``scope`` (the serve task group).
-    """
-    while True:
-        await anyio.sleep(interval)
-        event = answered()
-        with anyio.move_on_after(answer_within) as waited:
-            try:
-                await ws.send(probe)
-            except (wsx.WebSocketException, OSError):
-                return  # the link is gone: the receive loop reports how it ended
-            await event.wait()
-        if waited.cancelled_caught:
-            on_dead()
-            abort_socket(ws)
-            scope.cancel()
-            return
-
-
-# -- the transport -------------------------------------------------------------------------------------
 
 
 class WebMessagingTransport:
@@ -269,7 +173,6 @@ class WebMessagingConnection:
         self._session: dict[str, Any] = {}
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._echo_answered = anyio.Event()
-        self._health_failure: RawError | None = None
         self._closed = False
         self.agent_disconnected = False
 
@@ -324,45 +227,31 @@ class WebMessagingConnection:
     # -- serving ------------------------------------------------------------------------------------
 
     async def serve(self, report: Reporter) -> RawError:
-        """Receive until the connection ends; return the RawError that says why."""
-        ka = self._t._keepalive
-        outcome: RawError | None = None
-        async with anyio.create_task_group() as tg:
-            if ka.echo_interval > 0:
-                echo = json.dumps(
-                    {
-                        "action": "echo",
-                        "token": self._t.guest_token,
-                        "tracingId": HEALTH_CHECK_TRACING_ID,
-                        "message": {"type": "Text", "text": "ping"},
-                    }
-                )
-                tg.start_soon(
-                    partial(
-                        await_liveness,
-                        self._ws,
-                        echo,
-                        self._fresh_echo_event,
-                        interval=ka.echo_interval,
-                        answer_within=ka.echo_timeout,
-                        scope=tg.cancel_scope,
-                        on_dead=self._echo_failed,
-                    )
-                )
-            outcome = await self._receive(report)
-            tg.cancel_scope.cancel()
-        if outcome is None:
-            # the echo health check gave up: we aborted the TCP link without a close frame, which
-            # RFC 6455 §7.1.5 calls 1006; the taxonomy makes that ABNORMAL_CLOSURE (reconnect)
-            outcome = self._health_failure or raw_from_close(1006, ctx=self._ctx)
-        return outcome
+        """Receive until the connection ends; return the RawError that says why.
+
+        The app-level ``echo`` health check (GMT HealthCheckProvider) runs beside the receive
+        loop; when it goes unanswered the link is aborted: close 1006, ABNORMAL_CLOSURE, reconnect.
+        """
+        echo = json.dumps(
+            {
+                "action": "echo",
+                "token": self._t.guest_token,
+                "tracingId": HEALTH_CHECK_TRACING_ID,
+                "message": {"type": "Text", "text": "ping"},
+            }
+        )
+        return await serve_alive(
+            self._ws,
+            self._ctx,
+            self._t._keepalive,
+            echo,
+            self._fresh_echo_event,
+            partial(self._receive, report),
+        )
 
     def _fresh_echo_event(self) -> anyio.Event:
         self._echo_answered = anyio.Event()
         return self._echo_answered
-
-    def _echo_failed(self) -> None:
-        self._health_failure = raw_from_close(1006, ctx=self._ctx)
 
     async def _receive(self, report: Reporter) -> RawError:
         while True:
