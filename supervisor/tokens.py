@@ -88,12 +88,12 @@ class TokenCache:
     async def ensure(self, min_validity_s: float) -> Token:
         """A token valid for at least ``min_validity_s`` more seconds."""
         token = self._token
-        # a 300 s token (Genesys' minimum) with a 300 s early refresh would be refetched on
-        # every call: the window is capped at half the token's lifetime
-        if token is not None and token.remaining(self._clock.monotonic()) > min(
-            min_validity_s, token.lifetime / 2
-        ):
-            return token
+        if token is not None:
+            # a window the token can never satisfy (a 300 s token, Genesys' minimum, against the
+            # 300 s early refresh) would refetch it on every call: such a window is halved
+            window = min_validity_s if min_validity_s < token.lifetime else token.lifetime / 2
+            if token.remaining(self._clock.monotonic()) > window:
+                return token
         return await self.refresh(stale=token)
 
     async def refresh(self, stale: Token | None = None) -> Token:
