@@ -124,14 +124,13 @@ class TokenSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # seed edge case 3: a 5-minute early refresh, and a refresh before any retry within 60 s of expiry
     early_refresh: _Seconds = 300.0
     refresh_before_retry: _Seconds = 60.0
-    request_timeout: _PositiveSeconds = 10.0
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     taxonomy_version: str = "v1"
     shutdown_grace: _PositiveSeconds = 10.0
     request_timeout: _PositiveSeconds = 15.0
-    # maximum connection attempts started per second across all sessions (0 = unlimited)
+    # seeds the daemon's randomness (jitter) for reproducible runs; None draws from the OS
     seed: int | None = None
 
 
@@ -221,7 +220,7 @@ def load_config(path: str | Path) -> Config:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such configuration file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
         raise ConfigError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_config(text, str(p))
 
@@ -250,7 +249,7 @@ def read_secret(
             value = candidate.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             continue
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the name
             raise ConfigError(
                 f"{key}: cannot read credential file {candidate}: {type(exc).__name__}"
             ) from None

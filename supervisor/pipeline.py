@@ -208,7 +208,7 @@ class RequestPipeline:
             try:
                 # no headers argument at all when there are none: httpx would merge an empty dict
                 response = await self.client.request(method, url, headers=headers or None, **kwargs)
-            except (httpx.HTTPError, OSError) as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
                 return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
             status = response.status_code
             if 200 <= status < 300 or status in ok_statuses:

@@ -102,13 +102,21 @@ class TokenCache:
         ``stale`` is the token the caller found wanting: if another caller already replaced
         it, that newer token is returned without a second fetch.
         """
-        if self._token is not None and self._token is not stale:
-            return self._token
-        if self._inflight is not None:
-            await self._inflight.wait()
+        while True:
             if self._token is not None and self._token is not stale:
                 return self._token
-            raise self._failure or TransportFailure(None, "token refresh failed")
+            inflight = self._inflight
+            if inflight is None:
+                return await self._fetch(stale)
+            await inflight.wait()
+            if self._token is not None and self._token is not stale:
+                return self._token
+            failure = self._failure
+            if failure is not None:
+                raise failure
+            # the fetch we waited for was cancelled (its caller was stopped): fetch ourselves
+
+    async def _fetch(self, stale: Token | None) -> Token:
         done = self._inflight = anyio.Event()
         try:
             refresh = stale.refresh if stale is not None else None
@@ -125,7 +133,8 @@ class TokenCache:
             if stale is not None:
                 self.refreshes += 1
             return self._token
-        except BaseException as exc:
+        except Exception as exc:
+            # only a real failure is shared with the waiters; a cancellation is the caller's own
             self._failure = exc
             raise
         finally:
@@ -203,7 +212,7 @@ async def _post_token(
     path = httpx.URL(url).path
     try:
         response = await client.post(url, **kwargs)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
     except OSError as exc:
         raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None

@@ -40,6 +40,13 @@ def _register() -> None:
     cli.add_command(demo_cmd.demo)
 
 
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI, map our errors to exit 1 with one line."""
     _register()
@@ -60,6 +67,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except SupervisorError as exc:
         click.echo(f"session-supervisor: error: {exc}", err=True)
+        sys.exit(1)
+    except BaseExceptionGroup as group:
+        # a task group wraps what its tasks raised: report ours in one line, re-raise the rest
+        mine = [e for e in _leaves(group) if isinstance(e, SupervisorError)]
+        if not mine:
+            raise
+        click.echo(f"session-supervisor: error: {mine[0]}", err=True)
         sys.exit(1)
     except BrokenPipeError:
         # `... | head` closed our stdout: not an error worth a traceback

@@ -7,7 +7,7 @@ from __future__ import annotations
 import calendar
 import re
 
-_DELTA_SECONDS = re.compile(r"^\s*(\d{1,10})\s*$")
+_DELTA_SECONDS = re.compile(r"^\s*(\d{1,10})\s*$", re.ASCII)
 _MONTHS = {
     m: i
     for i, m in enumerate(
@@ -18,7 +18,7 @@ _MONTHS = {
 _IMF_FIXDATE = re.compile(r"^[A-Za-z]{3}, (\d{2}) ([A-Za-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) GMT$")
 _RFC850 = re.compile(r"^[A-Za-z]{6,9}, (\d{2})-([A-Za-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) GMT$")
 _ASCTIME = re.compile(r"^[A-Za-z]{3} ([A-Za-z]{3}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$")
-_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d{1,10})\"?\s*(?:,|$)", re.IGNORECASE)
+_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d{1,10})\"?\s*(?:,|$)", re.IGNORECASE | re.ASCII)
 
 
 def parse_retry_after_ms(value: object, now_epoch: float) -> int | None:

@@ -90,6 +90,15 @@ class Supervisor:
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Supervisor:
+        try:
+            self._build()
+        except BaseException:
+            # a credential that cannot be read must not leak the clients made before it
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    def _build(self) -> None:
         timeout = httpx.Timeout(self.config.daemon.request_timeout)
         platforms = self.config.platforms
         if platforms.genesys is not None:
@@ -131,7 +140,6 @@ class Supervisor:
                 source_cx, self.clock, early_refresh_s=self.config.tokens.early_refresh, name="cxone"
             )
             self.pipelines["cxone"] = self._pipeline(client, self.tokens["cxone"])
-        return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -169,7 +177,13 @@ class Supervisor:
 
             gen = platforms.genesys
             assert gen is not None and gen.webmessaging_url is not None
-            ctx = SessionContext(spec.id, Platform.GENESYS, Channel.WEBMESSAGING, agent_id=spec.agent_id)
+            ctx = SessionContext(
+                spec.id,
+                Platform.GENESYS,
+                Channel.WEBMESSAGING,
+                agent_id=spec.agent_id,
+                conversation_id=spec.conversation_id,
+            )
             deployment = spec.deployment_id or gen.deployment_id
             assert deployment is not None
             wm = WebMessagingTransport(
@@ -259,7 +273,8 @@ class Supervisor:
         self._accepting = False
         for runner in self.runners.values():
             await runner.stop(1001)
-        with anyio.move_on_after(grace_s, shield=True):
+        # not shielded: a second signal cancels the drain at once (serve_until_signalled)
+        with anyio.move_on_after(grace_s):
             for done in list(self._done.values()):
                 await done.wait()
 

@@ -99,7 +99,11 @@ class SessionRunner:
         self._close_code = 1000
         self.termination: SessionTerminated | None = None
         self.connects = 0
-        store.put(self.session_id, {"platform": self.ctx.platform.value, "kind": self.ctx.channel.value})
+        record: dict[str, Any] = {"platform": self.ctx.platform.value, "kind": self.ctx.channel.value}
+        if self.ctx.conversation_id is not None:
+            # a configured conversation: the first session response must name it (drift check)
+            record["conversationId"] = self.ctx.conversation_id
+        store.put(self.session_id, record)
 
     @property
     def state(self) -> SessionState:
@@ -141,7 +145,9 @@ class SessionRunner:
         A fail-fast trigger (409 duplicate message, QUEUE_FULL, invalid token, ...) ends the
         session here; an operation-scoped failure only fails that operation.
         """
-        if not self.core.terminated:
+        # only a fail-fast reaches the machine: an operation that merely failed (or spent its
+        # retries) says nothing about the connection, which the transport watches itself
+        if event.fail_fast and not self.core.terminated:
             self._execute(self.core.failure(event))
 
     # ------------------------------------------------------------------ states
@@ -204,8 +210,8 @@ class SessionRunner:
             self._connect_failed(_decided(failure), probe_id)
             return
         except CircuitOpenError as refused:
-            # a REST endpoint behind this connection is open: wait, not counted
-            self._record(self._circuit.record_success(probe_id))
+            # a REST endpoint behind this connection is open: wait, not counted; no handshake
+            # happened, so this circuit learns nothing (a lost probe times out by itself)
             await self._pause(max(refused.retry_in_s, 0.001))
             return
         self._record(self._circuit.record_success(probe_id))

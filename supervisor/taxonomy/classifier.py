@@ -49,12 +49,20 @@ def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | Non
     return method, path, display
 
 
+def _redacted(key: str, value: Any, depth: int = 0) -> Any:
+    # a guest token, a bearer token or a secret never leaves the daemon, however deep
+    if _SECRET_KEY.search(key) and key != "tokenExpired":
+        return _REDACTED
+    if isinstance(value, Mapping) and depth < 8:
+        return {str(k): _redacted(str(k), v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def _safe_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"conversationId": None, "agentId": None, "endpoint": None}
     if context:
         for key, value in context.items():
-            # a guest token, a bearer token or a secret never leaves the daemon
-            out[key] = _REDACTED if _SECRET_KEY.search(key) and key != "tokenExpired" else value
+            out[key] = _redacted(key, value)
     return out
 
 

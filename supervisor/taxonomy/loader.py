@@ -277,7 +277,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
         if key == "*":
             close_default = code_ref(where, name)
             continue
-        if not key.isdigit() or not 1000 <= int(key) <= 4999:
+        if not (key.isascii() and key.isdigit()) or not 1000 <= int(key) <= 4999:
             raise TaxonomyError(f"{origin}: {where}: a close code is an integer from 1000 to 4999, or '*'")
         close_codes[int(key)] = code_ref(where, name)
     if close_default is None:

@@ -138,8 +138,11 @@ def _int_or_none(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        # ASCII digits only: "²".isdigit() is True but int("²") raises
+        if text.isascii() and text.isdigit() and len(text) <= 9:
+            return int(text)
     return None
 
 

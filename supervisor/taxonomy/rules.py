@@ -30,15 +30,15 @@ def parse_status_spec(spec: int | str | list[int | str] | None) -> frozenset[int
             out.add(item)
             continue
         text = item.strip().lower()
-        if re.fullmatch(r"[1-6]xx", text):
+        if re.fullmatch(r"[1-6]xx", text, re.ASCII):
             first = int(text[0]) * 100
             out.update(range(first, first + 100))
-        elif m := re.fullmatch(r"(\d{3,4})\s*-\s*(\d{3,4})", text):
+        elif m := re.fullmatch(r"(\d{3,4})\s*-\s*(\d{3,4})", text, re.ASCII):
             low, high = int(m.group(1)), int(m.group(2))
             if low > high or low not in _STATUS_RANGE or high not in _STATUS_RANGE:
                 raise ValueError(f"'{item}' is not a valid range within 100-6999")
             out.update(range(low, high + 1))
-        elif text.isdigit():
+        elif text.isascii() and text.isdigit():
             out.add(int(text))
         else:
             raise ValueError(f"'{item}' is not a status, 'Nxx' or 'low-high'")

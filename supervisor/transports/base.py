@@ -102,7 +102,7 @@ def _body_of(content: bytes, content_type: str | None) -> Any:
     if content_type is None or "json" in content_type or text.lstrip().startswith(("{", "[")):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
             return text
     return text
 

@@ -29,7 +29,7 @@ def decode_frame(frame: str | bytes) -> dict[str, Any] | None:
     """A server frame as a JSON object, or None when it is not one (MALFORMED_RESPONSE)."""
     try:
         value = json.loads(frame)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, absurd nesting
         return None
     return value if isinstance(value, dict) else None
 

@@ -176,3 +176,23 @@ async def test_rate_limited_call_waits_at_least_retry_after(
         assert response.status_code == 200
         assert len(waits) == 2 and all(w >= 7.0 for w in waits)
         assert sim.recorder.request_count(method="GET", status=429) == 2
+
+
+async def test_an_operation_that_spends_its_retries_leaves_the_session_alone(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Only a fail-fast reaches the session: a REST call out of retries fails that call, nothing else."""
+
+    async def backoff(seconds: float) -> None:
+        clock.advance(seconds)
+
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        cid = await active_session(h)
+        for pipeline in h.supervisor.pipelines.values():
+            pipeline._sleep = backoff
+        sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*"))
+        with pytest.raises(OperationError) as info:
+            await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
+        assert info.value.exhausted
+        assert h.runners["wm-0"].state.value == "active"
+        assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]

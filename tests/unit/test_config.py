@@ -100,6 +100,8 @@ def test_secrets_come_from_the_credentials_directory_first(tmp_path: Path) -> No
     assert value is not None and value.reveal() == "from-beside"
     with pytest.raises(ConfigError, match=r"^k: credential file not found"):
         read_secret("missing", key="k", config_dir=beside, environ=env)
+    with pytest.raises(ConfigError, match=r"^k: cannot read credential file"):
+        read_secret("bad\x00name", key="k", config_dir=beside, environ={})
     (beside / "empty").write_text("  \n")
     with pytest.raises(ConfigError, match=r"^k: credential file .* is empty$"):
         read_secret("empty", key="k", config_dir=beside, environ={})

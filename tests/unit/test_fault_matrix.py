@@ -930,6 +930,31 @@ class TestResponseValidation:
         assert (event.code, event.taxonomy_class) == ("SESSION_ID_MISMATCH", S)
 
 
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {"platform": "genesys", "channel": "notifications", "body": {"result": "²"}},
+        {
+            "platform": "genesys",
+            "channel": "webmessaging",
+            "body": {"class": "string", "code": "³", "body": "x"},
+        },
+        {"platform": "genesys", "channel": "rest", "status": 429, "headers": {"Retry-After": "٣"}},
+        {
+            "platform": "genesys",
+            "channel": "rest",
+            "status": 400,
+            "context": {"deep": {"auth": {"token": "s3"}}},
+        },
+    ],
+)
+def test_unicode_digits_and_nested_secrets(classifier: Classifier, envelope: dict[str, Any]) -> None:
+    """Found in review: "²".isdigit() is True but int("²") raises; secrets can hide in nested context."""
+    event = classifier.classify_object(envelope)
+    assert event.code in classifier.taxonomy.codes
+    assert "s3" not in str(event.as_json())
+
+
 def test_envelope_errors_name_the_field() -> None:
     """A bad envelope names the field and the problem."""
     from supervisor.errors import EnvelopeError

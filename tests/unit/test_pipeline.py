@@ -253,3 +253,20 @@ async def test_transport_exceptions_are_classified_never_raised() -> None:
     with pytest.raises(OperationError) as info:
         await rig.get()
     assert info.value.event.code == "CONNECTION_FAILED"  # type: ignore[attr-defined]
+
+
+async def test_an_invalid_url_is_classified_not_raised() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.InvalidURL("bad port")
+
+    rig = Rig(handler)
+    with pytest.raises(OperationError) as info:
+        await rig.get()
+    assert info.value.event.code == "CONFIGURATION_ERROR"  # type: ignore[attr-defined]
+
+
+async def test_an_absurdly_nested_error_body_is_kept_as_text() -> None:
+    rig = Rig(lambda request: httpx.Response(500, content=b"[" * 100_000))
+    with pytest.raises(OperationError) as info:
+        await rig.get()
+    assert info.value.event.code == "SERVER_ERROR"  # type: ignore[attr-defined]

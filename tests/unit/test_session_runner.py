@@ -120,3 +120,42 @@ async def test_a_short_lived_token_is_not_refetched_on_every_call() -> None:
     for _ in range(5):
         await cache.get()
     assert source.fetches == 1
+
+
+class SlowSource:
+    """The first fetch hangs until cancelled; later ones answer at once."""
+
+    def __init__(self) -> None:
+        self.fetches = 0
+        self.started = anyio.Event()
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        self.fetches += 1
+        if self.fetches == 1:
+            self.started.set()
+            await anyio.sleep_forever()
+        return Secret(f"t{self.fetches}"), 3600.0, None, {}
+
+
+async def test_a_cancelled_fetch_does_not_cancel_the_callers_waiting_for_it() -> None:
+    """One session stopped mid-refresh must not take the other sessions' token requests with it."""
+    source = SlowSource()
+    cache = TokenCache(source, SystemClock())
+    got: list[str] = []
+
+    async def waiter() -> None:
+        got.append((await cache.get()).access.reveal())
+
+    async def doomed_fetcher(scope_box: list[anyio.CancelScope]) -> None:
+        with anyio.CancelScope() as scope:
+            scope_box.append(scope)
+            await cache.get()
+
+    box: list[anyio.CancelScope] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(doomed_fetcher, box)
+        await source.started.wait()
+        tg.start_soon(waiter)  # joins the in-flight fetch
+        await anyio.wait_all_tasks_blocked()
+        box[0].cancel()  # the first caller is stopped mid-fetch
+    assert got == ["t2"]  # the waiter fetched on its own instead of inheriting the cancellation
