@@ -25,6 +25,7 @@ MALFORMED_BODY on the 2xx bodies (via :meth:`FaultGate.rewrite`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -128,62 +129,42 @@ async def join_session(request: web.Request) -> web.Response:
     return _accepted(ctx, request, {"sessionId": handle.current_id})
 
 
-async def end_session(request: web.Request) -> web.Response:
-    """``DELETE agent-sessions/{sessionId}``: end it; the next poll gets the final AgentSessionEnd."""
+async def _session_action(
+    request: web.Request, action: Callable[[CxoneContext, str], object]
+) -> web.Response:
+    """The shape every per-session action shares: auth, session faults, the action, 202 (or its error)."""
     ctx, agent = _prelude(request)
     if isinstance(agent, web.Response):
         return agent
     session_id = request.match_info["sessionId"]
     _session_faults(ctx, request, session_id)
     try:
-        ctx.sessions.end(session_id, EndReason.CLIENT)
+        action(ctx, session_id)
     except SimStateError as exc:
         return _error(exc)
     return _accepted(ctx, request, None)
+
+
+async def end_session(request: web.Request) -> web.Response:
+    """``DELETE agent-sessions/{sessionId}``: end it; the next poll gets the final AgentSessionEnd."""
+    return await _session_action(request, lambda ctx, sid: ctx.sessions.end(sid, EndReason.CLIENT))
 
 
 async def set_state(request: web.Request) -> web.Response:
     """``POST .../state?state=Available|Unavailable&reason=``: queues an ``AgentState`` event."""
-    ctx, agent = _prelude(request)
-    if isinstance(agent, web.Response):
-        return agent
-    session_id = request.match_info["sessionId"]
-    _session_faults(ctx, request, session_id)
-    try:
-        ctx.sessions.set_state(
-            session_id, request.query.get("state", ""), request.query.get("reason", "")[:64]
-        )
-    except SimStateError as exc:
-        return _error(exc)
-    return _accepted(ctx, request, None)
+    state, reason = request.query.get("state", ""), request.query.get("reason", "")[:64]
+    return await _session_action(request, lambda ctx, sid: ctx.sessions.set_state(sid, state, reason))
 
 
 async def contact_action(request: web.Request) -> web.Response:
     """``POST .../interactions/{contactId}/{action}``: accept|hold|resume|end; queues a CallContactEvent."""
-    ctx, agent = _prelude(request)
-    if isinstance(agent, web.Response):
-        return agent
-    session_id = request.match_info["sessionId"]
-    _session_faults(ctx, request, session_id)
-    try:
-        ctx.sessions.contact_action(session_id, request.match_info["contactId"], request.match_info["action"])
-    except SimStateError as exc:
-        return _error(exc)
-    return _accepted(ctx, request, None)
+    contact, verb = request.match_info["contactId"], request.match_info["action"]
+    return await _session_action(request, lambda ctx, sid: ctx.sessions.contact_action(sid, contact, verb))
 
 
 async def keep_alive(request: web.Request) -> web.Response:
     """``POST .../keep-alive``: counts as activity for ``inactivityTimeout``."""
-    ctx, agent = _prelude(request)
-    if isinstance(agent, web.Response):
-        return agent
-    session_id = request.match_info["sessionId"]
-    _session_faults(ctx, request, session_id)
-    try:
-        ctx.sessions.touch(session_id)
-    except SimStateError as exc:
-        return _error(exc)
-    return _accepted(ctx, request, None)
+    return await _session_action(request, lambda ctx, sid: ctx.sessions.touch(sid))
 
 
 def _poll_headers(ctx: CxoneContext) -> dict[str, str]:
