@@ -43,6 +43,7 @@ from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,
     malformed_frame,
+    receive_frames,
     serve_alive,
     shutdown_socket,
 )
@@ -194,19 +195,10 @@ class NotificationsConnection:
         return self._pong
 
     async def _receive(self, report: Reporter) -> RawError:
-        while True:
-            try:
-                frame = await self._ws.recv()
-            except wsx.ConnectionClosed as exc:
-                # the server's close code (1001 on idle timeout or after socket_closing), else 1006
-                return raw_from_exception(exc, ctx=self._ctx, endpoint=self._endpoint)
-            raw = self._classify_frame(decode_frame(frame))
-            if raw is None:
-                continue
-            if not await report(raw):
-                # the runtime has moved on (socket_closing: it reconnects on a new channel now)
-                await self.close(1000)
-                return raw
+        # when the runtime has moved on (socket_closing: it reconnects on a new channel now), close
+        return await receive_frames(
+            self._ws, self._ctx, self._endpoint, self._classify_frame, report, partial(self.close, 1000)
+        )
 
     def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
         """The RawError a frame stands for, or None when it is liveness or an event."""

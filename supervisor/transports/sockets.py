@@ -20,7 +20,7 @@ from websockets.protocol import State
 
 from supervisor.config import Keepalive
 from supervisor.taxonomy import RawError
-from supervisor.transports.base import SessionContext, raw_from_close
+from supervisor.transports.base import Reporter, SessionContext, raw_from_close, raw_from_exception
 
 _REDACTED = "***"
 
@@ -113,6 +113,34 @@ async def await_liveness(
 
 
 # -- the transport -------------------------------------------------------------------------------------
+
+
+async def receive_frames(
+    ws: ClientConnection,
+    ctx: SessionContext,
+    endpoint: str,
+    classify: Callable[[dict[str, Any] | None], RawError | None],
+    report: Reporter,
+    release: Callable[[], Awaitable[None]],
+) -> RawError:
+    """The receive loop both Genesys sockets share; returns the RawError that ended the connection.
+
+    ``classify`` turns a frame (None when it is not a JSON object) into the failure it stands
+    for, or None; each failure goes to ``report``, and when the runtime answers False the
+    socket is let go through ``release`` and that failure is returned.
+    """
+    while True:
+        try:
+            frame = await ws.recv()
+        except wsx.ConnectionClosed as exc:
+            # the close code the server sent (exc.rcvd), or 1006 when the link just died (RFC 6455 7.1.5)
+            return raw_from_exception(exc, ctx=ctx, endpoint=endpoint)
+        raw = classify(decode_frame(frame))
+        if raw is None:
+            continue
+        if not await report(raw):
+            await release()
+            return raw
 
 
 async def serve_alive(

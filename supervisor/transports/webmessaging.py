@@ -44,6 +44,7 @@ from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,
     malformed_frame,
+    receive_frames,
     scrub,
     serve_alive,
     shutdown_socket,
@@ -254,20 +255,13 @@ class WebMessagingConnection:
         return self._echo_answered
 
     async def _receive(self, report: Reporter) -> RawError:
-        while True:
-            try:
-                frame = await self._ws.recv()
-            except wsx.ConnectionClosed as exc:
-                # the close code the server sent (exc.rcvd), or 1006 when the link just died (§7.1.5)
-                return raw_from_exception(exc, ctx=self._ctx, endpoint=ENDPOINT)
-            msg = decode_frame(frame)
-            raw = self._classify_frame(msg)
-            if raw is None:
-                continue
-            if not await report(raw):
-                await shutdown_socket(self._ws, 1000, "", self._t._close_timeout)
-                self._closed = True
-                return raw
+        return await receive_frames(self._ws, self._ctx, ENDPOINT, self._classify_frame, report, self._let_go)
+
+    async def _let_go(self) -> None:
+        # the runtime has moved on: close the socket but send no closeSession, so the server
+        # session survives for a resume with the same guest token
+        await shutdown_socket(self._ws, 1000, "", self._t._close_timeout)
+        self._closed = True
 
     def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
         """The RawError a frame stands for, or None when it is not a failure."""
