@@ -11,10 +11,10 @@ import click
 import msgspec
 from rich.table import Table
 
-from supervisor.classify_sample import sample_envelopes
 from supervisor.cli.common import active_taxonomy, stderr_console, stdout_console, taxonomy_option
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy import Classifier, SdkErrorEvent
+from supervisor.taxonomy.samples import sample_envelopes
 
 _encoder = msgspec.json.Encoder()
 

@@ -5,7 +5,7 @@ time, and get a decision back.
 """
 
 from supervisor.retry.backoff import RetryDecision, backoff_delay_ms, decide_retry
-from supervisor.retry.headers import parse_max_age_ms, parse_retry_after_ms
+from supervisor.taxonomy.headers import parse_max_age_ms, parse_retry_after_ms
 
 __all__ = [
     "RetryDecision",

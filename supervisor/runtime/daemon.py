@@ -22,19 +22,20 @@ import httpx
 from anyio.abc import TaskGroup
 
 from machines.circuit import CircuitConfig
+from machines.registry import CircuitRegistry
 from machines.session import SessionConfig
+from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.config import Config, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError, OperationError, SessionError
-from supervisor.pipeline import RequestPipeline
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner, Sleep
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, load_taxonomy, resolve_version
-from supervisor.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
-from supervisor.transports.base import SessionContext, Transport
+from supervisor.transports.base import Transport
 
 
 class Supervisor:

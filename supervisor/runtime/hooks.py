@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.bus import EventBus
-from supervisor.pipeline import AttemptDetails
+from supervisor.rest.pipeline import AttemptDetails
 from supervisor.runtime.publish import publish_classified, publish_effects
 from supervisor.taxonomy import SdkErrorEvent
 

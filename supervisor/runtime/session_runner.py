@@ -28,10 +28,10 @@ from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.publish import publish_classified, publish_effects
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
-from supervisor.tokens import TokenCache
 from supervisor.transports.base import Connection, Transport
 
 Sleep = Callable[[float], Awaitable[None]]

@@ -11,8 +11,8 @@ import json
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
-from supervisor.retry.headers import parse_retry_after_ms
 from supervisor.taxonomy.envelope import RawError
+from supervisor.taxonomy.headers import parse_retry_after_ms
 from supervisor.taxonomy.model import Channel, Platform
 
 # Web Messaging message codes (GMT ErrorCode.kt, platforms.md section 1)

@@ -9,7 +9,7 @@ Wire protocol (reference/platforms.md section 6)::
     DELETE {base}/services/{v}/agent-sessions/{S}
 
 ``{base}`` is the token's ``resource_server_base_uri`` (platforms.md section 7) unless
-configured. Every request goes through :class:`~supervisor.pipeline.RequestPipeline` (the
+configured. Every request goes through :class:`~supervisor.rest.pipeline.RequestPipeline` (the
 one retry layer: token, circuit ``cxone:api``, classification, retries, Retry-After), so
 this module only *describes* what the platform answered (design.md, "Data flows one way"):
 
@@ -39,12 +39,12 @@ from typing import Any
 import anyio
 import httpx
 
+from supervisor.boundary import Reporter, SessionContext, raw_from_exception
 from supervisor.clock import Clock
 from supervisor.errors import OperationError, TransportFailure
-from supervisor.pipeline import RequestPipeline, ResponseCheck
-from supervisor.retry.headers import parse_max_age_ms
+from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.taxonomy import Channel, RawError
-from supervisor.transports.base import Reporter, SessionContext, raw_from_exception
+from supervisor.taxonomy.headers import parse_max_age_ms
 
 __all__ = [
     "CIRCUIT",
@@ -140,7 +140,7 @@ class AgentSessionTransport:
         if base is None:
             tokens = self.pipeline.tokens
             assert tokens is not None  # checked in __init__
-            # a failed token fetch raises TransportFailure, as open() may (transports/base.py)
+            # a failed token fetch raises TransportFailure, as open() may (supervisor/boundary.py)
             token = await tokens.get()
             uri = token.extra.get("resource_server_base_uri")
             if not isinstance(uri, str) or not uri:
@@ -391,7 +391,7 @@ class AgentSessionConnection:
             return
         # shielded: a cancelled runner still logs the agent out, within a bounded time
         with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
-            # close() never raises (transports/base.py): a failed DELETE changes nothing now
+            # close() never raises (supervisor/boundary.py): a failed DELETE changes nothing now
             with contextlib.suppress(Exception):
                 await self._t.pipeline.request(
                     "DELETE",

@@ -1,7 +1,7 @@
 """Genesys Notifications channel (platforms.md §2): a :class:`~supervisor.transports.base.Transport`.
 
 * :meth:`NotificationsTransport.open` creates a channel (``POST /api/v2/notifications/channels``
-  through the :class:`~supervisor.pipeline.RequestPipeline`: retries, token, circuit ``genesys:api``),
+  through the :class:`~supervisor.rest.pipeline.RequestPipeline`: retries, token, circuit ``genesys:api``),
   connects to its ``connectUri`` (no credentials on the socket: the channel id is the capability, as
   on the real platform) and subscribes its topics on the socket.
 * :meth:`NotificationsConnection.serve` treats heartbeats and pongs as liveness, sends
@@ -29,16 +29,16 @@ import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 
-from supervisor.config import Keepalive
-from supervisor.errors import TransportFailure
-from supervisor.pipeline import RequestPipeline, ResponseCheck
-from supervisor.taxonomy import Channel, RawError
-from supervisor.transports.base import (
+from supervisor.boundary import (
     Reporter,
     SessionContext,
     raw_from_exception,
     raw_from_message,
 )
+from supervisor.config import Keepalive
+from supervisor.errors import TransportFailure
+from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
+from supervisor.taxonomy import Channel, RawError
 from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,

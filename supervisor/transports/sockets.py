@@ -18,9 +18,9 @@ import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
+from supervisor.boundary import Reporter, SessionContext, raw_from_close, raw_from_exception
 from supervisor.config import Keepalive
 from supervisor.taxonomy import RawError
-from supervisor.transports.base import Reporter, SessionContext, raw_from_close, raw_from_exception
 
 _REDACTED = "***"
 

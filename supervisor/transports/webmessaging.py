@@ -31,15 +31,15 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 from websockets.typing import Origin
 
-from supervisor.config import Keepalive
-from supervisor.errors import TransportFailure
-from supervisor.taxonomy import RawError
-from supervisor.transports.base import (
+from supervisor.boundary import (
     Reporter,
     SessionContext,
     raw_from_exception,
     raw_from_message,
 )
+from supervisor.config import Keepalive
+from supervisor.errors import TransportFailure
+from supervisor.taxonomy import RawError
 from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,

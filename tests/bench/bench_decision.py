@@ -14,9 +14,9 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
-from supervisor.classify_sample import sample_envelopes
 from supervisor.retry import decide_retry
 from supervisor.taxonomy import Classifier, Jitter, envelope_from_json, load_taxonomy
+from supervisor.taxonomy.samples import sample_envelopes
 
 ROUNDS = 7
 

@@ -36,11 +36,11 @@ import tenacity
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext
 from supervisor.clock import SystemClock
-from supervisor.pipeline import RequestPipeline
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.pipeline import RequestPipeline
 from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy
-from supervisor.transports.base import SessionContext
 
 TARGET_US = 5.0
 REPEATS = 7

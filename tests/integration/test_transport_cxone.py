@@ -19,17 +19,17 @@ import anyio
 import httpx
 import pytest
 
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock, SystemClock
 from supervisor.config import Secret
 from supervisor.errors import OperationError
-from supervisor.pipeline import RequestPipeline
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import CxoneCredentials, TokenCache
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.cxone.state import EndReason
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
-from supervisor.tokens import CxoneCredentials, TokenCache
-from supervisor.transports.base import SessionContext
 from supervisor.transports.cxone import AgentSessionConnection, AgentSessionTransport
 from tests.integration.conftest import wait_until
 

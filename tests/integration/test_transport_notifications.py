@@ -15,15 +15,15 @@ import anyio
 import msgspec
 import pytest
 
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext
 from supervisor.config import Keepalive, Secret
 from supervisor.errors import OperationError, TransportFailure
-from supervisor.pipeline import RequestPipeline
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
-from supervisor.tokens import GenesysClientCredentials, TokenCache
-from supervisor.transports.base import SessionContext
 from supervisor.transports.notifications import NotificationsConnection, NotificationsTransport
 from tests.integration.conftest import Genesys, wait_until
 

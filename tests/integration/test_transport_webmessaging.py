@@ -17,12 +17,12 @@ import msgspec
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from supervisor.boundary import SessionContext
 from supervisor.config import Keepalive
 from supervisor.errors import TransportFailure
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
-from supervisor.transports.base import SessionContext
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
 from tests.integration.conftest import Genesys, wait_until
 

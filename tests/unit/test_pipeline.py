@@ -15,14 +15,14 @@ import httpx
 import pytest
 
 from machines.circuit import CircuitConfig
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
-from supervisor.pipeline import RequestPipeline, ResponseCheck
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
+from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
-from supervisor.tokens import TokenCache
-from supervisor.transports.base import SessionContext
 
 pytestmark = pytest.mark.anyio
 

@@ -10,17 +10,17 @@ from typing import Any
 import anyio
 import pytest
 
+from machines.registry import CircuitRegistry
 from machines.session import SessionConfig
+from supervisor.boundary import Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import Secret
 from supervisor.errors import TransportFailure
-from supervisor.runtime.circuits import CircuitRegistry
+from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
-from supervisor.tokens import TokenCache
-from supervisor.transports.base import Reporter, SessionContext
 
 pytestmark = pytest.mark.anyio
 

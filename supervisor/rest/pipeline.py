@@ -27,13 +27,13 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import httpx
 
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
 from supervisor.clock import Clock, Rng
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
-from supervisor.runtime.circuits import CircuitRegistry
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
-from supervisor.tokens import Token, TokenCache
-from supervisor.transports.base import SessionContext, raw_from_exception, raw_from_response
 
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")

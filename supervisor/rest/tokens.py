@@ -23,11 +23,11 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
+from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
 from supervisor.clock import Clock
 from supervisor.config import Secret
 from supervisor.errors import TransportFailure
 from supervisor.taxonomy import Channel, Platform, RawError
-from supervisor.transports.base import SessionContext, raw_from_exception, raw_from_response
 
 
 @dataclass(frozen=True, slots=True)

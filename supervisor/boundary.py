@@ -1,0 +1,177 @@
+"""The boundary: who a session is, and the one place library errors become RawError envelopes.
+
+Everything below the transports that needs to describe a failure imports this module: the
+REST layer (supervisor/rest/) and the transports (supervisor/transports/). It holds
+
+* :class:`SessionContext`, the correlation ids of a supervised session;
+* :data:`Reporter`, the runtime's answer to an in-band failure;
+* the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
+  and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
+
+A transport or the REST layer *describes* failures, it never decides (design.md, "Data flows
+one way"): no httpx or websockets exception is raised past this boundary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import websockets.exceptions
+
+from supervisor.taxonomy import Channel, Platform, RawError
+
+# the runtime's answer to an in-band failure: True means "the session goes on"
+Reporter = Callable[[RawError], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class SessionContext:
+    """Who a transport works for; the ids it learns (conversationId, sessionId) are written back."""
+
+    session_id: str
+    platform: Platform
+    channel: Channel
+    agent_id: str | None = None
+    conversation_id: str | None = None
+    # platform session id (CXone rolling sessionId, Web Messaging guest token is NOT kept here)
+    platform_session_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def envelope_context(self) -> dict[str, Any]:
+        """The RawError ``context``: correlation ids only, never a token."""
+        out: dict[str, Any] = {"sessionId": self.session_id}
+        if self.agent_id is not None:
+            out["agentId"] = self.agent_id
+        if self.conversation_id is not None:
+            out["conversationId"] = self.conversation_id
+        if self.platform_session_id is not None:
+            out["platformSessionId"] = self.platform_session_id
+        return out
+
+
+def exception_name(exc: BaseException) -> str:
+    """``httpx.ConnectTimeout``-style qualified name (the taxonomy canonicalises private modules)."""
+    cls = type(exc)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _body_of(content: bytes, content_type: str | None) -> Any:
+    if not content:
+        return None
+    text = content[:65_536].decode("utf-8", "replace")
+    if content_type is None or "json" in content_type or text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
+            return text
+    return text
+
+
+_KEPT_HEADERS = (
+    "retry-after",
+    "cache-control",
+    "inin-correlation-id",
+    "inin-ratelimit-reset",
+    "correlationid",
+)
+
+
+def _safe_headers(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
+    # only the headers the taxonomy reads: never Authorization, never cookies
+    out: dict[str, str] = {}
+    for key in _KEPT_HEADERS:
+        value = headers.get(key)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def raw_from_response(
+    response: httpx.Response,
+    *,
+    ctx: SessionContext,
+    channel: Channel | None = None,
+    endpoint: str | None = None,
+    token_expired: bool = False,
+) -> RawError:
+    """A RawError for an HTTP response (an error status, or a success to classify, e.g. 304)."""
+    request = response.request
+    context = ctx.envelope_context()
+    if token_expired:
+        context["tokenExpired"] = True
+    return RawError(
+        platform=ctx.platform,
+        channel=channel or ctx.channel,
+        method=request.method,
+        endpoint=endpoint or request.url.path,
+        status=response.status_code,
+        headers=_safe_headers(response.headers),
+        body=_body_of(response.content, response.headers.get("content-type")),
+        context=context,
+    )
+
+
+def raw_from_exception(
+    exc: BaseException,
+    *,
+    ctx: SessionContext,
+    channel: Channel | None = None,
+    method: str | None = None,
+    endpoint: str | None = None,
+) -> RawError:
+    """A RawError for a transport exception (httpx, websockets, OSError, DNS, TLS, ...)."""
+    status: int | None = None
+    close_code: int | None = None
+    headers: dict[str, str] | None = None
+    body: Any = None
+    if isinstance(exc, websockets.exceptions.ConnectionClosed):
+        # no close frame received means the TCP link died: RFC 6455 section 7.1.5 says 1006
+        close_code = exc.rcvd.code if exc.rcvd is not None else 1006
+    elif isinstance(exc, websockets.exceptions.InvalidStatus):
+        status = exc.response.status_code
+        headers = _safe_headers(exc.response.headers)
+        body = _body_of(bytes(exc.response.body or b""), exc.response.headers.get("content-type"))
+    elif isinstance(exc, httpx.HTTPStatusError):
+        return raw_from_response(exc.response, ctx=ctx, channel=channel, endpoint=endpoint)
+    return RawError(
+        platform=ctx.platform,
+        channel=channel or ctx.channel,
+        method=method,
+        endpoint=endpoint,
+        status=status,
+        headers=headers,
+        body=body,
+        close_code=close_code,
+        exception=exception_name(exc),
+        context=ctx.envelope_context(),
+    )
+
+
+def raw_from_message(
+    message: Mapping[str, Any],
+    *,
+    ctx: SessionContext,
+    method: str | None = None,
+    endpoint: str | None = None,
+) -> RawError:
+    """A RawError for a server message on a socket (Web Messaging envelope, notifications message)."""
+    return RawError(
+        platform=ctx.platform,
+        channel=ctx.channel,
+        method=method,
+        endpoint=endpoint,
+        body=dict(message),
+        context=ctx.envelope_context(),
+    )
+
+
+def raw_from_close(code: int, *, ctx: SessionContext) -> RawError:
+    """A RawError for a WebSocket that ended with close ``code`` (1006 when no frame arrived)."""
+    return RawError(
+        platform=ctx.platform, channel=ctx.channel, close_code=code, context=ctx.envelope_context()
+    )
