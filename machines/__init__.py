@@ -2,7 +2,8 @@
 
 Nothing here does I/O (tests/unit/test_import_rules.py enforces it): inputs are
 :class:`~supervisor.taxonomy.model.SdkErrorEvent` objects and calls from the runtime,
-outputs are effects as plain data (:mod:`machines.effects`). Clock and RNG are injected.
+outputs are effects as plain data (:mod:`machines.effects`), most of them the typed events of
+:mod:`supervisor.events` that the runtime publishes. Clock and RNG are injected.
 
 How a runtime drives one session and its endpoint's circuit::
 
@@ -24,41 +25,35 @@ accepts nothing (a full re-authentication builds a new SessionCore).
 
 from machines.circuit import Admission, Circuit, CircuitConfig, CircuitMachine, CircuitState
 from machines.effects import (
+    CircuitEffect,
     Effect,
     InputRejected,
     MachineError,
-    OperationFailed,
     Reconnect,
-    RetryOperation,
     ScheduleReconnect,
     SessionTerminated,
-    Telemetry,
-    TelemetryName,
     TerminationReason,
-    Transition,
 )
+from machines.registry import CircuitRegistry
 from machines.session import SessionConfig, SessionCore, SessionMachine, SessionState
 
 __all__ = [
     "Admission",
     "Circuit",
     "CircuitConfig",
+    "CircuitEffect",
     "CircuitMachine",
+    "CircuitRegistry",
     "CircuitState",
     "Effect",
     "InputRejected",
     "MachineError",
-    "OperationFailed",
     "Reconnect",
-    "RetryOperation",
     "ScheduleReconnect",
     "SessionConfig",
     "SessionCore",
     "SessionMachine",
     "SessionState",
     "SessionTerminated",
-    "Telemetry",
-    "TelemetryName",
     "TerminationReason",
-    "Transition",
 ]

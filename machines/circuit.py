@@ -33,8 +33,15 @@ from typing import Final
 from statemachine import State, StateMachine
 from statemachine.exceptions import TransitionNotAllowed
 
-from machines.effects import Effect, InputRejected, Telemetry, TelemetryName, Transition, iso_utc
-from supervisor.clock import Clock, Rng
+from machines.effects import (
+    CircuitClosed,
+    CircuitEffect,
+    CircuitHalfOpened,
+    CircuitOpened,
+    CircuitTransition,
+    InputRejected,
+)
+from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
 
 
@@ -100,12 +107,12 @@ class Admission:
     probe: bool = False
     retry_in_s: float = 0.0
     probe_id: int = 0
-    effects: tuple[Effect, ...] = field(default=())
+    effects: tuple[CircuitEffect, ...] = field(default=())
 
 
 # the hot path (closed circuit) allocates nothing
 ADMITTED: Final = Admission(True)
-_NO_EFFECTS: Final[tuple[Effect, ...]] = ()
+_NO_EFFECTS: Final[tuple[CircuitEffect, ...]] = ()
 
 
 class Circuit:
@@ -180,7 +187,7 @@ class Circuit:
         if state is CircuitState.CLOSED:
             return ADMITTED
         now = self._clock.monotonic()
-        effects: tuple[Effect, ...] = ()
+        effects: tuple[CircuitEffect, ...] = ()
         if state is CircuitState.HALF_OPEN:
             if now < self._probe_deadline:
                 # seed section 2: a single probe; concurrent callers are refused at once
@@ -195,14 +202,11 @@ class Circuit:
         effects = (
             *effects,
             self._move("probe", "OPEN_PERIOD_ELAPSED", now_iso),
-            Telemetry(
-                TelemetryName.CIRCUIT_BREAKER_HALF_OPEN,
-                {"timestamp": now_iso, "circuitId": self.circuit_id, "probeId": self._probe_id},
-            ),
+            CircuitHalfOpened(self.circuit_id, self._probe_id, now_iso),
         )
         return Admission(True, probe=True, probe_id=self._probe_id, effects=effects)
 
-    def record_success(self, probe_id: int = 0) -> tuple[Effect, ...]:
+    def record_success(self, probe_id: int = 0) -> tuple[CircuitEffect, ...]:
         """A call succeeded; ``probe_id`` is the Admission's when the call was the probe."""
         state = self.state
         if probe_id:
@@ -212,10 +216,7 @@ class Circuit:
                 now_iso = iso_utc(self._clock.time())
                 return (
                     self._move("probe_succeeded", "PROBE_SUCCEEDED", now_iso),
-                    Telemetry(
-                        TelemetryName.CIRCUIT_BREAKER_CLOSED,
-                        {"timestamp": now_iso, "circuitId": self.circuit_id, "probeId": probe_id},
-                    ),
+                    CircuitClosed(self.circuit_id, probe_id, now_iso),
                 )
             return _NO_EFFECTS
         if state is CircuitState.CLOSED and self._failures:
@@ -223,7 +224,7 @@ class Circuit:
             self._failures.clear()
         return _NO_EFFECTS
 
-    def record_failure(self, event: SdkErrorEvent, probe_id: int = 0) -> tuple[Effect, ...]:
+    def record_failure(self, event: SdkErrorEvent, probe_id: int = 0) -> tuple[CircuitEffect, ...]:
         """A call failed with ``event``; only TRANSIENT failures count against the endpoint."""
         cls = event.taxonomy_class
         if probe_id:
@@ -244,7 +245,7 @@ class Circuit:
             return _NO_EFFECTS
         return self._open("trip", event.code, now, len(failures))
 
-    def probe_timed_out(self, probe_id: int) -> tuple[Effect, ...]:
+    def probe_timed_out(self, probe_id: int) -> tuple[CircuitEffect, ...]:
         """The probe ``probe_id`` has not answered within ``probe_timeout_s``: reopen."""
         if not self._is_current_probe(probe_id, "probe_timed_out"):
             return _NO_EFFECTS
@@ -258,10 +259,10 @@ class Circuit:
         # an older probe, or one the circuit already timed out, is a late answer
         return probe_id == self._probe_id and self.state is CircuitState.HALF_OPEN
 
-    def _reopen(self, reason: str, now: float) -> tuple[Effect, ...]:
+    def _reopen(self, reason: str, now: float) -> tuple[CircuitEffect, ...]:
         return self._open("probe_failed", reason, now, 1)
 
-    def _open(self, machine_event: str, reason: str, now: float, failures: int) -> tuple[Effect, ...]:
+    def _open(self, machine_event: str, reason: str, now: float, failures: int) -> tuple[CircuitEffect, ...]:
         self._trips += 1
         open_s = self._open_period()
         self._open_until = now + open_s
@@ -269,17 +270,7 @@ class Circuit:
         now_iso = iso_utc(self._clock.time())
         return (
             self._move(machine_event, reason, now_iso),
-            Telemetry(
-                TelemetryName.CIRCUIT_BREAKER_OPEN,
-                {
-                    "timestamp": now_iso,
-                    "circuitId": self.circuit_id,
-                    "reason": reason,
-                    "consecutiveFailures": failures,
-                    "openS": open_s,
-                    "trips": self._trips,
-                },
-            ),
+            CircuitOpened(self.circuit_id, reason, failures, open_s, self._trips, now_iso),
         )
 
     def _open_period(self) -> float:
@@ -290,14 +281,14 @@ class Circuit:
         grown = min(cfg.open_s * cfg.growth_factor ** min(self._trips - 1, 64), cfg.max_open_s)
         return grown + self._rng.random() * cfg.jitter_s if cfg.jitter_s > 0.0 else grown
 
-    def _move(self, machine_event: str, reason: str, now_iso: str) -> Transition:
+    def _move(self, machine_event: str, reason: str, now_iso: str) -> CircuitTransition:
         source = self.state
         try:
             self._sm.send(machine_event)
         except TransitionNotAllowed as exc:  # pragma: no cover - the driver checks states first
             raise InputRejected(self.circuit_id, source, machine_event) from exc
         self._state = self._sm.current_state_value
-        return Transition(self.circuit_id, source, self._state, machine_event, reason, now_iso)
+        return CircuitTransition(self.circuit_id, source, self._state, machine_event, reason, now_iso)
 
 
 _DEFAULT_CONFIG: Final = CircuitConfig()

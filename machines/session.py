@@ -17,10 +17,11 @@ Rules (seed sections in brackets):
 * an abnormal drop (1006, 1012, ...) or a TRANSIENT session failure reconnects; the first
   reconnection waits U(2 s, 8 s), later ones back off per the failure's class policy;
   success resets the count [edge case 1; section 2];
-* close 1000 terminates without reconnecting [section 2, "graceful closes"];
+* a graceful end (close 1000) terminates without reconnecting [section 2, "graceful closes"];
 * a trigger, STATE_CORRUPTING, or a session-scoped PERMANENT terminates at once with
-  SESSION_TERMINATED and never reconnects [section 3]; an operation-scoped PERMANENT fails
-  only that operation [design.md, "Scope"];
+  SESSION_TERMINATED and never reconnects [section 3]; a failure scoped to one operation
+  leaves the session as it is [design.md, "Scope"]: retrying that operation is the one retry
+  executor's job (supervisor/rest/executor.py), not the machine's;
 * a spent budget terminates with RETRY_EXHAUSTED [section 2];
 * while the endpoint's circuit is open a due reconnection is deferred, not counted, and
   RECONNECTION_THROTTLED is emitted [edge case 1];
@@ -39,19 +40,19 @@ from statemachine.exceptions import TransitionNotAllowed
 from machines.effects import (
     Effect,
     InputRejected,
-    OperationFailed,
     Reconnect,
-    RetryOperation,
+    ReconnectionThrottled,
+    RetryAttempt,
+    RetryExhausted,
+    RetryKind,
+    RetrySuccess,
     ScheduleReconnect,
     SessionTerminated,
-    Telemetry,
-    TelemetryName,
+    SessionTransition,
     TerminationReason,
-    Transition,
-    iso_utc,
 )
-from machines.routing import Route, correlation, route, termination_reason
-from supervisor.clock import Clock, Rng
+from machines.routing import Route, route, termination_reason
+from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.retry.backoff import decide_retry
 from supervisor.taxonomy.model import RetryPolicy, SdkErrorEvent
 
@@ -167,28 +168,16 @@ class SessionCore:
         now_iso = iso_utc(self._clock.time())
         effects: list[Effect] = [self._move("validated", "VALIDATED", now_iso)]
         if self._attempts:
-            effects.append(
-                Telemetry(
-                    TelemetryName.RETRY_SUCCESS,
-                    {"timestamp": now_iso, "sessionId": self.session_id, "attempts": self._attempts},
-                )
-            )
+            effects.append(RetrySuccess(self.session_id, RetryKind.RECONNECT, self._attempts, now_iso))
         self._attempts = 0
         self._last_delay_ms = None
         return effects
 
-    def failure(
-        self,
-        event: SdkErrorEvent,
-        *,
-        operation_attempt: int = 0,
-        previous_delay_s: float | None = None,
-    ) -> list[Effect]:
+    def failure(self, event: SdkErrorEvent) -> list[Effect]:
         """A classified failure of this session or of one of its operations.
 
-        ``operation_attempt`` (0-based: retries this operation already made) and
-        ``previous_delay_s`` matter only to an operation-scoped TRANSIENT failure, whose
-        retries the caller counts (the machine does not track individual operations).
+        Returns the effects of ending or moving the session, or nothing when the failure is
+        the operation's alone (its retries belong to the retry executor).
         """
         state = self.state
         if state is SessionState.TERMINATED:
@@ -206,10 +195,6 @@ class SessionCore:
         if rule is Route.LOST_PERMANENT:
             # the link is gone and the failure is not retryable: nothing can carry the session on
             return self._terminate("fail_fast", TerminationReason.PERMANENT_SESSION_ERROR, event, event.code)
-        if rule is Route.OPERATION_FAILED:
-            return [OperationFailed(self.session_id, event)]
-        if rule is Route.OPERATION_RETRY:
-            return self._operation_retry(event, operation_attempt, previous_delay_s)
         return []
 
     def reconnect_due(self, circuit_open_remaining_s: float | None) -> list[Effect]:
@@ -231,16 +216,7 @@ class SessionCore:
                 ScheduleReconnect(
                     self.session_id, self._clock.monotonic() + delay, attempt, delay, attempt == 1
                 ),
-                Telemetry(
-                    TelemetryName.RECONNECTION_THROTTLED,
-                    {
-                        "timestamp": now_iso,
-                        "sessionId": self.session_id,
-                        "attempt": attempt,
-                        "retryInS": circuit_open_remaining_s,
-                        "delayS": delay,
-                    },
-                ),
+                ReconnectionThrottled(self.session_id, attempt, circuit_open_remaining_s, delay, now_iso),
             ]
         return [self._move("reconnect", "RECONNECT_DUE", now_iso), Reconnect(self.session_id, self._attempts)]
 
@@ -264,10 +240,10 @@ class SessionCore:
             raise InputRejected(self.session_id, self._state, machine_event) from exc
         self._state = self._sm.current_state_value
 
-    def _move(self, machine_event: str, reason: str, now_iso: str) -> Transition:
+    def _move(self, machine_event: str, reason: str, now_iso: str) -> SessionTransition:
         source = self.state
         self._send(machine_event)
-        return Transition(self.session_id, source, self.state, machine_event, reason, now_iso)
+        return SessionTransition(self.session_id, source, self.state, machine_event, reason, now_iso)
 
     def _drop(self, event: SdkErrorEvent) -> list[Effect]:
         """Connection lost: schedule the next reconnection, or terminate when the budget is spent."""
@@ -283,17 +259,14 @@ class SessionCore:
         )
         if not decision.retry:
             now_iso = iso_utc(self._clock.time())
-            exhausted = Telemetry(
-                TelemetryName.RETRY_EXHAUSTED,
-                {
-                    "timestamp": now_iso,
-                    "sessionId": self.session_id,
-                    "attempts": index,
-                    "code": event.code,
-                    "policy": policy.name,
-                    "giveUp": None if decision.reason is None else decision.reason.value,
-                    **correlation(event),
-                },
+            exhausted = RetryExhausted(
+                self.session_id,
+                RetryKind.RECONNECT,
+                index,
+                event.code,
+                policy.name,
+                None if decision.reason is None else decision.reason.value,
+                now_iso,
             )
             return [
                 exhausted,
@@ -320,68 +293,8 @@ class SessionCore:
             ScheduleReconnect(
                 self.session_id, self._clock.monotonic() + delay_s, attempt, delay_s, index == 0
             ),
-            Telemetry(
-                TelemetryName.RETRY_ATTEMPT,
-                {
-                    "timestamp": now_iso,
-                    "sessionId": self.session_id,
-                    "kind": "reconnect",
-                    "attempt": attempt,
-                    "delayS": delay_s,
-                    "code": event.code,
-                    "policy": policy.name,
-                    **correlation(event),
-                },
-            ),
-        ]
-
-    def _operation_retry(
-        self, event: SdkErrorEvent, operation_attempt: int, previous_delay_s: float | None
-    ) -> list[Effect]:
-        decision = decide_retry(
-            event.policy,
-            operation_attempt,
-            self._rng,
-            retryable=event.retryable,
-            retry_after_ms=event.retry_after_ms,
-            previous_delay_ms=None if previous_delay_s is None else previous_delay_s * 1000.0,
-        )
-        now_iso = iso_utc(self._clock.time())
-        base = {"timestamp": now_iso, "sessionId": self.session_id, "code": event.code, **correlation(event)}
-        if not decision.retry:
-            return [
-                OperationFailed(self.session_id, event, exhausted=True),
-                Telemetry(
-                    TelemetryName.RETRY_EXHAUSTED,
-                    {
-                        **base,
-                        "kind": "operation",
-                        "attempts": operation_attempt,
-                        "policy": event.policy.name,
-                        "giveUp": None if decision.reason is None else decision.reason.value,
-                    },
-                ),
-            ]
-        delay_s = decision.delay_ms / 1000.0
-        attempt = operation_attempt + 1
-        return [
-            RetryOperation(
-                self.session_id,
-                self._clock.monotonic() + delay_s,
-                attempt,
-                delay_s,
-                event.code,
-                decision.from_retry_after,
-            ),
-            Telemetry(
-                TelemetryName.RETRY_ATTEMPT,
-                {
-                    **base,
-                    "kind": "operation",
-                    "attempt": attempt,
-                    "delayS": delay_s,
-                    "policy": event.policy.name,
-                },
+            RetryAttempt(
+                self.session_id, RetryKind.RECONNECT, attempt, delay_s, event.code, policy.name, now_iso
             ),
         ]
 
@@ -402,14 +315,9 @@ class SessionCore:
             None if event is None else event.raw_code,
             now_iso,
             code,
+            revokes_credential=event is not None and event.revokes_credential,
         )
-        fields = terminated.as_json()
-        fields["sessionId"] = self.session_id
-        if code is not None:
-            fields["code"] = code
-        if event is not None:
-            fields.update(correlation(event))
-        return [transition, terminated, Telemetry(TelemetryName.SESSION_TERMINATED, fields)]
+        return [transition, terminated]
 
 
 _DEFAULT_CONFIG: Final = SessionConfig()

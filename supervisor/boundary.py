@@ -3,7 +3,8 @@
 Everything below the transports that needs to describe a failure imports this module: the
 REST layer (supervisor/rest/) and the transports (supervisor/transports/). It holds
 
-* :class:`SessionContext`, the correlation ids of a supervised session;
+* :class:`SessionContext`, the correlation ids of a supervised session, and :class:`Learned`,
+  what a connection learned about it;
 * :data:`Reporter`, the runtime's answer to an in-band failure;
 * the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
   and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
@@ -16,41 +17,68 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 import websockets.exceptions
 
+from supervisor.events import Correlation
 from supervisor.taxonomy import Channel, Platform, RawError
 
 # the runtime's answer to an in-band failure: True means "the session goes on"
 Reporter = Callable[[RawError], Awaitable[bool]]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SessionContext:
-    """Who a transport works for; the ids it learns (conversationId, sessionId) are written back."""
+    """Who a session is: immutable correlation data.
+
+    The configured ids (session, platform, channel, agent, a configured conversation) plus what
+    the session learned, merged by its owner, the runner, with :meth:`learned` (a new context:
+    nobody writes to one). Transports never write here: a connection reports what it learned
+    through :class:`Learned`. The Web Messaging guest token is a credential and is never here.
+    """
 
     session_id: str
     platform: Platform
     channel: Channel
     agent_id: str | None = None
     conversation_id: str | None = None
-    # platform session id (CXone rolling sessionId, Web Messaging guest token is NOT kept here)
+    # the platform's own id of the session (CXone's rolling sessionId, a notifications channel id)
     platform_session_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def learned(self, learned: Learned) -> SessionContext:
+        """This context with what a connection learned (a known id is replaced, never erased)."""
+        conversation = learned.conversation_id or self.conversation_id
+        platform_session = learned.platform_session_id or self.platform_session_id
+        agent = learned.agent_id or self.agent_id
+        if (conversation, platform_session, agent) == (
+            self.conversation_id,
+            self.platform_session_id,
+            self.agent_id,
+        ):
+            return self
+        return replace(
+            self, conversation_id=conversation, platform_session_id=platform_session, agent_id=agent
+        )
+
+    def correlation(self) -> Correlation:
+        """The one place correlation ids are built (events, RawError contexts, spans)."""
+        return Correlation(self.session_id, self.agent_id, self.conversation_id, self.platform_session_id)
 
     def envelope_context(self) -> dict[str, Any]:
         """The RawError ``context``: correlation ids only, never a token."""
-        out: dict[str, Any] = {"sessionId": self.session_id}
-        if self.agent_id is not None:
-            out["agentId"] = self.agent_id
-        if self.conversation_id is not None:
-            out["conversationId"] = self.conversation_id
-        if self.platform_session_id is not None:
-            out["platformSessionId"] = self.platform_session_id
-        return out
+        return dict(self.correlation().fields())
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What a connection learned about its session from the platform (None: it did not say)."""
+
+    conversation_id: str | None = None
+    platform_session_id: str | None = None
+    agent_id: str | None = None
 
 
 def exception_name(exc: BaseException) -> str:

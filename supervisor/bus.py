@@ -1,55 +1,70 @@
 """The in-process event bus: every transition and telemetry event is published here once.
 
-Sinks today: structured JSON lines on stdout (journald-friendly) and in-memory
-counters for the demo and tests. The socket API and OpenTelemetry attach here later
-(design.md, Roadmap) without touching business code. Publishing never blocks and never
-raises into the publisher: a failing sink is counted and skipped.
+Publishers hand the bus a typed event (supervisor/events.py) and, for a session's events, its
+:class:`~supervisor.events.Correlation`. The bus stamps each with a strictly rising ``seq``
+and the process's ``bootId`` (a subscriber that sees a new bootId knows the daemon restarted)
+and calls every sink synchronously. Sinks render the wire form themselves, at the edge: the
+JSON lines on stdout today, socket subscribers and OpenTelemetry next (design.md, Roadmap).
+Publishing never blocks and never raises into the publisher: a failing sink is counted and
+skipped.
 """
 
 from __future__ import annotations
 
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 import msgspec
 
-Sink = Callable[[str, dict[str, Any]], None]
+from supervisor.events import Correlation, Event, Published, wire
+
+Sink = Callable[[Published], None]
 
 _encoder = msgspec.json.Encoder()
 
 
 class EventBus:
-    """Synchronous fan-out of ``(name, payload)`` events to sinks."""
+    """Synchronous fan-out of stamped events to sinks."""
 
-    __slots__ = ("_sinks", "counts", "sink_failures")
+    __slots__ = ("_seq", "_sinks", "boot_id", "counts", "sink_failures")
 
-    def __init__(self) -> None:
-        self._sinks: list[Sink] = []
+    def __init__(self, boot_id: str | None = None) -> None:
+        self._sinks: tuple[Sink, ...] = ()
+        self._seq = 0
+        self.boot_id = boot_id if boot_id is not None else str(uuid.uuid4())
         self.counts: Counter[str] = Counter()
         self.sink_failures = 0
 
+    @property
+    def seq(self) -> int:
+        """The seq of the last event published (0 before the first)."""
+        return self._seq
+
     def subscribe(self, sink: Sink) -> Callable[[], None]:
-        self._sinks.append(sink)
+        self._sinks = (*self._sinks, sink)
 
         def unsubscribe() -> None:
-            if sink in self._sinks:
-                self._sinks.remove(sink)
+            self._sinks = tuple(s for s in self._sinks if s is not sink)
 
         return unsubscribe
 
-    def publish(self, name: str, payload: dict[str, Any]) -> None:
-        self.counts[name] += 1
-        for sink in tuple(self._sinks):
+    def publish(self, event: Event, correlation: Correlation | None = None) -> Published:
+        self._seq += 1
+        published = Published(self._seq, self.boot_id, event, correlation)
+        self.counts[event.name] += 1
+        for sink in self._sinks:
             try:
-                sink(name, payload)
+                sink(published)
             except Exception:  # a sink must never break the publisher
                 self.sink_failures += 1
+        return published
 
 
 class JsonLineSink:
-    """One JSON object per line: ``{"event": NAME, ...payload}``; flushed per line for journald."""
+    """One JSON object per line (:func:`supervisor.events.wire`); flushed per line for journald."""
 
     __slots__ = ("_names", "_stream")
 
@@ -57,9 +72,8 @@ class JsonLineSink:
         self._stream = stream if stream is not None else sys.stdout
         self._names = names
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        if self._names is not None and name not in self._names:
+    def __call__(self, published: Published) -> None:
+        if self._names is not None and published.event.name not in self._names:
             return
-        record = payload if payload.get("event") == name else {"event": name, **payload}
-        self._stream.write(_encoder.encode(record).decode() + "\n")
+        self._stream.write(_encoder.encode(wire(published)).decode() + "\n")
         self._stream.flush()

@@ -9,6 +9,7 @@
     ├── SimulatorError                   a simulator could not start or was misused
     └── SessionError                     a supervised session failed (runtime)
         ├── TransportFailure             a transport met a failure: carries the RawError to classify
+        │   └── ConnectionLost           the connection under an in-band request is gone
         ├── OperationError               an operation failed for good: carries its SdkErrorEvent
         └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
 
@@ -53,6 +54,14 @@ class TransportFailure(SessionError):
     def __init__(self, raw: object, message: str = "") -> None:
         self.raw = raw
         super().__init__(message or "transport failure")
+
+
+class ConnectionLost(TransportFailure):
+    """The connection an in-band request rode on ended before the request's answer came.
+
+    The retry executor classifies ``raw`` and ends the operation without retrying it on a dead
+    connection; the transport reports the connection's end to the runtime, which reconnects.
+    """
 
 
 class OperationError(SessionError):

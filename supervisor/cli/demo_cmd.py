@@ -72,13 +72,17 @@ def demo(
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> dict[str, Any] | None:
         return await run_demo(options, progress=stderr_console() if show else None)
 
     try:
         summary = anyio.run(main, backend="asyncio")
     except OSError as exc:
         raise click.ClickException(f"cannot run the demo: {exc.strerror or exc}") from None
+    if summary is None:
+        click.echo(f"session-supervisor: demo {scenario}: interrupted; the daemon drained", err=True)
+        ctx = click.get_current_context()
+        ctx.exit(130)
     if as_json:
         sys.stdout.write(json.dumps(summary, sort_keys=False) + "\n")
         sys.stdout.flush()

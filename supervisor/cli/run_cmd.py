@@ -31,24 +31,32 @@ def run(config_path: Path, check: bool) -> None:
     at most daemon.shutdownGrace seconds and exits 0; a second signal forces the exit
     (exit code 1, DAEMON_FORCED_EXIT).
     """
-    from supervisor.runtime.daemon import Supervisor, serve_until_signalled
+    from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+    from supervisor.runtime.main import run_daemon
+    from supervisor.runtime.supervisor import Supervisor
+    from supervisor.runtime.wiring import Wiring
 
     config = load_config(config_path)
     config_dir = config_path.resolve().parent
+    grace_s = config.daemon.shutdown_grace
 
     async def main() -> None:
-        async with Supervisor(config, config_dir=config_dir) as supervisor:
+        async with Wiring(config, config_dir=config_dir) as wiring:
             if check:
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
                 return
-            supervisor.bus.subscribe(JsonLineSink(sys.stdout))
-            supervisor.bus.publish(
-                "DAEMON_STARTED", {"sessions": len(config.sessions), "config": str(config_path)}
+            bus = wiring.bus
+            bus.subscribe(JsonLineSink(sys.stdout))
+            supervisor = Supervisor(wiring)
+            forced = await run_daemon(
+                supervisor,
+                grace_s=grace_s,
+                on_ready=lambda: bus.publish(DaemonStarted(len(config.sessions), str(config_path))),
+                on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
             )
-            forced = await serve_until_signalled(supervisor, grace_s=config.daemon.shutdown_grace)
             if forced:
-                supervisor.bus.publish("DAEMON_FORCED_EXIT", supervisor.snapshot())
+                bus.publish(DaemonForcedExit(supervisor.snapshot()))
                 raise SystemExit(1)
-            supervisor.bus.publish("DAEMON_STOPPED", supervisor.snapshot())
+            bus.publish(DaemonStopped(supervisor.snapshot()))
 
     anyio.run(main, backend="asyncio")

@@ -11,11 +11,12 @@ events for the events-per-second gauge. It wakes the orchestrator on every trans
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 
 from supervisor.clock import Clock
+from supervisor.events import ErrorClassified, Published, RetryAttempt, SessionTransition
+from supervisor.taxonomy import SdkErrorEvent
 
 _ACTIVE = "active"
 _TERMINATED = "terminated"
@@ -43,18 +44,19 @@ class Observer:
 
     # -- the sink -----------------------------------------------------------------------------------
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
+    def __call__(self, published: Published) -> None:
         self.events += 1
-        if name == "SESSION_TRANSITION":
-            self._transition(payload)
-        elif name == "SDK_ERROR_CLASSIFIED" and payload.get("code") == "RATE_LIMITED":
-            self._rate_limited(payload)
-        elif name == "RETRY_ATTEMPT" and payload.get("code") == "RATE_LIMITED":
-            self._retry(payload)
+        event = published.event
+        if isinstance(event, SessionTransition):
+            self._transition(event)
+        elif isinstance(event, ErrorClassified) and event.event.code == "RATE_LIMITED":
+            self._rate_limited(event.event)
+        elif isinstance(event, RetryAttempt) and event.code == "RATE_LIMITED":
+            self._retry(event)
 
-    def _transition(self, payload: dict[str, Any]) -> None:
-        session = str(payload.get("machineId"))
-        target = str(payload.get("to"))
+    def _transition(self, event: SessionTransition) -> None:
+        session = event.session_id
+        target = event.target
         source = self.states.get(session)
         self.states[session] = target
         if target == _TERMINATED:
@@ -67,27 +69,22 @@ class Observer:
                 self.recovered_at = self._clock.monotonic()
         self._changed.set()
 
-    def _rate_limited(self, payload: dict[str, Any]) -> None:
+    def _rate_limited(self, event: SdkErrorEvent) -> None:
         if self.fault_at is None:
             return
         self.rate_limited += 1
-        session = _session_of(payload)
-        retry_after = payload.get("retryAfterMs")
-        if session is not None and isinstance(retry_after, int):
-            self._retry_after_ms[session] = retry_after
+        session = event.context.get("sessionId")
+        if isinstance(session, str) and event.retry_after_ms is not None:
+            self._retry_after_ms[session] = event.retry_after_ms
 
-    def _retry(self, payload: dict[str, Any]) -> None:
+    def _retry(self, retry: RetryAttempt) -> None:
         if self.fault_at is None:
             return
         self.rate_limit_retries += 1
-        delay = payload.get("delayS")
-        if not isinstance(delay, int | float):
-            return
-        delay_s = float(delay)
+        delay_s = retry.delay_s
         if self.min_retry_delay_s is None or delay_s < self.min_retry_delay_s:
             self.min_retry_delay_s = delay_s
-        session = payload.get("sessionId")
-        wanted = self._retry_after_ms.pop(str(session), None)
+        wanted = self._retry_after_ms.pop(retry.session_id, None)
         if wanted is not None and delay_s * 1000.0 < wanted - 0.5:
             self.early_retries += 1
 
@@ -115,12 +112,3 @@ class Observer:
         with anyio.move_on_after(limit_s):
             await self._changed.wait()
         self._changed = anyio.Event()
-
-
-def _session_of(payload: dict[str, Any]) -> str | None:
-    context = payload.get("context")
-    if isinstance(context, dict):
-        session = context.get("sessionId")
-        if isinstance(session, str):
-            return session
-    return None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 from rich.console import Console
 
 from supervisor.bus import EventBus
@@ -37,7 +38,9 @@ from supervisor.demo.wiring import (
     scaled_taxonomy,
     write_credentials,
 )
-from supervisor.runtime.daemon import Supervisor
+from supervisor.runtime.main import Service, run_daemon
+from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.wiring import Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
@@ -66,7 +69,8 @@ class _Run:
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
 
-    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any]:
+    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any] | None:
+        """The run's summary, or None when a stop signal interrupted it before the outcome."""
         opts, scenario, timing = self.options, self.scenario, self.timing
         credentials = write_credentials(workdir)
         taxonomy = scaled_taxonomy(workdir, timing.backoff_scale)
@@ -86,22 +90,22 @@ class _Run:
                 seed=opts.seed,
             )
             bus = EventBus()
-            async with Supervisor(
+            async with Wiring(
                 config,
                 bus=bus,
                 clock=self.clock,
                 rng=random.Random(opts.seed),
                 config_dir=workdir,
                 environ={},
-            ) as supervisor:
+            ) as wiring:
+                supervisor = Supervisor(wiring)
                 observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
                 bus.subscribe(observer)
-                baseline: Baseline | None = None
-                async with anyio.create_task_group() as tg:
-                    if progress is not None:
-                        sample = self._sampler(supervisor, observer)
-                        tg.start_soon(Progress(progress, self.clock, sample, scenario.name).run)
-                    supervisor.start_all(tg)
+                summary: dict[str, Any] | None = None
+
+                async def play() -> None:
+                    nonlocal summary
+                    baseline: Baseline | None = None
                     deadline = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
                     with anyio.move_on_after(deadline) as scope:
                         await self._wait(observer, lambda: _started(supervisor, self.fleet.sessions))
@@ -119,6 +123,7 @@ class _Run:
                     if scope.cancelled_caught:
                         self.problems.append(f"timed out after {deadline:g} s while {self.phase}")
                     self.phase = "done"
+                    # taken before the drain: shutdown stops everyone
                     summary = collect(
                         scenario=scenario,
                         fleet=self.fleet,
@@ -136,12 +141,26 @@ class _Run:
                         faults=self._faults(genesys, cxone),
                     )
                     self.final = (summary["states"], summary["openCircuits"])
-                    # the daemon's own drain: every session stopped and closed with 1001, bounded
-                    await supervisor.shutdown(5.0)
-                    tg.cancel_scope.cancel()
+
+                services: list[Service] = []
+                if progress is not None:
+                    services.append(self._progress_service(progress, supervisor, observer))
+                # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
+                await run_daemon(supervisor, grace_s=5.0, services=services, body=play)
+        if summary is None:
+            return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
         summary["outcome"] = {"ok": not problems, "problems": problems}
         return summary
+
+    def _progress_service(self, console: Console, supervisor: Supervisor, observer: Observer) -> Service:
+        display = Progress(console, self.clock, self._sampler(supervisor, observer), self.scenario.name)
+
+        async def serve(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+            task_status.started()
+            await display.run()
+
+        return serve
 
     # -- steps ----------------------------------------------------------------------------------------
 
@@ -194,7 +213,9 @@ class _Run:
         def sample() -> tuple[str, dict[str, int], list[str], int]:
             if self.final is not None:
                 return self.phase, self.final[0], self.final[1], observer.events
-            circuits = sorted(c for c, b in supervisor.circuits.all().items() if b.state.value != "closed")
+            circuits = sorted(
+                c for c, b in supervisor.wiring.circuits.all().items() if b.state.value != "closed"
+            )
             return self.phase, supervisor.states(), circuits, observer.events
 
         return sample
@@ -223,9 +244,10 @@ def timing_for(fast: bool) -> Timing:
     return FAST if fast else REAL
 
 
-async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any]:
+async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any] | None:
     """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
 
+    None when a stop signal (SIGINT, SIGTERM) interrupted it: the daemon drained as ``run``'s does.
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]

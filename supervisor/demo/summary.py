@@ -16,7 +16,7 @@ from rich.table import Table
 
 from supervisor.demo.observe import Observer
 from supervisor.demo.scenarios import Fleet, Scenario
-from supervisor.runtime.daemon import Supervisor
+from supervisor.runtime.supervisor import Supervisor
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.recorder import Recorder
@@ -102,7 +102,7 @@ def collect(
         "rejectedAttempts": ws_refused + starts_refused,
         "peakAttemptsPerSecond": peak,
         "recoverySeconds": observer.recovery_seconds(),
-        "tokenRefreshes": sum(t.refreshes for t in supervisor.tokens.values()),
+        "tokenRefreshes": sum(t.refreshes for t in supervisor.wiring.tokens.values()),
         "admissionRatePerSecond": admission,
         "reconnectsAfterTermination": after,
         "rateLimit": {
@@ -121,7 +121,9 @@ def collect(
             "genesysNotifications": fleet.notifications,
             "cxoneAgentSessions": fleet.cxone,
         },
-        "openCircuits": sorted(c for c, b in supervisor.circuits.all().items() if b.state.value != "closed"),
+        "openCircuits": sorted(
+            c for c, b in supervisor.wiring.circuits.all().items() if b.state.value != "closed"
+        ),
         "faults": faults,
         "events": observer.events,
         "elapsedSeconds": round(elapsed_s, 3),

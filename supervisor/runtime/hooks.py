@@ -1,34 +1,20 @@
-"""Pipeline hooks that publish on the event bus (the seed's telemetry names, section 2)."""
+"""Retry-executor hooks that publish on the event bus (the seed's telemetry names, section 2)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from machines.effects import CircuitEffect
 from supervisor.bus import EventBus
-from supervisor.rest.pipeline import AttemptDetails
-from supervisor.runtime.publish import publish_classified, publish_effects
+from supervisor.events import ErrorClassified, RetryAttempt, RetryExhausted, RetrySuccess
+from supervisor.rest.hooks import NoHooks, OperationDetails
+from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import SdkErrorEvent
 
 
-def _fields(details: AttemptDetails) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "sessionId": details.session_id,
-        "operation": details.operation,
-        "attempt": details.attempt,
-    }
-    event = details.event
-    if event is not None:
-        out["code"] = event.code
-        out["timestamp"] = event.timestamp
-        for key in ("conversationId", "agentId"):
-            value = event.context.get(key)
-            if value is not None:
-                out[key] = value
-    return out
+class BusHooks(NoHooks):
+    """SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT / RETRY_SUCCESS / RETRY_EXHAUSTED and circuit events.
 
-
-class BusHooks:
-    """RETRY_ATTEMPT / RETRY_SUCCESS / RETRY_EXHAUSTED / SDK_ERROR_CLASSIFIED / circuit events."""
+    It opens no scopes (``operation``/``attempt`` stay None): the bus needs only the outcomes.
+    """
 
     __slots__ = ("_bus",)
 
@@ -36,27 +22,18 @@ class BusHooks:
         self._bus = bus
 
     def classified(self, event: SdkErrorEvent) -> None:
-        publish_classified(self._bus, event)
+        self._bus.publish(ErrorClassified(event))
 
-    def retry_scheduled(self, details: AttemptDetails) -> None:
-        self._bus.publish(
-            "RETRY_ATTEMPT",
-            {
-                **_fields(details),
-                "kind": "operation",
-                "delayS": details.delay_s,
-                "fromRetryAfter": details.from_retry_after,
-                "tokenRefreshed": details.token_refreshed,
-            },
-        )
+    def retry_scheduled(self, details: OperationDetails, retry: RetryAttempt) -> None:
+        self._bus.publish(retry, details.context.correlation())
 
-    def succeeded(self, details: AttemptDetails) -> None:
-        self._bus.publish("RETRY_SUCCESS", {**_fields(details), "kind": "operation"})
+    def succeeded(self, details: OperationDetails, retried: RetrySuccess | None) -> None:
+        if retried is not None:
+            self._bus.publish(retried, details.context.correlation())
 
-    def gave_up(self, details: AttemptDetails) -> None:
-        event = details.event
-        if event is not None and event.retryable and details.attempt > 0:
-            self._bus.publish("RETRY_EXHAUSTED", {**_fields(details), "kind": "operation"})
+    def gave_up(self, details: OperationDetails, exhausted: RetryExhausted | None) -> None:
+        if exhausted is not None:
+            self._bus.publish(exhausted, details.context.correlation())
 
-    def circuit_effects(self, effects: tuple[Any, ...]) -> None:
+    def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         publish_effects(self._bus, effects)

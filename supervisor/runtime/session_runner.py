@@ -9,37 +9,39 @@
   connection: a mass drop must not trip the breaker and delay everyone's recovery.
 * Every response is validated before the session may go active: missing required fields
   (INCOMPLETE_RESPONSE) or another conversationId than ours (CONVERSATION_STATE_DRIFT).
-* On termination the session's stored record and its cached token are deleted, subscribers
-  get SESSION_TERMINATED with REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE, and nothing
-  reconnects: only a new runner (a full authentication cycle) brings the session back.
+* The runner is the one owner of what the session learns (its conversation, the platform's
+  session id, the agent): transports report it through ``connection.learned``; the runner
+  merges it into its immutable :class:`~supervisor.boundary.SessionContext` and builds every
+  correlation from there.
+* On termination the session's stored record is deleted, the credential's cached token too when
+  the taxonomy flags the failure ``revokesCredential``, subscribers get SESSION_TERMINATED with
+  REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE, and nothing reconnects: only a new runner (a full
+  authentication cycle) brings the session back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 import msgspec
 
 from machines.circuit import Circuit
-from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.effects import CircuitEffect, Effect, Reconnect, ScheduleReconnect, SessionTerminated
 from machines.session import SessionConfig, SessionCore, SessionState
+from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng
-from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
+from supervisor.events import Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.publish import publish_classified, publish_effects
+from supervisor.runtime.publish import publish_effects
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
-from supervisor.transports.base import Connection, Transport
+from supervisor.transports.base import Connection, MessageSender, Transport
 
 Sleep = Callable[[float], Awaitable[None]]
-
-# failures that condemn the cached token itself, not only the session
-TOKEN_CODES = frozenset(
-    {"OAUTH_TOKEN_INVALID", "TOKEN_REFRESH_FAILED", "AUTH_REQUIRED", "AUTH_FAILED", "AUTH_CLIENT_INVALID"}
-)
 
 
 def connection_lost(event: SdkErrorEvent) -> SdkErrorEvent:
@@ -79,8 +81,9 @@ class SessionRunner:
         sleep: Sleep = anyio.sleep,
     ) -> None:
         self.transport = transport
-        self.ctx = transport.context
-        self.session_id = self.ctx.session_id
+        # what the session is: configured ids, then what it learned (merged here only)
+        self._context: SessionContext = transport.context
+        self.session_id = self._context.session_id
         self.core = SessionCore(self.session_id, clock, rng, config)
         self._classifier = classifier
         self._circuit = circuit
@@ -99,23 +102,27 @@ class SessionRunner:
         self._close_code = 1000
         self.termination: SessionTerminated | None = None
         self.connects = 0
-        record: dict[str, Any] = {"platform": self.ctx.platform.value, "kind": self.ctx.channel.value}
-        if self.ctx.conversation_id is not None:
+        record: dict[str, Any] = {
+            "platform": self._context.platform.value,
+            "kind": self._context.channel.value,
+        }
+        if self._context.conversation_id is not None:
             # a configured conversation: the first session response must name it (drift check)
-            record["conversationId"] = self.ctx.conversation_id
+            record["conversationId"] = self._context.conversation_id
         store.put(self.session_id, record)
 
     @property
     def state(self) -> SessionState:
         return self.core.state
 
-    def correlation(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"sessionId": self.session_id}
-        if self.ctx.agent_id is not None:
-            out["agentId"] = self.ctx.agent_id
-        if self.ctx.conversation_id is not None:
-            out["conversationId"] = self.ctx.conversation_id
-        return out
+    @property
+    def context(self) -> SessionContext:
+        """The session as known now: configured ids plus what it learned (the live connection's too)."""
+        connection = self._connection
+        return self._context if connection is None else self._context.learned(connection.learned)
+
+    def correlation(self) -> Correlation:
+        return self.context.correlation()
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -140,7 +147,7 @@ class SessionRunner:
         self._execute(self.core.stop())
 
     def operation_failed(self, event: SdkErrorEvent) -> None:
-        """An operation done for this session (a REST call) failed for good with ``event``.
+        """An operation done for this session (a REST call, an in-band request) failed for good.
 
         A fail-fast trigger (409 duplicate message, QUEUE_FULL, invalid token, ...) ends the
         session here; an operation-scoped failure only fails that operation.
@@ -149,6 +156,28 @@ class SessionRunner:
         # retries) says nothing about the connection, which the transport watches itself
         if event.fail_fast and not self.core.terminated:
             self._execute(self.core.failure(event))
+
+    async def send_message(
+        self, text: str, *, metadata: Mapping[str, str] | None = None
+    ) -> Mapping[str, Any]:
+        """Send a conversation message on the live connection, through the one retry executor.
+
+        Raises :class:`SessionError` when the session is not active or its transport sends no
+        messages, :class:`OperationError` when the message failed for good (a fail-fast one
+        also ends the session).
+        """
+        connection = self._connection
+        if self.core.state is not SessionState.ACTIVE or connection is None:
+            raise SessionError(f"session '{self.session_id}' is {self.core.state.value}, not active")
+        if not isinstance(connection, MessageSender):
+            raise SessionError(
+                f"session '{self.session_id}' ({self._context.channel.value}) sends no messages"
+            )
+        try:
+            return await connection.send_message(text, metadata=metadata)
+        except OperationError as failure:
+            self.operation_failed(_decided(failure))
+            raise
 
     # ------------------------------------------------------------------ states
     async def _pause(self, seconds: float) -> None:
@@ -166,8 +195,7 @@ class SessionRunner:
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
         admission = self._circuit.admit()
-        if admission.effects:
-            publish_effects(self._bus, admission.effects)
+        self._record(admission.effects)
         if admission.allowed:
             self._probe_id = admission.probe_id
             self._admitted = True
@@ -179,8 +207,7 @@ class SessionRunner:
     async def _connect_and_serve(self) -> None:
         if not self._admitted:
             admission = self._circuit.admit()
-            if admission.effects:
-                publish_effects(self._bus, admission.effects)
+            self._record(admission.effects)
             if not admission.allowed:
                 await self._pause(max(admission.retry_in_s, 0.001))
                 return
@@ -215,21 +242,23 @@ class SessionRunner:
             await self._pause(max(refused.retry_in_s, 0.001))
             return
         self._record(self._circuit.record_success(probe_id))
+        context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
-            platform=self.ctx.platform,
-            channel=self.ctx.channel,
+            platform=context.platform,
+            channel=context.channel,
             required=self.transport.required_fields,
-            expected_conversation_id=self._store.get(self.session_id).get("conversationId"),
-            context=self.ctx.envelope_context(),
+            # what we held before this connection: a resumed session must name the same conversation
+            expected_conversation_id=self._context.conversation_id,
+            context=context.envelope_context(),
         )
         if problem is not None:
-            publish_classified(self._bus, problem)
+            self._bus.publish(ErrorClassified(problem))
         self._connection = connection
         self._execute(self.core.session_response(problem))
         if self.core.state is not SessionState.ACTIVE:
             return
-        self._remember(connection)
+        self._remember(context)
         await self._serve(connection)
 
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
@@ -239,7 +268,7 @@ class SessionRunner:
         self._execute(self.core.failure(connection_lost(event)))
 
     def _unknown_failure(self) -> RawError:
-        return RawError(platform=self.ctx.platform, channel=self.ctx.channel, exception="OSError")
+        return RawError(platform=self._context.platform, channel=self._context.channel, exception="OSError")
 
     async def _serve(self, connection: Connection) -> None:
         ended: RawError | None = None
@@ -261,27 +290,27 @@ class SessionRunner:
             failure = self._event_for(ended)
         if failure is None:
             failure = self._classify(
-                RawError(platform=self.ctx.platform, channel=self.ctx.channel, close_code=1006)
+                RawError(platform=self._context.platform, channel=self._context.channel, close_code=1006)
             )
+        # what the connection learned while serving (CXone's rolling id) stays with the session
+        self._remember(self._context.learned(connection.learned))
         self._connection = None
         with anyio.CancelScope(shield=True):
-            await connection.close(1000 if failure.code == "GRACEFUL_CLOSE" else 1001)
+            await connection.close(1000 if failure.graceful else 1001)
         self._execute(self.core.failure(connection_lost(failure)))
 
     async def _report(self, raw: RawError) -> bool:
         """In-band failure from a live connection: True when the connection may go on."""
         event = self._classify(raw)
         self._reported = (raw, event)
-        if event.fail_fast or event.reconnect or event.code == "GRACEFUL_CLOSE":
+        if event.fail_fast or event.reconnect or event.graceful:
             return False
-        effects = self.core.failure(event)
-        self._execute(effects)
+        self._execute(self.core.failure(event))
         return not self.core.terminated
 
     # ------------------------------------------------------------------ effects
     def _execute(self, effects: list[Effect]) -> None:
-        correlation = self.correlation()
-        publish_effects(self._bus, effects, correlation)
+        publish_effects(self._bus, effects, self.correlation())
         for effect in effects:
             if isinstance(effect, ScheduleReconnect):
                 self._due = effect.at
@@ -294,7 +323,7 @@ class SessionRunner:
         self.termination = effect
         # seed section 3: "revoke local session storage" and force a full authentication cycle
         self._store.delete(self.session_id)
-        if self._tokens is not None and effect.code in TOKEN_CODES:
+        if self._tokens is not None and effect.revokes_credential:
             # the platform credential's token is shared by the sessions that use it: drop it when
             # the token itself failed, so the next use re-authenticates (once, single-flight)
             self._tokens.revoke()
@@ -302,14 +331,14 @@ class SessionRunner:
             if scope is not None:
                 scope.cancel()
 
-    def _record(self, effects: tuple[Effect, ...]) -> None:
+    def _record(self, effects: tuple[CircuitEffect, ...]) -> None:
         if effects:
             publish_effects(self._bus, effects)
 
     # ------------------------------------------------------------------ classification
     def _classify(self, raw: RawError) -> SdkErrorEvent:
         event = self._classifier.classify(raw)
-        publish_classified(self._bus, event)
+        self._bus.publish(ErrorClassified(event))
         return event
 
     def _event_for(self, raw: RawError) -> SdkErrorEvent:
@@ -318,13 +347,12 @@ class SessionRunner:
             return reported[1]  # already classified (and published) when it was reported
         return self._classify(raw)
 
-    def _remember(self, connection: Connection) -> None:
-        response = connection.session_response
-        conversation = response.get("conversationId")
-        if isinstance(conversation, str) and conversation:
-            self.ctx.conversation_id = conversation
+    def _remember(self, context: SessionContext) -> None:
+        """Keep what the session learned; the stored record follows (the store is ours alone)."""
+        self._context = context
         record = self._store.get(self.session_id)
-        record["conversationId"] = self.ctx.conversation_id
-        if self.ctx.platform_session_id is not None:
-            record["platformSessionId"] = self.ctx.platform_session_id
+        if context.conversation_id is not None:
+            record["conversationId"] = context.conversation_id
+        if context.platform_session_id is not None:
+            record["platformSessionId"] = context.platform_session_id
         self._store.put(self.session_id, record)

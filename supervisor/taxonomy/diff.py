@@ -41,6 +41,10 @@ def _routing(spec: CodeSpec) -> dict[str, Any]:
         "scope": spec.scope.value,
         "trigger": spec.trigger.value if spec.trigger else None,
         "reconnect": spec.reconnect,
+        "reconcileBeforeRetry": spec.reconcile_before_retry,
+        "graceful": spec.graceful,
+        "replayWithFreshToken": spec.replay_with_fresh_token,
+        "revokesCredential": spec.revokes_credential,
         "policy": policy.name,
         "maxRetries": policy.max_retries,
         "baseDelayMs": policy.base_delay_ms,
@@ -59,11 +63,15 @@ def _event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
         "maxRetryBudget": ev.max_retry_budget,
         "trigger": ev.trigger.value if ev.trigger else None,
         "policy": ev.policy.name,
+        "reconnect": ev.reconnect,
+        "graceful": ev.graceful,
+        "replayWithFreshToken": ev.replay_with_fresh_token,
+        "revokesCredential": ev.revokes_credential,
     }
 
 
 def diff_codes(a: Taxonomy, b: Taxonomy) -> list[CodeChange]:
-    """Semantic codes added, removed, or routed differently (class, scope, trigger, policy)."""
+    """Semantic codes added, removed, or routed differently (class, scope, trigger, flags, policy)."""
     out: list[CodeChange] = []
     for code in sorted(set(a.codes) | set(b.codes)):
         before = _routing(a.codes[code]) if code in a.codes else None

@@ -66,6 +66,9 @@ class _CodeFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     trigger: Trigger | None = None
     reconnect: bool = False
     reconcile_before_retry: bool = False
+    graceful: bool = False
+    replay_with_fresh_token: bool = False
+    revokes_credential: bool = False
     description: str = ""
 
 
@@ -142,6 +145,25 @@ def _check_members(origin: str, key: str, values: tuple[str, ...] | None, enum_v
             raise TaxonomyError(f"{origin}: {key}: unknown value '{value}' (known: {known})")
 
 
+def _check_flags(origin: str, where: str, spec: _CodeFile, policy: RetryPolicy) -> None:
+    """The behaviour flags must agree with the class: the runtime acts on them without asking."""
+    cls = spec.taxonomy_class
+    if spec.graceful and (cls is not TaxonomyClass.NONE or spec.scope is not Scope.SESSION or spec.reconnect):
+        raise TaxonomyError(
+            f"{origin}: {where}.graceful: a graceful end is class NONE, scope session, without reconnect"
+        )
+    if spec.replay_with_fresh_token and (cls is not TaxonomyClass.TRANSIENT or policy.max_retries < 1):
+        raise TaxonomyError(
+            f"{origin}: {where}.replayWithFreshToken: a replay is TRANSIENT with a policy of at least one retry"
+        )
+    fail_fast = spec.trigger is not None or cls is TaxonomyClass.STATE_CORRUPTING
+    fail_fast = fail_fast or (cls is TaxonomyClass.PERMANENT and spec.scope is Scope.SESSION)
+    if spec.revokes_credential and not fail_fast:
+        raise TaxonomyError(
+            f"{origin}: {where}.revokesCredential: only a code that ends the session (fail-fast) revokes"
+        )
+
+
 def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxonomy:
     """Check a taxonomy document and compile it. ``origin`` names it in errors."""
     try:
@@ -203,6 +225,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
             raise TaxonomyError(
                 f"{origin}: {where}.trigger: a fail-fast trigger cannot be {spec.taxonomy_class}"
             )
+        _check_flags(origin, where, spec, policy)
         codes[name] = CodeSpec(
             code=name,
             taxonomy_class=spec.taxonomy_class,
@@ -211,6 +234,9 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
             trigger=spec.trigger,
             reconnect=spec.reconnect,
             reconcile_before_retry=spec.reconcile_before_retry,
+            graceful=spec.graceful,
+            replay_with_fresh_token=spec.replay_with_fresh_token,
+            revokes_credential=spec.revokes_credential,
             description=spec.description,
         )
     for required in REQUIRED_CODES:

@@ -5,7 +5,9 @@ Normalization"): ``event``, ``timestamp``, ``source``, ``rawStatus``, ``rawCode`
 ``taxonomyClass``, ``retryable``, ``maxRetryBudget``, ``context`` (with
 ``conversationId``, ``agentId``, ``endpoint``). We add ``trigger`` (when a fail-fast
 trigger applies), ``code`` (the semantic code), ``scope``, ``taxonomyVersion``,
-``policy`` and ``retryAfterMs``. Nothing here does I/O.
+``policy`` and ``retryAfterMs``, and the code's behaviour flags when set (``reconnect``,
+``reconcileBeforeRetry``, ``graceful``, ``replayWithFreshToken``, ``revokesCredential``).
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -103,6 +105,13 @@ class CodeSpec(msgspec.Struct, frozen=True):
     reconnect: bool = False
     # reconcileBeforeRetry: the outcome is unknown (504 on a non-idempotent create)
     reconcile_before_retry: bool = False
+    # behaviour flags: the runtime keys on these, never on a code's name (a renamed code keeps them)
+    # graceful: the peer ended the session cleanly: terminate without reconnecting (seed section 2)
+    graceful: bool = False
+    # replayWithFreshToken: a 401 on a token expired by our clock: replay once, freshly signed (edge case 3)
+    replay_with_fresh_token: bool = False
+    # revokesCredential: the failure condemns the shared credential's token: drop it (seed section 3)
+    revokes_credential: bool = False
     description: str = ""
 
     @property
@@ -130,6 +139,9 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
     retry_after_ms: int | None = None
     reconnect: bool = False
     reconcile_before_retry: bool = False
+    graceful: bool = False
+    replay_with_fresh_token: bool = False
+    revokes_credential: bool = False
     platform: str = ""
     channel: str = ""
     details: str | None = None
@@ -167,6 +179,12 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
             out["reconnect"] = True
         if self.reconcile_before_retry:
             out["reconcileBeforeRetry"] = True
+        if self.graceful:
+            out["graceful"] = True
+        if self.replay_with_fresh_token:
+            out["replayWithFreshToken"] = True
+        if self.revokes_credential:
+            out["revokesCredential"] = True
         out["platform"] = self.platform
         out["channel"] = self.channel
         if self.details is not None:

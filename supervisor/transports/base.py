@@ -3,22 +3,25 @@
 Lifecycle driven by the runtime (supervisor/runtime/session_runner.py)::
 
     connection = await transport.open()          # TransportFailure / OperationError on failure
-    # the runtime validates connection.session_response (conversationId, agentId, status)
+    # the runtime validates connection.session_response and takes connection.learned
     raw = await connection.serve(report)          # runs until the connection ends: why it ended
     await connection.close(1001)                  # on shutdown (going away) or 1000 on stop
 
 Failures are described with the mappers of :mod:`supervisor.boundary`, never decided here.
+A transport's :class:`~supervisor.boundary.SessionContext` is immutable: what a connection
+learns about its session (a conversation, the platform's session id, the agent) it reports
+through ``learned``, and the runtime, the one owner of session state, merges it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from supervisor.boundary import Reporter, SessionContext
+from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.taxonomy import RawError
 
-__all__ = ["Connection", "Reporter", "SessionContext", "Transport"]
+__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "SessionContext", "Transport"]
 
 
 class Connection(Protocol):
@@ -28,12 +31,17 @@ class Connection(Protocol):
     def session_response(self) -> Mapping[str, Any]:
         """What the server answered on open, checked by the runtime before the session goes active."""
 
+    @property
+    def learned(self) -> Learned:
+        """What the platform told this connection about its session (read it after open and after serve)."""
+
     async def serve(self, report: Reporter) -> RawError:
         """Run until the connection ends and return the RawError that says why.
 
-        In-band failures that need not end the connection (a 4029 on one message, a 429 on
-        one REST call) go to ``report``; when it answers False the session is over and
-        ``serve`` must return promptly (the runtime also cancels it).
+        In-band failures that need not end the connection (a pushed error, a 429 on one REST
+        call) go to ``report``; when it answers False the session is over and ``serve`` must
+        return promptly (the runtime also cancels it). Answers to the connection's own in-band
+        requests go to the request (and the retry executor), not to ``report``.
         """
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
@@ -52,3 +60,13 @@ class Transport(Protocol):
 
     async def aclose(self) -> None:
         """Release what the transport holds (HTTP clients, ...)."""
+
+
+@runtime_checkable
+class MessageSender(Protocol):
+    """A connection that can send a conversation message in-band (Web Messaging's ``onMessage``)."""
+
+    async def send_message(
+        self, text: str, *, metadata: Mapping[str, str] | None = None
+    ) -> Mapping[str, Any]:
+        """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""

@@ -15,9 +15,13 @@ this module only *describes* what the platform answered (design.md, "Data flows 
 
 * a failed request raises the pipeline's :class:`OperationError` / :class:`CircuitOpenError`
   unchanged (a 409 on a poll is AGENT_SESSION_ENDED, taxonomy v1);
-* a poll 200 whose body does not parse is MALFORMED_RESPONSE, one without ``sessionId`` is
-  INCOMPLETE_RESPONSE (seed section 3), an ``AgentSessionStart`` after the first poll of a
-  connection is the server's replay for a stale id: SESSION_ID_MISMATCH. All three raise
+* a poll 200 whose body does not parse is MALFORMED_RESPONSE and one without ``sessionId`` is
+  INCOMPLETE_RESPONSE (seed section 3): the pipeline's response check finds both, like any
+  other partial success. Two contract violations only this protocol can see are *named* here
+  and decided by the taxonomy (the transport asks the classifier for the code's event, it
+  chooses no class, scope or policy): an ``AgentSessionStart`` after the first poll of a
+  connection is the server's replay for a stale id, SESSION_ID_MISMATCH; a token answer without
+  ``resource_server_base_uri`` leaves nothing to call, INCOMPLETE_RESPONSE. Both raise
   :class:`OperationError` with the taxonomy's event;
 * a poll that does not return within ``poll_watchdog`` seconds (core-sdk: 90 s; the pipeline's
   retries of it included) is abandoned and :meth:`AgentSessionConnection.serve` returns a
@@ -39,7 +43,7 @@ from typing import Any
 import anyio
 import httpx
 
-from supervisor.boundary import Reporter, SessionContext, raw_from_exception
+from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
 from supervisor.clock import Clock
 from supervisor.errors import OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
@@ -67,6 +71,7 @@ MAX_AGE_CEILING_S = 60.0
 #: close() gives its DELETE (and the pipeline's retries of it) at most this long
 CLOSE_TIMEOUT_S = 5.0
 
+_POLL_CHECK = ResponseCheck(required=("sessionId",))
 _START = "agent-session.start"
 _POLL = "agent-session.poll"
 _END = "agent-session.end"
@@ -163,13 +168,11 @@ class AgentSessionTransport:
         poll), :class:`CircuitOpenError`, or :class:`TransportFailure` (token endpoint; the
         first poll's watchdog).
         """
-        ctx = self.context
-        ctx.platform_session_id = None  # a previous connection's id is no longer ours
         sessions = await self._sessions_url()
         response = await self.pipeline.request(
             "POST",
             sessions,
-            ctx=ctx,
+            ctx=self.context,
             circuit=CIRCUIT,
             operation=_START,
             check=ResponseCheck(),  # a body that does not parse is MALFORMED_RESPONSE
@@ -184,7 +187,6 @@ class AgentSessionTransport:
             # no anchor to poll: the runtime's validation of session_response reports
             # INCOMPLETE_RESPONSE (seed section 3); nothing is invented here
             return connection
-        ctx.platform_session_id = start_id
         await connection.first_poll()
         return connection
 
@@ -197,7 +199,6 @@ class AgentSessionConnection:
 
     def __init__(self, transport: AgentSessionTransport, sessions_url: str, start_id: str | None) -> None:
         self._t = transport
-        self._ctx = transport.context
         self._sessions = sessions_url
         #: the start answer's sessionId: the session's anchor (None when the platform gave none)
         self.start_id = start_id
@@ -210,6 +211,18 @@ class AgentSessionConnection:
         self._closed = False
         #: when the platform last answered a poll (``clock.monotonic()``), for health reports
         self.last_answer_at: float | None = None
+
+    @property
+    def learned(self) -> Learned:
+        """The rolling sessionId to poll next, and the agent the platform named."""
+        agent = self._response.get("agentId")
+        return Learned(
+            platform_session_id=self.session_id, agent_id=agent if isinstance(agent, str) else None
+        )
+
+    @property
+    def _ctx(self) -> SessionContext:
+        return self._t.context.learned(self.learned)
 
     @property
     def session_response(self) -> Mapping[str, Any]:
@@ -238,6 +251,8 @@ class AgentSessionConnection:
                 circuit=CIRCUIT,
                 operation=_POLL,
                 ok_statuses=frozenset({304}),
+                # a 200 without the next sessionId cannot go on: the next poll would replay (seed §3)
+                check=_POLL_CHECK,
                 params={"timeout": hold_s},
                 timeout=t.poll_http_timeout,
             )
@@ -259,46 +274,21 @@ class AgentSessionConnection:
 
     def _take(self, response: httpx.Response, *, first: bool) -> list[dict[str, Any]]:
         """Follow the rolling sessionId of a 200 and return its events (or raise)."""
-        ctx = self._ctx
-        classifier = self._t.pipeline.classifier
         polled = self.session_id or ""
-        path = response.request.url.path
-        endpoint = f"GET {path}"
-        body = _json_object(response)
-        if body is None:
-            raw = RawError(
-                platform=ctx.platform,
-                channel=ctx.channel,
-                method="GET",
-                endpoint=path,
-                exception="json.JSONDecodeError",
-                context=ctx.envelope_context(),
-            )
-            raise OperationError(classifier.classify(raw))
-        new_id = body.get("sessionId")
-        if not isinstance(new_id, str):
-            new_id = None
-        problem = classifier.validate_response(
-            {"sessionId": new_id},
-            platform=ctx.platform,
-            channel=ctx.channel,
-            required=("sessionId",),
-            context=ctx.envelope_context(),
-            endpoint=endpoint,
-        )
-        if problem is not None:
-            # without the next id the session cannot go on: the next poll would replay
-            raise OperationError(problem)
-        assert new_id is not None
+        endpoint = f"GET {response.request.url.path}"
+        # the pipeline's check guarantees a JSON object with a sessionId (else INCOMPLETE_RESPONSE)
+        body = _json_object(response) or {}
+        new_id = str(body["sessionId"])
         # platforms.md section 6: every 200 carries a new sessionId to use on the next poll
-        self.session_id = ctx.platform_session_id = new_id
+        self.session_id = new_id
+        ctx = self._ctx
         raw_events = body.get("events")
         events = [e for e in raw_events if isinstance(e, dict)] if isinstance(raw_events, list) else []
         if not first and any(e.get("Type") == "AgentSessionStart" for e in events):
             # an old id makes the server replay AgentSessionStart plus a snapshot (section 6):
             # our view of the session is stale; it must be rebuilt, not advanced
             raise OperationError(
-                classifier.session_id_mismatch(
+                self._t.pipeline.classifier.session_id_mismatch(
                     polled,
                     new_id,
                     platform=ctx.platform,
@@ -327,8 +317,6 @@ class AgentSessionConnection:
         else:
             events = self._take(response, first=True)
         self._response = self._session_response(events)
-        if self._ctx.agent_id is None and "agentId" in self._response:
-            self._ctx.agent_id = self._response["agentId"]
         self._deliver(events)
 
     def _session_response(self, events: list[dict[str, Any]]) -> dict[str, Any]:

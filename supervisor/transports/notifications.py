@@ -30,6 +30,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 
 from supervisor.boundary import (
+    Learned,
     Reporter,
     SessionContext,
     raw_from_exception,
@@ -91,11 +92,10 @@ class NotificationsTransport:
 
     async def open(self) -> NotificationsConnection:
         """Create a channel, connect, subscribe; raises OperationError (REST) or TransportFailure."""
-        ctx = self.context
         response = await self._pipeline.request(
             "POST",
             self._create_url,
-            ctx=ctx,
+            ctx=self.context,
             circuit="genesys:api",
             operation="notifications.channel.create",
             channel=Channel.REST,
@@ -104,7 +104,8 @@ class NotificationsTransport:
         )
         channel: dict[str, Any] = response.json()
         channel_id, connect_uri = str(channel["id"]), str(channel["connectUri"])
-        ctx.platform_session_id = channel_id  # correlation only: a channel id is not a credential
+        # the channel id is the session's platform id (correlation only: it is not a credential)
+        ctx = self.context.learned(Learned(platform_session_id=channel_id))
         endpoint = urlsplit(connect_uri).path or "/channels"
         ka = self._keepalive
         try:
@@ -121,7 +122,7 @@ class NotificationsTransport:
         except (wsx.WebSocketException, OSError) as exc:
             raw = raw_from_exception(exc, ctx=ctx, method="CONNECT", endpoint=endpoint)
             raise TransportFailure(raw) from None
-        conn = NotificationsConnection(self, ws, endpoint)
+        conn = NotificationsConnection(self, ws, endpoint, ctx)
         try:
             with anyio.fail_after(ka.open_timeout):
                 failure = await conn.subscribe(self.topics)
@@ -146,15 +147,22 @@ class NotificationsTransport:
 class NotificationsConnection:
     """One subscribed channel socket."""
 
-    def __init__(self, transport: NotificationsTransport, ws: ClientConnection, endpoint: str) -> None:
+    def __init__(
+        self, transport: NotificationsTransport, ws: ClientConnection, endpoint: str, ctx: SessionContext
+    ) -> None:
         self._t = transport
         self._ws = ws
-        self._ctx = transport.context
+        self._ctx = ctx
         self._endpoint = endpoint
         self.session_response: dict[str, Any] = {}
         self._pong = anyio.Event()
         self._closed = False
         self.heartbeats = 0
+
+    @property
+    def learned(self) -> Learned:
+        """The channel this connection rides on, as the session's platform id."""
+        return Learned(platform_session_id=self._ctx.platform_session_id)
 
     async def subscribe(self, topics: list[str]) -> RawError | None:
         """Subscribe on the socket and wait for the reply; None on ``result`` 200 (§2)."""

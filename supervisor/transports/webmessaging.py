@@ -9,6 +9,10 @@ Wire (platforms.md §1): ``wss://webmessaging.<domain>/v1?deploymentId=D&applica
   waits for the ``SessionResponse``.
 * :meth:`WebMessagingConnection.serve` reports error envelopes and pushed events in-band and runs the
   app-level ``echo`` health check (GMT HealthCheckProvider) next to the receive loop.
+* :meth:`WebMessagingConnection.send_message` is an in-band request: it goes through the one retry
+  executor (supervisor/rest/executor.py) as a REST call does, and its answer (the echoed message, or
+  an error envelope such as 4029 with ``retryAfter``) is matched to it by ``tracingId``. A 4029 is the
+  guest's own message rate (platforms.md §1: only that message fails), so the request has no circuit.
 
 The transport decides nothing (design.md, "Data flows one way"): every failure becomes a RawError.
 The guest token is a bearer credential for the conversation: it is never put in a RawError (server
@@ -32,13 +36,17 @@ from websockets.protocol import State
 from websockets.typing import Origin
 
 from supervisor.boundary import (
+    Learned,
     Reporter,
     SessionContext,
+    raw_from_close,
     raw_from_exception,
     raw_from_message,
 )
 from supervisor.config import Keepalive
-from supervisor.errors import TransportFailure
+from supervisor.errors import ConnectionLost, TransportFailure
+from supervisor.rest.executor import RetryExecutor
+from supervisor.rest.tokens import Token
 from supervisor.taxonomy import RawError
 from supervisor.transports.sockets import (
     decode_frame,
@@ -88,6 +96,7 @@ class WebMessagingTransport:
         url: str,
         deployment_id: str,
         keepalive: Keepalive,
+        executor: RetryExecutor | None = None,
         guest_token: str | None = None,
         origin: str | None = None,
         application: str = "session-supervisor",
@@ -97,6 +106,7 @@ class WebMessagingTransport:
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.context = ctx
+        self.executor = executor
         self.guest_token = guest_token or str(uuid.uuid4())
         self.deployment_id = deployment_id
         self._uri = f"{url.rstrip('/')}{ENDPOINT}?" + urlencode(
@@ -113,7 +123,6 @@ class WebMessagingTransport:
     def new_guest_token(self) -> None:
         """Start over with a fresh guest token (4006/4007 make the old one useless, §1)."""
         self.guest_token = str(uuid.uuid4())
-        self.context.conversation_id = None
 
     async def open(self) -> WebMessagingConnection:
         """Connect, configure the session, return the connection; raises :class:`TransportFailure`."""
@@ -150,10 +159,6 @@ class WebMessagingTransport:
         if failure is not None:
             await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
-        conversation = conn.session_response.get("conversationId")
-        if ctx.conversation_id is None and isinstance(conversation, str) and conversation:
-            # a different id is left to the runtime's validate_response (CONVERSATION_STATE_DRIFT)
-            ctx.conversation_id = conversation
         self._live = conn
         return conn
 
@@ -164,15 +169,31 @@ class WebMessagingTransport:
             self._live = None
 
 
+class _Pending:
+    """An in-band request waiting for the frame that answers it (same ``tracingId``)."""
+
+    __slots__ = ("answer", "done", "method")
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.done = anyio.Event()
+        self.answer: dict[str, Any] | RawError | ConnectionLost | None = None
+
+    def resolve(self, answer: dict[str, Any] | RawError | ConnectionLost) -> None:
+        self.answer = answer
+        self.done.set()
+
+
 class WebMessagingConnection:
     """One configured guest connection."""
 
     def __init__(self, transport: WebMessagingTransport, ws: ClientConnection) -> None:
         self._t = transport
         self._ws = ws
-        self._ctx = transport.context
         self._session: dict[str, Any] = {}
         self._requests: OrderedDict[str, str] = OrderedDict()
+        self._pending: dict[str, _Pending] = {}
+        self._ended: RawError | None = None
         self._echo_answered = anyio.Event()
         self._closed = False
         self.agent_disconnected = False
@@ -181,6 +202,18 @@ class WebMessagingConnection:
     def session_response(self) -> Mapping[str, Any]:
         """The SessionResponse ``body`` (connected, newSession, readOnly, conversationId, ...)."""
         return self._session
+
+    @property
+    def learned(self) -> Learned:
+        """The conversation the platform named in its SessionResponse, when it named one."""
+        conversation = self._session.get("conversationId")
+        return Learned(
+            conversation_id=conversation if isinstance(conversation, str) and conversation else None
+        )
+
+    @property
+    def _ctx(self) -> SessionContext:
+        return self._t.context.learned(self.learned)
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -215,15 +248,64 @@ class WebMessagingConnection:
                 return self._raw(msg, "configureSession")
             # anything else (a StructuredMessage push before the answer) is not the answer: keep reading
 
-    async def send_message(self, text: str) -> None:
-        """Send a guest text (``onMessage``); its answer or error arrives through :meth:`serve`."""
-        message = {"type": "Text", "text": text}
+    async def send_message(
+        self, text: str, *, metadata: Mapping[str, str] | None = None
+    ) -> Mapping[str, Any]:
+        """Send a guest text (``onMessage``) and return the body of the platform's echo of it.
+
+        An in-band request through the retry executor: a 4029 is retried after its
+        ``retryAfter`` (seed edge case 2: a minimum delay), a 5000 per the server-error policy;
+        a failure that ends the operation raises :class:`~supervisor.errors.OperationError`.
+        Must be called while :meth:`serve` runs (it reads the answers).
+        """
+        executor = self._t.executor
+        if executor is None:
+            raise RuntimeError("send_message needs a transport built with a retry executor")
+        message: dict[str, Any] = {"type": "Text", "text": text}
+        if metadata:
+            message["metadata"] = dict(metadata)
+
+        async def attempt_once(token: Token | None) -> dict[str, Any] | RawError:
+            del token  # the guest token is the frame's own credential, not an OAuth bearer
+            answer = await self._request("onMessage", message=message)
+            if isinstance(answer, RawError):
+                return answer
+            # the echoed StructuredMessage: its body is the message as the platform stored it
+            body = answer.get("body")
+            return dict(body) if isinstance(body, Mapping) else {}
+
+        answer: Mapping[str, Any] = await executor.call(
+            attempt_once, ctx=self._ctx, operation="message.create", circuit=None, route="onMessage"
+        )
+        return answer
+
+    async def _request(self, action: str, **fields: Any) -> dict[str, Any] | RawError:
+        """One in-band request: the answering frame, or the RawError of an error envelope.
+
+        Raises :class:`~supervisor.errors.ConnectionLost` when the link goes before the answer.
+        """
+        if self._ended is not None:
+            raise ConnectionLost(self._ended)
+        tracing = str(uuid.uuid4())
+        pending = self._pending[tracing] = _Pending(action)
         try:
-            await self._ws.send(self._frame("onMessage", message=message))
-        except (wsx.WebSocketException, OSError) as exc:
-            raise TransportFailure(
-                raw_from_exception(exc, ctx=self._ctx, method="onMessage", endpoint=ENDPOINT)
-            ) from None
+            try:
+                await self._ws.send(self._frame(action, tracingId=tracing, **fields))
+            except (wsx.WebSocketException, OSError) as exc:
+                raise ConnectionLost(
+                    raw_from_exception(exc, ctx=self._ctx, method=action, endpoint=ENDPOINT)
+                ) from None
+            with anyio.move_on_after(self._t._keepalive.open_timeout):
+                await pending.done.wait()
+        finally:
+            self._pending.pop(tracing, None)
+        answer = pending.answer
+        if answer is None:
+            silence = TimeoutError(f"no answer to {action} within {self._t._keepalive.open_timeout:g} s")
+            return raw_from_exception(silence, ctx=self._ctx, method=action, endpoint=ENDPOINT)
+        if isinstance(answer, ConnectionLost):
+            raise answer
+        return answer
 
     # -- serving ------------------------------------------------------------------------------------
 
@@ -255,7 +337,17 @@ class WebMessagingConnection:
         return self._echo_answered
 
     async def _receive(self, report: Reporter) -> RawError:
-        return await receive_frames(self._ws, self._ctx, ENDPOINT, self._classify_frame, report, self._let_go)
+        ended = await receive_frames(
+            self._ws, self._ctx, ENDPOINT, self._classify_frame, report, self._let_go
+        )
+        self._end_requests(ended)
+        return ended
+
+    def _end_requests(self, ended: RawError) -> None:
+        # requests still waiting will never be answered on this socket
+        self._ended = ended
+        for pending in list(self._pending.values()):
+            pending.resolve(ConnectionLost(ended))
 
     async def _let_go(self) -> None:
         # the runtime has moved on: close the socket but send no closeSession, so the server
@@ -272,7 +364,13 @@ class WebMessagingConnection:
             self._echo_answered.set()  # any answer to the echo proves the server reads and writes
         method = self._requests.pop(tracing, None) if isinstance(tracing, str) else None
         cls = msg.get("class")
-        if cls in _ERROR_CLASSES:
+        waiter = self._pending.pop(tracing, None) if isinstance(tracing, str) else None
+        if waiter is not None:
+            # the answer to an in-band request goes to the executor, not to the runtime
+            waiter.resolve(self._raw(msg, waiter.method) if cls in _ERROR_CLASSES else msg)
+            if cls in _ERROR_CLASSES:
+                return None
+        elif cls in _ERROR_CLASSES:
             return self._raw(msg, method or ("echo" if tracing == HEALTH_CHECK_TRACING_ID else None))
         if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
             body = msg.get("body")
@@ -288,6 +386,7 @@ class WebMessagingConnection:
         if self._closed:
             return
         self._closed = True
+        self._end_requests(raw_from_close(code, ctx=self._ctx))
         if self._t._live is self:
             self._t._live = None
         if code == 1000 and self._ws.state is State.OPEN:

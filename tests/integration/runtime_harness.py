@@ -20,7 +20,10 @@ from anyio.abc import TaskGroup
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Config, parse_config
-from supervisor.runtime.daemon import Supervisor
+from supervisor.events import Published, wire
+from supervisor.rest.executor import Sleep
+from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.wiring import Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.conftest import wait_until
@@ -28,13 +31,15 @@ from tests.integration.conftest import wait_until
 
 @dataclass
 class Recorded:
-    """Every bus event, with the monotonic time it was published."""
+    """Every bus event in its wire form, with the monotonic time it was published."""
 
     clock: Clock
     events: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
+    published: list[Published] = field(default_factory=list)
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        self.events.append((self.clock.monotonic(), name, payload))
+    def __call__(self, published: Published) -> None:
+        self.published.append(published)
+        self.events.append((self.clock.monotonic(), published.event.name, wire(published)))
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [p for _, n, p in self.events if n == name]
@@ -142,6 +147,7 @@ async def supervised(
     cxone: CxoneSimulator | None = None,
     clock: Clock | None = None,
     start: bool = True,
+    sleep: Sleep | None = None,
 ) -> AsyncIterator[Harness]:
     (tmp / "genesys-secret").write_text("not-a-real-secret")
     (tmp / "cxone-secret").write_text("not-a-real-secret")
@@ -152,11 +158,20 @@ async def supervised(
     bus.subscribe(recorded)
     seed = config.daemon.seed or 0
     async with (
-        Supervisor(config, bus=bus, clock=clock, rng=random.Random(seed), config_dir=tmp, environ={}) as sup,
+        Wiring(
+            config,
+            bus=bus,
+            clock=clock,
+            rng=random.Random(seed),
+            config_dir=tmp,
+            environ={},
+            sleep=sleep or anyio.sleep,
+        ) as wiring,
         anyio.create_task_group() as tg,
     ):
+        sup = Supervisor(wiring)
         if start:
-            sup.start_all(tg)
+            await tg.start(sup.serve)
         harness = Harness(sup, recorded, tg, genesys, cxone)
         try:
             yield harness

@@ -30,12 +30,14 @@ async def test_rolling_session_id_is_followed_across_polls(sim: CxoneSimulator, 
     async with supervised(cxone_config(sim.urls, 1, poll_timeout=0), tmp_path, cxone=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["cx-0"]
-        seen = [runner.ctx.platform_session_id]
+        seen = [runner.context.platform_session_id]
         for _ in range(3):
             # an event makes the next poll a 200, which carries the next sessionId
-            sim.push_event({"Type": "AgentState", "CurrentState": "Available"}, agent_id=runner.ctx.agent_id)
-            await h.wait(lambda: runner.ctx.platform_session_id != seen[-1])
-            seen.append(runner.ctx.platform_session_id)
+            sim.push_event(
+                {"Type": "AgentState", "CurrentState": "Available"}, agent_id=runner.context.agent_id
+            )
+            await h.wait(lambda: runner.context.platform_session_id != seen[-1])
+            seen.append(runner.context.platform_session_id)
         assert len(set(seen)) == len(seen)  # a new id every time
         # the simulator never replayed AgentSessionStart for a stale id, and nothing failed
         assert not [e for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["code"] == "SESSION_ID_MISMATCH"]

@@ -38,11 +38,11 @@ async def test_socket_closing_rolls_over_to_a_new_channel(sim: GenesysSimulator,
     async with supervised(notifications_config(sim.urls), tmp_path, genesys=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["n-1"]
-        first_channel = runner.ctx.platform_session_id
+        first_channel = runner.context.platform_session_id
         assert first_channel
         sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING))
         await h.wait(lambda: runner.connects >= 2 and h.all_in("active"))
-        assert runner.ctx.platform_session_id != first_channel
+        assert runner.context.platform_session_id != first_channel
         codes = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
         assert codes == ["SOCKET_CLOSING"]  # the server's own close never had to happen
         assert h.terminations() == {}

@@ -39,8 +39,8 @@ async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
 async def active_session(h: Harness) -> str:
     await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
     runner = h.runners["wm-0"]
-    assert runner.ctx.conversation_id
-    return str(runner.ctx.conversation_id)
+    assert runner.context.conversation_id
+    return str(runner.context.conversation_id)
 
 
 def api(sim: GenesysSimulator, path: str) -> str:
@@ -60,8 +60,9 @@ async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
         cid = await active_session(h)
-        for pipeline in h.supervisor.pipelines.values():
-            pipeline._sleep = backoff  # the REST backoff only; the sessions keep real time
+        h.supervisor.wiring.executor._sleep = (
+            backoff  # the retry executor's backoff only; the sessions keep real time
+        )
         sim.faults.inject(
             Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint="GET /api/v2/conversations/*")
         )
@@ -72,7 +73,7 @@ async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_
         # two tokens, each used by exactly one attempt: the retry went out with the new one
         assert sorted(t.window_count for t in tokens) == [1, 1]
         assert sim.recorder.tokens().get("issued", 0) + sim.recorder.tokens().get("refreshed", 0) == 2
-        assert h.supervisor.tokens["genesys"].refreshes == 1
+        assert h.supervisor.wiring.tokens["genesys"].refreshes == 1
         assert h.runners["wm-0"].state.value == "active"
         assert h.terminations() == {}
         names = [n for _, n, _ in h.recorded.events]
@@ -102,8 +103,8 @@ async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
             "action": "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE",
         }
         # local storage revoked: no session record, no cached token
-        assert "wm-0" not in h.supervisor.store
-        assert h.supervisor.tokens["genesys"].current is None
+        assert "wm-0" not in h.supervisor.wiring.store
+        assert h.supervisor.wiring.tokens["genesys"].current is None
         requests = sim.recorder.request_count()
         with pytest.raises(SessionError, match="terminated"):
             await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
@@ -167,8 +168,7 @@ async def test_rate_limited_call_waits_at_least_retry_after(
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
         cid = await active_session(h)
-        for pipeline in h.supervisor.pipelines.values():
-            pipeline._sleep = backoff
+        h.supervisor.wiring.executor._sleep = backoff
         sim.faults.inject(
             Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"retry_after": "7"}, endpoint="GET *")
         )
@@ -188,8 +188,7 @@ async def test_an_operation_that_spends_its_retries_leaves_the_session_alone(
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
         cid = await active_session(h)
-        for pipeline in h.supervisor.pipelines.values():
-            pipeline._sleep = backoff
+        h.supervisor.wiring.executor._sleep = backoff
         sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*"))
         with pytest.raises(OperationError) as info:
             await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))

@@ -80,7 +80,7 @@ async def test_graceful_close_terminates_without_reconnecting(sim: GenesysSimula
         assert reasons == {"GRACEFUL_CLOSE"}
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
         assert attempts(sim) == before
-        assert all(sid not in h.supervisor.store for sid in h.runners)
+        assert all(sid not in h.supervisor.wiring.store for sid in h.runners)
 
 
 async def test_handshake_429_is_never_retried_before_retry_after(
@@ -172,7 +172,7 @@ async def test_a_reconnection_answered_with_another_conversation_terminates_with
     """Seed section 3: a server conversationId that differs from ours is CONVERSATION_STATE_DRIFT."""
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        held = h.runners["wm-0"].ctx.conversation_id
+        held = h.runners["wm-0"].context.conversation_id
         sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT))
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: h.all_in("terminated"))
@@ -186,7 +186,7 @@ async def test_a_reconnection_answered_with_another_conversation_terminates_with
             e for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["code"] == "CONVERSATION_STATE_DRIFT"
         ]
         assert drift and str(held) in drift[0]["details"]
-        assert "wm-0" not in h.supervisor.store
+        assert "wm-0" not in h.supervisor.wiring.store
 
 
 async def test_a_terminated_session_comes_back_only_through_a_new_start(
@@ -196,14 +196,14 @@ async def test_a_terminated_session_comes_back_only_through_a_new_start(
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         old = h.runners["wm-0"]
-        old_conversation = old.ctx.conversation_id
+        old_conversation = old.context.conversation_id
         sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED))
         await h.wait(lambda: old.core.terminated)
         assert old.termination is not None and old.termination.code == "SESSION_EXPIRED"
         spec = h.supervisor.config.sessions[0]
-        new = h.supervisor.start(h.tg, spec)
+        new = h.supervisor.start(spec)
         assert new is not old and h.runners["wm-0"] is new
         await h.wait(lambda: new.state.value == "active")
         # a full cycle: a new guest token, hence a new conversation, not a resume of the old one
-        assert new.ctx.conversation_id and new.ctx.conversation_id != old_conversation
+        assert new.context.conversation_id and new.context.conversation_id != old_conversation
         assert old.state.value == "terminated"

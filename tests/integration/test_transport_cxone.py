@@ -24,6 +24,7 @@ from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock, SystemClock
 from supervisor.config import Secret
 from supervisor.errors import OperationError
+from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import CxoneCredentials, TokenCache
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
@@ -125,15 +126,14 @@ async def rig(sim_config: CxoneSimConfig) -> AsyncIterator[Rig]:
         source = CxoneCredentials(http, sim.urls["auth"], "app@vendor", Secret("s3cret"))
         tokens = TokenCache(source, client_clock, early_refresh_s=0.0, name="cxone")
         rig = Rig(sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
-        rig.pipeline = RequestPipeline(
-            http,
+        executor = RetryExecutor(
             classifier,
             CircuitRegistry(SystemClock()),
             SystemClock(),
-            tokens=tokens,
             rng=random.Random(7),
             sleep=rig.fake_sleep,
         )
+        rig.pipeline = RequestPipeline(http, executor, tokens=tokens)
         holder.append(rig)
         yield rig
 
@@ -196,9 +196,9 @@ async def test_open_starts_a_session_and_runs_the_first_poll(rig: Rig) -> None:
         is None
     )
     handle = rig.handle(start_id)
-    # the first 200 rolled the id: the context holds the one to poll next
-    assert transport.context.platform_session_id == handle.current_id != start_id
-    assert transport.context.agent_id == AGENT
+    # the first 200 rolled the id: the connection reports the one to poll next
+    assert conn.learned.platform_session_id == handle.current_id != start_id
+    assert conn.learned.agent_id == AGENT
     assert rig.types() == ["AgentSessionStart", "AgentState"]
     assert rig.sim.recorder.request_count("POST", START, 202) == 1
     assert rig.sim.recorder.request_count("GET", POLL, 200) == 1
@@ -235,7 +235,7 @@ async def test_start_answer_without_session_id_is_incomplete(rig: Rig) -> None:
     assert problem is not None and problem.code == "INCOMPLETE_RESPONSE"
     assert problem.details == "Missing required fields: sessionId"
     assert rig.polled_ids() == []  # nothing to poll without an anchor
-    assert transport.context.platform_session_id is None
+    assert conn.learned.platform_session_id is None
 
 
 # --------------------------------------------------------------------------- polling
@@ -261,7 +261,7 @@ async def test_rolling_session_id_is_followed_across_polls(rig: Rig) -> None:
     polled = rig.polled_ids()
     assert len(chain) >= 6  # start, first poll, three contacts, the final AgentSessionEnd
     assert polled == chain[: len(polled)]
-    assert polled[-1] == handle.current_id == transport.context.platform_session_id
+    assert polled[-1] == handle.current_id == conn.learned.platform_session_id
     assert rig.types().count("AgentSessionStart") == 1  # never a replay
     assert rig.types()[-1] == "AgentSessionEnd"
 
@@ -269,12 +269,12 @@ async def test_rolling_session_id_is_followed_across_polls(rig: Rig) -> None:
 async def test_idle_poll_with_timeout_zero_is_an_empty_poll(rig: Rig) -> None:
     transport = rig.transport(poll_timeout=0)
     conn = await transport.open()
-    held_id = transport.context.platform_session_id
+    held_id = conn.learned.platform_session_id
     delivered = len(rig.events)
 
     async def idle_then_end() -> None:
         await wait_until(lambda: rig.sim.recorder.request_count("GET", POLL, 304) >= 3)
-        assert transport.context.platform_session_id == held_id  # a 304 carries no new id
+        assert conn.learned.platform_session_id == held_id  # a 304 carries no new id
         assert len(rig.events) == delivered
         rig.sim.end_session(agent_id=AGENT)
 
@@ -346,14 +346,14 @@ async def test_stale_id_replay_is_session_id_mismatch(rig: Rig, how: str) -> Non
     event = _event(outcome)
     assert event.code == "SESSION_ID_MISMATCH" and event.taxonomy_class.value == "STATE_CORRUPTING"
     assert len(rig.events) == delivered  # the replayed snapshot is not passed on as news
-    # the context follows the server's newest id (what close() must DELETE)
-    assert transport.context.platform_session_id == rig.handle(start_id).current_id
+    # the connection follows the server's newest id (what close() must DELETE)
+    assert conn.learned.platform_session_id == rig.handle(start_id).current_id
 
 
 async def test_poll_without_session_id_is_incomplete_response(rig: Rig) -> None:
     transport = rig.transport(poll_timeout=10)
     conn = await transport.open()
-    held_id = transport.context.platform_session_id
+    held_id = conn.learned.platform_session_id
     rig.sim.faults.inject(
         Fault(
             kind=FaultKind.MISSING_FIELDS,
@@ -368,7 +368,7 @@ async def test_poll_without_session_id_is_incomplete_response(rig: Rig) -> None:
     event = _event(outcome)
     assert event.code == "INCOMPLETE_RESPONSE" and event.trigger is not None
     assert event.details is not None and "sessionId" in event.details
-    assert transport.context.platform_session_id == held_id  # nothing to follow
+    assert conn.learned.platform_session_id == held_id  # nothing to follow
 
 
 async def test_malformed_poll_body_is_malformed_response(rig: Rig) -> None:
@@ -402,7 +402,7 @@ async def test_token_expiring_mid_poll_is_refreshed_and_replayed(rig: Rig) -> No
     transport = rig.transport()
     conn = await transport.open()
     start_id = str(conn.session_response["sessionId"])
-    held_id = transport.context.platform_session_id
+    held_id = conn.learned.platform_session_id
     old = rig.tokens.current
     assert old is not None
     rig.client_clock.set(old.expires_at - 1.0)  # still valid when the next poll takes it
@@ -513,7 +513,7 @@ async def test_close_deletes_the_platform_session_once(rig: Rig) -> None:
 
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
     deletes = [sid for m, sid, _, _ in rig.sent if m == "DELETE"]
-    assert deletes == [transport.context.platform_session_id]  # the newest id of the chain
+    assert deletes == [conn.learned.platform_session_id]  # the newest id of the chain
     assert rig.handle(start_id).session.ended is EndReason.CLIENT
 
 
@@ -534,6 +534,6 @@ async def test_reopen_after_close_starts_a_fresh_session(rig: Rig) -> None:
     second = await transport.open()
 
     assert second.session_response["sessionId"] != first.session_response["sessionId"]
-    assert transport.context.platform_session_id == second.session_id
+    assert second.learned.platform_session_id == second.session_id
     assert rig.sim.recorder.request_count("POST", START, 202) == 2
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1

@@ -19,6 +19,7 @@ from machines.registry import CircuitRegistry
 from supervisor.boundary import SessionContext
 from supervisor.config import Keepalive, Secret
 from supervisor.errors import OperationError, TransportFailure
+from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.sim.faults import Fault, FaultKind
@@ -65,9 +66,8 @@ def make(g: Genesys, keepalive: Keepalive = QUIET, topics: list[str] | None = No
     tokens = TokenCache(
         GenesysClientCredentials(g.http, g.sim.urls["login"], "client", Secret("secret")), g.clock
     )
-    pipeline = RequestPipeline(
-        g.http, CLASSIFIER, CircuitRegistry(g.clock), g.clock, tokens=tokens, sleep=no_sleep
-    )
+    executor = RetryExecutor(CLASSIFIER, CircuitRegistry(g.clock), g.clock, sleep=no_sleep)
+    pipeline = RequestPipeline(g.http, executor, tokens=tokens)
     events: list[Mapping[str, Any]] = []
     t = NotificationsTransport(
         SessionContext("notif-1", Platform.GENESYS, Channel.NOTIFICATIONS),
@@ -123,7 +123,7 @@ async def test_open_subscribes_and_delivers_events(genesys: Genesys) -> None:
         required=n.transport.required_fields,
     )
     assert event is None
-    assert n.transport.context.platform_session_id == response["channelId"]
+    assert conn.learned.platform_session_id == response["channelId"]
     report = Reports()
     result: list[RawError] = []
     with anyio.fail_after(LIMIT_S):

@@ -17,9 +17,12 @@ import msgspec
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from machines.registry import CircuitRegistry
 from supervisor.boundary import SessionContext
+from supervisor.clock import SystemClock
 from supervisor.config import Keepalive
-from supervisor.errors import TransportFailure
+from supervisor.errors import OperationError, TransportFailure
+from supervisor.rest.executor import RetryExecutor
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
@@ -27,6 +30,19 @@ from supervisor.transports.webmessaging import WebMessagingConnection, WebMessag
 from tests.integration.conftest import Genesys, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+class RecordingClassifier(Classifier):
+    """The v1 classifier, keeping every RawError the retry executor hands it."""
+
+    def __init__(self) -> None:
+        super().__init__(load_taxonomy("v1"))
+        self.raws: list[RawError] = []
+
+    def classify(self, raw: RawError) -> Any:
+        self.raws.append(raw)
+        return super().classify(raw)
+
 
 CLASSIFIER = Classifier(load_taxonomy("v1"))
 # pings and echoes far apart: these tests drive the link with faults, not with keepalive timers
@@ -54,12 +70,30 @@ def ctx(session_id: str = "wm-1") -> SessionContext:
     return SessionContext(session_id, Platform.GENESYS, Channel.WEBMESSAGING, agent_id="agent-1")
 
 
+class Waits:
+    """The retry executor's sleep: records each delay, advances the simulator's clock, returns at once."""
+
+    def __init__(self, g: Genesys) -> None:
+        self.g = g
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.g.clock.advance(seconds)
+        self.g.sim.tick()
+
+
+def executor(g: Genesys, classifier: Classifier = CLASSIFIER) -> RetryExecutor:
+    return RetryExecutor(classifier, CircuitRegistry(SystemClock()), SystemClock(), sleep=Waits(g))
+
+
 def transport(g: Genesys, keepalive: Keepalive = QUIET, **kwargs: Any) -> WebMessagingTransport:
     return WebMessagingTransport(
         kwargs.pop("context", None) or ctx(),
         url=g.sim.urls["webmessaging"],
         deployment_id=kwargs.pop("deployment_id", "dep-1"),
         keepalive=keepalive,
+        executor=kwargs.pop("executor", None) or executor(g),
         **kwargs,
     )
 
@@ -92,7 +126,7 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
         response, platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, required=t.required_fields
     )
     assert event is None
-    assert t.context.conversation_id == response["conversationId"]
+    assert conn.learned.conversation_id == response["conversationId"]
     await conn.close(1000)  # a stop ends the server session too
     rec = genesys.sim.recorder
     await wait_until(lambda: rec.ws_messages("webmessaging", "in", "closeSession") == 1)
@@ -248,9 +282,13 @@ async def test_rate_limited_configure_fails_the_open(genesys: Genesys) -> None:
 # -- in-band errors --------------------------------------------------------------------------------------
 
 
-async def test_4029_is_reported_in_band_and_the_connection_goes_on(genesys: Genesys) -> None:
+async def test_4029_on_a_message_is_retried_after_retry_after_and_the_connection_goes_on(
+    genesys: Genesys,
+) -> None:
     seen: list[Mapping[str, Any]] = []
-    conn = await transport(genesys, on_message=seen.append).open()
+    waits = Waits(genesys)
+    conn = await transport(genesys, on_message=seen.append, executor=executor(genesys)).open()
+    conn._t.executor._sleep = waits  # type: ignore[union-attr]
     report = Reports(keep=True)
     result: list[RawError] = []
 
@@ -261,16 +299,42 @@ async def test_4029_is_reported_in_band_and_the_connection_goes_on(genesys: Gene
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            await conn.send_message("one")
-            await wait_until(lambda: len(report.raws) == 1)
-            await conn.send_message("two")  # the session stays up: only that message failed (§1)
-            await wait_until(lambda: any(m.get("text") == "two" for m in seen))
+            answer = await conn.send_message("one")  # 4029, then retried: the executor's, not the runtime's
+            assert answer["text"] == "one" and answer["direction"] == "Inbound"
+            await conn.send_message("two")  # the session stays up: only that message was limited (§1)
             genesys.sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
-    (rate_limited,) = report.raws
-    event = CLASSIFIER.classify(rate_limited)
-    assert event.code == "RATE_LIMITED" and event.retry_after_ms == 2000 and event.raw_status == 429
-    assert rate_limited.method == "onMessage"
+    assert report.raws == []  # the 4029 answered the request: nothing was reported in-band
+    # one retry, never before the 2 s Retry-After (seed edge case 2: a minimum delay)
+    assert len(waits.delays) == 1 and waits.delays[0] >= 2.0
+    assert [m["text"] for m in seen] == ["one", "two"]  # each arrived once
     assert code_of(result[0]) == "GRACEFUL_CLOSE"
+
+
+async def test_a_persisting_4029_spends_the_budget_and_fails_the_message(genesys: Genesys) -> None:
+    waits = Waits(genesys)
+    conn = await transport(genesys, executor=executor(genesys)).open()
+    conn._t.executor._sleep = waits  # type: ignore[union-attr]
+    genesys.sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "3"}))
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve, Reports(keep=True))
+            with pytest.raises(OperationError) as info:
+                await conn.send_message("one")
+            tg.cancel_scope.cancel()
+    assert info.value.exhausted
+    # the rate_limit policy's two retries, none before Retry-After (its backoff may wait longer)
+    assert len(waits.delays) == 2 and all(d >= 3.0 for d in waits.delays)
+    await conn.close(1000)
+
+
+async def test_a_message_on_a_dead_link_is_connection_lost_not_retried(genesys: Genesys) -> None:
+    conn = await transport(genesys).open()
+    report = Reports(keep=True)
+    genesys.sim.faults.inject(Fault(kind=FaultKind.DROP))
+    assert code_of(await serve_to_end(conn, report)) == "ABNORMAL_CLOSURE"
+    with pytest.raises(OperationError) as info:
+        await conn.send_message("late")
+    assert getattr(info.value.event, "code", None) == "ABNORMAL_CLOSURE" and not info.value.exhausted
 
 
 async def test_session_expired_event_ends_the_connection_when_the_runtime_says_so(genesys: Genesys) -> None:
@@ -284,7 +348,7 @@ async def test_session_expired_event_ends_the_connection_when_the_runtime_says_s
     # the same guest token is now useless: configureSession answers 4006
     again = await open_failure(t)
     assert again.status is None and code_of(again) == "SESSION_EXPIRED"
-    old = t.context.conversation_id
+    old = conn.learned.conversation_id
     t.new_guest_token()
     fresh = await t.open()
     assert fresh.session_response["newSession"] is True and fresh.session_response["conversationId"] != old
@@ -303,7 +367,9 @@ async def test_4006_answer_is_reported_as_session_expired(genesys: Genesys) -> N
                 result.append(await conn.serve(report))
 
             tg.start_soon(run)
-            await conn.send_message("hello")
+            with pytest.raises(OperationError):
+                # the 4006 ends the connection (the runtime said so), and with it the request
+                await conn.send_message("hello")
     event = CLASSIFIER.classify(result[0])
     assert event.code == "SESSION_EXPIRED" and event.raw_status == 4006
 
@@ -321,8 +387,8 @@ async def test_agent_disconnect_is_not_an_error(genesys: Genesys) -> None:
     t = transport(genesys)
     conn = await t.open()
     report = Reports()
-    assert t.context.conversation_id is not None
-    assert await genesys.sim.end_conversation(t.context.conversation_id) == 1
+    assert conn.learned.conversation_id is not None
+    assert await genesys.sim.end_conversation(conn.learned.conversation_id) == 1
     genesys.sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
     raw = await serve_to_end(conn, report)
     assert report.raws == [] and conn.agent_disconnected
@@ -342,12 +408,11 @@ def _leaks(token: str, raws: list[RawError]) -> list[str]:
 
 
 async def test_no_guest_token_in_any_raw_error_from_the_simulator(genesys: Genesys) -> None:
-    t = transport(genesys)
-    raws: list[RawError] = []
+    classifier = RecordingClassifier()
+    t = transport(genesys, executor=executor(genesys, classifier))
     conn = await t.open()
     report = Reports(keep=True)
     genesys.sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1))
-    genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, count=1, params={"mode": "code"}))
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
             result: list[RawError] = []
@@ -356,11 +421,11 @@ async def test_no_guest_token_in_any_raw_error_from_the_simulator(genesys: Genes
                 result.append(await conn.serve(report))
 
             tg.start_soon(run)
-            await conn.send_message("one")
-            await conn.send_message("two")
-            await wait_until(lambda: len(report.raws) == 2)
+            await conn.send_message("one")  # a 4029, retried
+            genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, count=1))
+            await wait_until(lambda: len(report.raws) == 1)  # SessionExpiredEvent, pushed
             genesys.sim.faults.inject(Fault(kind=FaultKind.DROP))
-    raws += report.raws + result
+    raws = [*classifier.raws, *report.raws, *result]
     raws.append(await open_failure(t))  # 4006 on configureSession
     assert len(raws) == 4
     assert _leaks(t.guest_token, raws) == []

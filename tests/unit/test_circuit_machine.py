@@ -9,7 +9,14 @@ import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
 from machines.circuit import ADMITTED, Circuit, CircuitConfig, CircuitMachine, CircuitState
-from machines.effects import Effect, InputRejected, Telemetry, TelemetryName, Transition
+from machines.effects import (
+    CircuitClosed,
+    CircuitEffect,
+    CircuitHalfOpened,
+    CircuitOpened,
+    CircuitTransition,
+    InputRejected,
+)
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
 
@@ -39,8 +46,8 @@ PERMANENT = make_event(T.PERMANENT, "NOT_FOUND")
 EMPTY_POLL = make_event(T.NONE, "EMPTY_POLL")
 
 
-def telemetry(effects: tuple[Effect, ...], name: TelemetryName) -> list[Telemetry]:
-    return [e for e in effects if isinstance(e, Telemetry) and e.name is name]
+def telemetry(effects: tuple[CircuitEffect, ...], kind: type[Any]) -> list[Any]:
+    return [e for e in effects if isinstance(e, kind)]
 
 
 @pytest.fixture
@@ -52,8 +59,8 @@ def new_circuit(clock: FakeClock, seed: int = 3, **config: Any) -> Circuit:
     return Circuit("GET /api/v2/conversations", clock, random.Random(seed), CircuitConfig(**config))
 
 
-def trip(circuit: Circuit, clock: FakeClock, n: int = 5, every_s: float = 1.0) -> tuple[Effect, ...]:
-    effects: tuple[Effect, ...] = ()
+def trip(circuit: Circuit, clock: FakeClock, n: int = 5, every_s: float = 1.0) -> tuple[CircuitEffect, ...]:
+    effects: tuple[CircuitEffect, ...] = ()
     for i in range(n):
         if i:
             clock.advance(every_s)
@@ -81,12 +88,12 @@ def test_five_consecutive_transient_failures_within_ten_seconds_open_it(clock: F
     effects = circuit.record_failure(FAIL)
     assert circuit.state is CircuitState.OPEN
     transition = effects[0]
-    assert isinstance(transition, Transition)
-    assert (transition.source, transition.target, transition.event) == ("closed", "open", "trip")
-    (opened,) = telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
-    assert opened.fields["consecutiveFailures"] == 5
-    assert opened.fields["openS"] == 30.0
-    assert opened.fields["circuitId"] == "GET /api/v2/conversations"
+    assert isinstance(transition, CircuitTransition)
+    assert (transition.source, transition.target, transition.trigger) == ("closed", "open", "trip")
+    (opened,) = telemetry(effects, CircuitOpened)
+    assert opened.fields()["consecutiveFailures"] == 5
+    assert opened.fields()["openS"] == 30.0
+    assert opened.fields()["circuitId"] == "GET /api/v2/conversations"
 
 
 def test_five_failures_spread_over_more_than_ten_seconds_do_not_open_it(clock: FakeClock) -> None:
@@ -160,7 +167,7 @@ def test_after_the_open_period_exactly_one_probe_is_admitted(clock: FakeClock) -
     assert probe.probe_id == 1
     assert circuit.state is CircuitState.HALF_OPEN
     assert circuit.probe_in_flight
-    assert telemetry(probe.effects, TelemetryName.CIRCUIT_BREAKER_HALF_OPEN)
+    assert telemetry(probe.effects, CircuitHalfOpened)
     # a second, concurrent caller is refused at once and told how long the probe may take
     clock.advance(4.0)
     second = circuit.admit()
@@ -176,7 +183,7 @@ def test_probe_success_closes_it(clock: FakeClock) -> None:
     probe = circuit.admit()
     effects = circuit.record_success(probe.probe_id)
     assert circuit.state is CircuitState.CLOSED
-    assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_CLOSED)
+    assert telemetry(effects, CircuitClosed)
     assert circuit.admit() is ADMITTED
     assert circuit.consecutive_failures == 0
 
@@ -188,8 +195,8 @@ def test_probe_failure_reopens_it(clock: FakeClock) -> None:
     probe = circuit.admit()
     effects = circuit.record_failure(FAIL, probe.probe_id)
     assert circuit.state is CircuitState.OPEN
-    (opened,) = telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
-    assert opened.fields["reason"] == "PROBE_FAILED"
+    (opened,) = telemetry(effects, CircuitOpened)
+    assert opened.fields()["reason"] == "PROBE_FAILED"
     assert circuit.admit().retry_in_s == pytest.approx(30.0)
 
 
@@ -210,7 +217,7 @@ def test_probe_timeout_reopens_it(clock: FakeClock) -> None:
     clock.advance(10.0)
     effects = circuit.probe_timed_out(probe.probe_id)
     assert circuit.state is CircuitState.OPEN
-    assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["reason"] == "PROBE_TIMEOUT"
+    assert telemetry(effects, CircuitOpened)[0].fields()["reason"] == "PROBE_TIMEOUT"
     # its answer, arriving later, is stale and changes nothing
     assert circuit.record_success(probe.probe_id) == ()
     assert circuit.state is CircuitState.OPEN
@@ -226,7 +233,7 @@ def test_a_hung_probe_is_timed_out_by_admit_when_nobody_reports_it(clock: FakeCl
     assert not admission.allowed
     assert circuit.state is CircuitState.OPEN
     assert admission.retry_in_s == pytest.approx(30.0)
-    assert telemetry(admission.effects, TelemetryName.CIRCUIT_BREAKER_OPEN)
+    assert telemetry(admission.effects, CircuitOpened)
 
 
 def test_late_outcomes_of_calls_admitted_before_the_trip_do_not_move_it(clock: FakeClock) -> None:
@@ -272,31 +279,31 @@ def test_open_period_is_constant_by_default(clock: FakeClock) -> None:
         clock.advance(30.0)
         probe = circuit.admit()
         effects = circuit.record_failure(FAIL, probe.probe_id)
-        assert telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["openS"] == 30.0
+        assert telemetry(effects, CircuitOpened)[0].fields()["openS"] == 30.0
 
 
 def test_optional_growth_lengthens_repeated_trips_with_a_cap_and_resets_on_recovery(clock: FakeClock) -> None:
     circuit = new_circuit(clock, growth=True, growth_factor=2.0, max_open_s=100.0)
-    opened = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
-    periods = [opened[0].fields["openS"]]
+    opened = telemetry(trip(circuit, clock, every_s=0.0), CircuitOpened)
+    periods = [opened[0].fields()["openS"]]
     for _ in range(3):
         clock.advance(periods[-1])
         probe = circuit.admit()
         assert probe.probe
         effects = circuit.record_failure(FAIL, probe.probe_id)
-        periods.append(telemetry(effects, TelemetryName.CIRCUIT_BREAKER_OPEN)[0].fields["openS"])
+        periods.append(telemetry(effects, CircuitOpened)[0].fields()["openS"])
     assert periods == [30.0, 60.0, 100.0, 100.0]
     clock.advance(100.0)
     circuit.record_success(circuit.admit().probe_id)
-    opened = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
-    assert opened[0].fields["openS"] == 30.0
+    opened = telemetry(trip(circuit, clock, every_s=0.0), CircuitOpened)
+    assert opened[0].fields()["openS"] == 30.0
 
 
 def test_optional_growth_jitter_stays_within_bounds(clock: FakeClock) -> None:
     for seed in range(50):
         circuit = new_circuit(clock, seed, growth=True, jitter_s=5.0)
-        (opened,) = telemetry(trip(circuit, clock, every_s=0.0), TelemetryName.CIRCUIT_BREAKER_OPEN)
-        assert 30.0 <= opened.fields["openS"] <= 35.0
+        (opened,) = telemetry(trip(circuit, clock, every_s=0.0), CircuitOpened)
+        assert 30.0 <= opened.fields()["openS"] <= 35.0
 
 
 @pytest.mark.parametrize(

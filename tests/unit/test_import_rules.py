@@ -1,9 +1,14 @@
-"""The decision core does no I/O: its modules import no I/O library (design.md, "Data flows one way").
+"""Import rules: nothing imports up the stack, and the decision core does no I/O.
 
-Checked on the source with ``ast`` (direct imports, including ``importlib.import_module``
-and ``__import__`` with a constant name) for every module of machines/,
-supervisor/taxonomy/, supervisor/retry/ and supervisor/clock.py. machines/ may import from
-``supervisor`` only the taxonomy, retry, clock and errors modules.
+1. **Floors** (docs/runtime.md, "Floors"): every module of supervisor/ and machines/ sits on
+   one floor of :data:`FLOORS` and may import only modules on its own floor or below; modules
+   of one floor import each other without a cycle. Checked on the source with ``ast``, imports
+   inside functions included; an upward import fails CI.
+2. **No I/O in the decision core** (design.md, "Data flows one way"): machines/,
+   supervisor/taxonomy/, supervisor/retry/, supervisor/events.py and supervisor/clock.py import
+   no I/O library (direct imports, ``importlib.import_module`` and ``__import__`` with a
+   constant name). machines/ may import from ``supervisor`` only the pure decision core.
+3. The simulators are imported by nothing in the daemon but the ``sim`` and ``demo`` commands.
 
 Transitively, importing the taxonomy and the retry policy loads no I/O module either
 (checked in a fresh interpreter). machines/ is exempt from that second check only because
@@ -40,7 +45,38 @@ FORBIDDEN = (
     "requests",
     "trio",
 )
-MACHINES_MAY_USE = ("supervisor.taxonomy", "supervisor.retry", "supervisor.clock", "supervisor.errors")
+MACHINES_MAY_USE = (
+    "supervisor.taxonomy",
+    "supervisor.retry",
+    "supervisor.clock",
+    "supervisor.errors",
+    "supervisor.events",
+)
+
+# The floors, top to bottom (each may import only its own floor and those below), as data:
+# (floor, what, module prefixes). docs/runtime.md draws the same table.
+FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (9, "entry points", ("supervisor.cli", "supervisor.__main__")),
+    (8, "the demo", ("supervisor.demo",)),
+    (7, "the runtime: lifecycle, supervisor, session runners, sinks", ("supervisor.runtime",)),
+    (6, "transports", ("supervisor.transports",)),
+    (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
+    (4, "machines", ("machines",)),
+    (
+        3,
+        "vocabulary and boundary: events, bus, retry policy, boundary",
+        (
+            "supervisor.events",
+            "supervisor.bus",
+            "supervisor.retry",
+            "supervisor.boundary",
+        ),
+    ),
+    (2, "decision data, config, simulators", ("supervisor.taxonomy", "supervisor.config", "supervisor.sim")),
+    (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
+)
+# who may import the simulators (they stand in for the platforms; the daemon never needs them)
+SIM_USERS = ("supervisor.sim", "supervisor.demo", "supervisor.cli")
 
 
 def _pure_files() -> list[Path]:
@@ -49,6 +85,7 @@ def _pure_files() -> list[Path]:
         *sorted((ROOT / "supervisor" / "taxonomy").rglob("*.py")),
         *sorted((ROOT / "supervisor" / "retry").rglob("*.py")),
         ROOT / "supervisor" / "clock.py",
+        ROOT / "supervisor" / "events.py",
     ]
     return [f for f in files if f.is_file()]
 
@@ -161,3 +198,121 @@ def test_the_taxonomy_and_retry_policy_load_no_io_module_even_transitively() -> 
     )
     offenders = sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
     assert offenders == []
+
+
+# -- floors ------------------------------------------------------------------------------------------
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of one of our modules (the longest matching prefix), None for a third-party one."""
+    best: tuple[int, int] | None = None
+    for floor, _what, prefixes in FLOORS:
+        for prefix in prefixes:
+            if _matches(module, prefix) and (best is None or len(prefix) > best[1]):
+                best = (floor, len(prefix))
+    return None if best is None else best[0]
+
+
+def _our_files() -> list[Path]:
+    return sorted(
+        f
+        for d in ("supervisor", "machines")
+        for f in (ROOT / d).rglob("*.py")
+        if "__pycache__" not in f.parts
+    )
+
+
+def _our_imports(path: Path) -> list[tuple[int, str]]:
+    module = _module_name(path)
+    found = []
+    for line, imported in imported_modules(
+        path.read_text(encoding="utf-8"), module, path.name == "__init__.py"
+    ):
+        if imported.split(".")[0] in ("supervisor", "machines"):
+            found.append((line, imported))
+    return found
+
+
+def upward_imports(module: str, imports: list[tuple[int, str]]) -> list[str]:
+    """``line N: <module> (floor a) imports <other> (floor b > a)`` for every upward import."""
+    own = floor_of(module)
+    assert own is not None, f"{module} is on no floor: add it to FLOORS"
+    found = []
+    for line, imported in imports:
+        other = floor_of(imported)
+        if other is not None and other > own:
+            found.append(f"line {line}: {module} (floor {own}) imports {imported} (floor {other})")
+        if _matches(imported, "supervisor.sim") and not any(_matches(module, u) for u in SIM_USERS):
+            found.append(f"line {line}: {module} imports the simulators ({imported})")
+    return found
+
+
+@pytest.mark.parametrize("path", _our_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_imports_up_the_stack(path: Path) -> None:
+    assert upward_imports(_module_name(path), _our_imports(path)) == []
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every cycle a depth-first walk meets, as ``a -> b -> a``."""
+    visiting: set[str] = set()
+    done: set[str] = set()
+    cycles: list[str] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        if node in done:
+            return
+        if node in visiting:
+            cycles.append(" -> ".join([*trail[trail.index(node) :], node]))
+            return
+        visiting.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*trail, node])
+        visiting.discard(node)
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name, [])
+    return cycles
+
+
+def test_no_import_cycle_between_our_modules() -> None:
+    """Same-floor imports are allowed, cycles are not (the graph of our modules is acyclic)."""
+    names = {_module_name(p): p for p in _our_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets: set[str] = set()
+        for _line, imported in _our_imports(path):
+            # `from pkg import mod` names pkg.mod when that is a module of ours, else pkg
+            target = imported if imported in names else imported.rpartition(".")[0]
+            # a package importing its own children (re-exports) is not an edge of the layering
+            if target in names and target != name and not target.startswith(name + "."):
+                targets.add(target)
+        graph[name] = targets
+    assert find_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]
+    assert find_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "imported", "bad"),
+    [
+        ("supervisor.rest.pipeline", "supervisor.runtime.supervisor", True),
+        ("supervisor.rest.pipeline", "supervisor.transports.base", True),
+        ("supervisor.taxonomy.normalize", "supervisor.retry.headers", True),
+        ("machines.session", "supervisor.rest.executor", True),
+        ("supervisor.runtime.wiring", "supervisor.sim.genesys", True),
+        ("supervisor.boundary", "supervisor.events", False),
+        ("supervisor.transports.cxone", "supervisor.rest.pipeline", False),
+        ("supervisor.cli.sim_cmd", "supervisor.sim.genesys", False),
+        ("supervisor.demo.runner", "supervisor.runtime.main", False),
+    ],
+)
+def test_the_floor_check_catches_what_it_should(module: str, imported: str, bad: bool) -> None:
+    assert bool(upward_imports(module, [(1, imported)])) is bad
+
+
+def test_every_module_is_on_a_floor() -> None:
+    assert [m for m in map(_module_name, _our_files()) if floor_of(m) is None] == []

@@ -16,15 +16,16 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from machines.circuit import Admission, Circuit, CircuitConfig, CircuitState
 from machines.effects import (
     REVOKE_AND_REAUTHENTICATE,
+    CircuitEffect,
+    CircuitTransition,
     Effect,
     InputRejected,
     Reconnect,
+    ReconnectionThrottled,
     ScheduleReconnect,
     SessionTerminated,
-    Telemetry,
-    TelemetryName,
+    SessionTransition,
     TerminationReason,
-    Transition,
 )
 from machines.session import SessionCore, SessionState
 from supervisor.clock import FakeClock
@@ -55,6 +56,7 @@ def make_event(
     reconnect: bool = False,
     policy: RetryPolicy = POLICIES[0],
     retry_after_ms: int | None = None,
+    graceful: bool = False,
 ) -> SdkErrorEvent:
     return SdkErrorEvent(
         timestamp="2024-05-14T09:32:11.004Z",
@@ -72,6 +74,7 @@ def make_event(
         trigger=trigger,
         retry_after_ms=retry_after_ms,
         reconnect=reconnect,
+        graceful=graceful,
     )
 
 
@@ -86,7 +89,7 @@ EVENTS: list[SdkErrorEvent] = [
     make_event("POLICY_VIOLATION", T.PERMANENT, scope=Scope.OPERATION, reconnect=True, policy=POLICIES[3]),
     make_event("FORBIDDEN", T.PERMANENT, scope=Scope.SESSION, policy=POLICIES[3]),
     make_event("SESSION_ID_MISMATCH", T.STATE_CORRUPTING, policy=POLICIES[3]),
-    make_event("GRACEFUL_CLOSE", T.NONE),
+    make_event("GRACEFUL_CLOSE", T.NONE, graceful=True),
     make_event("EMPTY_POLL", T.NONE, scope=Scope.OPERATION),
     *(make_event(t.value, T.PERMANENT, trigger=t, policy=POLICIES[3]) for t in Trigger),
 ]
@@ -134,7 +137,7 @@ class SessionProperties(RuleBasedStateMachine):
     def _check(self, was: SessionState, effects: list[Effect]) -> None:
         core = self.core
         assert core is not None
-        transitions = [e for e in effects if isinstance(e, Transition)]
+        transitions = [e for e in effects if isinstance(e, SessionTransition)]
         terminated = [e for e in effects if isinstance(e, SessionTerminated)]
         # transitions chain from the state before to the state after
         state: str = was
@@ -147,10 +150,8 @@ class SessionProperties(RuleBasedStateMachine):
             assert len(terminated) == 1
             assert isinstance(terminated[0].reason, TerminationReason)
             assert terminated[0].action == REVOKE_AND_REAUTHENTICATE
-            published = [
-                e for e in effects if isinstance(e, Telemetry) and e.name is TelemetryName.SESSION_TERMINATED
-            ]
-            assert published[0].fields["reason"] == terminated[0].reason.value
+            # the effect is itself the published event
+            assert terminated[0].fields()["reason"] == terminated[0].reason.value
             # no reconnection in the same breath as a termination
             assert not any(isinstance(e, ScheduleReconnect | Reconnect) for e in effects)
             self.terminations.extend(terminated)
@@ -219,9 +220,7 @@ class SessionProperties(RuleBasedStateMachine):
             # deferred: not counted as an attempt, and throttling is reported
             assert core.attempts == attempts
             assert core.state is SessionState.RECONNECTING
-            assert any(
-                isinstance(e, Telemetry) and e.name is TelemetryName.RECONNECTION_THROTTLED for e in effects
-            )
+            assert any(isinstance(e, ReconnectionThrottled) for e in effects)
 
     @rule()
     @precondition(lambda self: self.core is not None and self.steps >= self.fatal_after)
@@ -256,9 +255,9 @@ class CircuitProperties(RuleBasedStateMachine):
         self.probes_out: list[int] = []
         self.last_probe = 0
 
-    def _apply(self, effects: tuple[Effect, ...]) -> None:
+    def _apply(self, effects: tuple[CircuitEffect, ...]) -> None:
         for e in effects:
-            if isinstance(e, Transition):
+            if isinstance(e, CircuitTransition):
                 assert e.source == self.state
                 self.state = e.target
                 if e.source == CircuitState.HALF_OPEN:

@@ -20,6 +20,7 @@ from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
@@ -65,15 +66,14 @@ class Rig:
             self.clock.advance(seconds)
 
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        self.pipeline = RequestPipeline(
-            self.client,
+        self.executor = RetryExecutor(
             Classifier(load_taxonomy("v1"), self.clock),
             self.circuits,
             self.clock,
-            tokens=self.tokens,
             rng=random.Random(3),
             sleep=sleep,
         )
+        self.pipeline = RequestPipeline(self.client, self.executor, tokens=self.tokens)
         self.ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST, agent_id="a-1")
 
     async def get(self, **kwargs: Any) -> httpx.Response:

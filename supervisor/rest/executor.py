@@ -1,0 +1,345 @@
+"""The one retry executor: every operation that may be retried goes through :meth:`RetryExecutor.call`.
+
+REST calls (through :class:`~supervisor.rest.pipeline.RequestPipeline`) and in-band socket
+requests (a Web Messaging ``onMessage``) alike. Per attempt (design.md, "Decisions already
+taken"):
+
+1. the endpoint's circuit, when the operation has one, must admit the attempt (else
+   :class:`CircuitOpenError`); an in-band request has none: its connection gates it;
+2. the attempt carries the current token (refreshed 5 minutes early), when the operation
+   has a token cache;
+3. a failure comes back as a RawError, the taxonomy classifies it, the circuit records it;
+4. a code flagged ``replayWithFreshToken`` (a 401 on a token that had expired by our clock)
+   is replayed once with a fresh token;
+5. otherwise the class policy decides (:func:`supervisor.retry.decide_retry`): retry after
+   its backoff, a server's Retry-After being the minimum delay, or give up with
+   :class:`OperationError`;
+6. before every retry a token expiring within 60 s is refreshed, so the retry is signed with
+   the new one (seed edge case 3).
+
+Nothing else retries: httpx's own retries stay at 0, websockets' reconnect loop is unused,
+and the session machine no longer schedules operation retries (retries multiply across
+layers, AWS Builders' Library). Observers attach through :class:`~supervisor.rest.hooks.ExecutorHooks`.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from machines.effects import CircuitEffect
+from machines.registry import CircuitRegistry
+from supervisor.boundary import SessionContext
+from supervisor.clock import Clock, Rng, iso_utc
+from supervisor.errors import CircuitOpenError, ConnectionLost, OperationError, TransportFailure
+from supervisor.events import RetryAttempt, RetryExhausted, RetryKind, RetrySuccess
+from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetails, ResendReason
+from supervisor.rest.tokens import Token, TokenCache
+from supervisor.retry import decide_retry
+from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+
+__all__ = ["Attempt", "RetryExecutor", "Sleep"]
+
+Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+# one attempt: given the current token, the result, or a description of the failure
+Attempt = Callable[[Token | None], Awaitable[T | RawError | SdkErrorEvent]]
+
+
+class _Kind(enum.Enum):
+    # a classified RawError: the circuit records it, the policy may retry it
+    FAILED = enum.auto()
+    # a success that failed validation: the endpoint answered (healthy), the operation is over
+    ANSWERED = enum.auto()
+    # the connection under an in-band request is gone: over, and the transport reports the end
+    LOST = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    event: SdkErrorEvent
+    kind: _Kind
+
+
+class RetryExecutor:
+    """Retries, token rotation and circuit gating for the operations of every platform."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        circuits: CircuitRegistry,
+        clock: Clock,
+        *,
+        rng: Rng | None = None,
+        hooks: ExecutorHooks | None = None,
+        sleep: Sleep = anyio.sleep,
+        refresh_before_retry_s: float = 60.0,
+    ) -> None:
+        self.classifier = classifier
+        self.circuits = circuits
+        self._clock = clock
+        self._rng: Rng = rng if rng is not None else random.Random()
+        self._hooks = hooks
+        self._sleep = sleep
+        self._refresh_before_retry = refresh_before_retry_s
+
+    async def call(
+        self,
+        attempt_once: Attempt[T],
+        *,
+        ctx: SessionContext,
+        operation: str,
+        circuit: str | None,
+        tokens: TokenCache | None = None,
+        route: str | None = None,
+        server: tuple[str, int | None] | None = None,
+    ) -> T:
+        """Run one logical operation; return its result or raise.
+
+        ``attempt_once(token)`` makes one attempt with the current token (None without a
+        token cache) and returns its result, or describes its failure: a RawError to
+        classify, or an already-decided SdkErrorEvent (a success that failed validation:
+        healthy for the circuit, final for the operation). It raises
+        :class:`~supervisor.errors.ConnectionLost` when the connection it rode on is gone:
+        that failure is classified and ends the operation unretried (the transport reports
+        the connection's end itself). Raises :class:`OperationError`, :class:`CircuitOpenError`.
+        """
+        hooks = self._hooks
+        if hooks is None:
+            return await self._run(attempt_once, ctx, operation, circuit, tokens, None)
+        details = OperationDetails(
+            operation,
+            ctx,
+            circuit,
+            route,
+            None if server is None else server[0],
+            None if server is None else server[1],
+        )
+        scope = hooks.operation(details)
+        if scope is None:
+            return await self._run(attempt_once, ctx, operation, circuit, tokens, details)
+        with scope:
+            return await self._run(attempt_once, ctx, operation, circuit, tokens, details)
+
+    async def _run(
+        self,
+        attempt_once: Attempt[T],
+        ctx: SessionContext,
+        operation: str,
+        circuit: str | None,
+        tokens: TokenCache | None,
+        details: OperationDetails | None,
+    ) -> T:
+        hooks = self._hooks
+        breaker = self.circuits.get(circuit) if circuit is not None else None
+        token = await self.token(ctx, tokens, tokens.get) if tokens is not None else None
+        attempt = 0
+        previous_delay_ms: float | None = None
+        replayed = False
+        reason: ResendReason | None = None
+        while True:
+            probe_id = 0
+            if breaker is not None:
+                admission = breaker.admit()
+                if admission.effects:
+                    self._circuit(admission.effects)
+                if not admission.allowed:
+                    raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
+                probe_id = admission.probe_id
+            if details is None:
+                outcome = await self._try(attempt_once, token, ctx, None)
+            else:
+                details.attempts = attempt + 1
+                outcome = await self._observed(
+                    attempt_once, token, ctx, AttemptDetails(details, attempt, reason)
+                )
+            if not isinstance(outcome, _Failure):
+                if breaker is not None:
+                    self._circuit(breaker.record_success(probe_id))
+                if hooks is not None and details is not None:
+                    retried = None
+                    if attempt:
+                        retried = RetrySuccess(
+                            ctx.session_id, RetryKind.OPERATION, attempt, self._now(), operation
+                        )
+                    hooks.succeeded(details, retried)
+                return outcome
+            event = outcome.event
+            if details is not None:
+                details.outcome = event
+            if outcome.kind is not _Kind.FAILED:
+                if breaker is not None and outcome.kind is _Kind.ANSWERED:
+                    self._circuit(breaker.record_success(probe_id))
+                if hooks is not None and details is not None:
+                    hooks.gave_up(details, None)
+                raise OperationError(event)
+            if breaker is not None:
+                self._circuit(breaker.record_failure(event, probe_id))
+            if event.replay_with_fresh_token and not replayed and tokens is not None:
+                # seed edge case 3: replay once with a fresh token, never with the stale one
+                replayed = True
+                attempt += 1  # the replay spends the token_refresh budget: a second 401 is final
+                reason = ResendReason.TOKEN_REPLAY
+                token = await self.token(ctx, tokens, _refresh_from(tokens, token))
+                if hooks is not None and details is not None:
+                    retry = RetryAttempt(
+                        ctx.session_id,
+                        RetryKind.OPERATION,
+                        attempt,
+                        0.0,
+                        event.code,
+                        event.policy.name,
+                        self._now(),
+                        operation,
+                        token_refreshed=True,
+                    )
+                    hooks.retry_scheduled(details, retry)
+                continue
+            previous_delay_ms = await self._backoff(
+                operation, ctx, event, attempt, previous_delay_ms, details
+            )
+            attempt += 1
+            reason = ResendReason.RETRY
+            if tokens is not None:
+                # seed edge case 3: refresh a token that expires within 60 s before retrying
+                token = await self.token(ctx, tokens, _ensure_from(tokens, self._refresh_before_retry))
+
+    async def _observed(
+        self, attempt_once: Attempt[T], token: Token | None, ctx: SessionContext, details: AttemptDetails
+    ) -> T | _Failure:
+        hooks = self._hooks
+        assert hooks is not None
+        scope = hooks.attempt(details)
+        if scope is None:
+            return await self._try(attempt_once, token, ctx, details)
+        with scope:
+            return await self._try(attempt_once, token, ctx, details)
+
+    async def _try(
+        self,
+        attempt_once: Attempt[T],
+        token: Token | None,
+        ctx: SessionContext,
+        details: AttemptDetails | None,
+    ) -> T | _Failure:
+        """One attempt, its failure classified here so the attempt's scope sees it."""
+        try:
+            outcome = await attempt_once(token)
+        except ConnectionLost as lost:
+            raw = lost.raw if isinstance(lost.raw, RawError) else _unknown(ctx)
+            failure = _Failure(self._classify(raw), _Kind.LOST)
+        else:
+            if isinstance(outcome, SdkErrorEvent):
+                failure = _Failure(outcome, _Kind.ANSWERED)
+            elif isinstance(outcome, RawError):
+                failure = _Failure(self._classify(outcome), _Kind.FAILED)
+                if details is not None:
+                    details.status = outcome.status
+            else:
+                return outcome
+        if details is not None:
+            details.event = failure.event
+        return failure
+
+    def _classify(self, raw: RawError) -> SdkErrorEvent:
+        event = self.classifier.classify(raw)
+        if self._hooks is not None:
+            self._hooks.classified(event)
+        return event
+
+    def _circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
+        if effects and self._hooks is not None:
+            self._hooks.circuit(effects)
+
+    def _now(self) -> str:
+        return iso_utc(self._clock.time())
+
+    async def _backoff(
+        self,
+        operation: str,
+        ctx: SessionContext,
+        event: SdkErrorEvent,
+        attempt: int,
+        previous_delay_ms: float | None,
+        details: OperationDetails | None,
+    ) -> float:
+        """Wait before retry ``attempt + 1`` as the event's class policy says; raise when it says stop.
+
+        Returns the delay it waited, in ms (decorrelated jitter grows from it).
+        """
+        decision = decide_retry(
+            event.policy,
+            attempt,
+            self._rng,
+            retryable=event.retryable,
+            retry_after_ms=event.retry_after_ms,
+            previous_delay_ms=previous_delay_ms,
+        )
+        hooks = self._hooks
+        if not decision.retry:
+            exhausted = event.retryable and attempt > 0
+            if hooks is not None and details is not None:
+                report = None
+                if exhausted:
+                    report = RetryExhausted(
+                        ctx.session_id,
+                        RetryKind.OPERATION,
+                        attempt,
+                        event.code,
+                        event.policy.name,
+                        None if decision.reason is None else decision.reason.value,
+                        self._now(),
+                        operation,
+                    )
+                hooks.gave_up(details, report)
+            raise OperationError(event, exhausted=exhausted)
+        delay_s = decision.delay_ms / 1000.0
+        if hooks is not None and details is not None:
+            retry = RetryAttempt(
+                ctx.session_id,
+                RetryKind.OPERATION,
+                attempt + 1,
+                delay_s,
+                event.code,
+                event.policy.name,
+                self._now(),
+                operation,
+                from_retry_after=decision.from_retry_after,
+            )
+            hooks.retry_scheduled(details, retry)
+        await self._sleep(delay_s)
+        return decision.delay_ms
+
+    async def token(
+        self, ctx: SessionContext, tokens: TokenCache, fetch: Callable[[], Awaitable[Token]]
+    ) -> Token:
+        """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy."""
+        attempt = 0
+        previous_delay_ms: float | None = None
+        while True:
+            try:
+                return await fetch()
+            except TransportFailure as exc:
+                raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
+                event = self._classify(raw)
+                previous_delay_ms = await self._backoff(
+                    "oauth.token", ctx, event, attempt, previous_delay_ms, None
+                )
+                attempt += 1
+
+
+def _ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:
+    return lambda: tokens.ensure(min_validity_s)
+
+
+def _refresh_from(tokens: TokenCache, stale: Token | None) -> Callable[[], Awaitable[Token]]:
+    return lambda: tokens.refresh(stale)
+
+
+def _unknown(ctx: SessionContext, channel: Channel | None = None) -> RawError:
+    return RawError(platform=ctx.platform, channel=channel or ctx.channel, exception="OSError")

@@ -1,0 +1,144 @@
+"""The supervisor: owns the session runners and their task group.
+
+Started with ``await tg.start(supervisor.serve)``: :meth:`Supervisor.serve` opens the task
+group the runners live in, hands every configured session over (a runner created and its task
+started: its first attempt is scheduled, not necessarily made, since paced start-up can take
+longer than a service manager's start timeout), and only then reports itself started. That
+moment is what the lifecycle (supervisor/runtime/main.py) waits for before it says the daemon
+is ready.
+
+The supervisor fronts what callers do with sessions: start one (a full authentication cycle),
+stop one, drain all, a REST call or a message on a session's behalf, and a status summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import httpx
+from anyio.abc import TaskGroup, TaskStatus
+
+from supervisor.config import SessionSpec
+from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.wiring import Wiring
+from supervisor.taxonomy import Channel, SdkErrorEvent
+
+__all__ = ["Supervisor"]
+
+
+class Supervisor:
+    """Every supervised session, under one task group of its own."""
+
+    def __init__(self, wiring: Wiring) -> None:
+        self.wiring = wiring
+        self.bus = wiring.bus
+        self.config = wiring.config
+        self.runners: dict[str, SessionRunner] = {}
+        self._done: dict[str, anyio.Event] = {}
+        self._tg: TaskGroup | None = None
+        self._accepting = True
+
+    # ------------------------------------------------------------------ lifecycle
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; started once every configured session is handed over."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                for spec in self.config.sessions:
+                    self.start(spec)
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
+
+    def start(self, spec: SessionSpec) -> SessionRunner:
+        """Start supervising one session (a new machine: a full authentication cycle)."""
+        tg = self._tg
+        if tg is None or not self._accepting:
+            raise ConfigError(f"sessions[{spec.id}]: the supervisor is not accepting sessions")
+        previous = self.runners.get(spec.id)
+        if previous is not None and not previous.core.terminated:
+            raise ConfigError(f"session '{spec.id}' is already supervised")
+        runner = self.wiring.runner_for(spec)
+        self.runners[spec.id] = runner
+        tg.start_soon(self._run_runner, runner, name=f"session:{spec.id}")
+        return runner
+
+    async def _run_runner(self, runner: SessionRunner) -> None:
+        done = self._done[runner.session_id] = anyio.Event()
+        try:
+            await runner.run()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await runner.transport.aclose()
+            done.set()
+
+    async def stop(self, session_id: str, code: int = 1000) -> None:
+        """End one session on purpose (close 1000 / DELETE); unknown ids raise SessionError."""
+        await self._runner(session_id).stop(code)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
+        self._accepting = False
+        for runner in self.runners.values():
+            await runner.stop(1001)
+        # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
+        with anyio.move_on_after(grace_s):
+            for done in list(self._done.values()):
+                await done.wait()
+
+    # ------------------------------------------------------------------ on a session's behalf
+    def _runner(self, session_id: str) -> SessionRunner:
+        runner = self.runners.get(session_id)
+        if runner is None:
+            raise SessionError(f"no session '{session_id}' is supervised")
+        return runner
+
+    async def request(self, session_id: str, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """A REST call on behalf of a supervised session, through its platform's pipeline.
+
+        A failure that ends the operation is also fed to the session's machine, so a
+        fail-fast trigger (409 on message creation, QUEUE_FULL, 401 invalid_token) ends the
+        session at once. Raises OperationError or CircuitOpenError to the caller.
+        """
+        runner = self._runner(session_id)
+        if runner.core.terminated:
+            raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
+        context = runner.context
+        pipeline = self.wiring.pipelines[context.platform.value]
+        kwargs.setdefault("circuit", f"{context.platform.value}:api")
+        # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
+        kwargs.setdefault("channel", Channel.REST)
+        try:
+            return await pipeline.request(method, url, ctx=context, **kwargs)
+        except OperationError as failure:
+            if isinstance(failure.event, SdkErrorEvent):
+                runner.operation_failed(failure.event)
+            raise
+
+    async def send_message(
+        self, session_id: str, text: str, *, metadata: Mapping[str, str] | None = None
+    ) -> Mapping[str, Any]:
+        """Send a conversation message on a session's live connection (in-band, retried by the executor)."""
+        return await self._runner(session_id).send_message(text, metadata=metadata)
+
+    # ------------------------------------------------------------------ status
+    def states(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for runner in self.runners.values():
+            key = runner.state.value
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "sessions": len(self.runners),
+            "states": self.states(),
+            "openCircuits": sorted(
+                cid for cid, c in self.wiring.circuits.all().items() if c.state.value != "closed"
+            ),
+            "tokenRefreshes": sum(t.refreshes for t in self.wiring.tokens.values()),
+        }

@@ -1,0 +1,243 @@
+"""Wiring: configuration in, the daemon's shared objects out.
+
+:class:`Wiring` builds, once, what every session shares: the taxonomy and its classifier, one
+circuit per endpoint, the one retry executor (its hooks publish on the bus), one httpx client
+per platform with transport retries at 0, one token cache per credential, one request pipeline
+per platform. It then makes each configured session's transport and runner. It decides
+nothing and runs nothing: the :class:`~supervisor.runtime.supervisor.Supervisor` runs the
+runners, :func:`~supervisor.runtime.main.run_daemon` the lifecycle.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+import httpx
+
+from machines.circuit import CircuitConfig
+from machines.registry import CircuitRegistry
+from machines.session import SessionConfig
+from supervisor.boundary import SessionContext
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, Rng, SystemClock
+from supervisor.config import Config, SessionKind, SessionSpec, read_secret
+from supervisor.errors import ConfigError
+from supervisor.rest.executor import RetryExecutor, Sleep
+from supervisor.rest.hooks import ExecutorHooks, HookChain
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
+from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.store import SessionStore
+from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy, resolve_version
+from supervisor.transports.base import Transport
+
+__all__ = ["Wiring"]
+
+
+class Wiring:
+    """The shared objects of one daemon; an async context manager that owns the HTTP clients."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        bus: EventBus | None = None,
+        clock: Clock | None = None,
+        rng: Rng | None = None,
+        config_dir: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+        sleep: Sleep = anyio.sleep,
+        hooks: Sequence[ExecutorHooks] = (),
+    ) -> None:
+        self.config = config
+        self.bus = bus if bus is not None else EventBus()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.rng: Rng = rng if rng is not None else random.Random(config.daemon.seed)
+        self.config_dir = config_dir
+        self.environ: Mapping[str, str] = environ if environ is not None else os.environ
+        self.sleep = sleep
+        self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
+        self.classifier = Classifier(self.taxonomy, self.clock)
+        circuit = config.circuit
+        self.circuits = CircuitRegistry(
+            self.clock,
+            CircuitConfig(
+                failure_threshold=circuit.failure_threshold,
+                window_s=circuit.window,
+                open_s=circuit.open_for,
+                probe_timeout_s=circuit.probe_timeout,
+            ),
+            self.rng,
+        )
+        reconnect = config.reconnect
+        self.session_config = SessionConfig(
+            first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max),
+            throttle_jitter_s=reconnect.throttle_jitter,
+        )
+        self.store = SessionStore()
+        bus_hooks = BusHooks(self.bus)
+        self.executor = RetryExecutor(
+            self.classifier,
+            self.circuits,
+            self.clock,
+            rng=self.rng,
+            hooks=HookChain([bus_hooks, *hooks]) if hooks else bus_hooks,
+            sleep=sleep,
+            refresh_before_retry_s=config.tokens.refresh_before_retry,
+        )
+        self.tokens: dict[str, TokenCache] = {}
+        self.pipelines: dict[str, RequestPipeline] = {}
+        self._clients: list[httpx.AsyncClient] = []
+
+    # ------------------------------------------------------------------ resources
+    async def __aenter__(self) -> Wiring:
+        try:
+            self._build()
+        except BaseException:
+            # a credential that cannot be read must not leak the clients made before it
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            for client in self._clients:
+                await client.aclose()
+
+    def _build(self) -> None:
+        timeout = httpx.Timeout(self.config.daemon.request_timeout)
+        platforms = self.config.platforms
+        if platforms.genesys is not None:
+            client = self._client(timeout)
+            gen = platforms.genesys
+            if gen.client_id is not None:
+                secret = read_secret(
+                    gen.client_secret_file,
+                    key="platforms.genesys.clientSecretFile",
+                    config_dir=self.config_dir,
+                    environ=self.environ,
+                )
+                if secret is None:
+                    raise ConfigError("platforms.genesys.clientSecretFile: required with clientId")
+                source = GenesysClientCredentials(client, gen.login_url, gen.client_id, secret)
+                self.tokens["genesys"] = TokenCache(
+                    source, self.clock, early_refresh_s=self.config.tokens.early_refresh, name="genesys"
+                )
+            self.pipelines["genesys"] = RequestPipeline(
+                client, self.executor, tokens=self.tokens.get("genesys")
+            )
+        if platforms.cxone is not None:
+            client = self._client(timeout)
+            cx = platforms.cxone
+            secret = read_secret(
+                cx.client_secret_file,
+                key="platforms.cxone.clientSecretFile",
+                config_dir=self.config_dir,
+                environ=self.environ,
+            )
+            password = read_secret(
+                cx.password_file,
+                key="platforms.cxone.passwordFile",
+                config_dir=self.config_dir,
+                environ=self.environ,
+            )
+            if cx.client_id is None or secret is None:
+                raise ConfigError("platforms.cxone: clientId and clientSecretFile are required")
+            source_cx = CxoneCredentials(client, cx.auth_url, cx.client_id, secret, cx.username, password)
+            self.tokens["cxone"] = TokenCache(
+                source_cx, self.clock, early_refresh_s=self.config.tokens.early_refresh, name="cxone"
+            )
+            self.pipelines["cxone"] = RequestPipeline(client, self.executor, tokens=self.tokens["cxone"])
+
+    def _client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
+        # design.md "One retry layer": the transport never retries on its own
+        transport = httpx.AsyncHTTPTransport(retries=0)
+        client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
+        self._clients.append(client)
+        return client
+
+    # ------------------------------------------------------------------ sessions
+    def transport_for(self, spec: SessionSpec) -> tuple[Transport, str]:
+        """The transport of one configured session and the circuit its connections go through."""
+        platforms = self.config.platforms
+        if spec.kind is SessionKind.WEBMESSAGING:
+            from supervisor.transports.webmessaging import WebMessagingTransport
+
+            gen = platforms.genesys
+            assert gen is not None and gen.webmessaging_url is not None
+            ctx = SessionContext(
+                spec.id,
+                Platform.GENESYS,
+                Channel.WEBMESSAGING,
+                agent_id=spec.agent_id,
+                conversation_id=spec.conversation_id,
+            )
+            deployment = spec.deployment_id or gen.deployment_id
+            assert deployment is not None
+            wm = WebMessagingTransport(
+                ctx,
+                url=gen.webmessaging_url,
+                deployment_id=deployment,
+                keepalive=gen.keepalive,
+                executor=self.executor,
+            )
+            return wm, "genesys:webmessaging"
+        if spec.kind is SessionKind.NOTIFICATIONS:
+            from supervisor.transports.notifications import NotificationsTransport
+
+            gen = platforms.genesys
+            assert gen is not None
+            ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
+            topics = [f"v2.users.{spec.agent_id}.conversations"] if spec.agent_id else ["v2.system.heartbeat"]
+            nt = NotificationsTransport(
+                ctx,
+                pipeline=self.pipelines["genesys"],
+                api_url=gen.api_url,
+                topics=topics,
+                keepalive=gen.keepalive,
+            )
+            return nt, "genesys:streaming"
+        from supervisor.transports.cxone import AgentSessionTransport
+
+        cx = platforms.cxone
+        assert cx is not None
+        ctx = SessionContext(spec.id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=spec.agent_id)
+        at = AgentSessionTransport(
+            ctx,
+            pipeline=self.pipelines["cxone"],
+            api_base=cx.api_url,
+            api_version=cx.api_version,
+            station_id=spec.station_id,
+            station_phone_number=spec.station_phone_number,
+            poll_timeout=cx.poll_timeout,
+            poll_watchdog=cx.poll_watchdog,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        return at, "cxone:agent-sessions"
+
+    def runner_for(self, spec: SessionSpec) -> SessionRunner:
+        """A new runner for ``spec`` (a new machine: a full authentication cycle)."""
+        transport, circuit = self.transport_for(spec)
+        return SessionRunner(
+            transport,
+            classifier=self.classifier,
+            circuit=self.circuits.get(circuit),
+            bus=self.bus,
+            clock=self.clock,
+            rng=self.rng,
+            store=self.store,
+            # the platform credential's cache: REST calls made for the session use it, so a
+            # fail-fast that condemns the token revokes it (the next user re-authenticates once)
+            tokens=self.tokens.get(spec.platform),
+            config=self.session_config,
+            sleep=self.sleep,
+        )
