@@ -24,7 +24,16 @@ def cli() -> None:
 
     Every failure is classified by one versioned error taxonomy
     (TRANSIENT / PERMANENT / STATE_CORRUPTING) that decides retry, reconnect or
-    fail fast. Start with `session-supervisor classify --help`.
+    fail fast.
+
+    \b
+    New here? Watch it work against the built-in simulators:
+      session-supervisor demo                      (50 sessions, a mixed storm, ~80 s)
+      session-supervisor demo --scenario storm     (see `demo --help` for all scenarios)
+    Run it for real:
+      session-supervisor run --config PATH --check (validate config and credentials)
+      session-supervisor run --config PATH         (supervise until SIGTERM)
+    Look inside the decision core: classify, taxonomy, policy.
     """
 
 

@@ -20,7 +20,6 @@ import argparse
 import gc
 import importlib
 import json
-import random
 import subprocess
 import sys
 import time
@@ -33,12 +32,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from supervisor.bus import EventBus
-from supervisor.runtime.daemon import Supervisor
 from tests.bench.runtime_harness import (
     REPO,
     SimProcess,
     raise_nofile,
     rss_bytes,
+    running_supervisor,
     table,
     wait_for,
     webmessaging_config,
@@ -56,11 +55,7 @@ async def measure(sessions: int, seed: int = 1) -> dict[str, float]:
         config = webmessaging_config(sim.urls, sessions, seed=seed)
         gc.collect()
         before = rss_bytes()
-        async with (
-            Supervisor(config, bus=EventBus(), rng=random.Random(seed), environ={}) as supervisor,
-            anyio.create_task_group() as tg,
-        ):
-            supervisor.start_all(tg)
+        async with running_supervisor(config, bus=EventBus(), seed=seed) as supervisor:
             ok = await wait_for(lambda: supervisor.states() == {"active": sessions}, 180.0, poll_s=0.2)
             if not ok:
                 raise RuntimeError(f"not all sessions became active: {supervisor.states()}")
@@ -71,7 +66,6 @@ async def measure(sessions: int, seed: int = 1) -> dict[str, float]:
             await anyio.sleep(IDLE_WINDOW_S)  # the measurement window itself, not a wait for a timer
             idle_cpu = (time.process_time() - cpu0) / IDLE_WINDOW_S * 100.0
             still_active = supervisor.states() == {"active": sessions}
-            tg.cancel_scope.cancel()
     return {
         "sessions": sessions,
         "rss_before_mib": before / 2**20,

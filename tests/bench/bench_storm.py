@@ -21,13 +21,13 @@ the admission rate, all active within 1.25 x (8 s + N / rate) -- asserted for ``
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -39,10 +39,10 @@ if __package__ in (None, ""):
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.demo.observe import Observer
-from supervisor.runtime.daemon import Supervisor
 from tests.bench.runtime_harness import (
     SimProcess,
     raise_nofile,
+    running_supervisor,
     table,
     taxonomy_variant,
     wait_for,
@@ -95,41 +95,40 @@ async def storm_once(
         )
         bus = EventBus()
         clock = SystemClock()
+        runners: dict[str, Any] = {}
+
+        def connects(session_id: str) -> int:
+            runner = runners.get(session_id)
+            return 0 if runner is None else int(runner.connects)
+
+        observer = Observer(clock, connects)
+        bus.subscribe(observer)
         async with (
             httpx.AsyncClient(timeout=30.0) as admin,
-            Supervisor(config, bus=bus, clock=clock, rng=random.Random(seed), environ={}) as supervisor,
+            running_supervisor(config, bus=bus, clock=clock, seed=seed) as supervisor,
         ):
+            runners.update(supervisor.runners)
+            if not await wait_for(lambda: supervisor.states() == {"active": sessions}, 120.0):
+                raise RuntimeError(f"{policy.name}: sessions did not all start: {supervisor.states()}")
+            await sim.reset(admin)
+            observer.mark_fault()
+            cpu0 = time.process_time()
+            await sim.inject(
+                admin,
+                {
+                    "kind": "admission_limit",
+                    "endpoint": "WS /*",
+                    "params": {"rate_per_s": rate, "status": 429},
+                },
+                {"kind": "drop", "endpoint": "WS /*"},
+            )
 
-            def connects(session_id: str) -> int:
-                runner = supervisor.runners.get(session_id)
-                return 0 if runner is None else runner.connects
+            def settled() -> bool:
+                return len(observer.disrupted) >= sessions and observer.all_survivors_active()
 
-            observer = Observer(clock, connects)
-            bus.subscribe(observer)
-            async with anyio.create_task_group() as tg:
-                supervisor.start_all(tg)
-                if not await wait_for(lambda: supervisor.states() == {"active": sessions}, 120.0):
-                    raise RuntimeError(f"{policy.name}: sessions did not all start: {supervisor.states()}")
-                await sim.reset(admin)
-                observer.mark_fault()
-                cpu0 = time.process_time()
-                await sim.inject(
-                    admin,
-                    {
-                        "kind": "admission_limit",
-                        "endpoint": "WS /*",
-                        "params": {"rate_per_s": rate, "status": 429},
-                    },
-                    {"kind": "drop", "endpoint": "WS /*"},
-                )
-
-                def settled() -> bool:
-                    return len(observer.disrupted) >= sessions and observer.all_survivors_active()
-
-                await wait_for(settled, limit_s)
-                cpu = time.process_time() - cpu0
-                stats = await sim.stats(admin)
-                tg.cancel_scope.cancel()
+            await wait_for(settled, limit_s)
+            cpu = time.process_time() - cpu0
+            stats = await sim.stats(admin)
     totals: dict[str, int] = stats["attempts_total"].get("webmessaging", {"accepted": 0, "refused": 0})
     peak = stats["peak_attempts_per_second"].get("webmessaging", {"all": 0})["all"]
     states = supervisor.states()

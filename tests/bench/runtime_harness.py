@@ -7,8 +7,10 @@ HTTP API. Everything is loopback and bounded in time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import resource
 import select
@@ -16,7 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -208,3 +210,21 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
         for r in rows
     ]
     return "\n".join([line, sep, *body])
+
+
+@contextlib.asynccontextmanager
+async def running_supervisor(config: Config, *, bus: Any, seed: int, clock: Any = None) -> AsyncIterator[Any]:
+    """A Supervisor serving ``config`` (every session handed over), cancelled on exit."""
+    from supervisor.runtime.supervisor import Supervisor
+    from supervisor.runtime.wiring import Wiring
+
+    async with (
+        Wiring(config, bus=bus, clock=clock, rng=random.Random(seed), environ={}) as wiring,
+        anyio.create_task_group() as tg,
+    ):
+        supervisor = Supervisor(wiring)
+        await tg.start(supervisor.serve)
+        try:
+            yield supervisor
+        finally:
+            tg.cancel_scope.cancel()

@@ -92,6 +92,12 @@ async def test_sigterm_closes_sessions_with_1001_and_exits_zero(
     await wait_until(lambda: sim.recorder.events("client_close", code=1001) == 3)
     # every telemetry line is JSON and no secret leaked into any of them
     assert all("s3cr3t" not in line for line in lines.raw)
+    # every line is stamped by the bus: one bootId, seq strictly rising from 1 with no gap
+    assert len({r["bootId"] for r in lines.records}) == 1
+    assert [r["seq"] for r in lines.records] == list(range(1, len(lines.records) + 1))
+    # readiness comes once every session is handed over: no session event precedes DAEMON_STARTED
+    names = [r["event"] for r in lines.records]
+    assert names.index("DAEMON_STARTED") < names.index("DAEMON_STOPPING") < names.index("DAEMON_STOPPED")
 
 
 async def test_second_signal_forces_the_exit(sim: GenesysSimulator, tmp_path: Path) -> None:

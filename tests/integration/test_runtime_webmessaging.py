@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.runtime_harness import genesys_config, supervised
@@ -207,3 +208,65 @@ async def test_a_terminated_session_comes_back_only_through_a_new_start(
         # a full cycle: a new guest token, hence a new conversation, not a resume of the old one
         assert new.context.conversation_id and new.context.conversation_id != old_conversation
         assert old.state.value == "terminated"
+
+
+# -- in-band requests go through the one retry executor (issue 8, point 1) --------------------------
+
+
+def transcript_texts(sim: GenesysSimulator, conversation_id: str) -> list[str]:
+    return [m.get("text", "") for m in sim.state.conversation(conversation_id).transcript]
+
+
+async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrives_once(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once."""
+    waits: list[float] = []
+
+    async def backoff(seconds: float) -> None:
+        waits.append(seconds)  # the executor's wait, recorded instead of slept
+
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active"))
+        h.supervisor.wiring.executor._sleep = backoff
+        cid = h.runners["wm-0"].context.conversation_id
+        assert cid is not None
+        sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "3"}))
+        answer = await h.supervisor.send_message("wm-0", "hello")
+        assert answer["text"] == "hello"
+        assert transcript_texts(sim, cid).count("hello") == 1  # the simulator stored it once
+        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 2  # refused, then accepted
+        assert len(waits) == 1 and waits[0] >= 3.0  # never before Retry-After (seed edge case 2)
+        (retry,) = [e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "operation"]
+        assert retry["operation"] == "message.create" and retry["code"] == "RATE_LIMITED"
+        # the wait is the server's Retry-After exactly when it beat the policy's own backoff
+        assert retry["fromRetryAfter"] is (retry["delayS"] == 3.0)
+        assert h.recorded.named("RETRY_SUCCESS")[-1]["operation"] == "message.create"
+        assert h.runners["wm-0"].state.value == "active" and h.terminations() == {}
+
+
+async def test_a_persisting_4029_spends_the_message_budget_and_publishes_retry_exhausted(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async def backoff(seconds: float) -> None:
+        del seconds
+
+    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active"))
+        h.supervisor.wiring.executor._sleep = backoff
+        cid = h.runners["wm-0"].context.conversation_id
+        assert cid is not None
+        sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "1"}))
+        with pytest.raises(OperationError) as info:
+            await h.supervisor.send_message("wm-0", "hello")
+        assert info.value.exhausted
+        # the rate_limit policy: 2 retries, so 3 attempts, then RETRY_EXHAUSTED
+        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
+        assert len([e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "operation"]) == 2
+        (exhausted,) = h.recorded.named("RETRY_EXHAUSTED")
+        assert exhausted["kind"] == "operation" and exhausted["operation"] == "message.create"
+        assert exhausted["attempts"] == 2 and exhausted["giveUp"] == "BUDGET_EXHAUSTED"
+        assert exhausted["sessionId"] == "wm-0" and exhausted["conversationId"] == cid
+        assert "hello" not in transcript_texts(sim, cid)
+        # only the message failed: a guest's own rate limit does not end the session
+        assert h.runners["wm-0"].state.value == "active" and h.terminations() == {}

@@ -12,7 +12,7 @@ import pytest
 
 from machines.registry import CircuitRegistry
 from machines.session import SessionConfig
-from supervisor.boundary import Reporter, SessionContext
+from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import Secret
@@ -32,6 +32,7 @@ def anyio_backend() -> str:
 
 class GatedConnection:
     session_response: Mapping[str, Any] = {"conversationId": "c", "agentId": "a", "status": "ok"}
+    learned = Learned(conversation_id="c")
 
     def __init__(self) -> None:
         self.closed_with: int | None = None

@@ -1,0 +1,176 @@
+"""Behaviour keyed on taxonomy data, never on code names (issue 8, point 5).
+
+The runtime reads three flags of a code instead of its name: ``graceful`` (end without
+reconnecting), ``replayWithFreshToken`` (the seed's 401 replay, edge case 3) and
+``revokesCredential`` (drop the shared token on a fail-fast). A taxonomy v2 that renames the
+codes must keep the behaviour; one that sets a flag where it makes no sense must not load.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from machines.circuit import CircuitConfig
+from machines.registry import CircuitRegistry
+from machines.routing import Route, route
+from machines.session import SessionCore
+from supervisor.boundary import SessionContext
+from supervisor.clock import FakeClock
+from supervisor.config import Secret
+from supervisor.errors import TaxonomyError
+from supervisor.events import SessionTerminated
+from supervisor.rest.executor import RetryExecutor
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import TokenCache
+from supervisor.taxonomy import Channel, Classifier, Platform, RawError, Taxonomy, compile_taxonomy
+from supervisor.taxonomy.diff import diff_codes
+
+RENAMES = {
+    "TOKEN_EXPIRED": "BEARER_LAPSED",
+    "GRACEFUL_CLOSE": "PEER_SAID_GOODBYE",
+    "OAUTH_TOKEN_INVALID": "BEARER_REJECTED",
+}
+
+
+def v1_text() -> str:
+    return (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
+
+
+def renamed() -> Taxonomy:
+    """Taxonomy v1 with three codes renamed everywhere (the one-line data change of seed section 1)."""
+    text = v1_text()
+    for old, new in RENAMES.items():
+        text = re.sub(rf"(\[codes\.){old}\]", rf"\g<1>{new}]", text)
+        # rule targets (`code = "X"`) and table values (`"1000" = "X"`); a trigger keeps its name
+        text = re.sub(rf'^((?:code|"[^"]*") = )"{old}"', rf'\g<1>"{new}"', text, flags=re.MULTILINE)
+    return compile_taxonomy(text.replace('version = "v1"', 'version = "v2-renamed"'), "v2-renamed.toml")
+
+
+V1 = compile_taxonomy(v1_text(), "v1.toml")
+V2 = renamed()
+
+
+def test_the_renamed_taxonomy_really_renames() -> None:
+    for old, new in RENAMES.items():
+        assert old not in V2.codes and new in V2.codes
+
+
+@pytest.mark.parametrize("taxonomy", [V1, V2], ids=["v1", "renamed"])
+def test_a_graceful_close_ends_the_session_without_reconnecting_whatever_its_name(taxonomy: Taxonomy) -> None:
+    clock = FakeClock()
+    event = Classifier(taxonomy, clock).classify(
+        RawError(platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, close_code=1000)
+    )
+    assert event.graceful and route(event) is Route.GRACEFUL
+    core = SessionCore("s-1", clock, random.Random(1))
+    core.session_response(None)
+    effects = core.failure(event)
+    (terminated,) = [e for e in effects if isinstance(e, SessionTerminated)]
+    assert terminated.reason.value == "GRACEFUL_CLOSE" and terminated.code == event.code
+
+
+@pytest.mark.parametrize("taxonomy", [V1, V2], ids=["v1", "renamed"])
+def test_a_revoked_token_condemns_the_credential_whatever_its_name(taxonomy: Taxonomy) -> None:
+    clock = FakeClock()
+    raw = RawError(
+        platform=Platform.GENESYS,
+        channel=Channel.REST,
+        method="GET",
+        endpoint="/api/v2/conversations/c-1",
+        status=401,
+        body={"error": "invalid_token"},
+    )
+    event = Classifier(taxonomy, clock).classify(raw)
+    assert event.code == ("OAUTH_TOKEN_INVALID" if taxonomy is V1 else "BEARER_REJECTED")
+    core = SessionCore("s-1", clock, random.Random(1))
+    core.session_response(None)
+    (terminated,) = [e for e in core.failure(event) if isinstance(e, SessionTerminated)]
+    # the runner revokes the shared token when the termination says so (session_runner._terminated)
+    assert terminated.revokes_credential
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.fetches = 0
+
+    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+        self.fetches += 1
+        return Secret(f"tok-{self.fetches}"), 60.0, None, {}
+
+
+@pytest.mark.parametrize("taxonomy", [V1, V2], ids=["v1", "renamed"])
+def test_a_401_on_an_expired_token_is_replayed_once_whatever_its_name(taxonomy: Taxonomy) -> None:
+    clock = FakeClock(start=100.0)
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        if len(seen) == 1:
+            clock.advance(120.0)  # the token ran out while the request was in flight
+            return httpx.Response(
+                401, json={"message": "Invalid login credentials.", "code": "bad.credentials"}
+            )
+        return httpx.Response(200, json={"ok": True})
+
+    async def main() -> None:
+        tokens = TokenCache(_Source(), clock, early_refresh_s=0.0)
+        executor = RetryExecutor(
+            Classifier(taxonomy, clock), CircuitRegistry(clock, CircuitConfig()), clock, rng=random.Random(1)
+        )
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            pipeline = RequestPipeline(client, executor, tokens=tokens)
+            ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST)
+            response = await pipeline.request(
+                "GET", "http://api.test/api/v2/conversations/c-1", ctx=ctx, circuit="genesys:api"
+            )
+            assert response.status_code == 200
+
+    anyio.run(main)
+    assert seen == ["Bearer tok-1", "Bearer tok-2"]
+
+
+def _with(code: str, line: str) -> str:
+    text = v1_text()
+    block = f"[codes.{code}]\n"
+    i = text.index(block) + len(block)
+    return text[:i] + line + "\n" + text[i:]
+
+
+@pytest.mark.parametrize(
+    ("code", "flag", "message"),
+    [
+        ("RATE_LIMITED", "graceful = true", "codes.RATE_LIMITED.graceful: a graceful end is class NONE"),
+        (
+            "RESOURCE_NOT_FOUND",
+            "replayWithFreshToken = true",
+            "codes.RESOURCE_NOT_FOUND.replayWithFreshToken: a replay is TRANSIENT",
+        ),
+        (
+            "RATE_LIMITED",
+            "revokesCredential = true",
+            "codes.RATE_LIMITED.revokesCredential: only a code that ends",
+        ),
+    ],
+)
+def test_a_flag_that_contradicts_its_class_is_refused_with_its_location(
+    code: str, flag: str, message: str
+) -> None:
+    with pytest.raises(TaxonomyError, match=re.escape(f"bad.toml: {message}")):
+        compile_taxonomy(_with(code, flag), "bad.toml")
+
+
+def test_taxonomy_diff_shows_a_flag_change(tmp_path: Path) -> None:
+    text = v1_text().replace("graceful = true\n", "")
+    changes = {c.code: c for c in diff_codes(V1, compile_taxonomy(text, "v2.toml"))}
+    change = changes["GRACEFUL_CLOSE"]
+    assert change.change == "changed"
+    assert change.before is not None and change.after is not None
+    assert (change.before["graceful"], change.after["graceful"]) == (True, False)
