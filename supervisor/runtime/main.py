@@ -5,12 +5,13 @@ Structured concurrency from one root task group (anyio; uvicorn's phases)::
     await tg.start(supervisor.serve)      # every configured session handed over
     await tg.start(service) ...           # the socket API, telemetry, the watchdog, ...
     on_ready()                            # the readiness moment: READY=1 hooks in here
-    await body()                          # `run`: until a signal; `demo`: the scenario
+    await body()                          # `run`: until a signal or a stop request; `demo`: the scenario
     on_stopping(); supervisor.shutdown()  # drain: close every session with 1001, bounded
     tg.cancel_scope.cancel()
 
-SIGTERM or SIGINT ends ``body`` early and starts the drain; a second signal during the drain
-cancels it at once (the result says the exit was forced). Services are callables that accept
+SIGTERM or SIGINT ends ``body`` early and starts the drain, as does setting ``stop`` (the control
+socket's ``drain`` verb); a second signal during the drain cancels it at once (the result says the
+exit was forced). Services are callables that accept
 anyio's ``task_status`` and call ``task_status.started()`` once they are usable (a socket
 bound, an exporter ready); each is started in order, so readiness means all of them are.
 """
@@ -41,6 +42,7 @@ async def run_daemon(
     body: Callable[[], Awaitable[None]] | None = None,
     on_ready: Callable[[], object] | None = None,
     on_stopping: Callable[[], object] | None = None,
+    stop: anyio.Event | None = None,
 ) -> bool:
     """Run the daemon until ``body`` returns (default: forever) or a stop signal; then drain.
 
@@ -65,8 +67,14 @@ async def run_daemon(
                         running.cancel_scope.cancel()
                         return
 
+                async def stop_on_request(requested: anyio.Event) -> None:
+                    await requested.wait()
+                    running.cancel_scope.cancel()
+
                 running.start_soon(run_body)
                 running.start_soon(stop_on_signal)
+                if stop is not None:
+                    running.start_soon(stop_on_request, stop)
             if on_stopping is not None:
                 on_stopping()
             async with anyio.create_task_group() as drain:

@@ -165,3 +165,24 @@ async def test_ready_only_after_every_service_started_and_every_session_handed_o
             assert sorted(supervisor.runners) == ["wm-0", "wm-1"]  # but the sessions are handed over
             gate.set()
     assert order == ["subscribe started", "telemetry started", "ready with ['wm-0', 'wm-1']", "body"]
+
+
+async def test_a_stop_request_drains_like_a_signal(tmp_path: Path) -> None:
+    config = parse_config(CONFIG, "test.toml")
+    stop = anyio.Event()
+    stopping: list[str] = []
+    async with Wiring(config, rng=random.Random(1), environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: run_daemon(
+                        supervisor,
+                        grace_s=0.1,
+                        on_ready=stop.set,  # ask for the drain as soon as it is ready
+                        on_stopping=lambda: stopping.append("stopping"),
+                        stop=stop,
+                    )
+                )
+    assert stopping == ["stopping"]
+    assert {r.termination.reason.value for r in supervisor.runners.values() if r.termination} == {"STOPPED"}
