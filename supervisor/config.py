@@ -110,6 +110,9 @@ class ReconnectConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknow
     # beyond the seed: reconnections deferred by an open circuit come back spread over
     # U(0, throttleJitter) past its open period, not all in the same second (docs/benchmarks.md)
     throttle_jitter: _Seconds = 10.0
+    # beyond the seed: how long a lost session keeps reconnecting before it ends RETRY_EXHAUSTED
+    # (give-up reason HORIZON); the vendors' SDKs keep trying 5 (Genesys) and 10 minutes (NICE)
+    horizon: _PositiveSeconds = 600.0
 
 
 class CircuitSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -318,19 +318,39 @@ class RetryExecutor:
     async def token(
         self, ctx: SessionContext, tokens: TokenCache, fetch: Callable[[], Awaitable[Token]]
     ) -> Token:
-        """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy."""
+        """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy.
+
+        The token endpoint has a circuit of its own (``<credential>:oauth``): while it is down,
+        the sessions that need a token wait for the probe instead of each asking it again,
+        and when it returns one fetch serves them all (the cache is single-flight).
+        """
+        breaker = self.circuits.get(f"{tokens.name}:oauth") if tokens.name else None
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
+            probe_id = 0
+            if breaker is not None:
+                admission = breaker.admit()
+                if admission.effects:
+                    self._circuit(admission.effects)
+                if not admission.allowed:
+                    raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
+                probe_id = admission.probe_id
             try:
-                return await fetch()
+                token = await fetch()
             except TransportFailure as exc:
                 raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
                 event = self._classify(raw)
+                if breaker is not None:
+                    self._circuit(breaker.record_failure(event, probe_id))
                 previous_delay_ms = await self._backoff(
                     "oauth.token", ctx, event, attempt, previous_delay_ms, None
                 )
                 attempt += 1
+            else:
+                if breaker is not None:
+                    self._circuit(breaker.record_success(probe_id))
+                return token
 
 
 def _ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:

@@ -21,6 +21,8 @@ class GiveUpReason(enum.StrEnum):
     NOT_RETRYABLE = "NOT_RETRYABLE"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     RETRY_AFTER_EXCEEDS_CEILING = "RETRY_AFTER_EXCEEDS_CEILING"
+    # a session's reconnection outlasted the reconnection horizon ([reconnect] horizon)
+    HORIZON = "HORIZON"
 
 
 class RetryDecision(msgspec.Struct, frozen=True):

@@ -209,20 +209,33 @@ class SessionRunner:
             admission = self._circuit.admit()
             self._record(admission.effects)
             if not admission.allowed:
-                await self._pause(max(admission.retry_in_s, 0.001))
+                self._execute(self.core.connect_refused(max(admission.retry_in_s, 0.001)))
                 return
             self._probe_id = admission.probe_id
         self._admitted = False
         probe_id, self._probe_id = self._probe_id, 0
         self.connects += 1
         connection: Connection | None = None
+        deadline = self.core.horizon_deadline
         try:
             with anyio.CancelScope() as scope:
-                # stop() cancels a pending open: a hung handshake never delays shutdown
+                # stop() cancels a pending open: a hung handshake never delays shutdown; and an
+                # attempt of a reconnection never runs past its horizon (an attempt's own REST
+                # retries on a black-holed endpoint can take minutes)
                 self._wait_scope = scope
+                if deadline is not None:
+                    scope.deadline = anyio.current_time() + max(deadline - self._clock.monotonic(), 0.0)
                 connection = await self.transport.open()
             self._wait_scope = None
             if connection is None:
+                if scope.cancelled_caught and not self.core.terminated:
+                    # the horizon passed mid-attempt: a timeout, which the machine turns into HORIZON
+                    raw = RawError(
+                        platform=self._context.platform,
+                        channel=self._context.channel,
+                        exception="TimeoutError",
+                    )
+                    self._connect_failed(self._classify(raw), probe_id)
                 return  # stopped while connecting
             if self.core.terminated:
                 # stopped just as the connection opened: close it, never serve it
@@ -237,9 +250,11 @@ class SessionRunner:
             self._connect_failed(_decided(failure), probe_id)
             return
         except CircuitOpenError as refused:
-            # a REST endpoint behind this connection is open: wait, not counted; no handshake
-            # happened, so this circuit learns nothing (a lost probe times out by itself)
-            await self._pause(max(refused.retry_in_s, 0.001))
+            # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
+            # counted, within the horizon; no handshake happened, so this circuit learns nothing
+            # (a lost probe times out by itself)
+            if not self.core.terminated:
+                self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
             return
         self._record(self._circuit.record_success(probe_id))
         context = self._context.learned(connection.learned)

@@ -79,6 +79,7 @@ class Wiring:
         self.session_config = SessionConfig(
             first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max),
             throttle_jitter_s=reconnect.throttle_jitter,
+            horizon_s=reconnect.horizon,
         )
         self.store = SessionStore()
         bus_hooks = BusHooks(self.bus)
@@ -116,7 +117,7 @@ class Wiring:
         timeout = httpx.Timeout(self.config.daemon.request_timeout)
         platforms = self.config.platforms
         if platforms.genesys is not None:
-            client = self._client(timeout)
+            client = self._client(timeout, self._sessions_of("genesys"))
             gen = platforms.genesys
             if gen.client_id is not None:
                 secret = read_secret(
@@ -135,7 +136,7 @@ class Wiring:
                 client, self.executor, tokens=self.tokens.get("genesys")
             )
         if platforms.cxone is not None:
-            client = self._client(timeout)
+            client = self._client(timeout, self._sessions_of("cxone"))
             cx = platforms.cxone
             secret = read_secret(
                 cx.client_secret_file,
@@ -157,9 +158,19 @@ class Wiring:
             )
             self.pipelines["cxone"] = RequestPipeline(client, self.executor, tokens=self.tokens["cxone"])
 
-    def _client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
+    def _sessions_of(self, platform: str) -> int:
+        return sum(1 for spec in self.config.sessions if spec.platform == platform)
+
+    def _client(self, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
+        # httpx's default pool (100 connections) cannot hold a long poll per CXone session: past
+        # about 100 sessions every poll waited in the pool and timed out there. Each session may
+        # hold its long poll and one other call (a start, a DELETE) at once, plus room for REST.
+        limits = httpx.Limits(
+            max_connections=max(100, 2 * sessions + 20),
+            max_keepalive_connections=max(20, sessions + 20),
+        )
         # design.md "One retry layer": the transport never retries on its own
-        transport = httpx.AsyncHTTPTransport(retries=0)
+        transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
         client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
         self._clients.append(client)
         return client

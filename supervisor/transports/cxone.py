@@ -72,7 +72,9 @@ MAX_AGE_CEILING_S = 60.0
 CLOSE_TIMEOUT_S = 5.0
 
 _POLL_CHECK = ResponseCheck(required=("sessionId",))
+_EXISTS = frozenset({409})
 _START = "agent-session.start"
+_JOIN = "agent-session.join"
 _POLL = "agent-session.poll"
 _END = "agent-session.end"
 
@@ -125,10 +127,14 @@ class AgentSessionTransport:
             self._station["stationId"] = station_id
         if station_phone_number is not None:
             self._station["stationPhoneNumber"] = station_phone_number
+        self._join: dict[str, str] = {}
         if ctx.agent_id is not None:
             # one application credential, many agents: start the session on the agent's behalf
             # (platforms.md section 6: POST agent-sessions?asAgentId=)
             self._station["asAgentId"] = ctx.agent_id
+            self._join["asAgentId"] = ctx.agent_id
+        #: agent sessions taken over with join after a 409 on start
+        self.joins = 0
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.clock = clock
@@ -176,8 +182,23 @@ class AgentSessionTransport:
             circuit=CIRCUIT,
             operation=_START,
             check=ResponseCheck(),  # a body that does not parse is MALFORMED_RESPONSE
+            # 409: the agent already has a live session, one a crashed daemon (or a desktop) left
+            ok_statuses=_EXISTS,
             params=self._station,
         )
+        if response.status_code in _EXISTS:
+            # take it over rather than fail: join gives us our own sessionId chain on the agent's
+            # live session (platforms.md section 6, POST agent-sessions/join; NICE's SDK joins so)
+            response = await self.pipeline.request(
+                "POST",
+                f"{sessions}/join",
+                ctx=self.context,
+                circuit=CIRCUIT,
+                operation=_JOIN,
+                check=ResponseCheck(),
+                params=self._join,
+            )
+            self.joins += 1
         body = _json_object(response)
         start_id = body.get("sessionId") if body is not None else None
         if not isinstance(start_id, str) or not start_id:
@@ -327,6 +348,9 @@ class AgentSessionConnection:
                 out["agentId"] = str(event["AgentId"])
             elif kind == "AgentState" and event.get("CurrentState"):
                 out["status"] = str(event["CurrentState"])
+        if "agentId" not in out and self._t.context.agent_id is not None:
+            # the agent we started the session for (asAgentId), when the platform did not name it
+            out["agentId"] = self._t.context.agent_id
         if "agentId" not in out:
             tokens = self._t.pipeline.tokens
             token = tokens.current if tokens is not None else None
