@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from typing import IO
 
 import click
@@ -12,15 +11,18 @@ import msgspec
 from rich.table import Table
 
 from supervisor.classify_sample import sample_envelopes
-from supervisor.cli.common import active_taxonomy, stderr_console, stdout_console, taxonomy_option
+from supervisor.cli.common import (
+    InputFile,
+    NdjsonLines,
+    active_taxonomy,
+    stderr_console,
+    stdout_console,
+    taxonomy_option,
+)
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy import Classifier, SdkErrorEvent
 
 _encoder = msgspec.json.Encoder()
-
-
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
-    yield from stream
 
 
 def _render_table(events: list[SdkErrorEvent]) -> None:
@@ -57,7 +59,7 @@ def _render_table(events: list[SdkErrorEvent]) -> None:
 
 
 @click.command()
-@click.argument("source", type=click.File("rb"), default="-", metavar="[FILE|-]")
+@click.argument("source", type=InputFile(), default="-", metavar="[FILE|-]")
 @taxonomy_option
 @click.option("--sample", is_flag=True, help="Classify the bundled sample of real-shaped raw errors instead.")
 @click.option(
@@ -84,7 +86,8 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
     The envelope format is documented in docs/taxonomy.md.
     """
     classifier = Classifier(active_taxonomy(taxonomy_ref))
-    lines = sample_envelopes() if sample else _lines(source)
+    reader = NdjsonLines(source)
+    lines = sample_envelopes() if sample else reader
     errors = 0
     events: list[SdkErrorEvent] = []
     out = sys.stdout.buffer
@@ -102,6 +105,9 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
             events.append(event)
         else:
             out.write(_encoder.encode(event.as_json()) + b"\n")
+    if reader.cut_line is not None:
+        errors += 1
+        err.print(f"session-supervisor: {reader.cut_message()}", markup=False)
     out.flush()
     if fmt == "table":
         _render_table(events)
