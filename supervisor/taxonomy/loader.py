@@ -61,27 +61,20 @@ class LimitError(ValueError):
 
 
 def read_capped(path: str | Path, cap: int) -> bytes:
-    """A file's content, with one read of at most ``cap + 1`` bytes.
-
-    Raises :class:`LimitError` past ``cap`` (so ``/dev/zero``, ``/dev/urandom`` or a FIFO fed
-    forever end at once, with bounded memory), and ``OSError`` / ``ValueError`` as ``open`` does.
-    """
+    """A file's content, read with one ``read(cap + 1)``: :class:`LimitError` past ``cap``, so
+    ``/dev/zero`` or a FIFO fed forever ends at once; ``OSError`` / ``ValueError`` as ``open``."""
     with open(path, "rb") as f:
         data = f.read(cap + 1)
     if len(data) > cap:
-        raise LimitError(f"larger than the {_size(cap)} cap")
+        size = f"{cap // 1024 // 1024} MiB" if cap >= 1024 * 1024 else f"{cap // 1024} KiB"
+        raise LimitError(f"larger than the {size} cap")
     return data
 
 
-def _size(cap: int) -> str:
-    return f"{cap // 1024 // 1024} MiB" if cap >= 1024 * 1024 else f"{cap // 1024} KiB"
-
-
-# A dotted key (``a.b.c = 1``, ``[a.b.c]``, ``{a.b.c = 1}``) costs tomllib time quadratic in its
-# parts: a 1 MiB line of ``a.a.a...`` takes minutes. No key we read has more than a few parts, so a
-# chain of more than MAX_NESTING parts is refused before parsing. The search stays linear: a
-# chain is only tried where one starts (not after a word character or a dot), and possessive
-# quantifiers never give back what they matched.
+# tomllib spends time quadratic in the parts of one dotted key (``a.b.c = 1``, ``[a.b.c]``,
+# ``{a.b.c = 1}``): minutes for a 1 MiB ``a.a.a...``. A chain of more than MAX_NESTING parts is
+# refused before parsing; the search is linear (a chain is tried only where one starts, and
+# possessive quantifiers never backtrack).
 _BARE = r"[A-Za-z0-9_-]++"
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
 _LONG_DOTTED_KEY = re.compile(
@@ -90,17 +83,14 @@ _LONG_DOTTED_KEY = re.compile(
 
 
 def parse_toml(text: str) -> dict[str, Any]:
-    """``tomllib.loads`` within the nesting cap: a document (or dotted key) nested deeper than
-    ``MAX_NESTING`` levels is a :class:`LimitError`; invalid TOML is ``tomllib.TOMLDecodeError``.
-    """
+    """``tomllib.loads``; nested (or a dotted key) past ``MAX_NESTING`` is a :class:`LimitError`."""
     chain = _LONG_DOTTED_KEY.search(text)
     if chain is not None:
         line = text.count("\n", 0, chain.start()) + 1
         raise LimitError(f"line {line}: a dotted key of more than {MAX_NESTING} parts (the nesting cap)")
     try:
         doc = tomllib.loads(text)
-    except RecursionError:
-        # tomllib recursed past the interpreter's limit: far deeper than MAX_NESTING
+    except RecursionError:  # tomllib hit the interpreter's limit: far past MAX_NESTING
         raise LimitError(f"nested deeper than {MAX_NESTING} levels") from None
     if nesting_exceeds(doc, MAX_NESTING):
         raise LimitError(f"nested deeper than {MAX_NESTING} levels")
