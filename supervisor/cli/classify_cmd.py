@@ -23,6 +23,8 @@ from supervisor.errors import EnvelopeError
 from supervisor.taxonomy import Classifier, SdkErrorEvent
 
 _encoder = msgspec.json.Encoder()
+#: --format table keeps every event for the table: past this many, the input is not read further
+TABLE_MAX_ROWS = 10_000
 
 
 def _render_table(events: list[SdkErrorEvent]) -> None:
@@ -77,6 +79,8 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
     SdkErrorEvent JSON per line, in order. A line that is not JSON or not a valid
     envelope gets one stderr line naming its line number and the problem; the other
     lines are still classified, and the exit code is then 1. Blank lines are skipped.
+    A line may be at most 1 MiB and nest at most 64 levels; reading stops at a longer
+    line (it may never end). --format table holds at most 10,000 envelopes.
 
     \b
     Example:
@@ -102,6 +106,14 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
             err.print(f"session-supervisor: line {number}: {exc}", markup=False)
             continue
         if fmt == "table":
+            if len(events) == TABLE_MAX_ROWS:
+                errors += 1
+                err.print(
+                    f"session-supervisor: line {number}: --format table holds at most {TABLE_MAX_ROWS} "
+                    "envelopes; the input is not read past it (--format json streams any number)",
+                    markup=False,
+                )
+                break
             events.append(event)
         else:
             out.write(_encoder.encode(event.as_json()) + b"\n")

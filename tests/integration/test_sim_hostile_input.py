@@ -125,6 +125,28 @@ async def test_admin_fault_nested_too_deep_is_a_400(genesys: Genesys, depth: int
     assert r.json() == {"error": f"fault: invalid JSON (nested deeper than {MAX_JSON_DEPTH} levels)"}
 
 
+@pytest.mark.parametrize("query", ["timeout=%C2%B2", "timeout=%D9%A1", "timeout=1e9", "timeout=-1"])
+async def test_cxone_query_numbers_that_are_not_ascii_integers_are_a_400(
+    cxone: CxoneSimulator, query: str
+) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        token = (
+            await http.post(
+                cxone.urls["auth"] + V1_TOKEN,
+                json={"grant_type": "password", "username": "u", "password": "p", "client_id": "a@b"},
+            )
+        ).json()
+        r = await http.get(
+            token["resource_server_base_uri"] + f"services/v23.0/agent-sessions/s-1/get-next-event?{query}",
+            headers={"Authorization": "bearer " + token["access_token"]},
+        )
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": "invalid_request",
+        "error_description": "timeout must be an integer within 0..60",
+    }
+
+
 # -- class 7: non-UTF-8 OAuth forms are OAuth 400s ------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from supervisor.cli import classify_cmd, main
 from supervisor.config import MAX_CREDENTIAL_BYTES, read_secret
 from supervisor.errors import ConfigError
 from supervisor.taxonomy.envelope import MAX_LINE_BYTES
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ZERO = Path("/dev/zero")
 needs_devices = pytest.mark.skipif(not ZERO.exists(), reason="needs /dev/zero and /dev/urandom")
 GOOD = b'{"platform":"genesys","channel":"rest","status":500}'
+ORIGINAL_TABLE_MAX_ROWS = classify_cmd.TABLE_MAX_ROWS
 LINE_CAP = "session-supervisor: line {n}: longer than the 1 MiB line cap; the input is not read past it"
 
 
@@ -173,3 +175,22 @@ def test_a_fifo_fed_forever_is_refused_at_the_cap(tmp_path: Path) -> None:
         writer.wait(timeout=20)
     assert result.returncode == 1
     assert stderr_lines(result) == [f"session-supervisor: error: {fifo}: larger than the 1 MiB cap"]
+
+
+def test_classify_table_holds_a_bounded_number_of_rows(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the table keeps every event in memory: an endless input must stop at the documented cap
+    monkeypatch.setattr(classify_cmd, "TABLE_MAX_ROWS", 3)
+    path = tmp_path / "in.ndjson"
+    path.write_bytes((GOOD + b"\n") * 5)
+    with pytest.raises(SystemExit) as info:
+        main(["classify", str(path), "--format", "table"])
+    out, err = capsysbinary.readouterr()
+    assert info.value.code == 1
+    assert "TRANSIENT 3" in out.decode()
+    assert err.decode().splitlines() == [
+        "session-supervisor: line 4: --format table holds at most 3 envelopes; the input is not read "
+        "past it (--format json streams any number)"
+    ]
+    assert classify_cmd.TABLE_MAX_ROWS == 3 and ORIGINAL_TABLE_MAX_ROWS == 10_000
