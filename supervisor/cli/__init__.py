@@ -7,6 +7,7 @@ into one ``session-supervisor: error: ...`` line on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -51,7 +52,8 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 
 
 def _fail(message: str) -> NoReturn:
-    if sys.stderr is not None:
+    # stderr may be unwritable too (2>/dev/full): the exit code still says what happened
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         click.echo(f"session-supervisor: error: {message}", err=True)
     sys.exit(1)
 
