@@ -16,7 +16,9 @@ RFC 6455 §7.4.1) and at most :data:`WS_CLOSE_GRACE_S` for the closing handshake
 
 HTTP listeners never hold a half-sent request forever: the headers must arrive within
 ``read_timeout_s`` of the connection opening (or of the previous response), else the connection
-is closed (aiohttp's ``keepalive_timeout``, armed from the first byte in aiohttp >= 3.10); a body
+is closed (aiohttp's ``keepalive_timeout``, which aiohttp arms when a connection opens since its
+fix "idle connections not being closed if no request was received", aio-libs/aiohttp#13681, in
+the 3.14.5 installed here; older releases armed it only after a first response); a body
 must then arrive within ``read_timeout_s`` too, else the request fails with 408 in the app's own
 error shape (its error middleware sees an ``HTTPRequestTimeout``) and the connection is closed.
 WebSocket handshakes are bounded by websockets' ``open_timeout`` (10 s by default).
