@@ -202,8 +202,9 @@ async def _going_away(conns: list[ServerConnection]) -> None:
             closing.append(asyncio.ensure_future(conn.close(1001, "server shutting down")))
     if closing:
         await asyncio.wait(closing, timeout=WS_CLOSE_GRACE_S)
-    for task in closing:
-        task.cancel()
+        for task in closing:
+            task.cancel()
+        await asyncio.gather(*closing, return_exceptions=True)  # nothing left pending or unretrieved
     for conn in conns:
         if conn.protocol.state is not State.CLOSED:
             conn.transport.abort()
