@@ -5,25 +5,43 @@ invalid enum value 'genesis'``). Secrets are never in the file itself: ``clientS
 and ``passwordFile`` name files, relative ones resolved in ``$CREDENTIALS_DIRECTORY``
 (systemd ``LoadCredential=``) first, then next to the config file. A secret's value never
 appears in any output: :class:`Secret` hides it from ``repr`` and ``str``.
+
+Every file is read with one bounded read: the configuration up to :data:`MAX_CONFIG_BYTES`, a
+credential file up to :data:`MAX_CREDENTIAL_BYTES` (docs/configuration.md, "Limits"), so a
+path to ``/dev/zero`` or a FIFO fed forever is an error, not a hang. URLs are checked for what
+a connection needs (scheme per key, host, port) so ``run --check`` refuses what ``run`` could
+not use.
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import msgspec
 
 from supervisor.errors import ConfigError
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest configuration file read (about 7,000 sessions)
+MAX_CONFIG_BYTES = 1024 * 1024
+#: the largest credential file read (a secret, a password or a JWT is well under 8 KiB)
+MAX_CREDENTIAL_BYTES = 64 * 1024
+#: Genesys allows 20 notification channels per user and app (platforms.md §2); every
+#: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
+GENESYS_CHANNELS_PER_CLIENT = 20
 
 _Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)]
 _PositiveSeconds = Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)]
-_Url = Annotated[str, msgspec.Meta(pattern=r"^(https?|wss?)://[^\s/]+(/\S*)?$")]
+# checked beyond its length by _check_url: the scheme each key needs, the host and the port
+_Url = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
@@ -167,9 +185,11 @@ def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:
 def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
     """Validate a configuration document; ``origin`` names it in errors."""
     try:
-        raw = tomllib.loads(data) if isinstance(data, str) else dict(data)
+        raw = parse_toml(data) if isinstance(data, str) else dict(data)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
+    except LimitError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
@@ -178,7 +198,72 @@ def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
     return config
 
 
+_HTTP = ("http", "https")
+_WS = ("ws", "wss")
+# RFC 1123 host name labels (after IDNA encoding)
+_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def _url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
+    """Why ``url`` cannot be the base URL of a connection, or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError: not an integer in 0-65535
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme.lower() not in schemes:
+        return f"the scheme must be {' or '.join(schemes)}, got '{parts.scheme or url[:40]}'"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (name them in the *File keys)"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not have a query or a fragment (it is a base URL)"
+    if port == 0:
+        return "port 0 cannot be connected to"
+    host = parts.hostname
+    if not host:
+        return "has no host"
+    return _host_problem(host)
+
+
+def _host_problem(host: str) -> str | None:
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9.]+", host):
+        return f"invalid host '{host}' (not an IPv4 address)"
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return f"invalid host '{host[:60]}'"
+    labels = ascii_host.removesuffix(".").split(".")
+    if len(ascii_host) > 253 or not all(_LABEL.match(label) for label in labels):
+        return f"invalid host '{host[:60]}'"
+    return None
+
+
+def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...]) -> None:
+    if url is not None:
+        problem = _url_problem(url, schemes)
+        if problem is not None:
+            raise ConfigError(f"{origin}: {key}: {problem}")
+
+
+def _check_urls(config: Config, origin: str) -> None:
+    genesys, cxone = config.platforms.genesys, config.platforms.cxone
+    if genesys is not None:
+        _check_url(origin, "platforms.genesys.loginUrl", genesys.login_url, _HTTP)
+        _check_url(origin, "platforms.genesys.apiUrl", genesys.api_url, _HTTP)
+        _check_url(origin, "platforms.genesys.webmessagingUrl", genesys.webmessaging_url, _WS)
+        _check_url(origin, "platforms.genesys.streamingUrl", genesys.streaming_url, _WS)
+    if cxone is not None:
+        _check_url(origin, "platforms.cxone.authUrl", cxone.auth_url, _HTTP)
+        _check_url(origin, "platforms.cxone.apiUrl", cxone.api_url, _HTTP)
+
+
 def _check(config: Config, origin: str) -> None:
+    _check_urls(config, origin)
     if config.reconnect.first_delay_min > config.reconnect.first_delay_max:
         raise ConfigError(f"{origin}: reconnect.firstDelayMin: must be <= reconnect.firstDelayMax")
     cxone = config.platforms.cxone
@@ -187,6 +272,7 @@ def _check(config: Config, origin: str) -> None:
             f"{origin}: platforms.cxone.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)"
         )
     seen: set[str] = set()
+    channels = 0
     for i, spec in enumerate(config.sessions):
         where = f"sessions[{i}]"
         if spec.id in seen:
@@ -212,17 +298,28 @@ def _check(config: Config, origin: str) -> None:
                 raise ConfigError(
                     f"{origin}: {where}.deploymentId: required (or platforms.genesys.deploymentId)"
                 )
-        if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None and genesys.client_id is None:
-            raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+        if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
+            if genesys.client_id is None:
+                raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+            channels += 1
+            if channels > GENESYS_CHANNELS_PER_CLIENT:
+                # a 21st channel would evict the oldest: two sessions would fight over a channel forever
+                raise ConfigError(
+                    f"{origin}: {where}.kind: more than {GENESYS_CHANNELS_PER_CLIENT} notifications sessions; "
+                    f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
+                    "(platforms.genesys.clientId is shared by all of them)"
+                )
 
 
 def load_config(path: str | Path) -> Config:
     """Read and validate a configuration file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_capped(p, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such configuration file") from None
+    except LimitError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
         raise ConfigError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_config(text, str(p))
@@ -249,9 +346,11 @@ def read_secret(
             candidates.append(config_dir / name)
     for candidate in candidates:
         try:
-            value = candidate.read_text(encoding="utf-8").strip()
+            value = read_capped(candidate, MAX_CREDENTIAL_BYTES).decode("utf-8").strip()
         except FileNotFoundError:
             continue
+        except LimitError as exc:
+            raise ConfigError(f"{key}: credential file {candidate} is {exc}") from None
         except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the name
             raise ConfigError(
                 f"{key}: cannot read credential file {candidate}: {type(exc).__name__}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -13,6 +14,13 @@ from supervisor.cli.common import stderr_console, stdout_console
 from supervisor.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 _NAMES = tuple(SCENARIOS)
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    # FloatRange lets NaN through (every comparison with it is false): a usage error here
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", ctx=ctx, param=param)
+    return value
 
 
 @click.command()
@@ -45,6 +53,7 @@ _NAMES = tuple(SCENARIOS)
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=1.0, max=3600.0),
+    callback=_finite,
     default=None,
     help="Give up after this many seconds (default: 180, or 45 with --fast).",
 )

@@ -8,9 +8,9 @@ from typing import IO
 import click
 import msgspec
 
-from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.common import InputFile, NdjsonLines, stderr_console, stdout_console
 from supervisor.taxonomy import load_taxonomy, shipped_versions
-from supervisor.taxonomy.diff import diff_codes, diff_tables, replay
+from supervisor.taxonomy.diff import ReplayChange, diff_codes, diff_tables, replay
 
 
 @click.group()
@@ -57,7 +57,7 @@ def check(path: str, as_json: bool) -> None:
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option(
-    "--replay", "replay_file", type=click.File("rb"), help="NDJSON RawError envelopes to classify under both."
+    "--replay", "replay_file", type=InputFile(), help="NDJSON RawError envelopes to classify under both."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--fail-on-diff", is_flag=True, help="Exit 1 when any routing differs (for CI gates).")
@@ -76,7 +76,14 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
     ta, tb = load_taxonomy(a), load_taxonomy(b)
     codes = diff_codes(ta, tb)
     tables = diff_tables(ta, tb)
-    replayed, problems = replay(ta, tb, replay_file) if replay_file is not None else ([], [])
+    replayed: list[ReplayChange] = []
+    problems: list[str] = []
+    if replay_file is not None:
+        # bounded lines: a line past the cap is a problem naming it, and reading stops there
+        reader = NdjsonLines(replay_file)
+        replayed, problems = replay(ta, tb, reader)
+        if reader.cut_line is not None:
+            problems.append(reader.cut_message())
     err = stderr_console()
     for problem in problems:
         err.print(f"session-supervisor: {problem}", markup=False)

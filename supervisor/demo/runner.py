@@ -2,7 +2,7 @@
 
 1. start both simulators in-process on loopback (free ports);
 2. build the daemon's config (credential files in a temporary directory) and run the
-   :class:`~supervisor.runtime.daemon.Supervisor` under one anyio task group;
+   :class:`~supervisor.runtime.supervisor.Supervisor` under the daemon's lifecycle (run_daemon);
 3. wait until every session is active;
 4. inject the scenario's faults through the simulators' Python API;
 5. wait, with a bounded deadline, until the outcome settles: every counted fault spent,

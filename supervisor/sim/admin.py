@@ -24,12 +24,12 @@ Fault fields: ``kind`` (see :class:`~supervisor.sim.faults.FaultKind`), ``share`
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from supervisor.errors import SimulatorError
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultController, FaultKind, decode_fault
 from supervisor.sim.recorder import Recorder
 
@@ -88,8 +88,9 @@ async def _post_faults(request: web.Request) -> web.Response:
     controller = request.app[_CONTROLLER]
     raw = await request.read()
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # NaN and Infinity parse, so that validation can name the field and its bounds
+        data = parse_json(raw, constants=True)
+    except MalformedBody as exc:
         return _error(400, f"fault: invalid JSON ({exc})")
     items = data if isinstance(data, list) else [data]
     if not items:

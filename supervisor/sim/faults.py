@@ -73,8 +73,11 @@ starts. Without ``duration_s`` that is a one-shot event and the fault is then sp
 (the simulators call :meth:`match` after each handshake). BLACKHOLE is a state: when it ends,
 black-holed connections resume.
 
+Every number is finite and bounded (:mod:`supervisor.sim.fault_kinds`, docs/simulators.md).
+
 Errors: :meth:`Fault.validate` / :func:`decode_fault` raise :class:`~supervisor.errors.SimulatorError`
-with one line naming the field, e.g. ``fault.params.code: must be one of 1000, 1001, ...``.
+with one line naming the field and its bounds, e.g. ``fault.params.latency_ms: must be a finite
+number from 0 to 600000``.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import hashlib
+import math
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -93,6 +97,11 @@ from supervisor.clock import Clock, SystemClock
 from supervisor.errors import SimulatorError
 from supervisor.sim.fault_kinds import (
     CONNECTION_KINDS,
+    FIELD_RULES,
+    MAX_AT_S,
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_ENDPOINT_CHARS,
     PARAM_SPECS,
     FaultKind,
     retry_after_header,
@@ -128,16 +137,19 @@ class Fault(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
         Raises :class:`SimulatorError` with one line naming the field.
         """
+        # written so NaN fails each test (every comparison with it is false)
         if not 0.0 <= self.share <= 1.0:
-            raise SimulatorError("fault.share: must be between 0 and 1")
-        if self.at < 0:
-            raise SimulatorError("fault.at: must be >= 0 (seconds from now)")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise SimulatorError("fault.duration_s: must be > 0 or null (until cleared)")
-        if self.count is not None and self.count < 1:
-            raise SimulatorError("fault.count: must be >= 1 or null (unlimited)")
-        if self.endpoint is not None and not self.endpoint.strip():
-            raise SimulatorError("fault.endpoint: must not be empty")
+            raise SimulatorError(f"fault.share: {FIELD_RULES['share']}")
+        if not (math.isfinite(self.at) and 0 <= self.at <= MAX_AT_S):
+            raise SimulatorError(f"fault.at: {FIELD_RULES['at']}")
+        if self.duration_s is not None and not (
+            math.isfinite(self.duration_s) and 0 < self.duration_s <= MAX_DURATION_S
+        ):
+            raise SimulatorError(f"fault.duration_s: {FIELD_RULES['duration_s']}")
+        if self.count is not None and not 1 <= self.count <= MAX_COUNT:
+            raise SimulatorError(f"fault.count: {FIELD_RULES['count']}")
+        if self.endpoint is not None and not (0 < len(self.endpoint.strip()) <= MAX_ENDPOINT_CHARS):
+            raise SimulatorError(f"fault.endpoint: must be 1 to {MAX_ENDPOINT_CHARS} characters")
         spec = PARAM_SPECS[self.kind]
         for name in self.params:
             if name not in spec:
@@ -193,6 +205,9 @@ def _located(message: str) -> str:
         return f"{path}.{unknown.group(1)}: unknown field"
     if not sep:
         return f"fault: {message}"
+    rule = FIELD_RULES.get(path.removeprefix("fault."))
+    if rule is not None:
+        return f"{path}: {rule}"
     if path == "fault.kind":
         text += " (one of: " + ", ".join(k.value for k in FaultKind) + ")"
     return f"{path}: {text}"

@@ -15,14 +15,31 @@ from typing import Any
 
 from supervisor.clock import Clock, SystemClock
 from supervisor.errors import EnvelopeError
-from supervisor.taxonomy.envelope import RawError, envelope_from_json, envelope_from_object
+from supervisor.taxonomy.envelope import MAX_NESTING, RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
 from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize
 from supervisor.taxonomy.rules import Taxonomy
 
 # the seed's required fields of a session response (section 3, validateSessionResponse)
 SESSION_REQUIRED_FIELDS = ("conversationId", "agentId", "status")
-_SECRET_KEY = re.compile(r"token|secret|password|authorization|credential", re.IGNORECASE)
+# a key naming a credential, matched on the key lower-cased with "-" and "_" removed, so
+# apiKey, api_key and X-Api-Key are one spelling (docs/taxonomy.md lists the names)
+_SECRET_KEY = re.compile(
+    r"token|secret|passw|pwd|passphrase|authoriz|credential|apikey|cookie|privatekey|jwt|sessionkey"
+    r"|signature|assertion|^auth$|^pass$|^pin$|^otp$"
+)
+# keys the classifier reads that look secret but only say *whether* something is (a bool)
+_NOT_SECRET_KEYS = frozenset({"tokenexpired"})
+# values that are credentials whatever key holds them: an Authorization header value
+# (RFC 9110 §11.6.2, RFC 7617, RFC 6750), a JWT (RFC 7519 compact form: base64url of '{"'),
+# and secret query or form parameters inside a URL or a message
+_SECRET_VALUE = re.compile(
+    r"(?P<scheme>\b(?:bearer|basic|digest|negotiate)\s+)[A-Za-z0-9._~+/=-]{6,}"
+    r"|eyJ[A-Za-z0-9_-]{6,}(?:\.[A-Za-z0-9_-]*){0,2}"
+    r"|(?P<param>\b(?:access_token|refresh_token|id_token|token|client_secret|secret|password|passwd"
+    r"|api_?key|sig|signature)=)[^&\s\"'#]+",
+    re.IGNORECASE,
+)
 _METHOD_PREFIX = re.compile(r"^([A-Za-z]+)\s+(\S.*)$")
 _REDACTED = "[REDACTED]"
 
@@ -49,12 +66,38 @@ def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | Non
     return method, path, display
 
 
+def _secret_key(key: str) -> bool:
+    folded = key.lower().replace("-", "").replace("_", "")
+    return folded not in _NOT_SECRET_KEYS and _SECRET_KEY.search(folded) is not None
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every secret-looking value in it replaced by ``[REDACTED]``."""
+
+    def replace(match: re.Match[str]) -> str:
+        return (match.group("scheme") or match.group("param") or "") + _REDACTED
+
+    return _SECRET_VALUE.sub(replace, text)
+
+
 def _redacted(key: str, value: Any, depth: int = 0) -> Any:
-    # a guest token, a bearer token or a secret never leaves the daemon, however deep
-    if _SECRET_KEY.search(key) and key != "tokenExpired":
+    # a guest token, a bearer token or a secret never leaves the daemon, however deep, in a
+    # dict or a list; a boolean or null under a secret-looking key says nothing secret
+    if _secret_key(key) and not (value is None or isinstance(value, bool)):
         return _REDACTED
-    if isinstance(value, Mapping) and depth < 8:
-        return {str(k): _redacted(str(k), v, depth + 1) for k, v in value.items()}
+    return _clean(value, depth)
+
+
+def _clean(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return _scrub(value)
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
+        # deeper than any envelope may nest: not inspected, so not shown
+        return _REDACTED
+    if isinstance(value, Mapping):
+        return {_scrub(str(k)): _redacted(str(k), v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(item, depth + 1) for item in value]
     return value
 
 
@@ -62,7 +105,7 @@ def _safe_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"conversationId": None, "agentId": None, "endpoint": None}
     if context:
         for key, value in context.items():
-            out[key] = _redacted(key, value)
+            out[_scrub(str(key))] = _redacted(str(key), value)
     return out
 
 

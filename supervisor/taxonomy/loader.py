@@ -3,6 +3,10 @@
 Errors name the file, the key and the problem, e.g.
 ``v2.toml: codes.RATE_LIMITED.policy: unknown policy 'ratelimit' (known: fail_fast, ...)``.
 
+Every file is read with one bounded read (:func:`read_capped`, :data:`MAX_TAXONOMY_BYTES`) and
+parsed by :func:`parse_toml`, which refuses what nests deeper than ``MAX_NESTING`` levels before
+it can exhaust the stack or take quadratic time (docs/taxonomy.md, "Limits").
+
 The active version is chosen by config (``taxonomy.version``) and can be overridden by the
 environment variable ``SESSION_SUPERVISOR_TAXONOMY`` for a staged rollout (seed section 1:
 "Use feature flags to toggle taxonomy versions during platform upgrades"). A version is
@@ -21,6 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from supervisor.errors import TaxonomyError
+from supervisor.taxonomy.envelope import MAX_NESTING, nesting_exceeds
 from supervisor.taxonomy.model import (
     Channel,
     CodeSpec,
@@ -45,7 +50,51 @@ REQUIRED_CODES = (
     "UNKNOWN_ERROR",
 )
 
+#: the largest taxonomy file read (the shipped v1 is 25 KiB)
+MAX_TAXONOMY_BYTES = 1024 * 1024
+
 _StrOrList = str | list[str]
+
+
+class LimitError(ValueError):
+    """A file or document is past one of the documented input caps; the message says which."""
+
+
+def read_capped(path: str | Path, cap: int) -> bytes:
+    """A file's content, read with one ``read(cap + 1)``: :class:`LimitError` past ``cap``, so
+    ``/dev/zero`` or a FIFO fed forever ends at once; ``OSError`` / ``ValueError`` as ``open``."""
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        size = f"{cap // 1024 // 1024} MiB" if cap >= 1024 * 1024 else f"{cap // 1024} KiB"
+        raise LimitError(f"larger than the {size} cap")
+    return data
+
+
+# tomllib spends time quadratic in the parts of one dotted key (``a.b.c = 1``, ``[a.b.c]``,
+# ``{a.b.c = 1}``): minutes for a 1 MiB ``a.a.a...``. A chain of more than MAX_NESTING parts is
+# refused before parsing; the search is linear (a chain is tried only where one starts, and
+# possessive quantifiers never backtrack).
+_BARE = r"[A-Za-z0-9_-]++"
+_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
+_LONG_DOTTED_KEY = re.compile(
+    rf"(?<![.A-Za-z0-9_-])(?:{_BARE}|{_QUOTED})(?:[ \t]*+\.[ \t]*+(?:{_BARE}|{_QUOTED})){{{MAX_NESTING}}}"
+)
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads``; nested (or a dotted key) past ``MAX_NESTING`` is a :class:`LimitError`."""
+    chain = _LONG_DOTTED_KEY.search(text)
+    if chain is not None:
+        line = text.count("\n", 0, chain.start()) + 1
+        raise LimitError(f"line {line}: a dotted key of more than {MAX_NESTING} parts (the nesting cap)")
+    try:
+        doc = tomllib.loads(text)
+    except RecursionError:  # tomllib hit the interpreter's limit: far past MAX_NESTING
+        raise LimitError(f"nested deeper than {MAX_NESTING} levels") from None
+    if nesting_exceeds(doc, MAX_NESTING):
+        raise LimitError(f"nested deeper than {MAX_NESTING} levels")
+    return doc
 
 
 class _PolicyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -168,13 +217,15 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
     """Check a taxonomy document and compile it. ``origin`` names it in errors."""
     try:
         if isinstance(data, bytes | str):
-            raw = tomllib.loads(data.decode() if isinstance(data, bytes) else data)
+            raw = parse_toml(data.decode() if isinstance(data, bytes) else data)
         else:
             raw = dict(data)
     except tomllib.TOMLDecodeError as exc:
         raise TaxonomyError(f"{origin}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise TaxonomyError(f"{origin}: not UTF-8 text: {exc}") from exc
+    except LimitError as exc:
+        raise TaxonomyError(f"{origin}: {exc}") from None
     try:
         doc = msgspec.convert(raw, _TaxonomyFile)
     except msgspec.ValidationError as exc:
@@ -360,13 +411,14 @@ def load_taxonomy(version_or_path: str | Path = DEFAULT_VERSION) -> Taxonomy:
             known = ", ".join(shipped_versions())
             raise TaxonomyError(f"taxonomy version '{ref}' is not shipped (shipped: {known}; or give a path)")
         return compile_taxonomy(resource.read_bytes(), f"{ref}.toml")
-    path = Path(ref)
     try:
-        content = path.read_bytes()
+        content = read_capped(ref, MAX_TAXONOMY_BYTES)
     except FileNotFoundError:
         raise TaxonomyError(f"{ref}: no such taxonomy file") from None
     except OSError as exc:
         raise TaxonomyError(f"{ref}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # LimitError, or a NUL in the path
+        raise TaxonomyError(f"{ref}: cannot read: {exc}") from None
     return compile_taxonomy(content, ref)
 
 

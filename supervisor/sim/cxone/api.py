@@ -57,7 +57,8 @@ def _int_query(request: web.Request, name: str, *, low: int, high: int) -> int |
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 9 or not low <= int(raw) <= high:
+    # ASCII digits only: str.isdigit() is also true for "²", which int() refuses (a 500)
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or not low <= int(raw) <= high:
         raise SimStateError(400, "invalid_request", f"{name} must be an integer within {low}..{high}")
     return int(raw)
 

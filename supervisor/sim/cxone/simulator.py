@@ -127,7 +127,10 @@ class CxoneSimulator:
         self._api_app = apps["api"]
         try:
             for name in LISTENERS:
-                self._listeners.append(await serving.serve_aiohttp(name, apps[name], socks[name]))
+                listener = await serving.serve_aiohttp(
+                    name, apps[name], socks[name], read_timeout_s=self.config.read_timeout_s
+                )
+                self._listeners.append(listener)
                 del socks[name]  # owned by its runner now
         except BaseException:
             for sock in socks.values():

@@ -106,10 +106,14 @@ class GenesysSimulator:
                 scheme = "ws" if name in ("webmessaging", "streaming") else "http"
                 self.urls[name] = format_url(scheme, str(host), int(port))
             self.ctx.urls = dict(self.urls)
-            self._listeners.append(await serve_aiohttp("login", make_login_app(self.ctx), socks["login"]))
+            timeout = self.config.read_timeout_s
+            login = make_login_app(self.ctx)
+            self._listeners.append(
+                await serve_aiohttp("login", login, socks["login"], read_timeout_s=timeout)
+            )
             api = make_api_app(self.ctx, CHANNEL_ROUTES)
             api.router.add_get(MESSAGES_ROUTE, guest_messages)
-            self._listeners.append(await serve_aiohttp("api", api, socks["api"]))
+            self._listeners.append(await serve_aiohttp("api", api, socks["api"], read_timeout_s=timeout))
             wm = self.webmessaging
             self._listeners.append(
                 await serve_websockets(
@@ -131,7 +135,9 @@ class GenesysSimulator:
                 )
             )
             admin = make_admin_app(self.faults, self.recorder, name="genesys", urls=self.urls)
-            self._listeners.append(await serve_aiohttp("admin", admin, socks["admin"]))
+            self._listeners.append(
+                await serve_aiohttp("admin", admin, socks["admin"], read_timeout_s=timeout)
+            )
         except BaseException:
             await close_all(self._listeners)
             self._listeners.clear()

@@ -20,6 +20,11 @@ from typing import Any
 import msgspec
 
 from supervisor.errors import SimulatorError
+from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S, check_numbers
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest simulator config file read
+MAX_CONFIG_BYTES = 1024 * 1024
 
 __all__ = ["GenesysSimConfig", "load_config"]
 
@@ -50,6 +55,11 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         ws_ping_interval_s: server-side WebSocket pings (None: the client pings, §1) [I].
         ws_max_size: largest accepted WebSocket frame in bytes [I].
         compression: offer permessage-deflate (off: cheaper per connection) [I].
+        read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
+            (else the connection is closed, or the request answered 408); idle keep-alive
+            connections are closed after it too.
+
+    Every number must be finite and at most 10^9.
     """
 
     clients: dict[str, str] = msgspec.field(default_factory=dict)
@@ -73,8 +83,10 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     ws_ping_interval_s: float | None = None
     ws_max_size: int = 256 * 1024
     compression: bool = False
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        check_numbers(self)
         positive = {
             "token_ttl_s": self.token_ttl_s,
             "rate_limit": self.rate_limit,
@@ -90,6 +102,7 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             "max_message_chars": self.max_message_chars,
             "max_custom_data_bytes": self.max_custom_data_bytes,
             "ws_max_size": self.ws_max_size,
+            "read_timeout_s": self.read_timeout_s,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -116,9 +129,11 @@ def load_config(path: str | Path, **overrides: Any) -> GenesysSimConfig:
     """Load a TOML file (keys as :class:`GenesysSimConfig`), then apply non-None ``overrides``."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = parse_toml(read_capped(p, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
         raise SimulatorError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except LimitError as exc:
+        raise SimulatorError(f"{p}: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SimulatorError(f"{p}: invalid TOML: {exc}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, broadcast
@@ -34,6 +33,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.connections import WsListener
 from supervisor.sim.genesys.context import SimContext
@@ -174,8 +174,8 @@ class NotificationsHub:
     async def _on_frame(self, conn: ServerConnection, chan: Channel, frame: str | bytes) -> None:
         rec = self.ctx.recorder
         try:
-            msg = json.loads(frame)
-        except (ValueError, UnicodeDecodeError):
+            msg = parse_json(frame)
+        except MalformedBody:  # answered "Unsupported or malformed message." below (§2)
             msg = None
         kind = msg.get("message") if isinstance(msg, dict) else None
         rec.record_ws_message(LISTENER, "in", kind if isinstance(kind, str) else "invalid")

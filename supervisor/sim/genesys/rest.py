@@ -21,7 +21,6 @@ Conversation routes (conversations and participants are created on first referen
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
@@ -31,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import FaultKind
 from supervisor.sim.genesys.context import SimContext
 from supervisor.sim.genesys.state import Token, TokenStatus
@@ -194,8 +194,8 @@ async def read_json(http: web.Request) -> Any:
         )
     raw = await http.read()
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return parse_json(raw)
+    except MalformedBody:  # not UTF-8, not JSON, NaN, or nested too deeply: all the same 400 (§3)
         raise BadRequest(
             "The request could not be understood by the server due to malformed syntax."
         ) from None
@@ -305,7 +305,12 @@ async def _platform_errors(request: web.Request, handler: Any) -> web.StreamResp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        codes = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED, 413: ErrorCode.BAD_REQUEST}
+        codes = {
+            404: ErrorCode.NOT_FOUND,
+            405: ErrorCode.METHOD_NOT_ALLOWED,
+            408: ErrorCode.REQUEST_TIMEOUT,  # the body did not arrive in time (sim/serving.py)
+            413: ErrorCode.BAD_REQUEST,
+        }
         code = codes.get(exc.status, ErrorCode.BAD_REQUEST)
         request.app[CTX].recorder.record_request(request.method, "(unmatched)", exc.status)
         return error_response(exc.status, code, corr)

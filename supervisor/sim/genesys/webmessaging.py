@@ -35,6 +35,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultKind, retry_after_seconds
 from supervisor.sim.genesys.connections import WsListener
 from supervisor.sim.genesys.context import SimContext
@@ -109,8 +110,8 @@ class WebMessagingServer:
 
     async def _on_frame(self, conn: ServerConnection, deployment: str, frame: str | bytes) -> None:
         try:
-            msg = json.loads(frame)
-        except (ValueError, UnicodeDecodeError):
+            msg = parse_json(frame)
+        except MalformedBody:  # answered "Request failed." below, like any malformed request (§1)
             msg = None
         action = msg.get("action") if isinstance(msg, dict) else None
         self.ctx.recorder.record_ws_message(LISTENER, "in", action if isinstance(action, str) else "invalid")
