@@ -220,7 +220,7 @@ async def _post_token(
         raise TransportFailure(raw_from_response(response, ctx=ctx, endpoint=path))
     try:
         payload = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         payload = None
     if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
         # a 200 without a token is a contract violation, not a success (seed section 3)

@@ -420,6 +420,6 @@ def _json_object(response: httpx.Response) -> dict[str, Any] | None:
         return {}
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         return None
     return body if isinstance(body, dict) else {}
