@@ -27,5 +27,9 @@ class CircuitRegistry:
             )
         return circuit
 
+    def configure(self, config: CircuitConfig) -> None:
+        """Circuits created from now on use ``config``; existing ones keep theirs (and their state)."""
+        self._config = config
+
     def all(self) -> dict[str, Circuit]:
         return dict(self._circuits)

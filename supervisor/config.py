@@ -153,6 +153,11 @@ class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown
     request_timeout: _PositiveSeconds = 15.0
     # seeds the daemon's randomness (jitter) for reproducible runs; None draws from the OS
     seed: int | None = None
+    # the lock that keeps a second daemon off this configuration; None: a file named after the
+    # configuration in $RUNTIME_DIRECTORY, else $XDG_RUNTIME_DIR/session-supervisor/, else /tmp
+    lock_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    # event lines held for a slow standard output before lines are dropped (and counted)
+    event_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 8 * 1024 * 1024
 
 
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -34,6 +34,7 @@ __all__ = [
     "DaemonStopping",
     "ErrorClassified",
     "Event",
+    "EventsDropped",
     "Published",
     "ReconnectionThrottled",
     "RetryAttempt",
@@ -418,6 +419,19 @@ class DaemonForcedExit(Event):
 
     def fields(self) -> dict[str, Any]:
         return dict(self.snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class EventsDropped(Event):
+    """A sink could not keep up (stdout nobody reads): ``dropped`` lines were lost since the last notice."""
+
+    name: ClassVar[str] = "EVENTS_DROPPED"
+    sink: str
+    dropped: int
+    total: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"sink": self.sink, "dropped": self.dropped, "totalDropped": self.total}
 
 
 # -- what the bus hands its sinks ------------------------------------------------------------------

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import click
 
-from supervisor.bus import JsonLineSink
 from supervisor.config import load_config
 
 
@@ -27,36 +27,80 @@ def run(config_path: Path, check: bool) -> None:
     Telemetry goes to stdout as one JSON object per line (journald-friendly):
     SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT, RETRY_SUCCESS, RETRY_EXHAUSTED,
     CIRCUIT_BREAKER_OPEN/HALF_OPEN/CLOSED, RECONNECTION_THROTTLED, SESSION_TERMINATED and
-    every session transition. SIGTERM stops intake, closes sessions with 1001, waits
-    at most daemon.shutdownGrace seconds and exits 0; a second signal forces the exit
-    (exit code 1, DAEMON_FORCED_EXIT).
+    every session transition, each stamped with seq and bootId (docs/runtime.md). A slow or
+    unread stdout never blocks the daemon: lines past daemon.eventBufferBytes are dropped and
+    counted (EVENTS_DROPPED).
+
+    \b
+    Signals:
+      SIGTERM/SIGINT  stop intake, close sessions with 1001, wait at most daemon.shutdownGrace
+                      seconds, exit 0; a second one forces the exit (exit 1, DAEMON_FORCED_EXIT)
+      SIGHUP          reload the configuration and credential files (validated first; on any
+                      error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED)
+
+    One daemon per configuration: a second one on the same file refuses to start (exit 1).
     """
+    import os
+
+    from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
-    from supervisor.runtime.main import run_daemon
+    from supervisor.runtime.lock import DaemonLock, default_lock_path
+    from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
+    from supervisor.runtime.reload import Reloader
+    from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
 
+    outside = OutsideSignals().install()
     config = load_config(config_path)
     config_dir = config_path.resolve().parent
     grace_s = config.daemon.shutdown_grace
+    lock_file = config.daemon.lock_file
+    lock = DaemonLock(Path(lock_file) if lock_file else default_lock_path(config_path, os.environ))
 
-    async def main() -> None:
+    async def main() -> int:
+        with daemon_signals() as signals:
+            try:
+                return await serve(signals)
+            finally:
+                lock.release()
+        return 0  # pragma: no cover - the with block always returns
+
+    async def serve(signals: AsyncIterator[signal.Signals]) -> int:
+        if outside.stop_requested:
+            return 0  # stopped before anything started: nothing to drain
+        if not check:
+            # before any socket is bound or session started: a second daemon changes nothing
+            lock.acquire()
         async with Wiring(config, config_dir=config_dir) as wiring:
             if check:
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
-                return
+                return 0
             bus = wiring.bus
-            bus.subscribe(JsonLineSink(sys.stdout))
+            stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
+            bus.subscribe(stdout)
+            stop = anyio.Event()
+            stdout.on_broken = stop.set
             supervisor = Supervisor(wiring)
+            reloader = Reloader(supervisor, lambda: load_config(config_path))
             forced = await run_daemon(
                 supervisor,
                 grace_s=grace_s,
-                on_ready=lambda: bus.publish(DaemonStarted(len(config.sessions), str(config_path))),
+                services=[stdout.serve],
+                on_ready=lambda: bus.publish(
+                    DaemonStarted(len(supervisor.config.sessions), str(config_path))
+                ),
                 on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
+                on_reload=reloader.reload,
+                stop=stop,
+                signals=signals,
             )
-            if forced:
-                bus.publish(DaemonForcedExit(supervisor.snapshot()))
-                raise SystemExit(1)
-            bus.publish(DaemonStopped(supervisor.snapshot()))
+            bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
+            await stdout.flush(within_s=2.0)
+            if stdout.broken is not None:
+                raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
+            return 1 if forced else 0
 
-    anyio.run(main, backend="asyncio")
+    code = anyio.run(main, backend="asyncio")
+    outside.install()  # asyncio put the default actions back: a late signal must not turn into 143
+    click.get_current_context().exit(code)

@@ -121,7 +121,9 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
             )
             out.print(f"replay line {r.line}: {fields}", markup=False)
         if report.changed_total > len(replayed):
-            out.print(f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False)
+            out.print(
+                f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False
+            )
     if problems or (fail_on_diff and (codes or tables or replayed)):
         raise SystemExit(1)
 

@@ -38,6 +38,7 @@ from supervisor.demo.wiring import (
     scaled_taxonomy,
     write_credentials,
 )
+from supervisor.errors import SupervisorError
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -106,7 +107,9 @@ class _Run:
                 async def play() -> None:
                     nonlocal summary
                     baseline: Baseline | None = None
-                    deadline = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    limit = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    # the drain and the simulators' shutdown fit in the rest of --timeout
+                    deadline = max(limit - reserve_s(limit), limit / 2)
                     with anyio.move_on_after(deadline) as scope:
                         await self._wait(observer, lambda: _started(supervisor, self.fleet.sessions))
                         if supervisor.states().get("terminated"):
@@ -121,7 +124,7 @@ class _Run:
                                 observer, lambda: self._settled(observer, genesys, cxone, injected_at)
                             )
                     if scope.cancelled_caught:
-                        self.problems.append(f"timed out after {deadline:g} s while {self.phase}")
+                        self.problems.append(f"timed out after {limit:g} s while {self.phase}")
                     self.phase = "done"
                     # taken before the drain: shutdown stops everyone
                     summary = collect(
@@ -231,13 +234,42 @@ def _connects(supervisor: Supervisor, session_id: str) -> int:
     return 0 if runner is None else runner.connects
 
 
+#: open files per session: both ends of its connection (the simulators run in this process) and one
+#: spare for a reconnection in flight or a CXone call beside its long poll
+FILES_PER_SESSION = 3
+FILES_BASE = 256
+
+
+def files_needed(sessions: int) -> int:
+    return FILES_PER_SESSION * sessions + FILES_BASE
+
+
 def _raise_nofile(sessions: int) -> None:
-    """Both ends of every connection live in this process: raise the soft RLIMIT_NOFILE if needed."""
-    wanted = 3 * sessions + 256
+    """Raise the soft RLIMIT_NOFILE to what ``sessions`` need, or refuse when the hard limit cannot hold them."""
+    wanted = files_needed(sessions)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        most = max(0, (hard - FILES_BASE) // FILES_PER_SESSION)
+        raise DemoRefused(
+            f"--sessions {sessions} needs about {wanted} open files (the simulators hold the other end of "
+            f"every connection in this process); this process may open at most {hard} (RLIMIT_NOFILE): "
+            f"use --sessions {most} or fewer, or raise the limit (ulimit -Hn)"
+        )
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+class DemoRefused(SupervisorError):
+    """The demo cannot run as asked on this machine (the message says why and what would work)."""
+
+
+class DemoTimedOut(SupervisorError):
+    """The demo outlasted its --timeout: a hard bound, whatever it was doing."""
+
+
+def reserve_s(limit_s: float) -> float:
+    """Time kept from --timeout for the drain (5 s grace) and closing the simulators."""
+    return min(15.0, limit_s / 4)
 
 
 def timing_for(fast: bool) -> Timing:
@@ -252,6 +284,15 @@ async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> 
     """
     scenario = SCENARIOS[options.scenario]
     _raise_nofile(options.sessions)
-    run = _Run(options, scenario, timing_for(options.fast))
+    timing = timing_for(options.fast)
+    run = _Run(options, scenario, timing)
+    limit = options.timeout_s if options.timeout_s is not None else timing.deadline_s
+    # --timeout is a hard bound on the whole run: the scenario itself gets what is left after a
+    # reserve for the drain and the simulators' shutdown (see _Run.execute), and if anything still
+    # hangs past the bound (thousands of sessions starting or closing), everything is cancelled
     with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
-        return await run.execute(Path(workdir), progress)
+        with anyio.move_on_after(limit) as bound:
+            return await run.execute(Path(workdir), progress)
+    if bound.cancelled_caught:
+        raise DemoTimedOut(f"demo {scenario.name}: did not finish within --timeout {limit:g} s ({run.phase})")
+    return None  # pragma: no cover - the with block returns unless cancelled

@@ -80,6 +80,24 @@ class Supervisor:
         """End one session on purpose (close 1000 / DELETE); unknown ids raise SessionError."""
         await self._runner(session_id).stop(code)
 
+    async def _stopped(self, session_id: str, code: int) -> None:
+        """Stop one session and wait for its task to end (its close sent, its DELETE made)."""
+        await self.stop(session_id, code)
+        done = self._done.get(session_id)
+        if done is not None:
+            await done.wait()
+
+    async def remove(self, session_id: str) -> None:
+        """Stop a session that left the configuration, and forget it."""
+        await self._stopped(session_id, 1000)
+        self.runners.pop(session_id, None)
+        self._done.pop(session_id, None)
+
+    async def restart(self, spec: SessionSpec) -> SessionRunner:
+        """Stop a session whose settings changed and start it again (a new runner, a full cycle)."""
+        await self._stopped(spec.id, 1000)
+        return self.start(spec)
+
     async def shutdown(self, grace_s: float) -> None:
         """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
         self._accepting = False

@@ -25,7 +25,7 @@ from machines.session import SessionConfig
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
-from supervisor.config import Config, SessionKind, SessionSpec, read_secret
+from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError
 from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.hooks import ExecutorHooks, HookChain
@@ -34,7 +34,7 @@ from supervisor.rest.tokens import CxoneCredentials, GenesysClientCredentials, T
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
-from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy, resolve_version
+from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 
 __all__ = ["Wiring"]
@@ -64,23 +64,8 @@ class Wiring:
         self.sleep = sleep
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
-        circuit = config.circuit
-        self.circuits = CircuitRegistry(
-            self.clock,
-            CircuitConfig(
-                failure_threshold=circuit.failure_threshold,
-                window_s=circuit.window,
-                open_s=circuit.open_for,
-                probe_timeout_s=circuit.probe_timeout,
-            ),
-            self.rng,
-        )
-        reconnect = config.reconnect
-        self.session_config = SessionConfig(
-            first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max),
-            throttle_jitter_s=reconnect.throttle_jitter,
-            horizon_s=reconnect.horizon,
-        )
+        self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
+        self.session_config = _session_config(config)
         self.store = SessionStore()
         bus_hooks = BusHooks(self.bus)
         self.executor = RetryExecutor(
@@ -94,12 +79,15 @@ class Wiring:
         )
         self.tokens: dict[str, TokenCache] = {}
         self.pipelines: dict[str, RequestPipeline] = {}
-        self._clients: list[httpx.AsyncClient] = []
+        self.secrets: dict[str, tuple[Secret | None, ...]] = {}
+        self._clients: dict[str, httpx.AsyncClient] = {}
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
         try:
-            self._build()
+            self.secrets = self.read_secrets(self.config)
+            for platform in ("genesys", "cxone"):
+                self._build_platform(platform, self.config, self.secrets)
         except BaseException:
             # a credential that cannot be read must not leak the clients made before it
             await self.__aexit__(None, None, None)
@@ -109,59 +97,91 @@ class Wiring:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.close_clients(list(self._clients.values()))
+
+    async def close_clients(self, clients: list[httpx.AsyncClient]) -> None:
         with anyio.CancelScope(shield=True):
-            for client in self._clients:
+            for client in clients:
                 await client.aclose()
 
-    def _build(self) -> None:
-        timeout = httpx.Timeout(self.config.daemon.request_timeout)
-        platforms = self.config.platforms
-        if platforms.genesys is not None:
-            client = self._client(timeout, self._sessions_of("genesys"))
-            gen = platforms.genesys
-            if gen.client_id is not None:
-                secret = read_secret(
-                    gen.client_secret_file,
-                    key="platforms.genesys.clientSecretFile",
-                    config_dir=self.config_dir,
-                    environ=self.environ,
-                )
-                if secret is None:
-                    raise ConfigError("platforms.genesys.clientSecretFile: required with clientId")
+    def read_secrets(self, config: Config) -> dict[str, tuple[Secret | None, ...]]:
+        """Every credential ``config`` names, read now (errors name the key, never the value)."""
+        out: dict[str, tuple[Secret | None, ...]] = {}
+        gen = config.platforms.genesys
+        if gen is not None:
+            secret = self._read(gen.client_secret_file, "platforms.genesys.clientSecretFile")
+            if gen.client_id is not None and secret is None:
+                raise ConfigError("platforms.genesys.clientSecretFile: required with clientId")
+            out["genesys"] = (secret,)
+        cx = config.platforms.cxone
+        if cx is not None:
+            secret = self._read(cx.client_secret_file, "platforms.cxone.clientSecretFile")
+            password = self._read(cx.password_file, "platforms.cxone.passwordFile")
+            if cx.client_id is None or secret is None:
+                raise ConfigError("platforms.cxone: clientId and clientSecretFile are required")
+            out["cxone"] = (secret, password)
+        return out
+
+    def _read(self, name: str | None, key: str) -> Secret | None:
+        return read_secret(name, key=key, config_dir=self.config_dir, environ=self.environ)
+
+    def reconfigure(
+        self, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+    ) -> list[httpx.AsyncClient]:
+        """Adopt ``config``: rebuild the platforms whose table or credentials changed.
+
+        Returns the clients the rebuilt platforms no longer use, for the caller to close once
+        the sessions that used them are stopped.
+        """
+        retired: list[httpx.AsyncClient] = []
+        for platform in ("genesys", "cxone"):
+            before = (getattr(self.config.platforms, platform), self.secrets.get(platform))
+            after = (getattr(config.platforms, platform), secrets.get(platform))
+            if before == after:
+                continue
+            old = self._clients.pop(platform, None)
+            if old is not None:
+                retired.append(old)
+            self.tokens.pop(platform, None)
+            self.pipelines.pop(platform, None)
+            self._build_platform(platform, config, secrets)
+        self.config = config
+        self.secrets = secrets
+        self.session_config = _session_config(config)
+        self.circuits.configure(_circuit_config(config))
+        return retired
+
+    def use_taxonomy(self, taxonomy: Taxonomy) -> None:
+        """Switch the active taxonomy version for every classification from now on (seed section 1)."""
+        self.taxonomy = taxonomy
+        self.classifier.taxonomy = taxonomy
+
+    def _build_platform(
+        self, platform: str, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+    ) -> None:
+        timeout = httpx.Timeout(config.daemon.request_timeout)
+        sessions = sum(1 for spec in config.sessions if spec.platform == platform)
+        early = config.tokens.early_refresh
+        if platform == "genesys" and config.platforms.genesys is not None:
+            gen = config.platforms.genesys
+            client = self._client(platform, timeout, sessions)
+            (secret,) = secrets["genesys"]
+            if gen.client_id is not None and secret is not None:
                 source = GenesysClientCredentials(client, gen.login_url, gen.client_id, secret)
-                self.tokens["genesys"] = TokenCache(
-                    source, self.clock, early_refresh_s=self.config.tokens.early_refresh, name="genesys"
-                )
+                self.tokens["genesys"] = TokenCache(source, self.clock, early_refresh_s=early, name="genesys")
             self.pipelines["genesys"] = RequestPipeline(
                 client, self.executor, tokens=self.tokens.get("genesys")
             )
-        if platforms.cxone is not None:
-            client = self._client(timeout, self._sessions_of("cxone"))
-            cx = platforms.cxone
-            secret = read_secret(
-                cx.client_secret_file,
-                key="platforms.cxone.clientSecretFile",
-                config_dir=self.config_dir,
-                environ=self.environ,
-            )
-            password = read_secret(
-                cx.password_file,
-                key="platforms.cxone.passwordFile",
-                config_dir=self.config_dir,
-                environ=self.environ,
-            )
-            if cx.client_id is None or secret is None:
-                raise ConfigError("platforms.cxone: clientId and clientSecretFile are required")
+        elif platform == "cxone" and config.platforms.cxone is not None:
+            cx = config.platforms.cxone
+            client = self._client(platform, timeout, sessions)
+            secret, password = secrets["cxone"]
+            assert cx.client_id is not None and secret is not None  # read_secrets checked both
             source_cx = CxoneCredentials(client, cx.auth_url, cx.client_id, secret, cx.username, password)
-            self.tokens["cxone"] = TokenCache(
-                source_cx, self.clock, early_refresh_s=self.config.tokens.early_refresh, name="cxone"
-            )
+            self.tokens["cxone"] = TokenCache(source_cx, self.clock, early_refresh_s=early, name="cxone")
             self.pipelines["cxone"] = RequestPipeline(client, self.executor, tokens=self.tokens["cxone"])
 
-    def _sessions_of(self, platform: str) -> int:
-        return sum(1 for spec in self.config.sessions if spec.platform == platform)
-
-    def _client(self, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
+    def _client(self, platform: str, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
         # httpx's default pool (100 connections) cannot hold a long poll per CXone session: past
         # about 100 sessions every poll waited in the pool and timed out there. Each session may
         # hold its long poll and one other call (a start, a DELETE) at once, plus room for REST.
@@ -172,7 +192,7 @@ class Wiring:
         # design.md "One retry layer": the transport never retries on its own
         transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
         client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
-        self._clients.append(client)
+        self._clients[platform] = client
         return client
 
     # ------------------------------------------------------------------ sessions
@@ -252,3 +272,22 @@ class Wiring:
             config=self.session_config,
             sleep=self.sleep,
         )
+
+
+def _circuit_config(config: Config) -> CircuitConfig:
+    circuit = config.circuit
+    return CircuitConfig(
+        failure_threshold=circuit.failure_threshold,
+        window_s=circuit.window,
+        open_s=circuit.open_for,
+        probe_timeout_s=circuit.probe_timeout,
+    )
+
+
+def _session_config(config: Config) -> SessionConfig:
+    reconnect = config.reconnect
+    return SessionConfig(
+        first_delay_s=(reconnect.first_delay_min, reconnect.first_delay_max),
+        throttle_jitter_s=reconnect.throttle_jitter,
+        horizon_s=reconnect.horizon,
+    )

@@ -24,7 +24,9 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 
 def test_a_deep_success_body_is_malformed_response() -> None:
     clock = FakeClock()
-    executor = RetryExecutor(Classifier(load_taxonomy("v1"), clock), CircuitRegistry(clock), clock, rng=random.Random(1))
+    executor = RetryExecutor(
+        Classifier(load_taxonomy("v1"), clock), CircuitRegistry(clock), clock, rng=random.Random(1)
+    )
 
     async def main() -> Any:
         transport = httpx.MockTransport(lambda request: httpx.Response(200, content=DEEP))
@@ -33,7 +35,11 @@ def test_a_deep_success_body_is_malformed_response() -> None:
             ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST)
             with pytest.raises(OperationError) as info:
                 await pipeline.request(
-                    "GET", "http://api.test/api/v2/conversations/c", ctx=ctx, circuit="x", check=ResponseCheck()
+                    "GET",
+                    "http://api.test/api/v2/conversations/c",
+                    ctx=ctx,
+                    circuit="x",
+                    check=ResponseCheck(),
                 )
             return info.value.event
 
