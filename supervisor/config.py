@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, located
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
 #: the largest configuration file read (about 7,000 sessions)
@@ -174,17 +174,9 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
 
 
-_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")
-
-
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:
-    text = str(exc)
-    match = _AT.match(text)
-    if not match:
-        return ConfigError(f"{origin}: {text}")
-    path = match.group("path").lstrip(".") or "(top level)"
-    message = match.group("msg")
-    return ConfigError(f"{origin}: {path}: {message[0].lower()}{message[1:]}")
+    path, problem = located(str(exc))
+    return ConfigError(f"{origin}: {path or '(top level)'}: {problem}")
 
 
 def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:

@@ -84,3 +84,20 @@ class CircuitOpenError(SessionError):
         self.circuit_id = circuit_id
         self.retry_in_s = retry_in_s
         super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")
+
+
+def located(message: str, prefix: str = "") -> tuple[str, str]:
+    """A decoding error's location and problem: ``("codes.X.class", "expected ...")``.
+
+    msgspec says ``Expected `str`, got `int` - at `$.codes.X.class```; every reader of a
+    file (the configuration, a taxonomy, the simulators' fault API) turns that into one line
+    ``origin: path: problem``. ``prefix`` is prepended to the path (an entry decoded on its
+    own); the path is ``""`` when the message names none.
+    """
+    text, sep, where = message.rpartition(" - at `")
+    if not sep:
+        text, where = message, ""
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    path = ".".join(p for p in (prefix, path) if p).replace(".[", "[")
+    problem = text[:1].lower() + text[1:]
+    return path, problem

@@ -8,6 +8,7 @@ from typing import IO
 
 import click
 import msgspec
+from click.core import ParameterSource
 from rich.table import Table
 
 from supervisor.cli.common import (
@@ -72,7 +73,13 @@ def _render_table(events: list[SdkErrorEvent]) -> None:
     show_default=True,
     help="json: one SdkErrorEvent per line; table: a summary table for people.",
 )
-def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Same as --format json (the default), as the other commands spell it.",
+)
+def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str, as_json: bool) -> None:
     """Classify RawError envelopes (NDJSON) into SdkErrorEvents.
 
     Reads one JSON envelope per line from FILE (or stdin) and prints one
@@ -89,6 +96,13 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
 
     The envelope format is documented in docs/taxonomy.md.
     """
+    if as_json:
+        if (
+            fmt == "table"
+            and click.get_current_context().get_parameter_source("fmt") is not ParameterSource.DEFAULT
+        ):
+            raise click.UsageError("--json and --format table contradict each other")
+        fmt = "json"
     classifier = Classifier(active_taxonomy(taxonomy_ref))
     reader = NdjsonLines(source)
     lines = sample_envelopes() if sample else reader

@@ -8,12 +8,11 @@ status-less rules (which end in the catch-all).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from supervisor.clock import Clock, SystemClock
+from supervisor.clock import Clock, SystemClock, iso_utc
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy.envelope import MAX_NESTING, RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
@@ -42,12 +41,6 @@ _SECRET_VALUE = re.compile(
 )
 _METHOD_PREFIX = re.compile(r"^([A-Za-z]+)\s+(\S.*)$")
 _REDACTED = "[REDACTED]"
-
-
-def iso_timestamp(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z``: UTC with milliseconds, as in the seed's events."""
-    millis = int(epoch * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
 
 
 def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | None, str | None, str | None]:
@@ -158,7 +151,7 @@ class Classifier:
             retry_after_ms=signal.retry_after_ms,
             context=out_context,
             details=signal.details,
-            timestamp=raw.timestamp or iso_timestamp(now),
+            timestamp=raw.timestamp or iso_utc(now),
         )
 
     def classify_json(self, line: bytes | str) -> SdkErrorEvent:
@@ -321,7 +314,7 @@ class Classifier:
             retry_after_ms=None,
             context=out_context,
             details=details,
-            timestamp=iso_timestamp(self._clock.time()),
+            timestamp=iso_utc(self._clock.time()),
         )
 
     def _event(
@@ -362,4 +355,4 @@ class Classifier:
         )
 
 
-__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError", "iso_timestamp"]
+__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError"]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from supervisor.errors import TaxonomyError
+from supervisor.errors import TaxonomyError, located
 from supervisor.taxonomy.envelope import MAX_NESTING, nesting_exceeds
 from supervisor.taxonomy.model import (
     Channel,
@@ -153,22 +153,13 @@ class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     operations: list[_OperationFile] = msgspec.field(default_factory=list)
 
 
-_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")
 _CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def _located(origin: str, exc: msgspec.ValidationError, prefix: str = "") -> TaxonomyError:
     """Turn msgspec's ``... - at `$.codes.X.class``` into ``origin: codes.X.class: ...``."""
-    text = str(exc)
-    match = _AT.match(text)
-    if not match:
-        where = f"{prefix}: " if prefix else ""
-        return TaxonomyError(f"{origin}: {where}{text[0].lower() + text[1:]}")
-    path = match.group("path").lstrip(".")
-    path = ".".join(p for p in (prefix, path) if p).replace(".[", "[")
-    message = match.group("msg")
-    message = message[0].lower() + message[1:] if message else message
-    return TaxonomyError(f"{origin}: {path or '(top level)'}: {message}")
+    path, problem = located(str(exc), prefix)
+    return TaxonomyError(f"{origin}: {path or '(top level)'}: {problem}")
 
 
 _E = TypeVar("_E")

@@ -52,11 +52,17 @@ def rss_bytes() -> int:
 
 
 class SimProcess:
-    """``python -m supervisor sim genesys`` in a subprocess; admin helpers over HTTP."""
+    """``python -m supervisor sim genesys|cxone`` in a subprocess; admin helpers over HTTP."""
 
     def __init__(
-        self, *, seed: int = 1, config: dict[str, Any] | None = None, start_limit_s: float = 20.0
+        self,
+        *,
+        seed: int = 1,
+        config: dict[str, Any] | None = None,
+        start_limit_s: float = 20.0,
+        kind: str = "genesys",
     ) -> None:
+        self._kind = kind
         self._seed = seed
         self._config = config or {}
         self._limit = start_limit_s
@@ -74,7 +80,7 @@ class SimProcess:
             "-m",
             "supervisor",
             "sim",
-            "genesys",
+            self._kind,
             "--seed",
             str(self._seed),
             "--config",
