@@ -369,7 +369,7 @@ async def test_agent_state_changes(agent: Agent) -> None:
     events = (await agent.poll()).json()["events"]
     assert events[0]["Type"] == "AgentState"
     assert events[0]["CurrentState"] == "Unavailable"
-    assert events[0]["CurrentOutState"] == "Lunch"
+    assert events[0]["CurrentOutReason"] == "Lunch"
     bad = await agent.post("state", state="Dancing")
     assert bad.status_code == 400
 
