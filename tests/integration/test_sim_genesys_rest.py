@@ -268,7 +268,9 @@ async def test_unknown_route_and_method_get_error_bodies(genesys: Genesys) -> No
     r = await genesys.http.get(genesys.api("/api/v2/nothing/here"), headers=genesys.auth)
     assert r.status_code == 404
     assert r.json()["code"] == "not.found"
-    r = await genesys.http.delete(genesys.api(f"/api/v2/conversations/{seeded(genesys)}"), headers=genesys.auth)
+    r = await genesys.http.delete(
+        genesys.api(f"/api/v2/conversations/{seeded(genesys)}"), headers=genesys.auth
+    )
     assert r.status_code == 405
     assert set(r.json()) == ERROR_KEYS
 
@@ -323,16 +325,22 @@ async def test_participant_disconnect_over_the_wire(genesys: Genesys) -> None:
         headers=genesys.auth,
     )
     assert r.status_code == 202 and r.content == b""
-    body = (await genesys.http.get(genesys.api(f"/api/v2/conversations/{conv.id}"), headers=genesys.auth)).json()
+    body = (
+        await genesys.http.get(genesys.api(f"/api/v2/conversations/{conv.id}"), headers=genesys.auth)
+    ).json()
     wire = next(p for p in body["participants"] if p["id"] == agent.id)
     assert wire["messages"][0]["state"] == "disconnected" and wire["endTime"]
     assert body["state"] == "connected"  # the customer is still there
     r = await genesys.http.patch(
-        genesys.api(f"/api/v2/conversations/messages/{conv.id}"), json={"state": "disconnected"}, headers=genesys.auth
+        genesys.api(f"/api/v2/conversations/messages/{conv.id}"),
+        json={"state": "disconnected"},
+        headers=genesys.auth,
     )
     assert r.status_code == 200 and r.json()["state"] == "disconnected" and r.json()["endTime"]
     sent = await genesys.http.post(
-        genesys.api(f"/api/v2/conversations/messages/{conv.id}/communications/{agent.communication.id}/messages"),
+        genesys.api(
+            f"/api/v2/conversations/messages/{conv.id}/communications/{agent.communication.id}/messages"
+        ),
         json={"textBody": "too late"},
         headers=genesys.auth,
     )
@@ -341,7 +349,9 @@ async def test_participant_disconnect_over_the_wire(genesys: Genesys) -> None:
 
 async def test_admin_seeds_conversations_and_validates(genesys: Genesys) -> None:
     admin = genesys.sim.urls["admin"]
-    r = await genesys.http.post(admin + "/conversations", json={"agentUserId": "u-1", "attributes": {"a": "b"}})
+    r = await genesys.http.post(
+        admin + "/conversations", json={"agentUserId": "u-1", "attributes": {"a": "b"}}
+    )
     assert r.status_code == 201
     body = r.json()
     assert genesys.sim.state.conversations.get(body["id"]) is not None

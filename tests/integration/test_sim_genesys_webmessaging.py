@@ -266,7 +266,12 @@ async def test_agent_message_is_pushed_and_disconnect_makes_read_only(genesys: G
         assert (await configure(ws, "tok-k"))["body"]["readOnly"] is True
         refused = await ask(
             ws,
-            {"action": "onMessage", "token": "tok-k", "tracingId": "t-ro", "message": {"type": "Text", "text": "x"}},
+            {
+                "action": "onMessage",
+                "token": "tok-k",
+                "tracingId": "t-ro",
+                "message": {"type": "Text", "text": "x"},
+            },
         )
         assert refused["class"] == "string" and refused["code"] == 400 and refused["tracingId"] == "t-ro"
         renewed = await configure(ws, "tok-k", startNew=True)
