@@ -228,7 +228,7 @@ def message_data(ctx: SimContext, conv: Conversation, sender: Participant, text:
         "toAddress": customer.id,
         "direction": "outbound",
         "messengerType": "webmessaging",
-        "textBody": text,
+        # PY269 MessageData has no textBody any more: the text is normalizedMessage.text
         "status": "sent",
         "normalizedMessage": {
             "id": msg_id,
