@@ -115,11 +115,11 @@ class Sdk:
         headers = {**self.bearer, **(TEXT if content is not None else {})}
         return await self.http.request(method, self.acd + path, content=content, headers=headers)
 
-    async def poll(self, timeout: int = 0) -> httpx.Response:
+    async def poll(self, hold_s: int = 0) -> httpx.Response:
         # GET_NEXT_EVENT_URI: .../agent-sessions/{sessionId}/get-next-event?timeout={timeoutSec}
         r = await self.call(
             "GET",
-            f"/InContactAPI/services/v23.0/agent-sessions/{self.session}/get-next-event?timeout={timeout}",
+            f"/InContactAPI/services/v23.0/agent-sessions/{self.session}/get-next-event?timeout={hold_s}",
         )
         if r.status_code == 200:
             self.session = r.json()["sessionId"]  # the SDK stores response.sessionId every time
