@@ -36,7 +36,8 @@ from supervisor.taxonomy.model import (
     TaxonomyClass,
     Trigger,
 )
-from supervisor.taxonomy.rules import OperationMatcher, ResponseSpec, Rule, Taxonomy, parse_status_spec
+from supervisor.taxonomy.responses import compile_responses
+from supervisor.taxonomy.rules import OperationMatcher, Rule, Taxonomy, parse_status_spec
 
 ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
 DEFAULT_VERSION = "v1"
@@ -50,21 +51,6 @@ REQUIRED_CODES = (
     "TOKEN_REFRESH_FAILED",
     "UNKNOWN_ERROR",
 )
-
-# responses the daemon's transports validate (docs/taxonomy.md, "Response validation"): every
-# taxonomy version must say what each must carry
-REQUIRED_RESPONSES = (
-    "genesys.webmessaging.SessionResponse",
-    "genesys.notifications.Channel",
-    "genesys.rest.Conversation",
-    "cxone.agent-session.AgentSession",
-    "cxone.agent-session.GetNextEvent",
-)
-#: a response's name: platform.channel.Response
-_RESPONSE_NAME = re.compile(
-    r"^(?P<platform>[a-z]+)\.(?P<channel>[a-z-]+)\.(?P<response>[A-Za-z][A-Za-z0-9]*)$"
-)
-_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 #: the largest taxonomy file read (the shipped v1 is 25 KiB)
 MAX_TAXONOMY_BYTES = 1024 * 1024
@@ -143,12 +129,6 @@ class _OperationFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True)
     channel: _StrOrList | None = None
     method: _StrOrList | None = None
     endpoint: _StrOrList | None = None
-
-
-class _ResponseFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
-    required: list[str]
-    conversation_field: str | None = None
-    description: str = ""
 
 
 class _RuleFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -393,7 +373,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
     if exception_default is None:
         raise TaxonomyError(f"{origin}: exceptions.*: missing (the default for unknown exceptions)")
 
-    responses = _responses(origin, doc.responses, platforms, channels)
+    responses = compile_responses(origin, doc.responses, platforms, channels)
 
     sources = dict(doc.sources)
     for key in sources:
@@ -416,41 +396,6 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
         sources=sources,
         responses=responses,
     )
-
-
-def _responses(
-    origin: str, raw: dict[str, dict[str, Any]], platforms: set[str], channels: set[str]
-) -> dict[str, ResponseSpec]:
-    """Check ``[responses.NAME]``: a known platform and channel, a non-empty list of distinct field names."""
-    out: dict[str, ResponseSpec] = {}
-    for name, raw_spec in raw.items():
-        where = f"responses.{name}"
-        match = _RESPONSE_NAME.match(name)
-        if match is None:
-            raise TaxonomyError(f"{origin}: {where}: a response is named platform.channel.Response")
-        platform, channel = match.group("platform"), match.group("channel")
-        if platform not in platforms or channel not in channels:
-            raise TaxonomyError(f"{origin}: {where}: unknown platform or channel '{platform}.{channel}'")
-        spec = _entry(origin, where, raw_spec, _ResponseFile)
-        if not spec.required:
-            raise TaxonomyError(f"{origin}: {where}.required: name at least one field")
-        for field_name in (*spec.required, *([spec.conversation_field] if spec.conversation_field else [])):
-            if not _FIELD_NAME.match(field_name):
-                raise TaxonomyError(f"{origin}: {where}: '{field_name[:40]}' is not a field name")
-        if len(set(spec.required)) != len(spec.required):
-            raise TaxonomyError(f"{origin}: {where}.required: a field is named twice")
-        out[name] = ResponseSpec(
-            name=name,
-            platform=platform,
-            channel=channel,
-            required=tuple(spec.required),
-            conversation_field=spec.conversation_field,
-            description=spec.description,
-        )
-    for name in REQUIRED_RESPONSES:
-        if name not in out:
-            raise TaxonomyError(f'{origin}: responses."{name}": missing (a transport validates it)')
-    return out
 
 
 def shipped_versions() -> list[str]:
