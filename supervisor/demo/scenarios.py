@@ -297,7 +297,9 @@ def _partial(fleet: Fleet, timing: Timing) -> list[Injection]:
                 kind=FaultKind.MISSING_FIELDS,
                 endpoint="WS /v1",
                 count=hit_count(fleet.webmessaging),
-                params={"fields": ["conversationId"]},
+                # a field Genesys really sends in SessionResponse and taxonomy v1 requires
+                # ([responses."genesys.webmessaging.SessionResponse"]); no guest frame names a conversation
+                params={"fields": ["connected"]},
             ),
         ),
         Injection("genesys", Fault(kind=FaultKind.DROP, endpoint="WS /v1")),
@@ -364,7 +366,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "partial-success",
             "Web Messaging sockets are dropped; the SessionResponse of a quarter of the reconnections "
-            "comes back 200 without conversationId (seed section 3).",
+            "comes back 200 without connected, a field Genesys sends and taxonomy v1 requires (seed section 3).",
             "the sessions hit terminate with FAIL_FAST_TRIGGER/INCOMPLETE_RESPONSE, the others are active",
             _partial,
             disrupted=lambda fleet: fleet.webmessaging,

@@ -195,7 +195,9 @@ class CxoneCredentials:
     async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
         body: dict[str, str] = {"client_id": self._client_id, "client_secret": self._secret.reveal()}
         if refresh is not None:
-            body.update(grant_type="refresh_token", refresh_token=refresh.reveal())
+            # NICE's agent SDK (cxone-auth.js, regional refresh) sends {"token": <refresh token>};
+            # refresh_token is the OAuth spelling (RFC 6749 section 6): both, so either reading works
+            body.update(grant_type="refresh_token", refresh_token=refresh.reveal(), token=refresh.reveal())
             url = self._base + "refresh"
         else:
             if self._username is not None and self._password is not None:

@@ -262,7 +262,7 @@ class SessionRunner:
             connection.session_response,
             platform=context.platform,
             channel=context.channel,
-            required=self.transport.required_fields,
+            kind=self.transport.response_kind,
             # what we held before this connection: a resumed session must name the same conversation
             expected_conversation_id=self._context.conversation_id,
             context=context.envelope_context(),

@@ -24,6 +24,7 @@ Fault fields: ``kind`` (see :class:`~supervisor.sim.faults.FaultKind`), ``share`
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -51,8 +52,10 @@ def make_admin_app(
     *,
     name: str = "simulator",
     urls: dict[str, str] | None = None,
+    routes: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] | None = None,
 ) -> web.Application:
-    """The admin API over one simulator's fault controller and recorder (see the module docstring)."""
+    """The admin API over one simulator's fault controller and recorder (see the module docstring),
+    plus a simulator's own ``routes`` (method, path, handler), e.g. Genesys conversation seeding."""
     app = web.Application(client_max_size=_MAX_BODY, middlewares=[_errors_middleware])
     app[_CONTROLLER] = controller
     app[_RECORDER] = recorder
@@ -68,6 +71,8 @@ def make_admin_app(
     app.router.add_delete("/faults/{id}", _delete_fault)
     app.router.add_get("/stats", _get_stats)
     app.router.add_post("/stats/reset", _reset_stats)
+    for method, path, handler in routes or ():
+        app.router.add_route(method, path, handler)
     return app
 
 

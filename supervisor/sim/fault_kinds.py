@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import fnmatch
 import math
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
+
+from supervisor.errors import SimulatorError
 
 __all__ = [
     "CONNECTION_KINDS",
@@ -20,6 +25,7 @@ __all__ = [
     "MAX_DURATION_S",
     "MAX_ENDPOINT_CHARS",
     "PARAM_SPECS",
+    "Fault",
     "FaultKind",
     "retry_after_header",
     "retry_after_seconds",
@@ -194,7 +200,9 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.LATENCY: {"latency_ms": (True, None, _number(0.0, _MAX_LATENCY_MS))},
     FaultKind.TOKEN_EXPIRE: {},
     FaultKind.TOKEN_REVOKE: {},
-    FaultKind.MISSING_FIELDS: {"fields": (False, ["conversationId", "agentId", "status"], _fields)},
+    # one field each platform's session response really carries and the daemon requires (taxonomy
+    # v1 [responses]): Web Messaging SessionResponse.connected, a REST resource's id, CXone's sessionId
+    FaultKind.MISSING_FIELDS: {"fields": (False, ["connected", "id", "sessionId"], _fields)},
     FaultKind.CONVERSATION_DRIFT: {"conversation_id": (False, None, _opt_str)},
     FaultKind.DUPLICATE_MESSAGE: {},
     FaultKind.QUEUE_FULL: {
@@ -235,3 +243,64 @@ def retry_after_seconds(value: object) -> int | None:
 
 
 _HTTP_DATE_DELAY_S = 5
+
+
+class Fault(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One injected fault; see the module docstring for the fields and each kind's params."""
+
+    kind: FaultKind
+    share: float = 1.0
+    at: float = 0.0
+    duration_s: float | None = None
+    count: int | None = None
+    endpoint: str | None = None
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+
+    def validate(self) -> Fault:
+        """Check ranges and the kind's params; fill param defaults. Returns self.
+
+        Raises :class:`SimulatorError` with one line naming the field.
+        """
+        # written so NaN fails each test (every comparison with it is false)
+        if not 0.0 <= self.share <= 1.0:
+            raise SimulatorError(f"fault.share: {FIELD_RULES['share']}")
+        if not (math.isfinite(self.at) and 0 <= self.at <= MAX_AT_S):
+            raise SimulatorError(f"fault.at: {FIELD_RULES['at']}")
+        if self.duration_s is not None and not (
+            math.isfinite(self.duration_s) and 0 < self.duration_s <= MAX_DURATION_S
+        ):
+            raise SimulatorError(f"fault.duration_s: {FIELD_RULES['duration_s']}")
+        if self.count is not None and not 1 <= self.count <= MAX_COUNT:
+            raise SimulatorError(f"fault.count: {FIELD_RULES['count']}")
+        if self.endpoint is not None and not (0 < len(self.endpoint.strip()) <= MAX_ENDPOINT_CHARS):
+            raise SimulatorError(f"fault.endpoint: must be 1 to {MAX_ENDPOINT_CHARS} characters")
+        spec = PARAM_SPECS[self.kind]
+        for name in self.params:
+            if name not in spec:
+                allowed = ", ".join(sorted(spec)) or "none"
+                kind = self.kind.value
+                raise SimulatorError(f"fault.params.{name}: unknown for {kind} (allowed: {allowed})")
+        for name, (required, default, check) in spec.items():
+            if name not in self.params:
+                if required:
+                    raise SimulatorError(f"fault.params.{name}: required for {self.kind.value}")
+                self.params[name] = default
+                continue
+            problem = check(self.params[name])
+            if problem:
+                raise SimulatorError(f"fault.params.{name}: {problem}")
+        return self
+
+    def applies_to(self, endpoint: str) -> bool:
+        """Whether the ``endpoint`` filter (if any) lets this fault apply to ``endpoint``."""
+        return self.endpoint is None or _endpoint_matches(self.endpoint, endpoint)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (what ``GET /faults`` shows)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+def _endpoint_matches(pattern: str, endpoint: str) -> bool:
+    return pattern in endpoint or fnmatch.fnmatchcase(endpoint, pattern)

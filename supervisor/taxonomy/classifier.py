@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from supervisor.clock import Clock, SystemClock, iso_utc
-from supervisor.errors import EnvelopeError
+from supervisor.errors import EnvelopeError, TaxonomyError
 from supervisor.taxonomy.envelope import MAX_NESTING, RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
 from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize
@@ -173,21 +173,34 @@ class Classifier:
         expected_conversation_id: str | None = None,
         context: Mapping[str, Any] | None = None,
         endpoint: str | None = None,
+        kind: str | None = None,
     ) -> SdkErrorEvent | None:
         """None when ``response`` has every required field (and, if given, our conversationId).
+
+        ``kind`` names the response (``[responses."platform.channel.Response"]`` of the taxonomy):
+        its ``required`` fields replace ``required``, and the drift check reads its
+        ``conversationField``; a response that names no conversation is not checked for drift
+        (docs/taxonomy.md). Without ``kind`` the seed's fields are required and the drift check
+        reads ``conversationId``.
 
         A field counts as missing when it is absent, null or an empty string: a response
         without a verifiable server-side anchor must not make a session active (seed
         section 3, "State reconciliation handles partial successes").
         """
+        conversation_field: str | None = "conversationId"
+        if kind is not None:
+            spec = self.taxonomy.responses.get(kind)
+            if spec is None:
+                raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no responses.{kind}")
+            required, conversation_field = spec.required, spec.conversation_field
         obj = response if isinstance(response, Mapping) else {}
         missing = [f for f in required if obj.get(f) in (None, "")]
         if missing:
             return self.incomplete_response(
                 missing, platform=platform, channel=channel, context=context, endpoint=endpoint
             )
-        if expected_conversation_id is not None:
-            actual = obj.get("conversationId")
+        if expected_conversation_id is not None and conversation_field is not None:
+            actual = obj.get(conversation_field)
             if actual != expected_conversation_id:
                 return self.state_drift(
                     expected_conversation_id,
@@ -198,6 +211,13 @@ class Classifier:
                     endpoint=endpoint,
                 )
         return None
+
+    def required_fields(self, kind: str) -> tuple[str, ...]:
+        """The fields the taxonomy's ``[responses.KIND]`` requires (for a transport's own checks)."""
+        spec = self.taxonomy.responses.get(kind)
+        if spec is None:
+            raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no responses.{kind}")
+        return spec.required
 
     def incomplete_response(
         self,
@@ -266,6 +286,24 @@ class Classifier:
             context,
             endpoint,
         )
+
+    def named(
+        self,
+        code: str,
+        *,
+        platform: Platform,
+        channel: Channel,
+        details: str,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+        status: int = 200,
+    ) -> SdkErrorEvent:
+        """The event of a code a transport *named* from what the platform said (CXone's
+        AgentSessionEnd event: AGENT_SESSION_ENDED); class, scope and policy are the taxonomy's."""
+        spec = self.taxonomy.codes.get(code)
+        if spec is None:
+            raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no codes.{code}")
+        return self._synthetic(code, platform, channel, status, details, context, endpoint)
 
     # ------------------------------------------------------------------ internals
     def _match(

@@ -36,6 +36,7 @@ from supervisor.taxonomy.model import (
     TaxonomyClass,
     Trigger,
 )
+from supervisor.taxonomy.responses import compile_responses
 from supervisor.taxonomy.rules import OperationMatcher, Rule, Taxonomy, parse_status_spec
 
 ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
@@ -46,6 +47,7 @@ REQUIRED_CODES = (
     "INCOMPLETE_RESPONSE",
     "CONVERSATION_STATE_DRIFT",
     "SESSION_ID_MISMATCH",
+    "AGENT_SESSION_ENDED",
     "TOKEN_REFRESH_FAILED",
     "UNKNOWN_ERROR",
 )
@@ -151,6 +153,7 @@ class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     description: str = ""
     sources: dict[str, str] = msgspec.field(default_factory=dict)
     operations: list[_OperationFile] = msgspec.field(default_factory=list)
+    responses: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
 
 _CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -361,6 +364,8 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
     if exception_default is None:
         raise TaxonomyError(f"{origin}: exceptions.*: missing (the default for unknown exceptions)")
 
+    responses = compile_responses(origin, doc.responses, platforms, channels)
+
     sources = dict(doc.sources)
     for key in sources:
         platform, _, channel = key.partition(".")
@@ -380,6 +385,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
         exceptions=exceptions,
         exception_default=exception_default,
         sources=sources,
+        responses=responses,
     )
 
 

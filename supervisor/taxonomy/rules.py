@@ -226,6 +226,19 @@ class Rule:
         return self.token_expired is None or self.token_expired == token_expired
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseSpec:
+    """One ``[responses.NAME]`` entry: what a platform's response must carry (seed section 3)."""
+
+    name: str
+    platform: str
+    channel: str
+    required: tuple[str, ...]
+    # where the response names its conversation (None: it names none, no drift check)
+    conversation_field: str | None = None
+    description: str = ""
+
+
 @dataclass(slots=True)
 class Taxonomy:
     """A checked, compiled taxonomy version."""
@@ -242,6 +255,7 @@ class Taxonomy:
     exceptions: dict[str, CodeSpec]
     exception_default: CodeSpec
     sources: dict[str, str]
+    responses: dict[str, ResponseSpec] = field(default_factory=dict)
     _buckets: dict[int | None, tuple[Rule, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -52,8 +52,9 @@ class Transport(Protocol):
     """Opens connections for one session."""
 
     context: SessionContext
-    # the fields a session response must carry before the session may go active
-    required_fields: tuple[str, ...]
+    # which response ``session_response`` is: the taxonomy's [responses.KIND] says what it must
+    # carry before the session may go active, and where it names its conversation (docs/taxonomy.md)
+    response_kind: str
 
     async def open(self) -> Connection:
         """Connect and obtain the session response. Raises TransportFailure or OperationError."""

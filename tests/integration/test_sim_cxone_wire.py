@@ -119,6 +119,7 @@ async def test_legacy_token_shape(sim: CxoneSimulator, http: httpx.AsyncClient) 
     assert set(token) == {
         "access_token", "token_type", "expires_in", "refresh_token", "refresh_token_server_uri",
         "resource_server_base_uri", "scope", "agent_id", "team_id", "bus_no",
+        "id_token", "issued_token_type",  # auth-token.js reads these too
     }  # fmt: skip
     assert token["token_type"] == "bearer"
     assert token["expires_in"] == 3600
@@ -369,7 +370,7 @@ async def test_agent_state_changes(agent: Agent) -> None:
     events = (await agent.poll()).json()["events"]
     assert events[0]["Type"] == "AgentState"
     assert events[0]["CurrentState"] == "Unavailable"
-    assert events[0]["CurrentOutState"] == "Lunch"
+    assert events[0]["CurrentOutReason"] == "Lunch"
     bad = await agent.post("state", state="Dancing")
     assert bad.status_code == 400
 

@@ -68,9 +68,11 @@ async def test_genesys_rest_body_nested_too_deep_is_a_400_error_body(genesys: Ge
 
 async def test_genesys_rest_body_at_the_cap_is_parsed(genesys: Genesys) -> None:
     await genesys.login()
+    conv = genesys.sim.create_conversation()
+    path = f"/api/v2/conversations/messages/{conv.id}/communications/{conv.agent().communication.id}/messages"
     body = '{"textBody": "hi", "x": ' + deep(MAX_JSON_DEPTH - 2) + "}"
     r = await genesys.http.post(
-        genesys.api(MESSAGES), content=body, headers={**genesys.auth, "Content-Type": "application/json"}
+        genesys.api(path), content=body, headers={**genesys.auth, "Content-Type": "application/json"}
     )
     assert r.status_code == 200, r.text
 

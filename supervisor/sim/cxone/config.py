@@ -50,6 +50,11 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
             (else the connection is closed, or the request answered 408); idle keep-alive
             connections are closed after it too.
+        v1_resource_base_uri: v1 token answers carry ``resource_server_base_uri``. NICE's SDK
+            reads it from ``.../token/whoami`` instead, which suggests v1 answers lack it [I]:
+            turn it off to meet a client that must not rely on it (CX-9).
+        ended_poll_status: what a poll after the delivered ``AgentSessionEnd`` answers: 409
+            (default), 404 or 400. No vendor source shows it (NICE's SDK never sends that poll) [I].
 
     Every number must be finite and at most 10^9.
     """
@@ -69,9 +74,13 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     auth_error_body: ErrorBody = ErrorBody.JSON
     scope: str = "RealTimeApi AdminApi AgentApi AuthenticationApi PatronApi ReportingApi"
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    v1_resource_base_uri: bool = True
+    ended_poll_status: int = 409
 
     def __post_init__(self) -> None:
         check_numbers(self)
+        if self.ended_poll_status not in (400, 404, 409):
+            raise ValueError("ended_poll_status must be 400, 404 or 409")
         if self.read_timeout_s <= 0:
             raise ValueError("read_timeout_s must be > 0")
         if self.token_ttl_s <= 0:

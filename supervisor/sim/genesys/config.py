@@ -46,6 +46,13 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         max_channels: channels per client before the oldest is evicted (§2: 20).
         max_topics: topics per channel (§2: 1000).
         wm_session_ttl_s: Web Messaging session lifetime (``durationSeconds``) [I].
+        wm_disconnect_read_only: the agent's disconnect makes the guest session read-only and says
+            so in the Presence Disconnect's ``metadata.readOnly`` ("true"); off: "false", the
+            session stays writable (a deployment that only displays the status) [I, GMT].
+        wm_clear_conversation: a guest's Presence ``Clear`` is honoured (``SessionClearedEvent``);
+            off: 403 "Presence events Conversation Clear are not supported" (GMT ``Response.kt``).
+        denied_topics: notification topic globs refused for missing permissions (``Rejected``
+            with ``missingPermissions``, or 403 without ``ignoreErrors``) [I].
         wm_rate_limit / wm_rate_window_s: guest messages per session per window before 4029 [I].
         max_message_chars: onMessage text longer than this is 4011 [I].
         max_custom_data_bytes: customAttributes larger than this is 4013 (§1: 2048).
@@ -74,6 +81,9 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     max_channels: int = 20
     max_topics: int = 1000
     wm_session_ttl_s: int = 259200
+    wm_disconnect_read_only: bool = True
+    wm_clear_conversation: bool = True
+    denied_topics: tuple[str, ...] = ()
     wm_rate_limit: int = 60
     wm_rate_window_s: float = 60.0
     max_message_chars: int = 4096

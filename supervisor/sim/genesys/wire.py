@@ -35,6 +35,7 @@ class ErrorCode(enum.StrEnum):
     AUTHENTICATION_REQUIRED = "authentication.required"
     BAD_CREDENTIALS = "bad.credentials"
     NOT_AUTHORIZED = "not.authorized"
+    MISSING_PERMISSIONS = "missing.permissions"
     NOT_FOUND = "not.found"
     METHOD_NOT_ALLOWED = "method.not.allowed"
     UNSUPPORTED_MEDIA_TYPE = "unsupported.media.type"
@@ -53,6 +54,7 @@ _MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.AUTHENTICATION_REQUIRED: "No authentication bearer token specified in authorization header.",
     ErrorCode.BAD_CREDENTIALS: "Invalid login credentials.",
     ErrorCode.NOT_FOUND: "The requested resource was not found.",
+    ErrorCode.MISSING_PERMISSIONS: "Unable to perform the requested action. You are missing the following permission(s).",
     ErrorCode.METHOD_NOT_ALLOWED: "HTTP method not allowed for this resource.",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "Unsupported Media Type - Unsupported or incorrect media type.",
     ErrorCode.INTERNAL_SERVER_ERROR: "The server encountered an unexpected condition.",
@@ -134,6 +136,7 @@ class WmClass(enum.StrEnum):
     SESSION_EXPIRED_EVENT = "SessionExpiredEvent"
     TOO_MANY_REQUESTS = "TooManyRequestsErrorMessage"
     CONNECTION_CLOSED_EVENT = "ConnectionClosedEvent"
+    SESSION_CLEARED_EVENT = "SessionClearedEvent"
 
 
 class WmCode(enum.IntEnum):
