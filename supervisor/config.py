@@ -298,6 +298,9 @@ def _check(config: Config, origin: str) -> None:
         if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
             if genesys.client_id is None:
                 raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+            if spec.agent_id is None:
+                # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
+                raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
             channels += 1
             if channels > GENESYS_CHANNELS_PER_CLIENT:
                 # a 21st channel would evict the oldest: two sessions would fight over a channel forever

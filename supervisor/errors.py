@@ -70,9 +70,12 @@ class OperationError(SessionError):
     ``event`` is the SdkErrorEvent that decided it; ``exhausted`` is True when retries ran out.
     """
 
-    def __init__(self, event: object, *, exhausted: bool = False) -> None:
+    def __init__(self, event: object, *, exhausted: bool = False, published: bool = False) -> None:
         self.event = event
         self.exhausted = exhausted
+        # the retry executor already published the event (SDK_ERROR_CLASSIFIED); an event a
+        # transport named itself (a drift, a session id mismatch) is the runtime's to publish
+        self.published = published
         code = getattr(event, "code", "?")
         super().__init__(f"operation failed: {code}" + (" (retries exhausted)" if exhausted else ""))
 

@@ -177,7 +177,7 @@ class RetryExecutor:
                     self._circuit(breaker.record_success(probe_id))
                 if hooks is not None and details is not None:
                     hooks.gave_up(details, None)
-                raise OperationError(event)
+                raise OperationError(event, published=hooks is not None)
             if breaker is not None:
                 self._circuit(breaker.record_failure(event, probe_id))
             if event.replay_with_fresh_token and not replayed and tokens is not None:
@@ -235,6 +235,9 @@ class RetryExecutor:
             failure = _Failure(self._classify(raw), _Kind.LOST)
         else:
             if isinstance(outcome, SdkErrorEvent):
+                # a success that failed validation (INCOMPLETE_RESPONSE, ...): classified all the same
+                if self._hooks is not None:
+                    self._hooks.classified(outcome)
                 failure = _Failure(outcome, _Kind.ANSWERED)
             elif isinstance(outcome, RawError):
                 failure = _Failure(self._classify(outcome), _Kind.FAILED)
@@ -297,7 +300,7 @@ class RetryExecutor:
                         operation,
                     )
                 hooks.gave_up(details, report)
-            raise OperationError(event, exhausted=exhausted)
+            raise OperationError(event, exhausted=exhausted, published=hooks is not None)
         delay_s = decision.delay_ms / 1000.0
         if hooks is not None and details is not None:
             retry = RetryAttempt(

@@ -247,7 +247,7 @@ class SessionRunner:
             self._connect_failed(self._classify(raw), probe_id)
             return
         except OperationError as failure:
-            self._connect_failed(_decided(failure), probe_id)
+            self._connect_failed(self._unpublished(failure), probe_id)
             return
         except CircuitOpenError as refused:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
@@ -295,7 +295,7 @@ class SessionRunner:
             except TransportFailure as exc:
                 ended = exc.raw if isinstance(exc.raw, RawError) else None
             except OperationError as exc:
-                failure = _decided(exc)
+                failure = self._unpublished(exc)
             except CircuitOpenError:
                 ended = self._unknown_failure()
         self._serve_scope = None
@@ -354,6 +354,13 @@ class SessionRunner:
     def _classify(self, raw: RawError) -> SdkErrorEvent:
         event = self._classifier.classify(raw)
         self._bus.publish(ErrorClassified(event))
+        return event
+
+    def _unpublished(self, error: OperationError) -> SdkErrorEvent:
+        """The decided event of ``error``, published here when the executor did not (a named one)."""
+        event = _decided(error)
+        if not error.published:
+            self._bus.publish(ErrorClassified(event))
         return event
 
     def _event_for(self, raw: RawError) -> SdkErrorEvent:

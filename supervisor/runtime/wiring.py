@@ -227,7 +227,8 @@ class Wiring:
             gen = platforms.genesys
             assert gen is not None
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
-            topics = [f"v2.users.{spec.agent_id}.conversations"] if spec.agent_id else ["v2.system.heartbeat"]
+            # platforms.md section 2: the agent's conversation topic (the config requires an agentId)
+            topics = [f"v2.users.{spec.agent_id}.conversations"]
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipelines["genesys"],

@@ -7,6 +7,7 @@ notifications sessions than the platform's 20 channels per user and app (platfor
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,7 +117,8 @@ def test_non_finite_durations_are_refused(key: str, value: str) -> None:
 
 def notifications(count: int) -> str:
     sessions = "".join(
-        f'[[sessions]]\nid = "n{i}"\nplatform = "genesys"\nkind = "notifications"\n' for i in range(count)
+        f'[[sessions]]\nid = "n{i}"\nplatform = "genesys"\nkind = "notifications"\nagentId = "a{i}"\n'
+        for i in range(count)
     )
     return genesys() + sessions
 
@@ -158,3 +160,25 @@ def test_run_check_refuses_them_in_one_line(tmp_path: Path, text: str, line: str
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith(f"session-supervisor: error: {path}: {line}")
+
+
+def test_a_notifications_session_needs_an_agent_for_its_topic() -> None:
+    from supervisor.config import parse_config
+    from supervisor.errors import ConfigError
+
+    text = """
+[platforms.genesys]
+loginUrl = "https://login.example.com"
+apiUrl = "https://api.example.com"
+clientId = "c"
+clientSecretFile = "s"
+[[sessions]]
+id = "nt-0"
+platform = "genesys"
+kind = "notifications"
+"""
+    with pytest.raises(
+        ConfigError,
+        match="^" + re.escape("t.toml: sessions[0].agentId: required by a notifications session") + "$",
+    ):
+        parse_config(text, "t.toml")
