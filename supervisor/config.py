@@ -147,6 +147,18 @@ class TokenSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     refresh_before_retry: _Seconds = 60.0
 
 
+class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    # beyond the seed (issue 15): pace connection attempts and REST calls to what each endpoint
+    # admits (slow start, then a cut on 429/503 and a gentle probe up); false turns pacing off
+    adaptive: bool = True
+    # connection attempts per second per endpoint to start from (start-up and storms alike)
+    initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
+    # retries may add at most this share of an endpoint's calls (within 10 s) ...
+    retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
+    # ... plus this many retries per second whatever the traffic
+    retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+
+
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     taxonomy_version: str = "v1"
     shutdown_grace: _PositiveSeconds = 10.0
@@ -172,6 +184,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     reconnect: ReconnectConfig = msgspec.field(default_factory=ReconnectConfig)
     circuit: CircuitSettings = msgspec.field(default_factory=CircuitSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
+    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
 
 
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:

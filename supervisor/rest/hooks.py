@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from machines.effects import CircuitEffect
+from machines.pacing import PacerReport
 from supervisor.boundary import SessionContext
 from supervisor.events import RetryAttempt, RetryExhausted, RetrySuccess
 from supervisor.taxonomy import SdkErrorEvent
@@ -104,6 +105,9 @@ class ExecutorHooks(Protocol):
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         """The endpoint's circuit moved (transitions, CIRCUIT_BREAKER_* events)."""
 
+    def pacing(self, report: PacerReport) -> None:
+        """The endpoint's REST pacing changed its rate or paused it (beyond the seed, issue 15)."""
+
 
 class NoHooks:
     """Hooks that do nothing (the executor skips them entirely when it has none)."""
@@ -129,6 +133,9 @@ class NoHooks:
         pass
 
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
+        pass
+
+    def pacing(self, report: PacerReport) -> None:
         pass
 
 
@@ -165,6 +172,10 @@ class HookChain:
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         for h in self._hooks:
             h.circuit(effects)
+
+    def pacing(self, report: PacerReport) -> None:
+        for h in self._hooks:
+            h.pacing(report)
 
 
 def _nest(scopes: list[AbstractContextManager[object] | None]) -> AbstractContextManager[object] | None:

@@ -29,14 +29,16 @@ import msgspec
 
 from machines.circuit import Circuit
 from machines.effects import CircuitEffect, Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.pacing import Pacer, PacerReport
 from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng
 from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
 from supervisor.events import Correlation, ErrorClassified
+from supervisor.rest.executor import throttles
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.publish import publish_effects
+from supervisor.runtime.publish import publish_effects, publish_pacing
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Transport
@@ -79,8 +81,11 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
+        pacer: Pacer | None = None,
     ) -> None:
         self.transport = transport
+        # beyond the seed (issue 15): the endpoint's adaptive pacing of connection attempts
+        self._pacer = pacer
         # what the session is: configured ids, then what it learned (merged here only)
         self._context: SessionContext = transport.context
         self.session_id = self._context.session_id
@@ -187,6 +192,35 @@ class SessionRunner:
             await self._sleep(seconds)
         self._wait_scope = None
 
+    async def _paced(self) -> bool:
+        """Wait for the endpoint's next connection slot; False when the session ended meanwhile.
+
+        A slot reserved before a throttle is void (the endpoint's pace was cut and it may be
+        paused): the session reserves again. A slot past the reconnection horizon ends the
+        session there (the machine gives up: HORIZON).
+        """
+        pacer = self._pacer
+        if pacer is None:
+            return True
+        while True:
+            generation = pacer.generation
+            wait = pacer.reserve()
+            if wait > 0:
+                deadline = self.core.horizon_deadline
+                if deadline is not None and self._clock.monotonic() + wait > deadline:
+                    if self.core.state is SessionState.RECONNECTING:
+                        self._execute(self.core.reconnect_due(wait))
+                    return False
+                await self._pause(wait)
+                if self.core.terminated:
+                    return False
+            if pacer.generation == generation:
+                return True
+
+    def _pacing(self, report: PacerReport | None) -> None:
+        if report is not None:
+            publish_pacing(self._bus, report, "connect", self._clock.time())
+
     async def _await_reconnect(self) -> None:
         due = self._due if self._due is not None else self._clock.monotonic()
         wait = due - self._clock.monotonic()
@@ -194,6 +228,8 @@ class SessionRunner:
             await self._pause(wait)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
+        if not await self._paced():
+            return  # stopped, or the endpoint's next slot falls past the horizon
         admission = self._circuit.admit()
         self._record(admission.effects)
         if admission.allowed:
@@ -206,6 +242,8 @@ class SessionRunner:
 
     async def _connect_and_serve(self) -> None:
         if not self._admitted:
+            if not await self._paced():
+                return
             admission = self._circuit.admit()
             self._record(admission.effects)
             if not admission.allowed:
@@ -257,6 +295,8 @@ class SessionRunner:
                 self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
             return
         self._record(self._circuit.record_success(probe_id))
+        if self._pacer is not None:
+            self._pacing(self._pacer.admitted())
         context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
@@ -278,6 +318,11 @@ class SessionRunner:
 
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
         self._record(self._circuit.record_failure(event, probe_id))
+        if self._pacer is not None and throttles(event):
+            # the platform refused the attempt for load: slower for everyone, and nobody before
+            # its Retry-After (the whole endpoint waits, not only this session)
+            retry_after = None if event.retry_after_ms is None else event.retry_after_ms / 1000.0
+            self._pacing(self._pacer.throttled(retry_after))
         if self.core.terminated:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))

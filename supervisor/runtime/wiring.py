@@ -20,7 +20,8 @@ import anyio
 import httpx
 
 from machines.circuit import CircuitConfig
-from machines.registry import CircuitRegistry
+from machines.pacing import PacingConfig
+from machines.registry import Admission, CircuitRegistry
 from machines.session import SessionConfig
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
@@ -65,9 +66,10 @@ class Wiring:
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
+        self.admission = _admission(config, self.clock)
         self.session_config = _session_config(config)
         self.store = SessionStore()
-        bus_hooks = BusHooks(self.bus)
+        bus_hooks = BusHooks(self.bus, self.clock)
         self.executor = RetryExecutor(
             self.classifier,
             self.circuits,
@@ -76,6 +78,7 @@ class Wiring:
             hooks=HookChain([bus_hooks, *hooks]) if hooks else bus_hooks,
             sleep=sleep,
             refresh_before_retry_s=config.tokens.refresh_before_retry,
+            admission=self.admission,
         )
         self.tokens: dict[str, TokenCache] = {}
         self.pipelines: dict[str, RequestPipeline] = {}
@@ -272,6 +275,8 @@ class Wiring:
             tokens=self.tokens.get(spec.platform),
             config=self.session_config,
             sleep=self.sleep,
+            # beyond the seed (issue 15): connection attempts to the endpoint are paced to what it admits
+            pacer=self.admission.connect(circuit),
         )
 
 
@@ -282,6 +287,22 @@ def _circuit_config(config: Config) -> CircuitConfig:
         window_s=circuit.window,
         open_s=circuit.open_for,
         probe_timeout_s=circuit.probe_timeout,
+    )
+
+
+def _admission(config: Config, clock: Clock) -> Admission:
+    settings = config.admission
+    connect = rest = None
+    if settings.adaptive:
+        # connection attempts start paced (a start-up is a storm too); REST calls engage at the
+        # first throttle (most endpoints never throttle, and a long poll must not wait for a slot)
+        connect = PacingConfig(initial_rate=settings.initial_rate)
+        rest = PacingConfig(initial_rate=None)
+    return Admission(
+        clock,
+        connect=connect,
+        rest=rest,
+        budget=(settings.retry_budget_ratio, settings.retry_budget_min_per_second),
     )
 
 

@@ -173,6 +173,7 @@ def webmessaging_config(
     taxonomy: str = "v1",
     seed: int = 1,
     echo_interval: float = 30.0,
+    adaptive: bool = True,
 ) -> Config:
     """``sessions`` Genesys Web Messaging guests against the simulator at ``urls``."""
     data: dict[str, Any] = {
@@ -190,6 +191,7 @@ def webmessaging_config(
         ],
         "daemon": {"taxonomyVersion": taxonomy, "seed": seed},
         "reconnect": {"firstDelayMin": first_delay[0], "firstDelayMax": first_delay[1]},
+        "admission": {"adaptive": adaptive},
     }
     return parse_config(data, "bench")
 
