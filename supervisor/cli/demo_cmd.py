@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -72,8 +73,13 @@ def demo(
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
 
+    def announce(subscribe: Path, control: Path) -> None:
+        # stderr: stdout stays the summary alone (one JSON object with --json)
+        click.echo(f"watch it from another terminal: session-supervisor watch --socket {subscribe}", err=True)
+        click.echo(f"control it: session-supervisor ctl --socket {control} status", err=True)
+
     async def main() -> dict[str, Any] | None:
-        return await run_demo(options, progress=stderr_console() if show else None)
+        return await run_demo(options, progress=stderr_console() if show else None, on_sockets=announce)
 
     try:
         summary = anyio.run(main, backend="asyncio")

@@ -25,8 +25,10 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
+from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
+from supervisor.config import SocketsConfig
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -69,7 +71,12 @@ class _Run:
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
 
-    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any] | None:
+    async def execute(
+        self,
+        workdir: Path,
+        progress: Console | None,
+        on_sockets: Callable[[Path, Path], object] | None = None,
+    ) -> dict[str, Any] | None:
         """The run's summary, or None when a stop signal interrupted it before the outcome."""
         opts, scenario, timing = self.options, self.scenario, self.timing
         credentials = write_credentials(workdir)
@@ -142,11 +149,23 @@ class _Run:
                     )
                     self.final = (summary["states"], summary["openCircuits"])
 
-                services: list[Service] = []
+                # the socket API, in the run's temporary directory: `watch` attaches from another terminal
+                stop = anyio.Event()
+                subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
+                api = SocketApi(
+                    supervisor, SocketsConfig(), environ={}, paths=(subscribe_path, control_path), stop=stop
+                )
+                api.bind()
+                if on_sockets is not None:
+                    on_sockets(subscribe_path, control_path)
+                services: list[Service] = list(api.services)
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
-                await run_daemon(supervisor, grace_s=5.0, services=services, body=play)
+                try:
+                    await run_daemon(supervisor, grace_s=5.0, services=services, body=play, stop=stop)
+                finally:
+                    api.close()
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -244,14 +263,21 @@ def timing_for(fast: bool) -> Timing:
     return FAST if fast else REAL
 
 
-async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any] | None:
+async def run_demo(
+    options: DemoOptions,
+    *,
+    progress: Console | None = None,
+    on_sockets: Callable[[Path, Path], object] | None = None,
+) -> dict[str, Any] | None:
     """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
 
-    None when a stop signal (SIGINT, SIGTERM) interrupted it: the daemon drained as ``run``'s does.
+    None when a stop signal (SIGINT, SIGTERM) or the control socket's drain interrupted it: the
+    daemon drained as ``run``'s does. ``on_sockets(subscribe, control)`` is told where the socket
+    API listens (in the run's temporary directory) before the sessions start.
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]
     _raise_nofile(options.sessions)
     run = _Run(options, scenario, timing_for(options.fast))
     with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
-        return await run.execute(Path(workdir), progress)
+        return await run.execute(Path(workdir), progress, on_sockets)
