@@ -27,6 +27,7 @@ from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, w
 __all__ = ["Hub", "Subscriber"]
 
 _CIRCUIT_PREFIX = "circuit:"
+_TRANSITION = "SESSION_TRANSITION"
 
 
 class Subscriber:
@@ -165,6 +166,8 @@ class Hub:
         if not subscribers:
             return
         name = published.event.name
+        # a session transition is the delta itself: never sent a second time as an event
+        as_event = name != _TRANSITION
         frame: bytes | None = None
         for subscriber in subscribers:
             subscription = subscriber.subscription
@@ -172,7 +175,7 @@ class Hub:
             if delta is not None and self._wants_delta(subscription, delta):
                 subscriber.outbox.push_delta(delta)
                 pushed = True
-            if subscription.wants_event(name) and self._wants_event(subscription, published):
+            if as_event and subscription.wants_event(name) and self._wants_event(subscription, published):
                 if frame is None:
                     frame = encode_message({"type": "event", **wire(published)})
                 subscriber.outbox.push_frame(frame)

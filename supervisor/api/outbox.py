@@ -132,7 +132,10 @@ class Outbox:
         if self.lagged:
             lost, self.lost = self.lost, 0
             self.lagged = False
-            self._head = None
+            if self._head is not None:
+                # the first snapshot never left: the reader lost nothing it had, a fresh one is enough
+                self._head = None
+                return [self._snapshot()], True
             return [encode_message({"type": "lagged", "count": lost}), self._snapshot()], True
         frames: list[bytes] = []
         if self._head is not None:
