@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.api.events import Peer, PeerRefused
-from supervisor.api.listen import AccessPolicy, bind_unix, identity, peer_of, remove_if_ours
+from supervisor.api.listen import AccessPolicy, Identity, bind_unix, identity, peer_of, remove_if_ours
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, FrameDecoder, encode_error
 from supervisor.errors import ApiError
 from supervisor.events import Event
@@ -134,8 +134,8 @@ class UnixService:
         self._create_directory = create_directory
         # a descriptor handed over by systemd socket activation (issue 12) instead of binding
         self._listener = listener
-        # (device, inode) of the file we bound, removed at exit only if still ours; None if handed over
-        self._ours: tuple[int, int] | None = None
+        # (device, inode, ctime) of the file we bound, removed at exit only if still ours; None if handed over
+        self._ours: Identity | None = None
         self.active = 0
         self.accepted = 0
         self.refused = 0

@@ -172,15 +172,21 @@ def _unlink_quietly(path: Path) -> None:
         path.unlink()
 
 
-def identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of a socket file, to remove it at exit only if it is still ours."""
+Identity = tuple[int, int, int]
+
+
+def identity(path: Path) -> Identity | None:
+    """(device, inode, ctime) of a socket file, to remove it at exit only if it is still ours.
+
+    The inode alone is not enough: a file made after ours was unlinked often gets the same number.
+    """
     try:
         info = path.lstat()
     except OSError:
         return None
-    return (info.st_dev, info.st_ino) if stat.S_ISSOCK(info.st_mode) else None
+    return (info.st_dev, info.st_ino, info.st_ctime_ns) if stat.S_ISSOCK(info.st_mode) else None
 
 
-def remove_if_ours(path: Path, ours: tuple[int, int] | None) -> None:
+def remove_if_ours(path: Path, ours: Identity | None) -> None:
     if ours is not None and identity(path) == ours:
         _unlink_quietly(path)

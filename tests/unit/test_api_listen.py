@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from supervisor.api.events import Peer
-from supervisor.api.listen import AccessPolicy, bind_unix, default_paths, peer_of, policies, socket_paths
+from supervisor.api.listen import (
+    AccessPolicy,
+    bind_unix,
+    default_paths,
+    identity,
+    peer_of,
+    policies,
+    remove_if_ours,
+    socket_paths,
+)
 from supervisor.config import SocketsConfig, parse_config
 from supervisor.errors import ConfigError
 
@@ -74,6 +83,22 @@ def test_a_path_that_is_not_a_socket_is_never_removed(short_dir: Path, kind: str
     assert path.exists()
     if kind == "file":
         assert path.read_text() == "precious"
+
+
+def test_at_exit_only_our_own_socket_file_is_removed(short_dir: Path) -> None:
+    path = short_dir / "s.sock"
+    ours = bind_unix(path, 0o660)
+    mine = identity(path)
+    ours.close()
+    path.unlink()
+    theirs = bind_unix(path, 0o660)  # another daemon took the path after us
+    try:
+        remove_if_ours(path, mine)
+        assert path.exists()
+        remove_if_ours(path, identity(path))
+        assert not path.exists()
+    finally:
+        theirs.close()
 
 
 def test_a_missing_directory_or_a_long_path_is_one_line(short_dir: Path) -> None:

@@ -71,7 +71,9 @@ class Reader:
                 assert message["seq"] > self.last_seq, "seq rises on the stream"
                 self.last_seq = message["seq"]
                 if kind == "delta":
-                    assert message["previous"] == self.view[message["sessionId"]], "a delta leaves from what we saw"
+                    assert message["previous"] == self.view[message["sessionId"]], (
+                        "a delta leaves from what we saw"
+                    )
                     self.view[message["sessionId"]] = message["state"]
                     self.deltas.append(message["seq"])
 
