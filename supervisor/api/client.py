@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import stat
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,6 +26,14 @@ from supervisor.api.protocol import (
 from supervisor.errors import ApiError, ApiUnavailable
 
 __all__ = ["Client"]
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(path.stat().st_mode)
+    except OSError:
+        return False
+
 
 _RECV = 1 << 16
 
@@ -65,6 +74,8 @@ class Client:
         if isinstance(exc, FileNotFoundError):
             return f"{where}: no such socket: is the daemon running? (or give --socket PATH)"
         if isinstance(exc, ConnectionRefusedError):
+            if not _is_socket(self.path):
+                return f"{where}: not a socket"
             return f"{where}: nobody is listening: the daemon is not running"
         if isinstance(exc, PermissionError):
             return f"{where}: permission denied: the socket's mode and group do not let you in"

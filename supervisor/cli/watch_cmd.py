@@ -112,7 +112,7 @@ def _show_table(client: Client, messages: Any, path: Path) -> None:
     title = f"session-supervisor watch {path}"
 
     def frame() -> Any:
-        return render(model, height=console.height, title=title)
+        return render(model, height=console.height, width=console.width, title=title)
 
     with Live(frame(), console=console, auto_refresh=False, transient=False) as live:
         for message in messages:

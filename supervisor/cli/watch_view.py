@@ -88,12 +88,19 @@ def _describe(message: dict[str, Any]) -> str:
     return f"{at} {message.get('circuitId')} {str(name).removeprefix('CIRCUIT_BREAKER_').lower()}"
 
 
+def _error(error: object, with_class: bool) -> str:
+    if not isinstance(error, dict):
+        return ""
+    code = str(error.get("code", ""))
+    return f"{code} {error.get('class', '')}".strip() if with_class else code
+
+
 def _clock(iso: object) -> str:
     text = str(iso or "")
     return text[11:19] if len(text) >= 19 else text
 
 
-def render(model: WatchModel, *, height: int, title: str) -> RenderableType:
+def render(model: WatchModel, *, height: int, width: int, title: str) -> RenderableType:
     counts = model.counts()
     header = Text(f"{title}  ", style="bold")
     header.append(f"{len(model.rows)} sessions")
@@ -104,29 +111,51 @@ def render(model: WatchModel, *, height: int, title: str) -> RenderableType:
     header.append(f"   seq {model.seq}", style="dim")
     if model.lagged:
         header.append(f"   lagged {model.lagged}", style="magenta")
-    table = Table(expand=False, pad_edge=False)
-    for column in ("session", "platform", "state", "since (UTC)", "attempts", "last error", "circuit"):
-        table.add_column(column, justify="right" if column == "attempts" else "left", no_wrap=True)
+    circuits: dict[str, str] = {}
+    for row in model.rows.values():
+        circuit = row.get("circuit")
+        if isinstance(circuit, dict):
+            circuits[str(circuit.get("endpoint"))] = str(circuit.get("state"))
+    summary = Text(
+        "circuits: " + (", ".join(f"{e} {s}" for e, s in sorted(circuits.items())) or "-"), style="dim"
+    )
     ordered = sorted(
         model.rows.values(), key=lambda r: (_RANK.get(str(r.get("state")), 9), str(r["sessionId"]))
     )
+    table = Table(expand=False, pad_edge=False)
+    # fixed columns keep their width on a narrow terminal; only "last error" gets what is left
+    fixed = (
+        ("session", max([len("session"), *(len(str(r["sessionId"])) for r in ordered)])),
+        ("plat.", 7),
+        ("state", 12),
+        ("since", 8),
+        ("att.", 4),
+    )
+    for column, size in fixed:
+        table.add_column(column, width=size, no_wrap=True, justify="right" if column == "att." else "left")
+    circuit_width = 9
+    # every column has its width, a space either side and a border; the edges have no padding
+    used = sum(size + 3 for _, size in fixed) + (circuit_width + 2) + 3 + 1
+    room_for_error = max(8, width - used)
+    with_class = room_for_error >= 42  # the longest code and class side by side
+    table.add_column("last error", max_width=room_for_error, no_wrap=True, overflow="ellipsis")
+    table.add_column("circuit", width=circuit_width, no_wrap=True)
     room = max(1, height - _CHROME)
     for row in ordered[:room]:
         state = str(row.get("state"))
-        error = row.get("lastError") or {}
-        circuit = row.get("circuit") or {}
+        error = row.get("lastError")
+        circuit = row.get("circuit")
         table.add_row(
             str(row["sessionId"]),
             str(row.get("platform") or ""),
             Text(state, style=_STYLE.get(state, "")),
             _clock(row.get("since")),
             str(row.get("attempts", 0)),
-            f"{error.get('code', '')} {error.get('class', '')}".strip() if isinstance(error, dict) else "",
-            f"{circuit.get('endpoint', '')} {circuit.get('state', '')}".strip()
-            if isinstance(circuit, dict)
-            else "",
+            _error(error, with_class),
+            # the endpoint is in the circuits line above: the column says how it is now
+            str(circuit.get("state", "")) if isinstance(circuit, dict) else "",
         )
-    parts: list[RenderableType] = [header, table]
+    parts: list[RenderableType] = [header, summary, table]
     if len(ordered) > room:
         parts.append(Text(f"… {len(ordered) - room} more (troubled sessions first)", style="dim"))
     for line in model.events:
