@@ -148,6 +148,8 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     control: _SocketPath | None = None
     # octal, as chmod takes it; never world-writable (the peer check still applies on top)
     mode: Annotated[str, msgspec.Meta(pattern=r"^0?[0-7]{3}$")] = "0660"
+    # the socket files' group (a name or a gid; the daemon must be a member): an ops group
+    group: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | _Uid | None = None
     # who may connect besides the daemon's own uid and root; gids match primary or supplementary groups
     allow_uids: list[_Uid] = msgspec.field(default_factory=list)
     allow_gids: list[_Uid] = msgspec.field(default_factory=list)

@@ -115,6 +115,7 @@ class UnixService:
         path: Path,
         *,
         mode: int,
+        group: int | None = None,
         policy: AccessPolicy,
         handler: Handler,
         max_connections: int,
@@ -127,6 +128,7 @@ class UnixService:
         self.path = path
         self.policy = policy
         self._mode = mode
+        self._group = group
         self._handler = handler
         self._max = max_connections
         self._publish = publish
@@ -154,7 +156,9 @@ class UnixService:
     def bind(self) -> None:
         """Bind now (before any session starts): a path held by a live daemon fails here, not mid-start."""
         if self._listener is None:
-            self._listener = bind_unix(self.path, self._mode, create_directory=self._create_directory)
+            self._listener = bind_unix(
+                self.path, self._mode, group=self._group, create_directory=self._create_directory
+            )
             self._ours = identity(self.path)
 
     def unbind(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import os
 import socket
 import stat
@@ -36,6 +37,7 @@ __all__ = [
     "peer_of",
     "policies",
     "remove_if_ours",
+    "resolve_group",
     "socket_paths",
 ]
 
@@ -142,8 +144,27 @@ def _ensure_directory(path: Path, create: bool) -> None:
         raise ConfigError(f"{path}: cannot create {parent}: {exc.strerror}") from None
 
 
-def bind_unix(path: Path, mode: int, *, create_directory: bool = False, backlog: int = 128) -> socket.socket:
-    """A listening, non-blocking AF_UNIX stream socket at ``path`` with ``mode``.
+def resolve_group(group: str | int | None) -> int | None:
+    """A group name or gid as a gid; ConfigError for a name the system does not know."""
+    if group is None or isinstance(group, int):
+        return group
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"sockets.group: no group named '{group}'") from None
+
+
+def bind_unix(
+    path: Path,
+    mode: int,
+    *,
+    group: int | None = None,
+    create_directory: bool = False,
+    backlog: int = 128,
+) -> socket.socket:
+    """A listening, non-blocking AF_UNIX stream socket at ``path`` with ``mode`` (and ``group``).
 
     Raises :class:`ConfigError` (one line naming the path) when the path is held by a live
     daemon, is not a socket, is too long, or its directory is missing or not writable.
@@ -156,6 +177,9 @@ def bind_unix(path: Path, mode: int, *, create_directory: bool = False, backlog:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(temporary))
+        if group is not None:
+            # before the rename: the final path never exists with the wrong group
+            os.chown(temporary, -1, group)
         os.chmod(temporary, mode)
         os.replace(temporary, path)
         sock.listen(backlog)

@@ -63,7 +63,7 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
         }
     ),
 }
-#: every event on the bus, including names no stream lists yet
+#: every event on the bus, including names no stream lists yet (but SESSION_TRANSITION: that is the delta)
 ALL_STREAMS: Final = "all"
 MAX_FILTER_ENTRIES: Final = 10_000
 _MAX_ID = 200

@@ -27,7 +27,7 @@ from supervisor.api.connection import UnixService
 from supervisor.api.control import ControlService, Reload
 from supervisor.api.events import SocketApiListening
 from supervisor.api.fanout import Hub
-from supervisor.api.listen import policies, socket_paths
+from supervisor.api.listen import policies, resolve_group, socket_paths
 from supervisor.api.subscribe import SubscribeService
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
@@ -87,6 +87,7 @@ class SocketApi:
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,
+            "group": resolve_group(config.group),
             "max_connections": config.max_connections,
             "publish": self.bus.publish,
             "timestamp": self._now,

@@ -51,6 +51,15 @@ def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, An
         return client.call(method, parameters)
 
 
+def _plain(value: Any) -> str:
+    """A value as a person reads it: nested objects as compact JSON, nothing as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return msgspec.json.encode(value).decode()
+    return str(value)
+
+
 def _emit(result: dict[str, Any], as_json: bool, text: str) -> None:
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
@@ -129,10 +138,7 @@ def sessions(
 def show(session_id: str, as_json: bool) -> None:
     """One session in full, its termination included."""
     result = _call(Method.SHOW_SESSION, {"sessionId": session_id})
-    text = "\n".join(
-        f"{key}: {msgspec.json.encode(value).decode() if isinstance(value, dict) else value}"
-        for key, value in result["session"].items()
-    )
+    text = "\n".join(f"{key}: {_plain(value)}" for key, value in result["session"].items())
     _emit(result, as_json, text)
 
 

@@ -119,13 +119,12 @@ async def test_an_ops_group_gets_the_subscribe_socket_but_not_the_control_socket
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """allowGids matches supplementary groups (SO_PEERGROUPS); the control socket stays narrower."""
-    sockets = SocketsConfig(allow_gids=[OPS_GID])
+    # as systemd's SocketGroup= would: the ops group owns the socket files (sockets.group)
+    sockets = SocketsConfig(allow_gids=[OPS_GID], group=OPS_GID)
     async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim, sockets=sockets) as h:
         await h.daemon.wait(lambda: h.daemon.all_in("active"))
         open_directory(h.subscribe)
-        for path in (h.subscribe, h.control):
-            # as systemd's SocketGroup= does: the ops group owns the socket files
-            os.chown(path, -1, OPS_GID)
+        assert {path.stat().st_gid for path in (h.subscribe, h.control)} == {OPS_GID}
         # primary group 4242, the ops group only as a supplementary one
         accepted = await as_other_user(h.subscribe, groups=[OPS_GID], gid=4242)
         assert accepted.startswith("received ") and accepted != "received 0"

@@ -20,6 +20,7 @@ from supervisor.api.listen import (
     peer_of,
     policies,
     remove_if_ours,
+    resolve_group,
     socket_paths,
 )
 from supervisor.config import SocketsConfig, parse_config
@@ -43,6 +44,22 @@ def test_the_socket_file_gets_the_configured_mode(short_dir: Path) -> None:
         assert [p.name for p in short_dir.iterdir()] == ["s.sock"]
     finally:
         listener.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another group needs root or membership")
+def test_the_socket_file_can_belong_to_an_ops_group(short_dir: Path) -> None:
+    path = short_dir / "s.sock"
+    listener = bind_unix(path, 0o660, group=resolve_group("4243"))
+    try:
+        assert path.lstat().st_gid == 4243
+    finally:
+        listener.close()
+
+
+def test_groups_are_named_or_numbered() -> None:
+    assert resolve_group("root") == 0 and resolve_group(7) == 7 and resolve_group(None) is None
+    with pytest.raises(ConfigError, match=r"sockets\.group: no group named 'no-such-group-x'"):
+        resolve_group("no-such-group-x")
 
 
 def test_a_dead_daemons_socket_is_replaced(short_dir: Path) -> None:
