@@ -67,6 +67,8 @@ def demo(
 
     Ends with a summary (a table, or one JSON object with --json). Exit 0 when the outcome
     matches the scenario's expected outcome, 1 when it does not (the reasons go to stderr).
+    The daemon's socket API is on, in a temporary directory: the `watch` command that
+    attaches to it from another terminal is printed on stderr first.
     """
     from supervisor.demo.runner import DemoOptions, run_demo
 
