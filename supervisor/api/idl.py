@@ -143,7 +143,8 @@ def service_reply(call: Call, interfaces: Iterable[str]) -> dict[str, Any]:
             "vendor": "session-supervisor",
             "product": "session-supervisor",
             "version": __version__,
-            "url": "https://github.com/session-supervisor/session-supervisor",
+            # no public home yet: varlink allows an empty url
+            "url": "",
             "interfaces": served,
         }
     interface = call.parameters.get("interface")
