@@ -115,7 +115,11 @@ class StateBoard:
         event = published.event
         correlation = published.correlation
         if isinstance(event, SessionTransition):
-            row = self._row(event.session_id)
+            row = self._rows.get(event.session_id)
+            if row is None:
+                # first heard of now: its runner has already moved, so the row starts where the move began
+                row = self._rows[event.session_id] = self._seed(event.session_id)
+                row.state = event.source
             self._learn(row, published)
             previous, row.state, row.since = row.state, event.target, event.timestamp
             if event.target == "active":
@@ -174,7 +178,19 @@ class StateBoard:
         """A row from the session's runner as it is now (or a bare one for a session without a runner)."""
         runner = self._supervisor.runners.get(session_id)
         if runner is None:
-            return Row(session_id, "", "", None, "unknown", self.started_at)
+            # heard of on the bus before (or without) a runner: what the configuration says of it
+            spec = next((s for s in self._supervisor.wiring.config.sessions if s.id == session_id), None)
+            platform, kind = ("", "") if spec is None else (spec.platform, spec.kind.value)
+            agent = None if spec is None else spec.agent_id
+            return Row(
+                session_id,
+                platform,
+                kind,
+                self.endpoint_of(session_id),
+                "unknown",
+                self.started_at,
+                agent_id=agent,
+            )
         context = runner.context
         row = Row(
             session_id,

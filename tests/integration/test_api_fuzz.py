@@ -93,8 +93,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         try:
             yield Live(h, sentinel)
         finally:
-            sock.close()
+            # shutdown wakes the reader thread's blocking recv (close alone does not)
+            sock.shutdown(socket.SHUT_RDWR)
             reader.join(10)
+            sock.close()
 
 
 def exchange(path: Path, payload: bytes) -> list[dict[str, Any]]:
