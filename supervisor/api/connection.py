@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -68,9 +69,14 @@ class Connection:
             if frames:
                 return frames
 
-    async def send(self, data: bytes) -> bool:
-        """Write everything, waiting while the socket pushes back; False when the peer is gone."""
+    async def send(self, data: bytes, *, max_wait_s: float | None = None) -> bool:
+        """Write everything, waiting while the socket pushes back; False when the peer is gone.
+
+        ``max_wait_s`` bounds only the waiting (a reply the kernel takes at once costs no timer):
+        False as well when the peer has not read for that long.
+        """
         view = memoryview(data)
+        deadline = None if max_wait_s is None else anyio.current_time() + max_wait_s
         while view:
             try:
                 sent = self.sock.send(view)
@@ -80,7 +86,10 @@ class Connection:
                 return False
             view = view[sent:]
             if view:
-                await anyio.wait_writable(self.sock)
+                with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+                    await anyio.wait_writable(self.sock)
+                if scope.cancelled_caught:
+                    return False
         return True
 
     def send_nowait(self, data: bytes) -> None:

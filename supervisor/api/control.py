@@ -105,34 +105,36 @@ class ControlService:
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
-        first = True
-        while True:
-            # only the first call is bounded: a script's connection may wait between calls
-            with anyio.move_on_after(self._handshake if first else float("inf")) as waited:
-                try:
-                    frames = await connection.receive()
-                except ApiError as error:
-                    connection.fail(error)
-                    return
-            if waited.cancelled_caught:
-                connection.fail(
-                    ApiError(
-                        ErrorName.HANDSHAKE_TIMEOUT,
-                        {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
-                        fatal=True,
-                    )
-                )
-                return
-            if frames is None:
-                return
-            first = False
+        frames = await self._first_call(connection)
+        while frames:
             replies = [await self._answer(connection.peer, frame) for frame in frames]
             data = b"".join(r for r in replies if r)
-            if data:
-                with anyio.move_on_after(_WRITE_TIMEOUT_S):
-                    if await connection.send(data):
-                        continue
+            if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):
                 return
+            # after the first call, a script's connection may wait between calls (the cap bounds them)
+            try:
+                frames = await connection.receive()
+            except ApiError as error:
+                connection.fail(error)
+                return
+
+    async def _first_call(self, connection: Connection) -> list[bytes] | None:
+        """The first messages, within the handshake timeout (None: closed, timed out, or too large)."""
+        with anyio.move_on_after(self._handshake) as waited:
+            try:
+                return await connection.receive()
+            except ApiError as error:
+                connection.fail(error)
+                return None
+        if waited.cancelled_caught:
+            connection.fail(
+                ApiError(
+                    ErrorName.HANDSHAKE_TIMEOUT,
+                    {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
+                    fatal=True,
+                )
+            )
+        return None
 
     async def _answer(self, peer: Peer, frame: bytes) -> bytes:
         """The reply frame to one call (b"" for a oneway call); never raises for the caller's input."""
