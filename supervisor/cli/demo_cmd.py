@@ -75,8 +75,12 @@ def demo(
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
 
-    def announce(subscribe: Path, control: Path) -> None:
+    def announce(sockets: tuple[Path, Path] | str) -> None:
         # stderr: stdout stays the summary alone (one JSON object with --json)
+        if isinstance(sockets, str):
+            click.echo(f"session-supervisor: demo without its sockets: {sockets}", err=True)
+            return
+        subscribe, control = sockets
         click.echo(f"watch it from another terminal: session-supervisor watch --socket {subscribe}", err=True)
         click.echo(f"control it: session-supervisor ctl --socket {control} status", err=True)
 

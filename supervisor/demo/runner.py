@@ -40,6 +40,7 @@ from supervisor.demo.wiring import (
     scaled_taxonomy,
     write_credentials,
 )
+from supervisor.errors import ConfigError
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -75,7 +76,7 @@ class _Run:
         self,
         workdir: Path,
         progress: Console | None,
-        on_sockets: Callable[[Path, Path], object] | None = None,
+        on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
     ) -> dict[str, Any] | None:
         """The run's summary, or None when a stop signal interrupted it before the outcome."""
         opts, scenario, timing = self.options, self.scenario, self.timing
@@ -155,10 +156,17 @@ class _Run:
                 api = SocketApi(
                     supervisor, SocketsConfig(), environ={}, paths=(subscribe_path, control_path), stop=stop
                 )
-                api.bind()
-                if on_sockets is not None:
-                    on_sockets(subscribe_path, control_path)
                 services: list[Service] = list(api.services)
+                try:
+                    api.bind()
+                except ConfigError as exc:
+                    # a $TMPDIR too long for a socket path: the demo runs on without its sockets
+                    services = []
+                    if on_sockets is not None:
+                        on_sockets(str(exc))
+                else:
+                    if on_sockets is not None:
+                        on_sockets((subscribe_path, control_path))
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
@@ -267,13 +275,13 @@ async def run_demo(
     options: DemoOptions,
     *,
     progress: Console | None = None,
-    on_sockets: Callable[[Path, Path], object] | None = None,
+    on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
 ) -> dict[str, Any] | None:
     """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
 
     None when a stop signal (SIGINT, SIGTERM) or the control socket's drain interrupted it: the
-    daemon drained as ``run``'s does. ``on_sockets(subscribe, control)`` is told where the socket
-    API listens (in the run's temporary directory) before the sessions start.
+    daemon drained as ``run``'s does. ``on_sockets`` is told, before the sessions start, where the
+    socket API listens (``(subscribe, control)``, in the run's temporary directory) or why it does not.
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]
