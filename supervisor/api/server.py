@@ -67,7 +67,8 @@ class SocketApi:
             return
         subscribe_path, control_path = resolved
         # the default location is ours to create; a configured one belongs to whoever configured it
-        create = paths is None and not (config.subscribe and config.control)
+        create_subscribe = paths is None and config.subscribe is None
+        create_control = paths is None and config.control is None
         subscribe_policy, control_policy = policies(config)
         handed = dict(listeners or {})
         subscriber_side = SubscribeService(
@@ -91,7 +92,6 @@ class SocketApi:
             "max_connections": config.max_connections,
             "publish": self.bus.publish,
             "timestamp": self._now,
-            "create_directory": create,
         }
         self.subscribe = UnixService(
             "subscribe",
@@ -99,6 +99,7 @@ class SocketApi:
             policy=subscribe_policy,
             handler=subscriber_side.handle,
             listener=handed.get("subscribe"),
+            create_directory=create_subscribe,
             **common,
         )
         self.control = UnixService(
@@ -107,6 +108,7 @@ class SocketApi:
             policy=control_policy,
             handler=self.control_service.handle,
             listener=handed.get("control"),
+            create_directory=create_control,
             **common,
         )
 

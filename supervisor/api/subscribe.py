@@ -4,7 +4,7 @@ Before it, a client may ask ``org.varlink.service.GetInfo`` / ``GetInterfaceDesc
 each wait for a call is bounded by the handshake timeout. The Subscribe call registers the
 subscriber with the hub in the same synchronous step as its snapshot is taken, so the first
 reply is consistent with every delta after it. From then on the connection carries the stream
-only: any byte the client sends ends it (``StreamTakesNoCalls``), and so does closing. When the
+only: any further call ends it (``StreamTakesNoCalls``), and so does closing. When the
 daemon stops, whatever is pending and a last ``end`` reply are written if the socket takes
 them at once, and the connection is closed.
 """
@@ -85,7 +85,8 @@ class SubscribeService:
                 except ApiError as error:
                     answer = encode_error(error)
                 if isinstance(answer, bytes):
-                    if answer and not await connection.send(answer):
+                    # a client that asks and never reads is not held past the handshake timeout either
+                    if answer and not await connection.send(answer, max_wait_s=self._handshake):
                         return None
                     continue
                 if index + 1 < len(frames) or connection.decoder.pending:
