@@ -10,7 +10,10 @@ when the daemon closes the stream; ``ctl --socket PATH status --json`` prints on
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import stat
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -256,8 +259,10 @@ async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
 
 
 async def test_demo_runs_with_the_sockets_on_and_prints_the_watch_command() -> None:
+    # token-expiry holds for its short-lived tokens (several seconds even with --fast): time enough
+    # for a second process to start and attach before the demo ends
     demo = await anyio.open_process(
-        [*CLI, "demo", "--scenario", "storm", "--fast", "--sessions", "5", "--json", "--no-progress"]
+        [*CLI, "demo", "--scenario", "token-expiry", "--fast", "--sessions", "5", "--json", "--no-progress"]
     )
     output = Output(demo)
     async with anyio.create_task_group() as tg:
@@ -276,3 +281,45 @@ async def test_demo_runs_with_the_sockets_on_and_prints_the_watch_command() -> N
     stopped = {d["sessionId"] for d in watch.typed("delta") if d["state"] == "terminated"}
     assert len(stopped) == 5 and watch.records[-1] == {"type": "end", "reason": "daemon stopping"}
     assert json.loads(output.lines[0])["outcome"]["ok"] is True
+
+
+async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """A user's daemon: no [sockets] paths, so $XDG_RUNTIME_DIR/session-supervisor/; ctl finds it unaided."""
+    config = tmp_path / "supervisor.toml"
+    config.write_text(genesys_config(sim.urls, 1))
+    (tmp_path / "genesys-secret").write_text("x")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(sockets)}
+    process = await anyio.open_process([*CLI, "run", "--config", str(config)], env=env)
+    daemon = Output(process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        directory = sockets / "session-supervisor"
+        assert sorted(p.name for p in directory.iterdir()) == ["control.sock", "subscribe.sock"]
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        done = await anyio.run_process([*CLI, "ctl", "status", "--json"], env=env, check=False)
+        assert done.returncode == 0 and json.loads(done.stdout)["sessions"]["total"] == 1
+        await anyio.run_process([*CLI, "ctl", "drain"], env=env, check=False)
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+    assert list(directory.iterdir()) == []  # it removed its own socket files
+
+
+async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "supervisor.toml"
+    config.write_text(genesys_config(sim.urls, 1))
+    (tmp_path / "genesys-secret").write_text("x")
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        off = [r for r in daemon.records if r.get("event") == "SOCKET_API_LISTENING"]
+        assert off and off[0]["subscribe"] is None and "XDG_RUNTIME_DIR is unset" in off[0]["off"]
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+    assert daemon.err == ""
