@@ -95,9 +95,12 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
     async with api_daemon(genesys_config(sim.urls, n), tmp_path, genesys=sim) as h:
         await h.daemon.wait(lambda: len(h.daemon.runners) == n and h.daemon.all_in("active"))
         watcher = await Watcher.subscribe(h.subscribe)
+        # one that takes every stream too: then every bus seq reaches it, as a delta or an event
+        everything = await Watcher.subscribe(h.subscribe, {"streams": ["all"]})
         async with anyio.create_task_group() as tg:
             tg.start_soon(watcher.run)
-            await wait_until(lambda: bool(watcher.messages))
+            tg.start_soon(everything.run)
+            await wait_until(lambda: bool(watcher.messages) and bool(everything.messages))
             snapshot = watcher.snapshot
             assert snapshot["type"] == "snapshot"
             assert snapshot["bootId"] == h.daemon.supervisor.bus.boot_id
@@ -128,6 +131,11 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
             assert all(d["lastError"]["code"] == "ABNORMAL_CLOSURE" for d in dropped)
             assert all(ISO_UTC.match(d["at"]) for d in deltas)
             assert replay(snapshot, deltas) == {f"wm-{i}": "active" for i in range(n)}
+            # no seq gap at all for the subscriber that asked for everything
+            last = h.daemon.recorded.published[-1].seq
+            await wait_until(lambda: everything.messages[-1]["seq"] >= last)
+            first = everything.snapshot["seq"]
+            assert [m["seq"] for m in everything.messages[1:]] == list(range(first + 1, last + 1))
             tg.cancel_scope.cancel()
 
 
