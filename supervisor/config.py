@@ -172,6 +172,55 @@ class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown
     event_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 8 * 1024 * 1024
 
 
+_Uid = Annotated[int, msgspec.Meta(ge=0, le=4_294_967_294)]
+# sockaddr_un.sun_path holds 108 bytes, the terminating NUL included (unix(7))
+_SocketPath = Annotated[str, msgspec.Meta(pattern=r"^/", max_length=107)]
+
+
+class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """The socket API (docs/socket-api.md): a read-only subscribe socket and a stricter control socket."""
+
+    enabled: bool = True
+    # filesystem paths (never the abstract namespace); unset: $XDG_RUNTIME_DIR/session-supervisor/
+    subscribe: _SocketPath | None = None
+    control: _SocketPath | None = None
+    # octal, as chmod takes it; never world-writable (the peer check still applies on top)
+    mode: Annotated[str, msgspec.Meta(pattern=r"^0?[0-7]{3}$")] = "0660"
+    # the socket files' group (a name or a gid; the daemon must be a member): an ops group
+    group: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | _Uid | None = None
+    # who may connect besides the daemon's own uid and root; gids match primary or supplementary groups
+    allow_uids: list[_Uid] = msgspec.field(default_factory=list)
+    allow_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # the control socket's own list: never wider than the subscribe socket's
+    control_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
+    control_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # per subscriber: pending bytes past this are dropped and the subscriber told it lagged
+    subscriber_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
+    # a subscriber over its buffer this long without catching up is disconnected
+    lagged_disconnect_after: _Seconds = 10.0
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
+    handshake_timeout: _PositiveSeconds = 5.0
+
+    def __post_init__(self) -> None:
+        # msgspec reports a ValueError raised here with the table's location
+        if int(self.mode, 8) & 0o002:
+            raise ValueError(f"mode {self.mode} is world-writable: give a group access instead (allowGids)")
+        if not set(self.control_allow_uids) <= set(self.allow_uids):
+            raise ValueError(
+                "controlAllowUids must be a subset of allowUids (the control socket is never wider)"
+            )
+        if not set(self.control_allow_gids) <= set(self.allow_gids):
+            raise ValueError(
+                "controlAllowGids must be a subset of allowGids (the control socket is never wider)"
+            )
+        if self.subscribe is not None and self.subscribe == self.control:
+            raise ValueError("subscribe and control must be two different paths")
+
+    @property
+    def mode_bits(self) -> int:
+        return int(self.mode, 8)
+
+
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     genesys: GenesysConfig | None = None
     cxone: CxoneConfig | None = None
@@ -185,6 +234,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     circuit: CircuitSettings = msgspec.field(default_factory=CircuitSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
+    sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
 
 
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:

@@ -7,11 +7,13 @@
     ├── TaxonomyError                    a taxonomy file is invalid: names file, key, problem
     ├── EnvelopeError                    a RawError envelope is invalid: names the field
     ├── SimulatorError                   a simulator could not start or was misused
-    └── SessionError                     a supervised session failed (runtime)
-        ├── TransportFailure             a transport met a failure: carries the RawError to classify
-        │   └── ConnectionLost           the connection under an in-band request is gone
-        ├── OperationError               an operation failed for good: carries its SdkErrorEvent
-        └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
+    ├── SessionError                     a supervised session failed (runtime)
+    │   ├── TransportFailure             a transport met a failure: carries the RawError to classify
+    │   │   └── ConnectionLost           the connection under an in-band request is gone
+    │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
+    │   └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
+    ├── ApiError                         a typed error of the socket API: a varlink error name + parameters
+    └── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
 
 Errors from libraries (httpx, websockets, OSError, ...) are never raised past the
 boundary that met them: transports turn them into RawError envelopes, which the
@@ -87,6 +89,27 @@ class CircuitOpenError(SessionError):
         self.circuit_id = circuit_id
         self.retry_in_s = retry_in_s
         super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")
+
+
+class ApiError(SupervisorError):
+    """A typed error of the socket API (docs/socket-api.md): a varlink error ``name`` and ``parameters``.
+
+    Raised by the services to answer a call with an error reply (``fatal``: the connection is
+    closed after it, the stream cannot continue), and by the client for an error reply it got.
+    """
+
+    def __init__(
+        self, name: str, parameters: dict[str, object] | None = None, *, fatal: bool = False
+    ) -> None:
+        self.name = name
+        self.parameters: dict[str, object] = dict(parameters or {})
+        self.fatal = fatal
+        problem = self.parameters.get("problem")
+        super().__init__(f"{name}: {problem}" if problem else name)
+
+
+class ApiUnavailable(SupervisorError):
+    """The daemon's socket cannot be reached (not running, wrong path) or it closed on us (refused)."""
 
 
 def located(message: str, prefix: str = "") -> tuple[str, str]:

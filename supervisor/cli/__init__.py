@@ -37,13 +37,23 @@ def cli() -> None:
     Run it for real:
       session-supervisor run --config PATH --check (validate config and credentials)
       session-supervisor run --config PATH         (supervise until SIGTERM)
+    Follow and steer a running daemon: watch, ctl.
     Look inside the decision core: classify, taxonomy, policy.
     """
 
 
 def _register() -> None:
     # imported here so `--help` of one command does not pay for the others' imports
-    from supervisor.cli import classify_cmd, demo_cmd, policy_cmd, run_cmd, sim_cmd, taxonomy_cmd
+    from supervisor.cli import (
+        classify_cmd,
+        ctl_cmd,
+        demo_cmd,
+        policy_cmd,
+        run_cmd,
+        sim_cmd,
+        taxonomy_cmd,
+        watch_cmd,
+    )
 
     cli.add_command(classify_cmd.classify)
     cli.add_command(taxonomy_cmd.taxonomy)
@@ -51,6 +61,8 @@ def _register() -> None:
     cli.add_command(sim_cmd.sim)
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
+    cli.add_command(watch_cmd.watch)
+    cli.add_command(ctl_cmd.ctl)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

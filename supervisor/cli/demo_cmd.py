@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -75,14 +76,25 @@ def demo(
 
     Ends with a summary (a table, or one JSON object with --json). Exit 0 when the outcome
     matches the scenario's expected outcome, 1 when it does not (the reasons go to stderr).
+    The daemon's socket API is on, in a temporary directory: the `watch` command that
+    attaches to it from another terminal is printed on stderr first.
     """
     from supervisor.demo.runner import DemoOptions, run_demo
 
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
 
+    def announce(sockets: tuple[Path, Path] | str) -> None:
+        # stderr: stdout stays the summary alone (one JSON object with --json)
+        if isinstance(sockets, str):
+            click.echo(f"session-supervisor: demo without its sockets: {sockets}", err=True)
+            return
+        subscribe, control = sockets
+        click.echo(f"watch it from another terminal: session-supervisor watch --socket {subscribe}", err=True)
+        click.echo(f"control it: session-supervisor ctl --socket {control} status", err=True)
+
     async def main() -> dict[str, Any] | None:
-        return await run_demo(options, progress=stderr_console() if show else None)
+        return await run_demo(options, progress=stderr_console() if show else None, on_sockets=announce)
 
     try:
         summary = anyio.run(main, backend="asyncio")

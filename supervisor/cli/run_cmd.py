@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
@@ -29,19 +31,21 @@ def run(config_path: Path, check: bool) -> None:
     CIRCUIT_BREAKER_OPEN/HALF_OPEN/CLOSED, RECONNECTION_THROTTLED, SESSION_TERMINATED and
     every session transition, each stamped with seq and bootId (docs/runtime.md). A slow or
     unread stdout never blocks the daemon: lines past daemon.eventBufferBytes are dropped and
-    counted (EVENTS_DROPPED).
+    counted (EVENTS_DROPPED). The socket API ([sockets]: watch, ctl) listens once the sessions
+    are handed over.
 
     \b
     Signals:
       SIGTERM/SIGINT  stop intake, close sessions with 1001, wait at most daemon.shutdownGrace
-                      seconds, exit 0; a second one forces the exit (exit 1, DAEMON_FORCED_EXIT)
+                      seconds, exit 0 (`ctl drain` does the same); a second one forces the exit
+                      (exit 1, DAEMON_FORCED_EXIT)
       SIGHUP          reload the configuration and credential files (validated first; on any
-                      error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED)
+                      error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED);
+                      `ctl reload` does the same
 
     One daemon per configuration: a second one on the same file refuses to start (exit 1).
     """
-    import os
-
+    from supervisor.api.server import SocketApi
     from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
     from supervisor.runtime.lock import DaemonLock, default_lock_path
@@ -83,18 +87,37 @@ def run(config_path: Path, check: bool) -> None:
             stdout.on_broken = stop.set
             supervisor = Supervisor(wiring)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
-            forced = await run_daemon(
-                supervisor,
-                grace_s=grace_s,
-                services=[stdout.serve],
-                on_ready=lambda: bus.publish(
-                    DaemonStarted(len(supervisor.config.sessions), str(config_path))
-                ),
-                on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
-                on_reload=reloader.reload,
-                stop=stop,
-                signals=signals,
-            )
+
+            async def reload_for_api() -> Mapping[str, Any]:
+                result = await reloader.reload()
+                if result.error is not None:
+                    raise ConfigError(result.error)
+                return {
+                    "added": list(result.added),
+                    "removed": list(result.removed),
+                    "restarted": list(result.restarted),
+                    "unchanged": len(result.unchanged),
+                }
+
+            # the control socket's drain verb sets `stop`: the same drain as SIGTERM
+            api = SocketApi(supervisor, config.sockets, environ=os.environ, stop=stop, reload=reload_for_api)
+            # bound before any session starts: a path held by a live daemon ends the start here
+            api.bind()
+            try:
+                forced = await run_daemon(
+                    supervisor,
+                    grace_s=grace_s,
+                    services=[stdout.serve, *api.services],
+                    on_ready=lambda: bus.publish(
+                        DaemonStarted(len(supervisor.config.sessions), str(config_path))
+                    ),
+                    on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
+                    on_reload=reloader.reload,
+                    stop=stop,
+                    signals=signals,
+                )
+            finally:
+                api.close()
             bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
             await stdout.flush(within_s=2.0)
             if stdout.broken is not None:

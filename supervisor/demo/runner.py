@@ -25,8 +25,10 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
+from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
+from supervisor.config import SocketsConfig
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -38,7 +40,7 @@ from supervisor.demo.wiring import (
     scaled_taxonomy,
     write_credentials,
 )
-from supervisor.errors import SupervisorError
+from supervisor.errors import ConfigError, SupervisorError
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -70,7 +72,12 @@ class _Run:
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
 
-    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any] | None:
+    async def execute(
+        self,
+        workdir: Path,
+        progress: Console | None,
+        on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
+    ) -> dict[str, Any] | None:
         """The run's summary, or None when a stop signal interrupted it before the outcome."""
         opts, scenario, timing = self.options, self.scenario, self.timing
         credentials = write_credentials(workdir)
@@ -145,11 +152,30 @@ class _Run:
                     )
                     self.final = (summary["states"], summary["openCircuits"])
 
-                services: list[Service] = []
+                # the socket API, in the run's temporary directory: `watch` attaches from another terminal
+                stop = anyio.Event()
+                subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
+                api = SocketApi(
+                    supervisor, SocketsConfig(), environ={}, paths=(subscribe_path, control_path), stop=stop
+                )
+                services: list[Service] = list(api.services)
+                try:
+                    api.bind()
+                except ConfigError as exc:
+                    # a $TMPDIR too long for a socket path: the demo runs on without its sockets
+                    services = []
+                    if on_sockets is not None:
+                        on_sockets(str(exc))
+                else:
+                    if on_sockets is not None:
+                        on_sockets((subscribe_path, control_path))
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
-                await run_daemon(supervisor, grace_s=5.0, services=services, body=play)
+                try:
+                    await run_daemon(supervisor, grace_s=5.0, services=services, body=play, stop=stop)
+                finally:
+                    api.close()
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -276,10 +302,17 @@ def timing_for(fast: bool) -> Timing:
     return FAST if fast else REAL
 
 
-async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any] | None:
+async def run_demo(
+    options: DemoOptions,
+    *,
+    progress: Console | None = None,
+    on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
+) -> dict[str, Any] | None:
     """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
 
-    None when a stop signal (SIGINT, SIGTERM) interrupted it: the daemon drained as ``run``'s does.
+    None when a stop signal (SIGINT, SIGTERM) or the control socket's drain interrupted it: the
+    daemon drained as ``run``'s does. ``on_sockets`` is told, before the sessions start, where the
+    socket API listens (``(subscribe, control)``, in the run's temporary directory) or why it does not.
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]
@@ -292,7 +325,7 @@ async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> 
     # hangs past the bound (thousands of sessions starting or closing), everything is cancelled
     with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
         with anyio.move_on_after(limit) as bound:
-            return await run.execute(Path(workdir), progress)
+            return await run.execute(Path(workdir), progress, on_sockets)
     if bound.cancelled_caught:
         raise DemoTimedOut(f"demo {scenario.name}: did not finish within --timeout {limit:g} s ({run.phase})")
     return None  # pragma: no cover - the with block returns unless cancelled

@@ -53,9 +53,9 @@ class Count(NoHooks):
         return None
 
 
-async def run_once(label: str, sessions: int, period_s: float, brownout_s: float, budget: bool) -> dict[str, Any]:
-    SECRET.mkdir(exist_ok=True)
-    (SECRET / "genesys-secret").write_text("bench\n")
+async def run_once(
+    label: str, sessions: int, period_s: float, brownout_s: float, budget: bool
+) -> dict[str, Any]:
     with SimProcess(seed=1, config={"rate_limit": 100_000_000}, start_limit_s=60.0) as sim:
         async with httpx.AsyncClient(timeout=30.0) as admin:
             ids = []
@@ -135,6 +135,8 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 def measure(sessions: int, period_s: float, brownout_s: float) -> list[dict[str, Any]]:
     raise_nofile(4 * sessions + 1024)
+    SECRET.mkdir(exist_ok=True)
+    (SECRET / "genesys-secret").write_text("bench\n")
     return [
         anyio.run(run_once, "with the budget", sessions, period_s, brownout_s, True, backend="asyncio"),
         anyio.run(run_once, "without (unlimited)", sessions, period_s, brownout_s, False, backend="asyncio"),
