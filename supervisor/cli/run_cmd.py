@@ -54,6 +54,8 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
+    from supervisor.systemd.activation import activated_paths, listen_fds
+    from supervisor.systemd.service import Systemd
 
     outside = OutsideSignals().install()
     config = load_config(config_path)
@@ -87,9 +89,12 @@ def run(config_path: Path, check: bool) -> None:
             stdout.on_broken = stop.set
             supervisor = Supervisor(wiring)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
+            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET
+            systemd = Systemd(supervisor, environ=os.environ, grace_s=grace_s)
+            reload = systemd.reloading(reloader.reload)
 
             async def reload_for_api() -> Mapping[str, Any]:
-                result = await reloader.reload()
+                result = await reload()
                 if result.error is not None:
                     raise ConfigError(result.error)
                 return {
@@ -99,20 +104,37 @@ def run(config_path: Path, check: bool) -> None:
                     "unchanged": len(result.unchanged),
                 }
 
+            # sockets systemd handed over (socket activation), else {} and the API binds its own
+            listeners = listen_fds(os.environ, enabled=config.sockets.enabled)
             # the control socket's drain verb sets `stop`: the same drain as SIGTERM
-            api = SocketApi(supervisor, config.sockets, environ=os.environ, stop=stop, reload=reload_for_api)
+            api = SocketApi(
+                supervisor,
+                config.sockets,
+                environ=os.environ,
+                stop=stop,
+                reload=reload_for_api,
+                paths=activated_paths(listeners),
+                listeners=listeners,
+            )
             # bound before any session starts: a path held by a live daemon ends the start here
             api.bind()
+
+            def ready() -> None:
+                bus.publish(DaemonStarted(len(supervisor.config.sessions), str(config_path)))
+                systemd.ready()
+
+            def stopping() -> None:
+                bus.publish(DaemonStopping(grace_s))
+                systemd.stopping()
+
             try:
                 forced = await run_daemon(
                     supervisor,
                     grace_s=grace_s,
-                    services=[stdout.serve, *api.services],
-                    on_ready=lambda: bus.publish(
-                        DaemonStarted(len(supervisor.config.sessions), str(config_path))
-                    ),
-                    on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
-                    on_reload=reloader.reload,
+                    services=[stdout.serve, *api.services, *systemd.services],
+                    on_ready=ready,
+                    on_stopping=stopping,
+                    on_reload=reload,
                     stop=stop,
                     signals=signals,
                 )

@@ -69,8 +69,9 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (8, "the demo", ("supervisor.demo",)),
     (
         7,
-        "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client",
-        ("supervisor.runtime", "supervisor.api"),
+        "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client;"
+        " the systemd services (status line, watchdog, probes, the glue run wires in)",
+        ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
     ),
     (6, "transports", ("supervisor.transports",)),
     (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
@@ -85,6 +86,11 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.boundary",
             # the socket API's pure part: framing, messages, the conflating outbox, its events
             *PURE_API,
+            # systemd's low part: the sd_notify datagram, sd_listen_fds, the degraded conditions any
+            # component may raise (the store of issue 13 among them)
+            "supervisor.systemd.notify",
+            "supervisor.systemd.activation",
+            "supervisor.systemd.degraded",
         ),
     ),
     (2, "decision data, config, simulators", ("supervisor.taxonomy", "supervisor.config", "supervisor.sim")),

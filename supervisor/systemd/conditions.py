@@ -1,0 +1,113 @@
+"""The degraded conditions the daemon detects itself (:mod:`supervisor.systemd.degraded`).
+
+* ``circuit:<endpoint>`` while an endpoint's breaker is open or half-open: the platform (or that
+  part of it) is down or refusing. A restart would only repeat the handshakes the breaker is
+  holding back (design.md: no reconnection storms), so this is degraded, never unhealthy.
+* ``state-directory`` while ``$STATE_DIRECTORY`` (systemd's ``StateDirectory=``, where the durable
+  store keeps its file) is read-only, or has less than :data:`MIN_FREE_BYTES` or no inode left:
+  test matrix row 21 ("state dir full or read-only: STATUS= degraded; no crash loop"). Checked
+  with ``statvfs`` and ``access`` every :data:`PROBE_INTERVAL_S`, which read metadata only.
+
+The store of issue 13 raises its own condition (``store``) on a refused write; this probe tells
+the operator before the first write fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from supervisor.events import CircuitClosed, CircuitOpened, Published
+from supervisor.systemd.degraded import Degraded
+
+__all__ = [
+    "MIN_FREE_BYTES",
+    "PROBE_INTERVAL_S",
+    "CircuitConditions",
+    "StateDirectoryProbe",
+    "state_directory",
+]
+
+#: below this much free space for the daemon's user, the state directory counts as full
+MIN_FREE_BYTES = 1024 * 1024
+#: how often the state directory is probed
+PROBE_INTERVAL_S = 1.0
+
+
+class CircuitConditions:
+    """A bus sink: ``circuit:<endpoint>`` raised when a breaker opens, cleared when it closes."""
+
+    def __init__(self, degraded: Degraded) -> None:
+        self._degraded = degraded
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, CircuitOpened):
+            self._degraded.raise_condition(
+                f"circuit:{event.circuit_id}", f"open after {event.consecutive_failures} failures"
+            )
+        elif isinstance(event, CircuitClosed):
+            self._degraded.clear(f"circuit:{event.circuit_id}")
+
+
+def state_directory(environ: Mapping[str, str]) -> Path | None:
+    """The first entry of ``$STATE_DIRECTORY`` (systemd.exec(5): colon-separated), or None."""
+    first = environ.get("STATE_DIRECTORY", "").split(":")[0].strip()
+    return Path(first) if first.startswith("/") else None
+
+
+def _problem(path: Path, min_free_bytes: int) -> str | None:
+    """Why ``path`` cannot take the store's writes, or None."""
+    try:
+        info = os.statvfs(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if info.f_flag & os.ST_RDONLY:
+        return f"{path} is on a read-only filesystem"
+    if not os.access(path, os.W_OK):
+        return f"{path} is not writable by the daemon ({errno.errorcode[errno.EACCES]})"
+    free = info.f_bavail * info.f_frsize
+    if free < min_free_bytes:
+        return f"{path} is full ({free // 1024} KiB free)"
+    if info.f_files and info.f_favail == 0:
+        return f"{path} has no free inode"
+    return None
+
+
+class StateDirectoryProbe:
+    """Raises and clears ``state-directory`` from ``statvfs`` of the state directory."""
+
+    CONDITION = "state-directory"
+
+    def __init__(
+        self,
+        path: Path,
+        degraded: Degraded,
+        *,
+        min_free_bytes: int = MIN_FREE_BYTES,
+        interval_s: float = PROBE_INTERVAL_S,
+    ) -> None:
+        self.path = path
+        self._degraded = degraded
+        self._min_free = min_free_bytes
+        self._interval = interval_s
+
+    def probe(self) -> str | None:
+        problem = _problem(self.path, self._min_free)
+        if problem is None:
+            self._degraded.clear(self.CONDITION)
+        else:
+            self._degraded.raise_condition(self.CONDITION, problem)
+        return problem
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self.probe()  # before READY=1: a daemon that starts degraded says so at once
+        task_status.started()
+        while True:
+            await anyio.sleep(self._interval)
+            self.probe()
