@@ -49,10 +49,15 @@ class CircuitConditions:
         event = published.event
         if isinstance(event, CircuitOpened):
             self._degraded.raise_condition(
-                f"circuit:{event.circuit_id}", f"open after {event.consecutive_failures} failures"
+                _condition(event.circuit_id), f"open after {event.consecutive_failures} failures"
             )
         elif isinstance(event, CircuitClosed):
-            self._degraded.clear(f"circuit:{event.circuit_id}")
+            self._degraded.clear(_condition(event.circuit_id))
+
+
+def _condition(circuit_id: str) -> str:
+    # the machines name a circuit "circuit:<endpoint>" already (machines/registry.py)
+    return circuit_id if circuit_id.startswith("circuit:") else f"circuit:{circuit_id}"
 
 
 def state_directory(environ: Mapping[str, str]) -> Path | None:

@@ -74,9 +74,14 @@ def test_an_open_circuit_is_a_degraded_condition_until_it_closes() -> None:
     bus, clock = EventBus(), FakeClock()
     degraded = Degraded(bus, clock)
     bus.subscribe(CircuitConditions(degraded))
-    bus.publish(CircuitOpened("genesys:webmessaging", "THRESHOLD", 5, 30.0, 1, "t"))
-    assert degraded.active == {"circuit:genesys:webmessaging": "open after 5 failures"}
-    bus.publish(CircuitClosed("genesys:webmessaging", 1, "t"))
+    bus.publish(CircuitOpened("circuit:genesys:webmessaging", "THRESHOLD", 5, 30.0, 1, "t"))
+    bus.publish(CircuitOpened("cxone:api", "THRESHOLD", 3, 30.0, 1, "t"))  # named either way
+    assert degraded.active == {
+        "circuit:genesys:webmessaging": "open after 5 failures",
+        "circuit:cxone:api": "open after 3 failures",
+    }
+    bus.publish(CircuitClosed("circuit:genesys:webmessaging", 1, "t"))
+    bus.publish(CircuitClosed("cxone:api", 1, "t"))
     assert degraded.active == {}
 
 
