@@ -44,6 +44,11 @@ def run(config_path: Path, check: bool) -> None:
                       `ctl reload` does the same
 
     One daemon per configuration: a second one on the same file refuses to start (exit 1).
+
+    Under systemd (Type=notify, docs/systemd.md): READY=1 once the sockets answer and every
+    session is handed over, a live STATUS= line, STOPPING=1, RELOADING=1/READY=1 around a
+    reload, WATCHDOG=1 while healthy; the sockets may be handed over (LISTEN_FDS, names
+    subscribe and control); secrets come from $CREDENTIALS_DIRECTORY.
     """
     from supervisor.api.server import SocketApi
     from supervisor.errors import ConfigError

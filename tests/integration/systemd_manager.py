@@ -22,6 +22,7 @@ is listed in docs/systemd.md ("Tested for real").
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -68,6 +69,11 @@ def _cgroup2() -> tuple[Path, str] | None:
         None,
     )
     return (mount, own) if mount is not None and own is not None else None
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG (prctl(2)): a test run killed outright takes its manager with it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def manager_unavailable() -> str | None:
@@ -186,6 +192,7 @@ def user_manager() -> Iterator[UserManager]:
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         manager = UserManager(process, cgroup, home)
         try:
