@@ -134,6 +134,19 @@ class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown
     seed: int | None = None
 
 
+class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
+
+    # the collector's OTLP/HTTP base URL (``/v1/traces``, ``/v1/metrics`` appended); none: off
+    # unless OTEL_EXPORTER_OTLP_*ENDPOINT says otherwise
+    endpoint: Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+    # share of successful operations traced; failures, retries and terminations always are
+    sample_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    service_name: _Id | None = None
+    # a credential file of collector headers (``name=value``, one per line or comma-separated)
+    headers_file: str | None = None
+
+
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     genesys: GenesysConfig | None = None
     cxone: CxoneConfig | None = None
@@ -146,6 +159,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     reconnect: ReconnectConfig = msgspec.field(default_factory=ReconnectConfig)
     circuit: CircuitSettings = msgspec.field(default_factory=CircuitSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
+    telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
 
 
 _AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")

@@ -43,7 +43,10 @@ from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
 
-__all__ = ["Attempt", "RetryExecutor", "Sleep"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
+
+# the operation name of a token fetch (its RETRY_* events and its telemetry span)
+TOKEN_OPERATION = "oauth.token"
 
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
@@ -98,6 +101,7 @@ class RetryExecutor:
         tokens: TokenCache | None = None,
         route: str | None = None,
         server: tuple[str, int | None] | None = None,
+        method: str | None = None,
     ) -> T:
         """Run one logical operation; return its result or raise.
 
@@ -119,6 +123,7 @@ class RetryExecutor:
             route,
             None if server is None else server[0],
             None if server is None else server[1],
+            method=method,
         )
         scope = hooks.operation(details)
         if scope is None:
@@ -137,7 +142,10 @@ class RetryExecutor:
     ) -> T:
         hooks = self._hooks
         breaker = self.circuits.get(circuit) if circuit is not None else None
-        token = await self.token(ctx, tokens, tokens.get) if tokens is not None else None
+        token = None
+        if tokens is not None:
+            # the cached token without an await; a fetch is an operation of its own (token())
+            token = tokens.cached() or await self.token(ctx, tokens, tokens.get)
         attempt = 0
         previous_delay_ms: float | None = None
         replayed = False
@@ -207,7 +215,9 @@ class RetryExecutor:
             reason = ResendReason.RETRY
             if tokens is not None:
                 # seed edge case 3: refresh a token that expires within 60 s before retrying
-                token = await self.token(ctx, tokens, _ensure_from(tokens, self._refresh_before_retry))
+                token = tokens.cached(self._refresh_before_retry) or await self.token(
+                    ctx, tokens, _ensure_from(tokens, self._refresh_before_retry)
+                )
 
     async def _observed(
         self, attempt_once: Attempt[T], token: Token | None, ctx: SessionContext, details: AttemptDetails
@@ -318,19 +328,77 @@ class RetryExecutor:
     async def token(
         self, ctx: SessionContext, tokens: TokenCache, fetch: Callable[[], Awaitable[Token]]
     ) -> Token:
-        """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy."""
+        """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy.
+
+        A logical operation of its own (``oauth.token``), observed by the hooks like any other:
+        one scope around it, one per attempt, its retries and its outcome reported.
+        """
+        hooks = self._hooks
+        if hooks is None:
+            return await self._fetch_token(ctx, fetch, None)
+        endpoint = tokens.endpoint
+        details = OperationDetails(
+            TOKEN_OPERATION,
+            ctx,
+            None,
+            None if endpoint is None else endpoint[0],
+            None if endpoint is None else endpoint[1],
+            None if endpoint is None else endpoint[2],
+            method="POST",
+        )
+        scope = hooks.operation(details)
+        if scope is None:
+            return await self._fetch_token(ctx, fetch, details)
+        with scope:
+            return await self._fetch_token(ctx, fetch, details)
+
+    async def _fetch_token(
+        self, ctx: SessionContext, fetch: Callable[[], Awaitable[Token]], details: OperationDetails | None
+    ) -> Token:
+        hooks = self._hooks
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
-            try:
-                return await fetch()
-            except TransportFailure as exc:
-                raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
-                event = self._classify(raw)
-                previous_delay_ms = await self._backoff(
-                    "oauth.token", ctx, event, attempt, previous_delay_ms, None
-                )
-                attempt += 1
+            if hooks is None or details is None:
+                outcome = await self._token_attempt(ctx, fetch, None)
+            else:
+                details.attempts = attempt + 1
+                observed = AttemptDetails(details, attempt, ResendReason.RETRY if attempt else None)
+                scope = hooks.attempt(observed)
+                if scope is None:
+                    outcome = await self._token_attempt(ctx, fetch, observed)
+                else:
+                    with scope:
+                        outcome = await self._token_attempt(ctx, fetch, observed)
+            if isinstance(outcome, Token):
+                if hooks is not None and details is not None:
+                    retried = None
+                    if attempt:
+                        retried = RetrySuccess(
+                            ctx.session_id, RetryKind.OPERATION, attempt, self._now(), TOKEN_OPERATION
+                        )
+                    hooks.succeeded(details, retried)
+                return outcome
+            if details is not None:
+                details.outcome = outcome
+            previous_delay_ms = await self._backoff(
+                TOKEN_OPERATION, ctx, outcome, attempt, previous_delay_ms, details
+            )
+            attempt += 1
+
+    async def _token_attempt(
+        self, ctx: SessionContext, fetch: Callable[[], Awaitable[Token]], details: AttemptDetails | None
+    ) -> Token | SdkErrorEvent:
+        """One fetch, its failure classified here so the attempt's scope sees it."""
+        try:
+            return await fetch()
+        except TransportFailure as exc:
+            raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
+            event = self._classify(raw)
+            if details is not None:
+                details.event = event
+                details.status = raw.status
+            return event
 
 
 def _ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:

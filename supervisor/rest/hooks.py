@@ -65,6 +65,8 @@ class OperationDetails:
     attempts: int = 0
     # the classified failure that ended the operation; None while running or on success
     outcome: SdkErrorEvent | None = None
+    # the HTTP method of a REST call (``http.request.method``); None for in-band requests
+    method: str | None = None
 
 
 @dataclass(slots=True)

@@ -59,7 +59,11 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (9, "entry points", ("supervisor.cli", "supervisor.__main__")),
     (8, "the demo", ("supervisor.demo",)),
     (7, "the runtime: lifecycle, supervisor, session runners, sinks", ("supervisor.runtime",)),
-    (6, "transports", ("supervisor.transports",)),
+    (
+        6,
+        "transports; telemetry (executor hooks, bus sinks)",
+        ("supervisor.transports", "supervisor.telemetry"),
+    ),
     (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
     (4, "machines", ("machines",)),
     (
@@ -308,6 +312,10 @@ def test_the_cycle_check_finds_a_cycle() -> None:
         ("supervisor.transports.cxone", "supervisor.rest.pipeline", False),
         ("supervisor.cli.sim_cmd", "supervisor.sim.genesys", False),
         ("supervisor.demo.runner", "supervisor.runtime.main", False),
+        ("supervisor.telemetry.operations", "supervisor.rest.hooks", False),
+        ("supervisor.telemetry.segments", "supervisor.runtime.session_runner", True),
+        ("supervisor.rest.executor", "supervisor.telemetry", True),
+        ("supervisor.runtime.wiring", "supervisor.telemetry", False),
     ],
 )
 def test_the_floor_check_catches_what_it_should(module: str, imported: str, bad: bool) -> None:

@@ -1,0 +1,146 @@
+"""The export pipeline: OTLP/HTTP exporters behind our scrubbers, a batch processor, a metric reader.
+
+Nothing here runs on the event loop but ``on_end`` (a deque append) and metric ``add`` calls:
+encoding, scrubbing and HTTP happen on the SDK's worker threads (the batch processor's and the
+periodic reader's). A collector that is down, refusing, answering 429 or hanging therefore
+costs dropped spans (the batch queue is bounded and drops when full), never a blocked session.
+
+Shutdown is bounded: :meth:`ExportPipeline.close` runs the final flush on a daemon thread of
+its own and waits for it at most ``budget_s`` (what is left of the drain's grace period); a
+flush still stuck on a hanging collector after that is abandoned, and a daemon thread does not
+hold the process's exit. The SDK's own ``force_flush`` ignores its timeout (it exports on the
+calling thread until done), which is why it never runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import Meter, NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from supervisor.telemetry.scrub import Scrubber, ScrubbingMetricExporter, ScrubbingSpanExporter
+from supervisor.telemetry.settings import ExportSettings
+
+__all__ = ["CloseReport", "ExportPipeline"]
+
+# a storm emits a few spans per session within seconds: room for 1,000 sessions' worth before
+# the queue drops (the SDK's default is 2,048; OTEL_BSP_MAX_QUEUE_SIZE still wins when set)
+_QUEUE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class CloseReport:
+    """How the final flush went: within its budget or abandoned (the collector did not answer)."""
+
+    flushed: bool
+    budget_s: float
+
+
+class ExportPipeline:
+    """Exporters, processor and reader for one daemon; :meth:`close` exactly once at the end."""
+
+    def __init__(self, settings: ExportSettings, resource: Resource, scrubber: Scrubber) -> None:
+        headers = dict(settings.headers)
+        timeout = settings.export_timeout_s
+        self.spans: ScrubbingSpanExporter | None = None
+        self.processor: SpanProcessor = SpanProcessor()  # the base class does nothing
+        if settings.traces_endpoint is not None:
+            self.spans = ScrubbingSpanExporter(
+                OTLPSpanExporter(endpoint=settings.traces_endpoint, headers=headers, timeout=timeout),
+                scrubber,
+            )
+            self.processor = BatchSpanProcessor(self.spans, max_queue_size=_env_queue() or _QUEUE)
+        self.metrics: ScrubbingMetricExporter | None = None
+        self._reader: PeriodicExportingMetricReader | None = None
+        self._meter_provider: MeterProvider | None = None
+        if settings.metrics_endpoint is not None:
+            self.metrics = ScrubbingMetricExporter(
+                OTLPMetricExporter(endpoint=settings.metrics_endpoint, headers=headers, timeout=timeout),
+                scrubber,
+            )
+            interval = None if settings.metric_interval_s is None else settings.metric_interval_s * 1000.0
+            self._reader = PeriodicExportingMetricReader(self.metrics, export_interval_millis=interval)
+            # no atexit hook: the SDK's would join the reader for up to 30 s at interpreter exit
+            self._meter_provider = MeterProvider(
+                resource=resource, metric_readers=[self._reader], shutdown_on_exit=False
+            )
+        self._closed = False
+
+    def meter(self, name: str, version: str) -> Meter:
+        if self._meter_provider is None:
+            return NoOpMeterProvider().get_meter(name, version)
+        return self._meter_provider.get_meter(name, version)
+
+    @property
+    def export_failures(self) -> int:
+        spans = 0 if self.spans is None else self.spans.failures
+        return spans + (0 if self.metrics is None else self.metrics.failures)
+
+    # -- blocking: worker threads only ----------------------------------------------------------------
+    def force_flush(self) -> bool:
+        """Export everything queued now (blocks on the collector: never call it on the event loop)."""
+        ok = self.processor.force_flush()
+        if self._meter_provider is not None:
+            ok = self._meter_provider.force_flush() and ok
+        return ok
+
+    def _flush_and_shutdown(self) -> None:
+        try:
+            self.force_flush()
+        finally:
+            self.processor.shutdown()
+            if self._meter_provider is not None:
+                self._meter_provider.shutdown()
+
+    # -- from the event loop ----------------------------------------------------------------------------
+    async def flush(self, limit_s: float) -> bool:
+        """Flush on a daemon thread; True when it finished within ``limit_s`` (tests, status)."""
+        return await _bounded(self.force_flush, limit_s, "otel-flush")
+
+    async def close(self, budget_s: float) -> CloseReport:
+        """Final flush and shutdown, waiting at most ``budget_s``; never raises."""
+        if self._closed:
+            return CloseReport(True, budget_s)
+        self._closed = True
+        flushed = await _bounded(self._flush_and_shutdown, budget_s, "otel-shutdown")
+        return CloseReport(flushed, budget_s)
+
+
+async def _bounded(work: Callable[[], object], limit_s: float, name: str) -> bool:
+    """Run ``work`` on a daemon thread; wait for it at most ``limit_s`` without blocking the loop."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:  # a flush that fails has nothing left to do; the count says so
+            pass
+        finally:
+            done.set()
+
+    # a daemon thread: one stuck on a hanging collector never holds the process's exit
+    threading.Thread(target=run, name=name, daemon=True).start()
+    finished = False
+    with anyio.CancelScope(shield=True):
+        # Event.wait returns by itself after limit_s at the latest: the worker never outlives it
+        finished = await anyio.to_thread.run_sync(done.wait, max(limit_s, 0.0))
+    return finished
+
+
+def _env_queue() -> int | None:
+    value = os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE")
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
