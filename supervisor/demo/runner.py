@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -27,6 +27,7 @@ from rich.console import Console
 
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
+from supervisor.config import Config, TelemetrySettings
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -44,6 +45,9 @@ from supervisor.runtime.wiring import Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
+if TYPE_CHECKING:
+    from supervisor.telemetry import Telemetry
+
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
@@ -52,6 +56,8 @@ class DemoOptions:
     seed: int = 1
     fast: bool = False
     timeout_s: float | None = None
+    # an OTLP/HTTP collector's base URL: traces and metrics of the run go there (docs/telemetry.md)
+    otlp: str | None = None
 
 
 class _Run:
@@ -90,6 +96,7 @@ class _Run:
                 seed=opts.seed,
             )
             bus = EventBus()
+            telemetry = demo_telemetry(opts.otlp, config, bus, workdir)
             async with Wiring(
                 config,
                 bus=bus,
@@ -97,10 +104,16 @@ class _Run:
                 rng=random.Random(opts.seed),
                 config_dir=workdir,
                 environ={},
+                hooks=[] if telemetry is None else telemetry.hooks,
             ) as wiring:
                 supervisor = Supervisor(wiring)
                 observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
                 bus.subscribe(observer)
+                services: list[Service] = []
+                if telemetry is not None:
+                    bus.subscribe(telemetry)
+                    telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
+                    services.append(telemetry.service(_GRACE_S))
                 summary: dict[str, Any] | None = None
 
                 async def play() -> None:
@@ -142,11 +155,10 @@ class _Run:
                     )
                     self.final = (summary["states"], summary["openCircuits"])
 
-                services: list[Service] = []
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
-                await run_daemon(supervisor, grace_s=5.0, services=services, body=play)
+                await run_daemon(supervisor, grace_s=_GRACE_S, services=services, body=play)
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -219,6 +231,32 @@ class _Run:
             return self.phase, supervisor.states(), circuits, observer.events
 
         return sample
+
+
+_GRACE_S = 5.0
+DEMO_SERVICE_NAME = "session-supervisor-demo"
+
+
+def demo_telemetry(otlp: str | None, config: Config, bus: EventBus, workdir: Path) -> Telemetry | None:
+    """``demo --otlp URL``: the run's traces and metrics to that collector (every operation traced)."""
+    if otlp is None:
+        return None
+    # imported only when asked for: the OpenTelemetry SDK and exporter are not free to load
+    from supervisor.telemetry import Telemetry, configured_secrets, resolve_settings, shapes_of
+
+    table = TelemetrySettings(endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME)
+    # the demo's environment is its own: no OTEL_* variable of the shell leaks into the run
+    settings = resolve_settings(table, {}, config_dir=workdir)
+    if settings is None:  # pragma: no cover - an endpoint always turns it on
+        return None
+    telemetry = Telemetry(
+        settings,
+        boot_id=bus.boot_id,
+        shapes=shapes_of(config),
+        secrets=configured_secrets(config, environ={}, config_dir=workdir),
+    )
+    bus.trace_context = telemetry.trace_context
+    return telemetry
 
 
 def _started(supervisor: Supervisor, sessions: int) -> bool:

@@ -55,7 +55,19 @@ from supervisor.telemetry.segments import SessionTracker
 from supervisor.telemetry.settings import ExportSettings, package_version, resolve_settings
 from supervisor.telemetry.spans import SessionShape, SpanFactory
 
-__all__ = ["CloseReport", "ExportSettings", "SessionShape", "Telemetry", "resolve_settings", "shapes_of"]
+__all__ = [
+    "CloseReport",
+    "ExportSettings",
+    "SessionShape",
+    "Telemetry",
+    "configured_secrets",
+    "resolve_settings",
+    "shapes_of",
+]
+
+
+# reliability.md §5: force_flush with ~2 s; a healthy collector takes a few hundred ms for 5,000 spans
+FLUSH_CAP_S = 2.0
 
 
 class Telemetry:
@@ -200,11 +212,16 @@ class Telemetry:
         return serve
 
     def budget(self, grace_s: float) -> float:
-        """What is left of the drain's grace period (all of it when no drain was announced)."""
-        if self._stopping is None:
-            return grace_s
-        started, grace = self._stopping
-        return max(0.0, started + grace - time.monotonic())
+        """The final flush's wait: what is left of the drain's grace period, at most FLUSH_CAP_S.
+
+        The cap keeps a forced exit (a second signal, which the service cannot tell from a
+        drain that ended) from waiting out a long grace period on a collector that hangs.
+        """
+        left = grace_s
+        if self._stopping is not None:
+            started, grace = self._stopping
+            left = started + grace - time.monotonic()
+        return max(0.0, min(left, FLUSH_CAP_S))
 
     async def flush(self, limit_s: float = 10.0) -> bool:
         """Export what is queued now; True when done within ``limit_s`` (the loop is never blocked)."""

@@ -14,12 +14,15 @@ calling thread until done), which is why it never runs on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import Meter, NoOpMeterProvider
@@ -109,33 +112,41 @@ class ExportPipeline:
         return await _bounded(self.force_flush, limit_s, "otel-flush")
 
     async def close(self, budget_s: float) -> CloseReport:
-        """Final flush and shutdown, waiting at most ``budget_s``; never raises."""
+        """Final flush and shutdown, waiting at most ``budget_s`` (even when cancelled); never raises."""
         if self._closed:
             return CloseReport(True, budget_s)
         self._closed = True
-        flushed = await _bounded(self._flush_and_shutdown, budget_s, "otel-shutdown")
+        flushed = False
+        # shielded: it runs while the daemon's task group is being cancelled; its own limit bounds it
+        with anyio.CancelScope(shield=True):
+            flushed = await _bounded(self._flush_and_shutdown, budget_s, "otel-shutdown")
         return CloseReport(flushed, budget_s)
 
 
 async def _bounded(work: Callable[[], object], limit_s: float, name: str) -> bool:
-    """Run ``work`` on a daemon thread; wait for it at most ``limit_s`` without blocking the loop."""
-    done = threading.Event()
+    """Run ``work`` on a daemon thread; wait for it at most ``limit_s`` without blocking the loop.
+
+    The thread tells the loop it is done (``from_thread``); no worker thread sits waiting, and a
+    cancelled caller stops waiting at once. A thread stuck on a hanging collector is left to
+    itself: a daemon thread never holds the process's exit.
+    """
+    done = anyio.Event()
+    token = anyio.lowlevel.current_token()
 
     def run() -> None:
+        # a flush that fails has nothing left to do (the failure counts say so); a loop that is
+        # gone (RuntimeError) has nobody waiting any more
         try:
-            work()
-        except Exception:  # a flush that fails has nothing left to do; the count says so
-            pass
+            with contextlib.suppress(Exception):
+                work()
         finally:
-            done.set()
+            with contextlib.suppress(RuntimeError):
+                anyio.from_thread.run_sync(done.set, token=token)
 
-    # a daemon thread: one stuck on a hanging collector never holds the process's exit
     threading.Thread(target=run, name=name, daemon=True).start()
-    finished = False
-    with anyio.CancelScope(shield=True):
-        # Event.wait returns by itself after limit_s at the latest: the worker never outlives it
-        finished = await anyio.to_thread.run_sync(done.wait, max(limit_s, 0.0))
-    return finished
+    with anyio.move_on_after(max(limit_s, 0.0)):
+        await done.wait()
+    return done.is_set()
 
 
 def _env_queue() -> int | None:
