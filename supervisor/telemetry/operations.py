@@ -21,12 +21,11 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager
 
-from machines.effects import CircuitEffect
 from supervisor.errors import CircuitOpenError, OperationError
-from supervisor.events import RetryAttempt, RetryExhausted, RetrySuccess
-from supervisor.rest.hooks import AttemptDetails, OperationDetails
+from supervisor.events import RetryAttempt, RetryExhausted
+from supervisor.rest.hooks import AttemptDetails, NoHooks, OperationDetails
 from supervisor.taxonomy import SdkErrorEvent
-from supervisor.telemetry.records import CURRENT, Attempt, Operation, Parent
+from supervisor.telemetry.records import CURRENT, Operation, Parent
 from supervisor.telemetry.sampling import IdSource, Sampler
 from supervisor.telemetry.segments import CONNECTING, SessionTracker
 from supervisor.telemetry.spans import SpanFactory
@@ -37,8 +36,13 @@ __all__ = ["CIRCUIT_OPEN", "OperationTracer"]
 CIRCUIT_OPEN = "CIRCUIT_OPEN"
 
 
-class OperationTracer:
-    """The executor hooks of OpenTelemetry tracing (and the ids of operations for log lines)."""
+class OperationTracer(NoHooks):
+    """The executor hooks of OpenTelemetry tracing (and the ids of operations for log lines).
+
+    ``succeeded`` and ``circuit`` stay NoHooks' no-ops, so HookChain skips them: a successful
+    attempt ends with its operation, microseconds later; circuit transitions reach telemetry
+    through the bus (supervisor/telemetry/circuits.py).
+    """
 
     __slots__ = ("_factory", "_ids", "_sampler", "_sessions")
 
@@ -56,30 +60,32 @@ class OperationTracer:
 
     def attempt(self, details: AttemptDetails) -> AbstractContextManager[object] | None:
         op = CURRENT.get()
-        if op is None or op.details is not details.operation:
-            return None  # not ours (the operation's scope was not entered through these hooks)
-        return Attempt(op, details)
+        if op is not None and op.details is details.operation:
+            op.begin_attempt(details)
+        # no scope: the attempt ends at the executor's next word about it (records.py)
+        return None
 
     def classified(self, event: SdkErrorEvent) -> None:
-        pass  # the attempt's details carry its classified failure when its scope exits
+        # the end of a failed attempt (the bus hooks, earlier in the chain, published the
+        # classified event while the attempt was still current: its line names the attempt)
+        op = CURRENT.get()
+        if op is not None:
+            op.end_attempt()
 
     def retry_scheduled(self, details: OperationDetails, retry: RetryAttempt) -> None:
         op = CURRENT.get()
         if op is not None and op.details is details:
+            now = time.time_ns()
+            op.end_attempt(now)
             if op.retries is None:
                 op.retries = []
-            op.retries.append((time.time_ns(), retry))
-
-    def succeeded(self, details: OperationDetails, retried: RetrySuccess | None) -> None:
-        pass
+            op.retries.append((now, retry))
 
     def gave_up(self, details: OperationDetails, exhausted: RetryExhausted | None) -> None:
         op = CURRENT.get()
         if op is not None and op.details is details:
+            op.end_attempt()
             op.exhausted = exhausted
-
-    def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
-        pass  # circuit transitions reach telemetry through the bus (supervisor/telemetry/circuits.py)
 
     # -- Finisher ---------------------------------------------------------------------------------------
     def operation_ended(self, op: Operation, exc: BaseException | None) -> None:

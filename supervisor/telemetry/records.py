@@ -5,10 +5,13 @@ record tree into ``ReadableSpan``s only when it is to be exported, with the time
 here (``time.time_ns()``), so a sampled-out success never touches the SDK.
 
 An :class:`Operation` is also the context manager the retry executor enters around one
-logical operation (:class:`~supervisor.rest.hooks.ExecutorHooks`), and :class:`Attempt` the
-one around each attempt; :data:`CURRENT` names the operation in progress in this task, so a
-nested operation (a token fetch inside a REST call) finds its parent and the event bus finds
-the span a log line belongs to.
+logical operation (:class:`~supervisor.rest.hooks.ExecutorHooks`); :data:`CURRENT` names the
+operation in progress in this task, so a nested operation (a token fetch inside a REST call)
+finds its parent and the event bus finds the span a log line belongs to. An :class:`Attempt`
+is a record without a scope of its own (a scope per attempt cost more than the whole
+sampled-out hot path may): it begins when the executor announces the attempt and ends at the
+executor's next word about it (classified, succeeded, gave up, a retry scheduled, a nested
+token fetch starting, or the operation ending), within microseconds of its real end.
 """
 
 from __future__ import annotations
@@ -92,15 +95,33 @@ class Operation:
         self.start = self.end = 0
 
     def __enter__(self) -> Operation:
-        self.parent = CURRENT.get()
+        now = _now()
+        parent = self.parent = CURRENT.get()
+        if parent is not None and parent.current is not None:
+            parent.end_attempt(now)  # e.g. a token refresh between a 401 and its replay
         self._token: Token[Operation | None] = CURRENT.set(self)
-        self.start = _now()
+        self.start = now
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         CURRENT.reset(self._token)
-        self.end = _now()
+        now = self.end = _now()
+        if self.current is not None:
+            self.end_attempt(now)
         self._finisher.operation_ended(self, exc)
+
+    def begin_attempt(self, details: AttemptDetails) -> None:
+        now = _now()
+        if self.current is not None:
+            self.end_attempt(now)
+        attempt = self.current = Attempt(details, now)
+        self.attempts.append(attempt)
+
+    def end_attempt(self, now: int = 0) -> None:
+        attempt = self.current
+        if attempt is not None:
+            attempt.end = now or _now()
+            self.current = None
 
     # -- as a parent --------------------------------------------------------------------------------
     def ensure_ids(self) -> tuple[int, int]:
@@ -117,26 +138,15 @@ class Operation:
 
 
 class Attempt:
-    """One attempt of an operation; the executor fills ``details`` in before the scope exits."""
+    """One attempt of an operation; the executor fills ``details`` in (its failure, its status)."""
 
-    __slots__ = ("details", "end", "op", "span_id", "start")
+    __slots__ = ("details", "end", "span_id", "start")
 
-    def __init__(self, op: Operation, details: AttemptDetails) -> None:
-        self.op = op
+    def __init__(self, details: AttemptDetails, start: int) -> None:
         self.details = details
+        self.start = start
+        self.end = 0
         self.span_id = 0
-        self.start = self.end = 0
-
-    def __enter__(self) -> Attempt:
-        self.start = _now()
-        self.op.current = self
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        self.end = _now()
-        op = self.op
-        op.current = None
-        op.attempts.append(self)
 
 
 class Segment:

@@ -212,7 +212,7 @@ class SpanFactory:
             )
         )  # fmt: skip
         for attempt in op.attempts:
-            out.append(self._attempt(attempt, context, in_band))
+            out.append(self._attempt(op, attempt, context, in_band))
         for child in op.children or ():
             self._operation(child, context, out)
 
@@ -234,13 +234,15 @@ class SpanFactory:
         if details.server_port is not None:
             attrs[A.SERVER_PORT] = details.server_port
 
-    def _attempt(self, attempt: Attempt, parent: SpanContext, in_band: bool) -> ReadableSpan:
+    def _attempt(
+        self, record: Operation, attempt: Attempt, parent: SpanContext, in_band: bool
+    ) -> ReadableSpan:
         details = attempt.details
         op = details.operation
         if not attempt.span_id:
             attempt.span_id = self._ids.span_id()
         attrs: dict[str, Any] = {}
-        self._endpoint(attrs, attempt.op, in_band)
+        self._endpoint(attrs, record, in_band)
         if details.resend_count:
             # semantic conventions: set on every resend, whatever its cause, absent on the first try
             attrs[A.RESEND_COUNT] = details.resend_count
