@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -200,6 +201,8 @@ class AgentSessionConnection:
     def __init__(self, transport: AgentSessionTransport, sessions_url: str, start_id: str | None) -> None:
         self._t = transport
         self._sessions = sessions_url
+        # url.template of the calls on this session (telemetry): the rolling id is not part of it
+        self._route = urlsplit(sessions_url).path + "/{sessionId}"
         #: the start answer's sessionId: the session's anchor (None when the platform gave none)
         self.start_id = start_id
         #: the rolling sessionId to poll next (mirrored in ``context.platform_session_id``)
@@ -250,6 +253,7 @@ class AgentSessionConnection:
                 ctx=self._ctx,
                 circuit=CIRCUIT,
                 operation=_POLL,
+                route=self._route + "/get-next-event",
                 ok_statuses=frozenset({304}),
                 # a 200 without the next sessionId cannot go on: the next poll would replay (seed §3)
                 check=_POLL_CHECK,
@@ -387,6 +391,7 @@ class AgentSessionConnection:
                     ctx=self._ctx,
                     circuit=CIRCUIT,
                     operation=_END,
+                    route=self._route,
                 )
 
 

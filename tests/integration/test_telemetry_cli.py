@@ -189,6 +189,11 @@ def test_demo_otlp_exports_the_scenario(receiver: OtlpReceiver, capsys: pytest.C
     assert traced == closed
     assert {s.resource["service.name"] for s in receiver.spans} == {"session-supervisor-demo"}
     assert any(s.name == "agent-session.start" for s in receiver.spans)  # every operation traced (ratio 1)
+    polls = [s for s in receiver.spans if s.name == "agent-session.poll"]
+    assert polls
+    # our route template, never the rolling session id
+    templates = {s.attr("url.template") for s in polls}
+    assert len(templates) == 1 and templates.pop().endswith("/agent-sessions/{sessionId}/get-next-event")
     assert any(p.metric == "session_supervisor.session.terminations" for p in receiver.points)
 
 
