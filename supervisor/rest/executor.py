@@ -123,7 +123,7 @@ class RetryExecutor:
             route,
             None if server is None else server[0],
             None if server is None else server[1],
-            method=method,
+            method,
         )
         scope = hooks.operation(details)
         if scope is None:
@@ -344,7 +344,7 @@ class RetryExecutor:
             None if endpoint is None else endpoint[0],
             None if endpoint is None else endpoint[1],
             None if endpoint is None else endpoint[2],
-            method="POST",
+            "POST",
         )
         scope = hooks.operation(details)
         if scope is None:

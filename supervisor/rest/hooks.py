@@ -61,12 +61,12 @@ class OperationDetails:
     route: str | None = None
     server_address: str | None = None
     server_port: int | None = None
+    # the HTTP method of a REST call (``http.request.method``); None for in-band requests
+    method: str | None = None
     # attempts made so far (the first one included)
     attempts: int = 0
     # the classified failure that ended the operation; None while running or on success
     outcome: SdkErrorEvent | None = None
-    # the HTTP method of a REST call (``http.request.method``); None for in-band requests
-    method: str | None = None
 
 
 @dataclass(slots=True)

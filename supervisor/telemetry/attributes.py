@@ -64,6 +64,8 @@ TERMINATION_REASON: Final = f"{NS}.termination.reason"
 TERMINATION_TRIGGER: Final = f"{NS}.termination.trigger"
 LINK_RELATION: Final = f"{NS}.link.relation"
 SESSION_KIND: Final = f"{NS}.session.kind"
+# span events not kept on a long segment (MAX_EVENTS per kind are)
+DROPPED_EVENTS: Final = f"{NS}.session.dropped_events"
 
 # -- WebSocket (no stable semantic convention) ------------------------------------------------------
 WS_CLOSE_CODE: Final = f"{NS}.websocket.close_code"

@@ -15,8 +15,10 @@ calling thread until done), which is why it never runs on the event loop.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,9 +39,40 @@ from supervisor.telemetry.settings import ExportSettings
 
 __all__ = ["CloseReport", "ExportPipeline"]
 
+# the OTLP exporters' own loggers: during an outage they warn on every retry of every batch
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+)
+
 # a storm emits a few spans per session within seconds: room for 1,000 sessions' worth before
 # the queue drops (the SDK's default is 2,048; OTEL_BSP_MAX_QUEUE_SIZE still wins when set)
 _QUEUE = 8192
+
+
+class _OncePerMinute(logging.Filter):
+    """Lets one record per logger and level through per minute: an outage is said, not shouted
+    (stderr is the journal; the count of failed exports is a metric)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[tuple[str, int], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno)
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < 60.0:
+            return False
+        self._last[key] = now
+        return True
+
+
+def _quiet_exporter_logs() -> None:
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OncePerMinute) for f in logger.filters):
+            logger.addFilter(_OncePerMinute())
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +87,7 @@ class ExportPipeline:
     """Exporters, processor and reader for one daemon; :meth:`close` exactly once at the end."""
 
     def __init__(self, settings: ExportSettings, resource: Resource, scrubber: Scrubber) -> None:
+        _quiet_exporter_logs()
         headers = dict(settings.headers)
         timeout = settings.export_timeout_s
         self.spans: ScrubbingSpanExporter | None = None

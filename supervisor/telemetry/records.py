@@ -155,6 +155,7 @@ class Segment:
     __slots__ = (
         "attempt",
         "children",
+        "dropped_events",
         "end",
         "end_reason",
         "errors",
@@ -202,6 +203,7 @@ class Segment:
         self.children: list[Operation] | None = None
         self.errors: list[tuple[int, SdkErrorEvent]] | None = None
         self.throttled: list[tuple[int, float, float]] | None = None
+        self.dropped_events = 0
         self.next_state: str | None = None
         self.end_reason: str | None = None
         self.termination: Any = None

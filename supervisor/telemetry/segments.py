@@ -52,6 +52,9 @@ TERMINATED = "terminated"
 STATES = (CONNECTING, ACTIVE, RECONNECTING, TERMINATED)
 # what a segment still open when telemetry closes says about its end
 CLOSED_BY_EXIT = "DAEMON_EXIT"
+# span events kept per segment: a day-long segment must not grow without bound (the first ones
+# say what went wrong; the count of the rest goes on the span)
+MAX_EVENTS = 32
 
 
 class _Session:
@@ -161,7 +164,10 @@ class SessionTracker:
         if segment is not None:
             if segment.throttled is None:
                 segment.throttled = []
-            segment.throttled.append((time.time_ns(), event.retry_in_s, event.delay_s))
+            if len(segment.throttled) < MAX_EVENTS:
+                segment.throttled.append((time.time_ns(), event.retry_in_s, event.delay_s))
+            else:
+                segment.dropped_events += 1
 
     def failure(self, session_id: str, event: SdkErrorEvent) -> None:
         """A classified failure of the session's connection (not of one of its operations)."""
@@ -169,7 +175,11 @@ class SessionTracker:
         if segment is not None:
             if segment.errors is None:
                 segment.errors = []
-            segment.errors.append((time.time_ns(), event))
+            if len(segment.errors) < MAX_EVENTS:
+                segment.errors.append((time.time_ns(), event))
+            else:
+                segment.errors[-1] = (time.time_ns(), event)  # the last one says how it ended
+                segment.dropped_events += 1
             segment.forced = True
 
     def close(self) -> None:

@@ -282,6 +282,8 @@ class SpanFactory:
             attrs[A.SEGMENT_END_REASON] = segment.end_reason
         if segment.attempt:
             attrs[A.RECONNECT_ATTEMPT] = segment.attempt
+        if segment.dropped_events:
+            attrs[A.DROPPED_EVENTS] = segment.dropped_events
         if shape is not None:
             attrs[A.SESSION_KIND] = shape.kind
             attrs[A.PLATFORM] = shape.platform
