@@ -14,11 +14,16 @@ circuit transitions are rare and always worth seeing.
 from __future__ import annotations
 
 import time
+from typing import Any
+
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.trace import Link
 
 from supervisor.events import CircuitClosed, CircuitHalfOpened, CircuitOpened, CircuitTransition, Event
+from supervisor.telemetry import attributes as A
 from supervisor.telemetry.records import Period
 from supervisor.telemetry.sampling import IdSource
-from supervisor.telemetry.spans import SpanFactory
+from supervisor.telemetry.spans import ERROR, UNSET, SpanFactory, context_of
 
 __all__ = ["CLOSED", "CircuitTracker"]
 
@@ -62,7 +67,7 @@ class CircuitTracker:
             ended.end = now
             ended.leave = (event.source, event.target, event.trigger, event.reason)
             self._last[cid] = (ended.trace_id, ended.span_id)
-            self._factory.emit_period(ended)
+            self._emit(ended)
         if event.target != CLOSED:
             ids = self._upcoming.pop(cid, None) or (self._ids.trace_id(), self._ids.span_id())
             period = Period(cid, event.target, ids)
@@ -87,5 +92,49 @@ class CircuitTracker:
         now = time.time_ns()
         for period in self._current.values():
             period.end = now
-            self._factory.emit_period(period)
+            self._emit(period)
         self._current.clear()
+
+    def _emit(self, period: Period) -> None:
+        attrs: dict[str, Any] = {A.CIRCUIT_ID: period.circuit_id, A.CIRCUIT_STATE: period.state}
+        events = []
+        if period.enter is not None:
+            source, trigger, reason = period.enter
+            attrs[A.CIRCUIT_REASON] = reason
+            events.append(_transition(period.start, source, period.state, trigger, reason))
+        if period.leave is not None:
+            source, target, trigger, reason = period.leave
+            attrs[A.CIRCUIT_NEXT] = target
+            events.append(_transition(period.end, source, target, trigger, reason))
+        opened = period.opened
+        if opened is not None:
+            attrs[A.CIRCUIT_FAILURES] = opened.consecutive_failures
+            attrs[A.CIRCUIT_OPEN_S] = opened.open_s
+            attrs[A.CIRCUIT_TRIPS] = opened.trips
+        if period.probe_id:
+            attrs[A.CIRCUIT_PROBE] = period.probe_id
+        links = None
+        if period.previous is not None:
+            links = [Link(context_of(*period.previous), {A.LINK_RELATION: "previous_period"})]
+        span = self._factory.span(
+            f"circuit.{period.state}",
+            context_of(period.trace_id, period.span_id),
+            None,
+            attrs,
+            period.start,
+            period.end,
+            status=ERROR if period.state == "open" else UNSET,
+            events=events,
+            links=links,
+        )
+        self._factory.emit([span])
+
+
+def _transition(at: int, source: str, target: str, trigger: str, reason: str) -> SpanEvent:
+    attrs = {
+        A.CIRCUIT_FROM: source,
+        A.CIRCUIT_TO: target,
+        A.CIRCUIT_TRIGGER: trigger,
+        A.CIRCUIT_REASON: reason,
+    }
+    return SpanEvent(A.CIRCUIT_TRANSITION, attrs, at)

@@ -1,9 +1,10 @@
 """Executor hooks that trace operations: one INTERNAL span per operation, one CLIENT span per attempt.
 
 :class:`OperationTracer` is an :class:`~supervisor.rest.hooks.ExecutorHooks`: the retry executor
-enters its :class:`~supervisor.telemetry.records.Operation` around every logical operation and
-an :class:`~supervisor.telemetry.records.Attempt` around each attempt. Those only take times;
-what becomes of them is decided when the operation ends (``operation_ended``):
+enters its :class:`~supervisor.telemetry.records.Operation` around every logical operation, and
+each attempt it announces becomes an :class:`~supervisor.telemetry.records.Attempt` record (no
+scope of its own). Those only take times; what becomes of them is decided when the operation
+ends (``operation_ended``):
 
 * a nested operation (a token fetch inside a REST call) hangs under the operation around it,
   and an operation made while its session is connecting hangs under that session-start
@@ -13,7 +14,7 @@ what becomes of them is decided when the operation ends (``operation_ended``):
   and never reaches the SDK. A root made for a session links to the session's segment.
 
 The hot path (one successful attempt, sampled out) costs two small objects, a context variable
-set and reset, four clock reads and a dict lookup.
+set and reset, three clock reads, a dict lookup and a coin (docs/benchmarks.md: ~1.3 µs).
 """
 
 from __future__ import annotations

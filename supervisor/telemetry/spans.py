@@ -14,7 +14,8 @@ The shapes (docs/telemetry.md draws them):
 * session segment: one INTERNAL span per lifetime segment, linked to the previous segment and
   the session's first; a connecting segment (the session start) holds the operations made
   during it and, for a WebSocket session, one CLIENT span for the handshake;
-* circuit period: one INTERNAL span per open or half-open period, transitions as its events.
+* circuit period: one INTERNAL span per open or half-open period, transitions as its events
+  (built by supervisor/telemetry/circuits.py with :meth:`SpanFactory.span`).
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from supervisor.events import Correlation, SessionTerminated, TerminationReason
 from supervisor.rest.hooks import OperationDetails
 from supervisor.taxonomy import SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.telemetry.records import Attempt, Operation, Period, Segment
+from supervisor.telemetry.records import Attempt, Operation, Segment
 from supervisor.telemetry.sampling import IdSource
 
-__all__ = ["SessionShape", "SpanFactory"]
+__all__ = ["ERROR", "UNSET", "SessionShape", "SpanFactory", "context_of"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_ERROR = Status(StatusCode.ERROR)
-_UNSET = Status(StatusCode.UNSET)
+ERROR = Status(StatusCode.ERROR)
+UNSET = Status(StatusCode.UNSET)
 # a termination the session did not suffer: no error status on its last segment
 _CLEAN_ENDS = frozenset({TerminationReason.STOPPED, TerminationReason.GRACEFUL_CLOSE})
 
@@ -55,7 +56,7 @@ class SessionShape:
     websocket: tuple[str, int | None, str] | None = None
 
 
-def _context(trace_id: int, span_id: int) -> SpanContext:
+def context_of(trace_id: int, span_id: int) -> SpanContext:
     return SpanContext(trace_id, span_id, False, _SAMPLED)
 
 
@@ -125,12 +126,12 @@ class SpanFactory:
     def shape(self, session_id: str) -> SessionShape | None:
         return self._shapes.get(session_id)
 
-    def _emit(self, spans: list[ReadableSpan]) -> None:
+    def emit(self, spans: list[ReadableSpan]) -> None:
         on_end = self._processor.on_end
         for span in spans:
             on_end(span)
 
-    def _span(
+    def span(
         self,
         name: str,
         context: SpanContext,
@@ -140,7 +141,7 @@ class SpanFactory:
         end: int,
         *,
         kind: SpanKind = SpanKind.INTERNAL,
-        status: Status = _UNSET,
+        status: Status = UNSET,
         events: list[Event] | None = None,
         links: list[Link] | None = None,
     ) -> ReadableSpan:
@@ -163,11 +164,11 @@ class SpanFactory:
     def emit_operation(self, op: Operation) -> None:
         spans: list[ReadableSpan] = []
         self._operation(op, None, spans)
-        self._emit(spans)
+        self.emit(spans)
 
     def _operation(self, op: Operation, parent: SpanContext | None, out: list[ReadableSpan]) -> None:
         details = op.details
-        context = _context(*op.ensure_ids())
+        context = context_of(*op.ensure_ids())
         ctx = details.context
         attrs: dict[str, Any] = {A.OPERATION: details.operation}
         correlate(attrs, ctx.correlation())
@@ -203,10 +204,10 @@ class SpanFactory:
         ]
         links = None
         if op.link is not None:
-            links = [Link(_context(*op.link.ids), {A.LINK_RELATION: "session_segment"})]
-        status = _ERROR if op.error is not None else _UNSET
+            links = [Link(context_of(*op.link.ids), {A.LINK_RELATION: "session_segment"})]
+        status = ERROR if op.error is not None else UNSET
         out.append(
-            self._span(
+            self.span(
                 _operation_name(details), context, parent, attrs, op.start, op.end,
                 status=status, events=events, links=links,
             )
@@ -256,21 +257,21 @@ class SpanFactory:
             name = f"{op.method} {op.route}"
         else:
             name = op.route if in_band and op.route is not None else op.operation
-        return self._span(
+        return self.span(
             name,
-            _context(parent.trace_id, attempt.span_id),
+            context_of(parent.trace_id, attempt.span_id),
             parent,
             attrs,
             attempt.start,
             attempt.end,
             kind=SpanKind.CLIENT,
-            status=_ERROR if details.event is not None else _UNSET,
+            status=ERROR if details.event is not None else UNSET,
         )
 
     # -- session segments ---------------------------------------------------------------------------
     def emit_segment(self, segment: Segment, correlation: Correlation | None) -> None:
         spans: list[ReadableSpan] = []
-        context = _context(*segment.ids)
+        context = context_of(*segment.ids)
         shape = self._shapes.get(segment.session_id)
         attrs: dict[str, Any] = {}
         correlate(attrs, correlation or Correlation(segment.session_id))
@@ -298,13 +299,13 @@ class SpanFactory:
         ]
         links = []
         if segment.previous is not None:
-            links.append(Link(_context(*segment.previous), {A.LINK_RELATION: "previous_segment"}))
+            links.append(Link(context_of(*segment.previous), {A.LINK_RELATION: "previous_segment"}))
         if segment.first is not None and segment.first != segment.previous:
-            links.append(Link(_context(*segment.first), {A.LINK_RELATION: "first_segment"}))
+            links.append(Link(context_of(*segment.first), {A.LINK_RELATION: "first_segment"}))
         spans.append(
-            self._span(
+            self.span(
                 f"session.{segment.state}", context, None, attrs, segment.start, segment.end,
-                status=_ERROR if failed else _UNSET, events=events, links=links,
+                status=ERROR if failed else UNSET, events=events, links=links,
             )
         )  # fmt: skip
         last_child_end = segment.start
@@ -313,7 +314,7 @@ class SpanFactory:
             last_child_end = max(last_child_end, child.end)
         if segment.state == "connecting" and shape is not None and shape.websocket is not None:
             spans.append(self._handshake(segment, shape, context, last_child_end, failed))
-        self._emit(spans)
+        self.emit(spans)
 
     def _segment_outcome(self, segment: Segment, attrs: dict[str, Any]) -> bool:
         """Termination or failure attributes; True when the segment ended in a failure."""
@@ -360,54 +361,13 @@ class SpanFactory:
         elif failed and segment.end_reason is not None:
             attrs[A.ERROR_TYPE] = segment.end_reason
         path = shape.websocket[2] if shape.websocket is not None else ""
-        return self._span(
+        return self.span(
             f"websocket.open {path}".rstrip(),
-            _context(parent.trace_id, self._ids.span_id()),
+            context_of(parent.trace_id, self._ids.span_id()),
             parent,
             attrs,
             start,
             segment.end,
             kind=SpanKind.CLIENT,
-            status=_ERROR if failed else _UNSET,
+            status=ERROR if failed else UNSET,
         )
-
-    # -- circuits -------------------------------------------------------------------------------------
-    def emit_period(self, period: Period) -> None:
-        attrs: dict[str, Any] = {A.CIRCUIT_ID: period.circuit_id, A.CIRCUIT_STATE: period.state}
-        events = []
-        if period.enter is not None:
-            source, trigger, reason = period.enter
-            attrs[A.CIRCUIT_REASON] = reason
-            events.append(self._transition(period.start, source, period.state, trigger, reason))
-        if period.leave is not None:
-            source, target, trigger, reason = period.leave
-            attrs[A.CIRCUIT_NEXT] = target
-            events.append(self._transition(period.end, source, target, trigger, reason))
-        opened = period.opened
-        if opened is not None:
-            attrs[A.CIRCUIT_FAILURES] = opened.consecutive_failures
-            attrs[A.CIRCUIT_OPEN_S] = opened.open_s
-            attrs[A.CIRCUIT_TRIPS] = opened.trips
-        if period.probe_id:
-            attrs[A.CIRCUIT_PROBE] = period.probe_id
-        links = None
-        if period.previous is not None:
-            links = [Link(_context(*period.previous), {A.LINK_RELATION: "previous_period"})]
-        span = self._span(
-            f"circuit.{period.state}",
-            _context(period.trace_id, period.span_id),
-            None,
-            attrs,
-            period.start,
-            period.end,
-            status=_ERROR if period.state == "open" else _UNSET,
-            events=events,
-            links=links,
-        )
-        self._emit([span])
-
-    @staticmethod
-    def _transition(at: int, source: str, target: str, trigger: str, reason: str) -> Event:
-        attrs = {A.CIRCUIT_FROM: source, A.CIRCUIT_TO: target, A.CIRCUIT_TRIGGER: trigger}
-        attrs[A.CIRCUIT_REASON] = reason
-        return Event(A.CIRCUIT_TRANSITION, attrs, at)
