@@ -9,7 +9,9 @@ record what the installed OTLP/HTTP exporter does with Retry-After (docs/telemet
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import AsyncIterator, Iterator
+from email.utils import formatdate
 from pathlib import Path
 
 import anyio
@@ -143,12 +145,13 @@ async def test_run_daemon_exit_is_bounded_by_the_grace_period_when_the_collector
     receiver.release()
 
 
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
 async def test_429_with_retry_after_is_retried_by_the_exporter_after_the_wait(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver, form: str
 ) -> None:
     """Measured: opentelemetry-exporter-otlp-proto-http retries a 429 and honours its Retry-After."""
     receiver.refuse = 1
-    receiver.retry_after = "1"
+    receiver.retry_after = "1" if form == "seconds" else formatdate(time.time() + 2, usegmt=True)
     async with traced(genesys_config(sim.urls, N), tmp_path, receiver, genesys=sim, timeout_s=10.0) as t:
         await storm(t, sim)
         assert await t.flush(limit_s=20.0)
