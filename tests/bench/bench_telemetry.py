@@ -189,6 +189,7 @@ class StormResult:
     recovery_s: float | None
     terminated: int
     spans_dropped_or_failed: str
+    circuit_opens: int = 0
 
 
 @contextlib.asynccontextmanager
@@ -225,6 +226,13 @@ async def storm_once(
         runners: dict[str, Any] = {}
         observer = Observer(SystemClock(), lambda sid: int(getattr(runners.get(sid), "connects", 0)))
         bus.subscribe(observer)
+        opens = [0]
+
+        def count_opens(published: Any) -> None:
+            if published.event.name == "CIRCUIT_BREAKER_OPEN":
+                opens[0] += 1
+
+        bus.subscribe(count_opens)
         lags: list[float] = []
         async with (
             httpx.AsyncClient(timeout=30.0) as admin,
@@ -281,6 +289,7 @@ async def storm_once(
         observer.recovery_seconds() if ok else None,
         terminated,
         exported,
+        opens[0],
     )
 
 
@@ -315,12 +324,14 @@ def storm_report(runs: list[list[StormResult]], sessions: int, rate: int) -> str
                 f"{statistics.median(r.lag_max_ms for r in results):.0f}",
                 f"{statistics.median(r.cpu_s for r in results):.2f}",
                 "-" if not recoveries else f"{statistics.median(recoveries):.1f}",
+                " / ".join("-" if r.recovery_s is None else f"{r.recovery_s:.0f}" for r in results),
+                str(sum(r.circuit_opens for r in results)),
                 str(sum(r.terminated for r in results)),
                 results[-1].spans_dropped_or_failed,
             ]
         )
     head = ["telemetry", "lag p50 ms", "lag p99 ms", "p99 per run", "lag max ms", "daemon CPU s"]
-    head += ["all active after, s", "terminated", "spans (last run)"]
+    head += ["all active after, s", "per run", "circuit opens", "terminated", "spans (last run)"]
     title = f"storm: {sessions} sessions dropped at once, admission {rate}/s; medians of {len(runs[0])} runs"
     return title + "\n" + table(head, rows)
 
