@@ -52,6 +52,9 @@ class PacingConfig:
     default_pause_s: float = 1.0
     # throttles within this long of the last decrease are the same episode (already in flight)
     episode_s: float = 1.0
+    # slots are booked at most this far ahead: a rate that grows meanwhile serves the later callers
+    # (a slot booked minutes ahead at a slow start's rate would keep them waiting at that rate)
+    lookahead_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -62,7 +65,7 @@ class PacingConfig:
             raise ValueError(f"growth must be > 1, got {self.growth!r}")
         if not 0 < self.backoff < 1:
             raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
-        for name in ("increase", "default_pause_s", "episode_s"):
+        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s"):
             if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -134,16 +137,23 @@ class Pacer:
 
     # -- inputs -------------------------------------------------------------------------------
 
-    def reserve(self) -> float:
-        """Take the next slot; returns how long to wait before attempting (0: go now)."""
+    def reserve(self) -> tuple[float, bool]:
+        """Take the next slot: ``(wait, booked)``.
+
+        Booked: attempt after ``wait`` seconds (0: now). Not booked: the next free slot is more
+        than ``lookahead_s`` away (the queue is long, or the endpoint is paused): ask again after
+        ``wait`` seconds, when the rate may have grown.
+        """
         now = self._clock.monotonic()
         start = max(now, self._paused_until)
         rate = self._rate
         if rate is None:
-            return start - now
+            return start - now, start <= now
         slot = max(start, self._tat)
+        if slot - now > self._config.lookahead_s:
+            return min(slot - now, self._config.lookahead_s), False
         self._tat = slot + 1.0 / rate
-        return slot - now
+        return slot - now, True
 
     def admitted(self) -> PacerReport | None:
         """An attempt got through: probe the rate upward (slow start, then additive increase)."""

@@ -284,10 +284,10 @@ class RetryExecutor:
         """Wait for the endpoint's next slot; reserve again when a throttle voided it meanwhile."""
         while True:
             generation = pacer.generation
-            wait = pacer.reserve()
+            wait, booked = pacer.reserve()
             if wait > 0:
                 await self._sleep(wait)
-            if pacer.generation == generation:
+            if booked and pacer.generation == generation:
                 return
 
     def _now(self) -> str:

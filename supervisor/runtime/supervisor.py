@@ -126,7 +126,7 @@ class Supervisor:
         if runner.core.terminated:
             raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
         context = runner.context
-        pipeline = self.wiring.pipelines[context.platform.value]
+        pipeline = self.wiring.pipeline_for(context.platform.value, session_id)
         kwargs.setdefault("circuit", f"{context.platform.value}:api")
         # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
         kwargs.setdefault("channel", Channel.REST)

@@ -88,6 +88,8 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         f"probeTimeout = {overrides.get('probe_timeout', 2.0)}",
         "[tokens]",
         f"earlyRefresh = {overrides.get('early_refresh', 0.0)}",
+        "[admission]",
+        f"adaptive = {'true' if overrides.get('adaptive', True) else 'false'}",
         "[platforms.genesys]",
         f'loginUrl = "{urls["login"]}"',
         f'apiUrl = "{urls["api"]}"',

@@ -122,9 +122,13 @@ async def test_handshake_429_is_never_retried_before_retry_after(
 async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it."""
+    """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it.
+
+    Adaptive pacing off: with it on, the 503s slow the attempts down before five fail in a row
+    (the next test); the circuit is what is left when pacing is off or not enough.
+    """
     n = 12
-    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
     async with supervised(config, tmp_path, genesys=sim) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
         # one handshake admitted per second, the rest refused with 503: the burst of first
@@ -147,6 +151,31 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
             t for t, p in transitions if p["to"] == "connecting" and opened_at < t < half_open[0][0]
         ]
         assert during_open == []
+        assert h.terminations() == {}
+
+
+async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_circuit(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 15: the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
+    pauses it for the Retry-After, so the reconnections queue at the rate the platform admits
+    instead of failing five in a row: every session comes back, the circuit stays closed, and
+    no attempt reached the endpoint inside a pause it had been given."""
+    n = 12
+    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    async with supervised(config, tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
+        refuse = sim.faults.inject(
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
+        )
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: bool(h.recorded.named("PACING_CHANGED")))
+        await h.wait(lambda: h.all_in("active"), limit_s=40)
+        sim.faults.clear(refuse.id)
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert cuts and all(p["endpoint"] == "genesys:webmessaging" for p in cuts)
+        assert all(p["kind"] == "connect" and p["rate"] < p["previous"] for p in cuts)
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
         assert h.terminations() == {}
 
 

@@ -12,11 +12,20 @@ from machines.pacing import Pacer, PacingConfig, RetryBudget
 from supervisor.clock import FakeClock
 
 
+def take(pacer: Pacer, clock: FakeClock) -> None:
+    """Wait for a booked slot, as a caller does (asking again when it was not booked)."""
+    while True:
+        wait, booked = pacer.reserve()
+        clock.advance(wait)
+        if booked:
+            return
+
+
 def drain(pacer: Pacer, clock: FakeClock, n: int) -> list[float]:
     """Reserve ``n`` slots one after another, moving the clock to each; returns the start times."""
     starts = []
     for _ in range(n):
-        clock.advance(pacer.reserve())
+        take(pacer, clock)
         starts.append(clock.monotonic())
         pacer.admitted()
     return starts
@@ -26,7 +35,16 @@ def test_slots_are_spaced_at_the_rate() -> None:
     clock = FakeClock()
     pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
     waits = [pacer.reserve() for _ in range(5)]
-    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    assert waits == [(pytest.approx(w), True) for w in (0.0, 0.1, 0.2, 0.3, 0.4)]
+
+
+def test_slots_are_booked_at_most_a_lookahead_ahead_so_a_growing_rate_serves_later_callers() -> None:
+    clock = FakeClock()
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, lookahead_s=1.0))
+    booked = [pacer.reserve() for _ in range(30)]
+    assert sum(1 for _, b in booked if b) == 11  # 0.0 .. 1.0 s
+    wait, was_booked = booked[-1]
+    assert not was_booked and wait == 1.0  # ask again in a second
 
 
 def test_slow_start_multiplies_the_rate_per_rates_worth_of_admitted_attempts() -> None:
@@ -45,8 +63,10 @@ def test_a_throttle_cuts_the_rate_once_per_episode_and_pauses_the_endpoint() -> 
     # the refusals of the same burst (already in flight) do not cut it again
     assert pacer.throttled(3.0) is None
     assert pacer.rate == 50.0
-    # nobody goes before the platform said it is ready
-    assert pacer.reserve() == pytest.approx(3.0)
+    # nobody goes before the platform said it is ready: not even booked until the pause ends
+    assert pacer.reserve() == (pytest.approx(1.0), False)
+    clock.advance(2.0)
+    assert pacer.reserve() == (pytest.approx(1.0), True)
     clock.advance(5.0)
     pacer.throttled(None)
     assert pacer.rate == 25.0  # a new episode
@@ -65,7 +85,7 @@ def test_after_a_throttle_the_rate_probes_up_additively() -> None:
 def test_an_unpaced_endpoint_engages_below_what_it_was_admitting() -> None:
     clock = FakeClock()
     pacer = Pacer("ep", clock, PacingConfig(initial_rate=None, backoff=0.5))
-    assert pacer.rate is None and pacer.reserve() == 0.0
+    assert pacer.rate is None and pacer.reserve() == (0.0, True)
     for _ in range(80):  # 80 admitted within one second
         clock.advance(0.01)
         pacer.admitted()
@@ -103,7 +123,7 @@ def test_against_a_fixed_window_limit_refusals_stay_rare_and_the_limit_is_used(
     window, used = -1, 0
     refused = admitted = 0
     while admitted < n:
-        clock.advance(pacer.reserve())
+        take(pacer, clock)
         second = int(clock.time())
         if second != window:
             window, used = second, 0
