@@ -21,7 +21,7 @@ import anyio
 import httpx
 
 from machines.circuit import CircuitConfig
-from machines.pacing import PacingConfig
+from machines.pacing import PacingConfig, Probe
 from machines.registry import Admission, CircuitRegistry
 from machines.session import SessionConfig
 from supervisor.boundary import SessionContext
@@ -317,8 +317,9 @@ def _admission(config: Config, clock: Clock) -> Admission:
     if settings.adaptive:
         # connection attempts start paced (a start-up is a storm too); REST calls engage at the
         # first throttle (most endpoints never throttle, and a long poll must not wait for a slot)
-        connect = PacingConfig(initial_rate=settings.initial_rate)
-        rest = PacingConfig(initial_rate=None)
+        probe = Probe(settings.probe)
+        connect = PacingConfig(initial_rate=settings.initial_rate, probe=probe)
+        rest = PacingConfig(initial_rate=None, probe=probe)
     return Admission(
         clock,
         connect=connect,
