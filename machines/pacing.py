@@ -243,7 +243,7 @@ class Pacer:
         cfg = self._config
         w_max = self._max_before_cut
         k = (w_max * (1.0 - cfg.backoff) / cfg.cubic_c) ** (1.0 / 3.0)
-        return cfg.cubic_c * (since_cut_s - k) ** 3 + w_max
+        return float(cfg.cubic_c * (since_cut_s - k) ** 3 + w_max)
 
 
 class RetryBudget:
