@@ -90,6 +90,8 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         f"earlyRefresh = {overrides.get('early_refresh', 0.0)}",
         "[admission]",
         f"adaptive = {'true' if overrides.get('adaptive', True) else 'false'}",
+        f"retryBudgetRatio = {overrides.get('retry_budget_ratio', 0.1)}",
+        f"retryBudgetMinPerSecond = {overrides.get('retry_budget_min', 5.0)}",
         "[platforms.genesys]",
         f'loginUrl = "{urls["login"]}"',
         f'apiUrl = "{urls["api"]}"',

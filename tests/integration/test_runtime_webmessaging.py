@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -263,22 +264,32 @@ def transcript_texts(sim: GenesysSimulator, conversation_id: str) -> list[str]:
 async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrives_once(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once."""
+    """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once.
+
+    The 4029 is the guest's own message limit (issue 15): while wm-0 waits it out, wm-1's message
+    goes at once, and no endpoint pacing changes.
+    """
     waits: list[float] = []
+    meanwhile: list[dict[str, Any]] = []
 
     async def backoff(seconds: float) -> None:
         waits.append(seconds)  # the executor's wait, recorded instead of slept
+        if len(waits) == 1:
+            meanwhile.append(await h.supervisor.send_message("wm-1", "meanwhile"))
 
-    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
-        await h.wait(lambda: h.all_in("active"))
+    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == 2)
         h.supervisor.wiring.executor._sleep = backoff
         cid = conversation_of(sim, h.runners["wm-0"])
         sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "3"}))
         answer = await h.supervisor.send_message("wm-0", "hello")
         assert answer["text"] == "hello"
         assert transcript_texts(sim, cid).count("hello") == 1  # the simulator stored it once
-        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 2  # refused, then accepted
+        # wm-0's refused then accepted, and wm-1's one
+        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
         assert len(waits) == 1 and waits[0] >= 3.0  # never before Retry-After (seed edge case 2)
+        assert [m["text"] for m in meanwhile] == ["meanwhile"]  # wm-1 never waited
+        assert not h.recorded.named("PACING_CHANGED")
         (retry,) = [e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "operation"]
         assert retry["operation"] == "message.create" and retry["code"] == "RATE_LIMITED"
         # the wait is the server's Retry-After exactly when it beat the policy's own backoff
