@@ -13,7 +13,7 @@ the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
   (write-ahead: a crash after it leaves what a restart needs), confirmed when it goes active,
   closed when it ends (the guest token wiped); a drain leaves a guest session resumable;
 * it runs the :class:`~supervisor.attributes.AttributeService` and answers its questions about
-  sessions (:class:`SessionTargets`).
+  sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
 
 A store that cannot be opened (corrupt, unreadable, a read-only or full state directory) does not
 stop the daemon: sessions run from the configuration alone, ``STORE_DEGRADED`` names the file and
@@ -31,9 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from supervisor.attributes import Accepted, AttributeService, Refused, Settings
-from supervisor.attributes.platform import Target
-from supervisor.boundary import SessionContext
+from supervisor.attributes import AttributeService, Settings
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import Config, SessionSpec
@@ -41,15 +39,16 @@ from supervisor.errors import StoreError
 from supervisor.events import Published, SessionTransition, TerminationReason
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.targets import SessionTargets
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.testhooks import CrashPoints
-from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
+from supervisor.taxonomy import Channel
 
 if TYPE_CHECKING:
     from supervisor.runtime.supervisor import Supervisor
 
-__all__ = ["STORE_FILE", "Durable", "Plan", "SessionTargets", "store_path"]
+__all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
 STORE_FILE = "store.sqlite3"
 NO_STORE = "no store: set [store] path, or run under systemd with StateDirectory= ($STATE_DIRECTORY)"
@@ -98,14 +97,17 @@ class Durable:
         desired: dict[str, DesiredSession] | None = None,
         server: dict[str, ServerSession] | None = None,
         crash: CrashPoints | None = None,
+        background: bool = True,
     ) -> None:
         self.store = store
+        # False: the attribute service's work runs only when someone calls its run_due (tests do)
+        self.background = background
         self.problem = problem
         self.bus = bus
         self.clock = clock
         self.desired = dict(desired or {})
         self.server = dict(server or {})
-        self.targets = SessionTargets(self)
+        self.targets = SessionTargets(self._down_reason)
         self.attributes = AttributeService(
             store, self.targets, _settings(config), bus=bus, clock=clock, crash=crash, unavailable=problem
         )
@@ -124,12 +126,15 @@ class Durable:
         bus: EventBus,
         clock: Clock,
         warn: Warn | None = None,
+        background: bool = True,
     ) -> Durable:
         """Open the store named by ``config`` (never raises for the store: a degraded one is reported)."""
         path = store_path(config, environ)
         crash = CrashPoints(environ)
         if path is None:
-            return cls(config, None, bus=bus, clock=clock, problem=NO_STORE, crash=crash)
+            return cls(
+                config, None, bus=bus, clock=clock, problem=NO_STORE, crash=crash, background=background
+            )
         health = _Health(str(path), bus, clock, warn)
         try:
             store = await SqliteStore.open(
@@ -137,14 +142,27 @@ class Durable:
             )
         except StoreError as exc:
             health(exc.problem)
-            return cls(config, None, bus=bus, clock=clock, problem=str(exc), crash=crash)
+            return cls(
+                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
+            )
         try:
             desired = await store.desired_sessions()
             server = await store.server_sessions()
         except StoreError as exc:
             await store.aclose()
-            return cls(config, None, bus=bus, clock=clock, problem=str(exc), crash=crash)
-        return cls(config, store, bus=bus, clock=clock, desired=desired, server=server, crash=crash)
+            return cls(
+                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
+            )
+        return cls(
+            config,
+            store,
+            bus=bus,
+            clock=clock,
+            desired=desired,
+            server=server,
+            crash=crash,
+            background=background,
+        )
 
     @property
     def degraded(self) -> str | None:
@@ -188,7 +206,8 @@ class Durable:
                     # a store that fails here is degraded: its health hook reported it
                     with contextlib.suppress(StoreError):
                         await self.attributes.load()
-                    tg.start_soon(self.attributes.serve)
+                    if self.background:
+                        tg.start_soon(self.attributes.serve)
                     tg.start_soon(self._reconcile, supervisor)
                 task_status.started()
                 await anyio.sleep_forever()
@@ -261,6 +280,10 @@ class Durable:
         state = DesiredState.RUNNING if running else DesiredState.STOPPED
         await self._quietly(self._desire(session_id, platform, state, reason))
 
+    def _down_reason(self, session_id: str) -> str | None:
+        desired = self.desired.get(session_id)
+        return None if desired is None else desired.reason
+
     def was_down(self, session_id: str) -> bool:
         """The store says the session was stopped or terminated (a start re-authenticates it)."""
         desired = self.desired.get(session_id)
@@ -329,78 +352,3 @@ class _Health:
             self._warn(
                 f"store: {self._path}: {problem} (attribute updates are refused; sessions keep running)"
             )
-
-
-class SessionTargets:
-    """The attribute service's questions about sessions, answered from the supervisor."""
-
-    def __init__(self, durable: Durable) -> None:
-        self._durable = durable
-        self.supervisor: Supervisor | None = None
-
-    def _spec(self, session_id: str) -> SessionSpec | None:
-        sup = self.supervisor
-        if sup is None:
-            return None
-        return next((s for s in sup.wiring.config.sessions if s.id == session_id), None)
-
-    def accept(self, session_id: str) -> Accepted:
-        sup = self.supervisor
-        spec = self._spec(session_id)
-        runner = sup.runners.get(session_id) if sup is not None else None
-        if sup is None or (spec is None and runner is None):
-            raise Refused("NoSuchSession", f"no configured session '{session_id}'", sessionId=session_id)
-        platform = spec.platform if spec is not None else runner.context.platform.value  # type: ignore[union-attr]
-        if platform != Platform.GENESYS.value:
-            raise Refused(
-                "Unsupported",
-                f"session '{session_id}' is a CXone agent session: the daemon writes no CXone contact "
-                "data (docs/attributes.md says why)",
-                sessionId=session_id,
-            )
-        if runner is None or runner.core.terminated:
-            desired = self._durable.desired.get(session_id)
-            why = (
-                runner.termination.reason.value if runner is not None and runner.termination else None
-            ) or (desired.reason if desired is not None else "not running")
-            raise Refused(
-                "SessionTerminated",
-                f"session '{session_id}' is terminated ({why}): start it again first (ctl start)",
-                sessionId=session_id,
-            )
-        gen = sup.wiring.config.platforms.genesys
-        if gen is None or gen.client_id is None:
-            raise Refused(
-                "Unsupported",
-                "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
-                sessionId=session_id,
-            )
-        conversation = runner.context.conversation_id or (spec.conversation_id if spec is not None else None)
-        if conversation is None:
-            raise Refused(
-                "NoConversation",
-                f"session '{session_id}' has no known conversation (configure its conversationId)",
-                sessionId=session_id,
-            )
-        return Accepted(f"genesys:{gen.client_id}", conversation)
-
-    def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
-        sup = self.supervisor
-        if sup is None:
-            return None
-        pipeline = sup.wiring.pipelines.get("genesys")
-        gen = sup.wiring.config.platforms.genesys
-        if pipeline is None or gen is None:
-            return None
-        runner = sup.runners.get(session_id)
-        agent = runner.context.agent_id if runner is not None else None
-        ctx = SessionContext(
-            session_id, Platform.GENESYS, Channel.REST, agent_id=agent, conversation_id=conversation_id
-        )
-        return Target(pipeline, gen.api_url, ctx)
-
-    def failed(self, session_id: str, event: SdkErrorEvent) -> None:
-        sup = self.supervisor
-        runner = sup.runners.get(session_id) if sup is not None else None
-        if runner is not None:
-            runner.operation_failed(event)
