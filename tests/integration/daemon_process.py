@@ -13,7 +13,7 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,8 @@ def daemon_config(
     queue_depth: int = 50,
     synchronous: str = "normal",
     extra: str = "",
+    cxone: dict[str, str] | None = None,
+    cxone_sessions: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """A config file with the sockets in ``directory/sockets`` (short enough for sun_path) and
     Web Messaging sessions ``(id, conversation id)``."""
@@ -146,10 +148,21 @@ def daemon_config(
         text += f'[store]\npath = "{store}"\nsynchronous = "{synchronous}"\n'
     text += f"[attributes]\nqueueDepth = {queue_depth}\nverifyAfter = {verify_after}\n{extra}"
     text += genesys_config(sim.urls, 0)
+    if cxone is not None:
+        text += (
+            f'[platforms.cxone]\nauthUrl = "{cxone["auth"]}"\nclientId = "app@vendor"\n'
+            'clientSecretFile = "cxone-secret"\npollTimeout = 1\npollWatchdog = 5.0\n'
+        )
+        (directory / "cxone-secret").write_text("not-a-real-secret")
     for session_id, conversation in sessions:
         text += f'[[sessions]]\nid = "{session_id}"\nplatform = "genesys"\nkind = "webmessaging"\n'
         if conversation is not None:
             text += f'conversationId = "{conversation}"\n'
+    for session_id, agent in cxone_sessions:
+        text += (
+            f'[[sessions]]\nid = "{session_id}"\nplatform = "cxone"\nkind = "agent-session"\n'
+            f'agentId = "{agent}"\nstationId = "station-{agent}"\n'
+        )
     config = directory / "supervisor.toml"
     config.write_text(text)
     (directory / "genesys-secret").write_text("not-a-real-secret")
@@ -168,5 +181,15 @@ def ledger_attempts(path: Path) -> dict[str, int]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return dict(conn.execute("SELECT idempotency_key, attempts FROM ledger"))
+    finally:
+        conn.close()
+
+
+def server_sessions(path: Path) -> dict[str, dict[str, Any]]:
+    """The session ledger as the file holds it (read-only, beside a running daemon: WAL)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {r["session_id"]: dict(r) for r in conn.execute("SELECT * FROM server_sessions")}
     finally:
         conn.close()
