@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from supervisor.attributes.events import AttributeMismatch
 from supervisor.attributes.model import Settings
-from supervisor.attributes.platform import GenesysAttributes, OutcomeUnknown, Target
+from supervisor.attributes.platform import Conversation, GenesysAttributes, OutcomeUnknown, Target
 from supervisor.attributes.scheduler import Kind, Scheduler, Work
 from supervisor.attributes.verify import judge
 from supervisor.bus import EventBus
@@ -88,6 +88,9 @@ class Sender:
         self.scheduler = scheduler
         #: conversation -> (tenant, session) whose writes it carries
         self.owner: dict[str, tuple[str, str]] = {}
+        #: conversation -> its last read, while no write of ours was accepted since: the next send's
+        #: "before" without another read (a verification's read-back is the next send's pre-read)
+        self._reads: dict[str, Conversation] = {}
         self._answered: deque[float] = deque(maxlen=256)
 
     async def handle(self, work: Work) -> None:
@@ -124,14 +127,17 @@ class Sender:
             return
         session_id, target = found
         cid = work.conversation_id
-        try:
-            conv = await self._api.read(target, cid, self._throttled(work.tenant))
-        except CircuitOpenError as refused:
-            self.scheduler.after(work, refused.retry_in_s)
-            return
-        except OperationError as failure:
-            await self._read_failed(work, session_id, _event(failure))
-            return
+        conv = self._reads.pop(cid, None)
+        if conv is None:
+            try:
+                conv = await self._api.read(target, cid, self._throttled(work.tenant))
+            except CircuitOpenError as refused:
+                self.scheduler.after(work, refused.retry_in_s)
+                return
+            except OperationError as failure:
+                await self._read_failed(work, session_id, _event(failure))
+                return
+        # what the server holds right before our write: re-sending is safe only while it still does
         before = {k: value_hash(k, v) for k, v in conv.attributes.items()}
         claim = await store.claim(
             cid,
@@ -190,6 +196,7 @@ class Sender:
             )
         except (OutcomeUnknown, StoreError):
             # it may have been applied: read back before anything is sent again
+            self._reads.pop(work.conversation_id, None)
             self.scheduler.after(check, self.settings.verify_after_s)
             return
         except CircuitOpenError as refused:
@@ -198,6 +205,8 @@ class Sender:
         except OperationError as failure:
             await self._send_failed(claim, session_id, _event(failure))
             return
+        # a write of ours landed (or may have): what was read before it is stale now
+        self._reads.pop(work.conversation_id, None)
         now = self._clock.time()
         accepted = [RowChange(r.id, RowStatus.ACCEPTED, accepted_at=now) for r in claim.rows]
         await store.record(accepted, LedgerChange(request_id, Outcome.OK, answered_at=now, status=status))
@@ -306,6 +315,8 @@ class Sender:
         session_id, target = found
         try:
             conv = await self._api.read(target, work.conversation_id, self._throttled(work.tenant))
+            # a read of the server as it is: the next send's "before" (until a write of ours lands)
+            self._reads[work.conversation_id] = conv
         except CircuitOpenError as refused:
             self.scheduler.after(work, refused.retry_in_s)
             return
