@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -75,23 +74,27 @@ class Driver:
 
 
 def problems(driver: Driver, sim: GenesysSimulator, flagged: set[tuple[str, str]]) -> list[str]:
-    """Acknowledged updates neither on the simulator nor flagged (see the module docstring)."""
-    out: list[str] = []
-    for item in driver.acknowledged:
-        conv = sim.state.conversations.get(item.conversation)
-        held: dict[str, Any] = dict(conv.customer().attributes) if conv is not None else {}
+    """Acknowledged updates neither on the simulator nor flagged (see the module docstring).
+
+    For each (conversation, key) some acknowledged update wrote, the server must hold the value of
+    the last acknowledged one, or of a submission after it (its answer lost in a crash: committed,
+    or not), unless that key is flagged. Earlier acknowledged values were superseded by our own
+    later writes (last write wins), which is what the caller asked for.
+    """
+    writes: dict[tuple[str, str], list[tuple[int, str, bool]]] = {}
+    for item in driver.submitted:
         for key, value in item.attributes.items():
-            if (item.conversation, key) in flagged:
-                continue
-            later = [
-                s.attributes[key]
-                for s in driver.submitted
-                if s.n > item.n and s.conversation == item.conversation and key in s.attributes
-            ]
-            if held.get(key) != value and held.get(key) not in later:
-                out.append(
-                    f"update {item.n} ({item.update_id}) {key}={value!r}: the server holds {held.get(key)!r}"
-                )
+            writes.setdefault((item.conversation, key), []).append((item.n, value, item.update_id is not None))
+    out: list[str] = []
+    for (conversation, key), seq in writes.items():
+        acked = [n for n, _, ok in seq if ok]
+        if not acked or (conversation, key) in flagged:
+            continue
+        allowed = {value for n, value, _ in seq if n >= acked[-1]}
+        conv = sim.state.conversations.get(conversation)
+        held = conv.customer().attributes.get(key) if conv is not None else None
+        if held not in allowed:
+            out.append(f"{conversation} {key}: the server holds {held!r}, expected one of {sorted(allowed)}")
     return out
 
 
