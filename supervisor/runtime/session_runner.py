@@ -357,6 +357,8 @@ class SessionRunner:
         self._connection = None
         with anyio.CancelScope(shield=True):
             await connection.close(1000 if failure.graceful else 1001)
+        if self.core.terminated:
+            return  # stopped (a drain) while the connection was closing: nothing left to decide
         self._execute(self.core.failure(connection_lost(failure)))
 
     async def _report(self, raw: RawError) -> bool:
