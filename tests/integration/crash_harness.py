@@ -84,7 +84,9 @@ def problems(driver: Driver, sim: GenesysSimulator, flagged: set[tuple[str, str]
     writes: dict[tuple[str, str], list[tuple[int, str, bool]]] = {}
     for item in driver.submitted:
         for key, value in item.attributes.items():
-            writes.setdefault((item.conversation, key), []).append((item.n, value, item.update_id is not None))
+            writes.setdefault((item.conversation, key), []).append(
+                (item.n, value, item.update_id is not None)
+            )
     out: list[str] = []
     for (conversation, key), seq in writes.items():
         acked = [n for n, _, ok in seq if ok]

@@ -241,7 +241,8 @@ async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
             (["stop", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
             (["start", "wm-0"], "io.sessionsupervisor.control.v1.SessionRunning: session 'wm-0' is active"),
             (["taxonomy", "use", "v9"], "io.sessionsupervisor.control.v1.InvalidTaxonomy"),
-            (["reload"], "io.sessionsupervisor.control.v1.Unsupported"),
+            # (`ctl reload` is no refusal any more: run wires the SIGHUP reload to it)
+            (["show", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
         ]:
             code, out, err = await ctl(sockets, *args)
             assert (code, out) == (1, "") and err.count("\n") == 1
@@ -249,7 +250,8 @@ async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
         # a second daemon on the same sockets refuses to start, and the first keeps them
         second = await anyio.run_process([*CLI, "run", "--config", str(config)], check=False)
         assert second.returncode == 1
-        assert "another daemon is listening on this socket" in second.stderr.decode()
+        # the same configuration: its lock refuses it before the sockets do (issue 9)
+        assert "already runs this configuration" in second.stderr.decode()
         assert second.stderr.decode().count("\n") == 1
         code, _, _ = await ctl(sockets, "status")
         assert code == 0
@@ -297,14 +299,18 @@ async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
         tg.start_soon(daemon.pump)
         await wait_until(lambda: active(daemon, 1), 20)
         directory = sockets / "session-supervisor"
-        assert sorted(p.name for p in directory.iterdir()) == ["control.sock", "subscribe.sock"]
+        # beside them, the daemon's lock file (issue 9: one daemon per configuration)
+        assert sorted(p.name for p in directory.iterdir() if p.suffix != ".lock") == [
+            "control.sock",
+            "subscribe.sock",
+        ]
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         done = await anyio.run_process([*CLI, "ctl", "status", "--json"], env=env, check=False)
         assert done.returncode == 0 and json.loads(done.stdout)["sessions"]["total"] == 1
         await anyio.run_process([*CLI, "ctl", "drain"], env=env, check=False)
         with anyio.fail_after(20):
             assert await process.wait() == 0
-    assert list(directory.iterdir()) == []  # it removed its own socket files
+    assert [p for p in directory.iterdir() if p.suffix != ".lock"] == []  # it removed its own socket files
 
 
 async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off(
