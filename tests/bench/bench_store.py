@@ -7,9 +7,10 @@ power loss) and ``NORMAL`` (it survives ``kill -9``, not an OS crash):
 * **store**: ``SqliteStore.submit`` alone, 1 and 16 callers at once (group commit: the callers
   whose submissions queue up while a commit syncs share the next one);
 * **daemon**: a daemon process, ``SetAttributes`` over its control socket from 1 and 8 clients
-  (each a blocking client, as ``ctl`` is), against ``Status`` over the same socket: the difference
-  between the two round trips is what the acknowledgement adds (validation, the transaction, the
-  sync). The daemon's sender runs meanwhile against the Genesys simulator, as in production.
+  (each a blocking client, as ``ctl`` is), against ``Status`` over the same socket: with the sender
+  held (the simulator leaves its first read unanswered) the difference between the two round trips
+  is what the acknowledgement adds (validation, the transaction, the sync); then with the sender
+  running against the Genesys simulator, as in production (each update read, written, read back).
 
     .venv/bin/python tests/bench/bench_store.py [--seconds 5]
 """
@@ -35,6 +36,7 @@ if __package__ in (None, ""):
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
+from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import SqliteStore, Submission
 from tests.integration.daemon_process import daemon_config, running_daemon
@@ -115,6 +117,22 @@ def _clients(path: Path, method: str, clients: int, seconds: float) -> tuple[lis
     return latencies, time.perf_counter() - started
 
 
+async def _measured(
+    control: Path, method: str, what: str, synchronous: str, clients: int, seconds: float
+) -> dict[str, Any]:
+    latencies, elapsed = await anyio.to_thread.run_sync(_clients, control, method, clients, seconds)
+    p50, p99 = _percentiles(latencies)
+    return {
+        "what": what,
+        "synchronous": synchronous,
+        "callers": clients,
+        "acks": len(latencies),
+        "perSecond": len(latencies) / elapsed,
+        "p50Ms": p50,
+        "p99Ms": p99,
+    }
+
+
 async def daemon_acks(synchronous: str, seconds: float) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000_000), seed=3) as sim:
@@ -132,22 +150,28 @@ async def daemon_acks(synchronous: str, seconds: float) -> list[dict[str, Any]]:
             async with running_daemon(config) as daemon:
                 await daemon.wait_ready(3)
                 for clients in (1, 8):
-                    for method in (Method.STATUS, Method.SET_ATTRIBUTES):
-                        latencies, elapsed = await anyio.to_thread.run_sync(
-                            _clients, daemon.control, method, clients, seconds
-                        )
-                        p50, p99 = _percentiles(latencies)
+                    # the sender held in its first read: the round trip is the acknowledgement alone
+                    hole = sim.faults.inject(
+                        Fault(kind=FaultKind.BLACKHOLE, endpoint="GET /api/v2/conversations/*")
+                    )
+                    for method, what in (
+                        (Method.STATUS, "Status"),
+                        (Method.SET_ATTRIBUTES, "SetAttributes, sender held"),
+                    ):
                         out.append(
-                            {
-                                "what": "SetAttributes" if method == Method.SET_ATTRIBUTES else "Status",
-                                "synchronous": synchronous,
-                                "callers": clients,
-                                "acks": len(latencies),
-                                "perSecond": len(latencies) / elapsed,
-                                "p50Ms": p50,
-                                "p99Ms": p99,
-                            }
+                            await _measured(daemon.control, method, what, synchronous, clients, seconds)
                         )
+                    sim.faults.clear(hole.id)
+                    out.append(
+                        await _measured(
+                            daemon.control,
+                            Method.SET_ATTRIBUTES,
+                            "SetAttributes, sending",
+                            synchronous,
+                            clients,
+                            seconds,
+                        )
+                    )
                 assert await daemon.stop() == 0
     return out
 
