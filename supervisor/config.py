@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from supervisor.config_durable import AttributesConfig, StoreConfig
 from supervisor.errors import ConfigError, located
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
@@ -240,6 +241,9 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
+    # the durable store and attribute updates (issue 13; supervisor/config_durable.py)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 
 
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:

@@ -48,6 +48,7 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.api.server import SocketApi
     from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+    from supervisor.runtime.durable import Durable
     from supervisor.runtime.lock import DaemonLock, default_lock_path
     from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
     from supervisor.runtime.reload import Reloader
@@ -85,7 +86,16 @@ def run(config_path: Path, check: bool) -> None:
             bus.subscribe(stdout)
             stop = anyio.Event()
             stdout.on_broken = stop.set
-            supervisor = Supervisor(wiring)
+            # desired sessions, the session ledger and attribute updates; a store that cannot be
+            # opened is said in one line, and the sessions run without it (issue 13)
+            durable = await Durable.open(
+                config,
+                environ=os.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=lambda line: click.echo(f"session-supervisor: {line}", err=True),
+            )
+            supervisor = Supervisor(wiring, durable)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
 
             async def reload_for_api() -> Mapping[str, Any]:
@@ -100,7 +110,14 @@ def run(config_path: Path, check: bool) -> None:
                 }
 
             # the control socket's drain verb sets `stop`: the same drain as SIGTERM
-            api = SocketApi(supervisor, config.sockets, environ=os.environ, stop=stop, reload=reload_for_api)
+            api = SocketApi(
+                supervisor,
+                config.sockets,
+                environ=os.environ,
+                stop=stop,
+                reload=reload_for_api,
+                durable=durable,
+            )
             # bound before any session starts: a path held by a live daemon ends the start here
             api.bind()
             try:
@@ -118,6 +135,7 @@ def run(config_path: Path, check: bool) -> None:
                 )
             finally:
                 api.close()
+                await durable.aclose()
             bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
             await stdout.flush(within_s=2.0)
             if stdout.broken is not None:

@@ -29,6 +29,7 @@ from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import SocketsConfig
+from supervisor.demo.attributes_play import AttributesPlay
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -38,9 +39,11 @@ from supervisor.demo.wiring import (
     daemon_config,
     genesys_sim_config,
     scaled_taxonomy,
+    session_specs,
     write_credentials,
 )
 from supervisor.errors import ConfigError, SupervisorError
+from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -71,6 +74,8 @@ class _Run:
         self.injected: list[tuple[Injection, str]] = []
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
+        # the attributes scenario's burst (supervisor/demo/attributes_play.py)
+        self.play: AttributesPlay | None = None
 
     async def execute(
         self,
@@ -87,6 +92,8 @@ class _Run:
             GenesysSimulator(genesys_sim_config(scenario, timing), seed=opts.seed) as genesys,
             CxoneSimulator(cxone_sim_config(scenario, timing), seed=opts.seed) as cxone,
         ):
+            if scenario.play == "attributes":
+                self.play = AttributesPlay.prepare(genesys, [s["id"] for s in session_specs(self.fleet)])
             config = daemon_config(
                 fleet=self.fleet,
                 scenario=scenario,
@@ -96,6 +103,8 @@ class _Run:
                 credentials=credentials,
                 taxonomy=taxonomy,
                 seed=opts.seed,
+                conversations=None if self.play is None else self.play.conversations,
+                store=None if self.play is None else workdir / "store.sqlite3",
             )
             bus = EventBus()
             async with Wiring(
@@ -106,7 +115,11 @@ class _Run:
                 config_dir=workdir,
                 environ={},
             ) as wiring:
-                supervisor = Supervisor(wiring)
+                # the durable store (issue 13), in the run's temporary directory: the attributes scenario
+                durable = None
+                if self.play is not None:
+                    durable = await Durable.open(config, environ={}, bus=bus, clock=self.clock)
+                supervisor = Supervisor(wiring, durable)
                 observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
                 bus.subscribe(observer)
                 summary: dict[str, Any] | None = None
@@ -127,9 +140,12 @@ class _Run:
                             observer.mark_fault()
                             self._inject(genesys, cxone)
                             injected_at = self.clock.monotonic()
-                            await self._wait(
-                                observer, lambda: self._settled(observer, genesys, cxone, injected_at)
-                            )
+                            async with anyio.create_task_group() as acts:
+                                if self.play is not None and durable is not None:
+                                    acts.start_soon(self._play, self.play, durable, genesys)
+                                await self._wait(
+                                    observer, lambda: self._settled(observer, genesys, cxone, injected_at)
+                                )
                     if scope.cancelled_caught:
                         self.problems.append(f"timed out after {limit:g} s while {self.phase}")
                     self.phase = "done"
@@ -150,13 +166,20 @@ class _Run:
                         elapsed_s=self.clock.monotonic() - started,
                         faults=self._faults(genesys, cxone),
                     )
+                    if self.play is not None and durable is not None:
+                        summary["attributes"] = await self.play.summary(durable.attributes, genesys)
                     self.final = (summary["states"], summary["openCircuits"])
 
                 # the socket API, in the run's temporary directory: `watch` attaches from another terminal
                 stop = anyio.Event()
                 subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
                 api = SocketApi(
-                    supervisor, SocketsConfig(), environ={}, paths=(subscribe_path, control_path), stop=stop
+                    supervisor,
+                    SocketsConfig(),
+                    environ={},
+                    paths=(subscribe_path, control_path),
+                    stop=stop,
+                    durable=durable,
                 )
                 services: list[Service] = list(api.services)
                 try:
@@ -176,6 +199,8 @@ class _Run:
                     await run_daemon(supervisor, grace_s=5.0, services=services, body=play, stop=stop)
                 finally:
                     api.close()
+                    if durable is not None:
+                        await durable.aclose()
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -197,6 +222,11 @@ class _Run:
         while not condition():
             await observer.changed(0.25)
 
+    async def _play(self, play: AttributesPlay, durable: Durable, genesys: GenesysSimulator) -> None:
+        self.phase = "attribute burst"
+        await play.run(durable.attributes, genesys, fast=self.timing.fast)
+        self.phase = "fault injected"
+
     def _inject(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> None:
         for injection in self.scenario.faults(self.fleet, self.timing):
             target = genesys.faults if injection.sim == "genesys" else cxone.faults
@@ -208,6 +238,9 @@ class _Run:
     ) -> bool:
         if self.clock.monotonic() - since < self.scenario.hold(self.timing):
             return False
+        if self.play is not None:
+            # the burst settles (every update verified, repaired or flagged), whatever faults are left
+            return self.play.finished and observer.all_survivors_active()
         for sim in (genesys, cxone):
             if any(f.count is not None for f in sim.faults.active()):
                 return False  # a counted fault has hits left

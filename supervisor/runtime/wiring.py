@@ -220,8 +220,14 @@ class Wiring:
         return clients
 
     # ------------------------------------------------------------------ sessions
-    def transport_for(self, spec: SessionSpec) -> tuple[Transport, str]:
-        """The transport of one configured session and the circuit its connections go through."""
+    def transport_for(
+        self, spec: SessionSpec, resume: Mapping[str, str] | None = None
+    ) -> tuple[Transport, str]:
+        """The transport of one configured session and the circuit its connections go through.
+
+        ``resume``: what the durable store kept of the session's server side (the Web Messaging
+        guest token after a planned restart: the same guest session is resumed, newSession:false).
+        """
         platforms = self.config.platforms
         if spec.kind is SessionKind.WEBMESSAGING:
             from supervisor.transports.webmessaging import WebMessagingTransport
@@ -237,12 +243,15 @@ class Wiring:
             )
             deployment = spec.deployment_id or gen.deployment_id
             assert deployment is not None
+            token = (resume or {}).get("guestToken")
             wm = WebMessagingTransport(
                 ctx,
                 url=gen.webmessaging_url,
                 deployment_id=deployment,
                 keepalive=gen.keepalive,
                 executor=self.executor,
+                guest_token=token,
+                resuming=token is not None,
             )
             return wm, "genesys:webmessaging"
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -280,9 +289,10 @@ class Wiring:
         )
         return at, "cxone:agent-sessions"
 
-    def runner_for(self, spec: SessionSpec) -> SessionRunner:
-        """A new runner for ``spec`` (a new machine: a full authentication cycle)."""
-        transport, circuit = self.transport_for(spec)
+    def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
+        """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption
+        of the server session a restart left, ``resume``)."""
+        transport, circuit = self.transport_for(spec, resume)
         return SessionRunner(
             transport,
             classifier=self.classifier,

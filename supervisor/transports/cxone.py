@@ -149,6 +149,8 @@ class AgentSessionTransport:
             self._join["asAgentId"] = agent
         #: agent sessions taken over with join after a 409 on start
         self.joins = 0
+        #: the sessionId the last start (or join) answered: the agent session's anchor
+        self.anchor: str | None = None
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.clock = clock
@@ -219,6 +221,7 @@ class AgentSessionTransport:
         start_id = body.get("sessionId") if body is not None else None
         if not isinstance(start_id, str) or not start_id:
             start_id = None
+        self.anchor = start_id
         connection = AgentSessionConnection(self, sessions, start_id)
         if start_id is None:
             # no anchor to poll: the runtime's validation of session_response reports
@@ -229,6 +232,24 @@ class AgentSessionTransport:
 
     async def aclose(self) -> None:
         """Nothing to release: the HTTP client and token cache belong to the pipeline's owner."""
+
+    def resume_record(self) -> dict[str, str]:
+        """What ends this agent session after a crash: its anchor (the start or join answer's sessionId)."""
+        return {} if self.anchor is None else {"platformSessionId": self.anchor}
+
+    async def end(self, session_id: str) -> None:
+        """``DELETE agent-sessions/{session_id}``: end an agent session a crashed daemon left open.
+
+        Raises the pipeline's OperationError (404/409: already gone) or CircuitOpenError.
+        """
+        await self.pipeline.request(
+            "DELETE",
+            f"{await self._sessions_url()}/{session_id}",
+            ctx=self.context,
+            circuit=CIRCUIT,
+            operation=_END,
+            json={"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False},
+        )
 
 
 class AgentSessionConnection:

@@ -245,6 +245,7 @@ async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
             (["start", "wm-0"], "io.sessionsupervisor.control.v1.SessionRunning: session 'wm-0' is active"),
             (["taxonomy", "use", "v9"], "io.sessionsupervisor.control.v1.InvalidTaxonomy"),
             (["reload"], "io.sessionsupervisor.control.v1.ReloadFailed: "),
+            (["show", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
         ]:
             code, out, err = await ctl(sockets, *args)
             assert (code, out) == (1, "") and err.count("\n") == 1

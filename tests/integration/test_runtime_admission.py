@@ -52,7 +52,12 @@ async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpo
 
     async def sleep(seconds: float) -> None:
         # every executor wait, with how many requests the endpoint had seen when it began
-        waits.append((seconds, sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics")))
+        waits.append(
+            (
+                seconds,
+                sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics"),
+            )
+        )
         if len(waits) == 1:
             meanwhile.append(await h.supervisor.request("wm-1", "GET", topics(sim)))
         clock.advance(seconds)
@@ -71,7 +76,12 @@ async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpo
         # most a second ahead) before it sent anything: the endpoint had seen only the one 429
         assert sum(s for s, _ in held) == pytest.approx(7.0)
         assert {seen for _, seen in held} == {1}
-        assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics", status=429) == 1
+        assert (
+            sim.recorder.request_count(
+                method="GET", endpoint="/api/v2/notifications/availabletopics", status=429
+            )
+            == 1
+        )
         (cut,) = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
         assert (cut["endpoint"], cut["kind"], cut["pausedForS"]) == ("genesys:api", "rest", 7.0)
         assert h.terminations() == {}
@@ -90,7 +100,9 @@ async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says
     async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
-        sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/notifications/availabletopics"))
+        sim.faults.inject(
+            Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/notifications/availabletopics")
+        )
         for _ in range(2):
             with pytest.raises(OperationError) as info:
                 await h.supervisor.request("wm-0", "GET", topics(sim))

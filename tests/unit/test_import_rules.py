@@ -72,12 +72,16 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client",
         ("supervisor.runtime", "supervisor.api"),
     ),
-    (6, "transports", ("supervisor.transports",)),
+    (
+        6,
+        "transports; attribute updates (they send through the REST client)",
+        ("supervisor.transports", "supervisor.attributes"),
+    ),
     (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
     (4, "machines", ("machines",)),
     (
         3,
-        "vocabulary and boundary: events, bus, retry policy, boundary",
+        "vocabulary and boundary: events, bus, retry policy, boundary; the durable store",
         (
             "supervisor.events",
             "supervisor.bus",
@@ -85,9 +89,15 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.boundary",
             # the socket API's pure part: framing, messages, the conflating outbox, its events
             *PURE_API,
+            # the durable store: its interface and the SQLite implementation, below the runtime
+            "supervisor.store",
         ),
     ),
-    (2, "decision data, config, simulators", ("supervisor.taxonomy", "supervisor.config", "supervisor.sim")),
+    (
+        2,
+        "decision data, config, simulators",
+        ("supervisor.taxonomy", "supervisor.config", "supervisor.config_durable", "supervisor.sim"),
+    ),
     (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
 )
 # who may import the simulators (they stand in for the platforms; the daemon never needs them)
