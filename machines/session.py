@@ -17,12 +17,19 @@ Rules (seed sections in brackets):
 * an abnormal drop (1006, 1012, ...) or a TRANSIENT session failure reconnects; the first
   reconnection waits U(2 s, 8 s), later ones back off per the failure's class policy;
   success resets the count [edge case 1; section 2];
+* a session's reconnection is bounded by a *horizon* of time since the connection was lost
+  (``SessionConfig.horizon_s``, default 600 s), not by the class policy's retry count: the
+  seed's per-class budgets bound each *operation*, while an endpoint that is down is the
+  circuit's business, which pauses reconnection and probes it back. Past the horizon the
+  session ends RETRY_EXHAUSTED, give-up reason HORIZON (beyond the seed; the vendors' own SDKs
+  keep trying for 5 and 10 minutes, websockets' reconnect loop forever);
 * a graceful end (close 1000) terminates without reconnecting [section 2, "graceful closes"];
 * a trigger, STATE_CORRUPTING, or a session-scoped PERMANENT terminates at once with
   SESSION_TERMINATED and never reconnects [section 3]; a failure scoped to one operation
   leaves the session as it is [design.md, "Scope"]: retrying that operation is the one retry
   executor's job (supervisor/rest/executor.py), not the machine's;
-* a spent budget terminates with RETRY_EXHAUSTED [section 2];
+* a Retry-After past the policy's ceiling on a reconnection gives up at once with
+  RETRY_EXHAUSTED (the platform said "not today", the Genesys Java SDK's 180 s rule);
 * while the endpoint's circuit is open a due reconnection is deferred, not counted, and
   RECONNECTION_THROTTLED is emitted [edge case 1];
 * nothing leaves ``terminated``: a full re-authentication builds a new SessionCore [section 3].
@@ -53,7 +60,7 @@ from machines.effects import (
 )
 from machines.routing import Route, route, termination_reason
 from supervisor.clock import Clock, Rng, iso_utc
-from supervisor.retry.backoff import decide_retry
+from supervisor.retry.backoff import GiveUpReason, backoff_delay_ms
 from supervisor.taxonomy.model import RetryPolicy, SdkErrorEvent
 
 
@@ -76,14 +83,17 @@ class SessionMachine(StateMachine):
     validated = connecting.to(active)
     # seed section 2 / edge case 1: abnormal close or TRANSIENT session failure
     connection_lost = connecting.to(reconnecting) | active.to(reconnecting)
+    # an endpoint the connection needs (the token endpoint, the REST API) has its circuit open:
+    # no attempt was made; wait for it, not counted (edge case 1, RECONNECTION_THROTTLED)
+    refused = connecting.to(reconnecting)
     # the reconnection timer fired and the circuit admits: connect again
     reconnect = reconnecting.to(connecting)
     # seed edge case 1: the circuit is open, defer without counting (RECONNECTION_THROTTLED)
     throttled = reconnecting.to.itself(internal=True)  # type: ignore[no-untyped-call,unused-ignore]
     # seed section 3: trigger / STATE_CORRUPTING / session-scoped PERMANENT
     fail_fast = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
-    # seed section 2: the class policy's budget is spent (RETRY_EXHAUSTED)
-    exhausted = connecting.to(terminated) | active.to(terminated)
+    # seed section 2: RETRY_EXHAUSTED (past the reconnection horizon, or a Retry-After past the ceiling)
+    exhausted = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
     # seed section 2: close 1000 is not reconnected
     graceful_close = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
     # explicit stop or daemon shutdown
@@ -99,6 +109,8 @@ class SessionConfig:
     # beyond the seed, off by default: spread deferred reconnections over U(0, this) seconds
     # past the circuit's remaining open time, so a throttled herd does not return in one instant
     throttle_jitter_s: float = 0.0
+    # how long a session keeps reconnecting after its connection was lost (beyond the seed)
+    horizon_s: float = 600.0
 
     def __post_init__(self) -> None:
         lo, hi = self.first_delay_s
@@ -106,6 +118,8 @@ class SessionConfig:
             raise ValueError(f"first_delay_s must satisfy 0 <= low <= high, got {self.first_delay_s!r}")
         if self.throttle_jitter_s < 0.0:
             raise ValueError(f"throttle_jitter_s must be >= 0, got {self.throttle_jitter_s!r}")
+        if not self.horizon_s > 0.0:
+            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s!r}")
 
 
 class SessionCore:
@@ -115,7 +129,17 @@ class SessionCore:
     state does not accept; a terminated session accepts nothing.
     """
 
-    __slots__ = ("_attempts", "_clock", "_config", "_last_delay_ms", "_rng", "_sm", "_state", "session_id")
+    __slots__ = (
+        "_attempts",
+        "_clock",
+        "_config",
+        "_last_delay_ms",
+        "_lost_at",
+        "_rng",
+        "_sm",
+        "_state",
+        "session_id",
+    )
 
     def __init__(self, session_id: str, clock: Clock, rng: Rng, config: SessionConfig | None = None) -> None:
         self.session_id = session_id
@@ -129,6 +153,8 @@ class SessionCore:
         self._attempts = 0
         # the previous reconnection delay, for decorrelated jitter
         self._last_delay_ms: float | None = None
+        # monotonic time the connection was lost (the horizon runs from there); None while up
+        self._lost_at: float | None = None
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -144,6 +170,11 @@ class SessionCore:
     @property
     def terminated(self) -> bool:
         return self.state is SessionState.TERMINATED
+
+    @property
+    def horizon_deadline(self) -> float | None:
+        """Monotonic time past which the current reconnection gives up; None while connected."""
+        return None if self._lost_at is None else self._lost_at + self._config.horizon_s
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -171,6 +202,7 @@ class SessionCore:
             effects.append(RetrySuccess(self.session_id, RetryKind.RECONNECT, self._attempts, now_iso))
         self._attempts = 0
         self._last_delay_ms = None
+        self._lost_at = None
         return effects
 
     def failure(self, event: SdkErrorEvent) -> list[Effect]:
@@ -208,6 +240,9 @@ class SessionCore:
         now_iso = iso_utc(self._clock.time())
         if circuit_open_remaining_s is not None and circuit_open_remaining_s > 0.0:
             delay = circuit_open_remaining_s
+            if self._past_horizon(delay):
+                # the endpoint stays closed past the horizon: the session gives up (RETRY_EXHAUSTED)
+                return self._give_up(None, GiveUpReason.HORIZON)
             if self._config.throttle_jitter_s > 0.0:
                 delay += self._rng.random() * self._config.throttle_jitter_s
             self._send("throttled")
@@ -219,6 +254,29 @@ class SessionCore:
                 ReconnectionThrottled(self.session_id, attempt, circuit_open_remaining_s, delay, now_iso),
             ]
         return [self._move("reconnect", "RECONNECT_DUE", now_iso), Reconnect(self.session_id, self._attempts)]
+
+    def connect_refused(self, circuit_open_remaining_s: float) -> list[Effect]:
+        """An attempt could not even start: a circuit it needs is open for ``remaining`` s.
+
+        Not counted as an attempt (seed edge case 1); the session waits in ``reconnecting``
+        and the horizon runs from now if it was not already running. Accepted only while
+        connecting.
+        """
+        self._require(SessionState.CONNECTING, "connect_refused")
+        if self._lost_at is None:
+            self._lost_at = self._clock.monotonic()
+        delay = max(circuit_open_remaining_s, 0.0)
+        if self._config.throttle_jitter_s > 0.0:
+            delay += self._rng.random() * self._config.throttle_jitter_s
+        if self._past_horizon(delay):
+            return self._give_up(None, GiveUpReason.HORIZON)
+        now_iso = iso_utc(self._clock.time())
+        attempt = self._attempts
+        return [
+            self._move("refused", "CIRCUIT_OPEN", now_iso),
+            ScheduleReconnect(self.session_id, self._clock.monotonic() + delay, attempt, delay, False),
+            ReconnectionThrottled(self.session_id, attempt, circuit_open_remaining_s, delay, now_iso),
+        ]
 
     def stop(self) -> list[Effect]:
         """Explicit stop or daemon shutdown: terminate with STOPPED."""
@@ -246,48 +304,34 @@ class SessionCore:
         return SessionTransition(self.session_id, source, self.state, machine_event, reason, now_iso)
 
     def _drop(self, event: SdkErrorEvent) -> list[Effect]:
-        """Connection lost: schedule the next reconnection, or terminate when the budget is spent."""
+        """Connection lost: schedule the next reconnection, or give up past the horizon."""
         policy: RetryPolicy = event.policy
         index = self._attempts  # 0-based: reconnections already scheduled since the last success
-        decision = decide_retry(
-            policy,
-            index,
-            self._rng,
-            retryable=True,
-            retry_after_ms=event.retry_after_ms,
-            previous_delay_ms=self._last_delay_ms,
-        )
-        if not decision.retry:
-            now_iso = iso_utc(self._clock.time())
-            exhausted = RetryExhausted(
-                self.session_id,
-                RetryKind.RECONNECT,
-                index,
-                event.code,
-                policy.name,
-                None if decision.reason is None else decision.reason.value,
-                now_iso,
-            )
-            return [
-                exhausted,
-                *self._terminate("exhausted", TerminationReason.RETRY_EXHAUSTED, event, event.code),
-            ]
+        if index == 0:
+            self._lost_at = self._clock.monotonic()
+        retry_after = event.retry_after_ms if policy.honors_retry_after else None
+        if retry_after is not None and retry_after > policy.retry_after_ceiling_ms:
+            # a Retry-After past the ceiling is a quota breach, not an outage (Java SDK: > 180 s)
+            return self._give_up(event, GiveUpReason.RETRY_AFTER_EXCEEDS_CEILING)
         if index == 0:
             # seed edge case 1: the first reconnection waits U(2 s, 8 s) so a fleet dropped
             # at once does not come back in the same millisecond
             lo, hi = self._config.first_delay_s
             delay_ms = (lo + self._rng.random() * (hi - lo)) * 1000.0
-            if policy.honors_retry_after and event.retry_after_ms is not None and event.retry_after_ms >= 0:
-                # seed edge case 2: a server's Retry-After is a minimum delay
-                delay_ms = max(delay_ms, float(event.retry_after_ms))
         else:
-            # seed section 2: later attempts back off per the class policy
-            delay_ms = decision.delay_ms
+            # seed section 2: later attempts back off per the class policy (capped at its maximum;
+            # the count is not a budget here: the horizon is)
+            delay_ms = backoff_delay_ms(policy, index, self._rng, self._last_delay_ms)
+        if retry_after is not None and retry_after >= 0:
+            # seed edge case 2: a server's Retry-After is a minimum delay
+            delay_ms = max(delay_ms, float(retry_after))
+        delay_s = delay_ms / 1000.0
+        if self._past_horizon(delay_s):
+            return self._give_up(event, GiveUpReason.HORIZON)
         attempt = index + 1
         self._attempts = attempt
         self._last_delay_ms = delay_ms
         now_iso = iso_utc(self._clock.time())
-        delay_s = delay_ms / 1000.0
         return [
             self._move("connection_lost", event.code, now_iso),
             ScheduleReconnect(
@@ -297,6 +341,28 @@ class SessionCore:
                 self.session_id, RetryKind.RECONNECT, attempt, delay_s, event.code, policy.name, now_iso
             ),
         ]
+
+    def _past_horizon(self, delay_s: float) -> bool:
+        """Would a reconnection ``delay_s`` from now fall past the horizon since the loss?"""
+        lost_at = self._lost_at
+        if lost_at is None:
+            return False
+        return self._clock.monotonic() + delay_s - lost_at > self._config.horizon_s
+
+    def _give_up(self, event: SdkErrorEvent | None, reason: GiveUpReason) -> list[Effect]:
+        """RETRY_EXHAUSTED: the reconnection gives up (``event`` is the failure that was last)."""
+        now_iso = iso_utc(self._clock.time())
+        exhausted = RetryExhausted(
+            self.session_id,
+            RetryKind.RECONNECT,
+            self._attempts,
+            event.code if event is not None else "CIRCUIT_OPEN",
+            event.policy.name if event is not None else "circuit",
+            reason.value,
+            now_iso,
+        )
+        code = event.code if event is not None else None
+        return [exhausted, *self._terminate("exhausted", TerminationReason.RETRY_EXHAUSTED, event, code)]
 
     def _terminate(
         self,

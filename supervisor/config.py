@@ -5,25 +5,46 @@ invalid enum value 'genesis'``). Secrets are never in the file itself: ``clientS
 and ``passwordFile`` name files, relative ones resolved in ``$CREDENTIALS_DIRECTORY``
 (systemd ``LoadCredential=``) first, then next to the config file. A secret's value never
 appears in any output: :class:`Secret` hides it from ``repr`` and ``str``.
+
+Every file is read with one bounded read: the configuration up to :data:`MAX_CONFIG_BYTES`, a
+credential file up to :data:`MAX_CREDENTIAL_BYTES` (docs/configuration.md, "Limits"), so a
+path to ``/dev/zero`` or a FIFO fed forever is an error, not a hang. URLs are checked for what
+a connection needs (scheme per key, host, port) so ``run --check`` refuses what ``run`` could
+not use.
 """
 
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import re
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 
-from supervisor.errors import ConfigError
+from supervisor.config_durable import AttributesConfig, StoreConfig
+from supervisor.errors import ConfigError, located
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest configuration file read (about 7,000 sessions)
+MAX_CONFIG_BYTES = 1024 * 1024
+#: the largest credential file read (a secret, a password or a JWT is well under 8 KiB)
+MAX_CREDENTIAL_BYTES = 64 * 1024
+#: Genesys allows 20 notification channels per user and app (platforms.md §2); every
+#: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
+GENESYS_CHANNELS_PER_CLIENT = 20
 
 _Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)]
 _PositiveSeconds = Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)]
-_Url = Annotated[str, msgspec.Meta(pattern=r"^(https?|wss?)://[^\s/]+(/\S*)?$")]
+# checked beyond its length by _check_url: the scheme each key needs, the host and the port
+_Url = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
@@ -110,6 +131,9 @@ class ReconnectConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknow
     # beyond the seed: reconnections deferred by an open circuit come back spread over
     # U(0, throttleJitter) past its open period, not all in the same second (docs/benchmarks.md)
     throttle_jitter: _Seconds = 10.0
+    # beyond the seed: how long a lost session keeps reconnecting before it ends RETRY_EXHAUSTED
+    # (give-up reason HORIZON); the vendors' SDKs keep trying 5 (Genesys) and 10 minutes (NICE)
+    horizon: _PositiveSeconds = 600.0
 
 
 class CircuitSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -126,12 +150,81 @@ class TokenSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     refresh_before_retry: _Seconds = 60.0
 
 
+class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    # beyond the seed (issue 15): pace connection attempts and REST calls to what each endpoint
+    # admits (slow start, then a cut on 429/503 and a gentle probe up); false turns pacing off
+    adaptive: bool = True
+    # connection attempts per second per endpoint to start from (start-up and storms alike)
+    initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
+    # how the rate grows back after a cut: "aimd" (additive) or "cubic" (RFC 9438, botocore's);
+    # docs/benchmarks.md "Storm at a binding limit" measures both
+    probe: Literal["aimd", "cubic"] = "aimd"
+    # retries may add at most this share of an endpoint's calls (within 10 s) ...
+    retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
+    # ... plus this many retries per second whatever the traffic
+    retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+
+
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     taxonomy_version: str = "v1"
     shutdown_grace: _PositiveSeconds = 10.0
     request_timeout: _PositiveSeconds = 15.0
     # seeds the daemon's randomness (jitter) for reproducible runs; None draws from the OS
     seed: int | None = None
+    # the lock that keeps a second daemon off this configuration; None: a file named after the
+    # configuration in $RUNTIME_DIRECTORY, else $XDG_RUNTIME_DIR/session-supervisor/, else /tmp
+    lock_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    # event lines held for a slow standard output before lines are dropped (and counted)
+    event_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 8 * 1024 * 1024
+
+
+_Uid = Annotated[int, msgspec.Meta(ge=0, le=4_294_967_294)]
+# sockaddr_un.sun_path holds 108 bytes, the terminating NUL included (unix(7))
+_SocketPath = Annotated[str, msgspec.Meta(pattern=r"^/", max_length=107)]
+
+
+class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """The socket API (docs/socket-api.md): a read-only subscribe socket and a stricter control socket."""
+
+    enabled: bool = True
+    # filesystem paths (never the abstract namespace); unset: $XDG_RUNTIME_DIR/session-supervisor/
+    subscribe: _SocketPath | None = None
+    control: _SocketPath | None = None
+    # octal, as chmod takes it; never world-writable (the peer check still applies on top)
+    mode: Annotated[str, msgspec.Meta(pattern=r"^0?[0-7]{3}$")] = "0660"
+    # the socket files' group (a name or a gid; the daemon must be a member): an ops group
+    group: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | _Uid | None = None
+    # who may connect besides the daemon's own uid and root; gids match primary or supplementary groups
+    allow_uids: list[_Uid] = msgspec.field(default_factory=list)
+    allow_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # the control socket's own list: never wider than the subscribe socket's
+    control_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
+    control_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # per subscriber: pending bytes past this are dropped and the subscriber told it lagged
+    subscriber_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
+    # a subscriber over its buffer this long without catching up is disconnected
+    lagged_disconnect_after: _Seconds = 10.0
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
+    handshake_timeout: _PositiveSeconds = 5.0
+
+    def __post_init__(self) -> None:
+        # msgspec reports a ValueError raised here with the table's location
+        if int(self.mode, 8) & 0o002:
+            raise ValueError(f"mode {self.mode} is world-writable: give a group access instead (allowGids)")
+        if not set(self.control_allow_uids) <= set(self.allow_uids):
+            raise ValueError(
+                "controlAllowUids must be a subset of allowUids (the control socket is never wider)"
+            )
+        if not set(self.control_allow_gids) <= set(self.allow_gids):
+            raise ValueError(
+                "controlAllowGids must be a subset of allowGids (the control socket is never wider)"
+            )
+        if self.subscribe is not None and self.subscribe == self.control:
+            raise ValueError("subscribe and control must be two different paths")
+
+    @property
+    def mode_bits(self) -> int:
+        return int(self.mode, 8)
 
 
 class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -160,27 +253,51 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     circuit: CircuitSettings = msgspec.field(default_factory=CircuitSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
     telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
-
-
-_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")
+    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
+    sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
+    # the durable store and attribute updates (issue 13; supervisor/config_durable.py)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 
 
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:
-    text = str(exc)
-    match = _AT.match(text)
-    if not match:
-        return ConfigError(f"{origin}: {text}")
-    path = match.group("path").lstrip(".") or "(top level)"
-    message = match.group("msg")
-    return ConfigError(f"{origin}: {path}: {message[0].lower()}{message[1:]}")
+    path, problem = located(str(exc))
+    if problem.startswith("invalid enum value"):
+        choices = _choices(path)
+        if choices:
+            problem += f" (expected one of: {', '.join(choices)})"
+    return ConfigError(f"{origin}: {path or '(top level)'}: {problem}")
+
+
+def _choices(path: str) -> list[str]:
+    """The values a field at ``path`` (``admission.probe``, ``sessions[0].kind``) accepts, if a choice."""
+    kind: Any = Config
+    for name in re.sub(r"\[\d+\]", "", path).split("."):
+        while typing.get_origin(kind) in (list, types.UnionType, typing.Union):
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+            return []
+        by_name = {f.encode_name: f.type for f in msgspec.structs.fields(kind)}
+        if name not in by_name:
+            return []
+        kind = by_name[name]
+    while typing.get_origin(kind) in (types.UnionType, typing.Union, typing.Annotated):
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if typing.get_origin(kind) is typing.Literal:
+        return [str(a) for a in typing.get_args(kind)]
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return [str(m.value) for m in kind]
+    return []
 
 
 def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
     """Validate a configuration document; ``origin`` names it in errors."""
     try:
-        raw = tomllib.loads(data) if isinstance(data, str) else dict(data)
+        raw = parse_toml(data) if isinstance(data, str) else dict(data)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
+    except LimitError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
@@ -189,7 +306,72 @@ def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
     return config
 
 
+_HTTP = ("http", "https")
+_WS = ("ws", "wss")
+# RFC 1123 host name labels (after IDNA encoding)
+_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def _url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
+    """Why ``url`` cannot be the base URL of a connection, or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError: not an integer in 0-65535
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    if parts.scheme.lower() not in schemes:
+        return f"the scheme must be {' or '.join(schemes)}, got '{parts.scheme or url[:40]}'"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials (name them in the *File keys)"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not have a query or a fragment (it is a base URL)"
+    if port == 0:
+        return "port 0 cannot be connected to"
+    host = parts.hostname
+    if not host:
+        return "has no host"
+    return _host_problem(host)
+
+
+def _host_problem(host: str) -> str | None:
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9.]+", host):
+        return f"invalid host '{host}' (not an IPv4 address)"
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return f"invalid host '{host[:60]}'"
+    labels = ascii_host.removesuffix(".").split(".")
+    if len(ascii_host) > 253 or not all(_LABEL.match(label) for label in labels):
+        return f"invalid host '{host[:60]}'"
+    return None
+
+
+def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...]) -> None:
+    if url is not None:
+        problem = _url_problem(url, schemes)
+        if problem is not None:
+            raise ConfigError(f"{origin}: {key}: {problem}")
+
+
+def _check_urls(config: Config, origin: str) -> None:
+    genesys, cxone = config.platforms.genesys, config.platforms.cxone
+    if genesys is not None:
+        _check_url(origin, "platforms.genesys.loginUrl", genesys.login_url, _HTTP)
+        _check_url(origin, "platforms.genesys.apiUrl", genesys.api_url, _HTTP)
+        _check_url(origin, "platforms.genesys.webmessagingUrl", genesys.webmessaging_url, _WS)
+        _check_url(origin, "platforms.genesys.streamingUrl", genesys.streaming_url, _WS)
+    if cxone is not None:
+        _check_url(origin, "platforms.cxone.authUrl", cxone.auth_url, _HTTP)
+        _check_url(origin, "platforms.cxone.apiUrl", cxone.api_url, _HTTP)
+
+
 def _check(config: Config, origin: str) -> None:
+    _check_urls(config, origin)
     if config.reconnect.first_delay_min > config.reconnect.first_delay_max:
         raise ConfigError(f"{origin}: reconnect.firstDelayMin: must be <= reconnect.firstDelayMax")
     cxone = config.platforms.cxone
@@ -198,6 +380,7 @@ def _check(config: Config, origin: str) -> None:
             f"{origin}: platforms.cxone.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)"
         )
     seen: set[str] = set()
+    channels = 0
     for i, spec in enumerate(config.sessions):
         where = f"sessions[{i}]"
         if spec.id in seen:
@@ -223,17 +406,31 @@ def _check(config: Config, origin: str) -> None:
                 raise ConfigError(
                     f"{origin}: {where}.deploymentId: required (or platforms.genesys.deploymentId)"
                 )
-        if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None and genesys.client_id is None:
-            raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+        if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
+            if genesys.client_id is None:
+                raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+            if spec.agent_id is None:
+                # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
+                raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
+            channels += 1
+            if channels > GENESYS_CHANNELS_PER_CLIENT:
+                # a 21st channel would evict the oldest: two sessions would fight over a channel forever
+                raise ConfigError(
+                    f"{origin}: {where}.kind: more than {GENESYS_CHANNELS_PER_CLIENT} notifications sessions; "
+                    f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
+                    "(platforms.genesys.clientId is shared by all of them)"
+                )
 
 
 def load_config(path: str | Path) -> Config:
     """Read and validate a configuration file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_capped(p, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such configuration file") from None
+    except LimitError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
         raise ConfigError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_config(text, str(p))
@@ -260,9 +457,11 @@ def read_secret(
             candidates.append(config_dir / name)
     for candidate in candidates:
         try:
-            value = candidate.read_text(encoding="utf-8").strip()
+            value = read_capped(candidate, MAX_CREDENTIAL_BYTES).decode("utf-8").strip()
         except FileNotFoundError:
             continue
+        except LimitError as exc:
+            raise ConfigError(f"{key}: credential file {candidate} is {exc}") from None
         except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the name
             raise ConfigError(
                 f"{key}: cannot read credential file {candidate}: {type(exc).__name__}"

@@ -34,6 +34,8 @@ __all__ = [
     "DaemonStopping",
     "ErrorClassified",
     "Event",
+    "EventsDropped",
+    "PacingChanged",
     "Published",
     "ReconnectionThrottled",
     "RetryAttempt",
@@ -419,6 +421,50 @@ class DaemonForcedExit(Event):
 
     def fields(self) -> dict[str, Any]:
         return dict(self.snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class PacingChanged(Event):
+    """Beyond the seed (issue 15): an endpoint's adaptive pacing changed its rate, or paused it.
+
+    ``reason`` is ``throttled`` (the platform refused for rate: the rate was cut), ``probe``
+    (the rate grew; reported each time it doubles) or ``pause`` (a further Retry-After lengthened
+    the endpoint's pause). ``pausedForS`` is the window nobody attempts in (a Retry-After applies
+    to the whole endpoint); ``kind`` says what is paced: ``connect`` or ``rest``.
+    """
+
+    name: ClassVar[str] = "PACING_CHANGED"
+    endpoint: str
+    kind: str
+    rate: float | None
+    previous: float | None
+    reason: str
+    paused_for_s: float
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "endpoint": self.endpoint,
+            "kind": self.kind,
+            "rate": None if self.rate is None else round(self.rate, 3),
+            "previous": None if self.previous is None else round(self.previous, 3),
+            "reason": self.reason,
+            "pausedForS": self.paused_for_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EventsDropped(Event):
+    """A sink could not keep up (stdout nobody reads): ``dropped`` lines were lost since the last notice."""
+
+    name: ClassVar[str] = "EVENTS_DROPPED"
+    sink: str
+    dropped: int
+    total: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"sink": self.sink, "dropped": self.dropped, "totalDropped": self.total}
 
 
 # -- what the bus hands its sinks ------------------------------------------------------------------

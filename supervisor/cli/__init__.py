@@ -7,7 +7,11 @@ into one ``session-supervisor: error: ...`` line on stderr.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -33,13 +37,24 @@ def cli() -> None:
     Run it for real:
       session-supervisor run --config PATH --check (validate config and credentials)
       session-supervisor run --config PATH         (supervise until SIGTERM)
+    Follow and steer a running daemon: watch, ctl.
     Look inside the decision core: classify, taxonomy, policy.
     """
 
 
 def _register() -> None:
     # imported here so `--help` of one command does not pay for the others' imports
-    from supervisor.cli import classify_cmd, demo_cmd, policy_cmd, run_cmd, sim_cmd, taxonomy_cmd
+    from supervisor.cli import (
+        classify_cmd,
+        ctl_attributes,
+        ctl_cmd,
+        demo_cmd,
+        policy_cmd,
+        run_cmd,
+        sim_cmd,
+        taxonomy_cmd,
+        watch_cmd,
+    )
 
     cli.add_command(classify_cmd.classify)
     cli.add_command(taxonomy_cmd.taxonomy)
@@ -47,6 +62,11 @@ def _register() -> None:
     cli.add_command(sim_cmd.sim)
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
+    cli.add_command(watch_cmd.watch)
+    cli.add_command(ctl_cmd.ctl)
+    # attribute updates (issue 13): ctl attributes set|status, ctl mismatches, ctl resolve
+    for command in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
+        ctl_cmd.ctl.add_command(command)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -56,9 +76,56 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
+def _fail(message: str) -> NoReturn:
+    # stderr may be unwritable too (2>/dev/full): the exit code still says what happened
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        click.echo(f"session-supervisor: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _stdout_failing(exc: OSError) -> bool:
+    """Whether ``exc`` came from writing standard output (a failed write is not kept buffered)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return True  # only a write fails so, and stdout is the only file commands write
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    try:
+        os.write(fd, b"")  # an empty write still fails on /dev/full, a read-only or dead descriptor
+    except OSError:
+        return True
+    return False
+
+
+def _discard_stdout() -> None:
+    # what stays buffered can never be written: point fd 1 at /dev/null so the interpreter's
+    # final flush does not print a second error (and a traceback) after our one line
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _io_error(exc: OSError) -> NoReturn:
+    """One line for an I/O error no command turned into its own error, then exit 1."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if _stdout_failing(exc):
+        _discard_stdout()
+        _fail(f"cannot write to standard output: {reason}")
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    _fail(f"{where}{reason}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI, map our errors to exit 1 with one line."""
     _register()
+    if sys.stdout is None:
+        # fd 1 was closed before we started: every command writes its result there, and
+        # click.echo would drop it silently
+        _fail(f"cannot write to standard output: {os.strerror(errno.EBADF)} (it is closed)")
     try:
         result = cli.main(args=argv, prog_name="session-supervisor", standalone_mode=False)
     except click.exceptions.Abort:
@@ -79,15 +146,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except BaseExceptionGroup as group:
         # a task group wraps what its tasks raised: report ours in one line, re-raise the rest
-        mine = [e for e in _leaves(group) if isinstance(e, SupervisorError)]
-        if not mine:
+        leaves = _leaves(group)
+        mine = [e for e in leaves if isinstance(e, SupervisorError)]
+        if mine:
+            click.echo(f"session-supervisor: error: {mine[0]}", err=True)
+            sys.exit(1)
+        io = [e for e in leaves if isinstance(e, OSError) and not isinstance(e, BrokenPipeError)]
+        if not io:
             raise
-        click.echo(f"session-supervisor: error: {mine[0]}", err=True)
-        sys.exit(1)
+        _io_error(io[0])
     except BrokenPipeError:
         # `... | head` closed our stdout: not an error worth a traceback
         sys.stderr.close()
         sys.exit(1)
+    except OSError as exc:
+        # /dev/full, a read-only or revoked descriptor: one line, never a traceback
+        _io_error(exc)
     except KeyboardInterrupt:
         sys.exit(130)
     # standalone_mode=False returns ctx.exit(n)'s code instead of exiting

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from typing import IO
 
 import click
 import msgspec
+from click.core import ParameterSource
 from rich.table import Table
 
-from supervisor.cli.common import active_taxonomy, stderr_console, stdout_console, taxonomy_option
+from supervisor.cli.common import (
+    InputFile,
+    NdjsonLines,
+    active_taxonomy,
+    stderr_console,
+    stdout_console,
+    taxonomy_option,
+)
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy import Classifier, SdkErrorEvent
 from supervisor.taxonomy.samples import sample_envelopes
 
 _encoder = msgspec.json.Encoder()
-
-
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
-    yield from stream
+#: --format table keeps every event for the table: past this many, the input is not read further
+TABLE_MAX_ROWS = 10_000
 
 
 def _render_table(events: list[SdkErrorEvent]) -> None:
@@ -57,7 +62,7 @@ def _render_table(events: list[SdkErrorEvent]) -> None:
 
 
 @click.command()
-@click.argument("source", type=click.File("rb"), default="-", metavar="[FILE|-]")
+@click.argument("source", type=InputFile(), default="-", metavar="[FILE|-]")
 @taxonomy_option
 @click.option("--sample", is_flag=True, help="Classify the bundled sample of real-shaped raw errors instead.")
 @click.option(
@@ -68,13 +73,21 @@ def _render_table(events: list[SdkErrorEvent]) -> None:
     show_default=True,
     help="json: one SdkErrorEvent per line; table: a summary table for people.",
 )
-def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Same as --format json (the default), as the other commands spell it.",
+)
+def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str, as_json: bool) -> None:
     """Classify RawError envelopes (NDJSON) into SdkErrorEvents.
 
     Reads one JSON envelope per line from FILE (or stdin) and prints one
     SdkErrorEvent JSON per line, in order. A line that is not JSON or not a valid
     envelope gets one stderr line naming its line number and the problem; the other
     lines are still classified, and the exit code is then 1. Blank lines are skipped.
+    A line may be at most 1 MiB and nest at most 64 levels; reading stops at a longer
+    line (it may never end). --format table holds at most 10,000 envelopes.
 
     \b
     Example:
@@ -83,8 +96,16 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
 
     The envelope format is documented in docs/taxonomy.md.
     """
+    if as_json:
+        if (
+            fmt == "table"
+            and click.get_current_context().get_parameter_source("fmt") is not ParameterSource.DEFAULT
+        ):
+            raise click.UsageError("--json and --format table contradict each other")
+        fmt = "json"
     classifier = Classifier(active_taxonomy(taxonomy_ref))
-    lines = sample_envelopes() if sample else _lines(source)
+    reader = NdjsonLines(source)
+    lines = sample_envelopes() if sample else reader
     errors = 0
     events: list[SdkErrorEvent] = []
     out = sys.stdout.buffer
@@ -99,9 +120,20 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
             err.print(f"session-supervisor: line {number}: {exc}", markup=False)
             continue
         if fmt == "table":
+            if len(events) == TABLE_MAX_ROWS:
+                errors += 1
+                err.print(
+                    f"session-supervisor: line {number}: --format table holds at most {TABLE_MAX_ROWS} "
+                    "envelopes; the input is not read past it (--format json streams any number)",
+                    markup=False,
+                )
+                break
             events.append(event)
         else:
             out.write(_encoder.encode(event.as_json()) + b"\n")
+    if reader.cut_line is not None:
+        errors += 1
+        err.print(f"session-supervisor: {reader.cut_message()}", markup=False)
     out.flush()
     if fmt == "table":
         _render_table(events)

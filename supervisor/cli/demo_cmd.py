@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +22,13 @@ _OTLP_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 def _otlp_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not _OTLP_URL.match(value):
         raise click.BadParameter(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    # FloatRange lets NaN through (every comparison with it is false): a usage error here
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", ctx=ctx, param=param)
     return value
 
 
@@ -53,6 +62,7 @@ def _otlp_url(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=1.0, max=3600.0),
+    callback=_finite,
     default=None,
     help="Give up after this many seconds (default: 180, or 45 with --fast).",
 )
@@ -83,6 +93,8 @@ def demo(
 
     Ends with a summary (a table, or one JSON object with --json). Exit 0 when the outcome
     matches the scenario's expected outcome, 1 when it does not (the reasons go to stderr).
+    The daemon's socket API is on, in a temporary directory: the `watch` command that
+    attaches to it from another terminal is printed on stderr first.
     """
     from supervisor.demo.runner import DemoOptions, run_demo
 
@@ -91,8 +103,17 @@ def demo(
         scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s, otlp=otlp
     )
 
+    def announce(sockets: tuple[Path, Path] | str) -> None:
+        # stderr: stdout stays the summary alone (one JSON object with --json)
+        if isinstance(sockets, str):
+            click.echo(f"session-supervisor: demo without its sockets: {sockets}", err=True)
+            return
+        subscribe, control = sockets
+        click.echo(f"watch it from another terminal: session-supervisor watch --socket {subscribe}", err=True)
+        click.echo(f"control it: session-supervisor ctl --socket {control} status", err=True)
+
     async def main() -> dict[str, Any] | None:
-        return await run_demo(options, progress=stderr_console() if show else None)
+        return await run_demo(options, progress=stderr_console() if show else None, on_sockets=announce)
 
     try:
         summary = anyio.run(main, backend="asyncio")

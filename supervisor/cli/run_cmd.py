@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
+import signal
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
 
-from supervisor.bus import EventBus, JsonLineSink
+from supervisor.bus import EventBus
 from supervisor.config import load_config
 
 
@@ -28,19 +30,37 @@ def run(config_path: Path, check: bool) -> None:
     Telemetry goes to stdout as one JSON object per line (journald-friendly):
     SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT, RETRY_SUCCESS, RETRY_EXHAUSTED,
     CIRCUIT_BREAKER_OPEN/HALF_OPEN/CLOSED, RECONNECTION_THROTTLED, SESSION_TERMINATED and
-    every session transition. SIGTERM stops intake, closes sessions with 1001, waits
-    at most daemon.shutdownGrace seconds and exits 0; a second signal forces the exit
-    (exit code 1, DAEMON_FORCED_EXIT).
+    every session transition, each stamped with seq and bootId (docs/runtime.md). A slow or
+    unread stdout never blocks the daemon: lines past daemon.eventBufferBytes are dropped and
+    counted (EVENTS_DROPPED). The socket API ([sockets]: watch, ctl) listens once the sessions
+    are handed over. With a [telemetry] endpoint or OTEL_EXPORTER_OTLP_ENDPOINT, traces and
+    metrics go to an OpenTelemetry collector too (docs/telemetry.md), and the lines gain
+    traceId/spanId.
 
-    With a [telemetry] endpoint or OTEL_EXPORTER_OTLP_ENDPOINT, traces and metrics go to an
-    OpenTelemetry collector too (docs/telemetry.md), and the lines gain traceId/spanId.
+    \b
+    Signals:
+      SIGTERM/SIGINT  stop intake, close sessions with 1001, wait at most daemon.shutdownGrace
+                      seconds, exit 0 (`ctl drain` does the same); a second one forces the exit
+                      (exit 1, DAEMON_FORCED_EXIT)
+      SIGHUP          reload the configuration and credential files (validated first; on any
+                      error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED);
+                      `ctl reload` does the same
+
+    One daemon per configuration: a second one on the same file refuses to start (exit 1).
     """
+    from supervisor.api.server import SocketApi
+    from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
-    from supervisor.runtime.main import run_daemon
+    from supervisor.runtime.durable import Durable
+    from supervisor.runtime.lock import DaemonLock, default_lock_path
+    from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
+    from supervisor.runtime.reload import Reloader
+    from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
     from supervisor.telemetry import Telemetry, resolve_settings
 
+    outside = OutsideSignals().install()
     config = load_config(config_path)
     config_dir = config_path.resolve().parent
     grace_s = config.daemon.shutdown_grace
@@ -56,30 +76,93 @@ def run(config_path: Path, check: bool) -> None:
         )
     if telemetry is not None:
         bus.trace_context = telemetry.trace_context
+    lock_file = config.daemon.lock_file
+    lock = DaemonLock(Path(lock_file) if lock_file else default_lock_path(config_path, os.environ))
 
-    async def main() -> None:
+    async def main() -> int:
+        with daemon_signals() as signals:
+            try:
+                return await serve(signals)
+            finally:
+                lock.release()
+        return 0  # pragma: no cover - the with block always returns
+
+    async def serve(signals: AsyncIterator[signal.Signals]) -> int:
+        if outside.stop_requested:
+            return 0  # stopped before anything started: nothing to drain
+        if not check:
+            # before any socket is bound or session started: a second daemon changes nothing
+            lock.acquire()
         hooks = telemetry.hooks if telemetry is not None else []
         async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
             if check:
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
-                return
-            bus.subscribe(JsonLineSink(sys.stdout))
-            services = []
+                return 0
+            stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
+            bus.subscribe(stdout)
+            stop = anyio.Event()
+            stdout.on_broken = stop.set
+            # desired sessions, the session ledger and attribute updates; a store that cannot be
+            # opened is said in one line, and the sessions run without it (issue 13)
+            durable = await Durable.open(
+                config,
+                environ=os.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=lambda line: click.echo(f"session-supervisor: {line}", err=True),
+            )
+            services = [stdout.serve]
             if telemetry is not None:
                 bus.subscribe(telemetry)
                 telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
                 services.append(telemetry.service(grace_s))
-            supervisor = Supervisor(wiring)
-            forced = await run_daemon(
-                supervisor,
-                grace_s=grace_s,
-                services=services,
-                on_ready=lambda: bus.publish(DaemonStarted(len(config.sessions), str(config_path))),
-                on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
-            )
-            if forced:
-                bus.publish(DaemonForcedExit(supervisor.snapshot()))
-                raise SystemExit(1)
-            bus.publish(DaemonStopped(supervisor.snapshot()))
+            supervisor = Supervisor(wiring, durable)
+            reloader = Reloader(supervisor, lambda: load_config(config_path))
 
-    anyio.run(main, backend="asyncio")
+            async def reload_for_api() -> Mapping[str, Any]:
+                result = await reloader.reload()
+                if result.error is not None:
+                    raise ConfigError(result.error)
+                return {
+                    "added": list(result.added),
+                    "removed": list(result.removed),
+                    "restarted": list(result.restarted),
+                    "unchanged": len(result.unchanged),
+                }
+
+            # the control socket's drain verb sets `stop`: the same drain as SIGTERM
+            api = SocketApi(
+                supervisor,
+                config.sockets,
+                environ=os.environ,
+                stop=stop,
+                reload=reload_for_api,
+                durable=durable,
+            )
+            # bound before any session starts: a path held by a live daemon ends the start here
+            api.bind()
+            try:
+                forced = await run_daemon(
+                    supervisor,
+                    grace_s=grace_s,
+                    services=[*services, *api.services],
+                    on_ready=lambda: bus.publish(
+                        DaemonStarted(len(supervisor.config.sessions), str(config_path))
+                    ),
+                    on_stopping=lambda: bus.publish(DaemonStopping(grace_s)),
+                    on_reload=reloader.reload,
+                    stop=stop,
+                    signals=signals,
+                )
+            finally:
+                api.close()
+                await durable.aclose()
+            bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
+            await stdout.flush(within_s=2.0)
+            if stdout.broken is not None:
+                raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
+            return 1 if forced else 0
+
+    code = anyio.run(main, backend="asyncio")
+    outside.install()  # asyncio put the default actions back: a late signal must not turn into 143
+    click.get_current_context().exit(code)

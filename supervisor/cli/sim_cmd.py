@@ -15,7 +15,6 @@ import sys
 import tomllib
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -23,6 +22,12 @@ import click
 import msgspec
 
 from supervisor.errors import SimulatorError
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest simulator config file read
+MAX_SIM_CONFIG_BYTES = 1024 * 1024
+#: the longest token lifetime, seconds (about 31 years: any more overflows the simulators' clocks)
+MAX_TOKEN_TTL_S = 10**9
 
 
 class _Simulator(Protocol):
@@ -32,13 +37,17 @@ class _Simulator(Protocol):
 def _read_toml(path: str | None) -> dict[str, Any]:
     if path is None:
         return {}
-    p = Path(path)
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        # one bounded read: /dev/zero or a FIFO fed forever is an error, not a hang
+        return parse_toml(read_capped(path, MAX_SIM_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
-        raise click.BadParameter(f"{p}: cannot read: {exc.strerror or exc}", param_hint="--config") from None
+        raise click.BadParameter(
+            f"{path}: cannot read: {exc.strerror or exc}", param_hint="--config"
+        ) from None
+    except LimitError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--config") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"{p}: invalid TOML: {exc}", param_hint="--config") from None
+        raise click.BadParameter(f"{path}: invalid TOML: {exc}", param_hint="--config") from None
 
 
 def _convert(data: dict[str, Any], cls: type[Any], source: str) -> Any:
@@ -55,19 +64,29 @@ def _convert(data: dict[str, Any], cls: type[Any], source: str) -> Any:
         raise click.BadParameter(f"{source}: {exc}", param_hint="--config") from None
 
 
+class _OutputError(Exception):
+    """The ready line could not be written (stdout full, read-only or closed)."""
+
+
 def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
     """Start the simulator, print its URLs as one JSON line, serve until SIGINT/SIGTERM."""
 
     async def main() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with factory() as sim:
-                sys.stdout.write(json.dumps(sim.urls) + "\n")
-                sys.stdout.flush()
+                try:
+                    sys.stdout.write(json.dumps(sim.urls) + "\n")
+                    sys.stdout.flush()
+                except OSError as exc:
+                    # nobody can learn the URLs: stop rather than serve blind
+                    raise _OutputError(exc.strerror or str(exc)) from None
                 async for _ in signals:
                     break
 
     try:
         anyio.run(main, backend="asyncio")
+    except _OutputError as exc:
+        raise click.ClickException(f"cannot write to standard output: {exc}") from None
     except OSError as exc:  # e.g. a port taken between checks
         raise SimulatorError(f"cannot serve: {exc.strerror or exc}") from None
 
@@ -94,7 +113,10 @@ _common = [
         help="TOML file with the simulator's config keys (restrict clients, set TTLs, ...).",
     ),
     click.option(
-        "--token-ttl", type=click.IntRange(min=1), default=None, help="Access token lifetime, seconds."
+        "--token-ttl",
+        type=click.IntRange(min=1, max=MAX_TOKEN_TTL_S),
+        default=None,
+        help="Access token lifetime, seconds.",
     ),
 ]
 

@@ -8,9 +8,9 @@ from typing import IO
 import click
 import msgspec
 
-from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.common import InputFile, NdjsonLines, stderr_console, stdout_console
 from supervisor.taxonomy import load_taxonomy, shipped_versions
-from supervisor.taxonomy.diff import diff_codes, diff_tables, replay
+from supervisor.taxonomy.diff import ReplayReport, diff_codes, diff_tables, replay
 
 
 @click.group()
@@ -57,7 +57,7 @@ def check(path: str, as_json: bool) -> None:
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option(
-    "--replay", "replay_file", type=click.File("rb"), help="NDJSON RawError envelopes to classify under both."
+    "--replay", "replay_file", type=InputFile(), help="NDJSON RawError envelopes to classify under both."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--fail-on-diff", is_flag=True, help="Exit 1 when any routing differs (for CI gates).")
@@ -76,7 +76,17 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
     ta, tb = load_taxonomy(a), load_taxonomy(b)
     codes = diff_codes(ta, tb)
     tables = diff_tables(ta, tb)
-    replayed, problems = replay(ta, tb, replay_file) if replay_file is not None else ([], [])
+    report = ReplayReport()
+    if replay_file is not None:
+        # bounded lines: a line past the cap is a problem naming it, and reading stops there
+        reader = NdjsonLines(replay_file)
+        report = replay(ta, tb, reader)
+        if reader.cut_line is not None:
+            report.problems.append(reader.cut_message())
+            report.problems_total += 1
+    replayed, problems = report.changes, report.problems
+    if report.problems_total > len(problems):
+        problems = [*problems, f"{report.problems_total - len(problems)} more lines were not valid envelopes"]
     err = stderr_console()
     for problem in problems:
         err.print(f"session-supervisor: {problem}", markup=False)
@@ -87,6 +97,7 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
             "codes": [msgspec.to_builtins(c) for c in codes],
             "tables": [msgspec.to_builtins(t) for t in tables],
             "replay": [msgspec.to_builtins(r) for r in replayed],
+            "replayChangedTotal": report.changed_total,
         }
         sys.stdout.buffer.write(msgspec.json.encode(doc) + b"\n")
     else:
@@ -109,6 +120,10 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
                 f"{k}: {r.before[k]} → {r.after[k]}" for k in r.before if r.before[k] != r.after[k]
             )
             out.print(f"replay line {r.line}: {fields}", markup=False)
+        if report.changed_total > len(replayed):
+            out.print(
+                f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False
+            )
     if problems or (fail_on_diff and (codes or tables or replayed)):
         raise SystemExit(1)
 

@@ -2,7 +2,7 @@
 
 1. start both simulators in-process on loopback (free ports);
 2. build the daemon's config (credential files in a temporary directory) and run the
-   :class:`~supervisor.runtime.daemon.Supervisor` under one anyio task group;
+   :class:`~supervisor.runtime.supervisor.Supervisor` under the daemon's lifecycle (run_daemon);
 3. wait until every session is active;
 4. inject the scenario's faults through the simulators' Python API;
 5. wait, with a bounded deadline, until the outcome settles: every counted fault spent,
@@ -25,9 +25,11 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
+from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
-from supervisor.config import Config, TelemetrySettings
+from supervisor.config import Config, SocketsConfig, TelemetrySettings
+from supervisor.demo.attributes_play import AttributesPlay
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -37,8 +39,11 @@ from supervisor.demo.wiring import (
     daemon_config,
     genesys_sim_config,
     scaled_taxonomy,
+    session_specs,
     write_credentials,
 )
+from supervisor.errors import ConfigError, SupervisorError
+from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -74,8 +79,15 @@ class _Run:
         self.injected: list[tuple[Injection, str]] = []
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
+        # the attributes scenario's burst (supervisor/demo/attributes_play.py)
+        self.play: AttributesPlay | None = None
 
-    async def execute(self, workdir: Path, progress: Console | None) -> dict[str, Any] | None:
+    async def execute(
+        self,
+        workdir: Path,
+        progress: Console | None,
+        on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
+    ) -> dict[str, Any] | None:
         """The run's summary, or None when a stop signal interrupted it before the outcome."""
         opts, scenario, timing = self.options, self.scenario, self.timing
         credentials = write_credentials(workdir)
@@ -85,6 +97,8 @@ class _Run:
             GenesysSimulator(genesys_sim_config(scenario, timing), seed=opts.seed) as genesys,
             CxoneSimulator(cxone_sim_config(scenario, timing), seed=opts.seed) as cxone,
         ):
+            if scenario.play == "attributes":
+                self.play = AttributesPlay.prepare(genesys, [s["id"] for s in session_specs(self.fleet)])
             config = daemon_config(
                 fleet=self.fleet,
                 scenario=scenario,
@@ -94,6 +108,8 @@ class _Run:
                 credentials=credentials,
                 taxonomy=taxonomy,
                 seed=opts.seed,
+                conversations=None if self.play is None else self.play.conversations,
+                store=None if self.play is None else workdir / "store.sqlite3",
             )
             bus = EventBus()
             telemetry = demo_telemetry(opts.otlp, config, bus, workdir)
@@ -106,7 +122,11 @@ class _Run:
                 environ={},
                 hooks=[] if telemetry is None else telemetry.hooks,
             ) as wiring:
-                supervisor = Supervisor(wiring)
+                # the durable store (issue 13), in the run's temporary directory: the attributes scenario
+                durable = None
+                if self.play is not None:
+                    durable = await Durable.open(config, environ={}, bus=bus, clock=self.clock)
+                supervisor = Supervisor(wiring, durable)
                 observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
                 bus.subscribe(observer)
                 services: list[Service] = []
@@ -119,7 +139,9 @@ class _Run:
                 async def play() -> None:
                     nonlocal summary
                     baseline: Baseline | None = None
-                    deadline = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    limit = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    # the drain and the simulators' shutdown fit in the rest of --timeout
+                    deadline = max(limit - reserve_s(limit), limit / 2)
                     with anyio.move_on_after(deadline) as scope:
                         await self._wait(observer, lambda: _started(supervisor, self.fleet.sessions))
                         if supervisor.states().get("terminated"):
@@ -130,11 +152,14 @@ class _Run:
                             observer.mark_fault()
                             self._inject(genesys, cxone)
                             injected_at = self.clock.monotonic()
-                            await self._wait(
-                                observer, lambda: self._settled(observer, genesys, cxone, injected_at)
-                            )
+                            async with anyio.create_task_group() as acts:
+                                if self.play is not None and durable is not None:
+                                    acts.start_soon(self._play, self.play, durable, genesys)
+                                await self._wait(
+                                    observer, lambda: self._settled(observer, genesys, cxone, injected_at)
+                                )
                     if scope.cancelled_caught:
-                        self.problems.append(f"timed out after {deadline:g} s while {self.phase}")
+                        self.problems.append(f"timed out after {limit:g} s while {self.phase}")
                     self.phase = "done"
                     # taken before the drain: shutdown stops everyone
                     summary = collect(
@@ -153,12 +178,40 @@ class _Run:
                         elapsed_s=self.clock.monotonic() - started,
                         faults=self._faults(genesys, cxone),
                     )
+                    if self.play is not None and durable is not None:
+                        summary["attributes"] = await self.play.summary(durable.attributes, genesys)
                     self.final = (summary["states"], summary["openCircuits"])
 
+                # the socket API, in the run's temporary directory: `watch` attaches from another terminal
+                stop = anyio.Event()
+                subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
+                api = SocketApi(
+                    supervisor,
+                    SocketsConfig(),
+                    environ={},
+                    paths=(subscribe_path, control_path),
+                    stop=stop,
+                    durable=durable,
+                )
+                try:
+                    api.bind()
+                except ConfigError as exc:
+                    # a $TMPDIR too long for a socket path: the demo runs on without its sockets
+                    if on_sockets is not None:
+                        on_sockets(str(exc))
+                else:
+                    services.extend(api.services)
+                    if on_sockets is not None:
+                        on_sockets((subscribe_path, control_path))
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
-                await run_daemon(supervisor, grace_s=_GRACE_S, services=services, body=play)
+                try:
+                    await run_daemon(supervisor, grace_s=_GRACE_S, services=services, body=play, stop=stop)
+                finally:
+                    api.close()
+                    if durable is not None:
+                        await durable.aclose()
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -180,6 +233,11 @@ class _Run:
         while not condition():
             await observer.changed(0.25)
 
+    async def _play(self, play: AttributesPlay, durable: Durable, genesys: GenesysSimulator) -> None:
+        self.phase = "attribute burst"
+        await play.run(durable.attributes, genesys, fast=self.timing.fast)
+        self.phase = "fault injected"
+
     def _inject(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> None:
         for injection in self.scenario.faults(self.fleet, self.timing):
             target = genesys.faults if injection.sim == "genesys" else cxone.faults
@@ -191,6 +249,9 @@ class _Run:
     ) -> bool:
         if self.clock.monotonic() - since < self.scenario.hold(self.timing):
             return False
+        if self.play is not None:
+            # the burst settles (every update verified, repaired or flagged), whatever faults are left
+            return self.play.finished and observer.all_survivors_active()
         for sim in (genesys, cxone):
             if any(f.count is not None for f in sim.faults.active()):
                 return False  # a counted fault has hits left
@@ -269,27 +330,72 @@ def _connects(supervisor: Supervisor, session_id: str) -> int:
     return 0 if runner is None else runner.connects
 
 
+#: open files per session: both ends of its connection (the simulators run in this process) and one
+#: spare for a reconnection in flight or a CXone call beside its long poll
+FILES_PER_SESSION = 3
+FILES_BASE = 256
+
+
+def files_needed(sessions: int) -> int:
+    return FILES_PER_SESSION * sessions + FILES_BASE
+
+
 def _raise_nofile(sessions: int) -> None:
-    """Both ends of every connection live in this process: raise the soft RLIMIT_NOFILE if needed."""
-    wanted = 3 * sessions + 256
+    """Raise the soft RLIMIT_NOFILE to what ``sessions`` need, or refuse when the hard limit cannot hold them."""
+    wanted = files_needed(sessions)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        most = max(0, (hard - FILES_BASE) // FILES_PER_SESSION)
+        raise DemoRefused(
+            f"--sessions {sessions} needs about {wanted} open files (the simulators hold the other end of "
+            f"every connection in this process); this process may open at most {hard} (RLIMIT_NOFILE): "
+            f"use --sessions {most} or fewer, or raise the limit (ulimit -Hn)"
+        )
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+class DemoRefused(SupervisorError):
+    """The demo cannot run as asked on this machine (the message says why and what would work)."""
+
+
+class DemoTimedOut(SupervisorError):
+    """The demo outlasted its --timeout: a hard bound, whatever it was doing."""
+
+
+def reserve_s(limit_s: float) -> float:
+    """Time kept from --timeout for the drain (5 s grace) and closing the simulators."""
+    return min(15.0, limit_s / 4)
 
 
 def timing_for(fast: bool) -> Timing:
     return FAST if fast else REAL
 
 
-async def run_demo(options: DemoOptions, *, progress: Console | None = None) -> dict[str, Any] | None:
+async def run_demo(
+    options: DemoOptions,
+    *,
+    progress: Console | None = None,
+    on_sockets: Callable[[tuple[Path, Path] | str], object] | None = None,
+) -> dict[str, Any] | None:
     """Run one scenario and return its summary (``summary["outcome"]["ok"]`` says if it matched).
 
-    None when a stop signal (SIGINT, SIGTERM) interrupted it: the daemon drained as ``run``'s does.
+    None when a stop signal (SIGINT, SIGTERM) or the control socket's drain interrupted it: the
+    daemon drained as ``run``'s does. ``on_sockets`` is told, before the sessions start, where the
+    socket API listens (``(subscribe, control)``, in the run's temporary directory) or why it does not.
     Raises ``KeyError`` for an unknown scenario (the CLI checks the name first).
     """
     scenario = SCENARIOS[options.scenario]
     _raise_nofile(options.sessions)
-    run = _Run(options, scenario, timing_for(options.fast))
+    timing = timing_for(options.fast)
+    run = _Run(options, scenario, timing)
+    limit = options.timeout_s if options.timeout_s is not None else timing.deadline_s
+    # --timeout is a hard bound on the whole run: the scenario itself gets what is left after a
+    # reserve for the drain and the simulators' shutdown (see _Run.execute), and if anything still
+    # hangs past the bound (thousands of sessions starting or closing), everything is cancelled
     with tempfile.TemporaryDirectory(prefix="session-supervisor-demo-") as workdir:
-        return await run.execute(Path(workdir), progress)
+        with anyio.move_on_after(limit) as bound:
+            return await run.execute(Path(workdir), progress, on_sockets)
+    if bound.cancelled_caught:
+        raise DemoTimedOut(f"demo {scenario.name}: did not finish within --timeout {limit:g} s ({run.phase})")
+    return None  # pragma: no cover - the with block returns unless cancelled

@@ -33,7 +33,8 @@ from typing import TypeVar
 import anyio
 
 from machines.effects import CircuitEffect
-from machines.registry import CircuitRegistry
+from machines.pacing import Pacer, PacerReport, RetryBudget
+from machines.registry import Admission, CircuitRegistry
 from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import CircuitOpenError, ConnectionLost, OperationError, TransportFailure
@@ -41,7 +42,8 @@ from supervisor.events import RetryAttempt, RetryExhausted, RetryKind, RetrySucc
 from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetails, ResendReason
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
-from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.retry.backoff import GiveUpReason, RetryDecision
+from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent, TaxonomyClass
 
 __all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
 
@@ -82,9 +84,12 @@ class RetryExecutor:
         hooks: ExecutorHooks | None = None,
         sleep: Sleep = anyio.sleep,
         refresh_before_retry_s: float = 60.0,
+        admission: Admission | None = None,
     ) -> None:
         self.classifier = classifier
         self.circuits = circuits
+        # beyond the seed (issue 15): REST pacing per endpoint and a retry budget across calls
+        self.admission = admission
         self._clock = clock
         self._rng: Rng = rng if rng is not None else random.Random()
         self._hooks = hooks
@@ -142,6 +147,11 @@ class RetryExecutor:
     ) -> T:
         hooks = self._hooks
         breaker = self.circuits.get(circuit) if circuit is not None else None
+        admission = self.admission if circuit is not None else None
+        pacer = admission.rest(circuit) if admission is not None and circuit is not None else None
+        budget = admission.budget(circuit) if admission is not None and circuit is not None else None
+        if budget is not None:
+            budget.call()
         token = None
         if tokens is not None:
             # the cached token without an await; a fetch is an operation of its own (token())
@@ -151,14 +161,16 @@ class RetryExecutor:
         replayed = False
         reason: ResendReason | None = None
         while True:
+            if pacer is not None:
+                await self._paced(pacer)
             probe_id = 0
             if breaker is not None:
-                admission = breaker.admit()
-                if admission.effects:
-                    self._circuit(admission.effects)
-                if not admission.allowed:
-                    raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
-                probe_id = admission.probe_id
+                admitted = breaker.admit()
+                if admitted.effects:
+                    self._circuit(admitted.effects)
+                if not admitted.allowed:
+                    raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
+                probe_id = admitted.probe_id
             if details is None:
                 outcome = await self._try(attempt_once, token, ctx, None)
             else:
@@ -169,6 +181,8 @@ class RetryExecutor:
             if not isinstance(outcome, _Failure):
                 if breaker is not None:
                     self._circuit(breaker.record_success(probe_id))
+                if pacer is not None:
+                    self._pacing(pacer.admitted())
                 if hooks is not None and details is not None:
                     retried = None
                     if attempt:
@@ -185,9 +199,12 @@ class RetryExecutor:
                     self._circuit(breaker.record_success(probe_id))
                 if hooks is not None and details is not None:
                     hooks.gave_up(details, None)
-                raise OperationError(event)
+                raise OperationError(event, published=hooks is not None)
             if breaker is not None:
                 self._circuit(breaker.record_failure(event, probe_id))
+            if pacer is not None and throttles(event):
+                # the platform said "slower" for the endpoint: everyone waits its Retry-After
+                self._pacing(pacer.throttled(_seconds(event.retry_after_ms)))
             if event.replay_with_fresh_token and not replayed and tokens is not None:
                 # seed edge case 3: replay once with a fresh token, never with the stale one
                 replayed = True
@@ -209,7 +226,7 @@ class RetryExecutor:
                     hooks.retry_scheduled(details, retry)
                 continue
             previous_delay_ms = await self._backoff(
-                operation, ctx, event, attempt, previous_delay_ms, details
+                operation, ctx, event, attempt, previous_delay_ms, details, budget
             )
             attempt += 1
             reason = ResendReason.RETRY
@@ -245,6 +262,9 @@ class RetryExecutor:
             failure = _Failure(self._classify(raw), _Kind.LOST)
         else:
             if isinstance(outcome, SdkErrorEvent):
+                # a success that failed validation (INCOMPLETE_RESPONSE, ...): classified all the same
+                if self._hooks is not None:
+                    self._hooks.classified(outcome)
                 failure = _Failure(outcome, _Kind.ANSWERED)
             elif isinstance(outcome, RawError):
                 failure = _Failure(self._classify(outcome), _Kind.FAILED)
@@ -266,6 +286,20 @@ class RetryExecutor:
         if effects and self._hooks is not None:
             self._hooks.circuit(effects)
 
+    def _pacing(self, report: PacerReport | None) -> None:
+        if report is not None and self._hooks is not None:
+            self._hooks.pacing(report)
+
+    async def _paced(self, pacer: Pacer) -> None:
+        """Wait for the endpoint's next slot; reserve again when a throttle voided it meanwhile."""
+        while True:
+            generation = pacer.generation
+            wait, booked = pacer.reserve()
+            if wait > 0:
+                await self._sleep(wait)
+            if booked and pacer.generation == generation:
+                return
+
     def _now(self) -> str:
         return iso_utc(self._clock.time())
 
@@ -277,10 +311,12 @@ class RetryExecutor:
         attempt: int,
         previous_delay_ms: float | None,
         details: OperationDetails | None,
+        budget: RetryBudget | None = None,
     ) -> float:
         """Wait before retry ``attempt + 1`` as the event's class policy says; raise when it says stop.
 
-        Returns the delay it waited, in ms (decorrelated jitter grows from it).
+        Returns the delay it waited, in ms (decorrelated jitter grows from it). A retry the
+        policy allows is still refused when the endpoint's retry budget is spent.
         """
         decision = decide_retry(
             event.policy,
@@ -290,9 +326,13 @@ class RetryExecutor:
             retry_after_ms=event.retry_after_ms,
             previous_delay_ms=previous_delay_ms,
         )
+        if decision.retry and budget is not None and not budget.allow_retry():
+            decision = RetryDecision(retry=False, reason=GiveUpReason.RETRY_BUDGET_EXHAUSTED)
         hooks = self._hooks
         if not decision.retry:
-            exhausted = event.retryable and attempt > 0
+            # a budget refusal ends a retryable operation early: exhausted all the same, and said so
+            budget_refused = decision.reason is GiveUpReason.RETRY_BUDGET_EXHAUSTED
+            exhausted = event.retryable and (attempt > 0 or budget_refused)
             if hooks is not None and details is not None:
                 report = None
                 if exhausted:
@@ -307,7 +347,7 @@ class RetryExecutor:
                         operation,
                     )
                 hooks.gave_up(details, report)
-            raise OperationError(event, exhausted=exhausted)
+            raise OperationError(event, exhausted=exhausted, published=hooks is not None)
         delay_s = decision.delay_ms / 1000.0
         if hooks is not None and details is not None:
             retry = RetryAttempt(
@@ -331,11 +371,14 @@ class RetryExecutor:
         """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy.
 
         A logical operation of its own (``oauth.token``), observed by the hooks like any other:
-        one scope around it, one per attempt, its retries and its outcome reported.
+        one scope around it, one per attempt, its retries and its outcome reported. The token
+        endpoint has a circuit of its own (``<credential>:oauth``): while it is down, the
+        sessions that need a token wait for the probe instead of each asking it again, and when
+        it returns one fetch serves them all (the cache is single-flight).
         """
         hooks = self._hooks
         if hooks is None:
-            return await self._fetch_token(ctx, fetch, None)
+            return await self._fetch_token(ctx, tokens, fetch, None)
         endpoint = tokens.endpoint
         details = OperationDetails(
             TOKEN_OPERATION,
@@ -348,17 +391,30 @@ class RetryExecutor:
         )
         scope = hooks.operation(details)
         if scope is None:
-            return await self._fetch_token(ctx, fetch, details)
+            return await self._fetch_token(ctx, tokens, fetch, details)
         with scope:
-            return await self._fetch_token(ctx, fetch, details)
+            return await self._fetch_token(ctx, tokens, fetch, details)
 
     async def _fetch_token(
-        self, ctx: SessionContext, fetch: Callable[[], Awaitable[Token]], details: OperationDetails | None
+        self,
+        ctx: SessionContext,
+        tokens: TokenCache,
+        fetch: Callable[[], Awaitable[Token]],
+        details: OperationDetails | None,
     ) -> Token:
         hooks = self._hooks
+        breaker = self.circuits.get(f"{tokens.name}:oauth") if tokens.name else None
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
+            probe_id = 0
+            if breaker is not None:
+                admitted = breaker.admit()
+                if admitted.effects:
+                    self._circuit(admitted.effects)
+                if not admitted.allowed:
+                    raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
+                probe_id = admitted.probe_id
             if hooks is None or details is None:
                 outcome = await self._token_attempt(ctx, fetch, None)
             else:
@@ -371,6 +427,8 @@ class RetryExecutor:
                     with scope:
                         outcome = await self._token_attempt(ctx, fetch, observed)
             if isinstance(outcome, Token):
+                if breaker is not None:
+                    self._circuit(breaker.record_success(probe_id))
                 if hooks is not None and details is not None:
                     retried = None
                     if attempt:
@@ -379,6 +437,8 @@ class RetryExecutor:
                         )
                     hooks.succeeded(details, retried)
                 return outcome
+            if breaker is not None:
+                self._circuit(breaker.record_failure(outcome, probe_id))
             if details is not None:
                 details.outcome = outcome
             previous_delay_ms = await self._backoff(
@@ -403,6 +463,16 @@ class RetryExecutor:
 
 def _ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:
     return lambda: tokens.ensure(min_validity_s)
+
+
+def throttles(event: SdkErrorEvent) -> bool:
+    """The platform refused for load and may say when to come back: a 429 or a 5xx, in the
+    taxonomy's terms (a TRANSIENT code whose policy honours Retry-After), never a code's name."""
+    return event.taxonomy_class is TaxonomyClass.TRANSIENT and event.policy.honors_retry_after
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000.0
 
 
 def _refresh_from(tokens: TokenCache, stale: Token | None) -> Callable[[], Awaitable[Token]]:

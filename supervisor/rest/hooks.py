@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from machines.effects import CircuitEffect
+from machines.pacing import PacerReport
 from supervisor.boundary import SessionContext
 from supervisor.events import RetryAttempt, RetryExhausted, RetrySuccess
 from supervisor.taxonomy import SdkErrorEvent
@@ -106,6 +107,9 @@ class ExecutorHooks(Protocol):
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         """The endpoint's circuit moved (transitions, CIRCUIT_BREAKER_* events)."""
 
+    def pacing(self, report: PacerReport) -> None:
+        """The endpoint's REST pacing changed its rate or paused it (beyond the seed, issue 15)."""
+
 
 class NoHooks:
     """Hooks that do nothing (the executor skips them entirely when it has none)."""
@@ -133,6 +137,9 @@ class NoHooks:
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         pass
 
+    def pacing(self, report: PacerReport) -> None:
+        pass
+
 
 class HookChain:
     """Several hooks as one: scopes nest in order, notifications go to each in order.
@@ -149,6 +156,7 @@ class HookChain:
         "_gave_up",
         "_hooks",
         "_operation",
+        "_pacing",
         "_retry_scheduled",
         "_succeeded",
     )
@@ -162,6 +170,7 @@ class HookChain:
         self._succeeded = _live(self._hooks, "succeeded")
         self._gave_up = _live(self._hooks, "gave_up")
         self._circuit = _live(self._hooks, "circuit")
+        self._pacing = _live(self._hooks, "pacing")
 
     def operation(self, details: OperationDetails) -> AbstractContextManager[object] | None:
         scopes = self._operation
@@ -198,6 +207,10 @@ class HookChain:
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         for h in self._circuit:
             h(effects)
+
+    def pacing(self, report: PacerReport) -> None:
+        for h in self._pacing:
+            h(report)
 
 
 def _live(hooks: tuple[ExecutorHooks, ...], name: str) -> tuple[Callable[..., Any], ...]:

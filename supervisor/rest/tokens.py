@@ -217,7 +217,9 @@ class CxoneCredentials:
     async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
         body: dict[str, str] = {"client_id": self._client_id, "client_secret": self._secret.reveal()}
         if refresh is not None:
-            body.update(grant_type="refresh_token", refresh_token=refresh.reveal())
+            # NICE's agent SDK (cxone-auth.js, regional refresh) sends {"token": <refresh token>};
+            # refresh_token is the OAuth spelling (RFC 6749 section 6): both, so either reading works
+            body.update(grant_type="refresh_token", refresh_token=refresh.reveal(), token=refresh.reveal())
             url = self._base + "refresh"
         else:
             if self._username is not None and self._password is not None:
@@ -242,7 +244,7 @@ async def _post_token(
         raise TransportFailure(raw_from_response(response, ctx=ctx, endpoint=path))
     try:
         payload = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         payload = None
     if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
         # a 200 without a token is a contract violation, not a success (seed section 3)

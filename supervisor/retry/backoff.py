@@ -21,6 +21,10 @@ class GiveUpReason(enum.StrEnum):
     NOT_RETRYABLE = "NOT_RETRYABLE"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     RETRY_AFTER_EXCEEDS_CEILING = "RETRY_AFTER_EXCEEDS_CEILING"
+    # a session's reconnection outlasted the reconnection horizon ([reconnect] horizon)
+    HORIZON = "HORIZON"
+    # retries to the endpoint already add their allowed share of its calls ([admission])
+    RETRY_BUDGET_EXHAUSTED = "RETRY_BUDGET_EXHAUSTED"
 
 
 class RetryDecision(msgspec.Struct, frozen=True):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from machines.effects import CircuitEffect
+from machines.pacing import PacerReport
 from supervisor.bus import EventBus
+from supervisor.clock import Clock, SystemClock
 from supervisor.events import ErrorClassified, RetryAttempt, RetryExhausted, RetrySuccess
 from supervisor.rest.hooks import NoHooks, OperationDetails
-from supervisor.runtime.publish import publish_effects
+from supervisor.runtime.publish import publish_effects, publish_pacing
 from supervisor.taxonomy import SdkErrorEvent
 
 
@@ -16,10 +18,11 @@ class BusHooks(NoHooks):
     It opens no scopes (``operation``/``attempt`` stay None): the bus needs only the outcomes.
     """
 
-    __slots__ = ("_bus",)
+    __slots__ = ("_bus", "_clock")
 
-    def __init__(self, bus: EventBus) -> None:
+    def __init__(self, bus: EventBus, clock: Clock | None = None) -> None:
         self._bus = bus
+        self._clock: Clock = clock if clock is not None else SystemClock()
 
     def classified(self, event: SdkErrorEvent) -> None:
         self._bus.publish(ErrorClassified(event))
@@ -37,3 +40,6 @@ class BusHooks(NoHooks):
 
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
         publish_effects(self._bus, effects)
+
+    def pacing(self, report: PacerReport) -> None:
+        publish_pacing(self._bus, report, "rest", self._clock.time())

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from machines.effects import CircuitEffect, Effect
+from machines.pacing import PacerReport
 from supervisor.bus import EventBus
-from supervisor.events import Correlation, Event
+from supervisor.clock import iso_utc
+from supervisor.events import Correlation, Event, PacingChanged
 
 
 def publish_effects(
@@ -19,3 +21,13 @@ def publish_effects(
     for effect in effects:
         if isinstance(effect, Event):
             bus.publish(effect, correlation)
+
+
+def publish_pacing(bus: EventBus, report: PacerReport, kind: str, now_epoch: float) -> None:
+    """PACING_CHANGED: an endpoint's pacing moved (beyond the seed, issue 15)."""
+    stamp = iso_utc(now_epoch)
+    bus.publish(
+        PacingChanged(
+            report.endpoint, kind, report.rate, report.previous, report.reason, report.paused_for_s, stamp
+        )
+    )

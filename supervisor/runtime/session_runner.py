@@ -29,14 +29,16 @@ import msgspec
 
 from machines.circuit import Circuit
 from machines.effects import CircuitEffect, Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.pacing import Pacer, PacerReport
 from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng
 from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
 from supervisor.events import Correlation, ErrorClassified
+from supervisor.rest.executor import throttles
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.publish import publish_effects
+from supervisor.runtime.publish import publish_effects, publish_pacing
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Transport
@@ -79,8 +81,11 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
+        pacer: Pacer | None = None,
     ) -> None:
         self.transport = transport
+        # beyond the seed (issue 15): the endpoint's adaptive pacing of connection attempts
+        self._pacer = pacer
         # what the session is: configured ids, then what it learned (merged here only)
         self._context: SessionContext = transport.context
         self.session_id = self._context.session_id
@@ -187,6 +192,35 @@ class SessionRunner:
             await self._sleep(seconds)
         self._wait_scope = None
 
+    async def _paced(self) -> bool:
+        """Wait for the endpoint's next connection slot; False when the session ended meanwhile.
+
+        A slot reserved before a throttle is void (the endpoint's pace was cut and it may be
+        paused): the session reserves again. A slot past the reconnection horizon ends the
+        session there (the machine gives up: HORIZON).
+        """
+        pacer = self._pacer
+        if pacer is None:
+            return True
+        while True:
+            generation = pacer.generation
+            wait, booked = pacer.reserve()
+            if wait > 0:
+                deadline = self.core.horizon_deadline
+                if deadline is not None and self._clock.monotonic() + wait > deadline:
+                    if self.core.state is SessionState.RECONNECTING:
+                        self._execute(self.core.reconnect_due(wait))
+                    return False
+                await self._pause(wait)
+                if self.core.terminated:
+                    return False
+            if booked and pacer.generation == generation:
+                return True
+
+    def _pacing(self, report: PacerReport | None) -> None:
+        if report is not None:
+            publish_pacing(self._bus, report, "connect", self._clock.time())
+
     async def _await_reconnect(self) -> None:
         due = self._due if self._due is not None else self._clock.monotonic()
         wait = due - self._clock.monotonic()
@@ -194,6 +228,8 @@ class SessionRunner:
             await self._pause(wait)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
+        if not await self._paced():
+            return  # stopped, or the endpoint's next slot falls past the horizon
         admission = self._circuit.admit()
         self._record(admission.effects)
         if admission.allowed:
@@ -206,23 +242,38 @@ class SessionRunner:
 
     async def _connect_and_serve(self) -> None:
         if not self._admitted:
+            if not await self._paced():
+                return
             admission = self._circuit.admit()
             self._record(admission.effects)
             if not admission.allowed:
-                await self._pause(max(admission.retry_in_s, 0.001))
+                self._execute(self.core.connect_refused(max(admission.retry_in_s, 0.001)))
                 return
             self._probe_id = admission.probe_id
         self._admitted = False
         probe_id, self._probe_id = self._probe_id, 0
         self.connects += 1
         connection: Connection | None = None
+        deadline = self.core.horizon_deadline
         try:
             with anyio.CancelScope() as scope:
-                # stop() cancels a pending open: a hung handshake never delays shutdown
+                # stop() cancels a pending open: a hung handshake never delays shutdown; and an
+                # attempt of a reconnection never runs past its horizon (an attempt's own REST
+                # retries on a black-holed endpoint can take minutes)
                 self._wait_scope = scope
+                if deadline is not None:
+                    scope.deadline = anyio.current_time() + max(deadline - self._clock.monotonic(), 0.0)
                 connection = await self.transport.open()
             self._wait_scope = None
             if connection is None:
+                if scope.cancelled_caught and not self.core.terminated:
+                    # the horizon passed mid-attempt: a timeout, which the machine turns into HORIZON
+                    raw = RawError(
+                        platform=self._context.platform,
+                        channel=self._context.channel,
+                        exception="TimeoutError",
+                    )
+                    self._connect_failed(self._classify(raw), probe_id)
                 return  # stopped while connecting
             if self.core.terminated:
                 # stopped just as the connection opened: close it, never serve it
@@ -234,20 +285,24 @@ class SessionRunner:
             self._connect_failed(self._classify(raw), probe_id)
             return
         except OperationError as failure:
-            self._connect_failed(_decided(failure), probe_id)
+            self._connect_failed(self._unpublished(failure), probe_id)
             return
         except CircuitOpenError as refused:
-            # a REST endpoint behind this connection is open: wait, not counted; no handshake
-            # happened, so this circuit learns nothing (a lost probe times out by itself)
-            await self._pause(max(refused.retry_in_s, 0.001))
+            # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
+            # counted, within the horizon; no handshake happened, so this circuit learns nothing
+            # (a lost probe times out by itself)
+            if not self.core.terminated:
+                self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
             return
         self._record(self._circuit.record_success(probe_id))
+        if self._pacer is not None:
+            self._pacing(self._pacer.admitted())
         context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
             platform=context.platform,
             channel=context.channel,
-            required=self.transport.required_fields,
+            kind=self.transport.response_kind,
             # what we held before this connection: a resumed session must name the same conversation
             expected_conversation_id=self._context.conversation_id,
             context=context.envelope_context(),
@@ -263,6 +318,11 @@ class SessionRunner:
 
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
         self._record(self._circuit.record_failure(event, probe_id))
+        if self._pacer is not None and throttles(event):
+            # the platform refused the attempt for load: slower for everyone, and nobody before
+            # its Retry-After (the whole endpoint waits, not only this session)
+            retry_after = None if event.retry_after_ms is None else event.retry_after_ms / 1000.0
+            self._pacing(self._pacer.throttled(retry_after))
         if self.core.terminated:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))
@@ -280,7 +340,7 @@ class SessionRunner:
             except TransportFailure as exc:
                 ended = exc.raw if isinstance(exc.raw, RawError) else None
             except OperationError as exc:
-                failure = _decided(exc)
+                failure = self._unpublished(exc)
             except CircuitOpenError:
                 ended = self._unknown_failure()
         self._serve_scope = None
@@ -297,6 +357,8 @@ class SessionRunner:
         self._connection = None
         with anyio.CancelScope(shield=True):
             await connection.close(1000 if failure.graceful else 1001)
+        if self.core.terminated:
+            return  # stopped (ctl stop, drain, a fail-fast elsewhere) while the connection closed
         self._execute(self.core.failure(connection_lost(failure)))
 
     async def _report(self, raw: RawError) -> bool:
@@ -339,6 +401,13 @@ class SessionRunner:
     def _classify(self, raw: RawError) -> SdkErrorEvent:
         event = self._classifier.classify(raw)
         self._bus.publish(ErrorClassified(event))
+        return event
+
+    def _unpublished(self, error: OperationError) -> SdkErrorEvent:
+        """The decided event of ``error``, published here when the executor did not (a named one)."""
+        event = _decided(error)
+        if not error.published:
+            self._bus.publish(ErrorClassified(event))
         return event
 
     def _event_for(self, raw: RawError) -> SdkErrorEvent:

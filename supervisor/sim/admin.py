@@ -24,12 +24,13 @@ Fault fields: ``kind`` (see :class:`~supervisor.sim.faults.FaultKind`), ``share`
 
 from __future__ import annotations
 
-import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from supervisor.errors import SimulatorError
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultController, FaultKind, decode_fault
 from supervisor.sim.recorder import Recorder
 
@@ -51,8 +52,10 @@ def make_admin_app(
     *,
     name: str = "simulator",
     urls: dict[str, str] | None = None,
+    routes: list[tuple[str, str, Callable[[web.Request], Awaitable[web.StreamResponse]]]] | None = None,
 ) -> web.Application:
-    """The admin API over one simulator's fault controller and recorder (see the module docstring)."""
+    """The admin API over one simulator's fault controller and recorder (see the module docstring),
+    plus a simulator's own ``routes`` (method, path, handler), e.g. Genesys conversation seeding."""
     app = web.Application(client_max_size=_MAX_BODY, middlewares=[_errors_middleware])
     app[_CONTROLLER] = controller
     app[_RECORDER] = recorder
@@ -68,6 +71,8 @@ def make_admin_app(
     app.router.add_delete("/faults/{id}", _delete_fault)
     app.router.add_get("/stats", _get_stats)
     app.router.add_post("/stats/reset", _reset_stats)
+    for method, path, handler in routes or ():
+        app.router.add_route(method, path, handler)
     return app
 
 
@@ -88,8 +93,9 @@ async def _post_faults(request: web.Request) -> web.Response:
     controller = request.app[_CONTROLLER]
     raw = await request.read()
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # NaN and Infinity parse, so that validation can name the field and its bounds
+        data = parse_json(raw, constants=True)
+    except MalformedBody as exc:
         return _error(400, f"fault: invalid JSON ({exc})")
     items = data if isinstance(data, list) else [data]
     if not items:

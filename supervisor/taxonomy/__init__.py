@@ -3,7 +3,7 @@
 Pure decision code: imports no I/O library (tests/unit/test_import_rules.py enforces it).
 """
 
-from supervisor.taxonomy.classifier import SESSION_REQUIRED_FIELDS, Classifier, iso_timestamp
+from supervisor.taxonomy.classifier import SESSION_REQUIRED_FIELDS, Classifier
 from supervisor.taxonomy.envelope import RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.loader import (
     DEFAULT_VERSION,
@@ -45,7 +45,6 @@ __all__ = [
     "compile_taxonomy",
     "envelope_from_json",
     "envelope_from_object",
-    "iso_timestamp",
     "load_taxonomy",
     "resolve_version",
     "shipped_versions",

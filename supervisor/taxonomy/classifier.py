@@ -8,29 +8,39 @@ status-less rules (which end in the catch-all).
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from supervisor.clock import Clock, SystemClock
-from supervisor.errors import EnvelopeError
-from supervisor.taxonomy.envelope import RawError, envelope_from_json, envelope_from_object
+from supervisor.clock import Clock, SystemClock, iso_utc
+from supervisor.errors import EnvelopeError, TaxonomyError
+from supervisor.taxonomy.envelope import MAX_NESTING, RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
 from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize
 from supervisor.taxonomy.rules import Taxonomy
 
 # the seed's required fields of a session response (section 3, validateSessionResponse)
 SESSION_REQUIRED_FIELDS = ("conversationId", "agentId", "status")
-_SECRET_KEY = re.compile(r"token|secret|password|authorization|credential", re.IGNORECASE)
+# a key naming a credential, matched on the key lower-cased with "-" and "_" removed, so
+# apiKey, api_key and X-Api-Key are one spelling (docs/taxonomy.md lists the names)
+_SECRET_KEY = re.compile(
+    r"token|secret|passw|pwd|passphrase|authoriz|credential|apikey|cookie|privatekey|jwt|sessionkey"
+    r"|signature|assertion|^auth$|^pass$|^pin$|^otp$"
+)
+# keys the classifier reads that look secret but only say *whether* something is (a bool)
+_NOT_SECRET_KEYS = frozenset({"tokenexpired"})
+# values that are credentials whatever key holds them: an Authorization header value
+# (RFC 9110 §11.6.2, RFC 7617, RFC 6750), a JWT (RFC 7519 compact form: base64url of '{"'),
+# and secret query or form parameters inside a URL or a message
+_SECRET_VALUE = re.compile(
+    r"(?P<scheme>\b(?:bearer|basic|digest|negotiate)\s+)[A-Za-z0-9._~+/=-]{6,}"
+    r"|eyJ[A-Za-z0-9_-]{6,}(?:\.[A-Za-z0-9_-]*){0,2}"
+    r"|(?P<param>\b(?:access_token|refresh_token|id_token|token|client_secret|secret|password|passwd"
+    r"|api_?key|sig|signature)=)[^&\s\"'#]+",
+    re.IGNORECASE,
+)
 _METHOD_PREFIX = re.compile(r"^([A-Za-z]+)\s+(\S.*)$")
 _REDACTED = "[REDACTED]"
-
-
-def iso_timestamp(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z``: UTC with milliseconds, as in the seed's events."""
-    millis = int(epoch * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000)) + f".{millis % 1000:03d}Z"
 
 
 def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | None, str | None, str | None]:
@@ -49,12 +59,38 @@ def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | Non
     return method, path, display
 
 
+def _secret_key(key: str) -> bool:
+    folded = key.lower().replace("-", "").replace("_", "")
+    return folded not in _NOT_SECRET_KEYS and _SECRET_KEY.search(folded) is not None
+
+
+def _scrub(text: str) -> str:
+    """``text`` with every secret-looking value in it replaced by ``[REDACTED]``."""
+
+    def replace(match: re.Match[str]) -> str:
+        return (match.group("scheme") or match.group("param") or "") + _REDACTED
+
+    return _SECRET_VALUE.sub(replace, text)
+
+
 def _redacted(key: str, value: Any, depth: int = 0) -> Any:
-    # a guest token, a bearer token or a secret never leaves the daemon, however deep
-    if _SECRET_KEY.search(key) and key != "tokenExpired":
+    # a guest token, a bearer token or a secret never leaves the daemon, however deep, in a
+    # dict or a list; a boolean or null under a secret-looking key says nothing secret
+    if _secret_key(key) and not (value is None or isinstance(value, bool)):
         return _REDACTED
-    if isinstance(value, Mapping) and depth < 8:
-        return {str(k): _redacted(str(k), v, depth + 1) for k, v in value.items()}
+    return _clean(value, depth)
+
+
+def _clean(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return _scrub(value)
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
+        # deeper than any envelope may nest: not inspected, so not shown
+        return _REDACTED
+    if isinstance(value, Mapping):
+        return {_scrub(str(k)): _redacted(str(k), v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(item, depth + 1) for item in value]
     return value
 
 
@@ -62,7 +98,7 @@ def _safe_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"conversationId": None, "agentId": None, "endpoint": None}
     if context:
         for key, value in context.items():
-            out[key] = _redacted(key, value)
+            out[_scrub(str(key))] = _redacted(str(key), value)
     return out
 
 
@@ -115,7 +151,7 @@ class Classifier:
             retry_after_ms=signal.retry_after_ms,
             context=out_context,
             details=signal.details,
-            timestamp=raw.timestamp or iso_timestamp(now),
+            timestamp=raw.timestamp or iso_utc(now),
         )
 
     def classify_json(self, line: bytes | str) -> SdkErrorEvent:
@@ -137,21 +173,34 @@ class Classifier:
         expected_conversation_id: str | None = None,
         context: Mapping[str, Any] | None = None,
         endpoint: str | None = None,
+        kind: str | None = None,
     ) -> SdkErrorEvent | None:
         """None when ``response`` has every required field (and, if given, our conversationId).
+
+        ``kind`` names the response (``[responses."platform.channel.Response"]`` of the taxonomy):
+        its ``required`` fields replace ``required``, and the drift check reads its
+        ``conversationField``; a response that names no conversation is not checked for drift
+        (docs/taxonomy.md). Without ``kind`` the seed's fields are required and the drift check
+        reads ``conversationId``.
 
         A field counts as missing when it is absent, null or an empty string: a response
         without a verifiable server-side anchor must not make a session active (seed
         section 3, "State reconciliation handles partial successes").
         """
+        conversation_field: str | None = "conversationId"
+        if kind is not None:
+            spec = self.taxonomy.responses.get(kind)
+            if spec is None:
+                raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no responses.{kind}")
+            required, conversation_field = spec.required, spec.conversation_field
         obj = response if isinstance(response, Mapping) else {}
         missing = [f for f in required if obj.get(f) in (None, "")]
         if missing:
             return self.incomplete_response(
                 missing, platform=platform, channel=channel, context=context, endpoint=endpoint
             )
-        if expected_conversation_id is not None:
-            actual = obj.get("conversationId")
+        if expected_conversation_id is not None and conversation_field is not None:
+            actual = obj.get(conversation_field)
             if actual != expected_conversation_id:
                 return self.state_drift(
                     expected_conversation_id,
@@ -162,6 +211,13 @@ class Classifier:
                     endpoint=endpoint,
                 )
         return None
+
+    def required_fields(self, kind: str) -> tuple[str, ...]:
+        """The fields the taxonomy's ``[responses.KIND]`` requires (for a transport's own checks)."""
+        spec = self.taxonomy.responses.get(kind)
+        if spec is None:
+            raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no responses.{kind}")
+        return spec.required
 
     def incomplete_response(
         self,
@@ -231,6 +287,24 @@ class Classifier:
             endpoint,
         )
 
+    def named(
+        self,
+        code: str,
+        *,
+        platform: Platform,
+        channel: Channel,
+        details: str,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+        status: int = 200,
+    ) -> SdkErrorEvent:
+        """The event of a code a transport *named* from what the platform said (CXone's
+        AgentSessionEnd event: AGENT_SESSION_ENDED); class, scope and policy are the taxonomy's."""
+        spec = self.taxonomy.codes.get(code)
+        if spec is None:
+            raise TaxonomyError(f"taxonomy {self.taxonomy.version}: no codes.{code}")
+        return self._synthetic(code, platform, channel, status, details, context, endpoint)
+
     # ------------------------------------------------------------------ internals
     def _match(
         self,
@@ -278,7 +352,7 @@ class Classifier:
             retry_after_ms=None,
             context=out_context,
             details=details,
-            timestamp=iso_timestamp(self._clock.time()),
+            timestamp=iso_utc(self._clock.time()),
         )
 
     def _event(
@@ -319,4 +393,4 @@ class Classifier:
         )
 
 
-__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError", "iso_timestamp"]
+__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError"]

@@ -106,25 +106,45 @@ def diff_tables(a: Taxonomy, b: Taxonomy) -> list[TableChange]:
     return out
 
 
-def replay(a: Taxonomy, b: Taxonomy, lines: Iterable[bytes]) -> tuple[list[ReplayChange], list[str]]:
-    """Classify each recorded envelope under both versions; return those routed differently.
+#: a replay keeps this many differing lines (and problems) to show; the rest are only counted,
+#: so an endless or huge recording replays in bounded memory
+REPLAY_KEEP = 1000
 
-    Returns (changes, problems): a line that is not a valid envelope is a problem naming
-    its line number, and the replay goes on.
+
+class ReplayReport(msgspec.Struct):
+    """What a replay found: the first :data:`REPLAY_KEEP` differences and problems, and totals."""
+
+    changes: list[ReplayChange] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
+    changed_total: int = 0
+    problems_total: int = 0
+    lines: int = 0
+
+
+def replay(a: Taxonomy, b: Taxonomy, lines: Iterable[bytes]) -> ReplayReport:
+    """Classify each recorded envelope under both versions; report those routed differently.
+
+    A line that is not a valid envelope is a problem naming its line number, and the replay
+    goes on. Memory stays bounded whatever the input's length: past :data:`REPLAY_KEEP`,
+    differences and problems are counted, not kept.
     """
     ca, cb = Classifier(a), Classifier(b)
-    changes: list[ReplayChange] = []
-    problems: list[str] = []
+    report = ReplayReport()
     for number, line in enumerate(lines, 1):
+        report.lines = number
         if not line.strip():
             continue
         try:
             raw = envelope_from_json(line)
         except EnvelopeError as exc:
-            problems.append(f"line {number}: {exc}")
+            report.problems_total += 1
+            if len(report.problems) < REPLAY_KEEP:
+                report.problems.append(f"line {number}: {exc}")
             continue
         before = _event_routing(ca.classify(raw))
         after = _event_routing(cb.classify(raw))
         if before != after:
-            changes.append(ReplayChange(number, before, after))
-    return changes, problems
+            report.changed_total += 1
+            if len(report.changes) < REPLAY_KEEP:
+                report.changes.append(ReplayChange(number, before, after))
+    return report

@@ -17,17 +17,25 @@ A JSON object (documented in docs/taxonomy.md)::
     }
 
 Unknown keys are ignored (forward compatibility); a wrong type or value is an
-:class:`EnvelopeError` naming the field.
+:class:`EnvelopeError` naming the field. A line longer than :data:`MAX_LINE_BYTES` or nested
+deeper than :data:`MAX_NESTING` levels is refused the same way (docs/taxonomy.md, "Limits"):
+decoding must never depend on how much stack happens to be left.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import msgspec
 
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy.model import Channel, Platform
+
+#: the longest NDJSON line (one envelope) read or decoded: a recorded error is a few KiB at most
+MAX_LINE_BYTES = 1024 * 1024
+#: the deepest nesting of arrays and objects accepted in any JSON or TOML document we read
+MAX_NESTING = 64
 
 _Status = Annotated[int, msgspec.Meta(ge=0, le=9999)]
 _CloseCode = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -51,6 +59,33 @@ class RawError(msgspec.Struct, frozen=True, rename="camel"):
 
 
 _decoder = msgspec.json.Decoder(RawError)
+_TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
+
+
+def nesting_exceeds(value: object, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value`` (decoded JSON or TOML) nests lists, tuples and dicts deeper than ``limit``.
+
+    Iterative, so a deep value cannot exhaust the stack while being measured.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _brackets(line: bytes | str) -> int:
+    if isinstance(line, bytes):
+        return line.count(b"[") + line.count(b"{")
+    return line.count("[") + line.count("{")
 
 
 def _describe(exc: msgspec.ValidationError) -> str:
@@ -64,18 +99,30 @@ def _describe(exc: msgspec.ValidationError) -> str:
 
 def envelope_from_json(line: bytes | str) -> RawError:
     """Decode one NDJSON line into a RawError, or raise EnvelopeError saying why."""
+    data = line if isinstance(line, bytes) else line.encode()
+    if len(data) > MAX_LINE_BYTES and len(data.rstrip(b"\r\n")) > MAX_LINE_BYTES:  # the ending is not counted
+        raise EnvelopeError(f"longer than the {MAX_LINE_BYTES // 1024 // 1024} MiB line cap")
     try:
-        return _decoder.decode(line)
+        raw = _decoder.decode(line)
     except msgspec.ValidationError as exc:
         raise EnvelopeError(f"not a valid envelope: {_describe(exc)}") from None
     except msgspec.DecodeError as exc:
         raise EnvelopeError(f"not JSON: {exc}") from None
+    except RecursionError:
+        # msgspec ran out of stack first: far deeper than MAX_NESTING
+        raise EnvelopeError(f"not a valid envelope: {_TOO_DEEP}") from None
+    # counting brackets is cheap and bounds the depth from above: measure only when it could exceed
+    if _brackets(line) > MAX_NESTING and nesting_exceeds([raw.headers, raw.body, raw.context], MAX_NESTING):
+        raise EnvelopeError(f"not a valid envelope: {_TOO_DEEP}")
+    return raw
 
 
 def envelope_from_object(obj: object) -> RawError:
     """Convert an already-parsed JSON value into a RawError, or raise EnvelopeError."""
     if not isinstance(obj, dict):
         raise EnvelopeError(f"not a valid envelope: expected a JSON object, got {type(obj).__name__}")
+    if nesting_exceeds(obj, MAX_NESTING):
+        raise EnvelopeError(f"not a valid envelope: {_TOO_DEEP}")
     try:
         return msgspec.convert(obj, RawError)
     except msgspec.ValidationError as exc:

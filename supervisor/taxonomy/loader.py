@@ -3,6 +3,10 @@
 Errors name the file, the key and the problem, e.g.
 ``v2.toml: codes.RATE_LIMITED.policy: unknown policy 'ratelimit' (known: fail_fast, ...)``.
 
+Every file is read with one bounded read (:func:`read_capped`, :data:`MAX_TAXONOMY_BYTES`) and
+parsed by :func:`parse_toml`, which refuses what nests deeper than ``MAX_NESTING`` levels before
+it can exhaust the stack or take quadratic time (docs/taxonomy.md, "Limits").
+
 The active version is chosen by config (``taxonomy.version``) and can be overridden by the
 environment variable ``SESSION_SUPERVISOR_TAXONOMY`` for a staged rollout (seed section 1:
 "Use feature flags to toggle taxonomy versions during platform upgrades"). A version is
@@ -20,7 +24,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from supervisor.errors import TaxonomyError
+from supervisor.errors import TaxonomyError, located
+from supervisor.taxonomy.envelope import MAX_NESTING, nesting_exceeds
 from supervisor.taxonomy.model import (
     Channel,
     CodeSpec,
@@ -31,6 +36,7 @@ from supervisor.taxonomy.model import (
     TaxonomyClass,
     Trigger,
 )
+from supervisor.taxonomy.responses import compile_responses
 from supervisor.taxonomy.rules import OperationMatcher, Rule, Taxonomy, parse_status_spec
 
 ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
@@ -41,11 +47,56 @@ REQUIRED_CODES = (
     "INCOMPLETE_RESPONSE",
     "CONVERSATION_STATE_DRIFT",
     "SESSION_ID_MISMATCH",
+    "AGENT_SESSION_ENDED",
     "TOKEN_REFRESH_FAILED",
     "UNKNOWN_ERROR",
 )
 
+#: the largest taxonomy file read (the shipped v1 is 25 KiB)
+MAX_TAXONOMY_BYTES = 1024 * 1024
+
 _StrOrList = str | list[str]
+
+
+class LimitError(ValueError):
+    """A file or document is past one of the documented input caps; the message says which."""
+
+
+def read_capped(path: str | Path, cap: int) -> bytes:
+    """A file's content, read with one ``read(cap + 1)``: :class:`LimitError` past ``cap``, so
+    ``/dev/zero`` or a FIFO fed forever ends at once; ``OSError`` / ``ValueError`` as ``open``."""
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        size = f"{cap // 1024 // 1024} MiB" if cap >= 1024 * 1024 else f"{cap // 1024} KiB"
+        raise LimitError(f"larger than the {size} cap")
+    return data
+
+
+# tomllib spends time quadratic in the parts of one dotted key (``a.b.c = 1``, ``[a.b.c]``,
+# ``{a.b.c = 1}``): minutes for a 1 MiB ``a.a.a...``. A chain of more than MAX_NESTING parts is
+# refused before parsing; the search is linear (a chain is tried only where one starts, and
+# possessive quantifiers never backtrack).
+_BARE = r"[A-Za-z0-9_-]++"
+_QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
+_LONG_DOTTED_KEY = re.compile(
+    rf"(?<![.A-Za-z0-9_-])(?:{_BARE}|{_QUOTED})(?:[ \t]*+\.[ \t]*+(?:{_BARE}|{_QUOTED})){{{MAX_NESTING}}}"
+)
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads``; nested (or a dotted key) past ``MAX_NESTING`` is a :class:`LimitError`."""
+    chain = _LONG_DOTTED_KEY.search(text)
+    if chain is not None:
+        line = text.count("\n", 0, chain.start()) + 1
+        raise LimitError(f"line {line}: a dotted key of more than {MAX_NESTING} parts (the nesting cap)")
+    try:
+        doc = tomllib.loads(text)
+    except RecursionError:  # tomllib hit the interpreter's limit: far past MAX_NESTING
+        raise LimitError(f"nested deeper than {MAX_NESTING} levels") from None
+    if nesting_exceeds(doc, MAX_NESTING):
+        raise LimitError(f"nested deeper than {MAX_NESTING} levels")
+    return doc
 
 
 class _PolicyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -102,24 +153,16 @@ class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     description: str = ""
     sources: dict[str, str] = msgspec.field(default_factory=dict)
     operations: list[_OperationFile] = msgspec.field(default_factory=list)
+    responses: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
 
 
-_AT = re.compile(r"^(?P<msg>.*?) - at `\$(?P<path>[^`]*)`$")
 _CODE_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def _located(origin: str, exc: msgspec.ValidationError, prefix: str = "") -> TaxonomyError:
     """Turn msgspec's ``... - at `$.codes.X.class``` into ``origin: codes.X.class: ...``."""
-    text = str(exc)
-    match = _AT.match(text)
-    if not match:
-        where = f"{prefix}: " if prefix else ""
-        return TaxonomyError(f"{origin}: {where}{text[0].lower() + text[1:]}")
-    path = match.group("path").lstrip(".")
-    path = ".".join(p for p in (prefix, path) if p).replace(".[", "[")
-    message = match.group("msg")
-    message = message[0].lower() + message[1:] if message else message
-    return TaxonomyError(f"{origin}: {path or '(top level)'}: {message}")
+    path, problem = located(str(exc), prefix)
+    return TaxonomyError(f"{origin}: {path or '(top level)'}: {problem}")
 
 
 _E = TypeVar("_E")
@@ -168,13 +211,15 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
     """Check a taxonomy document and compile it. ``origin`` names it in errors."""
     try:
         if isinstance(data, bytes | str):
-            raw = tomllib.loads(data.decode() if isinstance(data, bytes) else data)
+            raw = parse_toml(data.decode() if isinstance(data, bytes) else data)
         else:
             raw = dict(data)
     except tomllib.TOMLDecodeError as exc:
         raise TaxonomyError(f"{origin}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise TaxonomyError(f"{origin}: not UTF-8 text: {exc}") from exc
+    except LimitError as exc:
+        raise TaxonomyError(f"{origin}: {exc}") from None
     try:
         doc = msgspec.convert(raw, _TaxonomyFile)
     except msgspec.ValidationError as exc:
@@ -319,6 +364,8 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
     if exception_default is None:
         raise TaxonomyError(f"{origin}: exceptions.*: missing (the default for unknown exceptions)")
 
+    responses = compile_responses(origin, doc.responses, platforms, channels)
+
     sources = dict(doc.sources)
     for key in sources:
         platform, _, channel = key.partition(".")
@@ -338,6 +385,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
         exceptions=exceptions,
         exception_default=exception_default,
         sources=sources,
+        responses=responses,
     )
 
 
@@ -360,13 +408,14 @@ def load_taxonomy(version_or_path: str | Path = DEFAULT_VERSION) -> Taxonomy:
             known = ", ".join(shipped_versions())
             raise TaxonomyError(f"taxonomy version '{ref}' is not shipped (shipped: {known}; or give a path)")
         return compile_taxonomy(resource.read_bytes(), f"{ref}.toml")
-    path = Path(ref)
     try:
-        content = path.read_bytes()
+        content = read_capped(ref, MAX_TAXONOMY_BYTES)
     except FileNotFoundError:
         raise TaxonomyError(f"{ref}: no such taxonomy file") from None
     except OSError as exc:
         raise TaxonomyError(f"{ref}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # LimitError, or a NUL in the path
+        raise TaxonomyError(f"{ref}: cannot read: {exc}") from None
     return compile_taxonomy(content, ref)
 
 

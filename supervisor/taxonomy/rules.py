@@ -47,19 +47,98 @@ def parse_status_spec(spec: int | str | list[int | str] | None) -> frozenset[int
     return frozenset(out)
 
 
-def _glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """``*`` is one path segment, ``**`` any number of them (including none)."""
-    if not pattern.startswith("/"):
-        raise ValueError(f"'{pattern}' must start with '/'")
-    body = ""
-    for segment in pattern.strip("/").split("/"):
-        if segment == "**":
-            body += r"(?:/[^/]+)*"
-        elif segment == "*":
-            body += r"/[^/]+"
-        else:
-            body += "/" + re.escape(segment)
-    return re.compile(body + "/?", re.IGNORECASE)
+#: the most path segments an endpoint pattern may have (a real API path has about ten)
+MAX_PATTERN_SEGMENTS = 64
+
+
+class EndpointGlob:
+    """An endpoint pattern: ``*`` is one path segment, ``**`` any number of them (including none).
+
+    Literal segments compare case-insensitively; a trailing ``/`` on the path is ignored. Matching
+    takes time linear in the path's segments for any pattern (docs/taxonomy.md): a pattern with
+    at most one ``**`` runs as a regular expression, which then has a single unbounded repetition
+    whose segments cannot overlap, so it cannot backtrack catastrophically; a pattern with more
+    runs as a set-of-positions automaton over the segments (Thompson's construction), one step
+    per path segment whatever the pattern.
+    """
+
+    __slots__ = ("_literals", "_many", "_one", "_regex", "_size", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        if not pattern.startswith("/"):
+            raise ValueError(f"'{pattern}' must start with '/'")
+        segments: list[str] = []
+        for segment in pattern.strip("/").split("/"):
+            if segment == "**" and segments and segments[-1] == "**":
+                continue  # `**/**` matches what `**` matches
+            segments.append(segment)
+        if len(segments) > MAX_PATTERN_SEGMENTS:
+            raise ValueError(f"'{pattern[:60]}...' has more than {MAX_PATTERN_SEGMENTS} segments")
+        self.pattern = pattern
+        self._size = len(segments)
+        # bit i of a mask stands for "the first i pattern segments are matched"
+        self._many = self._one = 0
+        self._literals: dict[str, int] = {}
+        for i, segment in enumerate(segments):
+            if segment == "**":
+                self._many |= 1 << i
+            elif segment == "*":
+                self._one |= 1 << i
+            else:
+                key = segment.lower()
+                self._literals[key] = self._literals.get(key, 0) | 1 << i
+        self._regex: re.Pattern[str] | None = None
+        if segments.count("**") <= 1:
+            body = ""
+            for segment in segments:
+                if segment == "**":
+                    body += r"(?:/[^/]+)*"
+                elif segment == "*":
+                    body += r"/[^/]+"
+                else:
+                    body += "/" + re.escape(segment)
+            self._regex = re.compile(body + "/?", re.IGNORECASE)
+
+    def fullmatch(self, path: str) -> bool:
+        """Whether the whole of ``path`` matches the pattern."""
+        if self._regex is not None:
+            return self._regex.fullmatch(path) is not None
+        return self.run(path)[0]
+
+    def run(self, path: str) -> tuple[bool, int]:
+        """(matched, steps) on the automaton, whatever the pattern; a step is one path segment."""
+        matched, steps = self._run(_segments(path))
+        if not matched and path.endswith("/"):  # the pattern's optional trailing slash
+            again, more = self._run(_segments(path[:-1]))
+            return again, steps + more
+        return matched, steps
+
+    def _closure(self, states: int) -> int:
+        # `**` may match no segment: a position before one also stands after it (never two in a row)
+        return states | (states & self._many) << 1
+
+    def _run(self, segments: list[str] | None) -> tuple[bool, int]:
+        if segments is None:
+            return False, 0
+        states, steps = self._closure(1), 0
+        for segment in segments:
+            steps += 1
+            advance = states & self._literals.get(segment.lower(), 0)
+            stay = 0
+            if segment:  # `*` and `**` match non-empty segments only
+                advance |= states & self._one
+                stay = states & self._many
+            states = self._closure(stay | advance << 1)
+            if not states:
+                return False, steps
+        return bool(states >> self._size & 1), steps
+
+
+def _segments(path: str) -> list[str] | None:
+    """The segments of ``/a/b`` (``["a", "b"]``); none for ``""``; None when not a path."""
+    if not path:
+        return []
+    return path[1:].split("/") if path.startswith("/") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +149,7 @@ class OperationMatcher:
     platforms: frozenset[str] | None
     channels: frozenset[str] | None
     methods: frozenset[str] | None
-    endpoints: tuple[re.Pattern[str], ...] | None
+    endpoints: tuple[EndpointGlob, ...] | None
 
     @classmethod
     def build(
@@ -86,7 +165,7 @@ class OperationMatcher:
             platforms=frozenset(platforms) if platforms else None,
             channels=frozenset(channels) if channels else None,
             methods=frozenset(m.upper() for m in methods) if methods else None,
-            endpoints=tuple(_glob_to_regex(e) for e in endpoints) if endpoints else None,
+            endpoints=tuple(EndpointGlob(e) for e in endpoints) if endpoints else None,
         )
 
     def matches(self, platform: str, channel: str, method: str | None, path: str | None) -> bool:
@@ -147,6 +226,19 @@ class Rule:
         return self.token_expired is None or self.token_expired == token_expired
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseSpec:
+    """One ``[responses.NAME]`` entry: what a platform's response must carry (seed section 3)."""
+
+    name: str
+    platform: str
+    channel: str
+    required: tuple[str, ...]
+    # where the response names its conversation (None: it names none, no drift check)
+    conversation_field: str | None = None
+    description: str = ""
+
+
 @dataclass(slots=True)
 class Taxonomy:
     """A checked, compiled taxonomy version."""
@@ -163,6 +255,7 @@ class Taxonomy:
     exceptions: dict[str, CodeSpec]
     exception_default: CodeSpec
     sources: dict[str, str]
+    responses: dict[str, ResponseSpec] = field(default_factory=dict)
     _buckets: dict[int | None, tuple[Rule, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.taxonomy import RawError
 
-__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "SessionContext", "Transport"]
+__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "Resumable", "SessionContext", "Transport"]
 
 
 class Connection(Protocol):
@@ -52,8 +52,9 @@ class Transport(Protocol):
     """Opens connections for one session."""
 
     context: SessionContext
-    # the fields a session response must carry before the session may go active
-    required_fields: tuple[str, ...]
+    # which response ``session_response`` is: the taxonomy's [responses.KIND] says what it must
+    # carry before the session may go active, and where it names its conversation (docs/taxonomy.md)
+    response_kind: str
 
     async def open(self) -> Connection:
         """Connect and obtain the session response. Raises TransportFailure or OperationError."""
@@ -70,3 +71,12 @@ class MessageSender(Protocol):
         self, text: str, *, metadata: Mapping[str, str] | None = None
     ) -> Mapping[str, Any]:
         """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A transport with something to keep across a restart (docs/store.md): the Web Messaging guest
+    token (resumes the same guest session), the CXone agent session's anchor (ends an orphan)."""
+
+    def resume_record(self) -> dict[str, str]:
+        """``{"guestToken": ...}`` or ``{"platformSessionId": ...}``; empty when nothing is known yet."""

@@ -2,11 +2,17 @@
 
 Wire protocol (reference/platforms.md section 6)::
 
-    POST   {base}/services/{v}/agent-sessions?stationId=|stationPhoneNumber=   -> {"sessionId": S0}
+    POST   {base}/services/{v}/agent-sessions {"stationId"|"stationPhoneNumber", "asAgentId"?} -> {"sessionId": S0}
+    POST   {base}/services/{v}/agent-sessions/join {"asAgentId"}                        -> {"sessionId"}
     GET    {base}/services/{v}/agent-sessions/{S}/get-next-event?timeout=N     -> 200 {"sessionId": S+1, "events"}
                                                                                   304 (no body): idle
                                                                                   409: session ended
-    DELETE {base}/services/{v}/agent-sessions/{S}
+    DELETE {base}/services/{v}/agent-sessions/{S} {"forceLogoff","endContacts","ignorePersonalQueue"}
+
+The start, join and end parameters go in a JSON body, as NICE's agent SDK sends them
+(``@nice-devone/core-sdk`` ``acd-session-manager.js`` ``startSession``/``joinSession``/``endSession``,
+``StartSessionRequest``); the generated CXone client's query-string spelling (platforms.md section
+6) is not used, so a platform that reads only the SDK's form understands every request.
 
 ``{base}`` is the token's ``resource_server_base_uri`` (platforms.md section 7) unless
 configured. Every request goes through :class:`~supervisor.rest.pipeline.RequestPipeline` (the
@@ -27,11 +33,12 @@ this module only *describes* what the platform answered (design.md, "Data flows 
   retries of it included) is abandoned and :meth:`AgentSessionConnection.serve` returns a
   ``TimeoutError`` RawError (NETWORK_TIMEOUT): the only way ``serve`` returns.
 
-``AgentSessionEnd``: taxonomy v1 has no rule that routes a 200 carrying it to a session end
-(such a RawError would classify as NOT_AN_ERROR), and inventing a 409 would misdescribe the
-wire. So the events are delivered and the next poll goes out at once with ``timeout=0``: the
-platform answers it with 409 (platforms.md section 6; core-sdk treats 409 as the session's
-end), which the pipeline raises as AGENT_SESSION_ENDED. The platform's own answer decides.
+``AgentSessionEnd`` is the session's end, as NICE's SDK takes it (``cxone-get-next-adapter.js``:
+on ``AgentSessionEnd`` it stops polling and clears the sessionId; it never polls again). The
+events are delivered, then the transport *names* AGENT_SESSION_ENDED (the taxonomy decides its
+class and scope), as it names SESSION_ID_MISMATCH: no vendor source shows what a poll after
+the end answers, so none is sent. A 409 on a poll (the SDK's other end signal) still comes
+through the pipeline as AGENT_SESSION_ENDED.
 """
 
 from __future__ import annotations
@@ -72,8 +79,11 @@ MAX_AGE_CEILING_S = 60.0
 #: close() gives its DELETE (and the pipeline's retries of it) at most this long
 CLOSE_TIMEOUT_S = 5.0
 
-_POLL_CHECK = ResponseCheck(required=("sessionId",))
+_EXISTS = frozenset({409})
+# cxone-get-next-adapter.js: both end the session for NICE's SDK
+_END_EVENTS = frozenset({"AgentSessionEnd", "RemoteAgentSessionEnd"})
 _START = "agent-session.start"
+_JOIN = "agent-session.join"
 _POLL = "agent-session.poll"
 _END = "agent-session.end"
 
@@ -89,7 +99,10 @@ class AgentSessionTransport:
     which the platform need not send on the first poll, and is reported when it does.
     """
 
-    required_fields: tuple[str, ...] = ("sessionId", "agentId")
+    # taxonomy v1 [responses."cxone.agent-session.AgentSession"]: sessionId and agentId (above)
+    response_kind = "cxone.agent-session.AgentSession"
+    #: a poll 200's required fields: [responses."cxone.agent-session.GetNextEvent"]
+    poll_kind = "cxone.agent-session.GetNextEvent"
 
     def __init__(
         self,
@@ -121,15 +134,24 @@ class AgentSessionTransport:
         self.pipeline = pipeline
         self._api_base = api_base
         self._version = api_version
-        self._station: dict[str, str] = {}
-        if station_id is not None:
-            self._station["stationId"] = station_id
-        if station_phone_number is not None:
-            self._station["stationPhoneNumber"] = station_phone_number
+        # NICE's StartSessionRequest: stationId and stationPhoneNumber are strings (one may be ""),
+        # asAgentId a number (start-session-request.d.ts)
+        self._station: dict[str, Any] = {
+            "stationId": station_id or "",
+            "stationPhoneNumber": station_phone_number or "",
+        }
+        self._join: dict[str, Any] = {"asAgentId": ""}  # joinSession: {asAgentId: agentId || ''}
         if ctx.agent_id is not None:
             # one application credential, many agents: start the session on the agent's behalf
-            # (platforms.md section 6: POST agent-sessions?asAgentId=)
-            self._station["asAgentId"] = ctx.agent_id
+            agent: int | str = (
+                int(ctx.agent_id) if ctx.agent_id.isascii() and ctx.agent_id.isdigit() else ctx.agent_id
+            )
+            self._station["asAgentId"] = agent
+            self._join["asAgentId"] = agent
+        #: agent sessions taken over with join after a 409 on start
+        self.joins = 0
+        #: the sessionId the last start (or join) answered: the agent session's anchor
+        self.anchor: str | None = None
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.clock = clock
@@ -140,6 +162,8 @@ class AgentSessionTransport:
         self.poll_http_timeout = httpx.Timeout(
             connect=base.connect, read=poll_timeout + POLL_READ_GRACE_S, write=base.write, pool=base.pool
         )
+        # a 200 without the next sessionId cannot go on: the next poll would replay (seed section 3)
+        self.poll_check = ResponseCheck(required=pipeline.classifier.required_fields(self.poll_kind))
 
     async def _sessions_url(self) -> str:
         base = self._api_base
@@ -177,12 +201,28 @@ class AgentSessionTransport:
             circuit=CIRCUIT,
             operation=_START,
             check=ResponseCheck(),  # a body that does not parse is MALFORMED_RESPONSE
-            params=self._station,
+            # 409: the agent already has a live session, one a crashed daemon (or a desktop) left
+            ok_statuses=_EXISTS,
+            json=self._station,
         )
+        if response.status_code in _EXISTS:
+            # take it over rather than fail: join gives us our own sessionId chain on the agent's
+            # live session (platforms.md section 6, POST agent-sessions/join; NICE's SDK joins so)
+            response = await self.pipeline.request(
+                "POST",
+                f"{sessions}/join",
+                ctx=self.context,
+                circuit=CIRCUIT,
+                operation=_JOIN,
+                check=ResponseCheck(),
+                json=self._join,
+            )
+            self.joins += 1
         body = _json_object(response)
         start_id = body.get("sessionId") if body is not None else None
         if not isinstance(start_id, str) or not start_id:
             start_id = None
+        self.anchor = start_id
         connection = AgentSessionConnection(self, sessions, start_id)
         if start_id is None:
             # no anchor to poll: the runtime's validation of session_response reports
@@ -193,6 +233,24 @@ class AgentSessionTransport:
 
     async def aclose(self) -> None:
         """Nothing to release: the HTTP client and token cache belong to the pipeline's owner."""
+
+    def resume_record(self) -> dict[str, str]:
+        """What ends this agent session after a crash: its anchor (the start or join answer's sessionId)."""
+        return {} if self.anchor is None else {"platformSessionId": self.anchor}
+
+    async def end(self, session_id: str) -> None:
+        """``DELETE agent-sessions/{session_id}``: end an agent session a crashed daemon left open.
+
+        Raises the pipeline's OperationError (404/409: already gone) or CircuitOpenError.
+        """
+        await self.pipeline.request(
+            "DELETE",
+            f"{await self._sessions_url()}/{session_id}",
+            ctx=self.context,
+            circuit=CIRCUIT,
+            operation=_END,
+            json={"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False},
+        )
 
 
 class AgentSessionConnection:
@@ -209,8 +267,7 @@ class AgentSessionConnection:
         self.session_id = start_id
         self._response: dict[str, Any] = self._session_response([])
         self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
-        self._ended = False  # the platform said AgentSessionEnd
-        self._confirm = False  # ...so the next poll goes out at once (timeout=0)
+        self._ended = False  # the platform said AgentSessionEnd: the session is over
         self._closed = False
         #: when the platform last answered a poll (``clock.monotonic()``), for health reports
         self.last_answer_at: float | None = None
@@ -255,8 +312,7 @@ class AgentSessionConnection:
                 operation=_POLL,
                 route=self._route + "/get-next-event",
                 ok_statuses=frozenset({304}),
-                # a 200 without the next sessionId cannot go on: the next poll would replay (seed §3)
-                check=_POLL_CHECK,
+                check=t.poll_check,
                 params={"timeout": hold_s},
                 timeout=t.poll_http_timeout,
             )
@@ -301,9 +357,22 @@ class AgentSessionConnection:
                     endpoint=endpoint,
                 )
             )
-        if any(e.get("Type") == "AgentSessionEnd" for e in events):
-            self._ended = self._confirm = True
+        if any(e.get("Type") in _END_EVENTS for e in events):
+            self._ended = True
         return events
+
+    def _end_event(self) -> OperationError:
+        """AGENT_SESSION_ENDED, named from the AgentSessionEnd event the platform sent."""
+        ctx = self._ctx
+        event = self._t.pipeline.classifier.named(
+            "AGENT_SESSION_ENDED",
+            platform=ctx.platform,
+            channel=ctx.channel,
+            details="AgentSessionEnd: the platform ended the agent session",
+            context=ctx.envelope_context(),
+            endpoint=f"GET {httpx.URL(self._poll_url(self.session_id or '')).path}",
+        )
+        return OperationError(event)
 
     def _deliver(self, events: list[dict[str, Any]]) -> None:
         sink = self._t.on_events
@@ -331,6 +400,9 @@ class AgentSessionConnection:
                 out["agentId"] = str(event["AgentId"])
             elif kind == "AgentState" and event.get("CurrentState"):
                 out["status"] = str(event["CurrentState"])
+        if "agentId" not in out and self._t.context.agent_id is not None:
+            # the agent we started the session for (asAgentId), when the platform did not name it
+            out["agentId"] = self._t.context.agent_id
         if "agentId" not in out:
             tokens = self._t.pipeline.tokens
             token = tokens.current if tokens is not None else None
@@ -345,20 +417,19 @@ class AgentSessionConnection:
         Every other end raises: the pipeline's :class:`OperationError` (409 =
         AGENT_SESSION_ENDED, QUEUE_FULL, OAUTH_TOKEN_INVALID, exhausted retries, ...) or
         :class:`CircuitOpenError`, and this module's MALFORMED_RESPONSE,
-        INCOMPLETE_RESPONSE and SESSION_ID_MISMATCH. ``report`` is not used: every poll
+        INCOMPLETE_RESPONSE, SESSION_ID_MISMATCH and AGENT_SESSION_ENDED (an AgentSessionEnd event). ``report`` is not used: every poll
         failure ends the connection, and in-call retries belong to the pipeline.
         """
         del report
         if self.session_id is None:
             raise RuntimeError("serve() needs a session opened with a sessionId")
         while True:
+            if self._ended:
+                raise self._end_event()  # the SDK stops polling on AgentSessionEnd
             if self._next_delay > 0:
                 await self._t.sleep(self._next_delay)
                 self._next_delay = 0.0
-            # after AgentSessionEnd: ask again at once; the platform answers 409
-            timeout = 0 if self._confirm else self._t.poll_timeout
-            self._confirm = False
-            response = await self._poll(timeout)
+            response = await self._poll(self._t.poll_timeout)
             if response is None:
                 return self._watchdog_raw()
             if response.status_code == 304:
@@ -392,6 +463,8 @@ class AgentSessionConnection:
                     circuit=CIRCUIT,
                     operation=_END,
                     route=self._route,
+                    # NICE's EndSessionRequest (end-session-request.d.ts), as endSession sends it
+                    json={"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False},
                 )
 
 
@@ -401,6 +474,6 @@ def _json_object(response: httpx.Response) -> dict[str, Any] | None:
         return {}
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         return None
     return body if isinstance(body, dict) else {}

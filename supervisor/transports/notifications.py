@@ -62,7 +62,8 @@ EventHandler = Callable[[Mapping[str, Any]], None]
 class NotificationsTransport:
     """Opens notifications channels for one session (one channel per connection)."""
 
-    required_fields: tuple[str, ...] = ("channelId", "connectUri", "status")
+    # taxonomy v1 [responses."genesys.notifications.Channel"]: the PY269 Channel's id and connectUri
+    response_kind = "genesys.notifications.Channel"
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class NotificationsTransport:
             operation="notifications.channel.create",
             channel=Channel.REST,
             # without id and connectUri there is nothing to connect to: INCOMPLETE_RESPONSE (seed §3)
-            check=ResponseCheck(required=("id", "connectUri")),
+            check=ResponseCheck(required=self._pipeline.classifier.required_fields(self.response_kind)),
         )
         channel: dict[str, Any] = response.json()
         channel_id, connect_uri = str(channel["id"]), str(channel["connectUri"])
@@ -131,9 +132,8 @@ class NotificationsTransport:
         if failure is not None:
             await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
-        conn.session_response = {"channelId": channel_id, "connectUri": connect_uri, "status": "subscribed"}
-        if isinstance(channel.get("expires"), str):
-            conn.session_response["expires"] = channel["expires"]
+        # the Channel as the platform sent it, and how the socket answered the subscribe
+        conn.session_response = {**channel, "status": "subscribed"}
         self._live = conn
         return conn
 

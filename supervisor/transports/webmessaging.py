@@ -44,10 +44,10 @@ from supervisor.boundary import (
     raw_from_message,
 )
 from supervisor.config import Keepalive
-from supervisor.errors import ConnectionLost, TransportFailure
+from supervisor.errors import ConnectionLost, OperationError, TransportFailure
 from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.tokens import Token
-from supervisor.taxonomy import RawError
+from supervisor.taxonomy import RawError, SdkErrorEvent
 from supervisor.transports.sockets import (
     decode_frame,
     discard_socket,
@@ -86,8 +86,10 @@ _TRACKED_REQUESTS = 256  # tracingId -> action, so an error reply names the requ
 class WebMessagingTransport:
     """Opens guest connections for one session; the guest token survives reconnects (resume)."""
 
-    # the seed's required session fields; the simulator adds them to SessionResponse (docs/simulators.md)
-    required_fields: tuple[str, ...] = ("conversationId", "agentId", "status")
+    # taxonomy v1 [responses."genesys.webmessaging.SessionResponse"]: connected, newSession, readOnly.
+    # The guest protocol names no conversation (GMT SessionResponse.kt, WMJ, PY269: issue 14), so a
+    # guest session learns none and is not checked for drift on it; see docs/taxonomy.md.
+    response_kind = "genesys.webmessaging.SessionResponse"
 
     def __init__(
         self,
@@ -104,6 +106,7 @@ class WebMessagingTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
+        resuming: bool = False,
     ) -> None:
         self.context = ctx
         self.executor = executor
@@ -119,10 +122,18 @@ class WebMessagingTransport:
         self._proxy = proxy
         self._on_message = on_message
         self._live: WebMessagingConnection | None = None
+        # this guest token has had a configured session: a later configure resumes it. A token kept
+        # across a planned restart (``resuming``) had one: the platform must answer newSession:false
+        self._configured = resuming and guest_token is not None
+
+    def resume_record(self) -> dict[str, str]:
+        """What resumes this guest session after a restart: its token (kept in the state directory only)."""
+        return {"guestToken": self.guest_token}
 
     def new_guest_token(self) -> None:
         """Start over with a fresh guest token (4006/4007 make the old one useless, §1)."""
         self.guest_token = str(uuid.uuid4())
+        self._configured = False
 
     async def open(self) -> WebMessagingConnection:
         """Connect, configure the session, return the connection; raises :class:`TransportFailure`."""
@@ -159,8 +170,30 @@ class WebMessagingTransport:
         if failure is not None:
             await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
+        drift = self._lost_conversation(conn)
+        if drift is not None:
+            await shutdown_socket(ws, 1000, "", self._close_timeout)
+            raise OperationError(drift)
+        self._configured = True
         self._live = conn
         return conn
+
+    def _lost_conversation(self, conn: WebMessagingConnection) -> SdkErrorEvent | None:
+        """The one drift a guest can see: it resumed its own token (``startNew:false``) and the
+        platform answered ``newSession:true``, so the conversation it held is gone (the session
+        expired or was cleared server-side). Named here, decided by the taxonomy."""
+        if not self._configured or conn.session_response.get("newSession") is not True:
+            return None
+        if self.executor is None:
+            return None
+        return self.executor.classifier.state_drift(
+            "the conversation of this guest session",
+            "a new session (newSession: true)",
+            platform=self.context.platform,
+            channel=self.context.channel,
+            context=self.context.envelope_context(),
+            endpoint="configureSession",
+        )
 
     async def aclose(self) -> None:
         """Close a connection still open (daemon shutdown: 1001 going away)."""
@@ -196,20 +229,21 @@ class WebMessagingConnection:
         self._ended: RawError | None = None
         self._echo_answered = anyio.Event()
         self._closed = False
+        #: the agent ended the conversation (a Presence Disconnect arrived)
         self.agent_disconnected = False
+        #: ...and the platform said the guest is read-only now (``metadata.readOnly == "true"``)
+        self.read_only = False
 
     @property
     def session_response(self) -> Mapping[str, Any]:
-        """The SessionResponse ``body`` (connected, newSession, readOnly, conversationId, ...)."""
+        """The SessionResponse ``body`` (connected, newSession, readOnly, maxCustomDataBytes, ...)."""
         return self._session
 
     @property
     def learned(self) -> Learned:
-        """The conversation the platform named in its SessionResponse, when it named one."""
-        conversation = self._session.get("conversationId")
-        return Learned(
-            conversation_id=conversation if isinstance(conversation, str) and conversation else None
-        )
+        """Nothing: no guest-facing frame names the conversation, the agent or a platform session id
+        (GMT SessionResponse.kt and StructuredMessage.kt, WMJ models; issue 14)."""
+        return Learned()
 
     @property
     def _ctx(self) -> SessionContext:
@@ -243,6 +277,7 @@ class WebMessagingConnection:
                 body = msg.get("body")
                 # a body that is not an object leaves every required field missing (INCOMPLETE_RESPONSE)
                 self._session = dict(body) if isinstance(body, Mapping) else {}
+                self.read_only = self._session.get("readOnly") is True
                 return None
             if cls in _ERROR_CLASSES:
                 return self._raw(msg, "configureSession")
@@ -375,8 +410,12 @@ class WebMessagingConnection:
         if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
             body = msg.get("body")
             if _is_agent_disconnect(body):
-                # the agent ended the conversation: not an error; a reconfigure will say readOnly (§1)
+                # the agent ended the conversation: not an error. GMT MessagingClientImpl goes
+                # read-only only when metadata.readOnly is "true"; with "false" the deployment
+                # merely shows the disconnect and the guest may go on writing
                 self.agent_disconnected = True
+                meta = body.get("metadata") if isinstance(body, Mapping) else None
+                self.read_only = isinstance(meta, Mapping) and meta.get("readOnly") == "true"
             if self._t._on_message is not None and isinstance(body, Mapping):
                 self._t._on_message(body)
         return None

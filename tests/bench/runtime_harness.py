@@ -52,11 +52,17 @@ def rss_bytes() -> int:
 
 
 class SimProcess:
-    """``python -m supervisor sim genesys`` in a subprocess; admin helpers over HTTP."""
+    """``python -m supervisor sim genesys|cxone`` in a subprocess; admin helpers over HTTP."""
 
     def __init__(
-        self, *, seed: int = 1, config: dict[str, Any] | None = None, start_limit_s: float = 20.0
+        self,
+        *,
+        seed: int = 1,
+        config: dict[str, Any] | None = None,
+        start_limit_s: float = 20.0,
+        kind: str = "genesys",
     ) -> None:
+        self._kind = kind
         self._seed = seed
         self._config = config or {}
         self._limit = start_limit_s
@@ -74,7 +80,7 @@ class SimProcess:
             "-m",
             "supervisor",
             "sim",
-            "genesys",
+            self._kind,
             "--seed",
             str(self._seed),
             "--config",
@@ -167,6 +173,8 @@ def webmessaging_config(
     taxonomy: str = "v1",
     seed: int = 1,
     echo_interval: float = 30.0,
+    adaptive: bool = True,
+    probe: str = "aimd",
 ) -> Config:
     """``sessions`` Genesys Web Messaging guests against the simulator at ``urls``."""
     data: dict[str, Any] = {
@@ -184,6 +192,7 @@ def webmessaging_config(
         ],
         "daemon": {"taxonomyVersion": taxonomy, "seed": seed},
         "reconnect": {"firstDelayMin": first_delay[0], "firstDelayMax": first_delay[1]},
+        "admission": {"adaptive": adaptive, "probe": probe},
     }
     return parse_config(data, "bench")
 

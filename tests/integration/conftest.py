@@ -6,7 +6,7 @@ The simulator runs on a :class:`~supervisor.clock.FakeClock`: tests advance it (
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,15 @@ from supervisor.sim.genesys.config import GenesysSimConfig
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_default_socket_paths() -> Iterator[None]:
+    """Daemons started by the tests bind their sockets where a test says, or not at all: never in the
+    developer's $XDG_RUNTIME_DIR, where a real daemon may be listening (issue 10)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("XDG_RUNTIME_DIR", raising=False)
+        yield
 
 
 async def wait_until(predicate: Callable[[], bool], limit_s: float = 5.0) -> None:

@@ -82,11 +82,16 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         "[reconnect]",
         f"firstDelayMin = {overrides.get('first_min', 0.2)}",
         f"firstDelayMax = {overrides.get('first_max', 0.8)}",
+        f"horizon = {overrides.get('horizon', 600.0)}",
         "[circuit]",
         f"openFor = {overrides.get('open_for', 1.0)}",
         f"probeTimeout = {overrides.get('probe_timeout', 2.0)}",
         "[tokens]",
         f"earlyRefresh = {overrides.get('early_refresh', 0.0)}",
+        "[admission]",
+        f"adaptive = {'true' if overrides.get('adaptive', True) else 'false'}",
+        f"retryBudgetRatio = {overrides.get('retry_budget_ratio', 0.1)}",
+        f"retryBudgetMinPerSecond = {overrides.get('retry_budget_min', 5.0)}",
         "[platforms.genesys]",
         f'loginUrl = "{urls["login"]}"',
         f'apiUrl = "{urls["api"]}"',
@@ -99,6 +104,7 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         "echoInterval = 0",
         "pingInterval = 5.0",
         "pingTimeout = 5.0",
+        f"openTimeout = {overrides.get('open_timeout', 10.0)}",
     ]
     for i in range(sessions):
         lines += [
@@ -108,15 +114,34 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
             'kind = "webmessaging"',
             f'agentId = "a-{i}"',
         ]
+    for i in range(overrides.get("notifications", 0)):
+        lines += [
+            "[[sessions]]",
+            f'id = "nt-{i}"',
+            'platform = "genesys"',
+            'kind = "notifications"',
+            f'agentId = "n-{i}"',
+        ]
     return "\n".join(lines) + "\n"
 
 
-def cxone_config(urls: dict[str, str], sessions: int, *, poll_timeout: int = 1, watchdog: float = 5.0) -> str:
+def cxone_config(
+    urls: dict[str, str],
+    sessions: int,
+    *,
+    poll_timeout: int = 1,
+    watchdog: float = 5.0,
+    horizon: float = 600.0,
+    open_for: float = 30.0,
+) -> str:
     lines = [
         "[daemon]",
         "seed = 3",
         "shutdownGrace = 2.0",
+        "[circuit]",
+        f"openFor = {open_for}",
         "[reconnect]",
+        f"horizon = {horizon}",
         "firstDelayMin = 0.2",
         "firstDelayMax = 0.8",
         "[platforms.cxone]",

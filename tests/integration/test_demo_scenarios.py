@@ -122,6 +122,21 @@ def test_graceful_close(capsys: pytest.CaptureFixture[str]) -> None:
     assert s["states"] == {"active": SESSIONS - hit, "terminated": hit}
 
 
+def test_attributes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed edge case 2 (issue 13): a burst after wrap-up, silent drops repaired or flagged, none lost."""
+    s = demo_json(capsys, "attributes")
+    assert s["terminated"] == [] and s["states"] == {"active": SESSIONS}
+    a = s["attributes"]
+    for name in ("submitted", "acknowledged", "refused", "sent", "verified", "repaired", "flagged", "lost"):
+        assert isinstance(a[name], int), name
+    assert a["acknowledged"] == 200 and a["lost"] == 0
+    assert a["submitted"] == a["acknowledged"] + a["refused"]
+    assert a["verified"] + a["repaired"] + a["flagged"] == a["acknowledged"]
+    assert a["silentlyDropped"] >= 1 and a["repaired"] + a["flagged"] >= 1
+    assert a["refused"] >= 1  # the queue's backpressure showed
+    assert a["notAsSubmittedNorFlagged"] == 0
+
+
 def test_mixed_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "--fast", "--sessions", str(SESSIONS), "--json")
     assert code == 0, err
@@ -167,3 +182,29 @@ def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str], args: 
     code, _, err = run_cli(capsys, *args)
     assert code == 2
     assert err.startswith("session-supervisor: usage error:") and "Traceback" not in err
+
+
+def test_a_session_count_the_file_limit_cannot_hold_is_refused_with_one_line() -> None:
+    """Both ends of every connection are in the demo's process: it refuses what RLIMIT_NOFILE cannot hold."""
+    import resource
+    import subprocess
+    import sys
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "supervisor", "demo", "--sessions", "5000", "--fast"],
+        capture_output=True,
+        text=True,
+        preexec_fn=low_limit,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "session-supervisor: error: --sessions 5000 needs about 15256 open files (the simulators hold the "
+        "other end of every connection in this process); this process may open at most 1024 (RLIMIT_NOFILE): "
+        "use --sessions 256 or fewer, or raise the limit (ulimit -Hn)"
+    ]

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
 
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
+from tests.integration.conftest import wait_until
 from tests.integration.runtime_harness import cxone_config, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -68,3 +76,62 @@ async def test_queue_full_on_a_poll_terminates_with_its_trigger(sim: CxoneSimula
         await h.wait(lambda: h.all_in("terminated"))
         for termination in h.terminations().values():
             assert (termination.reason.value, termination.trigger) == ("FAIL_FAST_TRIGGER", "QUEUE_FULL")
+
+
+JOIN = "/inContactAPI/services/v{N}.0/agent-sessions/join"
+START = "/inContactAPI/services/v{N}.0/agent-sessions"
+
+
+async def test_an_outage_ends_no_cxone_session_and_all_come_back(sim: CxoneSimulator, tmp_path: Path) -> None:
+    """Polls and starts black-holed past the network budget: nobody terminates (issue 9)."""
+    config = cxone_config(sim.urls, 2, poll_timeout=1, watchdog=3.0, horizon=45.0, open_for=1.0)
+    async with supervised(config, tmp_path, cxone=sim) as h:
+        await h.wait(lambda: h.all_in("active"))
+        hole = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE)).id or ""
+        await h.wait(lambda: not any(r.state.value == "active" for r in h.runners.values()), 15.0)
+        await anyio.sleep(8.0)  # the outage lasts (the scenario), longer than the network budget
+        assert h.terminations() == {}
+        sim.faults.clear(hole)
+        await h.wait(lambda: h.all_in("active"), 30.0)
+        assert h.terminations() == {}
+
+
+async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
+    sim: CxoneSimulator, tmp_path: Path
+) -> None:
+    """The first daemon dies without a DELETE; the second joins the agents' live sessions (409 -> join)."""
+    config = tmp_path / "supervisor.toml"
+    config.write_text(cxone_config(sim.urls, 2, poll_timeout=1))
+    (tmp_path / "cxone-secret").write_text("not-a-real-secret")
+    for attempt in ("first", "second"):
+        process = await anyio.open_process(
+            [sys.executable, "-m", "supervisor", "run", "--config", str(config)], stderr=None
+        )
+        lines: list[dict[str, Any]] = []
+
+        async def pump(proc: Process = process, out: list[dict[str, Any]] = lines) -> None:
+            assert proc.stdout is not None
+            buffer = ""
+            async for chunk in TextReceiveStream(proc.stdout):
+                buffer += chunk
+                *complete, buffer = buffer.split("\n")
+                out.extend(json.loads(line) for line in complete)
+
+        def active(out: list[dict[str, Any]] = lines) -> int:
+            return len([r for r in out if r["event"] == "SESSION_TRANSITION" and r["to"] == "active"])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            await wait_until(lambda: active() >= 2, 20.0)
+            if attempt == "first":
+                assert sim.recorder.request_count("POST", START, 202) == 2
+                process.kill()  # kill -9: no drain, no DELETE; the agent sessions stay on the platform
+            else:
+                process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(15):
+                await process.wait()
+            tg.cancel_scope.cancel()
+    # the second daemon found the agents' sessions alive and took them over
+    assert sim.recorder.request_count("POST", START, 409) == 2
+    assert sim.recorder.request_count("POST", JOIN, 202) == 2
+    assert not [r for r in lines if r["event"] == "SESSION_TERMINATED" and r["reason"] != "STOPPED"]

@@ -15,6 +15,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError, SessionError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.transports.webmessaging import WebMessagingTransport
 from tests.integration.runtime_harness import Harness, genesys_config, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -36,11 +37,16 @@ async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
         yield simulator
 
 
-async def active_session(h: Harness) -> str:
+async def active_session(h: Harness, sim: GenesysSimulator) -> str:
+    """The conversation of the active guest session wm-0, as the agent side knows it: a guest
+    cannot learn it (issue 14), so the test asks the simulator, as an agent desktop would ask
+    Genesys."""
     await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-    runner = h.runners["wm-0"]
-    assert runner.context.conversation_id
-    return str(runner.context.conversation_id)
+    transport = h.runners["wm-0"].transport
+    assert isinstance(transport, WebMessagingTransport)
+    conv = sim.conversation_of(transport.guest_token)
+    assert conv is not None
+    return conv.id
 
 
 def api(sim: GenesysSimulator, path: str) -> str:
@@ -59,7 +65,7 @@ async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_
         clock.advance(260.0)
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
+        cid = await active_session(h, sim)
         h.supervisor.wiring.executor._sleep = (
             backoff  # the retry executor's backoff only; the sessions keep real time
         )
@@ -84,7 +90,7 @@ async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
+        cid = await active_session(h, sim)
         await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))
         sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
         with pytest.raises(OperationError) as info:
@@ -116,7 +122,7 @@ async def test_queue_full_terminates_with_its_trigger(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
+        cid = await active_session(h, sim)
         sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
         with pytest.raises(OperationError) as info:
             await h.supervisor.request(
@@ -138,8 +144,11 @@ async def test_duplicate_message_id_terminates_with_its_trigger(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
-        url = api(sim, f"/api/v2/conversations/messages/{cid}/communications/comm-1/messages")
+        cid = await active_session(h, sim)
+        conv = sim.state.conversations.get(cid)
+        assert conv is not None
+        comm = conv.agent().communication.id  # the agent's communication sends (GMT UI helper)
+        url = api(sim, f"/api/v2/conversations/messages/{cid}/communications/{comm}/messages")
         sent = await h.supervisor.request("wm-0", "POST", url, json={"textBody": "hello"})
         assert sent.status_code == 200
         sim.faults.inject(Fault(kind=FaultKind.DUPLICATE_MESSAGE, endpoint="POST */messages"))
@@ -167,7 +176,7 @@ async def test_rate_limited_call_waits_at_least_retry_after(
         clock.advance(seconds)
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
+        cid = await active_session(h, sim)
         h.supervisor.wiring.executor._sleep = backoff
         sim.faults.inject(
             Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"retry_after": "7"}, endpoint="GET *")
@@ -187,7 +196,7 @@ async def test_an_operation_that_spends_its_retries_leaves_the_session_alone(
         clock.advance(seconds)
 
     async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
-        cid = await active_session(h)
+        cid = await active_session(h, sim)
         h.supervisor.wiring.executor._sleep = backoff
         sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*"))
         with pytest.raises(OperationError) as info:

@@ -313,7 +313,10 @@ async def test_missing_default_fields_on_start(sim: CxoneSimulator, http: httpx.
 
 async def test_missing_event_fields(sim: CxoneSimulator, agent: Agent) -> None:
     """Field names also apply inside events (case-insensitive): ContactID and Status vanish."""
-    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, endpoint="*get-next-event", count=1))
+    fields = ["conversationId", "agentId", "status"]  # conversationId stands for sessionId and ContactID
+    sim.faults.inject(
+        Fault(kind=FaultKind.MISSING_FIELDS, endpoint="*get-next-event", count=1, params={"fields": fields})
+    )
     sim.push_contact(agent_id=agent.key)
     event = (await agent.poll()).json()["events"][0]
     assert "ContactID" not in event

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 
 import anyio
 import httpx
@@ -18,8 +17,9 @@ CONV = "/api/v2/conversations/{conversationId}"
 ATTRS = "/api/v2/conversations/{conversationId}/participants/{participantId}/attributes"
 
 
-def cid() -> str:
-    return str(uuid.uuid4())
+def cid(g: Genesys) -> str:
+    """A conversation that exists: the simulator invents none (issue 14), so each test seeds one."""
+    return g.sim.create_conversation().id
 
 
 async def get_conv(g: Genesys, conversation_id: str) -> httpx.Response:
@@ -44,7 +44,7 @@ async def test_429_storm_retry_after_forms(
     fid = await inject_via_admin(
         genesys, {"kind": "rate_limit_storm", "params": {"retry_after": retry_after}}
     )
-    r = await get_conv(genesys, cid())
+    r = await get_conv(genesys, cid(genesys))
     assert r.status_code == 429
     assert r.json()["code"] == "too.many.requests"
     if expect is None:
@@ -61,7 +61,7 @@ async def test_5xx_burst_with_count(genesys: Genesys, status: int) -> None:
     fid = await inject_via_admin(
         genesys, {"kind": "server_error_burst", "count": 2, "params": {"status": status}}
     )
-    conversation = cid()
+    conversation = cid(genesys)
     first, second, third = [await get_conv(genesys, conversation) for _ in range(3)]
     assert [first.status_code, second.status_code, third.status_code] == [status, status, 200]
     assert first.json()["status"] == status
@@ -80,7 +80,7 @@ async def test_latency_fault_is_applied_and_recorded(genesys: Genesys) -> None:
     fault = genesys.sim.faults.inject(
         Fault(kind=FaultKind.LATENCY, params={"latency_ms": 1}, endpoint="GET *")
     )
-    assert (await get_conv(genesys, cid())).status_code == 200
+    assert (await get_conv(genesys, cid(genesys))).status_code == 200
     assert fault.id is not None
     assert genesys.sim.recorder.fault_hits(fault.id) == 1
 
@@ -93,7 +93,7 @@ async def test_blackhole_holds_the_request_until_cleared(genesys: Genesys) -> No
     result: list[httpx.Response] = []
 
     async def call() -> None:
-        result.append(await get_conv(genesys, cid()))
+        result.append(await get_conv(genesys, cid(genesys)))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
@@ -107,12 +107,12 @@ async def test_token_expire_fault_hits_existing_tokens_only(genesys: Genesys) ->
     await genesys.login()
     old = genesys.auth
     fid = await inject_via_admin(genesys, {"kind": "token_expire"})
-    r = await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid()}"), headers=old)
+    r = await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid(genesys)}"), headers=old)
     assert r.status_code == 401
     assert r.json()["code"] == "bad.credentials"
     genesys.clock.advance(1)
     await genesys.login()  # a new token works: the fault only expires tokens issued before it
-    assert (await get_conv(genesys, cid())).status_code == 200
+    assert (await get_conv(genesys, cid(genesys))).status_code == 200
     assert genesys.sim.recorder.tokens()["expired"] == 1
     assert genesys.sim.recorder.fault_hits(fid) == 1
 
@@ -120,7 +120,7 @@ async def test_token_expire_fault_hits_existing_tokens_only(genesys: Genesys) ->
 async def test_token_revoke_is_invalid_token_and_kills_refresh(genesys: Genesys) -> None:
     body = await genesys.login()
     await inject_via_admin(genesys, {"kind": "token_revoke"})
-    r = await get_conv(genesys, cid())
+    r = await get_conv(genesys, cid(genesys))
     assert r.status_code == 401
     assert r.json()["error"] == "invalid_token"
     assert r.json()["code"] == "bad.credentials"
@@ -138,26 +138,26 @@ async def test_token_revoke_is_invalid_token_and_kills_refresh(genesys: Genesys)
 async def test_missing_fields_fault(genesys: Genesys) -> None:
     await genesys.login()
     await inject_via_admin(
-        genesys, {"kind": "missing_fields", "params": {"fields": ["conversationId", "agentId"]}}
+        genesys, {"kind": "missing_fields", "params": {"fields": ["state", "participants"]}}
     )
-    body = (await get_conv(genesys, cid())).json()
-    assert "conversationId" not in body and "agentId" not in body
-    assert body["status"] == "connected"
+    conversation = cid(genesys)
+    body = (await get_conv(genesys, conversation)).json()
+    assert "state" not in body and "participants" not in body
+    assert body["id"] == conversation
 
 
 async def test_conversation_drift_fault(genesys: Genesys) -> None:
     await genesys.login()
-    mine = cid()
+    mine = cid(genesys)
     await inject_via_admin(genesys, {"kind": "conversation_drift"})
     body = (await get_conv(genesys, mine)).json()
-    assert body["conversationId"] != mine
-    assert body["id"] != mine
+    assert body["id"] != mine  # the conversation resource names another conversation
 
 
 async def test_malformed_body_fault(genesys: Genesys) -> None:
     await genesys.login()
     await inject_via_admin(genesys, {"kind": "malformed_body", "count": 1})
-    r = await get_conv(genesys, cid())
+    r = await get_conv(genesys, cid(genesys))
     assert r.status_code == 200
     with pytest.raises(json.JSONDecodeError):
         json.loads(r.content)
@@ -166,8 +166,10 @@ async def test_malformed_body_fault(genesys: Genesys) -> None:
 async def test_duplicate_message_fault(genesys: Genesys) -> None:
     await genesys.login()
     fid = await inject_via_admin(genesys, {"kind": "duplicate_message"})
+    conv = genesys.sim.create_conversation()
+    comm = conv.agent().communication.id
     r = await genesys.http.post(
-        genesys.api(f"/api/v2/conversations/messages/{cid()}/communications/c/messages"),
+        genesys.api(f"/api/v2/conversations/messages/{conv.id}/communications/{comm}/messages"),
         json={"textBody": "first time"},
         headers=genesys.auth,
     )
@@ -179,7 +181,7 @@ async def test_duplicate_message_fault(genesys: Genesys) -> None:
 async def test_queue_full_fault(genesys: Genesys) -> None:
     await genesys.login()
     await inject_via_admin(genesys, {"kind": "queue_full", "params": {"retry_after": "2"}})
-    r = await get_conv(genesys, cid())
+    r = await get_conv(genesys, cid(genesys))
     assert r.status_code == 429
     assert r.json()["code"] == "QUEUE_FULL"
     assert r.json()["details"] == [{"errorCode": "QUEUE_FULL"}]
@@ -189,9 +191,10 @@ async def test_queue_full_fault(genesys: Genesys) -> None:
 async def test_silent_drop_of_attribute_updates_after_n(genesys: Genesys) -> None:
     """The seed's edge case 2: 200-class answers, yet updates past the 15th are not persisted."""
     await genesys.login()
-    conversation = cid()
+    conv = genesys.sim.create_conversation()
+    conversation, p1 = conv.id, conv.customer().id
     fid = await inject_via_admin(genesys, {"kind": "silent_drop_attributes", "params": {"after": 15}})
-    url = genesys.api(f"/api/v2/conversations/{conversation}/participants/p1/attributes")
+    url = genesys.api(f"/api/v2/conversations/{conversation}/participants/{p1}/attributes")
     statuses = []
     for i in range(20):
         r = await genesys.http.patch(url, json={"attributes": {f"k{i}": "v"}}, headers=genesys.auth)
@@ -202,7 +205,7 @@ async def test_silent_drop_of_attribute_updates_after_n(genesys: Genesys) -> Non
     assert rec.attributes_dropped(conversation) == 5
     assert rec.fault_hits(fid) == 5
     server = (await get_conv(genesys, conversation)).json()
-    stored = next(p for p in server["participants"] if p["id"] == "p1")["attributes"]
+    stored = next(p for p in server["participants"] if p["id"] == p1)["attributes"]
     assert "k19" not in stored and "k0" in stored
 
 
@@ -225,7 +228,7 @@ async def test_scheduled_fault_uses_the_injected_clock(genesys: Genesys) -> None
     await inject_via_admin(genesys, {"kind": "server_error_burst", "at": 30, "duration_s": 10})
     listed = (await genesys.http.get(genesys.sim.urls["admin"] + "/faults")).json()["faults"]
     assert listed[0]["state"] == "pending"
-    conversation = cid()
+    conversation = cid(genesys)
     assert (await get_conv(genesys, conversation)).status_code == 200
     genesys.clock.advance(30)
     assert (await get_conv(genesys, conversation)).status_code == 503
@@ -237,10 +240,11 @@ async def test_scheduled_fault_uses_the_injected_clock(genesys: Genesys) -> None
 async def test_endpoint_filter_limits_the_fault(genesys: Genesys) -> None:
     await genesys.login()
     await inject_via_admin(genesys, {"kind": "server_error_burst", "endpoint": "PATCH */attributes"})
-    conversation = cid()
+    conv = genesys.sim.create_conversation()
+    conversation = conv.id
     assert (await get_conv(genesys, conversation)).status_code == 200
     r = await genesys.http.patch(
-        genesys.api(f"/api/v2/conversations/{conversation}/participants/p/attributes"),
+        genesys.api(f"/api/v2/conversations/{conversation}/participants/{conv.customer().id}/attributes"),
         json={"attributes": {"a": "b"}},
         headers=genesys.auth,
     )

@@ -45,9 +45,10 @@ async def test_channel_shape_head_and_subscriptions(genesys: Genesys) -> None:
     r = await genesys.http.post(subs, json=[{"id": "v2.users.u1.presence"}], headers=genesys.auth)
     assert r.status_code == 200
     assert r.json() == {"entities": [{"id": "v2.users.u1.presence", "state": "Permitted"}]}
-    r = await genesys.http.put(subs, json=[{"id": "v2.a"}, {"id": "v2.b"}], headers=genesys.auth)
-    assert [e["id"] for e in r.json()["entities"]] == ["v2.a", "v2.b"]
-    assert (await genesys.http.get(subs, headers=genesys.auth)).json()["entities"][0]["id"] == "v2.a"
+    a, b = "v2.users.a.conversations", "v2.routing.queues.b.conversations"
+    r = await genesys.http.put(subs, json=[{"id": a}, {"id": b}], headers=genesys.auth)
+    assert [e["id"] for e in r.json()["entities"]] == [a, b]
+    assert (await genesys.http.get(subs, headers=genesys.auth)).json()["entities"][0]["id"] == a
     assert (await genesys.http.delete(subs, headers=genesys.auth)).status_code == 204
     bad = await genesys.http.post(subs, json={"id": "x"}, headers=genesys.auth)
     assert bad.status_code == 400 and bad.json()["code"] == "invalid.value"
@@ -149,7 +150,8 @@ async def test_channel_expires_by_the_clock_and_subscribe_extends_it(genesys: Ge
     chan = await new_channel(genesys)
     async with connect(chan["connectUri"]) as ws:
         genesys.clock.advance(90)
-        await ask(ws, {"message": "subscribe", "topics": ["v2.x"]})  # extends to now + 100
+        # extends to now + 100
+        await ask(ws, {"message": "subscribe", "topics": ["v2.users.x.presence"]})
         genesys.clock.advance(90)
         genesys.sim.tick()
         assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"

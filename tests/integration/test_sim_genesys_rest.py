@@ -25,7 +25,13 @@ ERROR_KEYS = {"message", "code", "status", "contextId", "details", "errors"}
 
 
 def conv_id() -> str:
+    """A well-formed id the simulator never issued."""
     return str(uuid.uuid4())
+
+
+def seeded(g: Genesys) -> str:
+    """A conversation that exists (the simulator invents none: issue 14)."""
+    return g.sim.create_conversation().id
 
 
 # -- OAuth (§4) ---------------------------------------------------------------------------------------
@@ -135,7 +141,7 @@ async def test_unknown_token_is_bad_credentials(genesys: Genesys) -> None:
 
 async def test_token_expires_by_the_clock(genesys: Genesys) -> None:
     await genesys.login()
-    cid = conv_id()
+    cid = seeded(genesys)
     assert (
         await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)
     ).status_code == 200
@@ -148,19 +154,23 @@ async def test_token_expires_by_the_clock(genesys: Genesys) -> None:
 
 async def test_get_conversation_shape_and_headers(genesys: Genesys) -> None:
     await genesys.login()
-    cid = conv_id()
+    cid = seeded(genesys)
     r = await genesys.http.get(
         genesys.api(f"/api/v2/conversations/{cid}"), headers={**genesys.auth, "ININ-Correlation-Id": "corr-1"}
     )
     assert r.status_code == 200
     body = r.json()
-    assert body["id"] == cid
+    assert body["id"] == cid and body["state"] == "connected"
     assert {p["purpose"] for p in body["participants"]} == {"customer", "agent"}
     for part in body["participants"]:
-        assert set(part) == {"id", "purpose", "state", "attributes"}
-    # simulator extension: the seed's required session fields
-    assert body["conversationId"] == cid
-    assert body["agentId"] and body["status"] == "connected"
+        # PY269 Participant: no participant-level state; its communication is in messages[]
+        assert "state" not in part
+        (comm,) = part["messages"]
+        assert comm["state"] == "connected" and comm["type"] == "webmessaging" and comm["id"]
+    agent = next(p for p in body["participants"] if p["purpose"] == "agent")
+    assert agent["userId"]
+    # no simulator extension fields: the seed's names are not the platform's
+    assert not {"conversationId", "agentId", "status"} & set(body)
     assert r.headers["ININ-Correlation-Id"] == "corr-1"
     assert r.headers["inin-ratelimit-allowed"] == "300"
     assert r.headers["inin-ratelimit-count"] == "1"
@@ -168,9 +178,43 @@ async def test_get_conversation_shape_and_headers(genesys: Genesys) -> None:
     assert genesys.sim.recorder.request_count("GET", CONV, 200) == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/api/v2/conversations/{u}", 404, "not.found"),
+        ("GET", "/api/v2/conversations/not-a-uuid", 400, "bad.request"),
+        ("GET", "/api/v2/conversations/messages/{u}", 404, "not.found"),
+        ("PATCH", "/api/v2/conversations/{u}/participants/{u}/attributes", 404, "not.found"),
+        ("PATCH", "/api/v2/conversations/{c}/participants/{u}/attributes", 404, "not.found"),
+        ("PATCH", "/api/v2/conversations/messages/{c}/participants/{u}", 404, "not.found"),
+        ("POST", "/api/v2/conversations/messages/{u}/communications/{u}/messages", 404, "not.found"),
+        ("POST", "/api/v2/conversations/messages/{c}/communications/{u}/messages", 404, "not.found"),
+        ("POST", "/api/v2/conversations/messages/{c}/communications/c1/messages", 400, "bad.request"),
+    ],
+)
+async def test_nothing_is_invented_unknown_ids_are_404_malformed_400(
+    genesys: Genesys, method: str, path: str, status: int, code: str
+) -> None:
+    await genesys.login()
+    url = genesys.api(path.format(u=conv_id(), c=seeded(genesys)))
+    body = {"attributes": {"a": "b"}, "textBody": "hi", "state": "disconnected"}
+    r = await genesys.http.request(method, url, json=body, headers=genesys.auth)
+    assert r.status_code == status, r.text
+    assert set(r.json()) == ERROR_KEYS and r.json()["code"] == code
+    assert len(genesys.sim.state.conversations) == 1  # only the seeded one
+
+
+async def test_list_route_is_not_read_as_a_conversation_id(genesys: Genesys) -> None:
+    await genesys.login()
+    cid = seeded(genesys)
+    r = await genesys.http.get(genesys.api("/api/v2/conversations/messages"), headers=genesys.auth)
+    assert r.status_code == 200
+    assert [c["id"] for c in r.json()["entities"]] == [cid]
+
+
 async def test_attributes_patch_is_202_and_persisted(genesys: Genesys) -> None:
     await genesys.login()
-    cid = conv_id()
+    cid = seeded(genesys)
     conv = (await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)).json()
     pid = conv["participants"][0]["id"]
     r = await genesys.http.patch(
@@ -180,10 +224,18 @@ async def test_attributes_patch_is_202_and_persisted(genesys: Genesys) -> None:
     )
     assert r.status_code == 202
     assert r.content == b""
+    # the messaging variant answers PY269's ParticipantAttributes: the merged map
+    r = await genesys.http.patch(
+        genesys.api(f"/api/v2/conversations/messages/{cid}/participants/{pid}/attributes"),
+        json={"attributes": {"plan": "gold"}},
+        headers=genesys.auth,
+    )
+    assert r.status_code == 202 and r.json() == {"attributes": {"survey": "yes", "plan": "gold"}}
     after = (await genesys.http.get(genesys.api(f"/api/v2/conversations/{cid}"), headers=genesys.auth)).json()
-    assert next(p for p in after["participants"] if p["id"] == pid)["attributes"] == {"survey": "yes"}
+    stored = next(p for p in after["participants"] if p["id"] == pid)["attributes"]
+    assert stored == {"survey": "yes", "plan": "gold"}
     rec = genesys.sim.recorder
-    assert rec.attributes(cid) == {"survey": "yes"}
+    assert rec.attributes(cid) == {"survey": "yes", "plan": "gold"}
     assert rec.idempotency_keys() == {"k-1": 1}
     assert rec.request_count("PATCH", ATTRS, 202) == 1
 
@@ -200,8 +252,9 @@ async def test_malformed_patch_gets_an_error_body(
     genesys: Genesys, body: bytes, content_type: str, status: int, code: str
 ) -> None:
     await genesys.login()
+    conv = genesys.sim.create_conversation()
     r = await genesys.http.patch(
-        genesys.api(f"/api/v2/conversations/{conv_id()}/participants/p/attributes"),
+        genesys.api(f"/api/v2/conversations/{conv.id}/participants/{conv.customer().id}/attributes"),
         content=body,
         headers={**genesys.auth, "Content-Type": content_type},
     )
@@ -215,39 +268,105 @@ async def test_unknown_route_and_method_get_error_bodies(genesys: Genesys) -> No
     r = await genesys.http.get(genesys.api("/api/v2/nothing/here"), headers=genesys.auth)
     assert r.status_code == 404
     assert r.json()["code"] == "not.found"
-    r = await genesys.http.delete(genesys.api(f"/api/v2/conversations/{conv_id()}"), headers=genesys.auth)
+    r = await genesys.http.delete(
+        genesys.api(f"/api/v2/conversations/{seeded(genesys)}"), headers=genesys.auth
+    )
     assert r.status_code == 405
     assert set(r.json()) == ERROR_KEYS
 
 
 async def test_agent_message_and_409_on_repeated_id(genesys: Genesys) -> None:
     await genesys.login()
-    cid = conv_id()
-    url = genesys.api(f"/api/v2/conversations/messages/{cid}/communications/c1/messages")
+    conv = genesys.sim.create_conversation()
+    cid, comm = conv.id, conv.agent().communication.id
+    url = genesys.api(f"/api/v2/conversations/messages/{cid}/communications/{comm}/messages")
     headers = {**genesys.auth, "Idempotency-Key": "m-1"}
     r = await genesys.http.post(url, json={"textBody": "hello"}, headers=headers)
     assert r.status_code == 200
     body = r.json()
     assert body["conversationId"] == cid
-    assert body["status"] == "Sent"
-    assert body["textBody"] == "hello"
-    for key in ("id", "timestamp", "fromAddress", "toAddress", "direction", "messengerType", "selfUri"):
+    assert body["status"] == "sent" and body["direction"] == "outbound"  # PY269 enums are lowercase
+    assert body["messengerType"] == "webmessaging" and "textBody" not in body  # not in PY269 MessageData
+    normalized = body["normalizedMessage"]  # PY269 269 MessageData.normalizedMessage
+    assert normalized["text"] == "hello" and normalized["direction"] == "Outbound"
+    assert "agentId" not in body
+    for key in ("id", "timestamp", "fromAddress", "toAddress", "selfUri"):
         assert key in body
+    got = await genesys.http.get(
+        genesys.api(f"/api/v2/conversations/messages/{cid}/messages/{body['id']}"), headers=genesys.auth
+    )
+    assert got.json() == body
     again = await genesys.http.post(url, json={"textBody": "hello"}, headers=headers)
     assert again.status_code == 409
     assert again.json()["code"] == "conflict"
     both = await genesys.http.post(url, json={"textBody": "a", "mediaIds": ["x"]}, headers=genesys.auth)
     assert both.status_code == 400
+    customer = conv.customer().communication.id
+    theirs = await genesys.http.post(
+        genesys.api(f"/api/v2/conversations/messages/{cid}/communications/{customer}/messages"),
+        json={"textBody": "not mine"},
+        headers=genesys.auth,
+    )
+    assert theirs.status_code == 404
     rec = genesys.sim.recorder
     assert rec.message_ids() == {"m-1": 2}
     assert rec.request_count("POST", MSGS, 200) == 1
     assert rec.request_count("POST", MSGS, 409) == 1
 
 
+async def test_participant_disconnect_over_the_wire(genesys: Genesys) -> None:
+    """GMT's UI test helper: PATCH .../participants/{agent} {"state":"DISCONNECTED"}, then poll messages[0]."""
+    await genesys.login()
+    conv = genesys.sim.create_conversation()
+    agent = conv.agent()
+    r = await genesys.http.patch(
+        genesys.api(f"/api/v2/conversations/messages/{conv.id}/participants/{agent.id}"),
+        json={"state": "DISCONNECTED"},
+        headers=genesys.auth,
+    )
+    assert r.status_code == 202 and r.content == b""
+    body = (
+        await genesys.http.get(genesys.api(f"/api/v2/conversations/{conv.id}"), headers=genesys.auth)
+    ).json()
+    wire = next(p for p in body["participants"] if p["id"] == agent.id)
+    assert wire["messages"][0]["state"] == "disconnected" and wire["endTime"]
+    assert body["state"] == "connected"  # the customer is still there
+    r = await genesys.http.patch(
+        genesys.api(f"/api/v2/conversations/messages/{conv.id}"),
+        json={"state": "disconnected"},
+        headers=genesys.auth,
+    )
+    assert r.status_code == 200 and r.json()["state"] == "disconnected" and r.json()["endTime"]
+    sent = await genesys.http.post(
+        genesys.api(
+            f"/api/v2/conversations/messages/{conv.id}/communications/{agent.communication.id}/messages"
+        ),
+        json={"textBody": "too late"},
+        headers=genesys.auth,
+    )
+    assert sent.status_code == 400
+
+
+async def test_admin_seeds_conversations_and_validates(genesys: Genesys) -> None:
+    admin = genesys.sim.urls["admin"]
+    r = await genesys.http.post(
+        admin + "/conversations", json={"agentUserId": "u-1", "attributes": {"a": "b"}}
+    )
+    assert r.status_code == 201
+    body = r.json()
+    assert genesys.sim.state.conversations.get(body["id"]) is not None
+    agent = next(p for p in body["participants"] if p["purpose"] == "agent")
+    assert agent["userId"] == "u-1"
+    listed = (await genesys.http.get(admin + "/conversations")).json()["conversations"]
+    assert [c["id"] for c in listed] == [body["id"]]
+    bad = await genesys.http.post(admin + "/conversations", json={"attributes": {"a": 1}})
+    assert bad.status_code == 400 and bad.json()["error"].startswith("conversation.attributes:")
+
+
 @pytest.mark.parametrize("sim_config", [GenesysSimConfig(rate_limit=3)])
 async def test_per_token_rate_limit_answers_429_with_retry_after(genesys: Genesys) -> None:
     await genesys.login()
-    url = genesys.api(f"/api/v2/conversations/{conv_id()}")
+    url = genesys.api(f"/api/v2/conversations/{seeded(genesys)}")
     for _ in range(3):
         assert (await genesys.http.get(url, headers=genesys.auth)).status_code == 200
     genesys.clock.advance(20)

@@ -16,6 +16,25 @@ from tests.integration.conftest import Genesys, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 ENVELOPE = {"type", "class", "code", "body"}
+# GMT SessionResponse.kt (+ WMJ autoStarted)
+SESSION_RESPONSE_FIELDS = {
+    "connected",
+    "newSession",
+    "readOnly",
+    "maxCustomDataBytes",
+    "allowedMedia",
+    "blockedExtensions",
+    "clearedExistingSession",
+    "durationSeconds",
+    "expirationDate",
+    "autoStarted",
+}
+
+
+def conversation_id(g: Genesys, token: str) -> str:
+    conv = g.sim.conversation_of(token)
+    assert conv is not None
+    return conv.id
 
 
 async def ask(ws: ClientConnection, frame: dict[str, Any]) -> dict[str, Any]:
@@ -36,11 +55,14 @@ async def test_configure_new_then_resume(genesys: Genesys) -> None:
     body = first["body"]
     assert body["connected"] is True and body["newSession"] is True and body["readOnly"] is False
     assert body["maxCustomDataBytes"] == 2048 and body["clearedExistingSession"] is False
-    assert {"conversationId", "agentId", "status"} <= set(body)  # simulator extension
+    # only what the platform sends (GMT SessionResponse.kt): no conversation reaches a guest
+    assert set(body) <= SESSION_RESPONSE_FIELDS
+    conversation = genesys.sim.conversation_of("tok-a")
+    assert conversation is not None
     async with connect(genesys.wm_url()) as ws:
         again = await configure(ws, "tok-a")
     assert again["body"]["newSession"] is False
-    assert again["body"]["conversationId"] == body["conversationId"]
+    assert genesys.sim.conversation_of("tok-a") is conversation
     rec = genesys.sim.recorder
     assert rec.attempts_total("webmessaging") == {"accepted": 2, "refused": 0}
     assert rec.ws_messages("webmessaging", "in", "configureSession") == 2
@@ -48,7 +70,8 @@ async def test_configure_new_then_resume(genesys: Genesys) -> None:
 
 async def test_on_message_echo_and_custom_attributes(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
-        conv = (await configure(ws, "tok-b"))["body"]["conversationId"]
+        await configure(ws, "tok-b")
+        conv = conversation_id(genesys, "tok-b")
         msg = await ask(
             ws,
             {
@@ -222,9 +245,12 @@ async def test_connection_closed_event_fault_with_reason(genesys: Genesys) -> No
 async def test_agent_message_is_pushed_and_disconnect_makes_read_only(genesys: Genesys) -> None:
     await genesys.login()
     async with connect(genesys.wm_url()) as ws:
-        conv = (await configure(ws, "tok-k"))["body"]["conversationId"]
+        await configure(ws, "tok-k")
+        conv = genesys.sim.conversation_of("tok-k")
+        assert conv is not None
+        comm = conv.agent().communication.id
         r = await genesys.http.post(
-            genesys.api(f"/api/v2/conversations/messages/{conv}/communications/c/messages"),
+            genesys.api(f"/api/v2/conversations/messages/{conv.id}/communications/{comm}/messages"),
             json={"textBody": "agent here"},
             headers=genesys.auth,
         )
@@ -232,24 +258,46 @@ async def test_agent_message_is_pushed_and_disconnect_makes_read_only(genesys: G
         pushed = json.loads(await ws.recv())
         assert pushed["type"] == "message" and pushed["body"]["direction"] == "Outbound"
         assert pushed["body"]["text"] == "agent here"
-        assert await genesys.sim.end_conversation(conv) == 1
+        assert pushed["body"] == r.json()["normalizedMessage"]  # what the agent side sent
+        assert await genesys.sim.end_conversation(conv.id) is True
         presence = json.loads(await ws.recv())
         assert presence["body"]["events"] == [{"eventType": "Presence", "presence": {"type": "Disconnect"}}]
+        assert presence["body"]["metadata"] == {"readOnly": "true"}  # GMT goes ReadOnly only on "true"
         assert (await configure(ws, "tok-k"))["body"]["readOnly"] is True
+        refused = await ask(
+            ws,
+            {
+                "action": "onMessage",
+                "token": "tok-k",
+                "tracingId": "t-ro",
+                "message": {"type": "Text", "text": "x"},
+            },
+        )
+        assert refused["class"] == "string" and refused["code"] == 400 and refused["tracingId"] == "t-ro"
         renewed = await configure(ws, "tok-k", startNew=True)
-        assert renewed["body"]["readOnly"] is False and renewed["body"]["conversationId"] != conv
+        assert renewed["body"]["readOnly"] is False and renewed["body"]["newSession"] is True
+        assert conversation_id(genesys, "tok-k") != conv.id
 
 
-async def test_missing_fields_and_drift_on_session_response(genesys: Genesys) -> None:
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_disconnect_read_only=False)])
+async def test_disconnect_for_display_only_keeps_the_guest_writable(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-d")
+        assert await genesys.sim.end_conversation(conversation_id(genesys, "tok-d")) is True
+        presence = json.loads(await ws.recv())
+        assert presence["body"]["metadata"] == {"readOnly": "false"}
+        assert (await configure(ws, "tok-d"))["body"]["readOnly"] is False
+
+
+async def test_missing_fields_and_malformed_body_on_session_response(genesys: Genesys) -> None:
     genesys.sim.faults.inject(
-        Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["agentId", "status"]}, count=1)
+        Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["connected", "readOnly"]}, count=1)
     )
-    genesys.sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT, count=1))
     async with connect(genesys.wm_url()) as ws:
         first = (await configure(ws, "tok-l"))["body"]
         second = (await configure(ws, "tok-l"))["body"]
-    assert "agentId" not in first and "status" not in first
-    assert first["conversationId"] != second["conversationId"]  # the first answer drifted
+    assert "connected" not in first and "readOnly" not in first
+    assert second["connected"] is True and second["readOnly"] is False
 
 
 async def test_handshake_errors(genesys: Genesys) -> None:

@@ -10,6 +10,7 @@ wait); the one real-time wait is the watchdog test's 0.3 s watchdog on a black-h
 from __future__ import annotations
 
 import functools
+import json
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -191,7 +192,7 @@ async def test_open_starts_a_session_and_runs_the_first_poll(rig: Rig) -> None:
             conn.session_response,
             platform=Platform.CXONE,
             channel=Channel.AGENT_SESSION,
-            required=transport.required_fields,
+            kind=transport.response_kind,
         )
         is None
     )
@@ -230,7 +231,7 @@ async def test_start_answer_without_session_id_is_incomplete(rig: Rig) -> None:
         conn.session_response,
         platform=Platform.CXONE,
         channel=Channel.AGENT_SESSION,
-        required=transport.required_fields,
+        kind=transport.response_kind,
     )
     assert problem is not None and problem.code == "INCOMPLETE_RESPONSE"
     assert problem.details == "Missing required fields: sessionId"
@@ -261,7 +262,8 @@ async def test_rolling_session_id_is_followed_across_polls(rig: Rig) -> None:
     polled = rig.polled_ids()
     assert len(chain) >= 6  # start, first poll, three contacts, the final AgentSessionEnd
     assert polled == chain[: len(polled)]
-    assert polled[-1] == handle.current_id == conn.learned.platform_session_id
+    # AgentSessionEnd ended it: the id its answer handed out is never polled (the SDK stops)
+    assert polled == chain[:-1] and conn.learned.platform_session_id == handle.current_id
     assert rig.types().count("AgentSessionStart") == 1  # never a replay
     assert rig.types()[-1] == "AgentSessionEnd"
 
@@ -301,7 +303,10 @@ async def test_cache_control_max_age_spaces_empty_polls(rig: Rig) -> None:
     assert rig.sim.recorder.request_count("GET", POLL, 304) == len(rig.sleeps)
 
 
-async def test_platform_end_delivers_agent_session_end_then_409(rig: Rig) -> None:
+async def test_platform_end_is_the_agent_session_end_event(rig: Rig) -> None:
+    """AgentSessionEnd ends the session as NICE's SDK takes it (cxone-get-next-adapter.js stops
+    polling): AGENT_SESSION_ENDED named from the event, and no poll after it (no vendor source
+    shows what such a poll answers)."""
     transport = rig.transport(poll_timeout=30)
     conn = await transport.open()
     rig.sim.end_session(agent_id=AGENT)
@@ -309,15 +314,42 @@ async def test_platform_end_delivers_agent_session_end_then_409(rig: Rig) -> Non
     outcome = await _serve(conn)
 
     event = _event(outcome)
-    assert event.code == "AGENT_SESSION_ENDED" and event.raw_status == 409
+    assert event.code == "AGENT_SESSION_ENDED" and event.raw_status == 200
     assert event.taxonomy_class.value == "PERMANENT" and event.fail_fast
     assert rig.types()[-1] == "AgentSessionEnd"
-    # the confirming poll went out at once (timeout=0), not held for 30 s
-    polls = [(sid, t) for m, sid, t, _ in rig.sent if m == "GET"]
-    assert polls[-2][1] == "30" and polls[-1][1] == "0"
-    assert rig.sim.recorder.request_count("GET", POLL, 409) == 1
+    polls = [t for m, _, t, _ in rig.sent if m == "GET"]
+    assert polls[-1] == "30"  # the poll that delivered it; none followed
+    assert rig.sim.recorder.request_count("GET", POLL, 409) == 0
     await conn.close(1000)
     assert rig.sim.recorder.request_count("DELETE", ONE) == 0  # already ended by the platform
+
+
+@pytest.mark.parametrize("sim_config", [CxoneSimConfig(ended_poll_status=404)])
+async def test_the_end_does_not_depend_on_what_a_later_poll_answers(rig: Rig) -> None:
+    conn = await rig.transport(poll_timeout=30).open()
+    rig.sim.end_session(agent_id=AGENT)
+    assert _event(await _serve(conn)).code == "AGENT_SESSION_ENDED"
+
+
+async def test_start_join_and_end_send_nice_sdk_json_bodies(rig: Rig) -> None:
+    """acd-session-manager.js: start {stationId, stationPhoneNumber, asAgentId?}, join {asAgentId},
+    DELETE {forceLogoff, endContacts, ignorePersonalQueue}: JSON bodies, no query parameters."""
+    bodies: list[tuple[str, str, object]] = []
+
+    def keep(request: httpx.Request) -> None:
+        content = request.content
+        bodies.append((request.method, request.url.query.decode(), json.loads(content) if content else None))
+
+    rig.on_send = keep
+    conn = await rig.transport().open()
+    await conn.close(1000)
+    start = next(b for m, q, b in bodies if m == "POST")
+    assert start == {"stationId": "", "stationPhoneNumber": "5551234"}  # no agent named: no asAgentId
+    assert all(q in ("", "timeout=0") or q.startswith("timeout=") for _, q, _ in bodies)
+    end = next(b for m, _, b in bodies if m == "DELETE")
+    assert end == {"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False}
+    session = rig.sim.state.sessions()[0]
+    assert session.station_phone == "5551234" and session.agent_id == AGENT
 
 
 async def test_silently_ended_session_answers_409(rig: Rig) -> None:

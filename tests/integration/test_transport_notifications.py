@@ -115,15 +115,16 @@ async def test_open_subscribes_and_delivers_events(genesys: Genesys) -> None:
     conn = await n.transport.open()
     response = conn.session_response
     assert response["status"] == "subscribed"
-    assert response["connectUri"] == f"{genesys.sim.urls['streaming']}/channels/{response['channelId']}"
+    # the PY269 Channel as the platform sent it
+    assert response["connectUri"] == f"{genesys.sim.urls['streaming']}/channels/{response['id']}"
     event = CLASSIFIER.validate_response(
         response,
         platform=Platform.GENESYS,
         channel=Channel.NOTIFICATIONS,
-        required=n.transport.required_fields,
+        kind=n.transport.response_kind,
     )
     assert event is None
-    assert conn.learned.platform_session_id == response["channelId"]
+    assert conn.learned.platform_session_id == response["id"]
     report = Reports()
     result: list[RawError] = []
     with anyio.fail_after(LIMIT_S):
@@ -244,10 +245,18 @@ async def test_unanswered_subscribe_is_a_network_timeout(genesys: Genesys) -> No
 
 @pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_topics=1)])
 async def test_subscribe_refused_fails_the_open(genesys: Genesys) -> None:
-    raw = await open_failure(make(genesys, topics=["v2.a", "v2.b"]).transport)
+    topics = ["v2.users.a.conversations", "v2.users.b.conversations"]
+    raw = await open_failure(make(genesys, topics=topics).transport)
     assert raw.method == "subscribe"
     assert CLASSIFIER.classify(raw).raw_status == 400
     assert CLASSIFIER.classify(raw).taxonomy_class == "PERMANENT"
+
+
+async def test_a_topic_the_platform_does_not_have_fails_the_open(genesys: Genesys) -> None:
+    """GN-1: real Genesys rejects unknown topics; the simulator used to permit any string."""
+    raw = await open_failure(make(genesys, topics=["v2.users.a.conversations", "v2.bogus"]).transport)
+    assert raw.method == "subscribe" and CLASSIFIER.classify(raw).raw_status == 400
+    assert isinstance(raw.body, dict) and "v2.bogus" in str(raw.body.get("message"))
 
 
 async def test_rest_rate_limit_propagates_as_operation_error(genesys: Genesys) -> None:

@@ -123,10 +123,11 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
     response = conn.session_response
     assert response["connected"] is True and response["newSession"] is True
     event = CLASSIFIER.validate_response(
-        response, platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, required=t.required_fields
+        response, platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, kind=t.response_kind
     )
     assert event is None
-    assert conn.learned.conversation_id == response["conversationId"]
+    # no guest frame names the conversation (issue 14): the transport learns none
+    assert conn.learned.conversation_id is None and "conversationId" not in response
     await conn.close(1000)  # a stop ends the server session too
     rec = genesys.sim.recorder
     await wait_until(lambda: rec.ws_messages("webmessaging", "in", "closeSession") == 1)
@@ -136,16 +137,30 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
 async def test_reconnect_resumes_the_conversation_with_the_same_guest_token(genesys: Genesys) -> None:
     t = transport(genesys)
     first = await t.open()
-    conversation = first.session_response["conversationId"]
+    conversation = genesys.sim.conversation_of(t.guest_token)
     await first.close(1001)  # going away: the session must survive
     second = await t.open()
     assert second.session_response["newSession"] is False
-    assert second.session_response["conversationId"] == conversation
+    assert genesys.sim.conversation_of(t.guest_token) is conversation
     assert genesys.sim.recorder.ws_messages("webmessaging", "in", "closeSession") == 0
-    other = await transport(genesys, context=ctx("wm-2")).open()
-    assert other.session_response["conversationId"] != conversation
+    t2 = transport(genesys, context=ctx("wm-2"))
+    other = await t2.open()
+    assert genesys.sim.conversation_of(t2.guest_token) is not conversation
     await second.close(1001)
     await other.close(1001)
+
+
+async def test_a_resume_answered_with_a_new_session_is_conversation_drift(genesys: Genesys) -> None:
+    """The one drift a guest can see: it resumed its token and the platform started over."""
+    t = transport(genesys)
+    first = await t.open()
+    await first.close(1001)
+    del genesys.sim.state.sessions[t.guest_token]  # the platform forgot the session (expiry, clear)
+    with pytest.raises(OperationError) as info:
+        await t.open()
+    event = info.value.event
+    assert getattr(event, "code", None) == "CONVERSATION_STATE_DRIFT"
+    assert getattr(event, "trigger", None) == "CONVERSATION_STATE_DRIFT"
 
 
 # -- the connection ends: close codes --------------------------------------------------------------------
@@ -250,18 +265,18 @@ async def test_nothing_listening_is_a_connection_failure() -> None:
 
 
 async def test_missing_fields_leave_an_incomplete_session_response(genesys: Genesys) -> None:
-    genesys.sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, count=1, params={"fields": ["agentId"]}))
+    genesys.sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, count=1, params={"fields": ["readOnly"]}))
     t = transport(genesys)
     conn = await t.open()
-    assert "agentId" not in conn.session_response
+    assert "readOnly" not in conn.session_response
     event = CLASSIFIER.validate_response(
         conn.session_response,
         platform=Platform.GENESYS,
         channel=Channel.WEBMESSAGING,
-        required=t.required_fields,
+        kind=t.response_kind,
     )
     assert event is not None and event.code == "INCOMPLETE_RESPONSE"
-    assert event.details is not None and "agentId" in event.details
+    assert event.details is not None and "readOnly" in event.details
     await conn.close(1001)
 
 
@@ -348,30 +363,32 @@ async def test_session_expired_event_ends_the_connection_when_the_runtime_says_s
     # the same guest token is now useless: configureSession answers 4006
     again = await open_failure(t)
     assert again.status is None and code_of(again) == "SESSION_EXPIRED"
-    old = conn.learned.conversation_id
+    old = genesys.sim.conversation_of(t.guest_token)
     t.new_guest_token()
-    fresh = await t.open()
-    assert fresh.session_response["newSession"] is True and fresh.session_response["conversationId"] != old
+    fresh = await t.open()  # a new token: a new session, not a drift
+    assert fresh.session_response["newSession"] is True
+    assert genesys.sim.conversation_of(t.guest_token) is not old
     await fresh.close(1001)
 
 
-async def test_4006_answer_is_reported_as_session_expired(genesys: Genesys) -> None:
+async def test_4006_answer_to_a_message_fails_it_as_session_expired(genesys: Genesys) -> None:
+    """The platform tags its answer with the request's tracingId (GMT matches replies by it), so the
+    4006 is the request's answer: the message fails with SESSION_EXPIRED, a fail-fast the runner
+    turns into the session's end (SessionRunner.operation_failed)."""
     conn = await transport(genesys).open()
-    report = Reports(keep=False)
+    report = Reports(keep=True)
     genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, count=1, params={"mode": "code"}))
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
-            result: list[RawError] = []
-
-            async def run() -> None:
-                result.append(await conn.serve(report))
-
-            tg.start_soon(run)
-            with pytest.raises(OperationError):
-                # the 4006 ends the connection (the runtime said so), and with it the request
+            tg.start_soon(conn.serve, report)
+            with pytest.raises(OperationError) as info:
                 await conn.send_message("hello")
-    event = CLASSIFIER.classify(result[0])
-    assert event.code == "SESSION_EXPIRED" and event.raw_status == 4006
+            tg.cancel_scope.cancel()
+    event = info.value.event
+    assert getattr(event, "code", None) == "SESSION_EXPIRED" and getattr(event, "raw_status", None) == 4006
+    assert getattr(event, "taxonomy_class", None) == "STATE_CORRUPTING"
+    assert report.raws == []  # answered to the request, not pushed
+    await conn.close(1001)
 
 
 async def test_connection_closed_event_is_reported_then_the_close_ends_it(genesys: Genesys) -> None:
@@ -387,11 +404,13 @@ async def test_agent_disconnect_is_not_an_error(genesys: Genesys) -> None:
     t = transport(genesys)
     conn = await t.open()
     report = Reports()
-    assert conn.learned.conversation_id is not None
-    assert await genesys.sim.end_conversation(conn.learned.conversation_id) == 1
+    conversation = genesys.sim.conversation_of(t.guest_token)
+    assert conversation is not None
+    assert await genesys.sim.end_conversation(conversation.id) is True
     genesys.sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
     raw = await serve_to_end(conn, report)
-    assert report.raws == [] and conn.agent_disconnected
+    # metadata.readOnly "true": read-only, as GMT's MessagingClientImpl decides
+    assert report.raws == [] and conn.agent_disconnected and conn.read_only
     assert code_of(raw) == "GRACEFUL_CLOSE"
 
 
@@ -445,7 +464,7 @@ async def echoing_server() -> AsyncIterator[str]:
             body = f"Session authentication failed for {token}"
             await ws.send(json.dumps({"type": "response", "class": "string", "code": 403, "body": body}))
             return
-        answer = {"connected": True, "conversationId": "c-1", "agentId": "a-1", "status": "connected"}
+        answer = {"connected": True, "newSession": True, "readOnly": False}
         await ws.send(
             json.dumps({"type": "response", "class": "SessionResponse", "code": 200, "body": answer})
         )

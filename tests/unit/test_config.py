@@ -71,7 +71,7 @@ clientSecretFile = "s"
         ),
         (
             '[platforms.cxone]\nauthUrl = "ftp://x"\n',
-            r"^c\.toml: platforms\.cxone\.authUrl: expected `str` matching regex",
+            r"^c\.toml: platforms\.cxone\.authUrl: the scheme must be http or https, got 'ftp'$",
         ),
         ("[platforms\n", r"^c\.toml: not valid TOML: "),
     ],

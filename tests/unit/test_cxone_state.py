@@ -84,7 +84,7 @@ def test_stale_id_replays_start_and_snapshot(store: SessionStore) -> None:
     replay = store.poll(old)
     assert replay.outcome is PollOutcome.REPLAY
     assert types(replay.events) == ["AgentSessionStart", "AgentState", "CallContactEvent"]
-    assert replay.events[1]["CurrentOutState"] == "Lunch"
+    assert replay.events[1]["CurrentOutReason"] == "Lunch"
     assert replay.events[2]["ContactID"] == contact.contact_id
     # the replay supersedes the queue and becomes the chain's head
     assert replay.next_id is not None

@@ -53,30 +53,51 @@ MACHINES_MAY_USE = (
     "supervisor.events",
 )
 
+# the socket API modules that do no I/O (floor 3, and checked like the decision core)
+PURE_API = (
+    "supervisor.api.protocol",
+    "supervisor.api.messages",
+    "supervisor.api.outbox",
+    "supervisor.api.events",
+    "supervisor.api.idl",
+)
+
 # The floors, top to bottom (each may import only its own floor and those below), as data:
 # (floor, what, module prefixes). docs/runtime.md draws the same table.
 FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (9, "entry points", ("supervisor.cli", "supervisor.__main__")),
     (8, "the demo", ("supervisor.demo",)),
-    (7, "the runtime: lifecycle, supervisor, session runners, sinks", ("supervisor.runtime",)),
+    (
+        7,
+        "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client",
+        ("supervisor.runtime", "supervisor.api"),
+    ),
     (
         6,
-        "transports; telemetry (executor hooks, bus sinks)",
-        ("supervisor.transports", "supervisor.telemetry"),
+        "transports; attribute updates (they send through the REST client); telemetry (executor hooks, bus sinks)",
+        ("supervisor.transports", "supervisor.attributes", "supervisor.telemetry"),
     ),
     (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
     (4, "machines", ("machines",)),
     (
         3,
-        "vocabulary and boundary: events, bus, retry policy, boundary",
+        "vocabulary and boundary: events, bus, retry policy, boundary; the durable store",
         (
             "supervisor.events",
             "supervisor.bus",
             "supervisor.retry",
             "supervisor.boundary",
+            # the socket API's pure part: framing, messages, the conflating outbox, its events
+            *PURE_API,
+            # the durable store: its interface and the SQLite implementation, below the runtime
+            "supervisor.store",
         ),
     ),
-    (2, "decision data, config, simulators", ("supervisor.taxonomy", "supervisor.config", "supervisor.sim")),
+    (
+        2,
+        "decision data, config, simulators",
+        ("supervisor.taxonomy", "supervisor.config", "supervisor.config_durable", "supervisor.sim"),
+    ),
     (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
 )
 # who may import the simulators (they stand in for the platforms; the daemon never needs them)
@@ -90,6 +111,7 @@ def _pure_files() -> list[Path]:
         *sorted((ROOT / "supervisor" / "retry").rglob("*.py")),
         ROOT / "supervisor" / "clock.py",
         ROOT / "supervisor" / "events.py",
+        *(ROOT / (name.replace(".", "/") + ".py") for name in PURE_API),
     ]
     return [f for f in files if f.is_file()]
 

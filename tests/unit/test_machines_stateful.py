@@ -27,11 +27,13 @@ from machines.effects import (
     SessionTransition,
     TerminationReason,
 )
-from machines.session import SessionCore, SessionState
+from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
 
 T = TaxonomyClass
+# short, so that random runs reach it
+HORIZON_S = 90.0
 SETTINGS = settings(
     max_examples=200,
     stateful_step_count=40,
@@ -111,11 +113,13 @@ class SessionProperties(RuleBasedStateMachine):
         self.fail_fast_seen = False
         self.steps = 0
         self.fatal_after = 0
+        # when the current connection was lost (the horizon runs from there)
+        self.lost_at: float | None = None
 
     @rule(seed=st.integers(0, 2**32 - 1), lifetime=st.integers(0, 40))
     @precondition(lambda self: self.core is None)
     def start(self, seed: int, lifetime: int) -> None:
-        self.core = SessionCore("s", self.clock, random.Random(seed))
+        self.core = SessionCore("s", self.clock, random.Random(seed), SessionConfig(horizon_s=HORIZON_S))
         # fatal inputs are enabled only after `lifetime` inputs, so runs explore long lives too
         self.fatal_after = lifetime
 
@@ -207,7 +211,11 @@ class SessionProperties(RuleBasedStateMachine):
                 hi = max(8.0, (event.retry_after_ms or 0) / 1000.0)
                 assert lo <= e.delay_s <= hi
             if isinstance(e, ScheduleReconnect):
-                assert e.attempt == attempts + 1 <= event.policy.max_retries
+                assert e.attempt == attempts + 1
+                if e.first:
+                    self.lost_at = self.clock.monotonic()
+                # never a reconnection scheduled past the horizon since the connection was lost
+                assert self.lost_at is not None and e.at - self.lost_at <= HORIZON_S + 1e-9
 
     @rule(remaining=st.none() | st.floats(0.0, 120.0, allow_nan=False))
     @precondition(lambda self: self.core is not None)
@@ -215,12 +223,21 @@ class SessionProperties(RuleBasedStateMachine):
         core = self.core
         assert core is not None
         attempts = core.attempts
+        was = core.state
         effects = self._feed("reconnect_due", lambda c: c.reconnect_due(remaining))
-        if remaining is not None and remaining > 0 and effects:
+        if was is not SessionState.RECONNECTING:
+            return
+        if remaining is not None and remaining > 0 and core.state is SessionState.RECONNECTING:
             # deferred: not counted as an attempt, and throttling is reported
             assert core.attempts == attempts
-            assert core.state is SessionState.RECONNECTING
             assert any(isinstance(e, ReconnectionThrottled) for e in effects)
+            for e in effects:
+                if isinstance(e, ScheduleReconnect):
+                    assert self.lost_at is not None and e.at - self.lost_at <= HORIZON_S + 1e-9
+        elif remaining is not None and remaining > 0 and core.state is SessionState.TERMINATED:
+            # the circuit stayed open past the horizon: the only way a deferral ends a session
+            assert self.lost_at is not None
+            assert self.clock.monotonic() + remaining - self.lost_at > HORIZON_S
 
     @rule()
     @precondition(lambda self: self.core is not None and self.steps >= self.fatal_after)

@@ -405,21 +405,65 @@ def test_operation_scoped_transient_leaves_the_session_to_the_retry_executor(clo
 # -- budget: seed section 2 -----------------------------------------------------------------------
 
 
-def test_exhausted_budget_terminates_with_retry_exhausted(clock: FakeClock) -> None:
+def test_reconnection_outlives_the_class_budget_within_the_horizon(clock: FakeClock) -> None:
+    """The class budget bounds an operation; a session keeps reconnecting until the horizon (issue 9)."""
     two = RetryPolicy(name="two", max_retries=2, base_delay_ms=1000, max_delay_ms=16_000)
-    core = active_core(clock)
-    core.failure(drop(policy=two))
-    core.reconnect_due(None)
-    core.failure(drop(policy=two))
-    core.reconnect_due(None)
-    effects = core.failure(drop(policy=two))
+    core = active_core(clock, config=SessionConfig(horizon_s=600.0))
+    for attempt in range(1, 11):
+        effects = core.failure(drop(policy=two))
+        (schedule,) = of(effects, ScheduleReconnect)
+        assert schedule.attempt == attempt
+        assert schedule.delay_s <= 16.0  # capped by the policy's maximum, however many attempts
+        clock.set(schedule.at)
+        core.reconnect_due(None)
+    assert core.state is SessionState.CONNECTING and core.attempts == 10
+
+
+def test_past_the_horizon_the_session_ends_retry_exhausted_with_give_up_horizon(clock: FakeClock) -> None:
+    core = active_core(clock, config=SessionConfig(horizon_s=30.0))
+    lost_at = clock.monotonic()
+    effects: list[Effect] = core.failure(drop())
+    while not of(effects, SessionTerminated):
+        (schedule,) = of(effects, ScheduleReconnect)
+        assert schedule.at - lost_at <= 30.0  # never scheduled past the horizon
+        clock.set(schedule.at)
+        core.reconnect_due(None)
+        effects = core.failure(drop())
     assert core.state is SessionState.TERMINATED
-    assert not of(effects, ScheduleReconnect)
     (terminated,) = of(effects, SessionTerminated)
     assert terminated.reason is TerminationReason.RETRY_EXHAUSTED
     (exhausted,) = telemetry(effects, RetryExhausted)
-    assert exhausted.fields()["attempts"] == 2
-    assert exhausted.fields()["giveUp"] == "BUDGET_EXHAUSTED"
+    assert exhausted.fields()["giveUp"] == "HORIZON" and exhausted.fields()["kind"] == "reconnect"
+
+
+def test_a_circuit_open_past_the_horizon_ends_the_session(clock: FakeClock) -> None:
+    """Deferred reconnections are not counted, but they do not outlive the horizon either."""
+    core = active_core(clock, config=SessionConfig(horizon_s=60.0))
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    clock.set(schedule.at)
+    effects = core.reconnect_due(30.0)  # still within: deferred
+    assert core.state is SessionState.RECONNECTING and of(effects, ReconnectionThrottled)
+    clock.advance(30.0)
+    effects = core.reconnect_due(30.0)  # would come back past the horizon
+    assert core.state is SessionState.TERMINATED
+    assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
+
+
+def test_a_success_restarts_the_horizon(clock: FakeClock) -> None:
+    core = active_core(clock, config=SessionConfig(horizon_s=20.0))
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    clock.set(schedule.at)
+    core.reconnect_due(None)
+    core.session_response(None)
+    clock.advance(60.0)  # long after the first loss: a new loss starts a new horizon
+    assert of(core.failure(drop()), ScheduleReconnect)
+
+
+def test_a_retry_after_past_the_ceiling_gives_up_the_reconnection(clock: FakeClock) -> None:
+    core = active_core(clock)
+    effects = core.failure(drop(policy=RATE, retry_after_ms=RATE.retry_after_ceiling_ms + 1000))
+    assert core.state is SessionState.TERMINATED
+    assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "RETRY_AFTER_EXCEEDS_CEILING"
 
 
 # -- circuit open: seed edge case 1 ---------------------------------------------------------------
@@ -536,3 +580,28 @@ def test_iso_utc_rounds_to_the_millisecond() -> None:
 def test_session_config_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must"):
         SessionConfig(**kwargs)
+
+
+def test_a_connect_refused_by_an_open_circuit_waits_uncounted_within_the_horizon(clock: FakeClock) -> None:
+    """The token endpoint or REST API is down: no attempt is made, the session waits (issue 9)."""
+    core = new_core(clock, config=SessionConfig(horizon_s=100.0))
+    effects = core.connect_refused(30.0)
+    assert core.state is SessionState.RECONNECTING and core.attempts == 0
+    (schedule,) = of(effects, ScheduleReconnect)
+    assert schedule.delay_s == 30.0 and not schedule.first
+    assert of(effects, ReconnectionThrottled)
+    clock.set(schedule.at)
+    core.reconnect_due(None)
+    assert core.state is SessionState.CONNECTING
+    core.connect_refused(30.0)  # still within the horizon (60 s since the first refusal)
+    clock.advance(45.0)
+    core.reconnect_due(None)
+    effects = core.connect_refused(30.0)  # 75 + 30 > 100: past the horizon
+    assert core.state is SessionState.TERMINATED
+    assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
+
+
+def test_connect_refused_is_accepted_only_while_connecting(clock: FakeClock) -> None:
+    core = active_core(clock)
+    with pytest.raises(InputRejected):
+        core.connect_refused(1.0)

@@ -31,7 +31,8 @@ def anyio_backend() -> str:
 
 
 class GatedConnection:
-    session_response: Mapping[str, Any] = {"conversationId": "c", "agentId": "a", "status": "ok"}
+    # a conversation resource as Genesys sends it (taxonomy v1 responses."genesys.rest.Conversation")
+    session_response: Mapping[str, Any] = {"id": "c", "state": "connected", "participants": [{"id": "p"}]}
     learned = Learned(conversation_id="c")
 
     def __init__(self) -> None:
@@ -50,7 +51,7 @@ class GatedConnection:
 class GatedTransport:
     """open() waits for the test, then fails or succeeds as told."""
 
-    required_fields = ("conversationId", "agentId", "status")
+    response_kind = "genesys.rest.Conversation"
 
     def __init__(self, *, fail: bool) -> None:
         self.context = SessionContext("s-1", Platform.GENESYS, Channel.WEBMESSAGING, agent_id="a")

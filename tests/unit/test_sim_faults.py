@@ -73,11 +73,8 @@ def test_validation_names_the_field_in_one_line(data: dict[str, object], field: 
 def test_decode_from_json_fills_param_defaults() -> None:
     fault = decode_fault(b'{"kind": "admission_limit", "params": {"rate_per_s": 200}}')
     assert fault.params == {"rate_per_s": 200, "status": 429, "retry_after": "1", "body": None}
-    assert decode_fault('{"kind":"missing_fields"}').params["fields"] == [
-        "conversationId",
-        "agentId",
-        "status",
-    ]
+    # one field each platform's session response really carries (taxonomy v1 [responses])
+    assert decode_fault('{"kind":"missing_fields"}').params["fields"] == ["connected", "id", "sessionId"]
     with pytest.raises(SimulatorError, match="invalid JSON"):
         decode_fault(b"{nope")
 

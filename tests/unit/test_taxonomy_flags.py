@@ -174,3 +174,15 @@ def test_taxonomy_diff_shows_a_flag_change(tmp_path: Path) -> None:
     assert change.change == "changed"
     assert change.before is not None and change.after is not None
     assert (change.before["graceful"], change.after["graceful"]) == (True, False)
+
+
+def test_a_long_replay_keeps_a_bounded_sample_and_counts_the_rest() -> None:
+    """An endless recording must not grow memory: past REPLAY_KEEP lines, differences are counted."""
+    from supervisor.taxonomy.diff import REPLAY_KEEP, replay
+
+    other = compile_taxonomy(v1_text().replace("graceful = true\n", ""), "v2.toml")
+    line = b'{"platform":"genesys","channel":"webmessaging","closeCode":1000}'
+    total = REPLAY_KEEP * 3
+    report = replay(V1, other, (line for _ in range(total)))
+    assert len(report.changes) == REPLAY_KEEP
+    assert report.changed_total == total and report.lines == total

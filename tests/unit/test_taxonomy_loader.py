@@ -135,3 +135,93 @@ def test_environment_override_wins_for_staged_rollout() -> None:
     assert resolve_version("v1", {}) == "v1"
     assert resolve_version("v1", {ENV_VAR: "/etc/ss/v2.toml"}) == "/etc/ss/v2.toml"
     assert resolve_version("v3", {ENV_VAR: "  "}) == "v3"
+
+
+# -- [responses]: what each platform's response must carry (issue 14) ------------------------------------
+
+_HDR = '[responses."genesys.webmessaging.SessionResponse"]'
+_REQ = 'required = ["connected", "newSession", "readOnly"]'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            edited(_REQ, "required = []"),
+            r"^bad\.toml: responses\.genesys\.webmessaging\.SessionResponse\.required: name at least one field$",
+        ),
+        (
+            edited(_REQ, 'required = ["connected", "connected"]'),
+            r"^bad\.toml: responses\.genesys\.webmessaging\.SessionResponse\.required: a field is named twice$",
+        ),
+        (
+            edited(_REQ, 'required = ["a b"]'),
+            r"^bad\.toml: responses\.genesys\.webmessaging\.SessionResponse: 'a b' is not a field name$",
+        ),
+        (
+            edited(_HDR, '[responses."genesys.fax.SessionResponse"]'),
+            r"^bad\.toml: responses\.genesys\.fax\.SessionResponse: unknown platform or channel 'genesys\.fax'$",
+        ),
+        (
+            edited(_HDR, "[responses.SessionResponse]"),
+            r"^bad\.toml: responses\.SessionResponse: a response is named platform\.channel\.Response$",
+        ),
+        (
+            edited(_HDR, '[responses."genesys.webmessaging.Other"]'),
+            r'^bad\.toml: responses\."genesys\.webmessaging\.SessionResponse": missing \(a transport validates it\)$',
+        ),
+        (
+            edited(_REQ, _REQ + '\nextra = "x"'),
+            r"^bad\.toml: responses\.genesys\.webmessaging\.SessionResponse: object contains unknown field `extra`$",
+        ),
+    ],
+)
+def test_responses_are_checked_on_load(text: str, message: str) -> None:
+    with pytest.raises(TaxonomyError, match=message):
+        compile_taxonomy(text, "bad.toml")
+
+
+def test_validation_follows_the_response_kind() -> None:
+    classifier = Classifier(load_taxonomy("v1"))
+    from supervisor.taxonomy import Channel, Platform
+
+    wm = {"connected": True, "newSession": False, "readOnly": False}
+    ok = classifier.validate_response(
+        wm,
+        platform=Platform.GENESYS,
+        channel=Channel.WEBMESSAGING,
+        kind="genesys.webmessaging.SessionResponse",
+    )
+    assert ok is None
+    # a configured conversation cannot drift on a response that names none
+    assert (
+        classifier.validate_response(
+            wm,
+            platform=Platform.GENESYS,
+            channel=Channel.WEBMESSAGING,
+            kind="genesys.webmessaging.SessionResponse",
+            expected_conversation_id="c-1",
+        )
+        is None
+    )
+    missing = classifier.validate_response(
+        {"connected": True, "newSession": False},
+        platform=Platform.GENESYS,
+        channel=Channel.WEBMESSAGING,
+        kind="genesys.webmessaging.SessionResponse",
+    )
+    assert (
+        missing is not None and missing.code == "INCOMPLETE_RESPONSE" and "readOnly" in str(missing.details)
+    )
+    drift = classifier.validate_response(
+        {"id": "c-2", "state": "connected", "participants": [{}]},
+        platform=Platform.GENESYS,
+        channel=Channel.REST,
+        kind="genesys.rest.Conversation",
+        expected_conversation_id="c-1",
+    )
+    assert drift is not None and drift.code == "CONVERSATION_STATE_DRIFT"
+    with pytest.raises(TaxonomyError):
+        classifier.validate_response(
+            {}, platform=Platform.GENESYS, channel=Channel.REST, kind="genesys.rest.Nope"
+        )

@@ -1,15 +1,19 @@
 """CXone Agent Session API routes (platforms.md §6) on the simulator's ``api`` listener.
 
 Every route lives under ``/inContactAPI/services/v{N}.0/`` for any ``N`` (unless
-:attr:`CxoneSimConfig.api_versions` restricts it) and needs ``Authorization: Bearer``:
+:attr:`CxoneSimConfig.api_versions` restricts it), in any case and with ``//`` tolerated
+(:mod:`.routing`), and needs ``Authorization: Bearer``. Parameters come from the query string
+(the generated client's spelling, platforms.md §6) or a JSON body whatever its Content-Type (NICE's
+agent SDK sends ``JSON.stringify`` with no Content-Type: ``acd-session-manager.js``,
+``agent-state-service.js``); the body wins on a conflict [I], and ``""`` or ``null`` count as absent:
 
 ===========================================================  =====================================
-``POST agent-sessions?stationId=|stationPhoneNumber=&...``     202 ``{"sessionId"}``
-``POST agent-sessions/join?asAgentId=``                        202 ``{"sessionId"}``
-``DELETE agent-sessions/{sessionId}``                          202, no body
+``POST agent-sessions`` stationId|stationPhoneNumber, ...    202 ``{"sessionId"}``
+``POST agent-sessions/join`` asAgentId                         202 ``{"sessionId"}``
+``DELETE agent-sessions/{sessionId}`` endContacts, ...         202, no body
 ``GET agent-sessions/{sessionId}/get-next-event?timeout=N``    200 ``{"sessionId", "events"}`` / 304 /
                                                                400 / 404 / 409
-``POST agent-sessions/{sessionId}/state?state=&reason=``       202, no body
+``POST agent-sessions/{sessionId}/state`` state, reason        202, no body
 ``POST agent-sessions/{sessionId}/interactions/{contactId}/``  202, no body
 ``accept|hold|resume|end``
 ``POST agent-sessions/{sessionId}/keep-alive``                 202, no body
@@ -32,8 +36,17 @@ from aiohttp import web
 
 from supervisor.sim.cxone.auth import bearer_of, check_bearer
 from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
+from supervisor.sim.cxone.routing import case_insensitive
 from supervisor.sim.cxone.state import EndReason, Handle, PollOutcome, SimStateError
-from supervisor.sim.cxone.wire import ENDPOINT_KEY, SESSION_KEY, empty_response, json_response, oauth_error
+from supervisor.sim.cxone.wire import (
+    ENDPOINT_KEY,
+    SESSION_KEY,
+    BodyError,
+    empty_response,
+    json_response,
+    oauth_error,
+    read_body,
+)
 from supervisor.sim.faults import FaultKind
 
 PREFIX = r"/inContactAPI/services/v{N:\d+}.0"
@@ -52,12 +65,36 @@ def _bad(description: str) -> web.Response:
     return oauth_error(400, "invalid_request", description)
 
 
-def _int_query(request: web.Request, name: str, *, low: int, high: int) -> int | None:
-    """An optional integer query parameter within ``low..high``; raises SimStateError(400) otherwise."""
-    raw = request.query.get(name)
+#: request key holding the merged query + JSON body parameters
+PARAMS: web.RequestKey[dict[str, str]] = web.RequestKey("cxone_params", dict)
+
+
+async def params_of(request: web.Request) -> dict[str, str]:
+    """The query parameters, overlaid with a JSON body's (module docstring); SimStateError(400)
+    for a body that is not a JSON object."""
+    if PARAMS in request:
+        return request[PARAMS]
+    try:
+        body = await read_body(request, limit=16 * 1024)
+    except BodyError as exc:
+        raise SimStateError(400, "invalid_request", str(exc)) from None
+    merged = dict(request.query.items())
+    merged.update({k: v for k, v in body.items() if v not in ("", "null")})
+    request[PARAMS] = merged
+    return merged
+
+
+def _flag(params: dict[str, str], name: str) -> bool:
+    return params.get(name, "").lower() == "true"
+
+
+def _int_query(params: dict[str, str], name: str, *, low: int, high: int) -> int | None:
+    """An optional integer parameter within ``low..high``; raises SimStateError(400) otherwise."""
+    raw = params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 9 or not low <= int(raw) <= high:
+    # ASCII digits only: str.isdigit() is also true for "²", which int() refuses (a 500)
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or not low <= int(raw) <= high:
         raise SimStateError(400, "invalid_request", f"{name} must be an integer within {low}..{high}")
     return int(raw)
 
@@ -100,16 +137,17 @@ async def start_session(request: web.Request) -> web.Response:
     ctx, agent = _prelude(request)
     if isinstance(agent, web.Response):
         return agent
-    query = request.query
     try:
-        inactivity = _int_query(request, "inactivityTimeout", low=0, high=86_400)
-        as_agent = _int_query(request, "asAgentId", low=1, high=999_999_999)
+        params = await params_of(request)
+        inactivity = _int_query(params, "inactivityTimeout", low=0, high=86_400)
+        as_agent = _int_query(params, "asAgentId", low=1, high=999_999_999)
         session = ctx.sessions.start(
             str(as_agent) if as_agent is not None else agent,
             str(ctx.config.bus_no),
-            station_id=query.get("stationId", "")[:64],
-            station_phone=query.get("stationPhoneNumber", "")[:32],
+            station_id=params.get("stationId", "")[:64],
+            station_phone=params.get("stationPhoneNumber", "")[:32],
             inactivity_timeout=None if inactivity is None else float(inactivity),
+            inactivity_force_logout=_flag(params, "inactivityForceLogout"),
         )
     except SimStateError as exc:
         return _error(exc)
@@ -122,7 +160,7 @@ async def join_session(request: web.Request) -> web.Response:
     if isinstance(agent, web.Response):
         return agent
     try:
-        as_agent = _int_query(request, "asAgentId", low=1, high=999_999_999)
+        as_agent = _int_query(await params_of(request), "asAgentId", low=1, high=999_999_999)
         handle = ctx.sessions.join(str(as_agent) if as_agent is not None else agent)
     except SimStateError as exc:
         return _error(exc)
@@ -130,7 +168,7 @@ async def join_session(request: web.Request) -> web.Response:
 
 
 async def _session_action(
-    request: web.Request, action: Callable[[CxoneContext, str], object]
+    request: web.Request, action: Callable[[CxoneContext, str, dict[str, str]], object]
 ) -> web.Response:
     """The shape every per-session action shares: auth, session faults, the action, 202 (or its error)."""
     ctx, agent = _prelude(request)
@@ -139,32 +177,45 @@ async def _session_action(
     session_id = request.match_info["sessionId"]
     _session_faults(ctx, request, session_id)
     try:
-        action(ctx, session_id)
+        action(ctx, session_id, await params_of(request))
     except SimStateError as exc:
         return _error(exc)
     return _accepted(ctx, request, None)
 
 
 async def end_session(request: web.Request) -> web.Response:
-    """``DELETE agent-sessions/{sessionId}``: end it; the next poll gets the final AgentSessionEnd."""
-    return await _session_action(request, lambda ctx, sid: ctx.sessions.end(sid, EndReason.CLIENT))
+    """``DELETE agent-sessions/{sessionId}``: end it; the next poll gets the final AgentSessionEnd.
+
+    NICE's ``EndSessionRequest`` flags: ``endContacts`` ends the open contacts first; ``forceLogoff``
+    and ``ignorePersonalQueue`` are accepted (their platform effects are [I])."""
+
+    def end(ctx: CxoneContext, sid: str, params: dict[str, str]) -> object:
+        reason = EndReason.FORCED_LOGOFF if _flag(params, "forceLogoff") else EndReason.CLIENT
+        return ctx.sessions.end(sid, reason, end_contacts=_flag(params, "endContacts"))
+
+    return await _session_action(request, end)
 
 
 async def set_state(request: web.Request) -> web.Response:
-    """``POST .../state?state=Available|Unavailable&reason=``: queues an ``AgentState`` event."""
-    state, reason = request.query.get("state", ""), request.query.get("reason", "")[:64]
-    return await _session_action(request, lambda ctx, sid: ctx.sessions.set_state(sid, state, reason))
+    """``POST .../state`` ``{state: Available|Unavailable, reason}``: queues an ``AgentState`` event."""
+
+    def change(ctx: CxoneContext, sid: str, params: dict[str, str]) -> object:
+        return ctx.sessions.set_state(sid, params.get("state", ""), params.get("reason", "")[:64])
+
+    return await _session_action(request, change)
 
 
 async def contact_action(request: web.Request) -> web.Response:
     """``POST .../interactions/{contactId}/{action}``: accept|hold|resume|end; queues a CallContactEvent."""
     contact, verb = request.match_info["contactId"], request.match_info["action"]
-    return await _session_action(request, lambda ctx, sid: ctx.sessions.contact_action(sid, contact, verb))
+    return await _session_action(
+        request, lambda ctx, sid, _params: ctx.sessions.contact_action(sid, contact, verb)
+    )
 
 
 async def keep_alive(request: web.Request) -> web.Response:
     """``POST .../keep-alive``: counts as activity for ``inactivityTimeout``."""
-    return await _session_action(request, lambda ctx, sid: ctx.sessions.touch(sid))
+    return await _session_action(request, lambda ctx, sid, _params: ctx.sessions.touch(sid))
 
 
 def _poll_headers(ctx: CxoneContext) -> dict[str, str]:
@@ -184,7 +235,8 @@ async def get_next_event(request: web.Request) -> web.Response:
     if isinstance(agent, web.Response):
         return agent
     try:
-        timeout = _int_query(request, "timeout", low=0, high=ctx.config.max_poll_timeout_s) or 0
+        high = ctx.config.max_poll_timeout_s
+        timeout = _int_query(dict(request.query), "timeout", low=0, high=high) or 0
     except SimStateError as exc:
         return _error(exc)
     session_id = request.match_info["sessionId"]
@@ -212,7 +264,10 @@ async def get_next_event(request: web.Request) -> web.Response:
         return empty_response(304, headers)  # RFC 9110 §15.4.5: a 304 has no body
     if result.outcome is PollOutcome.ENDED:
         events.pop(handle.key, None)
-        return oauth_error(409, "session_ended", "The agent session has ended", headers=headers)
+        # [I] NICE's SDK never polls after AgentSessionEnd (and maps a poll 409 to the end):
+        # what the platform answers here is unknown, so the status is configurable
+        status = ctx.config.ended_poll_status
+        return oauth_error(status, "session_ended", "The agent session has ended", headers=headers)
     if result.outcome is PollOutcome.UNKNOWN:
         return oauth_error(404, "invalid_session", "Session not found", headers=headers)
     body = {"sessionId": result.next_id, "events": list(result.events)}
@@ -251,6 +306,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(ONE_SESSION + "/state", set_state)
     app.router.add_post(ONE_SESSION + "/interactions/{contactId}/{action}", contact_action)
     app.router.add_post(ONE_SESSION + "/keep-alive", keep_alive)
+    case_insensitive(app)
 
 
 def wake_handle(app: web.Application, handle_key: str) -> None:

@@ -6,13 +6,26 @@
 * ``POST /public/authentication/v1/token``: JSON or form body; ``grant_type`` ``password``
   (``username``, ``password``) or ``client_credentials``; client id/secret in the body
   (``client_id``, ``client_secret``) or in Basic auth.
-* ``POST /public/authentication/v1/refresh``: ``{"refresh_token": ..}``.
+* ``POST /public/authentication/v1/refresh``: ``{"refresh_token": ..}`` or ``{"token": ..}`` (NICE's SDK).
+* ``POST /InContactAuthorizationServer/Token/whoami``: ``{"token": <access token>}``, no bearer
+  (``cxone-auth.js`` ``getWhoAmIData``) -> ``{agent_id, bus_no, team_id, expires_in, iss, sub,
+  refresh_token_server_uri, resource_server_base_uri}`` (``whoami-response.js``); an unknown,
+  expired or revoked token -> 401 ``invalid_token`` [I].
 
-Success (AcdToken, platforms.md §7)::
+NICE's SDK shapes (``cxone-auth.js``) are accepted as it sends them: ``/v1/token`` with
+``Authorization: Basic base64("{clientId}@cxone")`` (no colon, no secret) and JSON
+``{"accessToken": <live token>}`` exchanges that token for a new pair; ``/v1/refresh`` with the
+same Basic header and ``{"token": <refresh token>}``. Every path is case-insensitive
+(``/incontactauthorizationserver/token``, :mod:`.routing`).
 
-    {"access_token", "token_type": "bearer", "expires_in": 3600, "refresh_token",
-     "refresh_token_server_uri", "resource_server_base_uri": "http://127.0.0.1:P/inContactAPI/",
-     "scope", "agent_id", "team_id", "bus_no"}
+Success (AcdToken, platforms.md §7; ``auth-token.js`` also reads ``id_token`` and
+``issued_token_type``)::
+
+    {"access_token": <JWT-shaped>, "token_type": "bearer", "expires_in": 3600, "refresh_token",
+     "id_token", "issued_token_type", "refresh_token_server_uri",
+     "resource_server_base_uri": "http://127.0.0.1:P/inContactAPI/", "scope", "agent_id", "team_id", "bus_no"}
+
+(``resource_server_base_uri`` is left out of v1 answers with ``v1_resource_base_uri = false``.)
 
 Errors are OAuth-shaped (RFC 6749 §5.2): 401 ``invalid_client`` (the FAQ's "Client
 application 'app@vendor' not authorized for user"), 400 ``invalid_request`` /
@@ -31,20 +44,24 @@ from aiohttp import web
 
 from supervisor.sim.cxone.config import ErrorBody
 from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
+from supervisor.sim.cxone.routing import case_insensitive
 from supervisor.sim.cxone.tokens import GrantError, Token, TokenStatus
 from supervisor.sim.cxone.wire import ENDPOINT_KEY, BodyError, json_response, oauth_error, read_body
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.recorder import TokenEvent
 
 LEGACY_TOKEN = "/InContactAuthorizationServer/Token"
+WHOAMI = LEGACY_TOKEN + "/whoami"
 V1_TOKEN = "/public/authentication/v1/token"
 V1_REFRESH = "/public/authentication/v1/refresh"
 
 _NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}  # RFC 6749 §5.1
 
 
-def _basic(request: web.Request) -> tuple[str, str] | None:
-    """``(user, password)`` of a Basic ``Authorization`` header (scheme case-insensitive), or None."""
+def _basic(request: web.Request) -> tuple[str, str | None] | None:
+    """``(user, password)`` of a Basic ``Authorization`` header (scheme case-insensitive), or None.
+
+    NICE's SDK sends ``base64("{clientId}@cxone")`` with no colon: ``(user, None)``."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "basic" or not value:
@@ -54,24 +71,33 @@ def _basic(request: web.Request) -> tuple[str, str] | None:
     except (binascii.Error, UnicodeDecodeError):
         return None
     user, sep, secret = decoded.partition(":")
-    return (user, secret) if sep else None
+    return (user, secret if sep else None) if user else None
 
 
 def _token_body(ctx: CxoneContext, token: Token) -> dict[str, object]:
     cfg = ctx.config
-    return {
+    body: dict[str, object] = {
         "access_token": token.access_token,
         "token_type": "bearer",
         "expires_in": cfg.token_ttl_s,
         "refresh_token": token.refresh_token,
+        "id_token": token.id_token,
+        "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
         "refresh_token_server_uri": ctx.urls.get("auth", "") + token.refresh_uri,
-        # real CXone hands out the base with a trailing slash (platforms.md §6)
-        "resource_server_base_uri": ctx.urls.get("api", "") + "/inContactAPI/",
+        "resource_server_base_uri": _resource_base(ctx),
         "scope": token.scope,
         "agent_id": token.agent_id,
         "team_id": cfg.team_id,
         "bus_no": cfg.bus_no,
     }
+    if token.refresh_uri != LEGACY_TOKEN and not cfg.v1_resource_base_uri:
+        del body["resource_server_base_uri"]  # CX-9: NICE's SDK takes it from whoami instead
+    return body
+
+
+def _resource_base(ctx: CxoneContext) -> str:
+    # real CXone hands out the base with a trailing slash (platforms.md §6)
+    return ctx.urls.get("api", "") + "/inContactAPI/"
 
 
 def _answer(
@@ -173,6 +199,14 @@ async def v1_token(request: web.Request) -> web.Response:
     secret = body.get("client_secret") or (creds[1] if creds else None)
     if not client_id:
         return _reject(ctx, 401, "invalid_client", "client_id is required")
+    access = body.get("accessToken")
+    if access and "grant_type" not in body:
+        # NICE's token exchange: Basic "{clientId}@cxone" (no secret) + {"accessToken"}
+        try:
+            token = ctx.tokens.exchange(access, ttl_s=ctx.config.token_ttl_s)
+        except GrantError as exc:
+            return _reject(ctx, exc.status, exc.error, exc.description)
+        return _answer(ctx, request, token, "issued", "token_exchange")
     if not _client_ok(ctx, client_id, secret):
         return _reject(
             ctx, 401, "invalid_client", f"Client application '{client_id[:80]}' not authorized for user"
@@ -190,7 +224,32 @@ async def v1_refresh(request: web.Request) -> web.Response:
     grant = body.get("grant_type", "refresh_token")
     if grant != "refresh_token":
         return _reject(ctx, 400, "unsupported_grant_type", "grant_type must be refresh_token")
-    return _refresh(ctx, request, body.get("refresh_token", ""))
+    # NICE's SDK (cxone-auth.js, regional refresh) names it "token"
+    return _refresh(ctx, request, body.get("refresh_token") or body.get("token", ""))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """``POST .../Token/whoami`` ``{"token"}``: who a live access token is, and the API base."""
+    ctx = request.app[CONTEXT_KEY]
+    try:
+        body = await read_body(request)
+    except BodyError as exc:
+        return oauth_error(400, "invalid_request", str(exc))
+    status, token = ctx.tokens.check(body.get("token") or None)
+    if status is not TokenStatus.VALID or token is None:
+        return oauth_error(401, "invalid_token", "Invalid or expired token")
+    remaining = max(0, int(token.expires_at - ctx.clock.monotonic()))
+    answer = {
+        "agent_id": token.agent_id,
+        "bus_no": ctx.config.bus_no,
+        "team_id": ctx.config.team_id,
+        "expires_in": remaining,
+        "iss": ctx.urls.get("auth", ""),
+        "sub": f"user:{token.agent_id}",
+        "refresh_token_server_uri": ctx.urls.get("auth", "") + token.refresh_uri,
+        "resource_server_base_uri": _resource_base(ctx),
+    }
+    return json_response(200, answer, _NO_STORE)
 
 
 async def auth_key_of(request: web.Request, ctx: CxoneContext) -> str:
@@ -207,10 +266,12 @@ async def auth_key_of(request: web.Request, ctx: CxoneContext) -> str:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the three token routes on the ``auth`` listener's app."""
+    """Register the token routes and whoami on the ``auth`` listener's app (any case)."""
     app.router.add_post(LEGACY_TOKEN, legacy_token)
     app.router.add_post(V1_TOKEN, v1_token)
     app.router.add_post(V1_REFRESH, v1_refresh)
+    app.router.add_post(WHOAMI, whoami)
+    case_insensitive(app)
 
 
 # --------------------------------------------------------------------------- API-side checks

@@ -7,11 +7,17 @@ any client id, secret, user"); setting a tuple or a value restricts them.
 from __future__ import annotations
 
 import enum
+import tomllib
 from pathlib import Path
 
 import msgspec
 
 from supervisor.errors import ConfigError
+from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S, check_numbers
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest simulator config file read
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
 class ErrorBody(enum.StrEnum):
@@ -41,6 +47,16 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         first_agent_id: agent ids are given to new usernames from this number upwards.
         auth_error_body: body of 401s on API routes (``json`` or ``empty``).
         scope: ``scope`` of issued tokens when the request names none.
+        read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
+            (else the connection is closed, or the request answered 408); idle keep-alive
+            connections are closed after it too.
+        v1_resource_base_uri: v1 token answers carry ``resource_server_base_uri``. NICE's SDK
+            reads it from ``.../token/whoami`` instead, which suggests v1 answers lack it [I]:
+            turn it off to meet a client that must not rely on it (CX-9).
+        ended_poll_status: what a poll after the delivered ``AgentSessionEnd`` answers: 409
+            (default), 404 or 400. No vendor source shows it (NICE's SDK never sends that poll) [I].
+
+    Every number must be finite and at most 10^9.
     """
 
     token_ttl_s: int = 3600
@@ -57,8 +73,16 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     first_agent_id: int = 100001
     auth_error_body: ErrorBody = ErrorBody.JSON
     scope: str = "RealTimeApi AdminApi AgentApi AuthenticationApi PatronApi ReportingApi"
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    v1_resource_base_uri: bool = True
+    ended_poll_status: int = 409
 
     def __post_init__(self) -> None:
+        check_numbers(self)
+        if self.ended_poll_status not in (400, 404, 409):
+            raise ValueError("ended_poll_status must be 400, 404 or 409")
+        if self.read_timeout_s <= 0:
+            raise ValueError("read_timeout_s must be > 0")
         if self.token_ttl_s <= 0:
             raise ValueError("token_ttl_s must be positive")
         if self.max_age_s is not None and self.max_age_s < 0:
@@ -77,12 +101,16 @@ def load_config(path: str | Path) -> CxoneSimConfig:
     """
     where = str(path)
     try:
-        raw = Path(path).read_bytes()
+        raw = parse_toml(read_capped(Path(path), MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except LimitError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: invalid TOML ({exc})") from None
     try:
-        return msgspec.toml.decode(raw, type=CxoneSimConfig)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return msgspec.convert(raw, CxoneSimConfig)
+    except msgspec.ValidationError as exc:
         # msgspec: "Expected `int`, got `str` - at `$.token_ttl_s`"
         text, sep, at = str(exc).rpartition(" - at `")
         detail = f"{at.rstrip('`').removeprefix('$.')}: {text}" if sep else str(exc)

@@ -1,17 +1,20 @@
 """Data of the CXone Agent Session fake: enums, records and the wire shapes of events.
 
-Event payloads are flat ``dict[str, str]``: PascalCase keys, booleans as ``"True"`` /
-``"False"`` as on the wire (platforms.md §6, "Event shapes"). Pure; no I/O.
+Event payloads are ``dict[str, Any]``: PascalCase keys, string values with booleans as ``"True"`` /
+``"False"`` as on the wire (platforms.md §6, "Event shapes"), except ``AgentState.NextStates``, a
+list of ``{"State", "OutReason"}`` objects. The field names are the ones NICE's agent SDK reads
+(``@nice-devone/common-sdk`` ``model/agent/agent-state-event.js``, ``agent-session-start-event.js``,
+``agent-session-end-event.js``, ``model/contact/call-contact-event.js``). Pure; no I/O.
 """
 
 from __future__ import annotations
 
 import collections
 import enum
-import time
 from dataclasses import dataclass, field
+from typing import Any
 
-Event = dict[str, str]
+Event = dict[str, Any]
 
 #: How many superseded sessionIds a handle remembers as "stale" (replay) before they
 #: become unknown (404). Bounds memory for long-lived sessions polled every second.
@@ -47,6 +50,7 @@ class EndReason(enum.StrEnum):
     """Why a session ended (kept for tests and stats; not on the wire)."""
 
     CLIENT = "client"  # DELETE agent-sessions/{id}
+    FORCED_LOGOFF = "forced_logoff"  # DELETE with forceLogoff: true [I]
     INACTIVITY = "inactivity"  # inactivityTimeout ran out
     FORCED = "forced"  # a test or the SESSION_END fault ended it
 
@@ -74,15 +78,6 @@ class SimStateError(Exception):
 def _tf(value: bool) -> str:
     """CXone's wire booleans are the strings ``"True"`` / ``"False"``."""
     return "True" if value else "False"
-
-
-def iso_utc(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z`` for an epoch second (the timestamps in CXone events)."""
-    whole = int(epoch)
-    millis = round((epoch - whole) * 1000)
-    if millis == 1000:
-        whole, millis = whole + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
 
 
 @dataclass(slots=True)
@@ -131,6 +126,8 @@ class AgentSession:
     contacts: dict[str, Contact] = field(default_factory=dict)
     handles: list[Handle] = field(default_factory=list)
     ended: EndReason | None = None
+    agent_uuid: str = ""
+    inactivity_force_logout: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,22 +158,38 @@ def session_start_event(session: AgentSession) -> Event:
         "IISHost": "127.0.0.1",
         "VCHost": "127.0.0.1",
         "StartTimeUTC": session.started_utc,
+        # read by agent-session-start-event.js parse; neutral values [I]
+        "AgentSchedulePermission": "False",
+        "ScoreRecordingsPermission": "False",
+        "HideAgentStatePermission": "False",
+        "ClientConnectorPort": "0",
+        "CanMultiPartyConference": "False",
+        "MaxConcurrentChats": "0",
+        "CanRecord": "False",
+        "EnabledForMCH": "False",
+        "UseCustomerCard": "False",
+        "AgentUUId": session.agent_uuid,
+        "EntityMode": "",
+        "portNo": "0",
     }
 
 
 def agent_state_event(session: AgentSession) -> Event:
-    """``AgentState`` with the session's current state."""
-    # field names [I] (platforms.md §6: AgentState{CurrentState, CurrentOutState, NextState})
+    """``AgentState`` with the session's current state, in the names NICE's SDK reads
+    (``agent-state-event.js`` ``parse``: ``CurrentState``, ``CurrentOutReason``, ``StartTimeUTC``,
+    ``AcwTimeout``, ``IsAcw``, ``NextStates[{State, OutReason}]``, ``NextIsAcw``; JS reads keys
+    case-sensitively, so ``IsACW`` or ``CurrentOutState`` would read as absent)."""
     return {
         "Type": "AgentState",
         "BusNo": session.bus_no,
         "AgentId": session.agent_id,
         "CurrentState": session.agent_state.value,
-        "CurrentOutState": session.reason,
+        "CurrentOutReason": session.reason,
         "StartTimeUTC": session.state_since_utc or session.started_utc,
-        "NextState": "",
-        "NextOutState": "",
-        "IsACW": "False",
+        "AcwTimeout": "0",
+        "IsAcw": "False",
+        "NextStates": [],  # index 0 = the next state, 1 = the one after (nothing pending here)
+        "NextIsAcw": "False",
         "IsExternal": "False",
     }
 
@@ -190,7 +203,8 @@ def contact_event(session: AgentSession, contact: Contact) -> Event:
         "ContactID": contact.contact_id,
         "MasterID": contact.master_id,
         "Status": contact.status.value,
-        "OriginalState": ContactStatus.INCOMING.value,
+        # call-contact-event.js types originalState as a boolean (its meaning is [I])
+        "OriginalState": "False",
         "CallType": "Regular",
         "DNIS": contact.dnis,
         "ANI": contact.ani,
@@ -205,14 +219,47 @@ def contact_event(session: AgentSession, contact: Contact) -> Event:
         "AllowDispositions": "False",
         "FinalState": _tf(contact.final),
         "ParentContactId": "",
+        # the rest of what call-contact-event.js reads; neutral values [I]
+        "StartTime": contact.start_utc,
+        "LastStateChangeTime": contact.changed_utc,
+        "ScreenPopUrlVariables": "",
+        "Label": "",
+        "IsLinked": "False",
+        "TimeZones": "",
+        "OtherInformation": "",
+        "OtherInformationNewFormat": "",
+        "BlendingToSkillName": "",
+        "DeliveryType": "",
+        "CustomData": "",
+        "ComplianceRecord": "False",
+        "ConfirmationRequired": "False",
+        "OmniGroupId": "",
+        "ExternalId": "",
+        "AnsMachineOverride": "False",
+        "AnsMachineOverrideEndTime": "",
+        "InteractionId": contact.contact_id,
     }
 
 
+_END_MESSAGES = {
+    EndReason.CLIENT: "Agent session ended",
+    EndReason.FORCED_LOGOFF: "Agent session ended",
+    EndReason.INACTIVITY: "Inactivity timeout",
+    EndReason.FORCED: "Agent session ended by the platform",
+}
+
+
 def session_end_event(session: AgentSession, reason: EndReason) -> Event:
-    """``AgentSessionEnd`` [I: fields beyond ``Type``]."""
+    """``AgentSessionEnd`` as ``agent-session-end-event.js`` reads it: ``IISHost``, ``VCHost``,
+    ``Message``, ``Success`` ("True" when the client ended it; the texts are [I]). ``Reason``
+    is a simulator extension (why it ended)."""
     return {
         "Type": "AgentSessionEnd",
         "BusNo": session.bus_no,
         "AgentId": session.agent_id,
+        "IISHost": "127.0.0.1",
+        "VCHost": "127.0.0.1",
+        "Message": _END_MESSAGES[reason],
+        "Success": _tf(reason in (EndReason.CLIENT, EndReason.FORCED_LOGOFF)),
         "Reason": reason.value,
     }

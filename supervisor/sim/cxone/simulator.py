@@ -70,7 +70,11 @@ class CxoneSimulator:
         self.faults = FaultController(self.clock, seed)
         self.recorder = Recorder(self.clock)
         self.tokens = TokenStore(
-            self.clock, random.Random(rng.getrandbits(64)), first_agent_id=self.config.first_agent_id
+            self.clock,
+            random.Random(rng.getrandbits(64)),
+            first_agent_id=self.config.first_agent_id,
+            bus_no=self.config.bus_no,
+            team_id=self.config.team_id,
         )
         self._api_app: web.Application | None = None
         self.state = SessionStore(
@@ -105,6 +109,7 @@ class CxoneSimulator:
         for name, sock in socks.items():
             host, port = sock.getsockname()[:2]
             self.urls[name] = serving.format_url("http", str(host), int(port))
+        self.tokens.issuer = self.urls["auth"]
         self._waker = FaultWaker(self.faults)
         gate = FaultGate(self.faults, self.recorder, self.clock, self._waker)
         ctx = CxoneContext(
@@ -127,7 +132,10 @@ class CxoneSimulator:
         self._api_app = apps["api"]
         try:
             for name in LISTENERS:
-                self._listeners.append(await serving.serve_aiohttp(name, apps[name], socks[name]))
+                listener = await serving.serve_aiohttp(
+                    name, apps[name], socks[name], read_timeout_s=self.config.read_timeout_s
+                )
+                self._listeners.append(listener)
                 del socks[name]  # owned by its runner now
         except BaseException:
             for sock in socks.values():

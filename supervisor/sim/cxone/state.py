@@ -27,9 +27,10 @@ The records, enums and event shapes live in :mod:`supervisor.sim.cxone.model` (r
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable, Iterable
 
-from supervisor.clock import Clock
+from supervisor.clock import Clock, iso_utc
 from supervisor.sim.cxone.model import (
     STALE_HISTORY,
     AgentSession,
@@ -45,7 +46,6 @@ from supervisor.sim.cxone.model import (
     SimStateError,
     agent_state_event,
     contact_event,
-    iso_utc,
     session_end_event,
     session_start_event,
 )
@@ -155,6 +155,7 @@ class SessionStore:
         station_id: str = "",
         station_phone: str = "",
         inactivity_timeout: float | None = None,
+        inactivity_force_logout: bool = False,
     ) -> AgentSession:
         """``POST agent-sessions``: log the agent in; the returned session's key is its first sessionId.
 
@@ -183,6 +184,8 @@ class SessionStore:
             platform_session_id=str(self._rng.randrange(10**8, 10**9)),
             last_activity=self._clock.monotonic(),
             state_since_utc=now_utc,
+            agent_uuid=str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
+            inactivity_force_logout=inactivity_force_logout,
         )
         self._sessions[key] = session
         self._by_agent[agent_id] = session
@@ -204,7 +207,12 @@ class SessionStore:
         return self._new_handle(session)
 
     def end(
-        self, session_id_or_key: str, reason: EndReason = EndReason.CLIENT, *, silent: bool = False
+        self,
+        session_id_or_key: str,
+        reason: EndReason = EndReason.CLIENT,
+        *,
+        silent: bool = False,
+        end_contacts: bool = False,
     ) -> AgentSession:
         """End a session (DELETE, inactivity, or forced). Queues ``AgentSessionEnd`` on every handle.
 
@@ -220,6 +228,14 @@ class SessionStore:
             raise SimStateError(404, "invalid_session", "Session not found")
         if session.ended is not None:
             raise SimStateError(409, "session_ended", "The agent session has ended")
+        if end_contacts:
+            # DELETE {"endContacts": true} (NICE end-session-request.d.ts): the open contacts end
+            # first, each with its final CallContactEvent [I]
+            for contact in session.contacts.values():
+                if not contact.final:
+                    contact.status, contact.final = ContactStatus.DISCONNECTED, True
+                    contact.changed_utc = self._now_utc()
+                    self._broadcast(session, contact_event(session, contact))
         session.ended = reason
         if self._by_agent.get(session.agent_id) is session:
             del self._by_agent[session.agent_id]

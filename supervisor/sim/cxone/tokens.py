@@ -1,15 +1,23 @@
 """Pure token bookkeeping of the CXone fake: issue, refresh, check, expire, revoke.
 
-Tokens are opaque random strings from the simulator's seeded RNG; lifetimes use the
-injected clock's ``monotonic()``. Nothing here logs or returns a token except to the
+Access tokens are JWT-shaped (CX-8): NICE's agent SDK decodes them (``security-helper.js``
+``parseJwt`` = ``JSON.parse(atob(token.split('.')[1]))``; ``validation-utils.js`` checks ``exp``;
+``cxone-auth.js`` reads ``impersonatingUserTenantId``), and ``cxone-user.js`` reads the id_token's
+claims. The header says ``alg: none`` and the signature is random: nothing verifies them, and the
+store stays keyed by the whole string. Refresh tokens are opaque. Ids come from the simulator's
+seeded RNG; lifetimes use the injected clock's ``monotonic()``. Nothing here logs or returns a token except to the
 caller that asked for it (issue 4: secrets and tokens never in logs or stats).
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import json
 import random
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from supervisor.clock import Clock
 
@@ -48,14 +56,27 @@ class Token:
     expires_at: float
     refresh_uri: str
     revoked: bool = False
+    id_token: str = ""  # the OpenID id_token (cxone-user.js setUserDetails reads its claims)
 
 
 class TokenStore:
     """Every token a simulator issued. Agent ids are stable per username."""
 
-    def __init__(self, clock: Clock, rng: random.Random, *, first_agent_id: int = 100001) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        rng: random.Random,
+        *,
+        first_agent_id: int = 100001,
+        bus_no: int = 4600001,
+        team_id: int = 2000,
+        issuer: str = "cxone-simulator",
+    ) -> None:
         self._clock = clock
         self._rng = rng
+        self._bus_no = bus_no
+        self._team_id = team_id
+        self.issuer = issuer
         self._by_access: dict[str, Token] = {}
         self._by_refresh: dict[str, Token] = {}
         self._agents: dict[str, int] = {}
@@ -63,6 +84,28 @@ class TokenStore:
 
     def _secret(self) -> str:
         return f"{self._rng.getrandbits(192):048x}"
+
+    def _jwt(self, user: str, agent_id: int, ttl_s: float, **extra: Any) -> str:
+        """A JWT-shaped token (RFC 7519 compact form) with the claims NICE's SDK reads."""
+        now = int(self._clock.time())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": f"user:{self._user_uuid(user)}",
+            "iat": now,
+            "exp": now + int(ttl_s),
+            "tenantId": f"tenant-{self._bus_no}",
+            "icAgentId": str(agent_id),
+            "icBUId": self._bus_no,
+            "icClusterId": "SIM1",
+            "teamId": str(self._team_id),
+            "jti": self._secret()[:24],
+            **extra,
+        }
+        header = _b64url(json.dumps({"alg": "none", "typ": "JWT"}).encode())
+        return f"{header}.{_b64url(json.dumps(claims).encode())}.{self._secret()}"
+
+    def _user_uuid(self, user: str) -> str:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"cxone-sim:{user}"))
 
     def agent_id_for(self, user: str) -> int:
         """The agent id of a username, assigned on first sight."""
@@ -75,20 +118,36 @@ class TokenStore:
     def issue(self, *, client_id: str, user: str, scope: str, ttl_s: float, refresh_uri: str) -> Token:
         """A new access + refresh token for ``user`` valid for ``ttl_s`` seconds."""
         now = self._clock.monotonic()
+        agent_id = self.agent_id_for(user)
         token = Token(
-            access_token=self._secret(),
+            access_token=self._jwt(user, agent_id, ttl_s),
             refresh_token=self._secret(),
             client_id=client_id,
             user=user,
-            agent_id=self.agent_id_for(user),
+            agent_id=agent_id,
             scope=scope,
             issued_at=now,
             expires_at=now + ttl_s,
             refresh_uri=refresh_uri,
+            id_token=self._jwt(user, agent_id, ttl_s, name=user[:80], given_name=user[:40], family_name=""),
         )
         self._by_access[token.access_token] = token
         self._by_refresh[token.refresh_token] = token
         return token
+
+    def exchange(self, access_token: str, *, ttl_s: float) -> Token:
+        """``/v1/token {"accessToken"}`` (cxone-auth.js ``getRegionalAccessTokenByToken``): a new token
+        pair for the live token's user.
+
+        Raises:
+            GrantError: 400 ``invalid_grant`` for an unknown, expired or revoked access token.
+        """
+        status, old = self.check(access_token)
+        if status is not TokenStatus.VALID or old is None:
+            raise GrantError(400, "invalid_grant", "Invalid or expired access token")
+        return self.issue(
+            client_id=old.client_id, user=old.user, scope=old.scope, ttl_s=ttl_s, refresh_uri=old.refresh_uri
+        )
 
     def refresh(self, refresh_token: str, *, ttl_s: float) -> Token:
         """Exchange a refresh token for a new token pair; the refresh token is single-use.
@@ -162,3 +221,7 @@ class TokenStore:
         live = sum(1 for t in self._by_access.values() if not t.revoked and t.expires_at > now)
         revoked = sum(1 for t in self._by_access.values() if t.revoked)
         return {"issued": len(self._by_access), "revoked": revoked, "live": live}
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()

@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from supervisor.sim.bodies import MalformedBody, parse_form, parse_json
+
 _ENCODER = msgspec.json.Encoder()
 JSON = "application/json; charset=utf-8"
 
@@ -96,13 +98,12 @@ async def read_body(request: web.Request, *, limit: int = 64 * 1024) -> dict[str
     if not raw.strip():
         return {}
     ctype = request.content_type
-    if ctype == "application/x-www-form-urlencoded":
-        form = await request.post()
-        return {k: v for k, v in form.items() if isinstance(v, str)}
     try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise BodyError("request body is not valid JSON") from None
+        if ctype == "application/x-www-form-urlencoded":
+            return parse_form(raw)
+        data = parse_json(raw)
+    except MalformedBody as exc:  # not UTF-8, not JSON, NaN, nested too deeply: a 400, never a 500
+        raise BodyError(f"request body is malformed: {exc}") from None
     if not isinstance(data, dict):
         raise BodyError("request body must be a JSON object")
     return {str(k): v if isinstance(v, str) else msgspec.json.encode(v).decode() for k, v in data.items()}

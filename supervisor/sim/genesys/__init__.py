@@ -34,10 +34,13 @@ from supervisor.sim.admin import make_admin_app
 from supervisor.sim.faults import FaultController
 from supervisor.sim.genesys.config import GenesysSimConfig, load_config
 from supervisor.sim.genesys.context import FaultGate, SimContext
+from supervisor.sim.genesys.conversation_routes import CONVERSATION_ROUTES, disconnect
+from supervisor.sim.genesys.conversations import Conversation
 from supervisor.sim.genesys.guest import MESSAGES_ROUTE, guest_messages
 from supervisor.sim.genesys.notifications import CHANNEL_ROUTES, NotificationsHub
 from supervisor.sim.genesys.oauth import make_login_app
 from supervisor.sim.genesys.rest import make_api_app
+from supervisor.sim.genesys.seeding import admin_routes
 from supervisor.sim.genesys.state import GenesysState
 from supervisor.sim.genesys.webmessaging import WebMessagingServer
 from supervisor.sim.recorder import Recorder
@@ -106,10 +109,14 @@ class GenesysSimulator:
                 scheme = "ws" if name in ("webmessaging", "streaming") else "http"
                 self.urls[name] = format_url(scheme, str(host), int(port))
             self.ctx.urls = dict(self.urls)
-            self._listeners.append(await serve_aiohttp("login", make_login_app(self.ctx), socks["login"]))
-            api = make_api_app(self.ctx, CHANNEL_ROUTES)
+            timeout = self.config.read_timeout_s
+            login = make_login_app(self.ctx)
+            self._listeners.append(
+                await serve_aiohttp("login", login, socks["login"], read_timeout_s=timeout)
+            )
+            api = make_api_app(self.ctx, [*CONVERSATION_ROUTES, *CHANNEL_ROUTES])
             api.router.add_get(MESSAGES_ROUTE, guest_messages)
-            self._listeners.append(await serve_aiohttp("api", api, socks["api"]))
+            self._listeners.append(await serve_aiohttp("api", api, socks["api"], read_timeout_s=timeout))
             wm = self.webmessaging
             self._listeners.append(
                 await serve_websockets(
@@ -130,8 +137,16 @@ class GenesysSimulator:
                     **ws_options,
                 )
             )
-            admin = make_admin_app(self.faults, self.recorder, name="genesys", urls=self.urls)
-            self._listeners.append(await serve_aiohttp("admin", admin, socks["admin"]))
+            admin = make_admin_app(
+                self.faults,
+                self.recorder,
+                name="genesys",
+                urls=self.urls,
+                routes=admin_routes(self.ctx, self.publish),
+            )
+            self._listeners.append(
+                await serve_aiohttp("admin", admin, socks["admin"], read_timeout_s=timeout)
+            )
         except BaseException:
             await close_all(self._listeners)
             self._listeners.clear()
@@ -185,9 +200,24 @@ class GenesysSimulator:
         """Send a notifications event to the sockets subscribed to ``topic``; returns how many."""
         return self.notifications.publish(topic, body, correlation_id)
 
-    async def end_conversation(self, conversation_id: str) -> int:
-        """The agent disconnects the conversation (Web Messaging sessions become read-only)."""
-        return await self.webmessaging.end_conversation(conversation_id)
+    def create_conversation(
+        self, *, agent_user_id: str | None = None, attributes: dict[str, str] | None = None
+    ) -> Conversation:
+        """A new conversation (customer and agent connected), as ``POST {admin}/conversations`` makes."""
+        return self.state.conversations.create(agent_user_id=agent_user_id, attributes=attributes)
+
+    def conversation_of(self, guest_token: str) -> Conversation | None:
+        """The conversation of a Web Messaging guest session (a guest cannot learn it: issue 14)."""
+        sess = self.state.sessions.get(guest_token)
+        return self.state.conversations.get(sess.conversation_id) if sess is not None else None
+
+    async def end_conversation(self, conversation_id: str) -> bool:
+        """The agent disconnects, as ``PATCH .../participants/{agent} {"state":"disconnected"}`` does:
+        the guest gets a Presence Disconnect (read-only by default). False when unknown or already ended."""
+        conv = self.state.conversations.get(conversation_id)
+        if conv is None:
+            return False
+        return await disconnect(self.ctx, conv, conv.agent(), "client")
 
     def ready_line(self) -> dict[str, str]:
         """The URLs keyed login, api, webmessaging, streaming, admin (the CLI prints this as JSON)."""

@@ -20,6 +20,11 @@ from typing import Any
 import msgspec
 
 from supervisor.errors import SimulatorError
+from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S, check_numbers
+from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+
+#: the largest simulator config file read
+MAX_CONFIG_BYTES = 1024 * 1024
 
 __all__ = ["GenesysSimConfig", "load_config"]
 
@@ -41,6 +46,13 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         max_channels: channels per client before the oldest is evicted (§2: 20).
         max_topics: topics per channel (§2: 1000).
         wm_session_ttl_s: Web Messaging session lifetime (``durationSeconds``) [I].
+        wm_disconnect_read_only: the agent's disconnect makes the guest session read-only and says
+            so in the Presence Disconnect's ``metadata.readOnly`` ("true"); off: "false", the
+            session stays writable (a deployment that only displays the status) [I, GMT].
+        wm_clear_conversation: a guest's Presence ``Clear`` is honoured (``SessionClearedEvent``);
+            off: 403 "Presence events Conversation Clear are not supported" (GMT ``Response.kt``).
+        denied_topics: notification topic globs refused for missing permissions (``Rejected``
+            with ``missingPermissions``, or 403 without ``ignoreErrors``) [I].
         wm_rate_limit / wm_rate_window_s: guest messages per session per window before 4029 [I].
         max_message_chars: onMessage text longer than this is 4011 [I].
         max_custom_data_bytes: customAttributes larger than this is 4013 (§1: 2048).
@@ -50,6 +62,11 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         ws_ping_interval_s: server-side WebSocket pings (None: the client pings, §1) [I].
         ws_max_size: largest accepted WebSocket frame in bytes [I].
         compression: offer permessage-deflate (off: cheaper per connection) [I].
+        read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
+            (else the connection is closed, or the request answered 408); idle keep-alive
+            connections are closed after it too.
+
+    Every number must be finite and at most 10^9.
     """
 
     clients: dict[str, str] = msgspec.field(default_factory=dict)
@@ -64,6 +81,9 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     max_channels: int = 20
     max_topics: int = 1000
     wm_session_ttl_s: int = 259200
+    wm_disconnect_read_only: bool = True
+    wm_clear_conversation: bool = True
+    denied_topics: tuple[str, ...] = ()
     wm_rate_limit: int = 60
     wm_rate_window_s: float = 60.0
     max_message_chars: int = 4096
@@ -73,8 +93,10 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     ws_ping_interval_s: float | None = None
     ws_max_size: int = 256 * 1024
     compression: bool = False
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        check_numbers(self)
         positive = {
             "token_ttl_s": self.token_ttl_s,
             "rate_limit": self.rate_limit,
@@ -90,6 +112,7 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             "max_message_chars": self.max_message_chars,
             "max_custom_data_bytes": self.max_custom_data_bytes,
             "ws_max_size": self.ws_max_size,
+            "read_timeout_s": self.read_timeout_s,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -116,9 +139,11 @@ def load_config(path: str | Path, **overrides: Any) -> GenesysSimConfig:
     """Load a TOML file (keys as :class:`GenesysSimConfig`), then apply non-None ``overrides``."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = parse_toml(read_capped(p, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as exc:
         raise SimulatorError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except LimitError as exc:
+        raise SimulatorError(f"{p}: {exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SimulatorError(f"{p}: invalid TOML: {exc}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})

@@ -21,6 +21,7 @@ from aiohttp import web
 from supervisor.clock import Clock
 from supervisor.sim.faults import Fault, FaultController, FaultKind, retry_after_header
 from supervisor.sim.genesys.config import GenesysSimConfig
+from supervisor.sim.genesys.conversations import ConversationChange
 from supervisor.sim.genesys.state import GenesysState
 from supervisor.sim.recorder import Recorder
 
@@ -46,8 +47,17 @@ class SimContext:
     drop_seen: Counter[str] = field(default_factory=Counter)
     # set by webmessaging: push an agent (Outbound) message to the guest's open connections
     push_outbound: Callable[[str, dict[str, Any]], Awaitable[int]] | None = None
+    # set by webmessaging: the agent left; the guest gets a Presence Disconnect and goes read-only
+    guest_disconnect: Callable[[str], Awaitable[int]] | None = None
+    # set by notifications: publish the events a change of a conversation causes (GN-2)
+    conversation_changed: Callable[[ConversationChange], None] | None = None
     # set by notifications: tell a channel's socket it was evicted, then close it
     channel_evicted: Callable[[str], None] | None = None
+
+    def changed(self, change: ConversationChange) -> None:
+        """Tell the notifications hub what happened to a conversation (no-op before it exists)."""
+        if self.conversation_changed is not None:
+            self.conversation_changed(change)
 
 
 class FaultGate:

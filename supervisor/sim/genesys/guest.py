@@ -61,7 +61,8 @@ async def _answer(http: web.Request, corr: str) -> web.Response:
         return error_response(
             400, ErrorCode.BAD_REQUEST, corr, "pageSize must be 1..100 and pageNumber >= 1."
         )
-    messages = list(reversed(ctx.state.conversation(sess.conversation_id).transcript))
+    conv = ctx.state.conversations.get(sess.conversation_id)
+    messages = list(reversed(conv.transcript)) if conv is not None else []
     page = messages[(number - 1) * size : number * size]
     body = {
         "entities": page,

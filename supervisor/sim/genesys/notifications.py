@@ -8,16 +8,24 @@ REST (platforms.md §2, SIMULATOR SPEC 3):
 - ``GET /api/v2/notifications/channels`` -> ``{"entities":[Channel...]}``;
 - ``HEAD /api/v2/notifications/channels/{channelId}`` -> 200 or 404, no body;
 - ``GET|POST|PUT|DELETE .../{channelId}/subscriptions``, body ``[{"id": topic}]`` ->
-  ``{"entities":[{"id","state":"Permitted"}]}`` (DELETE: 204). Subscribing extends the channel
-  lifetime (``channel_ttl_s`` after the last subscribe).
+  ``{"entities":[ChannelTopic{"id","state"}]}`` (DELETE: 204). A topic that fits no documented
+  template, or one ``denied_topics`` refuses, is ``Rejected`` (:mod:`.topics`): without
+  ``?ignoreErrors=true`` the whole request fails (400 ``bad.request`` for an unknown topic, 403
+  ``missing.permissions`` otherwise, platforms.md §2) and nothing is stored; with it the permitted
+  topics are stored and the answer lists the others as ``Rejected`` with ``rejectionReason`` and
+  ``missingPermissions``. Subscribing extends the channel lifetime (``channel_ttl_s`` after the
+  last subscribe);
+- ``GET /api/v2/notifications/availabletopics`` -> ``AvailableTopicEntityListing`` (the templates).
 
 WebSocket ``/channels/{id}`` (SIMULATOR SPEC 4): a heartbeat
 ``{"topicName":"channel.metadata","eventBody":{"message":"WebSocket Heartbeat"}}`` every
 ``heartbeat_interval_s``; ``{"message":"ping"}`` -> pong; ``{"message":"subscribe","topics":[..],
 "correlationId":C}`` -> ``{"result":"200","status":"subscribed","correlationId":C}`` (bad request ->
 ``{"result":"400","status":"error","message":..}``); events
-``{"topicName","version":"2","eventBody","metadata":{"CorrelationId"}}`` via
-:meth:`NotificationsHub.publish`; SOCKET_CLOSING sends ``v2.system.socket_closing`` then closes
+``{"topicName","version":"2","eventBody","metadata":{"CorrelationId"}}``, published on conversation
+activity (agent and guest messages, attribute changes, disconnects; :func:`.topics.events_for`) and
+by :meth:`NotificationsHub.publish`; a subscribe naming a rejected topic gets
+``{"result":"400","status":"error","message":..}`` and stores nothing [I]; SOCKET_CLOSING sends ``v2.system.socket_closing`` then closes
 after the lead time; a channel past its lifetime, or whose creating token expired or was
 revoked (§2), is closed with 1001.
 """
@@ -26,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, broadcast
@@ -34,11 +41,14 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.connections import WsListener
 from supervisor.sim.genesys.context import SimContext
+from supervisor.sim.genesys.conversations import ConversationChange
 from supervisor.sim.genesys.rest import BadRequest, Handler, Reply, Request, read_json
 from supervisor.sim.genesys.state import Channel
+from supervisor.sim.genesys.topics import TopicVerdict, available_topics, events_for, judge
 from supervisor.sim.genesys.wire import ErrorCode, encode, iso_utc
 
 __all__ = ["CHANNEL_ROUTES", "NotificationsHub"]
@@ -94,8 +104,22 @@ def _topics(data: Any, limit: int) -> list[str]:
     return topics
 
 
-def _listing(chan: Channel) -> dict[str, Any]:
-    return {"entities": [{"id": t, "state": "Permitted"} for t in chan.topics]}
+def _listing(chan: Channel, rejected: list[TopicVerdict] | None = None) -> dict[str, Any]:
+    entities = [{"id": t, "state": "Permitted"} for t in chan.topics]
+    return {"entities": entities + [v.to_wire() for v in rejected or ()]}
+
+
+def _verdicts(req: Request, topics: list[str]) -> tuple[list[str], list[TopicVerdict]]:
+    """(permitted topics, rejections); raises the whole-request error unless ``ignoreErrors=true``."""
+    verdicts = [judge(t, req.ctx.config.denied_topics) for t in topics]
+    rejected = [v for v in verdicts if not v.permitted]
+    if rejected and req.http.query.get("ignoreErrors", "").lower() != "true":
+        first = rejected[0]
+        if first.missing:
+            # platforms.md §2 [D]: an unpermitted topic makes the whole request a 403
+            raise BadRequest(first.reason, ErrorCode.MISSING_PERMISSIONS, 403)
+        raise BadRequest(first.reason, ErrorCode.BAD_REQUEST, 400)  # [I] status of an unknown topic
+    return [v.id for v in verdicts if v.permitted], rejected
 
 
 async def subscriptions(req: Request) -> Reply:
@@ -106,7 +130,7 @@ async def subscriptions(req: Request) -> Reply:
     if method == "DELETE":
         chan.topics.clear()
         return Reply(204)
-    topics = _topics(await read_json(req.http), req.ctx.config.max_topics)
+    topics, rejected = _verdicts(req, _topics(await read_json(req.http), req.ctx.config.max_topics))
     merged = topics if method == "PUT" else list(dict.fromkeys([*chan.topics, *topics]))
     if len(merged) > req.ctx.config.max_topics:
         raise BadRequest(
@@ -114,7 +138,11 @@ async def subscriptions(req: Request) -> Reply:
         )
     chan.topics = merged
     chan.expires_at = req.ctx.clock.monotonic() + req.ctx.config.channel_ttl_s
-    return Reply(200, _listing(chan))
+    return Reply(200, _listing(chan, rejected))
+
+
+async def get_available_topics(req: Request) -> Reply:
+    return Reply(200, available_topics())
 
 
 _BASE = "/api/v2/notifications/channels"
@@ -123,6 +151,7 @@ CHANNEL_ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", _BASE, create_channel),
     ("GET", _BASE, list_channels),
     ("HEAD", _BASE + "/{channelId}", head_channel),
+    ("GET", "/api/v2/notifications/availabletopics", get_available_topics),
     *((m, _SUBS, subscriptions) for m in ("GET", "POST", "PUT", "DELETE")),
 ]
 
@@ -136,6 +165,7 @@ class NotificationsHub:
         self.listener.extra[FaultKind.SOCKET_CLOSING] = self._socket_closing
         self.by_channel: dict[str, ServerConnection] = {}
         ctx.channel_evicted = self._evicted
+        ctx.conversation_changed = self.conversation_changed
 
     async def process_request(self, conn: ServerConnection, request: WsRequest) -> Response | None:
         path = request.path.split("?", 1)[0]
@@ -174,8 +204,8 @@ class NotificationsHub:
     async def _on_frame(self, conn: ServerConnection, chan: Channel, frame: str | bytes) -> None:
         rec = self.ctx.recorder
         try:
-            msg = json.loads(frame)
-        except (ValueError, UnicodeDecodeError):
+            msg = parse_json(frame)
+        except MalformedBody:  # answered "Unsupported or malformed message." below (§2)
             msg = None
         kind = msg.get("message") if isinstance(msg, dict) else None
         rec.record_ws_message(LISTENER, "in", kind if isinstance(kind, str) else "invalid")
@@ -202,6 +232,12 @@ class NotificationsHub:
             }
         elif kind == "subscribe" and len(set(chan.topics) | set(topics)) > self.ctx.config.max_topics:
             body = {"result": "400", "status": "error", "message": "Too many topics for this channel."}
+        elif kind == "subscribe" and (
+            refused := [
+                v for v in (judge(t, self.ctx.config.denied_topics) for t in topics) if not v.permitted
+            ]
+        ):
+            body = {"result": "400", "status": "error", "message": refused[0].reason}
         else:
             if kind == "subscribe":
                 chan.topics = list(dict.fromkeys([*chan.topics, *topics]))
@@ -246,6 +282,15 @@ class NotificationsHub:
         ]
         broadcast(conns, encode(event).decode())
         return len(conns)
+
+    def conversation_changed(self, change: ConversationChange) -> None:
+        """Publish what real Genesys publishes for a conversation change (:func:`.topics.events_for`)."""
+        if not any(self.ctx.state.channels.get(c, _NONE).topics for c in self.by_channel):
+            return  # nobody could receive anything: build nothing
+        now_ms = int(self.ctx.clock.time() * 1000)
+        for topic, body in events_for(change, now_ms):
+            if self.publish(topic, body):
+                self.ctx.recorder.record_ws_message(LISTENER, "out", "event")
 
     def sweep(self) -> None:
         """Close the sockets of channels past their lifetime (called on the simulator's tick)."""

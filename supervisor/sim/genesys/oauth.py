@@ -17,6 +17,7 @@ import binascii
 
 from aiohttp import web
 
+from supervisor.sim.bodies import MalformedBody, parse_form
 from supervisor.sim.faults import FaultKind
 from supervisor.sim.genesys.context import SimContext
 from supervisor.sim.genesys.wire import json_response, oauth_error
@@ -91,7 +92,11 @@ async def _grant(ctx: SimContext, request: web.Request, creds: tuple[str, str] |
         return oauth_error(401, "invalid_client", "Client authentication failed.")
     if request.content_type != "application/x-www-form-urlencoded":
         return oauth_error(400, "invalid_request", "The body must be application/x-www-form-urlencoded.")
-    form = await request.post()
+    try:
+        # parsed here, not by request.post(): a body that is not UTF-8 must be a 400, never a 500
+        form = parse_form(await request.read())
+    except MalformedBody as exc:
+        return oauth_error(400, "invalid_request", f"Malformed form body: {exc}.")
     grant = form.get("grant_type")
     if not isinstance(grant, str) or not grant:
         return oauth_error(400, "invalid_request", "Missing grant_type.")

@@ -7,21 +7,11 @@ revoked token's ``invalid_token``); counts the token's rate window and adds
 past ``rate_limit``); applies request faults (:class:`~supervisor.sim.genesys.context.FaultGate`);
 runs the handler; rewrites the 200 body per body faults; records the request.
 
-Conversation routes (conversations and participants are created on first reference):
-
-- ``GET /api/v2/conversations/{conversationId}`` -> ``{id, participants:[{id,purpose,state,attributes}]}``
-  plus the simulator extension ``conversationId``, ``agentId``, ``status`` (the seed's required fields,
-  so MISSING_FIELDS can remove them);
-- ``PATCH /api/v2/conversations/{conversationId}/participants/{participantId}/attributes`` and the
-  ``/conversations/messages/...`` variant, body ``{"attributes":{"k":"v"}}`` -> 202, no body;
-- ``POST /api/v2/conversations/messages/{conversationId}/communications/{communicationId}/messages``,
-  body ``{"textBody": ".."}`` -> 200 MessageData; a repeated message id (``Idempotency-Key`` header
-  or body ``id``, [I]) -> 409 ``conflict``.
+The routes themselves live in :mod:`.conversation_routes` and :mod:`.notifications`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
@@ -31,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import FaultKind
 from supervisor.sim.genesys.context import SimContext
 from supervisor.sim.genesys.state import Token, TokenStatus
@@ -39,15 +30,14 @@ from supervisor.sim.genesys.wire import (
     ErrorCode,
     error_body,
     error_response,
-    iso_utc,
     json_response,
 )
 
-__all__ = ["CTX", "Reply", "Request", "make_api_app", "read_json", "route"]
+__all__ = ["CTX", "BadRequest", "Reply", "Request", "make_api_app", "not_found", "read_json", "route"]
 
 CTX: web.AppKey[SimContext] = web.AppKey("ctx", SimContext)
 _log = logging.getLogger("supervisor.sim.genesys")
-_MESSAGE_ID: web.RequestKey[str] = web.RequestKey("message_id", str)
+MESSAGE_ID: web.RequestKey[str] = web.RequestKey("message_id", str)
 
 
 @dataclass(slots=True)
@@ -67,6 +57,11 @@ class BadRequest(Exception):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+def not_found() -> BadRequest:
+    """404 ``not.found``: an id the platform never issued (platforms.md §3, ErrorBody example)."""
+    return BadRequest("The requested resource was not found.", ErrorCode.NOT_FOUND, 404)
 
 
 @dataclass(slots=True)
@@ -93,7 +88,7 @@ def route(method: str, template: str, handler: Handler) -> Callable[[web.Request
         response = await _serve(ctx, http, corr, handler, endpoint)
         response.headers["ININ-Correlation-Id"] = corr
         idem = http.headers.get("Idempotency-Key")
-        msg_id = http.get(_MESSAGE_ID)
+        msg_id = http.get(MESSAGE_ID)
         ctx.recorder.record_request(
             method, template, response.status, idempotency_key=idem, message_id=msg_id
         )
@@ -194,106 +189,11 @@ async def read_json(http: web.Request) -> Any:
         )
     raw = await http.read()
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return parse_json(raw)
+    except MalformedBody:  # not UTF-8, not JSON, NaN, or nested too deeply: all the same 400 (§3)
         raise BadRequest(
             "The request could not be understood by the server due to malformed syntax."
         ) from None
-
-
-# -- conversations (§5) -------------------------------------------------------------------------
-
-
-async def get_conversation(req: Request) -> Reply:
-    conv = req.ctx.state.conversation(req.http.match_info["conversationId"])
-    body = {
-        "id": conv.id,
-        "participants": [p.to_wire() for p in conv.participants.values()],
-        "selfUri": f"/api/v2/conversations/{conv.id}",
-        # simulator extension: the seed's required session fields (docs/simulators.md)
-        "conversationId": conv.id,
-        "agentId": conv.agent_id,
-        "status": conv.status,
-    }
-    return Reply(200, body, conversation_id=conv.id)
-
-
-async def patch_attributes(req: Request) -> Reply:
-    data = await read_json(req.http)
-    attrs = data.get("attributes") if isinstance(data, dict) else None
-    if not isinstance(attrs, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()
-    ):
-        raise BadRequest("attributes: must be an object of string values", ErrorCode.INVALID_VALUE)
-    ctx, cid = req.ctx, req.http.match_info["conversationId"]
-    conv = ctx.state.conversation(cid)
-    part = ctx.state.participant(conv, req.http.match_info["participantId"])
-    for fault in list(ctx.faults.candidates(FaultKind.SILENT_DROP_ATTRIBUTES, cid, req.endpoint)):
-        assert fault.id is not None
-        ctx.drop_seen[fault.id] += 1
-        if ctx.drop_seen[fault.id] > int(fault.params["after"]):
-            ctx.faults.hit(fault)
-            ctx.recorder.record_fault_hit(fault)
-            ctx.recorder.record_attributes_dropped(cid, attrs)
-            return Reply(202)  # answered as success, not persisted (the seed's edge case 2)
-        break
-    part.attributes.update(attrs)
-    ctx.recorder.record_attributes(cid, attrs)
-    return Reply(202)
-
-
-async def post_message(req: Request) -> Reply:
-    data = await read_json(req.http)
-    if not isinstance(data, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    given = [k for k in ("textBody", "mediaIds", "messagingTemplate") if data.get(k) is not None]
-    if len(given) != 1:
-        raise BadRequest(
-            "Exactly one of textBody, mediaIds or messagingTemplate is required.", ErrorCode.INVALID_VALUE
-        )
-    text = data.get("textBody")
-    if given == ["textBody"] and not isinstance(text, str):
-        raise BadRequest("textBody: must be a string", ErrorCode.INVALID_VALUE)
-    ctx, cid = req.ctx, req.http.match_info["conversationId"]
-    conv = ctx.state.conversation(cid)
-    msg_key = req.http.headers.get("Idempotency-Key") or (
-        data.get("id") if isinstance(data.get("id"), str) else None
-    )
-    if msg_key:
-        req.http[_MESSAGE_ID] = msg_key
-    dup = ctx.gate.hit(FaultKind.DUPLICATE_MESSAGE, cid, req.endpoint)
-    if dup is not None or (msg_key and msg_key in conv.message_ids):
-        raise BadRequest(f"A message with id {str(msg_key)[:64]} already exists.", ErrorCode.CONFLICT, 409)
-    if msg_key:
-        conv.message_ids.add(msg_key)
-    now = ctx.clock.time()
-    msg_id = ctx.state.uuid()
-    body = {
-        "id": msg_id,
-        "providerMessageId": msg_id,
-        "timestamp": iso_utc(now),
-        "fromAddress": conv.agent_id,
-        "toAddress": conv.customer().id,
-        "direction": "outbound",
-        "messengerType": "open",
-        "textBody": text if isinstance(text, str) else "",
-        "status": "Sent",
-        "conversationId": cid,
-        "selfUri": f"/api/v2/conversations/messages/{cid}/messages/{msg_id}",
-        "agentId": conv.agent_id,  # simulator extension, see get_conversation
-    }
-    if ctx.push_outbound is not None and isinstance(text, str):
-        await ctx.push_outbound(cid, {"id": msg_id, "text": text, "time": iso_utc(now)})
-    return Reply(200, body, conversation_id=cid)
-
-
-_CONV = "/api/v2/conversations"
-ROUTES: list[tuple[str, str, Handler]] = [
-    ("GET", _CONV + "/{conversationId}", get_conversation),
-    ("PATCH", _CONV + "/{conversationId}/participants/{participantId}/attributes", patch_attributes),
-    ("PATCH", _CONV + "/messages/{conversationId}/participants/{participantId}/attributes", patch_attributes),
-    ("POST", _CONV + "/messages/{conversationId}/communications/{communicationId}/messages", post_message),
-]
 
 
 @web.middleware
@@ -305,7 +205,12 @@ async def _platform_errors(request: web.Request, handler: Any) -> web.StreamResp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        codes = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED, 413: ErrorCode.BAD_REQUEST}
+        codes = {
+            404: ErrorCode.NOT_FOUND,
+            405: ErrorCode.METHOD_NOT_ALLOWED,
+            408: ErrorCode.REQUEST_TIMEOUT,  # the body did not arrive in time (sim/serving.py)
+            413: ErrorCode.BAD_REQUEST,
+        }
         code = codes.get(exc.status, ErrorCode.BAD_REQUEST)
         request.app[CTX].recorder.record_request(request.method, "(unmatched)", exc.status)
         return error_response(exc.status, code, corr)
@@ -315,10 +220,10 @@ async def _platform_errors(request: web.Request, handler: Any) -> web.StreamResp
     return response
 
 
-def make_api_app(ctx: SimContext, extra: list[tuple[str, str, Handler]] | None = None) -> web.Application:
-    """The API host's aiohttp app: conversation routes plus ``extra`` (notifications)."""
+def make_api_app(ctx: SimContext, routes: list[tuple[str, str, Handler]]) -> web.Application:
+    """The API host's aiohttp app with ``routes`` (conversations, notifications), in order."""
     app = web.Application(client_max_size=1024 * 1024, middlewares=[_platform_errors])
     app[CTX] = ctx
-    for method, template, handler in [*ROUTES, *(extra or [])]:
+    for method, template, handler in routes:
         app.router.add_route(method, template, route(method, template, handler))
     return app

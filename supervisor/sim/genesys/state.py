@@ -1,4 +1,4 @@
-"""In-memory state of the Genesys simulator: tokens, conversations, channels, guest sessions.
+"""In-memory state of the Genesys simulator: tokens, channels, guest sessions (conversations: conversations.py).
 
 Pure data plus small decisions (token validity, rate windows, channel eviction); no I/O.
 Times are the injected clock's ``monotonic()``; ids come from the seeded RNG, so a run
@@ -11,10 +11,11 @@ import enum
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from supervisor.clock import Clock
 from supervisor.sim.genesys.config import GenesysSimConfig
+from supervisor.sim.genesys.conversations import Conversation, ConversationStore, Participant
+from supervisor.sim.genesys.wire import iso_utc
 
 __all__ = ["Channel", "Conversation", "GenesysState", "GuestSession", "Participant", "Token", "TokenStatus"]
 
@@ -41,45 +42,6 @@ class Token:
     revoked: bool = False  # TOKEN_REVOKE
     window_start: float = 0.0
     window_count: int = 0
-
-
-@dataclass(slots=True)
-class Participant:
-    """A conversation participant (§5)."""
-
-    id: str
-    purpose: str
-    state: str = "connected"
-    attributes: dict[str, str] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "purpose": self.purpose,
-            "state": self.state,
-            "attributes": dict(self.attributes),
-        }
-
-
-@dataclass(slots=True)
-class Conversation:
-    """A conversation, created on first reference (a newcomer can use any id)."""
-
-    id: str
-    agent_id: str
-    participants: dict[str, Participant]
-    status: str = "connected"
-    message_ids: set[str] = field(default_factory=set)
-    transcript: list[dict[str, Any]] = field(default_factory=list)  # guest-visible messages
-
-    def customer(self) -> Participant:
-        return next(p for p in self.participants.values() if p.purpose == "customer")
-
-    def remember(self, message: dict[str, Any], keep: int = 500) -> None:
-        """Keep a Web Messaging message for the guest REST transcript (the newest ``keep``)."""
-        self.transcript.append(message)
-        if len(self.transcript) > keep:
-            del self.transcript[: len(self.transcript) - keep]
 
 
 @dataclass(slots=True)
@@ -120,7 +82,7 @@ class GenesysState:
         self.rng = rng
         self.tokens: dict[str, Token] = {}
         self.refresh_tokens: dict[str, Token] = {}
-        self.conversations: dict[str, Conversation] = {}
+        self.conversations = ConversationStore(self.uuid, lambda: iso_utc(self.clock.time()))
         self.channels: dict[str, Channel] = {}
         self.sessions: dict[str, GuestSession] = {}
         self.jwts: dict[str, tuple[str, float]] = {}  # guest JWT -> (session token, expiry)
@@ -179,28 +141,6 @@ class GenesysState:
         reset = max(0.0, token.window_start + window - now)
         return token.window_count <= self.config.rate_limit, token.window_count, reset
 
-    # -- conversations (§5) -------------------------------------------------------------------------
-
-    def conversation(self, conversation_id: str) -> Conversation:
-        """The conversation, created with a customer and an agent participant on first reference."""
-        conv = self.conversations.get(conversation_id)
-        if conv is None:
-            customer, agent = Participant(self.uuid(), "customer"), Participant(self.uuid(), "agent")
-            conv = Conversation(
-                id=conversation_id,
-                agent_id=self.uuid(),
-                participants={customer.id: customer, agent.id: agent},
-            )
-            self.conversations[conversation_id] = conv
-        return conv
-
-    def participant(self, conv: Conversation, participant_id: str) -> Participant:
-        """The participant, added as a customer when unknown (auto-creation, as conversations)."""
-        part = conv.participants.get(participant_id)
-        if part is None:
-            part = conv.participants[participant_id] = Participant(participant_id, "customer")
-        return part
-
     # -- channels (§2) ------------------------------------------------------------------------------
 
     def create_channel(self, owner: str, token: Token | None = None) -> tuple[Channel, Channel | None]:
@@ -245,7 +185,7 @@ class GenesysState:
     def new_session(self, token: str, deployment_id: str) -> GuestSession:
         """A new guest session with a new conversation."""
         now = self.clock.monotonic()
-        conv = self.conversation(self.uuid())
+        conv = self.conversations.create()
         sess = GuestSession(
             token, deployment_id, conv.id, now, now + self.config.wm_session_ttl_s, window_start=now
         )

@@ -4,28 +4,31 @@ Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","cl
 "tracingId"?}``. Actions:
 
 - ``configureSession`` -> ``SessionResponse`` ``{connected, newSession, readOnly, maxCustomDataBytes,
-  clearedExistingSession, durationSeconds, expirationDate}`` plus the simulator extension
-  ``conversationId``, ``agentId``, ``status``. A known token resumes (``newSession:false``);
-  ``startNew:true`` after the agent disconnected starts a new conversation. Opening the same token
-  on another connection pushes ``ConnectionClosedEvent`` to the older one and closes it (1000).
-- ``onMessage`` -> the message echoed as ``type:"message"`` StructuredMessage (Inbound);
-  ``channel.metadata.customAttributes`` are stored on the customer participant.
-  Errors: 4007 session not found, 4006 session expired, 4011 message too long, 4013 custom
-  attributes too large, 4029 ``TooManyRequestsErrorMessage`` (per-session rate [I] or a fault).
+  clearedExistingSession, durationSeconds, expirationDate}``: only what the platform sends (GMT
+  ``SessionResponse.kt``; no conversation id reaches a guest, issue 14). A known token resumes
+  (``newSession:false``); ``startNew:true`` after the agent disconnected starts a new conversation.
+  Opening the same token on another connection pushes ``ConnectionClosedEvent`` to the older one
+  and closes it (1000).
+- ``onMessage`` -> the message echoed as ``type:"message"`` StructuredMessage (Inbound); custom
+  attributes are read from the frame's top-level ``channel.metadata`` (WMJ) and the message's own
+  (GMT) and stored on the customer participant. A Presence ``Clear`` ends the session with
+  ``SessionClearedEvent``. Errors: 4007 session not found, 4006 session expired, 4011 message
+  too long, 4013 custom attributes too large, 4029 ``TooManyRequestsErrorMessage`` (per-session
+  rate [I] or a fault), 400 once the conversation is read-only [I].
 - ``echo`` -> ``type:"response"`` StructuredMessage with the request's ``tracingId``.
 - ``getJwt`` -> ``JwtResponse {jwt, exp}``; ``closeSession`` -> ``ConnectionClosedEvent`` then close 1000.
 - anything malformed -> ``{"type":"response","class":"string","code":400,"body":"Request failed."}``.
+Every ``type:"response"`` frame carries the request's ``tracingId`` when it had one (GMT matches
+replies by it: ``MessageStore.kt``), errors included.
 Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, SESSION_EXPIRED
 (``mode:"code"`` 4006 on the next request; ``mode:"event"`` SessionExpiredEvent pushed now),
-CONNECTION_CLOSED_EVENT, MISSING_FIELDS / CONVERSATION_DRIFT / MALFORMED_BODY on SessionResponse,
+CONNECTION_CLOSED_EVENT, MISSING_FIELDS / MALFORMED_BODY on SessionResponse,
 and the connection faults of :class:`~supervisor.sim.genesys.connections.WsListener`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import math
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -35,32 +38,42 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
-from supervisor.sim.faults import Fault, FaultKind, retry_after_seconds
+from supervisor.sim.bodies import MalformedBody, parse_json
+from supervisor.sim.faults import FaultKind, retry_after_seconds
 from supervisor.sim.genesys.connections import WsListener
 from supervisor.sim.genesys.context import SimContext
+from supervisor.sim.genesys.conversations import ConversationChange
 from supervisor.sim.genesys.state import GuestSession
 from supervisor.sim.genesys.wire import WmClass, WmCode, iso_utc, wm_envelope, wm_error
+from supervisor.sim.genesys.wm_frames import (
+    custom_attributes,
+    has_presence,
+    inbound_body,
+    session_body,
+    too_large,
+)
+from supervisor.sim.genesys.wm_guests import ENDPOINT, LISTENER, GuestConnections
 
 __all__ = ["WebMessagingServer"]
 
-LISTENER = "webmessaging"
-ENDPOINT = "WS /v1"
 _FAILED = "Request failed."
-_UNSUPPORTED = {"configureAuthenticatedSession", "onAttachment", "getAttachment", "deleteAttachment"}
+# GMT RequestAction.kt / WMJ RequestType.java actions the simulator does not model: 4000 [I]
+_UNSUPPORTED = {
+    "configureAuthenticatedSession",
+    "onAttachment",
+    "getAttachment",
+    "deleteAttachment",
+    "getConfiguration",
+    "resumeToken",
+    "disconnectCustomer",
+}
 
 
-class WebMessagingServer:
-    """Guest sessions over WebSockets; one instance per simulator."""
+class WebMessagingServer(GuestConnections):
+    """Guest sessions over WebSockets; one instance per simulator (pushes: :class:`GuestConnections`)."""
 
     def __init__(self, ctx: SimContext) -> None:
-        self.ctx = ctx
-        self.listener = WsListener(ctx, LISTENER, ENDPOINT)
-        self.listener.extra[FaultKind.SESSION_EXPIRED] = self._expire_now
-        self.listener.extra[FaultKind.CONNECTION_CLOSED_EVENT] = self._closed_event
-        self.by_token: dict[str, set[ServerConnection]] = {}
-        self.token_of: dict[ServerConnection, str] = {}
-        self._next_sweep = 0.0
-        ctx.push_outbound = self.push_outbound
+        super().__init__(ctx, WsListener(ctx, LISTENER, ENDPOINT))
 
     # -- handshake and connection -------------------------------------------------------------------
 
@@ -100,24 +113,20 @@ class WebMessagingServer:
                     if not peers:
                         del self.by_token[token]
 
-    async def _send(self, conn: ServerConnection, payload: bytes, kind: str) -> None:
-        self.ctx.recorder.record_ws_message(LISTENER, "out", kind)
-        with contextlib.suppress(ConnectionClosed):
-            await conn.send(payload.decode())
-
     # -- frames -------------------------------------------------------------------------------------
 
     async def _on_frame(self, conn: ServerConnection, deployment: str, frame: str | bytes) -> None:
         try:
-            msg = json.loads(frame)
-        except (ValueError, UnicodeDecodeError):
+            msg = parse_json(frame)
+        except MalformedBody:  # answered "Request failed." below, like any malformed request (§1)
             msg = None
         action = msg.get("action") if isinstance(msg, dict) else None
         self.ctx.recorder.record_ws_message(LISTENER, "in", action if isinstance(action, str) else "invalid")
+        traced = msg.get("tracingId") if isinstance(msg, dict) else None
+        tracing = traced if isinstance(traced, str) else None
         if not isinstance(msg, dict) or not isinstance(action, str):
-            await self._send(conn, wm_error(400, _FAILED), "string")
+            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
             return
-        tracing = msg.get("tracingId") if isinstance(msg.get("tracingId"), str) else None
         token = msg.get("token")
         key = token if isinstance(token, str) and token else self.listener.conns.get(conn, "")
         gate = self.ctx.gate
@@ -141,7 +150,7 @@ class WebMessagingServer:
         elif action == "getJwt":
             await self._get_jwt(conn, token, tracing)
         elif action == "closeSession":
-            await self._close_session(conn, token, msg)
+            await self._close_session(conn, token, msg, tracing)
         elif action in _UNSUPPORTED:
             await self._send(
                 conn, wm_error(WmCode.FEATURE_UNAVAILABLE, "Feature unavailable.", tracing), "string"
@@ -165,16 +174,18 @@ class WebMessagingServer:
         payload = wm_envelope("response", WmClass.TOO_MANY_REQUESTS, 429, body, tracing)
         return payload, WmClass.TOO_MANY_REQUESTS.value
 
-    def _session(self, conn: ServerConnection, token: str) -> tuple[GuestSession | None, bytes | None]:
-        """The configured session of this connection, or the 4007/4006 error to answer."""
+    def _session(
+        self, conn: ServerConnection, token: str, tracing: str | None
+    ) -> tuple[GuestSession | None, bytes]:
+        """The configured session of this connection, or the 4007/4006 error to answer (with the tracingId)."""
         sess = self.ctx.state.sessions.get(token)
         if sess is None or self.token_of.get(conn) != token:
-            return None, wm_error(WmCode.SESSION_NOT_FOUND, "session not found")
+            return None, wm_error(WmCode.SESSION_NOT_FOUND, "session not found", tracing)
         if self.ctx.gate.hit(FaultKind.SESSION_EXPIRED, token, ENDPOINT) is not None:
             sess.expired = True
         if self.ctx.state.session_expired(sess):
-            return None, wm_error(WmCode.SESSION_HAS_EXPIRED, "session expired")
-        return sess, None
+            return None, wm_error(WmCode.SESSION_HAS_EXPIRED, "session expired", tracing)
+        return sess, b""
 
     async def _configure(
         self, conn: ServerConnection, deployment: str, token: str, msg: dict[str, Any], tracing: str | None
@@ -199,23 +210,17 @@ class WebMessagingServer:
         self.token_of[conn] = token
         self.by_token.setdefault(token, set()).add(conn)
         self.listener.rekey(conn, token)
-        conv = state.conversation(sess.conversation_id)
         now_epoch = self.ctx.clock.time()
         remaining = max(0, math.ceil(sess.expires_at - self.ctx.clock.monotonic()))
-        body: Any = {
-            "connected": True,
-            "newSession": new,
-            "readOnly": sess.read_only,
-            "maxCustomDataBytes": self.ctx.config.max_custom_data_bytes,
-            "clearedExistingSession": False,
-            "durationSeconds": self.ctx.config.wm_session_ttl_s,
-            "expirationDate": int(now_epoch + remaining),
-            # simulator extension: the seed's required session fields (docs/simulators.md)
-            "conversationId": conv.id,
-            "agentId": conv.agent_id,
-            "status": "readOnly" if sess.read_only else "connected",
-        }
-        body = self.ctx.gate.after(token, ENDPOINT, body, conv.id)
+        body: Any = session_body(
+            new=new,
+            read_only=sess.read_only,
+            max_custom_data_bytes=self.ctx.config.max_custom_data_bytes,
+            duration_s=self.ctx.config.wm_session_ttl_s,
+            expiration_epoch=int(now_epoch + remaining),
+        )
+        # the guest protocol names no conversation, so CONVERSATION_DRIFT has nothing to change here
+        body = self.ctx.gate.after(token, ENDPOINT, body, None)
         if isinstance(body, bytes):  # MALFORMED_BODY: the whole frame is broken JSON
             payload = wm_envelope("response", WmClass.SESSION_RESPONSE, 200, {}, tracing)[:-3] + b',"conn'
         else:
@@ -225,55 +230,67 @@ class WebMessagingServer:
     async def _on_message(
         self, conn: ServerConnection, token: str, msg: dict[str, Any], tracing: str | None
     ) -> None:
-        sess, error = self._session(conn, token)
+        sess, error = self._session(conn, token, tracing)
         if sess is None:
-            await self._send(conn, error or wm_error(400, _FAILED), "string")
+            await self._send(conn, error, "string")
             return
         message = msg.get("message")
         mtype = message.get("type") if isinstance(message, dict) else None
+        text = message.get("text") if isinstance(message, dict) else None
         if not isinstance(message, dict) or mtype not in ("Text", "Event", "Structured"):
             await self._send(conn, wm_error(400, _FAILED, tracing), "string")
             return
-        text = message.get("text")
-        if mtype == "Text" and not isinstance(text, str):
+        if (mtype == "Text" and not isinstance(text, str)) or sess.read_only:
+            # [I] GMT refuses to send once read-only; the server's answer is not documented
             await self._send(conn, wm_error(400, _FAILED, tracing), "string")
             return
         if isinstance(text, str) and len(text) > self.ctx.config.max_message_chars:
             await self._send(conn, wm_error(WmCode.MESSAGE_TOO_LONG, "message too long", tracing), "string")
             return
-        channel = message.get("channel")
-        meta = channel.get("metadata") if isinstance(channel, dict) else None
-        custom = meta.get("customAttributes") if isinstance(meta, dict) else None
+        custom = custom_attributes(msg, message)
         limit = self.ctx.config.max_custom_data_bytes
-        if custom is not None and len(json.dumps(custom).encode()) > limit:
+        if custom is not None and too_large(custom, limit):
             text_4013 = f"Custom Attributes in channel metadata is larger than {limit} bytes"
-            await self._send(
-                conn, wm_error(WmCode.CUSTOM_ATTRIBUTE_SIZE_TOO_LARGE, text_4013, tracing), "string"
-            )
+            code = WmCode.CUSTOM_ATTRIBUTE_SIZE_TOO_LARGE
+            await self._send(conn, wm_error(code, text_4013, tracing), "string")
             return
         if not self.ctx.state.session_rate_check(sess):
             window_left = sess.window_start + self.ctx.config.wm_rate_window_s - self.ctx.clock.monotonic()
             payload, kind = self._too_many(max(1, math.ceil(window_left)), tracing)
             await self._send(conn, payload, kind)
             return
-        if isinstance(custom, dict):
+        if mtype == "Event" and has_presence(message, "Clear"):
+            await self._clear(conn, token, tracing)
+            return
+        conv = self.ctx.state.conversations.get(sess.conversation_id)
+        customer = conv.customer() if conv is not None else None
+        if conv is not None and customer is not None and custom and "" not in custom:
             attrs = {str(k): str(v) for k, v in custom.items()}
-            conv = self.ctx.state.conversation(sess.conversation_id)
-            conv.customer().attributes.update(attrs)
+            customer.attributes.update(attrs)
             self.ctx.recorder.record_attributes(conv.id, attrs)
+            self.ctx.changed(ConversationChange("attributes", conv, customer, attributes=attrs))
         msg_id = self.ctx.state.uuid()
-        body: dict[str, Any] = {
-            "id": msg_id,
-            "channel": {"time": iso_utc(self.ctx.clock.time()), "messageId": msg_id},
-            "type": mtype,
-            "direction": "Inbound",
-        }
-        for field in ("text", "content", "events", "metadata"):
-            if message.get(field) is not None:
-                body[field] = message[field]
-        self.ctx.state.conversation(sess.conversation_id).remember(body)
+        body = inbound_body(msg_id, iso_utc(self.ctx.clock.time()), message)
+        if conv is not None and customer is not None:
+            conv.remember(body)
+            customer.communication.message_ids.append(msg_id)
+            self.ctx.changed(ConversationChange("message", conv, customer, message=body))
         payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body, tracing)
         await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
+
+    async def _clear(self, conn: ServerConnection, token: str, tracing: str | None) -> None:
+        """Presence ``Clear`` (GMT ``ClearConversationRequest.kt``): the conversation is cleared for the
+        guest: ``SessionClearedEvent`` to every connection of the session, then ``ConnectionClosedEvent``
+        and close (GMT reports reason ``ConversationCleared``); or 403 when the deployment disables it."""
+        if not self.ctx.config.wm_clear_conversation:
+            forbidden = "Presence events Conversation Clear are not supported"
+            await self._send(conn, wm_error(403, forbidden, tracing), "string")
+            return
+        self.ctx.state.sessions.pop(token, None)
+        cleared = wm_envelope("message", WmClass.SESSION_CLEARED_EVENT, 200, {})
+        for target in list(self.by_token.get(token, ())):
+            await self._send(target, cleared, WmClass.SESSION_CLEARED_EVENT.value)
+            self._closed_event(target, None)
 
     async def _echo(
         self, conn: ServerConnection, token: str, msg: dict[str, Any], tracing: str | None
@@ -286,20 +303,23 @@ class WebMessagingServer:
             "direction": "Inbound",
             "id": self.ctx.state.uuid(),
         }
+        # the reply carries the request's metadata: GMT's health check keys on customMessageId
+        sent = message.get("metadata") if isinstance(message, dict) else None
+        metadata: dict[str, Any] = dict(sent) if isinstance(sent, dict) else {}
         sess = self.ctx.state.sessions.get(token)
         if sess is not None:
             left = max(0, math.ceil(sess.expires_at - self.ctx.clock.monotonic()))
-            body["metadata"] = {
-                "durationSeconds": str(self.ctx.config.wm_session_ttl_s),
-                "expirationDate": str(int(self.ctx.clock.time() + left)),
-            }
+            metadata["durationSeconds"] = str(self.ctx.config.wm_session_ttl_s)
+            metadata["expirationDate"] = str(int(self.ctx.clock.time() + left))
+        if metadata:
+            body["metadata"] = metadata
         payload = wm_envelope("response", WmClass.STRUCTURED_MESSAGE, 200, body, tracing)
         await self._send(conn, payload, "echo")
 
     async def _get_jwt(self, conn: ServerConnection, token: str, tracing: str | None) -> None:
-        sess, error = self._session(conn, token)
+        sess, error = self._session(conn, token, tracing)
         if sess is None:
-            await self._send(conn, error or wm_error(400, _FAILED), "string")
+            await self._send(conn, error, "string")
             return
         jwt, exp = self.ctx.state.issue_jwt(token)
         body = {"jwt": jwt, "exp": exp}
@@ -307,105 +327,17 @@ class WebMessagingServer:
             conn, wm_envelope("response", WmClass.JWT_RESPONSE, 200, body, tracing), "JwtResponse"
         )
 
-    async def _close_session(self, conn: ServerConnection, token: str, msg: dict[str, Any]) -> None:
-        sess, error = self._session(conn, token)
+    async def _close_session(
+        self, conn: ServerConnection, token: str, msg: dict[str, Any], tracing: str | None
+    ) -> None:
+        sess, error = self._session(conn, token, tracing)
         if sess is None:
-            await self._send(conn, error or wm_error(400, _FAILED), "string")
+            await self._send(conn, error, "string")
             return
         targets = list(self.by_token.get(token, ())) if msg.get("closeAllConnections") is True else [conn]
         del self.ctx.state.sessions[token]
         for target in targets:
             self._closed_event(target, None)
-
-    # -- pushes -------------------------------------------------------------------------------------
-
-    def _closed_event(self, conn: ServerConnection, fault: Fault | None) -> None:
-        reason = fault.params.get("reason") if fault is not None else None
-        body = {"reason": reason} if reason else {}
-        payload = wm_envelope("message", WmClass.CONNECTION_CLOSED_EVENT, 200, body)
-
-        async def tell_and_close() -> None:
-            await self._send(conn, payload, WmClass.CONNECTION_CLOSED_EVENT.value)
-            await conn.close(1000, "connection closed")
-
-        self.listener.spawn(tell_and_close())
-
-    def _expire_now(self, conn: ServerConnection, fault: Fault) -> None:
-        token = self.token_of.get(conn)
-        sess = self.ctx.state.sessions.get(token) if token else None
-        if fault.params.get("mode") == "code":
-            return  # answered 4006 on the next request (see _session)
-        if sess is not None:
-            sess.expired = True
-        # pushed, so type "message" (§1); GMT's fixture spells it "response"
-        payload = wm_envelope("message", WmClass.SESSION_EXPIRED_EVENT, 200, {})
-        self.listener.spawn(self._send(conn, payload, WmClass.SESSION_EXPIRED_EVENT.value))
-
-    async def push_outbound(self, conversation_id: str, message: dict[str, Any]) -> int:
-        """Push an agent message (Outbound StructuredMessage) to the guest's open connections."""
-        body = {
-            "id": message["id"],
-            "channel": {"time": message["time"], "messageId": message["id"]},
-            "type": "Text",
-            "text": message["text"],
-            "direction": "Outbound",
-            "originatingEntity": "Human",
-        }
-        self.ctx.state.conversation(conversation_id).remember(body)
-        payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body)
-        sent = 0
-        for token, conns in list(self.by_token.items()):
-            sess = self.ctx.state.sessions.get(token)
-            if sess is None or sess.conversation_id != conversation_id:
-                continue
-            for conn in list(conns):
-                if conn not in self.listener.blackholed:
-                    await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
-                    sent += 1
-        return sent
-
-    async def end_conversation(self, conversation_id: str) -> int:
-        """The agent disconnects: sessions go read-only; a Presence Disconnect event is pushed (§1)."""
-        sent = 0
-        for token, conns in list(self.by_token.items()):
-            sess = self.ctx.state.sessions.get(token)
-            if sess is None or sess.conversation_id != conversation_id:
-                continue
-            sess.read_only = True
-            msg_id = self.ctx.state.uuid()
-            body = {
-                "id": msg_id,
-                "channel": {"time": iso_utc(self.ctx.clock.time()), "messageId": msg_id},
-                "type": "Event",
-                "direction": "Outbound",
-                "events": [{"eventType": "Presence", "presence": {"type": "Disconnect"}}],
-            }
-            payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body)
-            for conn in list(conns):
-                await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
-                sent += 1
-        for sess in self.ctx.state.sessions.values():
-            if sess.conversation_id == conversation_id:
-                sess.read_only = True
-        self.ctx.state.conversation(conversation_id).status = "disconnected"
-        return sent
-
-    def sweep(self) -> None:
-        """SessionExpiredEvent to sessions past their lifetime; close idle or too-old connections."""
-        cfg = self.ctx.config
-        self.listener.enforce_limits(cfg.wm_idle_timeout_s, cfg.wm_max_connection_s)
-        now = self.ctx.clock.monotonic()
-        if now < self._next_sweep:  # once a clock second: cheap with thousands of sessions
-            return
-        self._next_sweep = now + 1.0
-        for token, conns in list(self.by_token.items()):
-            sess = self.ctx.state.sessions.get(token)
-            if sess is None or sess.expired or not self.ctx.state.session_expired(sess):
-                continue
-            sess.expired = True
-            payload = wm_envelope("message", WmClass.SESSION_EXPIRED_EVENT, 200, {})
-            for conn in list(conns):
-                self.listener.spawn(self._send(conn, payload, WmClass.SESSION_EXPIRED_EVENT.value))
 
 
 def _conn_key(conn: ServerConnection) -> str:

@@ -5,12 +5,13 @@ Every shape cites its platforms.md section. Nothing here does I/O.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from typing import Any
 
 import msgspec
 from aiohttp import web
+
+from supervisor.clock import iso_utc
 
 __all__ = [
     "ErrorCode",
@@ -35,6 +36,7 @@ class ErrorCode(enum.StrEnum):
     AUTHENTICATION_REQUIRED = "authentication.required"
     BAD_CREDENTIALS = "bad.credentials"
     NOT_AUTHORIZED = "not.authorized"
+    MISSING_PERMISSIONS = "missing.permissions"
     NOT_FOUND = "not.found"
     METHOD_NOT_ALLOWED = "method.not.allowed"
     UNSUPPORTED_MEDIA_TYPE = "unsupported.media.type"
@@ -53,6 +55,7 @@ _MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.AUTHENTICATION_REQUIRED: "No authentication bearer token specified in authorization header.",
     ErrorCode.BAD_CREDENTIALS: "Invalid login credentials.",
     ErrorCode.NOT_FOUND: "The requested resource was not found.",
+    ErrorCode.MISSING_PERMISSIONS: "Unable to perform the requested action. You are missing the following permission(s).",
     ErrorCode.METHOD_NOT_ALLOWED: "HTTP method not allowed for this resource.",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "Unsupported Media Type - Unsupported or incorrect media type.",
     ErrorCode.INTERNAL_SERVER_ERROR: "The server encountered an unexpected condition.",
@@ -69,12 +72,6 @@ STATUS_CODES: dict[int, ErrorCode] = {
     503: ErrorCode.SERVICE_UNAVAILABLE,
     504: ErrorCode.REQUEST_TIMEOUT,
 }
-
-
-def iso_utc(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z`` (the platforms' timestamp form)."""
-    stamp = dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
 def error_body(
@@ -134,6 +131,7 @@ class WmClass(enum.StrEnum):
     SESSION_EXPIRED_EVENT = "SessionExpiredEvent"
     TOO_MANY_REQUESTS = "TooManyRequestsErrorMessage"
     CONNECTION_CLOSED_EVENT = "ConnectionClosedEvent"
+    SESSION_CLEARED_EVENT = "SessionClearedEvent"
 
 
 class WmCode(enum.IntEnum):

@@ -1,0 +1,295 @@
+"""Admission control beyond the seed (issue 15): adaptive pacing per endpoint, and a retry budget.
+
+Pure and clock-driven, like the circuit. Two pieces:
+
+* :class:`Pacer` paces the attempts to one endpoint (WebSocket handshakes and session starts,
+  or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
+  a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
+  attempts, a multiplicative decrease (``backoff``) when the platform throttles (429/503), then a
+  probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
+  of the rate per second's worth of admitted attempts; relative, so the time between two probing
+  refusals does not depend on the limit), or ``CUBIC`` (RFC 9438; botocore's adaptive retry mode):
+  the rate is a cubic function of the time since the cut, flat near the rate that was refused and
+  steeper away from it. docs/benchmarks.md measures both ("Storm at a binding limit"). Nothing is
+  tuned to a particular limit: the pacer discovers it. A throttle answer that
+  carries Retry-After pauses the *whole endpoint* for that window (beyond the seed: the platform
+  said when it is ready, so nobody asks before). Slots are handed out by virtual scheduling (GCRA,
+  one timestamp): an attempt gets a wait, never a refusal, and waits in the order it asked.
+  A pacer may start disabled (``initial_rate=None``): then it only engages at the first throttle
+  (botocore's adaptive mode does so), which suits REST calls that are rarely throttled.
+* :class:`RetryBudget` caps retries across calls to one endpoint (Finagle's TokenRetryBudget,
+  Envoy's retry budget, gRPC's retry throttling): within any ``window_s``, retries may add at
+  most ``ratio`` of the calls made, plus ``min_per_s`` retries per second whatever the traffic.
+  Past it a retryable failure is not retried. The seed's per-class budgets still bound each call.
+
+The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals that trip it rare.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from supervisor.clock import Clock
+
+__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "RetryBudget"]
+
+
+class Probe(enum.StrEnum):
+    """How the rate grows back after a cut (congestion avoidance)."""
+
+    AIMD = "aimd"
+    CUBIC = "cubic"
+
+
+@dataclass(frozen=True, slots=True)
+class PacingConfig:
+    """The pacer's numbers (defaults measured in docs/benchmarks.md, "Storm at a binding limit")."""
+
+    # attempts per second to start from; None: unpaced until the platform first throttles
+    initial_rate: float | None = 20.0
+    min_rate: float = 1.0
+    max_rate: float = 10_000.0
+    # slow start: the rate grows by this factor for each rate's worth of admitted attempts
+    growth: float = 1.5
+    # on a throttle, the rate is multiplied by this (and becomes the slow-start threshold)
+    backoff: float = 0.7
+    # congestion avoidance: the share of the rate added for each second's worth of admitted attempts
+    # (5 %: from a cut back to the limit in about 7 s, whatever the limit)
+    increase: float = 0.05
+    probe: Probe = Probe.AIMD
+    # CUBIC's scaling constant C (RFC 9438 section 4.2 and botocore use 0.4), in attempts/s per s³
+    cubic_c: float = 0.4
+    # a throttle with no Retry-After pauses the endpoint this long
+    default_pause_s: float = 1.0
+    # throttles within this long of the last decrease are the same episode (already in flight)
+    episode_s: float = 1.0
+    # slots are booked at most this far ahead: a rate that grows meanwhile serves the later callers
+    # (a slot booked minutes ahead at a slow start's rate would keep them waiting at that rate)
+    lookahead_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.initial_rate is not None and not self.initial_rate > 0:
+            raise ValueError(f"initial_rate must be > 0 or None, got {self.initial_rate!r}")
+        if not 0 < self.min_rate <= self.max_rate:
+            raise ValueError(f"need 0 < min_rate <= max_rate, got {self.min_rate!r}, {self.max_rate!r}")
+        if not self.growth > 1.0:
+            raise ValueError(f"growth must be > 1, got {self.growth!r}")
+        if not 0 < self.backoff < 1:
+            raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
+        if not self.cubic_c > 0:
+            raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
+        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s"):
+            if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PacerReport:
+    """What changed in a pacer, for the bus: a new rate (``reason``) and/or a pause window."""
+
+    endpoint: str
+    rate: float | None
+    previous: float | None
+    reason: str
+    paused_for_s: float = 0.0
+
+
+_NO_RATE: Final = math.inf
+
+
+class Pacer:
+    """Adaptive admission of attempts to one endpoint; see the module docstring."""
+
+    __slots__ = (
+        "_clock",
+        "_config",
+        "_count",
+        "_last_count",
+        "_last_cut",
+        "_max_before_cut",
+        "_paused_until",
+        "_published_rate",
+        "_rate",
+        "_second",
+        "_ssthresh",
+        "_tat",
+        "endpoint",
+        "generation",
+    )
+
+    def __init__(self, endpoint: str, clock: Clock, config: PacingConfig | None = None) -> None:
+        self.endpoint = endpoint
+        self._clock = clock
+        self._config = config if config is not None else PacingConfig()
+        cfg = self._config
+        # attempts per second; None while unpaced
+        self._rate: float | None = None if cfg.initial_rate is None else min(cfg.initial_rate, cfg.max_rate)
+        # slow start below this rate, additive increase above it
+        self._ssthresh = _NO_RATE
+        # virtual scheduling: the earliest time the next slot may start
+        self._tat = 0.0
+        self._paused_until = 0.0
+        self._last_cut = -math.inf
+        # CUBIC's W_max: the rate that was refused at the last cut
+        self._max_before_cut = 0.0
+        self._published_rate = self._rate
+        # admitted attempts in the current and the previous whole second (the measured rate)
+        self._second = -1
+        self._count = 0
+        self._last_count = 0
+        #: rises with every throttle: a slot reserved before it is void (the caller reserves again)
+        self.generation = 0
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    @property
+    def rate(self) -> float | None:
+        """Attempts per second admitted now; None while the endpoint is unpaced."""
+        return self._rate
+
+    def paused_for(self) -> float:
+        """Seconds the endpoint is still paused by a Retry-After (0 when it is not)."""
+        return max(0.0, self._paused_until - self._clock.monotonic())
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def reserve(self) -> tuple[float, bool]:
+        """Take the next slot: ``(wait, booked)``.
+
+        Booked: attempt after ``wait`` seconds (0: now). Not booked: the next free slot is more
+        than ``lookahead_s`` away (the queue is long, or the endpoint is paused): ask again after
+        ``wait`` seconds, when the rate may have grown.
+        """
+        now = self._clock.monotonic()
+        start = max(now, self._paused_until)
+        rate = self._rate
+        if rate is None:
+            return start - now, start <= now
+        slot = max(start, self._tat)
+        if slot - now > self._config.lookahead_s:
+            return min(slot - now, self._config.lookahead_s), False
+        self._tat = slot + 1.0 / rate
+        return slot - now, True
+
+    def admitted(self) -> PacerReport | None:
+        """An attempt got through: probe the rate upward (slow start, then additive increase)."""
+        second = int(self._clock.monotonic())
+        if second != self._second:
+            self._last_count = self._count if second == self._second + 1 else 0
+            self._second = second
+            self._count = 0
+        self._count += 1
+        rate = self._rate
+        if rate is None:
+            return None
+        cfg = self._config
+        if rate < self._ssthresh:
+            # slow start, per admitted attempt: a rate's worth of them (one second) multiplies
+            # the rate by growth
+            rate += cfg.growth - 1.0
+        elif cfg.probe is Probe.CUBIC:
+            rate = max(rate, self._cubic(self._clock.monotonic() - self._last_cut))
+        else:
+            # additive increase: a second's worth of admitted attempts adds `increase` of the rate
+            rate += cfg.increase
+        self._rate = min(rate, cfg.max_rate)
+        published = self._published_rate
+        if published is None or self._rate >= 2.0 * published:
+            # bounded event volume: a rate change is reported each time it doubles
+            self._published_rate = self._rate
+            return PacerReport(self.endpoint, self._rate, published, "probe")
+        return None
+
+    def throttled(self, retry_after_s: float | None) -> PacerReport | None:
+        """The platform refused for rate (429/503): cut the rate once per episode, pause the endpoint."""
+        cfg = self._config
+        now = self._clock.monotonic()
+        pause = cfg.default_pause_s if retry_after_s is None else max(0.0, retry_after_s)
+        pause_until = now + pause
+        paused_more = pause_until > self._paused_until + 1e-9
+        if paused_more:
+            self._paused_until = pause_until
+            self.generation += 1
+        if now - self._last_cut < cfg.episode_s:
+            # in-flight refusals of the same burst: the rate was cut already
+            return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause) if paused_more else None
+        self._last_cut = now
+        self.generation += 1
+        previous = self._rate
+        if previous is None:
+            # first throttle of an unpaced endpoint: engage below what it was admitting
+            current = int(now)
+            if current == self._second:
+                measured = max(self._last_count, self._count)
+            else:
+                measured = self._count if current == self._second + 1 else 0
+            cut = max(cfg.min_rate, measured * cfg.backoff)
+        else:
+            cut = max(cfg.min_rate, previous * cfg.backoff)
+        self._max_before_cut = previous if previous is not None else cut / cfg.backoff
+        self._rate = cut
+        self._ssthresh = cut
+        self._published_rate = cut
+        # the slots handed out at the old rate are void: the next one starts after the pause
+        self._tat = self._paused_until
+        return PacerReport(self.endpoint, cut, previous, "throttled", pause)
+
+    def _cubic(self, since_cut_s: float) -> float:
+        """RFC 9438 eq. 1: W(t) = C (t - K)³ + W_max, K = ∛(W_max (1 - β) / C), β = ``backoff``."""
+        cfg = self._config
+        w_max = self._max_before_cut
+        k = (w_max * (1.0 - cfg.backoff) / cfg.cubic_c) ** (1.0 / 3.0)
+        return float(cfg.cubic_c * (since_cut_s - k) ** 3 + w_max)
+
+
+class RetryBudget:
+    """Retries across calls to one endpoint: at most ``ratio`` of calls plus ``min_per_s``, per window.
+
+    One-second buckets over ``window_s`` count the calls (first attempts) and the retries; a
+    retry is allowed while ``retries < ratio * calls + min_per_s * window_s`` in the window.
+    """
+
+    __slots__ = ("_buckets", "_clock", "_min", "_ratio", "_window", "refused")
+
+    def __init__(
+        self, clock: Clock, *, ratio: float = 0.1, min_per_s: float = 5.0, window_s: float = 10.0
+    ) -> None:
+        if not 0.0 <= ratio <= 10.0 or min_per_s < 0 or not window_s >= 1.0:
+            raise ValueError(
+                f"bad retry budget: ratio={ratio!r} min_per_s={min_per_s!r} window_s={window_s!r}"
+            )
+        self._clock = clock
+        self._ratio = ratio
+        self._min = min_per_s
+        self._window = int(window_s)
+        # (second, calls, retries), newest last
+        self._buckets: deque[list[int]] = deque()
+        self.refused = 0
+
+    def _bucket(self) -> list[int]:
+        second = int(self._clock.monotonic())
+        buckets = self._buckets
+        while buckets and buckets[0][0] <= second - self._window:
+            buckets.popleft()
+        if not buckets or buckets[-1][0] != second:
+            buckets.append([second, 0, 0])
+        return buckets[-1]
+
+    def call(self) -> None:
+        """A first attempt went out."""
+        self._bucket()[1] += 1
+
+    def allow_retry(self) -> bool:
+        """May a retry go out now? Counts it when it may."""
+        bucket = self._bucket()
+        calls = sum(b[1] for b in self._buckets)
+        retries = sum(b[2] for b in self._buckets)
+        if retries + 1 > self._ratio * calls + self._min * self._window:
+            self.refused += 1
+            return False
+        bucket[2] += 1
+        return True

@@ -1,0 +1,282 @@
+"""The state board: every session's row, derived from the bus, for snapshots and deltas.
+
+Subscribed to the bus before any session starts (the API is built before ``run_daemon``), the
+board follows what the runtime publishes and keeps, per session: state and since when,
+platform and kind, agent / conversation / platform-session ids, reconnection attempts, the
+last classified error (code, class) and the termination. The circuit of a session's endpoint
+is read live from the registry when a row is rendered. A session the board has not heard from
+yet (its runner made, its first attempt not yet reported) is seeded from its runner.
+
+Snapshots and deltas are consistent by construction: publishing is synchronous, so the board
+has applied exactly the events up to :attr:`seq` whenever anything reads it, and each change
+is handed to ``on_change`` (the fan-out) with the seq of the event that caused it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.api.events import ControlCommand
+from supervisor.api.messages import Delta, Subscription
+from supervisor.clock import Clock, iso_utc
+from supervisor.events import (
+    ErrorClassified,
+    Published,
+    RetryAttempt,
+    RetryKind,
+    SessionTerminated,
+    SessionTransition,
+)
+from supervisor.runtime.supervisor import Supervisor
+
+__all__ = ["Row", "StateBoard"]
+
+# what a delta says when the session came back through the control socket's start verb
+STARTED = "STARTED"
+
+
+@dataclass(slots=True)
+class Row:
+    """One session as subscribers see it."""
+
+    session_id: str
+    platform: str
+    kind: str
+    endpoint: str | None
+    state: str
+    since: str
+    agent_id: str | None = None
+    conversation_id: str | None = None
+    platform_session_id: str | None = None
+    attempts: int = 0
+    last_error: dict[str, str] | None = None
+    termination: dict[str, Any] | None = None
+
+    def columns(self, circuit: dict[str, str] | None) -> dict[str, Any]:
+        """The columns a delta carries besides its state change."""
+        return {
+            "platform": self.platform,
+            "attempts": self.attempts,
+            "lastError": self.last_error,
+            "circuit": circuit,
+        }
+
+    def as_wire(self, circuit: dict[str, str] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "sessionId": self.session_id,
+            "state": self.state,
+            "since": self.since,
+            "platform": self.platform,
+            "kind": self.kind,
+            "agentId": self.agent_id,
+            "conversationId": self.conversation_id,
+            "attempts": self.attempts,
+            "lastError": self.last_error,
+            "circuit": circuit,
+        }
+        if self.platform_session_id is not None:
+            out["platformSessionId"] = self.platform_session_id
+        if self.termination is not None:
+            out["termination"] = self.termination
+        return out
+
+
+Change = Callable[[Published, Delta | None], None]
+
+
+def _ignore(published: Published, delta: Delta | None) -> None:
+    return None
+
+
+class StateBoard:
+    """A bus sink: applies each event to the rows, then hands the change to ``on_change``."""
+
+    def __init__(self, supervisor: Supervisor, clock: Clock) -> None:
+        self._supervisor = supervisor
+        self._clock = clock
+        self._rows: dict[str, Row] = {}
+        self._endpoints: dict[str, str | None] = {}
+        # a session seeded from its runner has been in its state at least since the board started
+        self.started_at = iso_utc(clock.time())
+        self.started_monotonic = clock.monotonic()
+        self.seq = 0
+        self.boot_id = supervisor.bus.boot_id
+        self.on_change: Change = _ignore
+
+    # ------------------------------------------------------------------ following the bus
+    def __call__(self, published: Published) -> None:
+        self.seq = published.seq
+        delta = self._apply(published)
+        self.on_change(published, delta)
+
+    def _apply(self, published: Published) -> Delta | None:
+        event = published.event
+        correlation = published.correlation
+        if isinstance(event, SessionTransition):
+            row = self._rows.get(event.session_id)
+            if row is None:
+                # first heard of now: its runner has already moved, so the row starts where the move began
+                row = self._rows[event.session_id] = self._seed(event.session_id)
+                row.state = event.source
+            self._learn(row, published)
+            previous, row.state, row.since = row.state, event.target, event.timestamp
+            if event.target == "active":
+                row.attempts = 0
+            return self._delta(published.seq, row, previous, event.timestamp, event.reason)
+        if isinstance(event, RetryAttempt) and event.kind is RetryKind.RECONNECT:
+            row = self._row(event.session_id)
+            row.attempts = event.attempt
+        elif isinstance(event, ErrorClassified):
+            session_id = event.event.context.get("sessionId")
+            if isinstance(session_id, str):
+                row = self._row(session_id)
+                sdk = event.event
+                row.last_error = {"code": sdk.code, "class": sdk.taxonomy_class.value, "at": sdk.timestamp}
+        elif isinstance(event, SessionTerminated):
+            row = self._row(event.session_id)
+            row.termination = {
+                "reason": event.reason.value,
+                "trigger": None if event.trigger is None else event.trigger.value,
+                "code": event.code,
+                "action": event.action,
+                "at": event.timestamp,
+            }
+        elif isinstance(event, ControlCommand) and event.verb == "start" and event.ok and event.session_id:
+            # a new runner: a new machine in its first state, nothing carried over
+            old = self._rows.get(event.session_id)
+            fresh = self._seed(event.session_id)
+            fresh.since = event.timestamp
+            self._rows[event.session_id] = fresh
+            return self._delta(
+                published.seq, fresh, None if old is None else old.state, event.timestamp, STARTED
+            )
+        elif correlation is not None and correlation.session_id in self._rows:
+            self._learn(self._rows[correlation.session_id], published)
+        return None
+
+    def _learn(self, row: Row, published: Published) -> None:
+        correlation = published.correlation
+        if correlation is None:
+            return
+        row.agent_id = correlation.agent_id or row.agent_id
+        row.conversation_id = correlation.conversation_id or row.conversation_id
+        row.platform_session_id = correlation.platform_session_id or row.platform_session_id
+
+    def _delta(self, seq: int, row: Row, previous: str | None, at: str, reason: str) -> Delta:
+        return Delta(seq, row.session_id, row.state, previous, at, reason, row.columns(self.circuit_of(row)))
+
+    # ------------------------------------------------------------------ rows
+    def _row(self, session_id: str) -> Row:
+        row = self._rows.get(session_id)
+        if row is None:
+            row = self._rows[session_id] = self._seed(session_id)
+        return row
+
+    def _seed(self, session_id: str) -> Row:
+        """A row from the session's runner as it is now (or a bare one for a session without a runner)."""
+        runner = self._supervisor.runners.get(session_id)
+        if runner is None:
+            # heard of on the bus before (or without) a runner: what the configuration says of it
+            spec = next((s for s in self._supervisor.wiring.config.sessions if s.id == session_id), None)
+            platform, kind = ("", "") if spec is None else (spec.platform, spec.kind.value)
+            agent = None if spec is None else spec.agent_id
+            return Row(
+                session_id,
+                platform,
+                kind,
+                self.endpoint_of(session_id),
+                "unknown",
+                self.started_at,
+                agent_id=agent,
+            )
+        context = runner.context
+        row = Row(
+            session_id,
+            context.platform.value,
+            context.channel.value,
+            self.endpoint_of(session_id),
+            runner.state.value,
+            self.started_at,
+            agent_id=context.agent_id,
+            conversation_id=context.conversation_id,
+            platform_session_id=context.platform_session_id,
+            attempts=runner.core.attempts,
+        )
+        if runner.termination is not None:
+            t = runner.termination
+            row.termination = {
+                "reason": t.reason.value,
+                "trigger": None if t.trigger is None else t.trigger.value,
+                "code": t.code,
+                "action": t.action,
+                "at": t.timestamp,
+            }
+        return row
+
+    def rows(self) -> list[Row]:
+        """Every supervised session (the runners' order), seeded where the bus has not spoken yet."""
+        for session_id in self._supervisor.runners:
+            self._row(session_id)
+        return list(self._rows.values())
+
+    def row(self, session_id: str) -> Row | None:
+        if session_id not in self._rows and session_id not in self._supervisor.runners:
+            return None
+        return self._row(session_id)
+
+    def platform_of(self, session_id: str) -> str:
+        row = self._rows.get(session_id)
+        if row is not None:
+            return row.platform
+        runner = self._supervisor.runners.get(session_id)
+        return "" if runner is None else runner.context.platform.value
+
+    # ------------------------------------------------------------------ circuits
+    def endpoint_of(self, session_id: str) -> str | None:
+        """The circuit endpoint a session connects through (Wiring.transport_for), cached."""
+        if session_id not in self._endpoints:
+            endpoint: str | None = None
+            wiring = self._supervisor.wiring
+            for spec in wiring.config.sessions:
+                if spec.id == session_id:
+                    # builds a transport object and drops it: no I/O happens before open()
+                    endpoint = wiring.transport_for(spec)[1]
+                    break
+            self._endpoints[session_id] = endpoint
+        return self._endpoints[session_id]
+
+    def circuit_of(self, row: Row) -> dict[str, str] | None:
+        if row.endpoint is None:
+            return None
+        circuit = self._supervisor.wiring.circuits.all().get(row.endpoint)
+        # a circuit is made on first use: none yet means nothing has been refused (closed)
+        state = "closed" if circuit is None else circuit.state.value
+        return {"endpoint": row.endpoint, "state": state}
+
+    def circuits(self) -> list[dict[str, str]]:
+        return [
+            {"endpoint": endpoint, "circuitId": circuit.circuit_id, "state": circuit.state.value}
+            for endpoint, circuit in sorted(self._supervisor.wiring.circuits.all().items())
+        ]
+
+    # ------------------------------------------------------------------ views
+    def matching(self, subscription: Subscription) -> Iterable[Row]:
+        for row in self.rows():
+            if subscription.sessions is not None and row.session_id not in subscription.sessions:
+                continue
+            if subscription.platforms is not None and row.platform not in subscription.platforms:
+                continue
+            if subscription.states is not None and row.state not in subscription.states:
+                continue
+            yield row
+
+    def snapshot(self, subscription: Subscription) -> dict[str, Any]:
+        """``{type, bootId, seq, sessions}`` of the matching sessions as of bus ``seq``."""
+        return {
+            "type": "snapshot",
+            "bootId": self.boot_id,
+            "seq": self.seq,
+            "sessions": [row.as_wire(self.circuit_of(row)) for row in self.matching(subscription)],
+        }

@@ -1,0 +1,249 @@
+"""One accepted client on a raw non-blocking socket, and the accept loop both services share.
+
+Raw sockets rather than anyio streams, for two reasons: the peer check must come before any
+byte is read (an asyncio transport starts reading the moment it is made), and a subscriber's
+writer must know exactly how many bytes the kernel refused, to tell the outbox it is backlogged
+instead of letting a transport buffer grow out of sight.
+
+The accept loop checks each peer (``SO_PEERCRED``) before anything else, closes a refused one
+(counted, published as ``SOCKET_PEER_REFUSED``), answers ``TooManyConnections`` past the cap,
+and runs every accepted connection in its own task: a failing connection never reaches another
+or the daemon (a bug is logged at this boundary, with its traceback, and that connection closed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from supervisor.api.events import Peer, PeerRefused
+from supervisor.api.listen import AccessPolicy, Identity, bind_unix, identity, peer_of, remove_if_ours
+from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, FrameDecoder, encode_error
+from supervisor.errors import ApiError
+from supervisor.events import Event
+
+__all__ = ["Connection", "UnixService"]
+
+_log = logging.getLogger("supervisor.api")
+_RECV = 65536
+# accept() failing for lack of descriptors leaves the listener readable: pause instead of spinning
+_EXHAUSTED_PAUSE_S = 0.1
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class Connection:
+    """A connected client: its socket, its peer, and the framing of what it sends."""
+
+    __slots__ = ("_closed", "decoder", "peer", "sock")
+
+    def __init__(self, sock: socket.socket, peer: Peer, *, limit: int = MAX_MESSAGE_BYTES) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.decoder = FrameDecoder(limit)
+        self._closed = False
+
+    async def receive(self) -> list[bytes] | None:
+        """The next complete messages; None at end of stream (a truncated last message is dropped).
+
+        Raises the fatal ``MessageTooLarge`` :class:`ApiError` from the framing.
+        """
+        while True:
+            try:
+                data = self.sock.recv(_RECV)
+            except BlockingIOError:
+                await anyio.wait_readable(self.sock)
+                continue
+            except OSError:
+                return None
+            if not data:
+                return None
+            frames = self.decoder.feed(data)
+            if frames:
+                return frames
+
+    async def send(self, data: bytes, *, max_wait_s: float | None = None) -> bool:
+        """Write everything, waiting while the socket pushes back; False when the peer is gone.
+
+        ``max_wait_s`` bounds only the waiting (a reply the kernel takes at once costs no timer):
+        False as well when the peer has not read for that long.
+        """
+        view = memoryview(data)
+        deadline = None if max_wait_s is None else anyio.current_time() + max_wait_s
+        while view:
+            try:
+                sent = self.sock.send(view)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return False
+            view = view[sent:]
+            if view:
+                with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+                    await anyio.wait_writable(self.sock)
+                if scope.cancelled_caught:
+                    return False
+        return True
+
+    def send_nowait(self, data: bytes) -> None:
+        """Best effort, never waiting: a last error reply before closing, or the stream's end."""
+        with contextlib.suppress(OSError):
+            self.sock.send(data)
+
+    def fail(self, error: ApiError) -> None:
+        """Answer a fatal error and close: the stream cannot go on."""
+        self.send_nowait(encode_error(error))
+        self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.sock.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+Handler = Callable[[Connection], Awaitable[None]]
+
+
+class UnixService:
+    """Listens on one socket path; each accepted, allowed connection runs ``handler`` in its own task."""
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        *,
+        mode: int,
+        group: int | None = None,
+        policy: AccessPolicy,
+        handler: Handler,
+        max_connections: int,
+        publish: Callable[[Event], object],
+        timestamp: Callable[[], str],
+        create_directory: bool = False,
+        listener: socket.socket | None = None,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self.policy = policy
+        self._mode = mode
+        self._group = group
+        self._handler = handler
+        self._max = max_connections
+        self._publish = publish
+        self._timestamp = timestamp
+        self._create_directory = create_directory
+        # a descriptor handed over by systemd socket activation (issue 12) instead of binding
+        self._listener = listener
+        # (device, inode, ctime) of the file we bound, removed at exit only if still ours; None if handed over
+        self._ours: Identity | None = None
+        self.active = 0
+        self.accepted = 0
+        self.refused = 0
+        self.over_capacity = 0
+        self.internal_errors = 0
+
+    def stats(self) -> dict[str, int | str]:
+        return {
+            "path": str(self.path),
+            "connections": self.active,
+            "accepted": self.accepted,
+            "refusedPeers": self.refused,
+            "overCapacity": self.over_capacity,
+        }
+
+    def bind(self) -> None:
+        """Bind now (before any session starts): a path held by a live daemon fails here, not mid-start."""
+        if self._listener is None:
+            self._listener = bind_unix(
+                self.path, self._mode, group=self._group, create_directory=self._create_directory
+            )
+            self._ours = identity(self.path)
+
+    def unbind(self) -> None:
+        """Close the listener and remove our socket file (a start that failed after binding)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        remove_if_ours(self.path, self._ours)
+        self._ours = None
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Bind unless bound (or handed over), report started, accept until cancelled."""
+        self.bind()
+        listener, ours = self._listener, self._ours
+        assert listener is not None
+        listener.setblocking(False)
+        try:
+            async with anyio.create_task_group() as tg:
+                task_status.started()
+                while True:
+                    accepted = await self._accept(listener)
+                    if accepted is not None:
+                        self._admit(tg, accepted)
+        finally:
+            listener.close()
+            # only our own file: a daemon started after us on this path keeps its socket
+            remove_if_ours(self.path, ours)
+
+    async def _accept(self, listener: socket.socket) -> socket.socket | None:
+        await anyio.wait_readable(listener)
+        try:
+            sock, _ = listener.accept()
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            if exc.errno in _EXHAUSTED:
+                await anyio.sleep(_EXHAUSTED_PAUSE_S)
+            return None
+        sock.setblocking(False)
+        return sock
+
+    def _admit(self, tg: anyio.abc.TaskGroup, sock: socket.socket) -> None:
+        try:
+            peer = peer_of(sock)
+        except OSError:
+            sock.close()
+            return
+        if not self.policy.allows(peer):
+            # before any byte is read or sent: the peer learns nothing but a closed connection
+            sock.close()
+            self.refused += 1
+            self._publish(PeerRefused(self.name, peer, self.refused, self._timestamp()))
+            return
+        connection = Connection(sock, peer)
+        if self.active >= self._max:
+            self.over_capacity += 1
+            connection.fail(
+                ApiError(
+                    ErrorName.TOO_MANY_CONNECTIONS,
+                    {"limit": self._max, "problem": f"at most {self._max} connections on this socket"},
+                    fatal=True,
+                )
+            )
+            return
+        self.accepted += 1
+        self.active += 1
+        tg.start_soon(self._run, connection, name=f"api:{self.name}:{peer.pid}")
+
+    async def _run(self, connection: Connection) -> None:
+        try:
+            await self._handler(connection)
+        except Exception:  # the last-resort boundary of one connection: never the daemon's
+            self.internal_errors += 1
+            _log.error(
+                "%s socket: connection from pid %s failed", self.name, connection.peer.pid, exc_info=True
+            )
+        finally:
+            self.active -= 1
+            connection.close()

@@ -1,0 +1,368 @@
+"""The control socket: list and show sessions, start, stop, drain, switch the taxonomy, reload.
+
+Calls on one connection are answered in order (pipelining is fine; reading pauses while a batch
+is answered, so pending calls are bounded by one read). Every verb answers a result or a typed
+error (protocol.ErrorName); every verb that changes something is published as
+``CONTROL_COMMAND`` with the caller's uid, gid and pid, done or refused.
+
+* ``StartSession``: a configured session that is not running gets a new runner (a new machine,
+  a full authentication cycle): after a fail-fast this is the seed's "user-initiated
+  re-authentication". A session still running is refused (``SessionRunning``).
+* ``UseTaxonomy``: a shipped version or an absolute path to a regular file (at most 1 MiB, read
+  off the event loop), validated completely before it replaces the classifier's taxonomy
+  (``TAXONOMY_SWITCHED``); a file that does not validate is refused and nothing changes.
+* ``Reload``: the reload function of the daemon (issue 9); ``Unsupported`` until one is given.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+from anyio import to_thread
+
+from machines.session import SessionState
+from supervisor import __version__
+from supervisor.api.board import StateBoard
+from supervisor.api.connection import Connection
+from supervisor.api.control_attributes import AttributeVerbs, Publish
+from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
+from supervisor.api.idl import service_reply
+from supervisor.api.messages import parse_subscription
+from supervisor.api.protocol import (
+    CONTROL,
+    SERVICE,
+    Call,
+    ErrorName,
+    Method,
+    check_method,
+    encode_error,
+    encode_reply,
+    parse_call,
+)
+from supervisor.clock import Clock, iso_utc
+from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
+from supervisor.runtime.durable import Durable
+from supervisor.runtime.supervisor import Supervisor
+from supervisor.taxonomy import Taxonomy, load_taxonomy
+
+__all__ = ["ControlService", "Reload"]
+
+#: the daemon's reload function (issue 9): re-read config and credentials, return a summary
+Reload = Callable[[], Awaitable[Mapping[str, Any]]]
+
+_KNOWN = {
+    SERVICE: frozenset({Method.GET_INFO.value, Method.GET_INTERFACE_DESCRIPTION.value}),
+    CONTROL: frozenset(m.value for m in Method if m.value.startswith(CONTROL + ".")),
+}
+_STATES = frozenset(s.value for s in SessionState)
+_MAX_TAXONOMY_BYTES: Final = 1 << 20
+# a control client that does not read its reply for this long is cut off
+_WRITE_TIMEOUT_S: Final = 30.0
+
+
+def _no_such_session(session_id: str) -> ApiError:
+    return ApiError(
+        ErrorName.NO_SUCH_SESSION,
+        {"sessionId": session_id, "problem": f"no configured session '{session_id}'"},
+    )
+
+
+def _session_id(parameters: Mapping[str, Any]) -> str:
+    value = parameters.get("sessionId")
+    if not isinstance(value, str) or not 0 < len(value) <= 200:
+        raise ApiError(
+            ErrorName.INVALID_PARAMETER,
+            {"parameter": "sessionId", "problem": "sessionId: expected a string of 1 to 200 characters"},
+        )
+    return value
+
+
+class ControlService:
+    """Handles each connection of the control socket (see the module docstring)."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        board: StateBoard,
+        *,
+        clock: Clock,
+        handshake_timeout: float,
+        stop: anyio.Event | None = None,
+        reload: Reload | None = None,
+        sockets: Callable[[], dict[str, Any]] = dict,
+        durable: Durable | None = None,
+    ) -> None:
+        self.supervisor = supervisor
+        self.board = board
+        self._clock = clock
+        self._handshake = handshake_timeout
+        self._stop = stop
+        self.reload = reload
+        self._sockets = sockets
+        # desired sessions and attribute updates (issue 13); None: a daemon without a store
+        self.durable = durable
+        self.attribute_verbs = AttributeVerbs(None if durable is None else durable.attributes)
+
+    # ------------------------------------------------------------------ connection
+    async def handle(self, connection: Connection) -> None:
+        frames = await self._first_call(connection)
+        while frames:
+            replies = [await self._answer(connection.peer, frame) for frame in frames]
+            data = b"".join(r for r in replies if r)
+            if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):
+                return
+            # after the first call, a script's connection may wait between calls (the cap bounds them)
+            try:
+                frames = await connection.receive()
+            except ApiError as error:
+                connection.fail(error)
+                return
+
+    async def _first_call(self, connection: Connection) -> list[bytes] | None:
+        """The first messages, within the handshake timeout (None: closed, timed out, or too large)."""
+        with anyio.move_on_after(self._handshake) as waited:
+            try:
+                return await connection.receive()
+            except ApiError as error:
+                connection.fail(error)
+                return None
+        if waited.cancelled_caught:
+            connection.fail(
+                ApiError(
+                    ErrorName.HANDSHAKE_TIMEOUT,
+                    {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
+                    fatal=True,
+                )
+            )
+        return None
+
+    async def _answer(self, peer: Peer, frame: bytes) -> bytes:
+        """The reply frame to one call (b"" for a oneway call); never raises for the caller's input."""
+        oneway = False
+        try:
+            call = parse_call(frame)
+            oneway = call.oneway
+            check_method(call.method, _KNOWN)
+            result = await self._dispatch(peer, call)
+        except ApiError as error:
+            return b"" if oneway else encode_error(error)
+        return b"" if oneway else encode_reply(result)
+
+    async def _dispatch(self, peer: Peer, call: Call) -> dict[str, Any]:
+        method, parameters = call.method, call.parameters
+        if method.startswith(SERVICE + "."):
+            return service_reply(call, [CONTROL])
+        if method == Method.STATUS:
+            return self.status()
+        if method == Method.LIST_SESSIONS:
+            return self.list_sessions(parameters)
+        if method == Method.SHOW_SESSION:
+            return self.show_session(_session_id(parameters))
+        verbs: dict[str, Callable[[Peer, Mapping[str, Any]], Awaitable[dict[str, Any]]]] = {
+            Method.START_SESSION: self.start_session,
+            Method.STOP_SESSION: self.stop_session,
+            Method.DRAIN: self.drain,
+            Method.USE_TAXONOMY: self.use_taxonomy,
+            Method.RELOAD: self.reload_config,
+        }
+        if method in verbs:
+            return await verbs[method](peer, parameters)
+        attributes = self.attribute_verbs
+
+        def published(
+            verb: str, session_id: str | None, target: str | None
+        ) -> Callable[[ApiError | None], None]:
+            return self._published(verb, peer, session_id=session_id, target=target)
+
+        attribute_verbs: dict[str, Callable[[Publish, Mapping[str, Any]], Awaitable[dict[str, Any]]]] = {
+            Method.SET_ATTRIBUTES: attributes.set_attributes,
+            Method.LIST_MISMATCHES: attributes.list_mismatches,
+            Method.RESOLVE_MISMATCH: attributes.resolve_mismatch,
+            Method.ATTRIBUTES_STATUS: attributes.status,
+        }
+        return await attribute_verbs[method](published, parameters)
+
+    def _published(
+        self, verb: str, peer: Peer, *, session_id: str | None = None, target: str | None = None
+    ) -> Callable[[ApiError | None], None]:
+        def publish(error: ApiError | None) -> None:
+            self.supervisor.bus.publish(
+                ControlCommand(
+                    verb,
+                    peer,
+                    error is None,
+                    iso_utc(self._clock.time()),
+                    session_id=session_id,
+                    target=target,
+                    error=None if error is None else error.name,
+                )
+            )
+
+        return publish
+
+    # ------------------------------------------------------------------ read-only verbs
+    def status(self) -> dict[str, Any]:
+        board = self.board
+        rows = board.rows()
+        by_state = Counter(row.state for row in rows)
+        return {
+            "bootId": board.boot_id,
+            "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),
+            "startedAt": board.started_at,
+            "version": __version__,
+            "taxonomy": self.supervisor.wiring.classifier.taxonomy.version,
+            "draining": self._stop is not None and self._stop.is_set(),
+            "seq": board.seq,
+            "sessions": {"total": len(rows), "byState": dict(sorted(by_state.items()))},
+            "circuits": board.circuits(),
+            "sockets": self._sockets(),
+        }
+
+    def list_sessions(self, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        selection = {key: parameters.get(key) for key in ("platforms", "states", "sessions")}
+        subscription = parse_subscription({"filter": selection}, known_states=_STATES)
+        board = self.board
+        return {"sessions": [row.as_wire(board.circuit_of(row)) for row in board.matching(subscription)]}
+
+    def show_session(self, session_id: str) -> dict[str, Any]:
+        row = self.board.row(session_id)
+        if row is None:
+            raise _no_such_session(session_id)
+        return {"session": row.as_wire(self.board.circuit_of(row))}
+
+    # ------------------------------------------------------------------ verbs that change something
+    async def start_session(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        session_id = _session_id(parameters)
+        publish = self._published("start", peer, session_id=session_id)
+        try:
+            spec = next((s for s in self.supervisor.wiring.config.sessions if s.id == session_id), None)
+            if spec is None:
+                raise _no_such_session(session_id)
+            previous = self.supervisor.runners.get(session_id)
+            if previous is not None and not previous.core.terminated:
+                state = previous.state.value
+                raise ApiError(
+                    ErrorName.SESSION_RUNNING,
+                    {
+                        "sessionId": session_id,
+                        "state": state,
+                        "problem": f"session '{session_id}' is {state}",
+                    },
+                )
+            try:
+                runner = self.supervisor.start(spec)
+            except ConfigError as exc:
+                raise ApiError(ErrorName.NOT_ACCEPTING, {"problem": str(exc)}) from None
+        except ApiError as error:
+            publish(error)
+            raise
+        publish(None)
+        # after a restart, a session stopped or ended by a fail-fast has no runner yet: still a re-authentication
+        down = self.durable is not None and self.durable.was_down(session_id)
+        return {
+            "sessionId": session_id,
+            "state": runner.state.value,
+            "reauthenticated": previous is not None or down,
+        }
+
+    async def stop_session(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        session_id = _session_id(parameters)
+        publish = self._published("stop", peer, session_id=session_id)
+        runner = self.supervisor.runners.get(session_id)
+        if runner is None:
+            error = _no_such_session(session_id)
+            publish(error)
+            raise error
+        publish(None)
+        # published first: subscribers see who asked before the transitions it causes
+        await self.supervisor.stop(session_id, 1000)
+        if self.durable is not None:
+            # it stays stopped across a restart, until `ctl start`
+            await self.durable.desire(session_id, runner.context.platform.value, False, "ctl stop")
+        return {"sessionId": session_id, "state": runner.state.value}
+
+    async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        publish = self._published("drain", peer)
+        stop = self._stop
+        if stop is None:
+            error = _unsupported(Method.DRAIN, "this daemon was started without a stop request")
+            publish(error)
+            raise error
+        publish(None)
+        stop.set()
+        return {"draining": True}
+
+    async def use_taxonomy(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        version = parameters.get("version")
+        if not isinstance(version, str) or not 0 < len(version) <= 4096 or "\0" in version:
+            raise ApiError(
+                ErrorName.INVALID_PARAMETER,
+                {"parameter": "version", "problem": "version: a shipped version (v1) or an absolute path"},
+            )
+        publish = self._published("taxonomy.use", peer, target=version)
+        try:
+            taxonomy = await _load(version)
+        except ApiError as error:
+            publish(error)
+            raise
+        classifier = self.supervisor.wiring.classifier
+        previous = classifier.taxonomy.version
+        # one assignment: every classification from now on uses the new version, none sees half of it
+        self.supervisor.wiring.use_taxonomy(taxonomy)
+        publish(None)
+        self.supervisor.bus.publish(
+            TaxonomySwitched(previous, taxonomy.version, taxonomy.origin, peer, iso_utc(self._clock.time()))
+        )
+        return {"previous": previous, "version": taxonomy.version, "origin": taxonomy.origin}
+
+    async def reload_config(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        publish = self._published("reload", peer)
+        if self.reload is None:
+            error = _unsupported(Method.RELOAD, "this daemon has no reload function yet")
+            publish(error)
+            raise error
+        try:
+            result = await self.reload()
+        except SupervisorError as exc:
+            error = ApiError(ErrorName.RELOAD_FAILED, {"problem": str(exc)})
+            publish(error)
+            raise error from None
+        publish(None)
+        return {"result": dict(result)}
+
+
+def _unsupported(method: str, problem: str) -> ApiError:
+    return ApiError(ErrorName.UNSUPPORTED, {"method": method, "problem": problem})
+
+
+async def _load(version: str) -> Taxonomy:
+    """Load and validate a taxonomy; every failure is an ``InvalidTaxonomy`` naming the problem."""
+
+    def invalid(problem: str) -> ApiError:
+        return ApiError(ErrorName.INVALID_TAXONOMY, {"version": version, "problem": problem})
+
+    is_path = "/" in version or version.endswith(".toml")
+    if is_path:
+        path = Path(version)
+        if not path.is_absolute():
+            raise invalid(f"{version}: give an absolute path (the daemon's working directory is not yours)")
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise invalid(f"{version}: {exc.strerror}") from None
+        # never /dev/zero or a FIFO: a control call must not hang the daemon on a read
+        if not stat.S_ISREG(info.st_mode):
+            raise invalid(f"{version}: not a regular file")
+        if info.st_size > _MAX_TAXONOMY_BYTES:
+            raise invalid(f"{version}: larger than {_MAX_TAXONOMY_BYTES} bytes")
+    try:
+        # off the event loop: sessions keep being served while the file is read and compiled
+        return await to_thread.run_sync(load_taxonomy, version)
+    except TaxonomyError as exc:
+        raise invalid(str(exc)) from None

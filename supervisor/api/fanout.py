@@ -1,0 +1,224 @@
+"""Fan-out: the bus side hands each change to every subscriber that wants it; one writer task per subscriber.
+
+The bus calls the board synchronously, and the board calls :meth:`Hub.publish`: it only pushes
+into each matching subscriber's :class:`~supervisor.api.outbox.Outbox` and wakes that
+subscriber's writer. Nothing on this path awaits or touches a socket, so a subscriber that never
+reads cannot slow the daemon or anyone else; its own outbox conflates, then lags, and its writer
+disconnects it once it has been over its cap for ``lagged_disconnect_after`` seconds.
+
+A delta's or an event's frame is encoded once, however many subscribers get it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from supervisor.api.board import StateBoard
+from supervisor.api.connection import Connection
+from supervisor.api.events import SubscriberDisconnected
+from supervisor.api.messages import Delta, Subscription, encode_message
+from supervisor.api.outbox import Outbox
+from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, wire
+
+__all__ = ["Hub", "Subscriber"]
+
+_CIRCUIT_PREFIX = "circuit:"
+_TRANSITION = "SESSION_TRANSITION"
+
+
+class Subscriber:
+    """One subscription: its outbox, and the writer that drains it into the socket."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        subscription: Subscription,
+        *,
+        cap_bytes: int,
+        lagged_disconnect_after: float,
+        snapshot: Callable[[Subscription], bytes],
+    ) -> None:
+        self.connection = connection
+        self.subscription = subscription
+        self.outbox = Outbox(cap_bytes, lambda: snapshot(subscription), self._lagging)
+        self._after = lagged_disconnect_after
+        self._wake: anyio.Event | None = None
+        # while over the cap: the moment past which the writer gives up (anyio's clock)
+        self._deadline = math.inf
+        self._send_scope: anyio.CancelScope | None = None
+        self.delivered = 0
+        self.disconnected_for_lag = False
+        self.outbox.start(snapshot(subscription))
+
+    def wake(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    def _lagging(self) -> None:
+        # called synchronously from a push: arm the deadline once, even mid-send
+        if self._deadline == math.inf:
+            self._deadline = anyio.current_time() + self._after
+            if self._send_scope is not None:
+                self._send_scope.deadline = self._deadline
+
+    async def write(self) -> None:
+        """Drain the outbox until the connection is gone or stays over its cap too long."""
+        outbox = self.outbox
+        while True:
+            frames, recovery = outbox.take()
+            if not frames:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            if not await self._send(b"".join(frames)):
+                return
+            self.delivered += len(frames)
+            if recovery and not outbox.lagged:
+                self._deadline = math.inf  # caught up: the lag notice and the snapshot are out
+
+    async def _send(self, data: bytes) -> bool:
+        sock = self.connection.sock
+        view = memoryview(data)
+        outbox = self.outbox
+        while view:
+            try:
+                sent = sock.send(view)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return False
+            view = view[sent:]
+            if view:
+                # the kernel's buffer is full: from now on this subscriber's deltas conflate
+                outbox.backlogged = True
+                with anyio.CancelScope(deadline=self._deadline) as scope:
+                    self._send_scope = scope
+                    await anyio.wait_writable(sock)
+                self._send_scope = None
+                if scope.cancelled_caught:
+                    self.disconnected_for_lag = True
+                    return False
+        outbox.backlogged = False
+        return True
+
+    def finish(self, reason: str) -> None:
+        """The daemon is stopping: what is pending and the ``end`` reply, if the socket takes them now."""
+        frames, _ = self.outbox.take()
+        frames.append(encode_message({"type": "end", "reason": reason}, continues=False))
+        self.connection.send_nowait(b"".join(frames))
+
+
+class Hub:
+    """The subscribers of the subscribe socket, fed by the board (see the module docstring)."""
+
+    def __init__(
+        self,
+        board: StateBoard,
+        *,
+        publish: Callable[[Event], object],
+        timestamp: Callable[[], str],
+    ) -> None:
+        self.board = board
+        self._publish = publish
+        self._timestamp = timestamp
+        self._subscribers: tuple[Subscriber, ...] = ()
+        self.lag_disconnects = 0
+        board.on_change = self.publish
+
+    @property
+    def subscribers(self) -> tuple[Subscriber, ...]:
+        return self._subscribers
+
+    def snapshot_frame(self, subscription: Subscription) -> bytes:
+        return encode_message(self.board.snapshot(subscription))
+
+    def add(self, subscriber: Subscriber) -> None:
+        self._subscribers = (*self._subscribers, subscriber)
+
+    def remove(self, subscriber: Subscriber) -> None:
+        self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+        if subscriber.disconnected_for_lag:
+            self.lag_disconnects += 1
+            # published from the subscriber's task, never from inside a bus sink (seq order)
+            self._publish(
+                SubscriberDisconnected(
+                    subscriber.connection.peer, "lagged", subscriber.outbox.lags, self._timestamp()
+                )
+            )
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "subscribers": len(self._subscribers),
+            "laggedDisconnects": self.lag_disconnects,
+            "pendingBytes": sum(s.outbox.pending_bytes for s in self._subscribers),
+        }
+
+    # ------------------------------------------------------------------ the bus side
+    def publish(self, published: Published, delta: Delta | None) -> None:
+        """Called synchronously for every bus event, after the board applied it. Never awaits."""
+        subscribers = self._subscribers
+        if not subscribers:
+            return
+        name = published.event.name
+        # a session transition is the delta itself: never sent a second time as an event
+        as_event = name != _TRANSITION
+        frame: bytes | None = None
+        for subscriber in subscribers:
+            subscription = subscriber.subscription
+            pushed = False
+            if delta is not None and self._wants_delta(subscription, delta):
+                subscriber.outbox.push_delta(delta)
+                pushed = True
+            if as_event and subscription.wants_event(name) and self._wants_event(subscription, published):
+                if frame is None:
+                    frame = encode_message({"type": "event", **wire(published)})
+                subscriber.outbox.push_frame(frame)
+                pushed = True
+            if pushed:
+                subscriber.wake()
+
+    def _wants_delta(self, subscription: Subscription, delta: Delta) -> bool:
+        if subscription.unfiltered:
+            return True
+        if subscription.sessions is not None and delta.session_id not in subscription.sessions:
+            return False
+        if subscription.platforms is not None and delta.extra.get("platform") not in subscription.platforms:
+            return False
+        return subscription.wants_state(delta.state, delta.previous)
+
+    def _wants_event(self, subscription: Subscription, published: Published) -> bool:
+        """Session and platform filters apply to events too: by their session, or by their circuit."""
+        if subscription.sessions is None and subscription.platforms is None:
+            return True
+        event = published.event
+        session_id = _session_of(published)
+        if session_id is not None:
+            if subscription.sessions is not None and session_id not in subscription.sessions:
+                return False
+            platforms = subscription.platforms
+            return platforms is None or self.board.platform_of(session_id) in platforms
+        if isinstance(event, CircuitEvent):
+            endpoint = event.circuit_id.removeprefix(_CIRCUIT_PREFIX)
+            if subscription.platforms is not None and endpoint.split(":", 1)[0] not in subscription.platforms:
+                return False
+            sessions = subscription.sessions
+            return sessions is None or any(self.board.endpoint_of(s) == endpoint for s in sessions)
+        # daemon-wide events (drain, a taxonomy switch, the daemon's lifecycle) go to everyone who asked
+        return True
+
+
+def _session_of(published: Published) -> str | None:
+    if published.correlation is not None:
+        return published.correlation.session_id
+    event = published.event
+    if isinstance(event, ErrorClassified):
+        session_id = event.event.context.get("sessionId")
+        return session_id if isinstance(session_id, str) else None
+    session_id = getattr(event, "session_id", None)
+    return session_id if isinstance(session_id, str) else None

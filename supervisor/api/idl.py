@@ -1,0 +1,174 @@
+"""The interfaces in varlink's own description language, and the ``org.varlink.service`` methods. Pure.
+
+Each socket answers ``org.varlink.service.GetInfo`` and ``GetInterfaceDescription`` for its
+interfaces, so a generic varlink client (``varlinkctl introspect``, systemd ≥ 255) can list
+and call them. docs/socket-api.md describes the same in prose, with examples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from supervisor import __version__
+from supervisor.api.protocol import CONTROL, PROTOCOL, SERVICE, STATE, Call, ErrorName, Method
+from supervisor.errors import ApiError
+
+__all__ = ["DESCRIPTIONS", "service_reply"]
+
+_SESSION = """\
+# One supervised session as a row: what a snapshot lists and ShowSession returns.
+type Session (
+  sessionId: string,
+  state: string,
+  # ISO-8601 UTC, when it entered this state
+  since: string,
+  platform: string,
+  kind: string,
+  agentId: ?string,
+  conversationId: ?string,
+  platformSessionId: ?string,
+  # reconnection attempts since it was last active
+  attempts: int,
+  lastError: ?(code: string, class: string, at: string),
+  circuit: ?(endpoint: string, state: string),
+  termination: ?object
+)
+"""
+
+_STATE = (
+    f"""\
+# Session state, read-only: a snapshot, then one delta per change (docs/socket-api.md).
+interface {STATE}
+
+"""
+    + _SESSION
+    + """
+type Filter (
+  platforms: ?[]string,
+  states: ?[]string,
+  sessions: ?[]string
+)
+
+# Call with more: true. Replies, each with a type: snapshot (bootId, seq, sessions), delta (seq,
+# sessionId, state, previous, at, reason, platform, attempts, lastError, circuit), event (an
+# opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason).
+# streams: circuits, retries, throttling, terminations, errors, backpressure, attributes, control, daemon, all.
+method Subscribe(filter: ?Filter, streams: ?[]string) -> (
+  type: string,
+  bootId: ?string,
+  seq: ?int,
+  sessions: ?[]Session,
+  sessionId: ?string,
+  state: ?string,
+  previous: ?string,
+  at: ?string,
+  reason: ?string,
+  count: ?int,
+  event: ?string
+)
+"""
+)
+
+_CONTROL = (
+    f"""\
+# Control of the daemon: stricter than the subscribe socket; every verb that changes something is
+# published as a CONTROL_COMMAND event with the caller's uid, gid and pid.
+interface {CONTROL}
+
+"""
+    + _SESSION
+    + """
+type Count (total: int, byState: [string]int)
+type Circuit (endpoint: string, circuitId: string, state: string)
+
+method Status() -> (bootId: string, uptimeSeconds: float, startedAt: string, version: string,
+  taxonomy: string, draining: bool, sessions: Count, circuits: []Circuit, sockets: object)
+method ListSessions(sessions: ?[]string, platforms: ?[]string, states: ?[]string) -> (sessions: []Session)
+method ShowSession(sessionId: string) -> (session: Session)
+# A configured session that is not running (never started, stopped, or terminated by a fail-fast):
+# a new runner, a full authentication cycle.
+method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool)
+# Close 1000 (CXone: end the agent session); idempotent.
+method StopSession(sessionId: string) -> (sessionId: string, state: string)
+# Drain like SIGTERM: close every session with 1001, then exit.
+method Drain() -> (draining: bool)
+# A shipped version (v1) or a taxonomy file; validated before it replaces the active one.
+method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
+method Reload() -> (result: object)
+# Attribute updates of a session's conversation (issue 13). Answered once the update is durably in
+# the outbox (acknowledged); a full queue answers Backpressure (try again after retryAfterSeconds).
+method SetAttributes(sessionId: string, attributes: [string]string) -> (accepted: bool, updateId: string,
+  sessionId: string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)
+# What verification could not repair; values of sensitive keys are never shown.
+method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
+# resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
+method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
+method AttributesStatus() -> (attributes: object)
+
+error NoSuchSession (sessionId: string)
+error SessionRunning (sessionId: string, state: string)
+error NotAccepting (problem: string)
+error InvalidTaxonomy (version: string, problem: string)
+error Unsupported (method: string, problem: string)
+error ReloadFailed (problem: string)
+error Backpressure (tenant: string, queueDepth: int, limit: int, retryAfterSeconds: float, problem: string)
+error StoreUnavailable (problem: string)
+error SessionTerminated (sessionId: string, problem: string)
+error NoConversation (sessionId: string, problem: string)
+error NoSuchMismatch (mismatchId: int, problem: string)
+error AlreadyResolved (mismatchId: int, problem: string)
+error NotResolvable (mismatchId: int, problem: string)
+"""
+)
+
+_PROTOCOL = f"""\
+# Errors of the framing itself, on either socket.
+interface {PROTOCOL}
+
+error InvalidMessage (problem: string)
+error MessageTooLarge (limit: int, problem: string)
+error HandshakeTimeout (seconds: float, problem: string)
+error TooManyConnections (limit: int, problem: string)
+error StreamTakesNoCalls (problem: string)
+"""
+
+_SERVICE = f"""\
+interface {SERVICE}
+
+method GetInfo() -> (vendor: string, product: string, version: string, url: string, interfaces: []string)
+method GetInterfaceDescription(interface: string) -> (description: string)
+
+error InterfaceNotFound (interface: string)
+error MethodNotFound (method: string)
+error MethodNotImplemented (method: string)
+error InvalidParameter (parameter: string)
+error PermissionDenied ()
+error ExpectedMore ()
+"""
+
+#: interface -> its description, for GetInterfaceDescription
+DESCRIPTIONS: Final = {SERVICE: _SERVICE, STATE: _STATE, CONTROL: _CONTROL, PROTOCOL: _PROTOCOL}
+
+
+def service_reply(call: Call, interfaces: Iterable[str]) -> dict[str, Any]:
+    """Answer an ``org.varlink.service`` call for a socket serving ``interfaces``."""
+    served = [SERVICE, *interfaces, PROTOCOL]
+    if call.method == Method.GET_INFO:
+        return {
+            "vendor": "session-supervisor",
+            "product": "session-supervisor",
+            "version": __version__,
+            # no public home yet: varlink allows an empty url
+            "url": "",
+            "interfaces": served,
+        }
+    interface = call.parameters.get("interface")
+    if not isinstance(interface, str):
+        raise ApiError(
+            ErrorName.INVALID_PARAMETER,
+            {"parameter": "interface", "problem": "interface: expected a string"},
+        )
+    if interface not in served:
+        raise ApiError(ErrorName.INTERFACE_NOT_FOUND, {"interface": interface[:200]})
+    return {"description": DESCRIPTIONS[interface]}

@@ -1,0 +1,149 @@
+"""One subscriber's pending messages: ordered, conflated per session while backlogged, capped in bytes. Pure.
+
+The publisher (a bus sink, synchronous) pushes; the subscriber's writer task takes. Nothing here
+waits or does I/O, so the publisher never awaits a socket (reliability.md §2):
+
+* **in order**: messages leave in the order they were pushed, so ``seq`` rises on every stream;
+* **conflated while backlogged**: once the socket has pushed back (the writer could not hand
+  everything to the kernel), a session's newer delta replaces its older pending one (last value
+  wins; the merged delta keeps the ``previous`` this subscriber saw and moves to the back, so
+  order holds). The backlog of deltas is then bounded by the number of sessions. A subscriber
+  that keeps up never has anything conflated: it sees every transition;
+* **capped**: past ``cap_bytes`` pending, everything pending is dropped and counted; from then
+  on pushes are only counted, until the writer takes ``{"type": "lagged", "count": n}`` and a
+  snapshot built at that moment (tokio's broadcast ``Lagged(n)``). ``on_lag`` tells the writer,
+  which disconnects a subscriber that stays over the cap too long (Redis'
+  ``client-output-buffer-limit pubsub``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from supervisor.api.messages import Delta, encode_message
+
+__all__ = ["Outbox"]
+
+
+def _nothing() -> None:
+    return None
+
+
+class Outbox:
+    """Pending messages of one subscriber (see the module docstring for the rules)."""
+
+    __slots__ = (
+        "_bytes",
+        "_cap",
+        "_head",
+        "_items",
+        "_latest",
+        "_next",
+        "_on_lag",
+        "_snapshot",
+        "backlogged",
+        "conflated",
+        "lagged",
+        "lags",
+        "lost",
+    )
+
+    def __init__(
+        self, cap_bytes: int, snapshot: Callable[[], bytes], on_lag: Callable[[], None] = _nothing
+    ) -> None:
+        self._cap = cap_bytes
+        self._snapshot = snapshot
+        self._on_lag = on_lag
+        # the first snapshot, sent before anything else and outside the cap (it grows with sessions)
+        self._head: bytes | None = None
+        # push order is dict order; a conflated delta is popped and re-inserted at the back
+        self._items: dict[int, Delta | bytes] = {}
+        # session -> key of its newest delta still pending (conflation target)
+        self._latest: dict[str, int] = {}
+        self._next = 0
+        self._bytes = 0
+        # set by the writer while the socket pushes back (a send left bytes over)
+        self.backlogged = False
+        self.lagged = False
+        # messages dropped since the lag began (the next "lagged" notice carries it)
+        self.lost = 0
+        self.lags = 0
+        self.conflated = 0
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def has_work(self) -> bool:
+        return self.lagged or self._head is not None or bool(self._items)
+
+    def start(self, snapshot: bytes) -> None:
+        """The subscription's first message, taken before any delta pushed after it."""
+        self._head = snapshot
+
+    def push_delta(self, delta: Delta) -> None:
+        if self.lagged:
+            self.lost += 1
+            return
+        if self.backlogged:
+            key = self._latest.get(delta.session_id)
+            if key is not None:
+                older = self._items.pop(key)
+                assert isinstance(older, Delta)
+                self._bytes -= len(older.frame)
+                # what this subscriber last saw of the session is what the older delta left from
+                delta = delta.rebased(older.previous)
+                self.conflated += 1
+        self._append(delta, len(delta.frame), delta.session_id)
+
+    def push_frame(self, frame: bytes) -> None:
+        """An event's frame: never conflated (every RETRY_ATTEMPT is its own fact)."""
+        if self.lagged:
+            self.lost += 1
+            return
+        self._append(frame, len(frame), None)
+
+    def _append(self, item: Delta | bytes, size: int, session_id: str | None) -> None:
+        key = self._next
+        self._next += 1
+        self._items[key] = item
+        if session_id is not None:
+            self._latest[session_id] = key
+        self._bytes += size
+        if self._bytes > self._cap:
+            self._lag()
+
+    def _lag(self) -> None:
+        self.lost += len(self._items)
+        self._items.clear()
+        self._latest.clear()
+        self._bytes = 0
+        self.lagged = True
+        self.lags += 1
+        self._on_lag()
+
+    def take(self) -> tuple[list[bytes], bool]:
+        """Everything to write now, in order, and whether it is a lag's recovery (notice + snapshot).
+
+        After a lag the pending messages are gone already: the notice and a snapshot built now
+        replace them, and whatever is pushed after this call follows the snapshot.
+        """
+        if self.lagged:
+            lost, self.lost = self.lost, 0
+            self.lagged = False
+            if self._head is not None:
+                # the first snapshot never left: the reader lost nothing it had, a fresh one is enough
+                self._head = None
+                return [self._snapshot()], True
+            return [encode_message({"type": "lagged", "count": lost}), self._snapshot()], True
+        frames: list[bytes] = []
+        if self._head is not None:
+            frames.append(self._head)
+            self._head = None
+        if self._items:
+            frames.extend(item if isinstance(item, bytes) else item.frame for item in self._items.values())
+            self._items.clear()
+            self._latest.clear()
+            self._bytes = 0
+        return frames, False

@@ -1,0 +1,169 @@
+"""The socket API of one daemon: the state board, the fan-out and the two socket services.
+
+Build it before :func:`~supervisor.runtime.main.run_daemon` (its board must be on the bus before
+the first session moves) and pass :attr:`SocketApi.services` to it::
+
+    api = SocketApi(supervisor, config.sockets, stop=stop)
+    await run_daemon(supervisor, grace_s=..., services=api.services, stop=stop)
+
+Its one service binds both sockets, publishes ``SOCKET_API_LISTENING`` and only then reports
+started, so readiness (``DAEMON_STARTED``, ``READY=1`` later) means the sockets answer. When
+the daemon stops, the service is cancelled: each subscriber gets a last ``end`` reply if its
+socket takes it, every connection is closed and both socket files are removed (if still ours).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from supervisor.api.board import StateBoard
+from supervisor.api.connection import UnixService
+from supervisor.api.control import ControlService, Reload
+from supervisor.api.events import SocketApiListening
+from supervisor.api.fanout import Hub
+from supervisor.api.listen import policies, resolve_group, socket_paths
+from supervisor.api.subscribe import SubscribeService
+from supervisor.clock import Clock, iso_utc
+from supervisor.config import SocketsConfig
+from supervisor.runtime.durable import Durable
+from supervisor.runtime.main import Service
+from supervisor.runtime.supervisor import Supervisor
+
+__all__ = ["SocketApi"]
+
+
+class SocketApi:
+    """Board + hub + the subscribe and control services (see the module docstring)."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        config: SocketsConfig,
+        *,
+        environ: Mapping[str, str],
+        clock: Clock | None = None,
+        stop: anyio.Event | None = None,
+        reload: Reload | None = None,
+        paths: tuple[Path, Path] | None = None,
+        listeners: Mapping[str, socket.socket] | None = None,
+        durable: Durable | None = None,
+    ) -> None:
+        self.supervisor = supervisor
+        self.bus = supervisor.bus
+        self.clock: Clock = clock if clock is not None else supervisor.wiring.clock
+        self.board = StateBoard(supervisor, self.clock)
+        self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now)
+        self.bus.subscribe(self.board)
+        resolved = paths if paths is not None else socket_paths(config, environ)
+        self.off_reason: str | None = resolved if isinstance(resolved, str) else None
+        self.subscribe: UnixService | None = None
+        self.control: UnixService | None = None
+        self.control_service: ControlService | None = None
+        if isinstance(resolved, str):
+            return
+        subscribe_path, control_path = resolved
+        # the default location is ours to create; a configured one belongs to whoever configured it
+        create_subscribe = paths is None and config.subscribe is None
+        create_control = paths is None and config.control is None
+        subscribe_policy, control_policy = policies(config)
+        handed = dict(listeners or {})
+        subscriber_side = SubscribeService(
+            self.hub,
+            cap_bytes=config.subscriber_buffer_bytes,
+            lagged_disconnect_after=config.lagged_disconnect_after,
+            handshake_timeout=config.handshake_timeout,
+        )
+        self.control_service = ControlService(
+            supervisor,
+            self.board,
+            clock=self.clock,
+            handshake_timeout=config.handshake_timeout,
+            stop=stop,
+            reload=reload,
+            sockets=self.stats,
+            durable=durable,
+        )
+        common: dict[str, Any] = {
+            "mode": config.mode_bits,
+            "group": resolve_group(config.group),
+            "max_connections": config.max_connections,
+            "publish": self.bus.publish,
+            "timestamp": self._now,
+        }
+        self.subscribe = UnixService(
+            "subscribe",
+            subscribe_path,
+            policy=subscribe_policy,
+            handler=subscriber_side.handle,
+            listener=handed.get("subscribe"),
+            create_directory=create_subscribe,
+            **common,
+        )
+        self.control = UnixService(
+            "control",
+            control_path,
+            policy=control_policy,
+            handler=self.control_service.handle,
+            listener=handed.get("control"),
+            create_directory=create_control,
+            **common,
+        )
+
+    def _now(self) -> str:
+        return iso_utc(self.clock.time())
+
+    @property
+    def enabled(self) -> bool:
+        return self.subscribe is not None
+
+    @property
+    def services(self) -> list[Service]:
+        return [self.serve]
+
+    @property
+    def paths(self) -> tuple[Path, Path] | None:
+        if self.subscribe is None or self.control is None:
+            return None
+        return self.subscribe.path, self.control.path
+
+    def bind(self) -> None:
+        """Bind both sockets now, before any session starts (raises ConfigError naming the path)."""
+        if self.subscribe is not None and self.control is not None:
+            self.subscribe.bind()
+            try:
+                self.control.bind()
+            except BaseException:
+                self.subscribe.unbind()
+                raise
+
+    def close(self) -> None:
+        """Close the listeners and remove our socket files if :meth:`serve` never ran (idempotent)."""
+        for service in (self.subscribe, self.control):
+            if service is not None:
+                service.unbind()
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.subscribe is not None:
+            out["subscribe"] = {**self.subscribe.stats(), **self.hub.stats()}
+        if self.control is not None:
+            out["control"] = self.control.stats()
+        return out
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Bind both sockets (or say why the API is off), report started, serve until cancelled."""
+        if self.subscribe is None or self.control is None:
+            self.bus.publish(SocketApiListening(None, None, self.off_reason))
+            task_status.started()
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.subscribe.serve)
+            await tg.start(self.control.serve)
+            self.bus.publish(SocketApiListening(str(self.subscribe.path), str(self.control.path)))
+            task_status.started()

@@ -1,0 +1,203 @@
+"""``session-supervisor ctl VERB``: the daemon's control socket from the command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from supervisor.api.client import Client
+from supervisor.api.protocol import Method
+from supervisor.cli.common import stdout_console
+from supervisor.cli.socket_option import resolve_socket, socket_option
+
+_STATES = ("connecting", "active", "reconnecting", "terminated")
+
+
+def _json_option(func: Any) -> Any:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object."
+    )(func)
+
+
+@click.group()
+@socket_option("control")
+@click.pass_context
+def ctl(ctx: click.Context, socket_path: Path | None) -> None:
+    """Control the running daemon over its control socket.
+
+    \b
+    Every verb answers or fails with one line: exit 0 when done, 1 when the daemon
+    refused it (the typed error is printed) or cannot be reached, 2 on bad usage.
+    Verbs that change something are published as CONTROL_COMMAND events, with your
+    uid and pid, so subscribers see who did what.
+
+    \b
+    Examples:
+      session-supervisor ctl --socket /run/session-supervisor/control.sock status --json
+      session-supervisor ctl start wm-3          (a terminated session re-authenticates)
+      session-supervisor ctl taxonomy use /etc/session-supervisor/taxonomy-v2.toml
+    """
+    ctx.obj = socket_path
+
+
+def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    # the group's --socket, stored as its context object
+    path = resolve_socket(click.get_current_context().find_object(Path), "control")
+    with Client(path) as client:
+        return client.call(method, parameters)
+
+
+def _plain(value: Any) -> str:
+    """A value as a person reads it: nested objects as compact JSON, nothing as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return msgspec.json.encode(value).decode()
+    return str(value)
+
+
+def _emit(result: dict[str, Any], as_json: bool, text: str) -> None:
+    if as_json:
+        sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+        sys.stdout.flush()
+    else:
+        click.echo(text)
+
+
+@ctl.command()
+@_json_option
+def status(as_json: bool) -> None:
+    """Boot id, uptime, sessions by state, circuits, taxonomy and the sockets' counters."""
+    result = _call(Method.STATUS)
+    sessions = result["sessions"]
+    by_state = ", ".join(f"{state} {n}" for state, n in sessions["byState"].items()) or "none"
+    circuits = ", ".join(f"{c['endpoint']} {c['state']}" for c in result["circuits"]) or "none yet"
+    lines = [
+        f"daemon {result['bootId']} up {result['uptimeSeconds']:.0f} s, taxonomy {result['taxonomy']}"
+        + (", draining" if result.get("draining") else ""),
+        f"sessions: {sessions['total']} ({by_state})",
+        f"circuits: {circuits}",
+    ]
+    for name, stats in result.get("sockets", {}).items():
+        extra = f", {stats['subscribers']} subscribers" if "subscribers" in stats else ""
+        lines.append(
+            f"{name} socket: {stats['path']}: {stats['connections']} connections{extra}, "
+            f"{stats['refusedPeers']} peers refused"
+        )
+    _emit(result, as_json, "\n".join(lines))
+
+
+@ctl.command()
+@click.option("--platform", "platforms", multiple=True, type=click.Choice(("genesys", "cxone")))
+@click.option("--state", "states", multiple=True, type=click.Choice(_STATES))
+@click.option("--session", "sessions", multiple=True, metavar="ID")
+@_json_option
+def sessions(
+    platforms: tuple[str, ...], states: tuple[str, ...], sessions: tuple[str, ...], as_json: bool
+) -> None:
+    """List sessions (optionally filtered) with state, attempts, last error and circuit."""
+    result = _call(
+        Method.LIST_SESSIONS,
+        {
+            "platforms": list(platforms) or None,
+            "states": list(states) or None,
+            "sessions": list(sessions) or None,
+        },
+    )
+    if as_json:
+        _emit(result, True, "")
+        return
+    from rich.table import Table
+
+    table = Table(pad_edge=False)
+    for column in ("session", "platform", "kind", "state", "since", "attempts", "last error", "circuit"):
+        table.add_column(column, no_wrap=True)
+    for row in result["sessions"]:
+        error = row.get("lastError") or {}
+        circuit = row.get("circuit") or {}
+        table.add_row(
+            row["sessionId"],
+            row["platform"],
+            row["kind"],
+            row["state"],
+            row["since"],
+            str(row["attempts"]),
+            f"{error.get('code', '')} {error.get('class', '')}".strip(),
+            f"{circuit.get('endpoint', '')} {circuit.get('state', '')}".strip(),
+        )
+    stdout_console().print(table)
+
+
+@ctl.command()
+@click.argument("session_id", metavar="ID")
+@_json_option
+def show(session_id: str, as_json: bool) -> None:
+    """One session in full, its termination included."""
+    result = _call(Method.SHOW_SESSION, {"sessionId": session_id})
+    text = "\n".join(f"{key}: {_plain(value)}" for key, value in result["session"].items())
+    _emit(result, as_json, text)
+
+
+@ctl.command()
+@click.argument("session_id", metavar="ID")
+@_json_option
+def start(session_id: str, as_json: bool) -> None:
+    """Start a configured session that is not running: a full authentication cycle.
+
+    After a fail-fast (SESSION_TERMINATED, action REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE)
+    this is the re-authentication: a new session, nothing reused from the old one.
+    """
+    result = _call(Method.START_SESSION, {"sessionId": session_id})
+    again = " (re-authenticating)" if result.get("reauthenticated") else ""
+    _emit(result, as_json, f"started {result['sessionId']}: {result['state']}{again}")
+
+
+@ctl.command()
+@click.argument("session_id", metavar="ID")
+@_json_option
+def stop(session_id: str, as_json: bool) -> None:
+    """Stop a session: close 1000 (CXone: end the agent session); it is not reconnected."""
+    result = _call(Method.STOP_SESSION, {"sessionId": session_id})
+    _emit(result, as_json, f"stopped {result['sessionId']}: {result['state']}")
+
+
+@ctl.command()
+@_json_option
+def drain(as_json: bool) -> None:
+    """Drain the daemon like SIGTERM: close every session with 1001, then it exits."""
+    result = _call(Method.DRAIN)
+    _emit(result, as_json, "draining: the daemon closes its sessions and exits")
+
+
+@ctl.group()
+def taxonomy() -> None:
+    """Switch the active taxonomy version at run time (validated first)."""
+
+
+@taxonomy.command("use")
+@click.argument("version", metavar="VERSION|PATH")
+@_json_option
+def taxonomy_use(version: str, as_json: bool) -> None:
+    """Make VERSION (shipped, e.g. v1) or a taxonomy file the active taxonomy.
+
+    The daemon validates it completely first; one that does not validate is refused
+    and the active taxonomy stays. Check a file beforehand with `taxonomy check`.
+    """
+    reference = version
+    if "/" in version or version.endswith(".toml"):
+        # the daemon resolves paths in its own working directory, not ours
+        reference = str(Path(version).absolute())
+    result = _call(Method.USE_TAXONOMY, {"version": reference})
+    _emit(result, as_json, f"taxonomy {result['previous']} -> {result['version']} ({result['origin']})")
+
+
+@ctl.command()
+@_json_option
+def reload(as_json: bool) -> None:
+    """Re-read the configuration and credentials (as SIGHUP does)."""
+    result = _call(Method.RELOAD)
+    _emit(result, as_json, f"reloaded: {result.get('result')}")

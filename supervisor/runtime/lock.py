@@ -1,0 +1,86 @@
+"""One daemon per configuration: an exclusive lock taken before anything is started (issue 9).
+
+Two daemons on one configuration would hold every session twice (two guest connections
+knocking each other off, two CXone agent sessions). ``run`` takes an exclusive ``flock`` on a
+lock file before it binds a socket or starts a session; a second daemon refuses with one line
+naming the holder's pid. The lock dies with the process (kill -9 included), so a stale file
+never blocks a restart: only a live holder does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from supervisor.errors import ConfigError
+
+__all__ = ["DaemonLock", "default_lock_path"]
+
+
+def default_lock_path(config_path: Path, environ: Mapping[str, str]) -> Path:
+    """``<runtime dir>/<config name>-<hash of its real path>.lock``.
+
+    The runtime directory is systemd's ``$RUNTIME_DIRECTORY``, else ``$XDG_RUNTIME_DIR/
+    session-supervisor``, else ``/tmp/session-supervisor-<uid>``.
+    """
+    real = str(config_path.resolve())
+    digest = hashlib.sha256(real.encode()).hexdigest()[:12]
+    runtime = environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if runtime:
+        base = Path(runtime)
+    elif environ.get("XDG_RUNTIME_DIR"):
+        base = Path(environ["XDG_RUNTIME_DIR"]) / "session-supervisor"
+    else:
+        base = Path(tempfile.gettempdir()) / f"session-supervisor-{os.getuid()}"
+    return base / f"{config_path.stem}-{digest}.lock"
+
+
+class DaemonLock:
+    """An exclusive, non-blocking ``flock`` on ``path``; the holder's pid is written into the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ConfigError naming the holder (and the file)."""
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                who = f"pid {holder}" if holder else "another process"
+                raise ConfigError(
+                    f"another session-supervisor ({who}) already runs this configuration "
+                    f"(it holds {self.path})"
+                ) from None
+            raise ConfigError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the descriptor drops the flock
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

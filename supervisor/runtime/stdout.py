@@ -1,0 +1,183 @@
+"""Event lines on standard output that never block the event loop (issue 9).
+
+A pipe nobody reads (or a journald applying backpressure) used to block the loop in a
+``write``: keepalives stopped, sessions dropped, SIGTERM went unheard. Now the bus sink only
+appends the encoded line to a bounded buffer; a daemon thread does the blocking writes; past the
+buffer's byte cap a line is dropped and counted, and once the writer catches up the service
+publishes ``EVENTS_DROPPED`` with the count, so the loss is never silent.
+
+The thread is a daemon thread on purpose: a write blocked forever must not hold the process's
+exit (anyio's worker threads are joined at interpreter exit). Standard output that cannot be
+written at all before any line got through (``> /dev/full``, a closed descriptor) is reported
+through :attr:`StdoutEvents.broken`, and ``run`` stops with one line and exit 1; a write error
+after lines got through (the reader went away) only drops lines, counted and reported on stderr
+once: the sessions matter more than their log. While writes fail, no ``EVENTS_DROPPED`` is
+published (it would be one more line for the dead output: a loop of drops reporting drops);
+the count waits for the first write that gets through again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from supervisor.bus import EventBus
+from supervisor.events import EventsDropped, Published, wire
+
+__all__ = ["DEFAULT_BUFFER_BYTES", "StdoutEvents"]
+
+#: the most event bytes held for a slow standard output before lines are dropped
+DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
+
+_encoder = msgspec.json.Encoder()
+
+
+class StdoutEvents:
+    """A bus sink writing one JSON object per line to ``fd`` from a daemon thread."""
+
+    def __init__(self, bus: EventBus, *, fd: int = 1, max_buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
+        self._bus = bus
+        self._fd = fd
+        self._max = max_buffer_bytes
+        self._lines: deque[bytes] = deque()
+        self._buffered = 0
+        self._lock = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._progress: anyio.Event | None = None
+        #: lines written, lines dropped in all, and dropped since the last EVENTS_DROPPED
+        self.written = 0
+        self.dropped = 0
+        self._unreported = 0
+        #: why standard output cannot be written at all (set before any line got through)
+        self.broken: str | None = None
+        #: called on the loop when standard output turns out to be unusable (``run`` drains and exits 1)
+        self.on_broken: Callable[[], object] | None = None
+        self._warned = False
+        #: the last write failed (the reader went away): drops are counted, not reported, meanwhile
+        self._failing = False
+
+    # -- the sink (on the event loop: never blocks) ------------------------------------------------
+
+    def __call__(self, published: Published) -> None:
+        line = _encoder.encode(wire(published)) + b"\n"
+        with self._lock:
+            if self._closed or self._buffered + len(line) > self._max or self.broken is not None:
+                self.dropped += 1
+                self._unreported += 1
+                return
+            self._lines.append(line)
+            self._buffered += len(line)
+            self._lock.notify()
+
+    # -- the service ---------------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Start the writer thread; publish EVENTS_DROPPED whenever it caught up after drops."""
+        self._loop = asyncio.get_running_loop()
+        self._progress = anyio.Event()
+        self._thread = threading.Thread(target=self._write_loop, name="stdout-events", daemon=True)
+        self._thread.start()
+        task_status.started()
+        while True:
+            await self._progress.wait()
+            self._progress = anyio.Event()
+            self._report()
+
+    def _report(self) -> None:
+        with self._lock:
+            broken = self.broken is not None
+            caught_up = not self._lines
+            count = self._unreported if caught_up and not self._failing else 0
+            if count:
+                self._unreported = 0
+        if broken:
+            if self.on_broken is not None:
+                self.on_broken()
+            return
+        if count:
+            # published once the writer caught up: this notice itself has room
+            self._bus.publish(EventsDropped("stdout", count, self.dropped))
+
+    async def flush(self, within_s: float) -> None:
+        """At exit: give the writer at most ``within_s`` to write what is buffered, then stop it."""
+        with anyio.move_on_after(within_s):
+            while True:
+                with self._lock:
+                    if not self._lines or self._thread is None or not self._thread.is_alive():
+                        break
+                await anyio.sleep(0.01)  # the writer thread's progress, bounded by within_s
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+
+    # -- the writer thread ---------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._lines and not self._closed:
+                    self._lock.wait()
+                if not self._lines:
+                    return
+                batch = b"".join(self._lines)
+                count = len(self._lines)
+                self._lines.clear()
+                self._buffered = 0
+            problem = self._write_all(batch)
+            with self._lock:
+                self._failing = problem is not None
+                if problem is None:
+                    self.written += count
+                elif self.written == 0:
+                    # nothing ever got through: standard output is unusable (/dev/full, closed)
+                    self.broken = problem
+                    self.dropped += count
+                else:
+                    self.dropped += count
+                    self._unreported += count
+            if problem is not None and self.written and not self._warned:
+                self._warned = True
+                self._stderr(
+                    f"session-supervisor: warning: cannot write events to standard output ({problem}); "
+                    "dropping them, counted"
+                )
+            self._notify()
+
+    def _write_all(self, data: bytes) -> str | None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
+        return None
+
+    def _notify(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down
+                loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+
+    @staticmethod
+    def _stderr(line: str) -> None:
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass

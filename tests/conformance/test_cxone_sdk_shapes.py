@@ -1,0 +1,256 @@
+"""CXone, held against NICE's agent SDK (``nice-devone/nice-cxone-agent-sdk``, the compiled
+``@nice-devone/*`` 26.2.1 sources): no Python client exists, so each request here is the one the SDK
+builds, paraphrased from its sources (cited per test): the path spellings of
+``api-uri-constants.js``, ``JSON.stringify`` bodies sent with a browser's ``text/plain`` Content-Type
+(``http-request.js``; ``http-util-service.js`` adds none), the whoami-derived base
+(``whoami-response.js``), and the fields its event parsers read (``common-sdk`` models).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from supervisor.clock import FakeClock
+from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+TEXT = {"Content-Type": "text/plain;charset=UTF-8"}  # what a browser sends for a string body
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def sim_config() -> CxoneSimConfig:
+    return CxoneSimConfig()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1_800_000_000.0)
+
+
+@pytest.fixture
+async def sim(sim_config: CxoneSimConfig, clock: FakeClock) -> AsyncIterator[CxoneSimulator]:
+    async with CxoneSimulator(sim_config, seed=3, clock=clock) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        yield client
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """security-helper.js parseJwt: JSON.parse(atob(token.split('.')[1]))."""
+    payload = token.split(".")[1]
+    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return claims
+
+
+class Sdk:
+    """What NICE's SDK holds after login: a token and the ACD base from whoami."""
+
+    def __init__(self, sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+        self.sim, self.http = sim, http
+        self.token: dict[str, Any] = {}
+        self.acd = ""
+        self.session = ""
+
+    @property
+    def bearer(self) -> dict[str, str]:
+        # http-util-service.js initHeader: Authorization + Originating-Service-Identifier, no Content-Type
+        return {
+            "Authorization": f"Bearer {self.token['access_token']}",
+            "Originating-Service-Identifier": "x",
+        }
+
+    async def login(self) -> None:
+        # the daemon's own grant stands in for the browser's OAuth code flow, then whoami as the SDK does
+        r = await self.http.post(
+            self.sim.urls["auth"] + "/public/authentication/v1/token",
+            json={
+                "grant_type": "password",
+                "client_id": "app",
+                "client_secret": "s",
+                "username": "u",
+                "password": "p",
+            },
+        )
+        assert r.status_code == 200, r.text
+        self.token = r.json()
+        # cxone-auth.js getWhoAmIData: no bearer, {"token"}, lower-case path
+        who = await self.http.post(
+            self.sim.urls["auth"] + "/incontactauthorizationserver/token/whoami",
+            content=json.dumps({"token": self.token["access_token"]}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert who.status_code == 200, who.text
+        body = who.json()
+        assert {
+            "agent_id",
+            "bus_no",
+            "team_id",
+            "expires_in",
+            "iss",
+            "sub",
+            "refresh_token_server_uri",
+        } <= set(body)
+        # whoami-response.js: resource_server_base_uri with /incontactapi/ removed, case-insensitively
+        self.acd = re.sub("/incontactapi/", "", body["resource_server_base_uri"], flags=re.I)
+
+    async def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        content = None if body is None else json.dumps(body)
+        headers = {**self.bearer, **(TEXT if content is not None else {})}
+        return await self.http.request(method, self.acd + path, content=content, headers=headers)
+
+    async def poll(self, hold_s: int = 0) -> httpx.Response:
+        # GET_NEXT_EVENT_URI: .../agent-sessions/{sessionId}/get-next-event?timeout={timeoutSec}
+        r = await self.call(
+            "GET",
+            f"/InContactAPI/services/v23.0/agent-sessions/{self.session}/get-next-event?timeout={hold_s}",
+        )
+        if r.status_code == 200:
+            self.session = r.json()["sessionId"]  # the SDK stores response.sessionId every time
+        return r
+
+
+@pytest.fixture
+async def nice(sim: CxoneSimulator, http: httpx.AsyncClient) -> Sdk:
+    client = Sdk(sim, http)
+    await client.login()
+    return client
+
+
+async def start(nice: Sdk) -> None:
+    # acd-session-manager.js startSession: StartSessionRequest as a JSON body
+    r = await nice.call(
+        "POST",
+        "/InContactAPI/services/v23.0/agent-sessions",
+        {"stationId": "", "stationPhoneNumber": "5551234", "inactivityTimeout": 45},
+    )
+    assert r.status_code == 202, r.text
+    nice.session = r.json()["sessionId"]  # the SDK rejects an answer without it
+
+
+async def test_start_join_state_and_events_as_the_sdk_reads_them(nice: Sdk, sim: CxoneSimulator) -> None:
+    await start(nice)
+    first = (await nice.poll()).json()["events"]
+    start_event = next(e for e in first if e["Type"] == "AgentSessionStart")
+    assert {"IISHost", "VCHost", "AgentUUId", "ClientConnectorPort", "portNo"} <= set(start_event)
+    # joinSession: {asAgentId: agentId || ''}
+    joined = await nice.call("POST", "/InContactAPI/services/v23.0/agent-sessions/join", {"asAgentId": ""})
+    assert joined.status_code == 202 and joined.json()["sessionId"]
+    # agent-state-service.js setAgentState
+    r = await nice.call(
+        "POST",
+        f"/InContactAPI/services/v23.0/agent-sessions/{nice.session}/state",
+        {"state": "Unavailable", "reason": "Break"},
+    )
+    assert r.status_code == 202
+    state = next(e for e in (await nice.poll()).json()["events"] if e["Type"] == "AgentState")
+    # agent-state-event.js parse: JS reads keys case-sensitively
+    assert state["CurrentState"] == "Unavailable" and state["CurrentOutReason"] == "Break"
+    assert state["IsAcw"] in ("True", "False") and state["NextIsAcw"] in ("True", "False")
+    assert isinstance(state["NextStates"], list) and state["AcwTimeout"].isdigit()
+    session = sim.state.sessions()[0]
+    assert session.station_phone == "5551234" and session.inactivity_timeout == 45
+
+
+async def test_every_sdk_path_spelling_reaches_the_route(nice: Sdk, sim: CxoneSimulator) -> None:
+    await start(nice)
+    await nice.poll()
+    sid = nice.session
+    # KEEP_ALIVE_URI on v31.0; lower-case and "//" spellings of the same host (api-uri-constants.js)
+    for path in (
+        f"/InContactAPI/services/v31.0/agent-sessions/{sid}/keep-alive",
+        f"/incontactapi/services/v23.0/agent-sessions/{sid}/keep-alive",
+        f"/incontactapi//services/v23.0/agent-sessions/{sid}/keep-alive",
+        f"/inContactAPI/services/v2.0/agent-sessions/{sid}/keep-alive",
+    ):
+        r = await nice.call("POST", path)
+        assert r.status_code == 202, (path, r.text)
+    # the canonical template is what faults and stats name
+    assert (
+        sim.recorder.request_count(
+            "POST", "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/keep-alive", 202
+        )
+        == 4
+    )
+
+
+async def test_end_session_body_and_the_end_event(nice: Sdk, sim: CxoneSimulator) -> None:
+    await start(nice)
+    await nice.poll()
+    contact = sim.push_contact(agent_id=sim.state.sessions()[0].agent_id)
+    call = next(e for e in (await nice.poll()).json()["events"] if e["Type"] == "CallContactEvent")
+    assert call["OriginalState"] in ("True", "False")  # call-contact-event.js: a boolean
+    # acd-session-manager.js endSession: DELETE with EndSessionRequest
+    r = await nice.call(
+        "DELETE",
+        f"/InContactAPI/services/v23.0/agent-sessions/{nice.session}",
+        {"forceLogoff": False, "endContacts": True, "ignorePersonalQueue": False},
+    )
+    assert r.status_code == 202 and r.content == b""  # the SDK turns an empty body into {}
+    events = (await nice.poll()).json()["events"]
+    ended_contact = next(e for e in events if e["Type"] == "CallContactEvent")
+    assert ended_contact["ContactID"] == contact.contact_id and ended_contact["FinalState"] == "True"
+    end = events[-1]
+    # agent-session-end-event.js parse
+    assert end["Type"] == "AgentSessionEnd" and end["Success"] == "True"
+    assert {"IISHost", "VCHost", "Message"} <= set(end)
+
+
+async def test_v1_token_exchange_refresh_and_jwt_claims(
+    nice: Sdk, sim: CxoneSimulator, http: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    # cxone-auth.js getRegionalAccessTokenByToken: Basic base64("{clientId}@cxone"), no colon, no secret
+    basic = {"Authorization": "Basic " + base64.b64encode(b"my-client@cxone").decode()}
+    r = await http.post(
+        sim.urls["auth"] + "/public/authentication/v1/token",
+        content=json.dumps({"accessToken": nice.token["access_token"]}),
+        headers={**basic, "Content-Type": "application/json"},
+    )
+    assert r.status_code == 200, r.text
+    exchanged = r.json()
+    assert {"access_token", "refresh_token", "expires_in", "id_token"} <= set(exchanged)
+    claims = jwt_claims(exchanged["access_token"])
+    assert claims["exp"] > clock.time()  # validation-utils.js validateToken
+    assert claims["icAgentId"] and claims["sub"].startswith("user:")
+    assert jwt_claims(exchanged["id_token"])["icBUId"] == 4600001  # cxone-user.js setUserDetails
+    # the regional refresh: same Basic header, {"token"}; refresh tokens are single-use
+    refresh = {"token": exchanged["refresh_token"]}
+    url = sim.urls["auth"] + "/public/authentication/v1/refresh"
+    first = await http.post(
+        url, content=json.dumps(refresh), headers={**basic, "Content-Type": "application/json"}
+    )
+    assert first.status_code == 200 and first.json()["access_token"] != exchanged["access_token"]
+    again = await http.post(
+        url, content=json.dumps(refresh), headers={**basic, "Content-Type": "application/json"}
+    )
+    assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
+
+
+@pytest.mark.parametrize("sim_config", [CxoneSimConfig(v1_resource_base_uri=False)])
+async def test_without_a_base_in_v1_answers_whoami_gives_it(nice: Sdk, sim: CxoneSimulator) -> None:
+    assert "resource_server_base_uri" not in nice.token
+    await start(nice)  # the base came from whoami, as the SDK takes it
+    assert nice.acd == sim.urls["api"]
+
+
+async def test_whoami_refuses_an_unknown_token(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+    r = await http.post(
+        sim.urls["auth"] + "/InContactAuthorizationServer/Token/whoami", json={"token": "nope"}
+    )
+    assert r.status_code == 401 and r.json()["error"] == "invalid_token"

@@ -1,0 +1,338 @@
+"""``watch`` and ``ctl`` as a script runs them: subprocesses against ``run`` as a subprocess (issue 10).
+
+The names asserted here are the interface scripts rely on: ``watch --socket PATH --json``
+prints one object per line, each with a ``type`` (snapshot, delta, event, lagged), and exits 0
+when the daemon closes the stream; ``ctl --socket PATH status --json`` prints one object with
+``bootId``, ``uptimeSeconds``, ``sessions`` (``total``, ``byState``) and ``circuits``
+(``endpoint``, ``state``). Bad input is one ``session-supervisor: ...`` line and exit 1 or 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import stat
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.conftest import wait_until
+from tests.integration.runtime_harness import genesys_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+CLI = [sys.executable, "-m", "supervisor"]
+WATCHED = ("--session", "wm-1", "--session", "wm-2", "--events", "terminations")
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=21) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def sockets() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ss-", dir="/tmp") as d:
+        yield Path(d)
+
+
+class Output:
+    """A process's stdout lines as they arrive (JSON decoded when ``json``), and its stderr."""
+
+    def __init__(self, process: Process, *, json_lines: bool = True) -> None:
+        self.process = process
+        self.json_lines = json_lines
+        self.lines: list[str] = []
+        self.records: list[dict[str, Any]] = []
+        self.err = ""
+
+    async def pump(self) -> None:
+        assert self.process.stdout is not None and self.process.stderr is not None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._err)
+            buffer = ""
+            async for chunk in TextReceiveStream(self.process.stdout):
+                buffer += chunk
+                *lines, buffer = buffer.split("\n")
+                for line in lines:
+                    self.lines.append(line)
+                    if self.json_lines:
+                        self.records.append(json.loads(line))
+
+    async def _err(self) -> None:
+        assert self.process.stderr is not None
+        async for chunk in TextReceiveStream(self.process.stderr):
+            self.err += chunk
+
+    def typed(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("type") == kind]
+
+
+def write_config(sim: GenesysSimulator, tmp_path: Path, sockets: Path, sessions: int = 3) -> Path:
+    config = tmp_path / "supervisor.toml"
+    table = f'[sockets]\nsubscribe = "{sockets / "subscribe.sock"}"\ncontrol = "{sockets / "control.sock"}"\n'
+    # the [sockets] table first: the [[sessions]] array of tables ends the file
+    config.write_text(table + genesys_config(sim.urls, sessions))
+    (tmp_path / "genesys-secret").write_text("s3cr3t-value")
+    return config
+
+
+async def ctl(sockets: Path, *args: str) -> tuple[int, str, str]:
+    done = await anyio.run_process(
+        [*CLI, "ctl", "--socket", str(sockets / "control.sock"), *args], check=False
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def start_daemon(config: Path) -> tuple[Process, Output]:
+    process = await anyio.open_process([*CLI, "run", "--config", str(config)])
+    return process, Output(process)
+
+
+def active(daemon: Output, n: int) -> bool:
+    return (
+        len([r for r in daemon.records if r.get("event") == "SESSION_TRANSITION" and r["to"] == "active"])
+        >= n
+    )
+
+
+async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    config = write_config(sim, tmp_path, sockets)
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 3), 20)
+        listening = [r for r in daemon.records if r.get("event") == "SOCKET_API_LISTENING"]
+        assert listening and listening[0]["subscribe"] == str(sockets / "subscribe.sock")
+
+        code, out, err = await ctl(sockets, "status", "--json")
+        assert (code, err) == (0, "") and out.count("\n") == 1
+        status = json.loads(out)
+        assert status["bootId"] == daemon.records[0]["bootId"]
+        assert isinstance(status["uptimeSeconds"], float) and status["uptimeSeconds"] >= 0
+        assert status["sessions"] == {"total": 3, "byState": {"active": 3}}
+        assert status["circuits"] == [
+            {
+                "endpoint": "genesys:webmessaging",
+                "circuitId": "circuit:genesys:webmessaging",
+                "state": "closed",
+            }
+        ]
+
+        watch_process = await anyio.open_process(
+            [
+                *CLI,
+                "watch",
+                "--socket",
+                str(sockets / "subscribe.sock"),
+                "--json",
+                "--platform",
+                "genesys",
+                *WATCHED,
+            ]
+        )
+        watch = Output(watch_process)
+        tg.start_soon(watch.pump)
+        await wait_until(lambda: bool(watch.records), 10)
+        snapshot = watch.records[0]
+        assert snapshot["type"] == "snapshot" and snapshot["bootId"] == status["bootId"]
+        assert isinstance(snapshot["seq"], int)
+        assert sorted(s["sessionId"] for s in snapshot["sessions"]) == ["wm-1", "wm-2"]
+        for session in snapshot["sessions"]:
+            assert session["state"] == "active" and session["platform"] == "genesys"
+            assert ISO_UTC.match(session["since"])
+
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await wait_until(lambda: len(watch.typed("delta")) == 6, 20)
+        for delta in watch.typed("delta"):
+            assert {"seq", "sessionId", "state", "previous", "at", "reason"} <= set(delta)
+            assert delta["sessionId"] in ("wm-1", "wm-2") and ISO_UTC.match(delta["at"])
+        seqs = [d["seq"] for d in watch.typed("delta")]
+        assert seqs == sorted(seqs) and seqs[0] > snapshot["seq"]
+
+        code, out, err = await ctl(sockets, "stop", "wm-2")
+        assert (code, err) == (0, "") and "stopped wm-2: terminated" in out
+        await wait_until(lambda: bool(watch.typed("event")), 10)
+        ended = watch.typed("event")[0]
+        assert (ended["event"], ended["sessionId"], ended["reason"]) == (
+            "SESSION_TERMINATED",
+            "wm-2",
+            "STOPPED",
+        )
+        assert ended["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
+
+        code, out, err = await ctl(sockets, "drain", "--json")
+        assert (code, json.loads(out), err) == (0, {"draining": True}, "")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+            assert await watch_process.wait() == 0  # the daemon closed the stream: exit 0
+    assert watch.err == "" and daemon.err == ""
+    assert watch.records[-1] == {"type": "end", "reason": "daemon stopping"}
+    drain = [r for r in daemon.records if r.get("event") == "CONTROL_COMMAND"]
+    assert [(r["verb"], r["ok"]) for r in drain] == [("stop", True), ("drain", True)]
+    # the daemon removed its socket files
+    assert not (sockets / "subscribe.sock").exists() and not (sockets / "control.sock").exists()
+
+    # a restarted daemon has a new bootId: a reconnecting script knows
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 3), 20)
+        code, out, _ = await ctl(sockets, "status", "--json")
+        assert code == 0 and json.loads(out)["bootId"] not in (status["bootId"], "")
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["ctl", "--socket", "/tmp/ss-nowhere/control.sock", "status"],
+            1,
+            "no such socket: is the daemon running?",
+        ),
+        (["watch", "--socket", "/tmp/ss-nowhere/subscribe.sock", "--json"], 1, "no such socket"),
+        (["ctl", "--socket", "/etc/hostname", "status"], 1, "/etc/hostname: not a socket"),
+        (["watch", "--socket", "/tmp/x.sock", "--state", "asleep"], 2, "usage error"),
+        (["ctl", "--socket", "/tmp/x.sock", "start"], 2, "usage error"),
+        (["ctl", "--socket", "/tmp/x.sock", "explode"], 2, "usage error"),
+        (["ctl", "--socket", "/tmp/x.sock", "taxonomy", "use"], 2, "usage error"),
+    ],
+)
+async def test_bad_usage_and_no_daemon_are_one_line(args: list[str], code: int, message: str) -> None:
+    done = await anyio.run_process([*CLI, *args], check=False)
+    err = done.stderr.decode()
+    assert done.returncode == code
+    assert err.count("\n") == 1 and err.startswith("session-supervisor: ") and message in err
+    assert "Traceback" not in err and done.stdout == b""
+
+
+async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    config = write_config(sim, tmp_path, sockets, sessions=1)
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        # the configuration is broken on disk: `ctl reload` is refused and the daemon keeps the old one
+        good = config.read_text()
+        config.write_text(good.replace("[reconnect]", "[reconnect]\nhorizon = -1", 1))
+        for args, error in [
+            (["stop", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
+            (["start", "wm-0"], "io.sessionsupervisor.control.v1.SessionRunning: session 'wm-0' is active"),
+            (["taxonomy", "use", "v9"], "io.sessionsupervisor.control.v1.InvalidTaxonomy"),
+            (["reload"], "io.sessionsupervisor.control.v1.ReloadFailed: "),
+            (["show", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
+        ]:
+            code, out, err = await ctl(sockets, *args)
+            assert (code, out) == (1, "") and err.count("\n") == 1
+            assert err.startswith(f"session-supervisor: error: {error}")
+        config.write_text(good)
+        # a second daemon on the same sockets refuses to start, and the first keeps them; its own
+        # lock file, so that the socket (not the lock on one configuration) is what refuses it
+        other = tmp_path / "other.toml"
+        other.write_text(good.replace("[daemon]", f'[daemon]\nlockFile = "{tmp_path / "other.lock"}"', 1))
+        second = await anyio.run_process([*CLI, "run", "--config", str(other)], check=False)
+        assert second.returncode == 1
+        assert "another daemon is listening on this socket" in second.stderr.decode()
+        assert second.stderr.decode().count("\n") == 1
+        code, _, _ = await ctl(sockets, "status")
+        assert code == 0
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+
+
+async def test_demo_runs_with_the_sockets_on_and_prints_the_watch_command() -> None:
+    # token-expiry holds for its short-lived tokens (several seconds even with --fast): time enough
+    # for a second process to start and attach before the demo ends
+    demo = await anyio.open_process(
+        [*CLI, "demo", "--scenario", "token-expiry", "--fast", "--sessions", "5", "--json", "--no-progress"]
+    )
+    output = Output(demo)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(output.pump)
+        await wait_until(lambda: "session-supervisor watch --socket " in output.err, 20)
+        match = re.search(r"session-supervisor watch --socket (\S+)", output.err)
+        assert match is not None
+        watch_process = await anyio.open_process([*CLI, "watch", "--socket", match.group(1), "--json"])
+        watch = Output(watch_process)
+        tg.start_soon(watch.pump)
+        with anyio.fail_after(50):
+            assert await demo.wait() == 0
+            assert await watch_process.wait() == 0
+    assert watch.records[0]["type"] == "snapshot" and len(watch.records[0]["sessions"]) == 5
+    # it followed the run to its end: the drain stopped every session, then the stream ended
+    stopped = {d["sessionId"] for d in watch.typed("delta") if d["state"] == "terminated"}
+    assert len(stopped) == 5 and watch.records[-1] == {"type": "end", "reason": "daemon stopping"}
+    assert json.loads(output.lines[0])["outcome"]["ok"] is True
+
+
+async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """A user's daemon: no [sockets] paths, so $XDG_RUNTIME_DIR/session-supervisor/; ctl finds it unaided."""
+    config = tmp_path / "supervisor.toml"
+    config.write_text(genesys_config(sim.urls, 1))
+    (tmp_path / "genesys-secret").write_text("x")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(sockets)}
+    process = await anyio.open_process([*CLI, "run", "--config", str(config)], env=env)
+    daemon = Output(process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        directory = sockets / "session-supervisor"
+        # beside the sockets, the daemon's lock on this configuration (issue 9)
+        names = sorted(p.name for p in directory.iterdir())
+        assert names[:2] == ["control.sock", "subscribe.sock"]
+        assert len(names) == 3 and re.fullmatch(r"supervisor-[0-9a-f]{12}\.lock", names[2])
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        done = await anyio.run_process([*CLI, "ctl", "status", "--json"], env=env, check=False)
+        assert done.returncode == 0 and json.loads(done.stdout)["sessions"]["total"] == 1
+        await anyio.run_process([*CLI, "ctl", "drain"], env=env, check=False)
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+    # it removed its own socket files; the lock file stays (a flock dies with its holder, and
+    # removing the file would let a starting daemon lock an inode nobody else can find)
+    assert [p.name for p in directory.iterdir()] == [names[2]]
+
+
+async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = tmp_path / "supervisor.toml"
+    config.write_text(genesys_config(sim.urls, 1))
+    (tmp_path / "genesys-secret").write_text("x")
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        off = [r for r in daemon.records if r.get("event") == "SOCKET_API_LISTENING"]
+        assert off and off[0]["subscribe"] is None and "XDG_RUNTIME_DIR is unset" in off[0]["off"]
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+    assert daemon.err == ""

@@ -1,0 +1,251 @@
+"""The control socket end to end, the daemon against the Genesys simulator (issue 10).
+
+Every verb over a real Unix socket: answered with a result or a typed error, and every verb
+that changes something published as CONTROL_COMMAND with the caller's uid and pid.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from supervisor.api.protocol import ErrorName, Method
+from supervisor.errors import ConfigError
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimulator
+from supervisor.transports.webmessaging import WebMessagingTransport
+from tests.integration.api_harness import ApiHarness, Conn, Watcher, api_daemon
+from tests.integration.conftest import wait_until
+from tests.integration.runtime_harness import genesys_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=9) as simulator:
+        yield simulator
+
+
+async def call(h: ApiHarness, method: str, parameters: dict[str, Any] | None = None) -> Any:
+    conn = await Conn.open(h.control)
+    try:
+        return await conn.call(method, parameters)
+    finally:
+        await conn.aclose()
+
+
+def commands(h: ApiHarness) -> list[dict[str, Any]]:
+    return h.daemon.recorded.named("CONTROL_COMMAND")
+
+
+def by_us(event: dict[str, Any]) -> bool:
+    return event["by"] == {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}
+
+
+async def test_status_sessions_and_show(sim: GenesysSimulator, tmp_path: Path) -> None:
+    async with api_daemon(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
+        await h.daemon.wait(lambda: len(h.daemon.runners) == 3 and h.daemon.all_in("active"))
+        status = (await call(h, Method.STATUS)).parameters
+        assert status["bootId"] == h.daemon.supervisor.bus.boot_id
+        assert status["uptimeSeconds"] >= 0 and status["taxonomy"] == "v1" and not status["draining"]
+        assert status["sessions"] == {"total": 3, "byState": {"active": 3}}
+        assert status["circuits"] == [
+            {
+                "endpoint": "genesys:webmessaging",
+                "circuitId": "circuit:genesys:webmessaging",
+                "state": "closed",
+            }
+        ]
+        listed = (await call(h, Method.LIST_SESSIONS, {"sessions": ["wm-2", "wm-0"]})).parameters["sessions"]
+        assert sorted(s["sessionId"] for s in listed) == ["wm-0", "wm-2"]
+        shown = (await call(h, Method.SHOW_SESSION, {"sessionId": "wm-1"})).parameters["session"]
+        assert (
+            shown["state"] == "active"
+            and shown["conversationId"] == h.daemon.runners["wm-1"].context.conversation_id
+        )
+        missing = await call(h, Method.SHOW_SESSION, {"sessionId": "nope"})
+        assert missing.error == ErrorName.NO_SUCH_SESSION and missing.parameters["sessionId"] == "nope"
+        bad = await call(h, Method.SHOW_SESSION, {"sessionId": 7})
+        assert bad.error == ErrorName.INVALID_PARAMETER
+        assert commands(h) == []  # reading changes nothing and publishes nothing
+
+
+async def test_stop_closes_the_session_with_1000_and_says_who_did_it(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+        watcher = await Watcher.subscribe(h.subscribe, {"streams": ["control"]})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher.run)
+            await wait_until(lambda: bool(watcher.messages))
+            stopped = await call(h, Method.STOP_SESSION, {"sessionId": "wm-1"})
+            assert stopped.parameters == {"sessionId": "wm-1", "state": "terminated"}
+            await wait_until(lambda: sim.recorder.events("client_close", code=1000) == 1)
+            again = await call(h, Method.STOP_SESSION, {"sessionId": "wm-1"})
+            assert again.error is None  # idempotent
+            unknown = await call(h, Method.STOP_SESSION, {"sessionId": "wm-9"})
+            assert unknown.error == ErrorName.NO_SUCH_SESSION
+            # subscribers see who asked, then what it did
+            await wait_until(lambda: len(watcher.of("event")) == 3 and bool(watcher.of("delta")))
+            events = watcher.of("event")
+            assert [(e["verb"], e.get("sessionId"), e["ok"]) for e in events] == [
+                ("stop", "wm-1", True),
+                ("stop", "wm-1", True),
+                ("stop", "wm-9", False),
+            ]
+            assert all(by_us(e) for e in events) and events[2]["error"] == ErrorName.NO_SUCH_SESSION
+            delta = watcher.of("delta")[0]
+            assert (delta["sessionId"], delta["state"], delta["reason"]) == ("wm-1", "terminated", "STOPPED")
+            assert events[0]["seq"] < delta["seq"]
+            tg.cancel_scope.cancel()
+        assert h.daemon.runners["wm-0"].state.value == "active"
+
+
+async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """The seed's user-initiated re-authentication: today's only way back without restarting the daemon."""
+    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+        running = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
+        assert running.error == ErrorName.SESSION_RUNNING and running.parameters["state"] == "active"
+        old = h.daemon.runners["wm-0"]
+        assert isinstance(old.transport, WebMessagingTransport)
+        old_guest = old.transport.guest_token
+        # the platform lost both guest sessions: resumed, they are answered `newSession: true`
+        sim.state.sessions.clear()
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.daemon.wait(lambda: old.core.terminated and h.daemon.runners["wm-1"].core.terminated)
+        terminated = h.daemon.recorded.named("SESSION_TERMINATED")
+        assert {(t["sessionId"], t["action"]) for t in terminated} == {
+            ("wm-0", "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"),
+            ("wm-1", "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"),
+        }
+        shown = (await call(h, Method.SHOW_SESSION, {"sessionId": "wm-0"})).parameters["session"]
+        assert shown["state"] == "terminated"
+        assert shown["termination"]["trigger"] == "CONVERSATION_STATE_DRIFT"
+        sim.faults.clear()
+        watcher = await Watcher.subscribe(h.subscribe, {"filter": {"sessions": ["wm-0"]}})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher.run)
+            await wait_until(lambda: bool(watcher.messages))
+            started = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
+            assert started.parameters == {"sessionId": "wm-0", "state": "connecting", "reauthenticated": True}
+            new = h.daemon.runners["wm-0"]
+            assert new is not old
+            await h.daemon.wait(lambda: new.state.value == "active")
+            # a full authentication cycle: a new guest session (a new token), not a resume of the old
+            assert isinstance(new.transport, WebMessagingTransport)
+            assert new.transport.guest_token and new.transport.guest_token != old_guest
+            await wait_until(lambda: len(watcher.of("delta")) == 2)
+            path = [(d["previous"], d["state"], d["reason"]) for d in watcher.of("delta")]
+            assert path == [("terminated", "connecting", "STARTED"), ("connecting", "active", "VALIDATED")]
+            tg.cancel_scope.cancel()
+        start = [e for e in commands(h) if e["verb"] == "start"]
+        assert [(e["sessionId"], e["ok"]) for e in start] == [("wm-0", False), ("wm-0", True)]
+        assert h.daemon.runners["wm-1"].core.terminated  # only what was asked for came back
+
+
+@pytest.fixture
+def taxonomy_files(tmp_path: Path) -> tuple[Path, Path]:
+    staged = tmp_path / "staged.toml"
+    staged.write_text(V1.replace('version = "v1"', 'version = "v1-staged"', 1))
+    broken = tmp_path / "broken.toml"
+    broken.write_text(V1.replace("schema = 1", "schema = 99", 1))
+    return staged, broken
+
+
+async def test_a_taxonomy_switch_is_validated_first(
+    sim: GenesysSimulator, tmp_path: Path, taxonomy_files: tuple[Path, Path]
+) -> None:
+    staged, broken = taxonomy_files
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        await h.daemon.wait(lambda: len(h.daemon.runners) == 1 and h.daemon.all_in("active"))
+        classifier = h.daemon.supervisor.wiring.classifier
+        refused = await call(h, Method.USE_TAXONOMY, {"version": str(broken)})
+        assert refused.error == ErrorName.INVALID_TAXONOMY
+        assert "schema" in refused.parameters["problem"] and classifier.taxonomy.version == "v1"
+        for version, problem in [
+            ("v7", "not shipped"),
+            ("relative/staged.toml", "absolute path"),
+            ("/dev/zero", "not a regular file"),
+            (str(tmp_path / "missing.toml"), "No such file"),
+        ]:
+            answer = await call(h, Method.USE_TAXONOMY, {"version": version})
+            assert answer.error == ErrorName.INVALID_TAXONOMY and problem in answer.parameters["problem"]
+        assert classifier.taxonomy.version == "v1"
+        switched = await call(h, Method.USE_TAXONOMY, {"version": str(staged)})
+        assert switched.parameters == {"previous": "v1", "version": "v1-staged", "origin": str(staged)}
+        assert classifier.taxonomy.version == "v1-staged"
+        # every classification from now on is made by the new version
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.daemon.wait(
+            lambda: any(
+                e["taxonomyVersion"] == "v1-staged" for e in h.daemon.recorded.named("SDK_ERROR_CLASSIFIED")
+            )
+        )
+        announced = h.daemon.recorded.named("TAXONOMY_SWITCHED")
+        assert [(e["previous"], e["version"]) for e in announced] == [("v1", "v1-staged")] and by_us(
+            announced[0]
+        )
+        uses = [(e["target"], e["ok"]) for e in commands(h) if e["verb"] == "taxonomy.use"]
+        assert uses[0] == (str(broken), False) and uses[-1] == (str(staged), True)
+
+
+async def test_drain_and_reload(sim: GenesysSimulator, tmp_path: Path) -> None:
+    stop = anyio.Event()
+    reloads: list[int] = []
+
+    async def reload() -> Mapping[str, Any]:
+        reloads.append(1)
+        if len(reloads) == 2:
+            raise ConfigError("supervisor.toml: sessions[0].kind: a cxone session is an 'agent-session'")
+        return {"started": [], "stopped": [], "restarted": []}
+
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, stop=stop, reload=reload) as h:
+        ok = await call(h, Method.RELOAD)
+        assert ok.parameters == {"result": {"started": [], "stopped": [], "restarted": []}}
+        failed = await call(h, Method.RELOAD)
+        assert failed.error == ErrorName.RELOAD_FAILED and "sessions[0].kind" in failed.parameters["problem"]
+        assert not stop.is_set()
+        drained = await call(h, Method.DRAIN)
+        assert drained.parameters == {"draining": True} and stop.is_set()
+        status = (await call(h, Method.STATUS)).parameters
+        assert status["draining"] is True
+        assert [(e["verb"], e["ok"]) for e in commands(h)] == [
+            ("reload", True),
+            ("reload", False),
+            ("drain", True),
+        ]
+
+
+async def test_reload_is_a_typed_unsupported_until_the_daemon_has_one(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        for method in (Method.RELOAD, Method.DRAIN):
+            answer = await call(h, method)
+            assert answer.error == ErrorName.UNSUPPORTED and answer.parameters["method"] == method
+        conn = await Conn.open(h.control)
+        description = await conn.call(
+            Method.GET_INTERFACE_DESCRIPTION, {"interface": "io.sessionsupervisor.control.v1"}
+        )
+        assert "method StartSession(" in description.parameters["description"]
+        subscribe_here = await conn.call(Method.SUBSCRIBE, {})
+        assert subscribe_here.error == ErrorName.INTERFACE_NOT_FOUND  # the stream is on the other socket
+        await conn.aclose()

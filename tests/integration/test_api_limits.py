@@ -1,0 +1,107 @@
+"""The protocol's limits on live sockets: the handshake timeout and the connection cap (docs/socket-api.md)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.api.client import Client
+from supervisor.api.protocol import ErrorName, Method
+from supervisor.config import SocketsConfig
+from supervisor.errors import ApiUnavailable
+from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.api_harness import Conn, api_daemon, short_dir
+from tests.integration.conftest import wait_until
+from tests.integration.runtime_harness import genesys_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=8) as simulator:
+        yield simulator
+
+
+async def test_a_client_that_never_calls_is_timed_out(sim: GenesysSimulator, tmp_path: Path) -> None:
+    sockets = SocketsConfig(handshake_timeout=0.2)
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+        for path in (h.subscribe, h.control):
+            silent = await Conn.open(path)
+            reply = await silent.reply()  # the daemon's answer, whenever its timer fires
+            assert reply is not None and reply.error == ErrorName.HANDSHAKE_TIMEOUT
+            assert reply.parameters["seconds"] == 0.2
+            assert await silent.reply() is None  # then closed
+            await silent.aclose()
+
+
+async def test_past_the_connection_cap_a_client_is_told_and_closed(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    sockets = SocketsConfig(max_connections=2)
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+        held = [await Conn.open(h.control) for _ in range(2)]
+        for conn in held:  # both are in: they answer
+            assert (await conn.call(Method.GET_INFO)).error is None
+        third = await Conn.open(h.control)
+        reply = await third.reply()
+        assert reply is not None and reply.error == ErrorName.TOO_MANY_CONNECTIONS
+        assert reply.parameters["limit"] == 2 and await third.reply() is None
+        await third.aclose()
+        await held[0].aclose()
+        # a slot is free again once the daemon has seen one leave
+        assert h.api.control is not None
+        control = h.api.control
+        await wait_until(lambda: control.active == 1)
+        again = await Conn.open(h.control)
+        assert (await again.call(Method.GET_INFO)).error is None
+        await again.aclose()
+        await held[1].aclose()
+        status_conn = await Conn.open(h.control)
+        status = (await status_conn.call(Method.STATUS)).parameters
+        await status_conn.aclose()
+        assert status["sockets"]["control"]["overCapacity"] >= 1
+
+
+@pytest.fixture
+def closing_listener() -> Iterator[Path]:
+    """A socket that accepts and closes at once, as the peer check does with a refused uid."""
+    with short_dir() as directory:
+        path = directory / "refuse.sock"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen(4)
+
+        def refuse() -> None:
+            for _ in range(2):
+                conn, _ = listener.accept()
+                conn.close()
+
+        thread = threading.Thread(target=refuse, daemon=True)
+        thread.start()
+        try:
+            yield path
+        finally:
+            listener.close()
+            thread.join(5)
+
+
+def test_the_client_says_in_one_line_when_the_daemon_closed_without_answering(closing_listener: Path) -> None:
+    for attempt in (
+        lambda c: c.call(Method.STATUS),
+        lambda c: next(iter(c.stream(Method.SUBSCRIBE, {}, first_timeout=5))),
+    ):
+        with Client(closing_listener, timeout=5) as client, pytest.raises(ApiUnavailable) as refused:
+            attempt(client)
+        message = str(refused.value)
+        assert "closed the connection without answering" in message and "allowUids" in message
+        assert "\n" not in message

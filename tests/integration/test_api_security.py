@@ -1,0 +1,151 @@
+"""Who may connect: peer credentials on accept, before any byte (issue 10; reliability.md §2 and (a) row 15).
+
+A client with another uid is a forked child that drops its privileges with ``os.setuid`` (these
+machines run the tests as root) and reports, through a pipe, how many bytes the daemon sent it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from supervisor.api.protocol import Method, encode_call
+from supervisor.api.server import SocketApi
+from supervisor.config import SocketsConfig
+from supervisor.errors import ConfigError
+from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.api_harness import Conn, api_daemon
+from tests.integration.conftest import wait_until
+from tests.integration.runtime_harness import genesys_config
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root"),
+]
+
+OTHER_UID = 12345
+OPS_GID = 4243
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=3) as simulator:
+        yield simulator
+
+
+async def as_other_user(path: Path, *, groups: list[int], gid: int | None = None) -> str:
+    """Connect to ``path`` as uid OTHER_UID from a forked child; its report: bytes received, or the error."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: plain blocking sockets, then _exit (never back into pytest)
+        report = "?"
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            if gid is not None:
+                os.setgid(gid)
+            os.setuid(OTHER_UID)
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(20)
+            client.connect(str(path))
+            received = 0
+            try:
+                client.sendall(encode_call(Method.SUBSCRIBE, {}, more=True))
+                while chunk := client.recv(65536):
+                    received += len(chunk)
+                    if received:
+                        break  # accepted: the snapshot started to arrive
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+            report = f"received {received}"
+        except BaseException as exc:
+            report = f"error {type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, report.encode())
+            os._exit(0)
+    os.close(write_end)
+    try:
+        # the daemon runs on this event loop: wait for the child without blocking it
+        await anyio.wait_readable(read_end)
+        report = os.read(read_end, 1000).decode()
+    finally:
+        os.close(read_end)
+        await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+    return report
+
+
+def open_directory(h_path: Path) -> None:
+    # the test's socket directory is 0700: let the other uid reach the socket files (their mode still applies)
+    os.chmod(h_path.parent, 0o711)
+
+
+async def test_a_peer_whose_uid_is_not_allowed_is_refused_with_zero_bytes(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        open_directory(h.subscribe)
+        # the socket files: 0660, our group; the child keeps gid 0, so the file lets it connect and
+        # only the peer check stands in its way
+        assert stat.S_IMODE(h.subscribe.stat().st_mode) == 0o660
+        for path in (h.subscribe, h.control):
+            assert await as_other_user(path, groups=[]) == "received 0"
+        refused = h.daemon.recorded.named("SOCKET_PEER_REFUSED")
+        assert [(e["socket"], e["peer"]["uid"], e["peer"]["gid"]) for e in refused] == [
+            ("subscribe", OTHER_UID, 0),
+            ("control", OTHER_UID, 0),
+        ]
+        assert all(e["peer"]["pid"] > 0 for e in refused)
+        # the counters are in the control socket's status; we (root) are allowed
+        conn = await Conn.open(h.control)
+        status = (await conn.call(Method.STATUS)).parameters
+        await conn.aclose()
+        assert status["sockets"]["subscribe"]["refusedPeers"] == 1
+        assert status["sockets"]["control"]["refusedPeers"] == 1
+
+
+async def test_an_ops_group_gets_the_subscribe_socket_but_not_the_control_socket(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """allowGids matches supplementary groups (SO_PEERGROUPS); the control socket stays narrower."""
+    # as systemd's SocketGroup= would: the ops group owns the socket files (sockets.group)
+    sockets = SocketsConfig(allow_gids=[OPS_GID], group=OPS_GID)
+    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim, sockets=sockets) as h:
+        await h.daemon.wait(lambda: h.daemon.all_in("active"))
+        open_directory(h.subscribe)
+        assert {path.stat().st_gid for path in (h.subscribe, h.control)} == {OPS_GID}
+        # primary group 4242, the ops group only as a supplementary one
+        accepted = await as_other_user(h.subscribe, groups=[OPS_GID], gid=4242)
+        assert accepted.startswith("received ") and accepted != "received 0"
+        assert await as_other_user(h.control, groups=[OPS_GID], gid=4242) == "received 0"
+        # outside the group the socket file's mode stops it before the peer check could
+        assert (await as_other_user(h.subscribe, groups=[], gid=4242)).startswith("error PermissionError")
+        refused = [e["socket"] for e in h.daemon.recorded.named("SOCKET_PEER_REFUSED")]
+        assert refused == ["control"]
+
+
+async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        inodes = [h.subscribe.lstat().st_ino, h.control.lstat().st_ino]
+        second = SocketApi(h.daemon.supervisor, SocketsConfig(), environ={}, paths=(h.subscribe, h.control))
+        with pytest.raises(ConfigError, match="another daemon is listening on this socket"):
+            second.bind()
+        # the first still answers on both
+        conn = await Conn.open(h.control)
+        assert (await conn.call(Method.STATUS)).error is None
+        await conn.aclose()
+        await wait_until(lambda: h.api.control is not None and h.api.control.active == 0)
+        assert [h.subscribe.lstat().st_ino, h.control.lstat().st_ino] == inodes

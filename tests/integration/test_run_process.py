@@ -1,0 +1,280 @@
+"""`session-supervisor run` as users run it (issue 9): an unread stdout, signals at awkward moments,
+SIGHUP reload, one daemon per configuration. Each test runs the daemon as a real child process
+against an in-process simulator over loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimulator
+from tests.integration.conftest import wait_until
+from tests.integration.runtime_harness import genesys_config
+from tests.integration.test_run_lifecycle import Lines
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(seed=9) as simulator:
+        yield simulator
+
+
+def write_config(tmp_path: Path, text: str, name: str = "supervisor.toml") -> Path:
+    config = tmp_path / name
+    config.write_text(text)
+    (tmp_path / "genesys-secret").write_text("s3cr3t-value")
+    return config
+
+
+def with_daemon(text: str, **daemon: Any) -> str:
+    """``text`` with extra keys in its [daemon] table."""
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in daemon.items())
+    return text.replace("[daemon]\n", "[daemon]\n" + extra, 1)
+
+
+async def spawn(config: Path, *, env: dict[str, str] | None = None) -> Process:
+    return await anyio.open_process(
+        [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
+        env={**os.environ, **(env or {})},
+    )
+
+
+def accepted(sim: GenesysSimulator) -> int:
+    return sim.recorder.attempts_total("webmessaging")["accepted"]
+
+
+async def read_all(stream: Any) -> str:
+    chunks = []
+    async for chunk in stream:
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def caught_signals(pid: int) -> int:
+    """The SigCgt mask of a process: which signals it has a handler for (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+# -- stdout nobody reads ------------------------------------------------------------------------------
+
+
+async def test_an_unread_stdout_never_stops_the_supervision_and_drops_are_reported(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """More than 1 MB of event lines into a pipe nobody reads: the daemon keeps recovering drops."""
+    n = 30
+    config = write_config(tmp_path, with_daemon(genesys_config(sim.urls, n), eventBufferBytes=65536))
+    process = await spawn(config)
+    lines = Lines(process)
+    try:
+        await wait_until(lambda: accepted(sim) == n, 20)
+        rounds = 25
+        for _ in range(rounds):
+            before = accepted(sim)
+            sim.faults.inject(Fault(kind=FaultKind.DROP, count=n))
+            # the daemon reconnects every session while its stdout is full: its loop is not blocked
+            await wait_until(lambda b=before: accepted(sim) >= b + n, 20)
+        # now read: the writer catches up and says how many lines it had to drop
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lines.pump)
+            await wait_until(lambda: bool(lines.named("EVENTS_DROPPED")), 20)
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(20):
+                code = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+    assert code == 0
+    (notice,) = lines.named("EVENTS_DROPPED")[:1]
+    assert notice["sink"] == "stdout" and notice["dropped"] > 0
+    dropped = max(r["totalDropped"] for r in lines.named("EVENTS_DROPPED"))
+    read = sum(len(line) + 1 for line in lines.raw)
+    # the dropped lines were lines like the ones read (transitions, classifications, retries)
+    mean = read / len(lines.raw)
+    assert read + dropped * mean > 1_000_000  # far past the pipe's 64 KiB: the writer was stuck
+    # seq still rises without a gap among what was written after the notice: nothing silently lost
+    assert lines.named("DAEMON_STOPPED")
+
+
+# -- signals at awkward moments -----------------------------------------------------------------------
+
+
+async def test_a_stop_signal_during_start_up_exits_zero_not_143(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, genesys_config(sim.urls, 5))
+    process = await spawn(config)
+    # the moment the daemon's own handlers are in place (SIGTERM caught): it is starting
+    await wait_until(lambda: bool(caught_signals(process.pid) & (1 << (signal.SIGTERM - 1))), 20)
+    process.send_signal(signal.SIGTERM)
+    with anyio.fail_after(20):
+        code = await process.wait()
+    assert code == 0
+    assert "Traceback" not in await read_all(process.stderr)
+
+
+async def test_a_signal_after_the_drain_changes_nothing(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """The drain completed: a late SIGTERM must not turn exit 0 into 143."""
+    config = write_config(tmp_path, genesys_config(sim.urls, 2))
+    process = await spawn(config)
+    lines = Lines(process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lines.pump)
+        await wait_until(
+            lambda: len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"]) == 2, 20
+        )
+        process.send_signal(signal.SIGTERM)
+        await wait_until(lambda: bool(lines.named("DAEMON_STOPPED")), 20)
+        process.send_signal(signal.SIGTERM)  # after the drain: only recorded, never the default action
+        with anyio.fail_after(20):
+            code = await process.wait()
+    assert code == 0
+
+
+# -- SIGHUP reload ----------------------------------------------------------------------------------
+
+
+def sessions_config(urls: dict[str, str], agents: dict[str, str]) -> str:
+    """Web Messaging sessions by id -> agentId, on genesys_config's settings."""
+    base = genesys_config(urls, 0)
+    for sid, agent in agents.items():
+        base += (
+            f'[[sessions]]\nid = "{sid}"\nplatform = "genesys"\nkind = "webmessaging"\nagentId = "{agent}"\n'
+        )
+    return base
+
+
+async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, sessions_config(sim.urls, {"wm-a": "a", "wm-b": "b", "wm-c": "c"}))
+    process = await spawn(config)
+    lines = Lines(process)
+
+    def active(sid: str) -> int:
+        return len(
+            [r for r in lines.named("SESSION_TRANSITION") if r["machineId"] == sid and r["to"] == "active"]
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lines.pump)
+        await wait_until(lambda: all(active(s) == 1 for s in ("wm-a", "wm-b", "wm-c")), 20)
+        # wm-a removed, wm-b changed (another agent), wm-c untouched, wm-d added
+        config.write_text(sessions_config(sim.urls, {"wm-b": "b2", "wm-c": "c", "wm-d": "d"}))
+        process.send_signal(signal.SIGHUP)
+        await wait_until(lambda: bool(lines.named("CONFIG_RELOADED")), 20)
+        (reloaded,) = lines.named("CONFIG_RELOADED")
+        assert (reloaded["added"], reloaded["removed"], reloaded["restarted"]) == (
+            ["wm-d"],
+            ["wm-a"],
+            ["wm-b"],
+        )
+        assert reloaded["unchanged"] == 1
+        await wait_until(lambda: active("wm-d") == 1 and active("wm-b") == 2, 20)
+        assert active("wm-c") == 1  # untouched: no second activation
+        stopped = {r["sessionId"] for r in lines.named("SESSION_TERMINATED")}
+        assert stopped == {"wm-a", "wm-b"}  # wm-b's old runner stopped before its new one started
+        # a broken file is refused with its location; the daemon keeps running on the old one
+        config.write_text("[daemon]\nshutdownGrace = -1\n")
+        process.send_signal(signal.SIGHUP)
+        await wait_until(lambda: bool(lines.named("CONFIG_RELOAD_FAILED")), 20)
+        (failed,) = lines.named("CONFIG_RELOAD_FAILED")
+        assert "supervisor.toml" in failed["error"] and "daemon.shutdownGrace" in failed["error"]
+        assert len(lines.named("CONFIG_RELOADED")) == 1
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            code = await process.wait()
+    assert code == 0
+    # the removed session was ended on the platform (closeSession on a 1000 close)
+    assert sim.recorder.ws_messages("webmessaging", "in", "closeSession") >= 2
+
+
+# -- one daemon per configuration -------------------------------------------------------------------
+
+
+async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_goes_on(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    text = genesys_config(sim.urls, 2) + (
+        f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
+    )
+    config = write_config(tmp_path, text)
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    first = await spawn(config, env=env)
+    lines = Lines(first)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lines.pump)
+        await wait_until(
+            lambda: len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"]) == 2, 20
+        )
+        result = await anyio.run_process(
+            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
+            env={**os.environ, **env},
+            check=False,
+        )
+        assert result.returncode == 1
+        err = result.stderr.decode().strip().splitlines()
+        assert err == [
+            f"session-supervisor: error: another session-supervisor (pid {first.pid}) already runs this "
+            f"configuration (it holds {next((tmp_path / 'run' / 'session-supervisor').glob('*.lock'))})"
+        ]
+        assert result.stdout == b""  # it published nothing, started nothing
+        assert first.returncode is None  # the first one goes on, its sockets untouched and answering
+        status = await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "supervisor",
+                "ctl",
+                "--socket",
+                str(sockets / "ctl.sock"),
+                "status",
+                "--json",
+            ],
+            check=False,
+        )
+        assert status.returncode == 0
+        assert json.loads(status.stdout)["sessions"]["total"] == 2
+        first.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            assert await first.wait() == 0
+    assert accepted(sim) == 2  # the second daemon never opened a session
+
+
+async def test_run_with_stdout_on_dev_full_stops_with_one_line(sim: GenesysSimulator, tmp_path: Path) -> None:
+    config = write_config(tmp_path, genesys_config(sim.urls, 1))
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        result = await anyio.run_process(
+            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
+            stdout=full,
+            check=False,
+        )
+    finally:
+        os.close(full)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "session-supervisor: error: cannot write events to standard output: No space left on device"
+    ]

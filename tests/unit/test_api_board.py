@@ -1,0 +1,96 @@
+"""The state board follows the bus (supervisor/api/board.py): rows, deltas, and the start verb's reset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from supervisor.api.board import StateBoard
+from supervisor.api.events import ControlCommand, Peer
+from supervisor.api.messages import Subscription
+from supervisor.bus import EventBus
+from supervisor.clock import FakeClock
+from supervisor.config import parse_config
+from supervisor.events import (
+    Correlation,
+    ErrorClassified,
+    Published,
+    RetryAttempt,
+    RetryKind,
+    SessionTransition,
+)
+from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.wiring import Wiring
+from supervisor.taxonomy import Channel, Platform, RawError
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[platforms.genesys]
+loginUrl = "http://127.0.0.1:9"
+apiUrl = "http://127.0.0.1:9"
+webmessagingUrl = "ws://127.0.0.1:9"
+deploymentId = "dep"
+[[sessions]]
+id = "wm-0"
+platform = "genesys"
+kind = "webmessaging"
+agentId = "a-0"
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: Path) -> None:
+    clock = FakeClock(start=10.0)
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        board = StateBoard(supervisor, clock)
+        changes: list[tuple[Published, object]] = []
+        board.on_change = lambda published, delta: changes.append((published, delta))
+        bus.subscribe(board)
+        correlation = Correlation("wm-0", agent_id="a-0", conversation_id="c-1")
+        # heard of first through a transition: the row starts where the move began
+        bus.publish(
+            SessionTransition("wm-0", "connecting", "active", "validated", "VALIDATED", "t1"), correlation
+        )
+        delta = changes[-1][1]
+        assert delta is not None and (delta.previous, delta.state, delta.seq) == ("connecting", "active", 1)  # type: ignore[attr-defined]
+        bus.publish(
+            SessionTransition("wm-0", "active", "reconnecting", "lost", "ABNORMAL_CLOSURE", "t2"), correlation
+        )
+        bus.publish(
+            RetryAttempt("wm-0", RetryKind.RECONNECT, 1, 0.5, "ABNORMAL_CLOSURE", "network", "t2"),
+            correlation,
+        )
+        event = wiring.classifier.classify(
+            RawError(
+                platform=Platform.GENESYS,
+                channel=Channel.WEBMESSAGING,
+                close_code=1006,
+                context={"sessionId": "wm-0"},
+            )
+        )
+        bus.publish(ErrorClassified(event))
+        row = board.row("wm-0")
+        assert row is not None
+        assert (row.state, row.since, row.attempts, row.conversation_id) == ("reconnecting", "t2", 1, "c-1")
+        assert row.last_error is not None and row.last_error["code"] == "ABNORMAL_CLOSURE"
+        assert row.endpoint == "genesys:webmessaging"
+        snapshot = board.snapshot(Subscription())
+        assert snapshot["seq"] == 4 and snapshot["bootId"] == bus.boot_id
+        assert snapshot["sessions"][0]["circuit"] == {"endpoint": "genesys:webmessaging", "state": "closed"}
+        # a start through the control socket: a fresh row (nothing carried over), and a delta saying so
+        bus.publish(ControlCommand("start", Peer(1, 0, 0), True, "t3", session_id="wm-0"))
+        delta = changes[-1][1]
+        assert (delta.previous, delta.reason, delta.at) == ("reconnecting", "STARTED", "t3")  # type: ignore[attr-defined]
+        fresh = board.row("wm-0")
+        assert fresh is not None and (fresh.attempts, fresh.last_error, fresh.since) == (0, None, "t3")
+        assert board.row("nope") is None
+        await anyio.lowlevel.checkpoint()
