@@ -5,9 +5,13 @@ Pure and clock-driven, like the circuit. Two pieces:
 * :class:`Pacer` paces the attempts to one endpoint (WebSocket handshakes and session starts,
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
-  attempts, a multiplicative decrease (``backoff``) when the platform throttles (429/503), then
-  a gentle increase (``increase`` of the rate per second's worth of admitted attempts) that probes
-  back up; relative, so the time between two probing refusals does not depend on the limit. Nothing is tuned to a particular limit: the pacer discovers it. A throttle answer that
+  attempts, a multiplicative decrease (``backoff``) when the platform throttles (429/503), then a
+  probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
+  of the rate per second's worth of admitted attempts; relative, so the time between two probing
+  refusals does not depend on the limit), or ``CUBIC`` (RFC 9438; botocore's adaptive retry mode):
+  the rate is a cubic function of the time since the cut, flat near the rate that was refused and
+  steeper away from it. docs/benchmarks.md measures both ("Storm at a binding limit"). Nothing is
+  tuned to a particular limit: the pacer discovers it. A throttle answer that
   carries Retry-After pauses the *whole endpoint* for that window (beyond the seed: the platform
   said when it is ready, so nobody asks before). Slots are handed out by virtual scheduling (GCRA,
   one timestamp): an attempt gets a wait, never a refusal, and waits in the order it asked.
@@ -23,6 +27,7 @@ The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals t
 
 from __future__ import annotations
 
+import enum
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -30,7 +35,14 @@ from typing import Final
 
 from supervisor.clock import Clock
 
-__all__ = ["Pacer", "PacerReport", "PacingConfig", "RetryBudget"]
+__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "RetryBudget"]
+
+
+class Probe(enum.StrEnum):
+    """How the rate grows back after a cut (congestion avoidance)."""
+
+    AIMD = "aimd"
+    CUBIC = "cubic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +60,16 @@ class PacingConfig:
     # congestion avoidance: the share of the rate added for each second's worth of admitted attempts
     # (5 %: from a cut back to the limit in about 7 s, whatever the limit)
     increase: float = 0.05
+    probe: Probe = Probe.AIMD
+    # CUBIC's scaling constant C (RFC 9438 section 4.2 and botocore use 0.4), in attempts/s per s³
+    cubic_c: float = 0.4
     # a throttle with no Retry-After pauses the endpoint this long
     default_pause_s: float = 1.0
     # throttles within this long of the last decrease are the same episode (already in flight)
     episode_s: float = 1.0
+    # slots are booked at most this far ahead: a rate that grows meanwhile serves the later callers
+    # (a slot booked minutes ahead at a slow start's rate would keep them waiting at that rate)
+    lookahead_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -62,7 +80,9 @@ class PacingConfig:
             raise ValueError(f"growth must be > 1, got {self.growth!r}")
         if not 0 < self.backoff < 1:
             raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
-        for name in ("increase", "default_pause_s", "episode_s"):
+        if not self.cubic_c > 0:
+            raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
+        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s"):
             if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -90,6 +110,7 @@ class Pacer:
         "_count",
         "_last_count",
         "_last_cut",
+        "_max_before_cut",
         "_paused_until",
         "_published_rate",
         "_rate",
@@ -113,6 +134,8 @@ class Pacer:
         self._tat = 0.0
         self._paused_until = 0.0
         self._last_cut = -math.inf
+        # CUBIC's W_max: the rate that was refused at the last cut
+        self._max_before_cut = 0.0
         self._published_rate = self._rate
         # admitted attempts in the current and the previous whole second (the measured rate)
         self._second = -1
@@ -134,16 +157,23 @@ class Pacer:
 
     # -- inputs -------------------------------------------------------------------------------
 
-    def reserve(self) -> float:
-        """Take the next slot; returns how long to wait before attempting (0: go now)."""
+    def reserve(self) -> tuple[float, bool]:
+        """Take the next slot: ``(wait, booked)``.
+
+        Booked: attempt after ``wait`` seconds (0: now). Not booked: the next free slot is more
+        than ``lookahead_s`` away (the queue is long, or the endpoint is paused): ask again after
+        ``wait`` seconds, when the rate may have grown.
+        """
         now = self._clock.monotonic()
         start = max(now, self._paused_until)
         rate = self._rate
         if rate is None:
-            return start - now
+            return start - now, start <= now
         slot = max(start, self._tat)
+        if slot - now > self._config.lookahead_s:
+            return min(slot - now, self._config.lookahead_s), False
         self._tat = slot + 1.0 / rate
-        return slot - now
+        return slot - now, True
 
     def admitted(self) -> PacerReport | None:
         """An attempt got through: probe the rate upward (slow start, then additive increase)."""
@@ -157,9 +187,15 @@ class Pacer:
         if rate is None:
             return None
         cfg = self._config
-        # per admitted attempt: a rate's worth of them (one second) multiplies the rate by growth
-        # in slow start, by 1 + increase above the threshold
-        rate += (cfg.growth - 1.0) if rate < self._ssthresh else cfg.increase
+        if rate < self._ssthresh:
+            # slow start, per admitted attempt: a rate's worth of them (one second) multiplies
+            # the rate by growth
+            rate += cfg.growth - 1.0
+        elif cfg.probe is Probe.CUBIC:
+            rate = max(rate, self._cubic(self._clock.monotonic() - self._last_cut))
+        else:
+            # additive increase: a second's worth of admitted attempts adds `increase` of the rate
+            rate += cfg.increase
         self._rate = min(rate, cfg.max_rate)
         published = self._published_rate
         if published is None or self._rate >= 2.0 * published:
@@ -194,12 +230,20 @@ class Pacer:
             cut = max(cfg.min_rate, measured * cfg.backoff)
         else:
             cut = max(cfg.min_rate, previous * cfg.backoff)
+        self._max_before_cut = previous if previous is not None else cut / cfg.backoff
         self._rate = cut
         self._ssthresh = cut
         self._published_rate = cut
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
         return PacerReport(self.endpoint, cut, previous, "throttled", pause)
+
+    def _cubic(self, since_cut_s: float) -> float:
+        """RFC 9438 eq. 1: W(t) = C (t - K)³ + W_max, K = ∛(W_max (1 - β) / C), β = ``backoff``."""
+        cfg = self._config
+        w_max = self._max_before_cut
+        k = (w_max * (1.0 - cfg.backoff) / cfg.cubic_c) ** (1.0 / 3.0)
+        return float(cfg.cubic_c * (since_cut_s - k) ** 3 + w_max)
 
 
 class RetryBudget:

@@ -6,7 +6,8 @@ and the process's ``bootId`` (a subscriber that sees a new bootId knows the daem
 and calls every sink synchronously. Sinks render the wire form themselves, at the edge: the
 JSON lines on stdout today, socket subscribers and OpenTelemetry next (design.md, Roadmap).
 Publishing never blocks and never raises into the publisher: a failing sink is counted and
-skipped.
+skipped. A bus given a trace-context provider (OpenTelemetry, supervisor/telemetry/) asks it,
+once per event, which span the event belongs to, and stamps those ids too.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from typing import IO
 
 import msgspec
 
-from supervisor.events import Correlation, Event, Published, wire
+from supervisor.events import Correlation, Event, Published, TraceIds, wire
 
 Sink = Callable[[Published], None]
+# which span an event belongs to (None: no span); called before the sinks see the event
+TraceContext = Callable[[Event, Correlation | None], TraceIds | None]
 
 _encoder = msgspec.json.Encoder()
 
@@ -29,14 +32,15 @@ _encoder = msgspec.json.Encoder()
 class EventBus:
     """Synchronous fan-out of stamped events to sinks."""
 
-    __slots__ = ("_seq", "_sinks", "boot_id", "counts", "sink_failures")
+    __slots__ = ("_seq", "_sinks", "boot_id", "counts", "sink_failures", "trace_context")
 
-    def __init__(self, boot_id: str | None = None) -> None:
+    def __init__(self, boot_id: str | None = None, *, trace_context: TraceContext | None = None) -> None:
         self._sinks: tuple[Sink, ...] = ()
         self._seq = 0
         self.boot_id = boot_id if boot_id is not None else str(uuid.uuid4())
         self.counts: Counter[str] = Counter()
         self.sink_failures = 0
+        self.trace_context = trace_context
 
     @property
     def seq(self) -> int:
@@ -53,7 +57,16 @@ class EventBus:
 
     def publish(self, event: Event, correlation: Correlation | None = None) -> Published:
         self._seq += 1
-        published = Published(self._seq, self.boot_id, event, correlation)
+        ids = None
+        if self.trace_context is not None:
+            try:
+                ids = self.trace_context(event, correlation)
+            except Exception:  # telemetry must never break the publisher either
+                self.sink_failures += 1
+        if ids is None:
+            published = Published(self._seq, self.boot_id, event, correlation)
+        else:
+            published = Published(self._seq, self.boot_id, event, correlation, ids[0], ids[1])
         self.counts[event.name] += 1
         for sink in self._sinks:
             try:

@@ -20,13 +20,16 @@ import ipaddress
 import os
 import re
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
 
+from supervisor.config_durable import AttributesConfig, StoreConfig
 from supervisor.errors import ConfigError, located
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
@@ -153,6 +156,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     adaptive: bool = True
     # connection attempts per second per endpoint to start from (start-up and storms alike)
     initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
+    # how the rate grows back after a cut: "aimd" (additive) or "cubic" (RFC 9438, botocore's);
+    # docs/benchmarks.md "Storm at a binding limit" measures both
+    probe: Literal["aimd", "cubic"] = "aimd"
     # retries may add at most this share of an endpoint's calls (within 10 s) ...
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
@@ -221,6 +227,19 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
         return int(self.mode, 8)
 
 
+class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
+
+    # the collector's OTLP/HTTP base URL (``/v1/traces``, ``/v1/metrics`` appended); none: off
+    # unless OTEL_EXPORTER_OTLP_*ENDPOINT says otherwise
+    endpoint: Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+    # share of successful operations traced; failures, retries and terminations always are
+    sample_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    service_name: _Id | None = None
+    # a credential file of collector headers (``name=value``, one per line or comma-separated)
+    headers_file: str | None = None
+
+
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     genesys: GenesysConfig | None = None
     cxone: CxoneConfig | None = None
@@ -233,13 +252,42 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     reconnect: ReconnectConfig = msgspec.field(default_factory=ReconnectConfig)
     circuit: CircuitSettings = msgspec.field(default_factory=CircuitSettings)
     tokens: TokenSettings = msgspec.field(default_factory=TokenSettings)
+    telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
+    # the durable store and attribute updates (issue 13; supervisor/config_durable.py)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 
 
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:
     path, problem = located(str(exc))
+    if problem.startswith("invalid enum value"):
+        choices = _choices(path)
+        if choices:
+            problem += f" (expected one of: {', '.join(choices)})"
     return ConfigError(f"{origin}: {path or '(top level)'}: {problem}")
+
+
+def _choices(path: str) -> list[str]:
+    """The values a field at ``path`` (``admission.probe``, ``sessions[0].kind``) accepts, if a choice."""
+    kind: Any = Config
+    for name in re.sub(r"\[\d+\]", "", path).split("."):
+        while typing.get_origin(kind) in (list, types.UnionType, typing.Union):
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+            return []
+        by_name = {f.encode_name: f.type for f in msgspec.structs.fields(kind)}
+        if name not in by_name:
+            return []
+        kind = by_name[name]
+    while typing.get_origin(kind) in (types.UnionType, typing.Union, typing.Annotated):
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if typing.get_origin(kind) is typing.Literal:
+        return [str(a) for a in typing.get_args(kind)]
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return [str(m.value) for m in kind]
+    return []
 
 
 def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:

@@ -13,7 +13,8 @@
     │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
     │   └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
     ├── ApiError                         a typed error of the socket API: a varlink error name + parameters
-    └── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
+    ├── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
+    └── StoreError                       the durable store cannot open, read or persist: names the file
 
 Errors from libraries (httpx, websockets, OSError, ...) are never raised past the
 boundary that met them: transports turn them into RawError envelopes, which the
@@ -110,6 +111,19 @@ class ApiError(SupervisorError):
 
 class ApiUnavailable(SupervisorError):
     """The daemon's socket cannot be reached (not running, wrong path) or it closed on us (refused)."""
+
+
+class StoreError(SupervisorError):
+    """The durable store cannot open, read or persist; one line naming the file and the problem.
+
+    ``path`` is the store's file; ``problem`` the reason in words (``the disk is full``). The
+    daemon keeps its sessions running and refuses to acknowledge what it cannot persist.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
 
 
 def located(message: str, prefix: str = "") -> tuple[str, str]:

@@ -45,6 +45,7 @@ __all__ = [
     "SessionTerminated",
     "SessionTransition",
     "TerminationReason",
+    "TraceIds",
     "wire",
 ]
 
@@ -469,14 +470,24 @@ class EventsDropped(Event):
 # -- what the bus hands its sinks ------------------------------------------------------------------
 
 
+# (trace id, span id) as lowercase hex (32 and 16 digits): the span an event line belongs to
+TraceIds = tuple[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
-    """One event as published: stamped by the bus with ``seq`` (strictly rising) and ``boot_id``."""
+    """One event as published: stamped by the bus with ``seq`` (strictly rising) and ``boot_id``.
+
+    ``trace_id``/``span_id`` name the OpenTelemetry span the event belongs to, when telemetry
+    is on and the span is (or will be) exported, so a log line leads to its trace.
+    """
 
     seq: int
     boot_id: str
     event: Event
     correlation: Correlation | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
 
     @property
     def name(self) -> str:
@@ -484,11 +495,14 @@ class Published:
 
 
 def wire(published: Published) -> dict[str, Any]:
-    """The wire form: ``{"event": NAME, ...correlation, ...fields, "seq", "bootId"}``."""
+    """The wire form: ``{"event": NAME, ...correlation, ...fields, ["traceId", "spanId",] "seq", "bootId"}``."""
     out: dict[str, Any] = {"event": published.event.name}
     if published.correlation is not None:
         out.update(published.correlation.fields())
     out.update(published.event.fields())
+    if published.trace_id is not None and published.span_id is not None:
+        out["traceId"] = published.trace_id
+        out["spanId"] = published.span_id
     out["seq"] = published.seq
     out["bootId"] = published.boot_id
     return out

@@ -30,6 +30,7 @@ from machines.session import SessionState
 from supervisor import __version__
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
+from supervisor.api.control_attributes import AttributeVerbs, Publish
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -46,6 +47,7 @@ from supervisor.api.protocol import (
 )
 from supervisor.clock import Clock, iso_utc
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
+from supervisor.runtime.durable import Durable
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 
@@ -94,6 +96,7 @@ class ControlService:
         stop: anyio.Event | None = None,
         reload: Reload | None = None,
         sockets: Callable[[], dict[str, Any]] = dict,
+        durable: Durable | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.board = board
@@ -102,6 +105,9 @@ class ControlService:
         self._stop = stop
         self.reload = reload
         self._sockets = sockets
+        # desired sessions and attribute updates (issue 13); None: a daemon without a store
+        self.durable = durable
+        self.attribute_verbs = AttributeVerbs(None if durable is None else durable.attributes)
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
@@ -165,7 +171,22 @@ class ControlService:
             Method.USE_TAXONOMY: self.use_taxonomy,
             Method.RELOAD: self.reload_config,
         }
-        return await verbs[method](peer, parameters)
+        if method in verbs:
+            return await verbs[method](peer, parameters)
+        attributes = self.attribute_verbs
+
+        def published(
+            verb: str, session_id: str | None, target: str | None
+        ) -> Callable[[ApiError | None], None]:
+            return self._published(verb, peer, session_id=session_id, target=target)
+
+        attribute_verbs: dict[str, Callable[[Publish, Mapping[str, Any]], Awaitable[dict[str, Any]]]] = {
+            Method.SET_ATTRIBUTES: attributes.set_attributes,
+            Method.LIST_MISMATCHES: attributes.list_mismatches,
+            Method.RESOLVE_MISMATCH: attributes.resolve_mismatch,
+            Method.ATTRIBUTES_STATUS: attributes.status,
+        }
+        return await attribute_verbs[method](published, parameters)
 
     def _published(
         self, verb: str, peer: Peer, *, session_id: str | None = None, target: str | None = None
@@ -242,7 +263,13 @@ class ControlService:
             publish(error)
             raise
         publish(None)
-        return {"sessionId": session_id, "state": runner.state.value, "reauthenticated": previous is not None}
+        # after a restart, a session stopped or ended by a fail-fast has no runner yet: still a re-authentication
+        down = self.durable is not None and self.durable.was_down(session_id)
+        return {
+            "sessionId": session_id,
+            "state": runner.state.value,
+            "reauthenticated": previous is not None or down,
+        }
 
     async def stop_session(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
         session_id = _session_id(parameters)
@@ -255,6 +282,9 @@ class ControlService:
         publish(None)
         # published first: subscribers see who asked before the transitions it causes
         await self.supervisor.stop(session_id, 1000)
+        if self.durable is not None:
+            # it stays stopped across a restart, until `ctl start`
+            await self.durable.desire(session_id, runner.context.platform.value, False, "ctl stop")
         return {"sessionId": session_id, "state": runner.state.value}
 
     async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:

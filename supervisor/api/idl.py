@@ -53,7 +53,7 @@ type Filter (
 # Call with more: true. Replies, each with a type: snapshot (bootId, seq, sessions), delta (seq,
 # sessionId, state, previous, at, reason, platform, attempts, lastError, circuit), event (an
 # opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason).
-# streams: circuits, retries, throttling, terminations, errors, backpressure, control, daemon, all.
+# streams: circuits, retries, throttling, terminations, errors, backpressure, attributes, control, daemon, all.
 method Subscribe(filter: ?Filter, streams: ?[]string) -> (
   type: string,
   bootId: ?string,
@@ -96,6 +96,15 @@ method Drain() -> (draining: bool)
 # A shipped version (v1) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
+# Attribute updates of a session's conversation (issue 13). Answered once the update is durably in
+# the outbox (acknowledged); a full queue answers Backpressure (try again after retryAfterSeconds).
+method SetAttributes(sessionId: string, attributes: [string]string) -> (accepted: bool, updateId: string,
+  sessionId: string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)
+# What verification could not repair; values of sensitive keys are never shown.
+method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
+# resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
+method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
+method AttributesStatus() -> (attributes: object)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -103,6 +112,13 @@ error NotAccepting (problem: string)
 error InvalidTaxonomy (version: string, problem: string)
 error Unsupported (method: string, problem: string)
 error ReloadFailed (problem: string)
+error Backpressure (tenant: string, queueDepth: int, limit: int, retryAfterSeconds: float, problem: string)
+error StoreUnavailable (problem: string)
+error SessionTerminated (sessionId: string, problem: string)
+error NoConversation (sessionId: string, problem: string)
+error NoSuchMismatch (mismatchId: int, problem: string)
+error AlreadyResolved (mismatchId: int, problem: string)
+error NotResolvable (mismatchId: int, problem: string)
 """
 )
 

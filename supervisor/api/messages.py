@@ -48,8 +48,9 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
     "throttling": frozenset({"RECONNECTION_THROTTLED"}),
     "terminations": frozenset({"SESSION_TERMINATED"}),
     "errors": frozenset({"SDK_ERROR_CLASSIFIED"}),
-    # reserved for the attribute-update issue: named now so scripts can ask for it already
-    "backpressure": frozenset({"RATE_LIMIT_BACKPRESSURE"}),
+    # attribute updates (issue 13): a tenant's queue full, and drained again
+    "backpressure": frozenset({"RATE_LIMIT_BACKPRESSURE", "RATE_LIMIT_BACKPRESSURE_RELEASED"}),
+    "attributes": frozenset({"ATTRIBUTE_MISMATCH", "ATTRIBUTE_MISMATCH_RESOLVED"}),
     "control": frozenset({"CONTROL_COMMAND", "TAXONOMY_SWITCHED"}),
     "daemon": frozenset(
         {
@@ -60,6 +61,9 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "SOCKET_API_LISTENING",
             "SOCKET_PEER_REFUSED",
             "SUBSCRIBER_DISCONNECTED",
+            "STORE_DEGRADED",
+            "STORE_RECOVERED",
+            "SESSION_RECONCILED",
         }
     ),
 }

@@ -79,6 +79,11 @@ class Method(enum.StrEnum):
     DRAIN = f"{CONTROL}.Drain"
     USE_TAXONOMY = f"{CONTROL}.UseTaxonomy"
     RELOAD = f"{CONTROL}.Reload"
+    # attribute updates (issue 13): supervisor/api/control_attributes.py
+    SET_ATTRIBUTES = f"{CONTROL}.SetAttributes"
+    LIST_MISMATCHES = f"{CONTROL}.ListMismatches"
+    RESOLVE_MISMATCH = f"{CONTROL}.ResolveMismatch"
+    ATTRIBUTES_STATUS = f"{CONTROL}.AttributesStatus"
 
 
 class ErrorName(enum.StrEnum):
@@ -103,6 +108,14 @@ class ErrorName(enum.StrEnum):
     INVALID_TAXONOMY = f"{CONTROL}.InvalidTaxonomy"
     UNSUPPORTED = f"{CONTROL}.Unsupported"
     RELOAD_FAILED = f"{CONTROL}.ReloadFailed"
+    # attribute updates (issue 13)
+    BACKPRESSURE = f"{CONTROL}.Backpressure"
+    STORE_UNAVAILABLE = f"{CONTROL}.StoreUnavailable"
+    SESSION_TERMINATED = f"{CONTROL}.SessionTerminated"
+    NO_CONVERSATION = f"{CONTROL}.NoConversation"
+    NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
+    ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
+    NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
 
 
 # -- framing -----------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from supervisor.api.listen import policies, resolve_group, socket_paths
 from supervisor.api.subscribe import SubscribeService
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
+from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import Service
 from supervisor.runtime.supervisor import Supervisor
 
@@ -51,6 +52,7 @@ class SocketApi:
         reload: Reload | None = None,
         paths: tuple[Path, Path] | None = None,
         listeners: Mapping[str, socket.socket] | None = None,
+        durable: Durable | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.bus = supervisor.bus
@@ -85,6 +87,7 @@ class SocketApi:
             stop=stop,
             reload=reload,
             sockets=self.stats,
+            durable=durable,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

@@ -46,6 +46,7 @@ def _register() -> None:
     # imported here so `--help` of one command does not pay for the others' imports
     from supervisor.cli import (
         classify_cmd,
+        ctl_attributes,
         ctl_cmd,
         demo_cmd,
         policy_cmd,
@@ -63,6 +64,9 @@ def _register() -> None:
     cli.add_command(demo_cmd.demo)
     cli.add_command(watch_cmd.watch)
     cli.add_command(ctl_cmd.ctl)
+    # attribute updates (issue 13): ctl attributes set|status, ctl mismatches, ctl resolve
+    for command in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
+        ctl_cmd.ctl.add_command(command)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

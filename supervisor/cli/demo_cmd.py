@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,13 @@ from supervisor.cli.common import stderr_console, stdout_console
 from supervisor.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 _NAMES = tuple(SCENARIOS)
+_OTLP_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
+def _otlp_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not _OTLP_URL.match(value):
+        raise click.BadParameter(f"expected an http:// or https:// URL, got {value!r}")
+    return value
 
 
 def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -59,6 +67,14 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     help="Give up after this many seconds (default: 180, or 45 with --fast).",
 )
 @click.option(
+    "--otlp",
+    metavar="URL",
+    default=None,
+    callback=_otlp_url,
+    help="Export the run's traces and metrics to this OpenTelemetry collector (OTLP/HTTP base URL, "
+    "e.g. http://127.0.0.1:4318; docs/telemetry.md).",
+)
+@click.option(
     "--progress/--no-progress",
     default=None,
     help="Live progress on stderr (default: only when stderr is a terminal).",
@@ -70,6 +86,7 @@ def demo(
     seed: int,
     fast: bool,
     timeout_s: float | None,
+    otlp: str | None,
     progress: bool | None,
 ) -> None:
     """Supervise --sessions sessions against in-process Genesys and CXone simulators and play a scenario.
@@ -82,7 +99,9 @@ def demo(
     from supervisor.demo.runner import DemoOptions, run_demo
 
     show = sys.stderr.isatty() if progress is None else progress
-    options = DemoOptions(scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s)
+    options = DemoOptions(
+        scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s, otlp=otlp
+    )
 
     def announce(sockets: tuple[Path, Path] | str) -> None:
         # stderr: stdout stays the summary alone (one JSON object with --json)

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import click
 
+from supervisor.bus import EventBus
 from supervisor.config import load_config
 
 
@@ -32,7 +33,9 @@ def run(config_path: Path, check: bool) -> None:
     every session transition, each stamped with seq and bootId (docs/runtime.md). A slow or
     unread stdout never blocks the daemon: lines past daemon.eventBufferBytes are dropped and
     counted (EVENTS_DROPPED). The socket API ([sockets]: watch, ctl) listens once the sessions
-    are handed over.
+    are handed over. With a [telemetry] endpoint or OTEL_EXPORTER_OTLP_ENDPOINT, traces and
+    metrics go to an OpenTelemetry collector too (docs/telemetry.md), and the lines gain
+    traceId/spanId.
 
     \b
     Signals:
@@ -53,6 +56,7 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.api.server import SocketApi
     from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+    from supervisor.runtime.durable import Durable
     from supervisor.runtime.lock import DaemonLock, default_lock_path
     from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
     from supervisor.runtime.reload import Reloader
@@ -61,11 +65,24 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.runtime.wiring import Wiring
     from supervisor.systemd.activation import activated_paths, listen_fds
     from supervisor.systemd.service import Systemd
+    from supervisor.telemetry import Telemetry, resolve_settings
 
     outside = OutsideSignals().install()
     config = load_config(config_path)
     config_dir = config_path.resolve().parent
     grace_s = config.daemon.shutdown_grace
+    bus = EventBus()
+    telemetry = None
+    if check:
+        # the settings and the collector's credential file are checked; nothing is exported
+        resolve_settings(config.telemetry, os.environ, config_dir=config_dir)
+    else:
+        # off unless configured; reads telemetry.headersFile like the platforms' credentials
+        telemetry = Telemetry.from_config(
+            config, environ=os.environ, boot_id=bus.boot_id, config_dir=config_dir
+        )
+    if telemetry is not None:
+        bus.trace_context = telemetry.trace_context
     lock_file = config.daemon.lock_file
     lock = DaemonLock(Path(lock_file) if lock_file else default_lock_path(config_path, os.environ))
 
@@ -83,19 +100,39 @@ def run(config_path: Path, check: bool) -> None:
         if not check:
             # before any socket is bound or session started: a second daemon changes nothing
             lock.acquire()
-        async with Wiring(config, config_dir=config_dir) as wiring:
+        hooks = telemetry.hooks if telemetry is not None else []
+        async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
             if check:
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
                 return 0
-            bus = wiring.bus
             stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
             bus.subscribe(stdout)
             stop = anyio.Event()
             stdout.on_broken = stop.set
-            supervisor = Supervisor(wiring)
+            # desired sessions, the session ledger and attribute updates; a store that cannot be
+            # opened is said in one line, and the sessions run without it (issue 13)
+            durable = await Durable.open(
+                config,
+                environ=os.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=lambda line: click.echo(f"session-supervisor: {line}", err=True),
+            )
+            services = [stdout.serve]
+            if telemetry is not None:
+                bus.subscribe(telemetry)
+                telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
+                services.append(telemetry.service(grace_s))
+            supervisor = Supervisor(wiring, durable)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
             # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET
-            systemd = Systemd(supervisor, environ=os.environ, grace_s=grace_s)
+            systemd = Systemd(
+                supervisor,
+                environ=os.environ,
+                grace_s=grace_s,
+                outbox=durable.outbox_depth,
+                store_problem=durable.degraded,
+            )
             reload = systemd.reloading(reloader.reload)
 
             async def reload_for_api() -> Mapping[str, Any]:
@@ -120,6 +157,7 @@ def run(config_path: Path, check: bool) -> None:
                 reload=reload_for_api,
                 paths=activated_paths(listeners),
                 listeners=listeners,
+                durable=durable,
             )
             # bound before any session starts: a path held by a live daemon ends the start here
             api.bind()
@@ -136,7 +174,7 @@ def run(config_path: Path, check: bool) -> None:
                 forced = await run_daemon(
                     supervisor,
                     grace_s=grace_s,
-                    services=[stdout.serve, *api.services, *systemd.services],
+                    services=[*services, *api.services, *systemd.services],
                     on_ready=ready,
                     on_stopping=stopping,
                     on_reload=reload,
@@ -145,6 +183,7 @@ def run(config_path: Path, check: bool) -> None:
                 )
             finally:
                 api.close()
+                await durable.aclose()
             bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
             await stdout.flush(within_s=2.0)
             if stdout.broken is not None:

@@ -51,7 +51,7 @@ _FIRST_REPLY_TIMEOUT_S = 10.0
     multiple=True,
     type=click.Choice((*STREAMS, ALL_STREAMS)),
     help="Also stream these events (repeatable): circuits, retries, throttling, terminations, errors, "
-    "backpressure, control, daemon, or all.",
+    "backpressure, attributes, control, daemon, or all.",
 )
 def watch(
     socket_path: Path | None,

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -28,7 +28,8 @@ from rich.console import Console
 from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
-from supervisor.config import SocketsConfig
+from supervisor.config import Config, SocketsConfig, TelemetrySettings
+from supervisor.demo.attributes_play import AttributesPlay
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
 from supervisor.demo.scenarios import FAST, REAL, SCENARIOS, Fleet, Injection, Scenario, Timing
@@ -38,14 +39,19 @@ from supervisor.demo.wiring import (
     daemon_config,
     genesys_sim_config,
     scaled_taxonomy,
+    session_specs,
     write_credentials,
 )
 from supervisor.errors import ConfigError, SupervisorError
+from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import Service, run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
+
+if TYPE_CHECKING:
+    from supervisor.telemetry import Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,8 @@ class DemoOptions:
     seed: int = 1
     fast: bool = False
     timeout_s: float | None = None
+    # an OTLP/HTTP collector's base URL: traces and metrics of the run go there (docs/telemetry.md)
+    otlp: str | None = None
 
 
 class _Run:
@@ -71,6 +79,8 @@ class _Run:
         self.injected: list[tuple[Injection, str]] = []
         # what the progress display shows once the summary is taken (shutdown stops everyone)
         self.final: tuple[dict[str, int], list[str]] | None = None
+        # the attributes scenario's burst (supervisor/demo/attributes_play.py)
+        self.play: AttributesPlay | None = None
 
     async def execute(
         self,
@@ -87,6 +97,8 @@ class _Run:
             GenesysSimulator(genesys_sim_config(scenario, timing), seed=opts.seed) as genesys,
             CxoneSimulator(cxone_sim_config(scenario, timing), seed=opts.seed) as cxone,
         ):
+            if scenario.play == "attributes":
+                self.play = AttributesPlay.prepare(genesys, [s["id"] for s in session_specs(self.fleet)])
             config = daemon_config(
                 fleet=self.fleet,
                 scenario=scenario,
@@ -96,8 +108,11 @@ class _Run:
                 credentials=credentials,
                 taxonomy=taxonomy,
                 seed=opts.seed,
+                conversations=None if self.play is None else self.play.conversations,
+                store=None if self.play is None else workdir / "store.sqlite3",
             )
             bus = EventBus()
+            telemetry = demo_telemetry(opts.otlp, config, bus, workdir)
             async with Wiring(
                 config,
                 bus=bus,
@@ -105,10 +120,20 @@ class _Run:
                 rng=random.Random(opts.seed),
                 config_dir=workdir,
                 environ={},
+                hooks=[] if telemetry is None else telemetry.hooks,
             ) as wiring:
-                supervisor = Supervisor(wiring)
+                # the durable store (issue 13), in the run's temporary directory: the attributes scenario
+                durable = None
+                if self.play is not None:
+                    durable = await Durable.open(config, environ={}, bus=bus, clock=self.clock)
+                supervisor = Supervisor(wiring, durable)
                 observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
                 bus.subscribe(observer)
+                services: list[Service] = []
+                if telemetry is not None:
+                    bus.subscribe(telemetry)
+                    telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
+                    services.append(telemetry.service(_GRACE_S))
                 summary: dict[str, Any] | None = None
 
                 async def play() -> None:
@@ -127,9 +152,12 @@ class _Run:
                             observer.mark_fault()
                             self._inject(genesys, cxone)
                             injected_at = self.clock.monotonic()
-                            await self._wait(
-                                observer, lambda: self._settled(observer, genesys, cxone, injected_at)
-                            )
+                            async with anyio.create_task_group() as acts:
+                                if self.play is not None and durable is not None:
+                                    acts.start_soon(self._play, self.play, durable, genesys)
+                                await self._wait(
+                                    observer, lambda: self._settled(observer, genesys, cxone, injected_at)
+                                )
                     if scope.cancelled_caught:
                         self.problems.append(f"timed out after {limit:g} s while {self.phase}")
                     self.phase = "done"
@@ -150,32 +178,40 @@ class _Run:
                         elapsed_s=self.clock.monotonic() - started,
                         faults=self._faults(genesys, cxone),
                     )
+                    if self.play is not None and durable is not None:
+                        summary["attributes"] = await self.play.summary(durable.attributes, genesys)
                     self.final = (summary["states"], summary["openCircuits"])
 
                 # the socket API, in the run's temporary directory: `watch` attaches from another terminal
                 stop = anyio.Event()
                 subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
                 api = SocketApi(
-                    supervisor, SocketsConfig(), environ={}, paths=(subscribe_path, control_path), stop=stop
+                    supervisor,
+                    SocketsConfig(),
+                    environ={},
+                    paths=(subscribe_path, control_path),
+                    stop=stop,
+                    durable=durable,
                 )
-                services: list[Service] = list(api.services)
                 try:
                     api.bind()
                 except ConfigError as exc:
                     # a $TMPDIR too long for a socket path: the demo runs on without its sockets
-                    services = []
                     if on_sockets is not None:
                         on_sockets(str(exc))
                 else:
+                    services.extend(api.services)
                     if on_sockets is not None:
                         on_sockets((subscribe_path, control_path))
                 if progress is not None:
                     services.append(self._progress_service(progress, supervisor, observer))
                 # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
                 try:
-                    await run_daemon(supervisor, grace_s=5.0, services=services, body=play, stop=stop)
+                    await run_daemon(supervisor, grace_s=_GRACE_S, services=services, body=play, stop=stop)
                 finally:
                     api.close()
+                    if durable is not None:
+                        await durable.aclose()
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
@@ -197,6 +233,11 @@ class _Run:
         while not condition():
             await observer.changed(0.25)
 
+    async def _play(self, play: AttributesPlay, durable: Durable, genesys: GenesysSimulator) -> None:
+        self.phase = "attribute burst"
+        await play.run(durable.attributes, genesys, fast=self.timing.fast)
+        self.phase = "fault injected"
+
     def _inject(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> None:
         for injection in self.scenario.faults(self.fleet, self.timing):
             target = genesys.faults if injection.sim == "genesys" else cxone.faults
@@ -208,6 +249,9 @@ class _Run:
     ) -> bool:
         if self.clock.monotonic() - since < self.scenario.hold(self.timing):
             return False
+        if self.play is not None:
+            # the burst settles (every update verified, repaired or flagged), whatever faults are left
+            return self.play.finished and observer.all_survivors_active()
         for sim in (genesys, cxone):
             if any(f.count is not None for f in sim.faults.active()):
                 return False  # a counted fault has hits left
@@ -248,6 +292,32 @@ class _Run:
             return self.phase, supervisor.states(), circuits, observer.events
 
         return sample
+
+
+_GRACE_S = 5.0
+DEMO_SERVICE_NAME = "session-supervisor-demo"
+
+
+def demo_telemetry(otlp: str | None, config: Config, bus: EventBus, workdir: Path) -> Telemetry | None:
+    """``demo --otlp URL``: the run's traces and metrics to that collector (every operation traced)."""
+    if otlp is None:
+        return None
+    # imported only when asked for: the OpenTelemetry SDK and exporter are not free to load
+    from supervisor.telemetry import Telemetry, configured_secrets, resolve_settings, shapes_of
+
+    table = TelemetrySettings(endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME)
+    # the demo's environment is its own: no OTEL_* variable of the shell leaks into the run
+    settings = resolve_settings(table, {}, config_dir=workdir)
+    if settings is None:  # pragma: no cover - an endpoint always turns it on
+        return None
+    telemetry = Telemetry(
+        settings,
+        boot_id=bus.boot_id,
+        shapes=shapes_of(config),
+        secrets=configured_secrets(config, environ={}, config_dir=workdir),
+    )
+    bus.trace_context = telemetry.trace_context
+    return telemetry
 
 
 def _started(supervisor: Supervisor, sessions: int) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from supervisor.demo.attributes_play import attributes_delivered, attributes_faults
 from supervisor.sim.faults import Fault, FaultKind
 
 SimName = Literal["genesys", "cxone"]
@@ -52,6 +53,8 @@ class Timing:
     retry_after_s: int
     # default --timeout
     deadline_s: float
+    # seed edge case 2: attributes are read back this long after the platform accepted them
+    verify_after_s: float = 3.0
 
     @property
     def spread_s(self) -> float:
@@ -84,6 +87,7 @@ FAST = Timing(
     early_refresh_s=1.5,
     retry_after_s=1,
     deadline_s=45.0,
+    verify_after_s=0.3,
 )
 
 
@@ -171,6 +175,8 @@ class Scenario:
     # connection attempts are limited at this rate (storm); None = unlimited
     admission: Callable[[Fleet, Timing], int] | None = None
     checks: tuple[Check, ...] = field(default=())
+    # a play run after the injection (supervisor/demo/attributes_play.py): "attributes"
+    play: str | None = None
 
     def check(self, summary: Summary) -> list[str]:
         """Why ``summary`` does not match this scenario's expected outcome (empty: it does)."""
@@ -326,6 +332,11 @@ def _graceful(fleet: Fleet, timing: Timing) -> list[Injection]:
     ]
 
 
+def _attributes(fleet: Fleet, timing: Timing) -> list[Injection]:
+    del fleet
+    return [Injection("genesys", fault) for fault in attributes_faults(50 if timing.fast else 300)]
+
+
 def _mixed(fleet: Fleet, timing: Timing) -> list[Injection]:
     return [*_storm(fleet, timing), *_rate_limit(fleet, timing)[:1], *_queue_full(fleet, timing)]
 
@@ -392,6 +403,16 @@ SCENARIOS: dict[str, Scenario] = {
             terminations=lambda fleet: hit_count(fleet.webmessaging),
             reason="GRACEFUL_CLOSE",
             trigger=None,
+        ),
+        Scenario(
+            "attributes",
+            "After wrap-up, a burst of 200 attribute updates over (up to) 20 conversations: the simulator "
+            "answers 202, slowly, and silently drops 20 of them past the 15th (seed edge case 2).",
+            "every silent drop detected by the read-back and repaired or flagged, no acknowledged update lost, "
+            "the queue's backpressure visible (some submissions refused, then accepted), none terminated",
+            _attributes,
+            play="attributes",
+            checks=(attributes_delivered,),
         ),
         Scenario(
             "mixed",

@@ -156,6 +156,12 @@ def render(console: Console, summary: dict[str, Any]) -> None:
         ("events", str(summary["events"])),
         ("elapsed", f"{summary['elapsedSeconds']:.1f} s"),
     ]
+    attributes = summary.get("attributes")
+    if attributes is not None:
+        # the attributes scenario (issue 13): what became of the burst
+        names = ("submitted", "acknowledged", "refused", "sent", "verified", "repaired", "flagged", "lost")
+        rows.append(("attribute updates", ", ".join(f"{n} {attributes[n]}" for n in names)))
+        rows.append(("silently dropped (simulator)", str(attributes["silentlyDropped"])))
     for what, value in rows:
         table.add_row(what, value)
     console.print(table)

@@ -67,13 +67,17 @@ def scaled_taxonomy(directory: Path, scale: float) -> str:
     return str(path)
 
 
-def session_specs(fleet: Fleet) -> list[dict[str, Any]]:
+def session_specs(fleet: Fleet, conversations: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """``sessions`` of the daemon config: see :mod:`supervisor.demo.scenarios` for the mix."""
     specs: list[dict[str, Any]] = []
     for i in range(fleet.sessions):
         kind = kind_of(i)
         if kind == "webmessaging":
-            specs.append({"id": f"wm-{i:04d}", "platform": "genesys", "kind": "webmessaging"})
+            spec = {"id": f"wm-{i:04d}", "platform": "genesys", "kind": "webmessaging"}
+            if conversations and spec["id"] in conversations:
+                # the conversation its attribute updates go to (the attributes scenario)
+                spec["conversationId"] = conversations[spec["id"]]
+            specs.append(spec)
         elif kind == "notifications":
             specs.append(
                 {
@@ -106,6 +110,8 @@ def daemon_config(
     credentials: dict[str, Path],
     taxonomy: str,
     seed: int,
+    conversations: dict[str, str] | None = None,
+    store: Path | None = None,
 ) -> Config:
     """The daemon's configuration for this run, validated like any config file."""
     early = timing.early_refresh_s if scenario.short_tokens else 300.0
@@ -129,7 +135,7 @@ def daemon_config(
                 "pollTimeout": timing.poll_timeout,
             },
         },
-        "sessions": session_specs(fleet),
+        "sessions": session_specs(fleet, conversations),
         "daemon": {"taxonomyVersion": taxonomy, "seed": seed},
         "reconnect": {"firstDelayMin": timing.first_delay[0], "firstDelayMax": timing.first_delay[1]},
         "circuit": {
@@ -138,5 +144,8 @@ def daemon_config(
             "probeTimeout": timing.probe_timeout_s,
         },
         "tokens": {"earlyRefresh": early, "refreshBeforeRetry": min(60.0, early)},
+        "attributes": {"verifyAfter": timing.verify_after_s},
     }
+    if store is not None:
+        data["store"] = {"path": str(store)}
     return parse_config(data, "demo")

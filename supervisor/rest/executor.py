@@ -45,7 +45,10 @@ from supervisor.retry import decide_retry
 from supervisor.retry.backoff import GiveUpReason, RetryDecision
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent, TaxonomyClass
 
-__all__ = ["Attempt", "RetryExecutor", "Sleep"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
+
+# the operation name of a token fetch (its RETRY_* events and its telemetry span)
+TOKEN_OPERATION = "oauth.token"
 
 Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
@@ -103,6 +106,7 @@ class RetryExecutor:
         tokens: TokenCache | None = None,
         route: str | None = None,
         server: tuple[str, int | None] | None = None,
+        method: str | None = None,
     ) -> T:
         """Run one logical operation; return its result or raise.
 
@@ -124,6 +128,7 @@ class RetryExecutor:
             route,
             None if server is None else server[0],
             None if server is None else server[1],
+            method,
         )
         scope = hooks.operation(details)
         if scope is None:
@@ -147,7 +152,10 @@ class RetryExecutor:
         budget = admission.budget(circuit) if admission is not None and circuit is not None else None
         if budget is not None:
             budget.call()
-        token = await self.token(ctx, tokens, tokens.get) if tokens is not None else None
+        token = None
+        if tokens is not None:
+            # the cached token without an await; a fetch is an operation of its own (token())
+            token = tokens.cached() or await self.token(ctx, tokens, tokens.get)
         attempt = 0
         previous_delay_ms: float | None = None
         replayed = False
@@ -224,7 +232,9 @@ class RetryExecutor:
             reason = ResendReason.RETRY
             if tokens is not None:
                 # seed edge case 3: refresh a token that expires within 60 s before retrying
-                token = await self.token(ctx, tokens, _ensure_from(tokens, self._refresh_before_retry))
+                token = tokens.cached(self._refresh_before_retry) or await self.token(
+                    ctx, tokens, _ensure_from(tokens, self._refresh_before_retry)
+                )
 
     async def _observed(
         self, attempt_once: Attempt[T], token: Token | None, ctx: SessionContext, details: AttemptDetails
@@ -284,10 +294,10 @@ class RetryExecutor:
         """Wait for the endpoint's next slot; reserve again when a throttle voided it meanwhile."""
         while True:
             generation = pacer.generation
-            wait = pacer.reserve()
+            wait, booked = pacer.reserve()
             if wait > 0:
                 await self._sleep(wait)
-            if pacer.generation == generation:
+            if booked and pacer.generation == generation:
                 return
 
     def _now(self) -> str:
@@ -360,37 +370,95 @@ class RetryExecutor:
     ) -> Token:
         """A token from ``fetch``: a 4xx is TOKEN_REFRESH_FAILED (fail-fast); 5xx/network retry per policy.
 
-        The token endpoint has a circuit of its own (``<credential>:oauth``): while it is down,
-        the sessions that need a token wait for the probe instead of each asking it again,
-        and when it returns one fetch serves them all (the cache is single-flight).
+        A logical operation of its own (``oauth.token``), observed by the hooks like any other:
+        one scope around it, one per attempt, its retries and its outcome reported. The token
+        endpoint has a circuit of its own (``<credential>:oauth``): while it is down, the
+        sessions that need a token wait for the probe instead of each asking it again, and when
+        it returns one fetch serves them all (the cache is single-flight).
         """
+        hooks = self._hooks
+        if hooks is None:
+            return await self._fetch_token(ctx, tokens, fetch, None)
+        endpoint = tokens.endpoint
+        details = OperationDetails(
+            TOKEN_OPERATION,
+            ctx,
+            None,
+            None if endpoint is None else endpoint[0],
+            None if endpoint is None else endpoint[1],
+            None if endpoint is None else endpoint[2],
+            "POST",
+        )
+        scope = hooks.operation(details)
+        if scope is None:
+            return await self._fetch_token(ctx, tokens, fetch, details)
+        with scope:
+            return await self._fetch_token(ctx, tokens, fetch, details)
+
+    async def _fetch_token(
+        self,
+        ctx: SessionContext,
+        tokens: TokenCache,
+        fetch: Callable[[], Awaitable[Token]],
+        details: OperationDetails | None,
+    ) -> Token:
+        hooks = self._hooks
         breaker = self.circuits.get(f"{tokens.name}:oauth") if tokens.name else None
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
             probe_id = 0
             if breaker is not None:
-                admission = breaker.admit()
-                if admission.effects:
-                    self._circuit(admission.effects)
-                if not admission.allowed:
-                    raise CircuitOpenError(breaker.circuit_id, admission.retry_in_s)
-                probe_id = admission.probe_id
-            try:
-                token = await fetch()
-            except TransportFailure as exc:
-                raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
-                event = self._classify(raw)
-                if breaker is not None:
-                    self._circuit(breaker.record_failure(event, probe_id))
-                previous_delay_ms = await self._backoff(
-                    "oauth.token", ctx, event, attempt, previous_delay_ms, None
-                )
-                attempt += 1
+                admitted = breaker.admit()
+                if admitted.effects:
+                    self._circuit(admitted.effects)
+                if not admitted.allowed:
+                    raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
+                probe_id = admitted.probe_id
+            if hooks is None or details is None:
+                outcome = await self._token_attempt(ctx, fetch, None)
             else:
+                details.attempts = attempt + 1
+                observed = AttemptDetails(details, attempt, ResendReason.RETRY if attempt else None)
+                scope = hooks.attempt(observed)
+                if scope is None:
+                    outcome = await self._token_attempt(ctx, fetch, observed)
+                else:
+                    with scope:
+                        outcome = await self._token_attempt(ctx, fetch, observed)
+            if isinstance(outcome, Token):
                 if breaker is not None:
                     self._circuit(breaker.record_success(probe_id))
-                return token
+                if hooks is not None and details is not None:
+                    retried = None
+                    if attempt:
+                        retried = RetrySuccess(
+                            ctx.session_id, RetryKind.OPERATION, attempt, self._now(), TOKEN_OPERATION
+                        )
+                    hooks.succeeded(details, retried)
+                return outcome
+            if breaker is not None:
+                self._circuit(breaker.record_failure(outcome, probe_id))
+            if details is not None:
+                details.outcome = outcome
+            previous_delay_ms = await self._backoff(
+                TOKEN_OPERATION, ctx, outcome, attempt, previous_delay_ms, details
+            )
+            attempt += 1
+
+    async def _token_attempt(
+        self, ctx: SessionContext, fetch: Callable[[], Awaitable[Token]], details: AttemptDetails | None
+    ) -> Token | SdkErrorEvent:
+        """One fetch, its failure classified here so the attempt's scope sees it."""
+        try:
+            return await fetch()
+        except TransportFailure as exc:
+            raw = exc.raw if isinstance(exc.raw, RawError) else _unknown(ctx, Channel.REST)
+            event = self._classify(raw)
+            if details is not None:
+                details.event = event
+                details.status = raw.status
+            return event
 
 
 def _ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:

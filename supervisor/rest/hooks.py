@@ -20,7 +20,7 @@ here; OpenTelemetry attaches through the same protocol. :class:`HookChain` runs 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -62,6 +62,8 @@ class OperationDetails:
     route: str | None = None
     server_address: str | None = None
     server_port: int | None = None
+    # the HTTP method of a REST call (``http.request.method``); None for in-band requests
+    method: str | None = None
     # attempts made so far (the first one included)
     attempts: int = 0
     # the classified failure that ended the operation; None while running or on success
@@ -140,42 +142,81 @@ class NoHooks:
 
 
 class HookChain:
-    """Several hooks as one: scopes nest in order, notifications go to each in order."""
+    """Several hooks as one: scopes nest in order, notifications go to each in order.
 
-    __slots__ = ("_hooks",)
+    A hook method inherited unchanged from :class:`NoHooks` does nothing, so the chain skips it
+    (resolved once, here): the runtime's bus hooks open no scope and a tracer ignores most
+    notifications, and a successful call should not pay for calls that do nothing.
+    """
+
+    __slots__ = (
+        "_attempt",
+        "_circuit",
+        "_classified",
+        "_gave_up",
+        "_hooks",
+        "_operation",
+        "_pacing",
+        "_retry_scheduled",
+        "_succeeded",
+    )
 
     def __init__(self, hooks: Sequence[ExecutorHooks]) -> None:
         self._hooks = tuple(hooks)
+        self._operation = _live(self._hooks, "operation")
+        self._attempt = _live(self._hooks, "attempt")
+        self._classified = _live(self._hooks, "classified")
+        self._retry_scheduled = _live(self._hooks, "retry_scheduled")
+        self._succeeded = _live(self._hooks, "succeeded")
+        self._gave_up = _live(self._hooks, "gave_up")
+        self._circuit = _live(self._hooks, "circuit")
+        self._pacing = _live(self._hooks, "pacing")
 
     def operation(self, details: OperationDetails) -> AbstractContextManager[object] | None:
-        return _nest([h.operation(details) for h in self._hooks])
+        scopes = self._operation
+        if not scopes:
+            return None
+        if len(scopes) == 1:
+            return scopes[0](details)  # type: ignore[no-any-return]
+        return _nest([scope(details) for scope in scopes])
 
     def attempt(self, details: AttemptDetails) -> AbstractContextManager[object] | None:
-        return _nest([h.attempt(details) for h in self._hooks])
+        scopes = self._attempt
+        if not scopes:
+            return None
+        if len(scopes) == 1:
+            return scopes[0](details)  # type: ignore[no-any-return]
+        return _nest([scope(details) for scope in scopes])
 
     def classified(self, event: SdkErrorEvent) -> None:
-        for h in self._hooks:
-            h.classified(event)
+        for h in self._classified:
+            h(event)
 
     def retry_scheduled(self, details: OperationDetails, retry: RetryAttempt) -> None:
-        for h in self._hooks:
-            h.retry_scheduled(details, retry)
+        for h in self._retry_scheduled:
+            h(details, retry)
 
     def succeeded(self, details: OperationDetails, retried: RetrySuccess | None) -> None:
-        for h in self._hooks:
-            h.succeeded(details, retried)
+        for h in self._succeeded:
+            h(details, retried)
 
     def gave_up(self, details: OperationDetails, exhausted: RetryExhausted | None) -> None:
-        for h in self._hooks:
-            h.gave_up(details, exhausted)
+        for h in self._gave_up:
+            h(details, exhausted)
 
     def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
-        for h in self._hooks:
-            h.circuit(effects)
+        for h in self._circuit:
+            h(effects)
 
     def pacing(self, report: PacerReport) -> None:
-        for h in self._hooks:
-            h.pacing(report)
+        for h in self._pacing:
+            h(report)
+
+
+def _live(hooks: tuple[ExecutorHooks, ...], name: str) -> tuple[Callable[..., Any], ...]:
+    """The bound ``name`` methods of ``hooks`` that do something (not NoHooks' own no-op)."""
+    noop = getattr(NoHooks, name)
+    return tuple(getattr(h, name) for h in hooks if getattr(type(h), name, None) is not noop)
 
 
 def _nest(scopes: list[AbstractContextManager[object] | None]) -> AbstractContextManager[object] | None:

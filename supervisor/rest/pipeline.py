@@ -111,6 +111,7 @@ class RequestPipeline:
             tokens=tokens,
             route=route or path,
             server=(parsed.host, parsed.port),
+            method=method,
         )
 
     def _check(

@@ -72,6 +72,10 @@ class TokenCache:
         self._failure: BaseException | None = None
         self.fetches = 0
         self.refreshes = 0
+        # fetches the token endpoint refused or never answered (telemetry counts them)
+        self.failures = 0
+        # (path, host, port) of the token endpoint, for telemetry's url.template / server.*
+        self.endpoint = _endpoint_of(getattr(source, "url", None))
 
     @property
     def current(self) -> Token | None:
@@ -87,14 +91,22 @@ class TokenCache:
 
     async def ensure(self, min_validity_s: float) -> Token:
         """A token valid for at least ``min_validity_s`` more seconds."""
-        token = self._token
+        token = self.cached(min_validity_s)
         if token is not None:
-            # a window the token can never satisfy (a 300 s token, Genesys' minimum, against the
-            # 300 s early refresh) would refetch it on every call: such a window is halved
-            window = min_validity_s if min_validity_s < token.lifetime else token.lifetime / 2
-            if token.remaining(self._clock.monotonic()) > window:
-                return token
-        return await self.refresh(stale=token)
+            return token
+        return await self.refresh(stale=self._token)
+
+    def cached(self, min_validity_s: float | None = None) -> Token | None:
+        """The cached token when it is valid for ``min_validity_s`` more seconds (default: the
+        early-refresh window), else None; never fetches (the executor's no-await fast path)."""
+        token = self._token
+        if token is None:
+            return None
+        wanted = self._early if min_validity_s is None else min_validity_s
+        # a window the token can never satisfy (a 300 s token, Genesys' minimum, against the
+        # 300 s early refresh) would refetch it on every call: such a window is halved
+        window = wanted if wanted < token.lifetime else token.lifetime / 2
+        return token if token.remaining(self._clock.monotonic()) > window else None
 
     async def refresh(self, stale: Token | None = None) -> Token:
         """Fetch a new token; concurrent callers share one fetch.
@@ -136,6 +148,7 @@ class TokenCache:
         except Exception as exc:
             # only a real failure is shared with the waiters; a cancellation is the caller's own
             self._failure = exc
+            self.failures += 1
             raise
         finally:
             self._inflight = None
@@ -144,6 +157,13 @@ class TokenCache:
     def revoke(self) -> None:
         """Forget the cached token (fail-fast: "revoke local session storage")."""
         self._token = None
+
+
+def _endpoint_of(url: object) -> tuple[str, str, int | None] | None:
+    if not isinstance(url, str):
+        return None
+    parsed = httpx.URL(url)
+    return parsed.path, parsed.host, parsed.port
 
 
 def _lifetime(payload: dict[str, Any]) -> float:
@@ -158,7 +178,7 @@ class GenesysClientCredentials:
 
     def __init__(self, client: httpx.AsyncClient, login_url: str, client_id: str, secret: Secret) -> None:
         self._client = client
-        self._url = login_url.rstrip("/") + "/oauth/token"
+        self.url = login_url.rstrip("/") + "/oauth/token"
         basic = base64.b64encode(f"{client_id}:{secret.reveal()}".encode()).decode()
         self._auth = Secret(f"Basic {basic}")
         self._ctx = SessionContext("oauth", Platform.GENESYS, Channel.REST)
@@ -168,7 +188,7 @@ class GenesysClientCredentials:
         if refresh is not None:
             form = {"grant_type": "refresh_token", "refresh_token": refresh.reveal()}
         return await _post_token(
-            self._client, self._url, self._ctx, headers={"Authorization": self._auth.reveal()}, data=form
+            self._client, self.url, self._ctx, headers={"Authorization": self._auth.reveal()}, data=form
         )
 
 
@@ -191,6 +211,8 @@ class CxoneCredentials:
         self._username = username
         self._password = password
         self._ctx = SessionContext("oauth", Platform.CXONE, Channel.REST)
+        # the grant's endpoint (a refresh goes to .../refresh, the same host)
+        self.url = self._base + "token"
 
     async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
         body: dict[str, str] = {"client_id": self._client_id, "client_secret": self._secret.reveal()}

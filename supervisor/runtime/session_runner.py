@@ -204,7 +204,7 @@ class SessionRunner:
             return True
         while True:
             generation = pacer.generation
-            wait = pacer.reserve()
+            wait, booked = pacer.reserve()
             if wait > 0:
                 deadline = self.core.horizon_deadline
                 if deadline is not None and self._clock.monotonic() + wait > deadline:
@@ -214,7 +214,7 @@ class SessionRunner:
                 await self._pause(wait)
                 if self.core.terminated:
                     return False
-            if pacer.generation == generation:
+            if booked and pacer.generation == generation:
                 return True
 
     def _pacing(self, report: PacerReport | None) -> None:
@@ -357,6 +357,8 @@ class SessionRunner:
         self._connection = None
         with anyio.CancelScope(shield=True):
             await connection.close(1000 if failure.graceful else 1001)
+        if self.core.terminated:
+            return  # stopped (ctl stop, drain, a fail-fast elsewhere) while the connection closed
         self._execute(self.core.failure(connection_lost(failure)))
 
     async def _report(self, raw: RawError) -> bool:

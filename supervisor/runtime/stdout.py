@@ -11,7 +11,9 @@ exit (anyio's worker threads are joined at interpreter exit). Standard output th
 written at all before any line got through (``> /dev/full``, a closed descriptor) is reported
 through :attr:`StdoutEvents.broken`, and ``run`` stops with one line and exit 1; a write error
 after lines got through (the reader went away) only drops lines, counted and reported on stderr
-once: the sessions matter more than their log.
+once: the sessions matter more than their log. While writes fail, no ``EVENTS_DROPPED`` is
+published (it would be one more line for the dead output: a loop of drops reporting drops);
+the count waits for the first write that gets through again.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class StdoutEvents:
         #: called on the loop when standard output turns out to be unusable (``run`` drains and exits 1)
         self.on_broken: Callable[[], object] | None = None
         self._warned = False
+        #: the last write failed (the reader went away): drops are counted, not reported, meanwhile
+        self._failing = False
 
     # -- the sink (on the event loop: never blocks) ------------------------------------------------
 
@@ -94,7 +98,7 @@ class StdoutEvents:
         with self._lock:
             broken = self.broken is not None
             caught_up = not self._lines
-            count = self._unreported if caught_up else 0
+            count = self._unreported if caught_up and not self._failing else 0
             if count:
                 self._unreported = 0
         if broken:
@@ -132,6 +136,7 @@ class StdoutEvents:
                 self._buffered = 0
             problem = self._write_all(batch)
             with self._lock:
+                self._failing = problem is not None
                 if problem is None:
                     self.written += count
                 elif self.written == 0:

@@ -14,7 +14,7 @@ stop one, drain all, a REST call or a message on a session's behalf, and a statu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -26,14 +26,36 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, SdkErrorEvent
 
-__all__ = ["Supervisor"]
+__all__ = ["SessionBook", "Supervisor"]
+
+
+class SessionBook(Protocol):
+    """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
+
+    def plan(self, spec: SessionSpec) -> Any:
+        """``.start`` (run it now) and ``.resume`` (what its transport resumes) for a configured session."""
+
+    def planned(self) -> None:
+        """Every session that runs has been handed over (what is left open on a server is orphaned)."""
+
+    async def serve(self, supervisor: Supervisor, *, task_status: TaskStatus[None]) -> None: ...
+
+    async def opening(self, runner: SessionRunner, resumed: bool) -> None: ...
+
+    async def ended(self, runner: SessionRunner, *, draining: bool) -> None: ...
+
+    async def forget(self, session_id: str) -> None: ...
+
+    def draining(self) -> None: ...
 
 
 class Supervisor:
     """Every supervised session, under one task group of its own."""
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, wiring: Wiring, book: SessionBook | None = None) -> None:
         self.wiring = wiring
+        # the durable state (issue 13): desired sessions, the session ledger; None keeps nothing
+        self.book = book
         self.bus = wiring.bus
         self.config = wiring.config
         self.runners: dict[str, SessionRunner] = {}
@@ -47,33 +69,49 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                book = self.book
+                if book is not None:
+                    await tg.start(book.serve, self)
                 for spec in self.config.sessions:
-                    self.start(spec)
+                    plan = book.plan(spec) if book is not None else None
+                    if plan is None:
+                        self.start(spec)
+                    elif plan.start:
+                        # a session stopped or ended by a fail-fast stays down until `ctl start`
+                        self.start(spec, plan.resume)
+                if book is not None:
+                    book.planned()
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
                 self._tg = None
 
-    def start(self, spec: SessionSpec) -> SessionRunner:
-        """Start supervising one session (a new machine: a full authentication cycle)."""
+    def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
+        """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,
+        the resumption of the server session a restart left: ``resume``)."""
         tg = self._tg
         if tg is None or not self._accepting:
             raise ConfigError(f"sessions[{spec.id}]: the supervisor is not accepting sessions")
         previous = self.runners.get(spec.id)
         if previous is not None and not previous.core.terminated:
             raise ConfigError(f"session '{spec.id}' is already supervised")
-        runner = self.wiring.runner_for(spec)
+        runner = self.wiring.runner_for(spec, resume)
         self.runners[spec.id] = runner
-        tg.start_soon(self._run_runner, runner, name=f"session:{spec.id}")
+        tg.start_soon(self._run_runner, runner, resume is not None, name=f"session:{spec.id}")
         return runner
 
-    async def _run_runner(self, runner: SessionRunner) -> None:
+    async def _run_runner(self, runner: SessionRunner, resumed: bool = False) -> None:
         done = self._done[runner.session_id] = anyio.Event()
         try:
+            if self.book is not None:
+                # write-ahead: a crash after the first attempt leaves what a restart takes over or ends
+                await self.book.opening(runner, resumed)
             await runner.run()
         finally:
             with anyio.CancelScope(shield=True):
                 await runner.transport.aclose()
+                if self.book is not None:
+                    await self.book.ended(runner, draining=not self._accepting)
             done.set()
 
     async def stop(self, session_id: str, code: int = 1000) -> None:
@@ -92,6 +130,8 @@ class Supervisor:
         await self._stopped(session_id, 1000)
         self.runners.pop(session_id, None)
         self._done.pop(session_id, None)
+        if self.book is not None:
+            await self.book.forget(session_id)
 
     async def restart(self, spec: SessionSpec) -> SessionRunner:
         """Stop a session whose settings changed and start it again (a new runner, a full cycle)."""
@@ -101,6 +141,8 @@ class Supervisor:
     async def shutdown(self, grace_s: float) -> None:
         """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
         self._accepting = False
+        if self.book is not None:
+            self.book.draining()
         for runner in self.runners.values():
             await runner.stop(1001)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
@@ -126,7 +168,7 @@ class Supervisor:
         if runner.core.terminated:
             raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
         context = runner.context
-        pipeline = self.wiring.pipelines[context.platform.value]
+        pipeline = self.wiring.pipeline_for(context.platform.value, session_id)
         kwargs.setdefault("circuit", f"{context.platform.value}:api")
         # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
         kwargs.setdefault("channel", Channel.REST)

@@ -89,7 +89,7 @@ from typing import Any
 
 import msgspec
 
-from supervisor.errors import SimulatorError
+from supervisor.errors import SimulatorError, located
 from supervisor.sim.fault_controller import FaultController
 from supervisor.sim.fault_kinds import (
     CONNECTION_KINDS,
@@ -132,12 +132,13 @@ def decode_fault(data: bytes | str | dict[str, Any]) -> Fault:
 
 def _located(message: str) -> str:
     unknown = re.search(r"unknown field `([^`]+)`", message)
-    text, sep, where = message.rpartition(" - at `")
-    path = where.rstrip("`").replace("$", "fault", 1).replace("[", ".").replace("]", "") if sep else "fault"
+    where, problem = located(message)
+    path = "fault" + ("." + where.replace("[", ".").replace("]", "") if where else "")
     if unknown:
         return f"{path}.{unknown.group(1)}: unknown field"
-    if not sep:
+    if " - at `" not in message:
         return f"fault: {message}"
+    text = problem[:1].upper() + problem[1:]
     rule = FIELD_RULES.get(path.removeprefix("fault."))
     if rule is not None:
         return f"{path}: {rule}"

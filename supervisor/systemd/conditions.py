@@ -8,8 +8,9 @@
   test matrix row 21 ("state dir full or read-only: STATUS= degraded; no crash loop"). Checked
   with ``statvfs`` and ``access`` every :data:`PROBE_INTERVAL_S`, which read metadata only.
 
-The store of issue 13 raises its own condition (``store``) on a refused write; this probe tells
-the operator before the first write fails.
+* ``store`` while the durable store of issue 13 refuses writes (``STORE_DEGRADED`` until
+  ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
+  state-directory probe tells the operator before the first write fails.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.events import CircuitClosed, CircuitOpened, Published
+from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.systemd.degraded import Degraded
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "PROBE_INTERVAL_S",
     "CircuitConditions",
     "StateDirectoryProbe",
+    "StoreConditions",
     "state_directory",
 ]
 
@@ -53,6 +56,22 @@ class CircuitConditions:
             )
         elif isinstance(event, CircuitClosed):
             self._degraded.clear(_condition(event.circuit_id))
+
+
+class StoreConditions:
+    """A bus sink: ``store`` raised while the durable store refuses writes, cleared when one succeeds."""
+
+    CONDITION = "store"
+
+    def __init__(self, degraded: Degraded) -> None:
+        self._degraded = degraded
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, StoreDegraded):
+            self._degraded.raise_condition(self.CONDITION, f"{event.problem}: acknowledgements refused")
+        elif isinstance(event, StoreRecovered):
+            self._degraded.clear(self.CONDITION)
 
 
 def _condition(circuit_id: str) -> str:

@@ -36,7 +36,12 @@ from typing import TypeVar
 from supervisor.clock import Clock
 from supervisor.runtime.main import Service
 from supervisor.runtime.supervisor import Supervisor
-from supervisor.systemd.conditions import CircuitConditions, StateDirectoryProbe, state_directory
+from supervisor.systemd.conditions import (
+    CircuitConditions,
+    StateDirectoryProbe,
+    StoreConditions,
+    state_directory,
+)
 from supervisor.systemd.degraded import Degraded
 from supervisor.systemd.notify import Notifier
 from supervisor.systemd.status import StatusLine
@@ -61,7 +66,8 @@ class Systemd:
         grace_s: float,
         clock: Clock | None = None,
         notifier: Notifier | None = None,
-        outbox: Callable[[], int] | None = None,
+        outbox: Callable[[], int | None] | None = None,
+        store_problem: str | None = None,
     ) -> None:
         bus = supervisor.bus
         self._clock: Clock = clock if clock is not None else supervisor.wiring.clock
@@ -73,6 +79,12 @@ class Systemd:
         self.degraded.on_change = self.status.touch
         bus.subscribe(self.status)
         bus.subscribe(CircuitConditions(self.degraded))
+        bus.subscribe(StoreConditions(self.degraded))
+        if store_problem is not None:
+            # the store failed to open before this glue subscribed: its STORE_DEGRADED went by
+            self.degraded.raise_condition(
+                StoreConditions.CONDITION, f"{store_problem}: acknowledgements refused"
+            )
         usec = watchdog_usec(environ)
         self.watchdog: Watchdog | None = None
         if usec is not None and self.notifier.enabled:

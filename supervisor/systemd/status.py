@@ -13,6 +13,7 @@ injected :class:`~supervisor.clock.Clock`'s, so the throttle is tested without s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import anyio
@@ -67,7 +68,7 @@ class StatusLine:
         notifier: Notifier,
         *,
         clock: Clock,
-        outbox: Callable[[], int] | None = None,
+        outbox: Callable[[], int | None] | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
     ) -> None:
         self._supervisor = supervisor
@@ -129,8 +130,12 @@ class StatusLine:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Send the line whenever it is dirty, at most once per ``min_interval_s``, until cancelled."""
         task_status.started()
+        # the outbox drains without bus events: with one, the line is looked at each interval too
+        # (refresh() sends nothing when the text did not change)
+        idle_s = self._min_interval if self._outbox is not None else math.inf
         while True:
-            await self._dirty.wait()
+            with anyio.move_on_after(idle_s):
+                await self._dirty.wait()
             delay = self.wait_s()
             if delay > 0:
                 await anyio.sleep(delay)  # the throttle: events in the meantime join this send

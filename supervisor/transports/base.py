@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.taxonomy import RawError
 
-__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "SessionContext", "Transport"]
+__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "Resumable", "SessionContext", "Transport"]
 
 
 class Connection(Protocol):
@@ -71,3 +71,12 @@ class MessageSender(Protocol):
         self, text: str, *, metadata: Mapping[str, str] | None = None
     ) -> Mapping[str, Any]:
         """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A transport with something to keep across a restart (docs/store.md): the Web Messaging guest
+    token (resumes the same guest session), the CXone agent session's anchor (ends an orphan)."""
+
+    def resume_record(self) -> dict[str, str]:
+        """``{"guestToken": ...}`` or ``{"platformSessionId": ...}``; empty when nothing is known yet."""

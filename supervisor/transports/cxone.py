@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -149,6 +150,8 @@ class AgentSessionTransport:
             self._join["asAgentId"] = agent
         #: agent sessions taken over with join after a 409 on start
         self.joins = 0
+        #: the sessionId the last start (or join) answered: the agent session's anchor
+        self.anchor: str | None = None
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.clock = clock
@@ -219,6 +222,7 @@ class AgentSessionTransport:
         start_id = body.get("sessionId") if body is not None else None
         if not isinstance(start_id, str) or not start_id:
             start_id = None
+        self.anchor = start_id
         connection = AgentSessionConnection(self, sessions, start_id)
         if start_id is None:
             # no anchor to poll: the runtime's validation of session_response reports
@@ -230,6 +234,24 @@ class AgentSessionTransport:
     async def aclose(self) -> None:
         """Nothing to release: the HTTP client and token cache belong to the pipeline's owner."""
 
+    def resume_record(self) -> dict[str, str]:
+        """What ends this agent session after a crash: its anchor (the start or join answer's sessionId)."""
+        return {} if self.anchor is None else {"platformSessionId": self.anchor}
+
+    async def end(self, session_id: str) -> None:
+        """``DELETE agent-sessions/{session_id}``: end an agent session a crashed daemon left open.
+
+        Raises the pipeline's OperationError (404/409: already gone) or CircuitOpenError.
+        """
+        await self.pipeline.request(
+            "DELETE",
+            f"{await self._sessions_url()}/{session_id}",
+            ctx=self.context,
+            circuit=CIRCUIT,
+            operation=_END,
+            json={"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False},
+        )
+
 
 class AgentSessionConnection:
     """One platform agent session: the long-poll loop and its rolling sessionId."""
@@ -237,6 +259,8 @@ class AgentSessionConnection:
     def __init__(self, transport: AgentSessionTransport, sessions_url: str, start_id: str | None) -> None:
         self._t = transport
         self._sessions = sessions_url
+        # url.template of the calls on this session (telemetry): the rolling id is not part of it
+        self._route = urlsplit(sessions_url).path + "/{sessionId}"
         #: the start answer's sessionId: the session's anchor (None when the platform gave none)
         self.start_id = start_id
         #: the rolling sessionId to poll next (mirrored in ``context.platform_session_id``)
@@ -286,6 +310,7 @@ class AgentSessionConnection:
                 ctx=self._ctx,
                 circuit=CIRCUIT,
                 operation=_POLL,
+                route=self._route + "/get-next-event",
                 ok_statuses=frozenset({304}),
                 check=t.poll_check,
                 params={"timeout": hold_s},
@@ -437,6 +462,7 @@ class AgentSessionConnection:
                     ctx=self._ctx,
                     circuit=CIRCUIT,
                     operation=_END,
+                    route=self._route,
                     # NICE's EndSessionRequest (end-session-request.d.ts), as endSession sends it
                     json={"forceLogoff": False, "endContacts": False, "ignorePersonalQueue": False},
                 )

@@ -106,6 +106,7 @@ class WebMessagingTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
+        resuming: bool = False,
     ) -> None:
         self.context = ctx
         self.executor = executor
@@ -121,8 +122,13 @@ class WebMessagingTransport:
         self._proxy = proxy
         self._on_message = on_message
         self._live: WebMessagingConnection | None = None
-        # this guest token has had a configured session: a later configure resumes it
-        self._configured = False
+        # this guest token has had a configured session: a later configure resumes it. A token kept
+        # across a planned restart (``resuming``) had one: the platform must answer newSession:false
+        self._configured = resuming and guest_token is not None
+
+    def resume_record(self) -> dict[str, str]:
+        """What resumes this guest session after a restart: its token (kept in the state directory only)."""
+        return {"guestToken": self.guest_token}
 
     def new_guest_token(self) -> None:
         """Start over with a fresh guest token (4006/4007 make the old one useless, §1)."""

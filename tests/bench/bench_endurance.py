@@ -111,7 +111,14 @@ async def run_once(mode: str, wm: int, cx: int, minutes: float) -> dict[str, Any
         ):
             t0 = time.monotonic()
             if not await wait_for(lambda: states_of(supervisor).get("active", 0) == total, 600.0, poll_s=0.5):
-                raise RuntimeError(f"not all sessions became active: {states_of(supervisor)}")
+                why = Counter(
+                    f"{r.termination.reason.value}/{r.termination.code}"
+                    for r in supervisor.runners.values()
+                    if r.termination is not None
+                )
+                raise RuntimeError(
+                    f"not all sessions became active: {states_of(supervisor)}; terminated: {dict(why)}"
+                )
             startup_s = time.monotonic() - t0
             await anyio.sleep(2.0)  # handshake buffers settle before memory is read
             gc.collect()

@@ -6,6 +6,8 @@ Retry-After: 1) so each client's CPU is measured alone:
 
 * ``ours``: this daemon as configured by default: the seed's first delay U(2 s, 8 s), taxonomy
   v1, the circuit, and adaptive pacing with the endpoint-wide Retry-After (issue 15);
+* ``ours-cubic``: the same with ``[admission] probe = "cubic"`` (issue 15 asks which probe
+  recovers faster; tests/bench/bench_probe.py compares them on the model alone);
 * ``full``: first delay U(0 s, 8 s), every v1 policy with ``full`` jitter, no pacing;
 * ``immediate``: first delay 0, backoff delays 0, Retry-After ignored, no pacing (what an SDK's
   default reconnect loop does); budgets and the circuit stay as in v1;
@@ -56,7 +58,7 @@ from tests.bench.runtime_harness import (
     webmessaging_config,
 )
 
-CLIENTS = ("ours", "full", "immediate", "websockets")
+CLIENTS = ("ours", "ours-cubic", "full", "immediate", "websockets")
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,12 @@ class Policy:
     delay_scale: float = 1.0
     honor_retry_after: bool = True
     adaptive: bool = False
+    probe: str = "aimd"
 
 
 POLICIES = {
     "ours": Policy("ours", (2.0, 8.0), adaptive=True),
+    "ours-cubic": Policy("ours-cubic", (2.0, 8.0), adaptive=True, probe="cubic"),
     "full": Policy("full", (0.0, 8.0), jitter="full"),
     "immediate": Policy("immediate", (0.0, 0.0), delay_scale=0.0, honor_retry_after=False),
 }
@@ -126,7 +130,12 @@ async def daemon_once(policy: Policy, sessions: int, rate: int, limit_s: float, 
     )
     with SimProcess(seed=1, start_limit_s=60.0) as sim:
         config = webmessaging_config(
-            sim.urls, sessions, first_delay=policy.first_delay, taxonomy=taxonomy, adaptive=policy.adaptive
+            sim.urls,
+            sessions,
+            first_delay=policy.first_delay,
+            taxonomy=taxonomy,
+            adaptive=policy.adaptive,
+            probe=policy.probe,
         )
         bus = EventBus()
         clock = SystemClock()

@@ -174,6 +174,7 @@ def webmessaging_config(
     seed: int = 1,
     echo_interval: float = 30.0,
     adaptive: bool = True,
+    probe: str = "aimd",
 ) -> Config:
     """``sessions`` Genesys Web Messaging guests against the simulator at ``urls``."""
     data: dict[str, Any] = {
@@ -191,7 +192,7 @@ def webmessaging_config(
         ],
         "daemon": {"taxonomyVersion": taxonomy, "seed": seed},
         "reconnect": {"firstDelayMin": first_delay[0], "firstDelayMax": first_delay[1]},
-        "admission": {"adaptive": adaptive},
+        "admission": {"adaptive": adaptive, "probe": probe},
     }
     return parse_config(data, "bench")
 

@@ -237,17 +237,25 @@ async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.pump)
         await wait_until(lambda: active(daemon, 1), 20)
+        # the configuration is broken on disk: `ctl reload` is refused and the daemon keeps the old one
+        good = config.read_text()
+        config.write_text(good.replace("[reconnect]", "[reconnect]\nhorizon = -1", 1))
         for args, error in [
             (["stop", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
             (["start", "wm-0"], "io.sessionsupervisor.control.v1.SessionRunning: session 'wm-0' is active"),
             (["taxonomy", "use", "v9"], "io.sessionsupervisor.control.v1.InvalidTaxonomy"),
-            (["reload"], "io.sessionsupervisor.control.v1.Unsupported"),
+            (["reload"], "io.sessionsupervisor.control.v1.ReloadFailed: "),
+            (["show", "wm-9"], "io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'"),
         ]:
             code, out, err = await ctl(sockets, *args)
             assert (code, out) == (1, "") and err.count("\n") == 1
             assert err.startswith(f"session-supervisor: error: {error}")
-        # a second daemon on the same sockets refuses to start, and the first keeps them
-        second = await anyio.run_process([*CLI, "run", "--config", str(config)], check=False)
+        config.write_text(good)
+        # a second daemon on the same sockets refuses to start, and the first keeps them; its own
+        # lock file, so that the socket (not the lock on one configuration) is what refuses it
+        other = tmp_path / "other.toml"
+        other.write_text(good.replace("[daemon]", f'[daemon]\nlockFile = "{tmp_path / "other.lock"}"', 1))
+        second = await anyio.run_process([*CLI, "run", "--config", str(other)], check=False)
         assert second.returncode == 1
         assert "another daemon is listening on this socket" in second.stderr.decode()
         assert second.stderr.decode().count("\n") == 1
@@ -297,14 +305,19 @@ async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
         tg.start_soon(daemon.pump)
         await wait_until(lambda: active(daemon, 1), 20)
         directory = sockets / "session-supervisor"
-        assert sorted(p.name for p in directory.iterdir()) == ["control.sock", "subscribe.sock"]
+        # beside the sockets, the daemon's lock on this configuration (issue 9)
+        names = sorted(p.name for p in directory.iterdir())
+        assert names[:2] == ["control.sock", "subscribe.sock"]
+        assert len(names) == 3 and re.fullmatch(r"supervisor-[0-9a-f]{12}\.lock", names[2])
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         done = await anyio.run_process([*CLI, "ctl", "status", "--json"], env=env, check=False)
         assert done.returncode == 0 and json.loads(done.stdout)["sessions"]["total"] == 1
         await anyio.run_process([*CLI, "ctl", "drain"], env=env, check=False)
         with anyio.fail_after(20):
             assert await process.wait() == 0
-    assert list(directory.iterdir()) == []  # it removed its own socket files
+    # it removed its own socket files; the lock file stays (a flock dies with its holder, and
+    # removing the file would let a starting daemon lock an inode nobody else can find)
+    assert [p.name for p in directory.iterdir()] == [names[2]]
 
 
 async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off(

@@ -19,6 +19,7 @@ from supervisor.api.protocol import ErrorName, Method
 from supervisor.errors import ConfigError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
+from supervisor.transports.webmessaging import WebMessagingTransport
 from tests.integration.api_harness import ApiHarness, Conn, Watcher, api_daemon
 from tests.integration.conftest import wait_until
 from tests.integration.runtime_harness import genesys_config
@@ -124,8 +125,10 @@ async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
         running = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
         assert running.error == ErrorName.SESSION_RUNNING and running.parameters["state"] == "active"
         old = h.daemon.runners["wm-0"]
-        old_conversation = old.context.conversation_id
-        sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT))
+        assert isinstance(old.transport, WebMessagingTransport)
+        old_guest = old.transport.guest_token
+        # the platform lost both guest sessions: resumed, they are answered `newSession: true`
+        sim.state.sessions.clear()
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.daemon.wait(lambda: old.core.terminated and h.daemon.runners["wm-1"].core.terminated)
         terminated = h.daemon.recorded.named("SESSION_TERMINATED")
@@ -146,8 +149,9 @@ async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
             new = h.daemon.runners["wm-0"]
             assert new is not old
             await h.daemon.wait(lambda: new.state.value == "active")
-            # a full authentication cycle: a new guest session, not a resume of the old conversation
-            assert new.context.conversation_id and new.context.conversation_id != old_conversation
+            # a full authentication cycle: a new guest session (a new token), not a resume of the old
+            assert isinstance(new.transport, WebMessagingTransport)
+            assert new.transport.guest_token and new.transport.guest_token != old_guest
             await wait_until(lambda: len(watcher.of("delta")) == 2)
             path = [(d["previous"], d["state"], d["reason"]) for d in watcher.of("delta")]
             assert path == [("terminated", "connecting", "STARTED"), ("connecting", "active", "VALIDATED")]

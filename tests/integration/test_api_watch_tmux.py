@@ -104,8 +104,9 @@ async def test_watch_shows_the_table_change_after_a_fault(
         )
         assert "terminated" not in before
 
-        # a fault: the next session responses name another conversation (CONVERSATION_STATE_DRIFT)
-        sim.faults.inject(Fault(kind=FaultKind.CONVERSATION_DRIFT))
+        # the platform lost every guest session: the resumed tokens are answered `newSession: true`,
+        # the drift a guest can see (CONVERSATION_STATE_DRIFT)
+        sim.state.sessions.clear()
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         after = await tmux.wait_for("terminated 3", "CONVERSATION_STATE_DRIFT")
         assert "active 3" not in after

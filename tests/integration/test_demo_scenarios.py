@@ -122,6 +122,21 @@ def test_graceful_close(capsys: pytest.CaptureFixture[str]) -> None:
     assert s["states"] == {"active": SESSIONS - hit, "terminated": hit}
 
 
+def test_attributes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed edge case 2 (issue 13): a burst after wrap-up, silent drops repaired or flagged, none lost."""
+    s = demo_json(capsys, "attributes")
+    assert s["terminated"] == [] and s["states"] == {"active": SESSIONS}
+    a = s["attributes"]
+    for name in ("submitted", "acknowledged", "refused", "sent", "verified", "repaired", "flagged", "lost"):
+        assert isinstance(a[name], int), name
+    assert a["acknowledged"] == 200 and a["lost"] == 0
+    assert a["submitted"] == a["acknowledged"] + a["refused"]
+    assert a["verified"] + a["repaired"] + a["flagged"] == a["acknowledged"]
+    assert a["silentlyDropped"] >= 1 and a["repaired"] + a["flagged"] >= 1
+    assert a["refused"] >= 1  # the queue's backpressure showed
+    assert a["notAsSubmittedNorFlagged"] == 0
+
+
 def test_mixed_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "--fast", "--sessions", str(SESSIONS), "--json")
     assert code == 0, err

@@ -215,7 +215,12 @@ async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
 async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_goes_on(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, genesys_config(sim.urls, 2))
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    text = genesys_config(sim.urls, 2) + (
+        f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
+    )
+    config = write_config(tmp_path, text)
     env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
     first = await spawn(config, env=env)
     lines = Lines(first)
@@ -236,7 +241,22 @@ async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_g
             f"configuration (it holds {next((tmp_path / 'run' / 'session-supervisor').glob('*.lock'))})"
         ]
         assert result.stdout == b""  # it published nothing, started nothing
-        assert first.returncode is None  # the first one goes on
+        assert first.returncode is None  # the first one goes on, its sockets untouched and answering
+        status = await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "supervisor",
+                "ctl",
+                "--socket",
+                str(sockets / "ctl.sock"),
+                "status",
+                "--json",
+            ],
+            check=False,
+        )
+        assert status.returncode == 0
+        assert json.loads(status.stdout)["sessions"]["total"] == 2
         first.send_signal(signal.SIGTERM)
         with anyio.fail_after(20):
             assert await first.wait() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,9 +123,13 @@ async def test_handshake_429_is_never_retried_before_retry_after(
 async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it."""
+    """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it.
+
+    Adaptive pacing off: with it on, the 503s slow the attempts down before five fail in a row
+    (the next test); the circuit is what is left when pacing is off or not enough.
+    """
     n = 12
-    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
     async with supervised(config, tmp_path, genesys=sim) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
         # one handshake admitted per second, the rest refused with 503: the burst of first
@@ -147,6 +152,31 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
             t for t, p in transitions if p["to"] == "connecting" and opened_at < t < half_open[0][0]
         ]
         assert during_open == []
+        assert h.terminations() == {}
+
+
+async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_circuit(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 15: the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
+    pauses it for the Retry-After, so the reconnections queue at the rate the platform admits
+    instead of failing five in a row: every session comes back, the circuit stays closed, and
+    no attempt reached the endpoint inside a pause it had been given."""
+    n = 12
+    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    async with supervised(config, tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
+        refuse = sim.faults.inject(
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
+        )
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: bool(h.recorded.named("PACING_CHANGED")))
+        await h.wait(lambda: h.all_in("active"), limit_s=40)
+        sim.faults.clear(refuse.id)
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert cuts and all(p["endpoint"] == "genesys:webmessaging" for p in cuts)
+        assert all(p["kind"] == "connect" and p["rate"] < p["previous"] for p in cuts)
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
         assert h.terminations() == {}
 
 
@@ -234,22 +264,32 @@ def transcript_texts(sim: GenesysSimulator, conversation_id: str) -> list[str]:
 async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrives_once(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once."""
+    """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once.
+
+    The 4029 is the guest's own message limit (issue 15): while wm-0 waits it out, wm-1's message
+    goes at once, and no endpoint pacing changes.
+    """
     waits: list[float] = []
+    meanwhile: list[dict[str, Any]] = []
 
     async def backoff(seconds: float) -> None:
         waits.append(seconds)  # the executor's wait, recorded instead of slept
+        if len(waits) == 1:
+            meanwhile.append(await h.supervisor.send_message("wm-1", "meanwhile"))
 
-    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
-        await h.wait(lambda: h.all_in("active"))
+    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+        await h.wait(lambda: h.all_in("active") and len(h.runners) == 2)
         h.supervisor.wiring.executor._sleep = backoff
         cid = conversation_of(sim, h.runners["wm-0"])
         sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "3"}))
         answer = await h.supervisor.send_message("wm-0", "hello")
         assert answer["text"] == "hello"
         assert transcript_texts(sim, cid).count("hello") == 1  # the simulator stored it once
-        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 2  # refused, then accepted
+        # wm-0's refused then accepted, and wm-1's one
+        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
         assert len(waits) == 1 and waits[0] >= 3.0  # never before Retry-After (seed edge case 2)
+        assert [m["text"] for m in meanwhile] == ["meanwhile"]  # wm-1 never waited
+        assert not h.recorded.named("PACING_CHANGED")
         (retry,) = [e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "operation"]
         assert retry["operation"] == "message.create" and retry["code"] == "RATE_LIMITED"
         # the wait is the server's Retry-After exactly when it beat the policy's own backoff

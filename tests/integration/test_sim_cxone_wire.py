@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -484,20 +485,43 @@ async def test_admin_index_and_stats(sim: CxoneSimulator, agent: Agent) -> None:
     assert stats["tokens"]["issued"] == 1
 
 
+def _consecutive_free_ports(count: int) -> list[int]:
+    """Bases P (below the ephemeral range, so other tests' clients do not take them) with P..P+count-1 free."""
+    import random
+    import socket
+
+    bases = list(range(20000, 32000, 7))
+    random.Random(os.getpid()).shuffle(bases)
+    found = []
+    for base in bases:
+        probes = []
+        try:
+            for offset in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                probes.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in probes:
+                sock.close()
+        found.append(base)
+        if len(found) == 20:
+            break
+    return found
+
+
 async def test_fixed_ports_in_key_order(http: httpx.AsyncClient) -> None:
     """port=P binds auth=P, api=P+1, admin=P+2."""
-    for _ in range(5):  # a free P whose P+1, P+2 are free too
-        probe = CxoneSimulator()
-        port = int((await probe.start())["auth"].rsplit(":", 1)[1])
-        await probe.close()
+    for port in _consecutive_free_ports(3):
         sim = CxoneSimulator(port=port)
         try:
             await sim.start()
             break
-        except SimulatorError:
+        except SimulatorError:  # taken between the probe and the bind: try the next run of ports
             continue
     else:
-        pytest.skip("no three consecutive free ports")
+        raise AssertionError("no three consecutive free ports below the ephemeral range")
     try:
         assert sim.urls == {
             "auth": f"http://127.0.0.1:{port}",

@@ -30,6 +30,7 @@ from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
 from tests.integration.api_harness import Conn, Watcher
 from tests.integration.conftest import wait_until
+from tests.integration.daemon_process import CLI, daemon_config
 from tests.integration.runtime_harness import genesys_config
 from tests.integration.systemd_harness import (
     Notice,
@@ -275,15 +276,7 @@ async def test_a_platform_outage_is_degraded_shown_in_status_and_the_pings_go_on
         async with notify_receiver("abstract") as notify:
             process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
             async with reading(process) as lines:
-                try:
-                    await notify.wait_for(
-                        lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2
-                    )
-                except TimeoutError:
-                    print(
-                        "DBG", [n.fields for n in notify.notices if "WATCHDOG" not in n.fields], lines.raw[:6]
-                    )
-                    raise
+                await notify.wait_for(lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2)
                 # every handshake refused with 503, then both connections dropped
                 sim.faults.inject(
                     Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503})
@@ -313,11 +306,15 @@ async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash
 ) -> None:
     """Test matrix row 21 with a real filesystem: $STATE_DIRECTORY on a 4 MiB tmpfs in the daemon's own
     mount namespace. Filled: DAEMON_DEGRADED and STATUS say so, the pings go on; emptied: recovered;
-    remounted read-only: degraded again. One process throughout, exit 0 at SIGTERM: no restart."""
+    remounted read-only: degraded again. One process throughout, exit 0 at SIGTERM: no restart.
+
+    The store itself lives elsewhere here (a tmpfs holding an open database cannot be remounted
+    read-only); the next test fills the store's own directory."""
     state = tmp_path / "state"
     state.mkdir()
     mount = 'mount --make-rprivate / && mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-    config = write_config(tmp_path, genesys_config(sim.urls, 1))
+    store = f'[store]\npath = "{tmp_path / "store.sqlite3"}"\n'
+    config = write_config(tmp_path, genesys_config(sim.urls, 1) + store)
     async with notify_receiver("path") as notify:
         process = await spawn(
             config,
@@ -347,6 +344,53 @@ async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash
             assert process.returncode is None and not lines.named("WATCHDOG_WITHHELD")
             assert await stop(process) == 0
         assert len({e["bootId"] for e in lines.records}) == 1  # one process, never restarted
+
+
+@needs_mounts
+async def test_a_full_store_refuses_acknowledgements_and_the_pings_go_on(sim: GenesysSimulator) -> None:
+    """The durable store (issue 13) in $STATE_DIRECTORY on a 4 MiB tmpfs: STATUS counts the outbox;
+    filled, `ctl attributes set` is refused (exit 1, StoreUnavailable), DAEMON_DEGRADED names the
+    `store` condition, STATUS shows it, and the watchdog keeps pinging: a restart cures no full disk."""
+    conv = sim.create_conversation()
+    with short_dir() as workdir:
+        state = workdir / "state"
+        state.mkdir()
+        config = daemon_config(sim, workdir, [("wm-0", conv.id)], queue_depth=10_000)
+        (workdir / "genesys-secret").write_text(SECRET)
+        control = workdir / "sockets" / "control.sock"
+        mount = 'mount --make-rprivate / && mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
+        async with notify_receiver("path") as notify:
+            process = await spawn(
+                config,
+                env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC), "STATE_DIRECTORY": str(state)},
+                prefix=["unshare", "-m", "sh", "-c", mount, str(state)],
+            )
+            async with reading(process) as lines:
+                await notify.wait_for(lambda m: "outbox 0" in (m.get("STATUS") or ""))
+
+                async def set_attributes(*pairs: str) -> tuple[int, str]:
+                    done = await anyio.run_process(
+                        [*CLI, "ctl", "--socket", str(control), "attributes", "set", "wm-0", *pairs],
+                        check=False,
+                    )
+                    return done.returncode, done.stderr.decode()
+
+                assert (await set_attributes("survey=first"))[0] == 0
+                inside = Path(f"/proc/{process.pid}/root") / state.relative_to("/")
+                free = shutil.disk_usage(inside).free
+                (inside / "filler").write_bytes(b"\0" * max(0, free - 96 * 1024))
+                big = [f"k{i}={'x' * 4000}" for i in range(12)]
+                for _ in range(40):
+                    code, err = await set_attributes(*big)
+                    if code != 0:
+                        break
+                assert code == 1 and "StoreUnavailable" in err and err.count("\n") == 1, err
+                at, shown = await notify.wait_for(lambda m: "store (" in (m.get("STATUS") or ""))
+                assert "acknowledgements refused" in shown["STATUS"]
+                await notify.count("WATCHDOG", 5, since=at)  # degraded, not unhealthy: the pings go on
+                assert [e["condition"] for e in lines.named("DAEMON_DEGRADED")].count("store") == 1
+                assert process.returncode is None and not lines.named("WATCHDOG_WITHHELD")
+                assert await stop(process) == 0
 
 
 # -- socket activation --------------------------------------------------------------------------------------

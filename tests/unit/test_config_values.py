@@ -182,3 +182,28 @@ kind = "notifications"
         match="^" + re.escape("t.toml: sessions[0].agentId: required by a notifications session") + "$",
     ):
         parse_config(text, "t.toml")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            '[admission]\nprobe = "vegas"\n',
+            "x.toml: admission.probe: invalid enum value 'vegas' (expected one of: aimd, cubic)",
+        ),
+        (
+            '[[sessions]]\nid = "s"\nplatform = "genesys"\nkind = "agent"\n',
+            "x.toml: sessions[0].kind: invalid enum value 'agent' "
+            "(expected one of: webmessaging, notifications, agent-session)",
+        ),
+    ],
+)
+def test_a_wrong_choice_names_the_choices(toml: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(genesys() + toml, "x.toml")
+    assert str(caught.value) == message
+
+
+def test_admission_probe_is_aimd_by_default_and_cubic_when_asked() -> None:
+    assert parse_config(genesys(), "x.toml").admission.probe == "aimd"
+    assert parse_config(genesys() + '[admission]\nprobe = "cubic"\n', "x.toml").admission.probe == "cubic"

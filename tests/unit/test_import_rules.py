@@ -73,12 +73,16 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         " the systemd services (status line, watchdog, probes, the glue run wires in)",
         ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
     ),
-    (6, "transports", ("supervisor.transports",)),
+    (
+        6,
+        "transports; attribute updates (they send through the REST client); telemetry (executor hooks, bus sinks)",
+        ("supervisor.transports", "supervisor.attributes", "supervisor.telemetry"),
+    ),
     (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
     (4, "machines", ("machines",)),
     (
         3,
-        "vocabulary and boundary: events, bus, retry policy, boundary",
+        "vocabulary and boundary: events, bus, retry policy, boundary; the durable store",
         (
             "supervisor.events",
             "supervisor.bus",
@@ -91,9 +95,15 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.systemd.notify",
             "supervisor.systemd.activation",
             "supervisor.systemd.degraded",
+            # the durable store: its interface and the SQLite implementation, below the runtime
+            "supervisor.store",
         ),
     ),
-    (2, "decision data, config, simulators", ("supervisor.taxonomy", "supervisor.config", "supervisor.sim")),
+    (
+        2,
+        "decision data, config, simulators",
+        ("supervisor.taxonomy", "supervisor.config", "supervisor.config_durable", "supervisor.sim"),
+    ),
     (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
 )
 # who may import the simulators (they stand in for the platforms; the daemon never needs them)
@@ -330,6 +340,10 @@ def test_the_cycle_check_finds_a_cycle() -> None:
         ("supervisor.transports.cxone", "supervisor.rest.pipeline", False),
         ("supervisor.cli.sim_cmd", "supervisor.sim.genesys", False),
         ("supervisor.demo.runner", "supervisor.runtime.main", False),
+        ("supervisor.telemetry.operations", "supervisor.rest.hooks", False),
+        ("supervisor.telemetry.segments", "supervisor.runtime.session_runner", True),
+        ("supervisor.rest.executor", "supervisor.telemetry", True),
+        ("supervisor.runtime.wiring", "supervisor.telemetry", False),
     ],
 )
 def test_the_floor_check_catches_what_it_should(module: str, imported: str, bad: bool) -> None:

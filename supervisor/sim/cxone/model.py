@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,15 +78,6 @@ class SimStateError(Exception):
 def _tf(value: bool) -> str:
     """CXone's wire booleans are the strings ``"True"`` / ``"False"``."""
     return "True" if value else "False"
-
-
-def iso_utc(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z`` for an epoch second (the timestamps in CXone events)."""
-    whole = int(epoch)
-    millis = round((epoch - whole) * 1000)
-    if millis == 1000:
-        whole, millis = whole + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
 
 
 @dataclass(slots=True)

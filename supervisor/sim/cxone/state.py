@@ -30,7 +30,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterable
 
-from supervisor.clock import Clock
+from supervisor.clock import Clock, iso_utc
 from supervisor.sim.cxone.model import (
     STALE_HISTORY,
     AgentSession,
@@ -46,7 +46,6 @@ from supervisor.sim.cxone.model import (
     SimStateError,
     agent_state_event,
     contact_event,
-    iso_utc,
     session_end_event,
     session_start_event,
 )

@@ -5,12 +5,13 @@ Every shape cites its platforms.md section. Nothing here does I/O.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from typing import Any
 
 import msgspec
 from aiohttp import web
+
+from supervisor.clock import iso_utc
 
 __all__ = [
     "ErrorCode",
@@ -71,12 +72,6 @@ STATUS_CODES: dict[int, ErrorCode] = {
     503: ErrorCode.SERVICE_UNAVAILABLE,
     504: ErrorCode.REQUEST_TIMEOUT,
 }
-
-
-def iso_utc(epoch: float) -> str:
-    """``2024-05-14T09:32:11.004Z`` (the platforms' timestamp form)."""
-    stamp = dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
 def error_body(

@@ -1,0 +1,129 @@
+"""The control socket's attribute verbs (issue 13): set, list mismatches, resolve one, status.
+
+* ``SetAttributes``: answered only once the update is committed to the outbox (the caller may
+  rely on it: it survives ``kill -9``). A full tenant queue answers ``Backpressure`` with
+  ``retryAfterSeconds`` (``ctl attributes set`` exits 75, EX_TEMPFAIL); every other refusal is
+  its own typed error (exit 1). Updates to the same (conversation, attribute) not yet sent
+  coalesce (last write wins): ``coalesced`` says so.
+* ``ListMismatches`` / ``ResolveMismatch``: manual reconciliation of what verification could not
+  repair (seed section 3). Values of keys in ``[attributes] sensitive`` are never in an answer.
+
+Every verb that changes something is published as ``CONTROL_COMMAND`` (never with a value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from supervisor.api.protocol import CONTROL, ErrorName, Method
+from supervisor.attributes import AttributeService, Backpressured, Refused
+from supervisor.errors import ApiError
+from supervisor.store import Resolution
+
+__all__ = ["AttributeVerbs", "Publish"]
+
+#: the CONTROL_COMMAND of one call, with its caller: publish(verb, session id, target)(error or None)
+Publish = Callable[[str, str | None, str | None], Callable[[ApiError | None], None]]
+
+
+def _invalid(parameter: str, problem: str) -> ApiError:
+    return ApiError(ErrorName.INVALID_PARAMETER, {"parameter": parameter, "problem": problem})
+
+
+def _refusal(refused: Refused) -> ApiError:
+    if refused.name == "InvalidParameter":
+        return _invalid(str(refused.parameters.get("parameter", "attributes")), refused.problem)
+    parameters: dict[str, object] = {**refused.parameters, "problem": refused.problem}
+    if refused.name == "Unsupported":
+        parameters.setdefault("method", Method.SET_ATTRIBUTES.value)
+    return ApiError(f"{CONTROL}.{refused.name}", parameters)
+
+
+def _backpressure(full: Backpressured) -> ApiError:
+    return ApiError(
+        ErrorName.BACKPRESSURE,
+        {
+            "tenant": full.tenant,
+            "queueDepth": full.depth,
+            "limit": full.limit,
+            "retryAfterSeconds": full.retry_after_s,
+            "problem": str(full),
+        },
+    )
+
+
+class AttributeVerbs:
+    """The attribute verbs of one control service; ``service`` is None when the daemon runs without one."""
+
+    def __init__(self, service: AttributeService | None) -> None:
+        self._service = service
+
+    def _require(self, method: str) -> AttributeService:
+        if self._service is None:
+            raise ApiError(
+                ErrorName.UNSUPPORTED,
+                {"method": method, "problem": "this daemon was started without attribute updates"},
+            )
+        return self._service
+
+    async def set_attributes(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        session_id = parameters.get("sessionId")
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= 200:
+            raise _invalid("sessionId", "sessionId: expected a string of 1 to 200 characters")
+        attributes = parameters.get("attributes")
+        if not isinstance(attributes, Mapping):
+            raise _invalid("attributes", "attributes: expected an object of KEY: VALUE strings")
+        done = publish("attributes.set", session_id, None)
+        try:
+            service = self._require(Method.SET_ATTRIBUTES)
+            answer = await service.submit(session_id, attributes)
+        except Refused as refused:
+            error = _refusal(refused)
+            done(error)
+            raise error from None
+        except Backpressured as full:
+            error = _backpressure(full)
+            done(error)
+            raise error from None
+        except ApiError as error:
+            done(error)
+            raise
+        publish("attributes.set", session_id, answer.update_id)(None)
+        return answer.as_wire()
+
+    async def list_mismatches(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        del publish  # reads change nothing
+        everything = parameters.get("includeResolved", False)
+        if not isinstance(everything, bool):
+            raise _invalid("includeResolved", "includeResolved: expected a boolean")
+        service = self._require(Method.LIST_MISMATCHES)
+        try:
+            return {"mismatches": await service.mismatches(include_resolved=everything)}
+        except Refused as refused:
+            raise _refusal(refused) from None
+
+    async def resolve_mismatch(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        mismatch_id = parameters.get("mismatchId")
+        if not isinstance(mismatch_id, int) or isinstance(mismatch_id, bool) or mismatch_id < 1:
+            raise _invalid("mismatchId", "mismatchId: expected a positive integer")
+        raw = parameters.get("resolution")
+        if raw not in {r.value for r in Resolution}:
+            raise _invalid("resolution", "resolution: expected 'resend' or 'accept-server'")
+        target = f"{mismatch_id}:{raw}"
+        try:
+            service = self._require(Method.RESOLVE_MISMATCH)
+            resolved = await service.resolve(mismatch_id, Resolution(raw))
+        except Refused as refused:
+            error = _refusal(refused)
+            publish("mismatch.resolve", None, target)(error)
+            raise error from None
+        except ApiError as error:
+            publish("mismatch.resolve", None, target)(error)
+            raise
+        publish("mismatch.resolve", resolved["sessionId"], target)(None)
+        return {"mismatch": resolved}
+
+    async def status(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        del publish, parameters
+        return {"attributes": await self._require(Method.ATTRIBUTES_STATUS).status()}

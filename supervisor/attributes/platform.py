@@ -1,0 +1,197 @@
+"""Genesys participant attributes over REST, through the one retry executor (platforms.md §5).
+
+* :meth:`GenesysAttributes.read` is ``GET /api/v2/conversations/{cid}`` (PY269 ``Conversation``): the
+  customer participant's id and attributes. Flows and agents write participant data there; it is
+  the participant whose attributes we update.
+* :meth:`GenesysAttributes.send` is ``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes``
+  with ``{"attributes": {...}}`` (``ParticipantAttributes``; 202, no body), the route every media
+  type has. The messaging variant answers the merged map, but that answer only echoes what was
+  asked (the seed's silent drop answers success all the same), so it proves nothing: only the
+  read-back 3 s later does.
+
+Both go through :meth:`~supervisor.rest.pipeline.RequestPipeline.call`, so the executor decides
+retries (429 + Retry-After as the minimum delay, seconds or HTTP-date; 5xx with backoff), the
+circuit ``genesys:api`` gates them and the token is refreshed as everywhere else. Two things only
+this module can know are reported as they happen:
+
+* a throttle (429, or a 5xx with Retry-After) is handed to ``on_throttle`` at once, so the whole
+  tenant waits its Retry-After, not only the request that met it;
+* a request that may have reached the platform and got no answer (the connection failed after
+  the request was written, or the taxonomy flags the failure ``reconcileBeforeRetry``) ends the
+  operation unretried: its outcome is unknown, and the caller reads the conversation back
+  before anything is sent again (reliability.md §6). A failure before the request left (connect,
+  pool) is retried as usual. Every request carries the ledger's ``Idempotency-Key``, and every
+  request after the first is counted in the ledger (and committed) before it leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
+from supervisor.errors import ConnectionLost
+from supervisor.rest.executor import throttles
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.tokens import Token
+from supervisor.store.testhooks import CrashPoint, CrashPoints
+from supervisor.taxonomy import Channel, RawError
+
+__all__ = ["CIRCUIT", "Conversation", "GenesysAttributes", "Target"]
+
+#: the circuit of Genesys REST calls made for sessions (supervisor/runtime/supervisor.py does the same)
+CIRCUIT = "genesys:api"
+READ = "conversation.get"
+UPDATE = "attributes.update"
+# the request never left this machine: retrying it cannot apply anything twice
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a conversation's attributes are written: the platform's pipeline and API base."""
+
+    pipeline: RequestPipeline
+    api_url: str
+    context: SessionContext
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    participant_id: str | None
+    attributes: dict[str, str]
+
+
+class OutcomeUnknown(Exception):
+    """The request may have been applied and no answer came: read back, never re-send blindly."""
+
+
+OnThrottle = Callable[[float | None], None]
+
+
+class GenesysAttributes:
+    """Reads and writes of participant attributes for the attribute service."""
+
+    def __init__(self, crash: CrashPoints) -> None:
+        self._crash = crash
+
+    async def read(self, target: Target, conversation_id: str, on_throttle: OnThrottle) -> Conversation:
+        """The conversation's customer participant and its attributes. Raises OperationError, CircuitOpenError."""
+        url = f"{target.api_url.rstrip('/')}/api/v2/conversations/{conversation_id}"
+        response = await self._call(target, "GET", url, READ, on_throttle)
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):
+            body = {}
+        return _customer(body if isinstance(body, dict) else {})
+
+    async def send(
+        self,
+        target: Target,
+        conversation_id: str,
+        participant_id: str,
+        payload: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        count_attempt: Callable[[], Awaitable[object]],
+        on_throttle: OnThrottle,
+    ) -> int:
+        """PATCH the attributes; the answer's status. Raises OutcomeUnknown, OperationError, CircuitOpenError."""
+        url = (
+            f"{target.api_url.rstrip('/')}/api/v2/conversations/{conversation_id}"
+            f"/participants/{participant_id}/attributes"
+        )
+        response = await self._call(
+            target,
+            "PATCH",
+            url,
+            UPDATE,
+            on_throttle,
+            json={"attributes": dict(payload)},
+            idempotency_key=idempotency_key,
+            count_attempt=count_attempt,
+        )
+        return response.status_code
+
+    async def _call(
+        self,
+        target: Target,
+        method: str,
+        url: str,
+        operation: str,
+        on_throttle: OnThrottle,
+        *,
+        json: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        count_attempt: Callable[[], Awaitable[object]] | None = None,
+    ) -> httpx.Response:
+        pipeline, ctx = target.pipeline, target.context
+        path = httpx.URL(url).path
+        unknown = False
+        attempts = 0
+
+        async def attempt_once(token: Token | None) -> httpx.Response | RawError:
+            nonlocal unknown, attempts
+            attempts += 1
+            if attempts > 1 and count_attempt is not None:
+                # the ledger never counts fewer requests than the platform saw (the first is
+                # counted when the send is claimed)
+                await count_attempt()
+            headers: dict[str, str] = {}
+            if token is not None:
+                headers["Authorization"] = token.authorization
+            if idempotency_key is not None:
+                headers["Idempotency-Key"] = idempotency_key
+            try:
+                response = await pipeline.client.request(method, url, headers=headers, json=json)
+            except _NOT_SENT as exc:
+                return raw_from_exception(exc, ctx=ctx, channel=Channel.REST, method=method, endpoint=path)
+            except (httpx.HTTPError, OSError) as exc:
+                raw = raw_from_exception(exc, ctx=ctx, channel=Channel.REST, method=method, endpoint=path)
+                if json is None:
+                    return raw  # a read: retrying it is harmless
+                unknown = True
+                raise ConnectionLost(raw) from None
+            if json is not None:
+                self._crash.reached(CrashPoint.AFTER_SEND)
+            if 200 <= response.status_code < 300:
+                return response
+            tokens = pipeline.tokens
+            expired = token is not None and tokens is not None and tokens.expired(token)
+            raw = raw_from_response(
+                response, ctx=ctx, channel=Channel.REST, endpoint=path, token_expired=expired
+            )
+            event = pipeline.classifier.classify(raw)
+            if throttles(event) and event.retry_after_ms is not None:
+                on_throttle(event.retry_after_ms / 1000.0)
+            if json is not None and event.reconcile_before_retry:
+                unknown = True
+                raise ConnectionLost(raw)
+            return raw
+
+        try:
+            result: httpx.Response = await pipeline.call(
+                attempt_once, ctx=ctx, circuit=CIRCUIT, operation=operation
+            )
+        except Exception:
+            if unknown:
+                raise OutcomeUnknown() from None
+            raise
+        return result
+
+
+def _customer(conversation: Mapping[str, Any]) -> Conversation:
+    """The customer participant (PY269 ``Participant.purpose``), else the first one."""
+    participants = [p for p in conversation.get("participants") or () if isinstance(p, Mapping)]
+    chosen = next((p for p in participants if p.get("purpose") == "customer"), None)
+    if chosen is None and participants:
+        chosen = participants[0]
+    if chosen is None:
+        return Conversation(None, {})
+    attrs = chosen.get("attributes")
+    found = {str(k): v for k, v in attrs.items() if isinstance(v, str)} if isinstance(attrs, Mapping) else {}
+    pid = chosen.get("id")
+    return Conversation(pid if isinstance(pid, str) else None, found)

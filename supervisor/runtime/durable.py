@@ -1,0 +1,362 @@
+"""The daemon's durable state: desired sessions, the session ledger, and attribute updates (issue 13).
+
+:class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
+the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
+
+* **at start**, :meth:`Durable.plan` says which configured sessions run: a session ``ctl stop``
+  stopped, or one a fail-fast (or an exhausted reconnection, a graceful close) ended, stays down
+  until ``ctl start`` re-authenticates it (seed section 3); a Web Messaging session whose guest
+  session was open resumes its guest token (``newSession: false``, the same conversation) instead
+  of opening a new one. Server sessions left open by a crash whose session will not run are ended
+  where the platform allows (supervisor/runtime/reconcile.py);
+* **while running**, each session's server side is written before its first connection attempt
+  (write-ahead: a crash after it leaves what a restart needs), confirmed when it goes active,
+  closed when it ends (the guest token wiped); a drain leaves a guest session resumable;
+* it runs the :class:`~supervisor.attributes.AttributeService` and answers its questions about
+  sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
+
+A store that cannot be opened (corrupt, unreadable, a read-only or full state directory) does not
+stop the daemon: sessions run from the configuration alone, ``STORE_DEGRADED`` names the file and
+the problem, and attribute updates are refused (nothing is acknowledged that cannot be persisted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from supervisor.attributes import AttributeService, Settings
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, iso_utc
+from supervisor.config import Config, SessionSpec
+from supervisor.errors import StoreError
+from supervisor.events import Published, SessionTransition, TerminationReason
+from supervisor.runtime.reconcile import reconcile
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.targets import SessionTargets
+from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
+from supervisor.store.events import StoreDegraded, StoreRecovered
+from supervisor.store.testhooks import CrashPoints
+from supervisor.taxonomy import Channel
+
+if TYPE_CHECKING:
+    from supervisor.runtime.supervisor import Supervisor
+
+__all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
+
+STORE_FILE = "store.sqlite3"
+NO_STORE = "no store: set [store] path, or run under systemd with StateDirectory= ($STATE_DIRECTORY)"
+Warn = Callable[[str], object]
+
+
+def store_path(config: Config, environ: Mapping[str, str]) -> Path | None:
+    """``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3`` (its first directory), else None."""
+    if config.store.path:
+        return Path(config.store.path)
+    state = environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state) / STORE_FILE if state else None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Whether a configured session runs at start, and what it resumes."""
+
+    start: bool
+    resume: Mapping[str, str] | None = None
+    reason: str | None = None
+
+
+def _settings(config: Config) -> Settings:
+    a = config.attributes
+    return Settings(
+        queue_depth=a.queue_depth,
+        verify_after_s=a.verify_after,
+        sensitive=frozenset(a.sensitive),
+        resume_mark=a.resume_at,
+        repair_budget=a.repair_budget,
+    )
+
+
+class Durable:
+    """The supervisor's session book and the attribute service, over one store (module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store | None,
+        *,
+        bus: EventBus,
+        clock: Clock,
+        problem: str | None = None,
+        desired: dict[str, DesiredSession] | None = None,
+        server: dict[str, ServerSession] | None = None,
+        crash: CrashPoints | None = None,
+        background: bool = True,
+    ) -> None:
+        self.store = store
+        # False: the attribute service's work runs only when someone calls its run_due (tests do)
+        self.background = background
+        self.problem = problem
+        self.bus = bus
+        self.clock = clock
+        self.desired = dict(desired or {})
+        self.server = dict(server or {})
+        self.targets = SessionTargets(self._down_reason)
+        self.attributes = AttributeService(
+            store, self.targets, _settings(config), bus=bus, clock=clock, crash=crash, unavailable=problem
+        )
+        self._tg: TaskGroup | None = None
+        self._started: set[str] = set()
+        self._planned: anyio.Event | None = None
+        #: server sessions found open at start that nobody wants: session id -> outcome once ended
+        self.reconciled: dict[str, str] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        config: Config,
+        *,
+        environ: Mapping[str, str],
+        bus: EventBus,
+        clock: Clock,
+        warn: Warn | None = None,
+        background: bool = True,
+    ) -> Durable:
+        """Open the store named by ``config`` (never raises for the store: a degraded one is reported)."""
+        path = store_path(config, environ)
+        crash = CrashPoints(environ)
+        if path is None:
+            return cls(
+                config, None, bus=bus, clock=clock, problem=NO_STORE, crash=crash, background=background
+            )
+        health = _Health(str(path), bus, clock, warn)
+        try:
+            store = await SqliteStore.open(
+                path, synchronous=config.store.synchronous, environ=environ, on_health=health
+            )
+        except StoreError as exc:
+            health(exc.problem)
+            return cls(
+                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
+            )
+        try:
+            desired = await store.desired_sessions()
+            server = await store.server_sessions()
+        except StoreError as exc:
+            await store.aclose()
+            return cls(
+                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
+            )
+        return cls(
+            config,
+            store,
+            bus=bus,
+            clock=clock,
+            desired=desired,
+            server=server,
+            crash=crash,
+            background=background,
+        )
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the daemon cannot persist now (the systemd glue's "degraded" reason), or None.
+
+        No store configured at all (no ``[store] path``, no ``$STATE_DIRECTORY``) is a choice, not
+        a degradation: None.
+        """
+        if self.store is None:
+            return None if self.problem == NO_STORE else self.problem
+        return None if self.store.degraded is None else f"{self.store.path}: {self.store.degraded}"
+
+    def outbox_depth(self) -> int | None:
+        """Attribute updates waiting to be sent or verified (the status line's ``outbox``), or None without a store."""
+        return None if self.store is None else self.attributes.scheduler.pending()
+
+    async def aclose(self) -> None:
+        if self.store is not None:
+            await self.store.aclose()
+
+    # ------------------------------------------------------------------ the session book
+    def plan(self, spec: SessionSpec) -> Plan:
+        desired = self.desired.get(spec.id)
+        if desired is not None and desired.state is not DesiredState.RUNNING:
+            return Plan(False, reason=desired.reason or desired.state.value)
+        self._started.add(spec.id)
+        row = self.server.get(spec.id)
+        if (
+            row is not None
+            and row.state is ServerState.OPEN
+            and row.kind == spec.kind.value
+            and row.guest_token is not None
+        ):
+            # a planned restart (or a crash) left the guest session open: resume it, same conversation
+            return Plan(True, resume={"guestToken": row.guest_token})
+        return Plan(True)
+
+    async def serve(
+        self, supervisor: Supervisor, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the attribute service and end the orphans a crash left; started at once."""
+        self.targets.supervisor = supervisor
+        self._planned = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            unsubscribe = self.bus.subscribe(self._on_event)
+            try:
+                if self.store is not None:
+                    # a store that fails here is degraded: its health hook reported it
+                    with contextlib.suppress(StoreError):
+                        await self.attributes.load()
+                    if self.background:
+                        tg.start_soon(self.attributes.serve)
+                    tg.start_soon(self._reconcile, supervisor)
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                unsubscribe()
+                self._tg = None
+
+    def planned(self) -> None:
+        """Every configured session that runs now has been handed over: what is left open is orphaned."""
+        if self._planned is not None:
+            self._planned.set()
+
+    async def _reconcile(self, supervisor: Supervisor) -> None:
+        store = self.store
+        if store is None or self._planned is None:
+            return
+        await self._planned.wait()
+        configured = {spec.id for spec in supervisor.config.sessions}
+        for session_id in list(self.desired):
+            if session_id not in configured:
+                await self._quietly(store.forget_desired(session_id))
+        orphans = [
+            row
+            for row in self.server.values()
+            if row.state is not ServerState.CLOSED and row.session_id not in self._started
+        ]
+        if orphans:
+            self.reconciled.update(await reconcile(store, orphans, supervisor.wiring, self.bus, self.clock))
+
+    async def opening(self, runner: SessionRunner, resumed: bool) -> None:
+        """Before the first connection attempt: the session is desired, its server side about to open."""
+        store = self.store
+        if store is None:
+            return
+        ctx = runner.context
+        self._started.add(runner.session_id)
+        record = _record_of(runner)
+        row = ServerSession(
+            session_id=runner.session_id,
+            platform=ctx.platform.value,
+            kind=ctx.channel.value,
+            state=ServerState.OPEN if resumed else ServerState.OPENING,
+            opened_at=self.clock.time(),
+            agent_id=ctx.agent_id,
+            conversation_id=ctx.conversation_id,
+            platform_session_id=record.get("platformSessionId"),
+            guest_token=record.get("guestToken"),
+        )
+        await self._quietly(self._desire(runner.session_id, ctx.platform.value, DesiredState.RUNNING, None))
+        await self._quietly(store.session_opening(row))
+
+    async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
+        """The runner is done: a termination stays across restarts; the server side is closed, except
+        a guest session a drain leaves for the next start to resume."""
+        store = self.store
+        if store is None:
+            return
+        ended = runner.termination
+        platform = runner.context.platform.value
+        if ended is not None and ended.reason is not TerminationReason.STOPPED:
+            reason = f"{ended.reason.value}/{ended.trigger.value if ended.trigger else ended.code}"
+            await self._quietly(self._desire(runner.session_id, platform, DesiredState.TERMINATED, reason))
+        stopped = ended is None or ended.reason is TerminationReason.STOPPED
+        if draining and stopped and runner.context.channel is Channel.WEBMESSAGING:
+            return  # closed with 1001 and no closeSession: the next start resumes it
+        await self._quietly(store.session_closed(runner.session_id, "closed", self.clock.time()))
+
+    async def desire(self, session_id: str, platform: str, running: bool, reason: str | None = None) -> None:
+        """``ctl start`` / ``ctl stop``: what should be alive after a restart."""
+        state = DesiredState.RUNNING if running else DesiredState.STOPPED
+        await self._quietly(self._desire(session_id, platform, state, reason))
+
+    def _down_reason(self, session_id: str) -> str | None:
+        desired = self.desired.get(session_id)
+        return None if desired is None else desired.reason
+
+    def was_down(self, session_id: str) -> bool:
+        """The store says the session was stopped or terminated (a start re-authenticates it)."""
+        desired = self.desired.get(session_id)
+        return desired is not None and desired.state is not DesiredState.RUNNING
+
+    async def forget(self, session_id: str) -> None:
+        """The session left the configuration."""
+        self.desired.pop(session_id, None)
+        if self.store is not None:
+            await self._quietly(self.store.forget_desired(session_id))
+
+    def draining(self) -> None:
+        self.attributes.drain()
+
+    async def _desire(self, session_id: str, platform: str, state: DesiredState, reason: str | None) -> None:
+        desired = DesiredSession(session_id, platform, state, reason, self.clock.time())
+        self.desired[session_id] = desired
+        if self.store is not None:
+            await self.store.set_desired(desired)
+
+    async def _quietly(self, call: Any) -> None:
+        """A session-book write that fails is not the session's failure: the store reports its health."""
+        with contextlib.suppress(StoreError):
+            await call
+
+    def _on_event(self, published: Published) -> None:
+        event = published.event
+        tg, store = self._tg, self.store
+        if (
+            not isinstance(event, SessionTransition)
+            or event.target != "active"
+            or tg is None
+            or store is None
+        ):
+            return
+        supervisor = self.targets.supervisor
+        runner = supervisor.runners.get(event.session_id) if supervisor is not None else None
+        if runner is None:
+            return
+        record = _record_of(runner)
+        opened = store.session_opened(
+            event.session_id, runner.context.conversation_id, record.get("platformSessionId")
+        )
+        tg.start_soon(self._quietly, opened)
+
+
+def _record_of(runner: SessionRunner) -> dict[str, str]:
+    transport: Any = runner.transport
+    record = getattr(transport, "resume_record", None)
+    return dict(record()) if callable(record) else {}
+
+
+class _Health:
+    """The store's health moves, told to subscribers (and once on stderr, through ``warn``)."""
+
+    def __init__(self, path: str, bus: EventBus, clock: Clock, warn: Warn | None) -> None:
+        self._path, self._bus, self._clock, self._warn = path, bus, clock, warn
+
+    def __call__(self, problem: str | None) -> None:
+        now = iso_utc(self._clock.time())
+        if problem is None:
+            self._bus.publish(StoreRecovered(self._path, now))
+            return
+        self._bus.publish(StoreDegraded(self._path, problem, now))
+        if self._warn is not None:
+            self._warn(
+                f"store: {self._path}: {problem} (attribute updates are refused; sessions keep running)"
+            )

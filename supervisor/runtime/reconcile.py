@@ -1,0 +1,148 @@
+"""Ending the server-side sessions a crash left open and nobody wants any more (seed section 3).
+
+"Orphaned sessions inflate billing": after a restart, every server session of the session ledger
+that is not closed and whose session will not run now (a fail-fast, ``ctl stop``, removed from the
+configuration) is ended on the server where the platform allows it, and the outcome is recorded
+(``SESSION_RECONCILED``) and kept in the ledger. A session that is still desired is never ended
+here: it is taken over (Web Messaging resumes its guest token; a CXone start that meets the agent's
+live session joins it).
+
+| kind | how it is ended | what cannot be |
+|---|---|---|
+| Web Messaging guest | ``configureSession`` with the kept guest token, then ``closeSession`` (the guest protocol ends a session only on a connection that configured it) | a guest whose token was never confirmed open |
+| CXone agent session | ``DELETE agent-sessions/{anchor}`` (the start or join answer's sessionId) | a start whose answer was never seen (the id is unknown) |
+| Genesys notifications channel | (no API deletes a channel) | always: it expires with its token |
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+
+from supervisor.boundary import SessionContext
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, iso_utc
+from supervisor.errors import CircuitOpenError, OperationError, StoreError, TransportFailure
+from supervisor.events import Correlation, Event
+from supervisor.runtime.wiring import Wiring
+from supervisor.store import ServerSession, Store
+from supervisor.taxonomy import Channel, Platform
+
+__all__ = ["SessionReconciled", "end_orphan", "reconcile"]
+
+ENDED = "ended"
+ALREADY_GONE = "already_gone"
+NOT_CLEANABLE = "not_cleanable"
+FAILED = "failed"
+#: how long ending one orphan may take
+ORPHAN_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReconciled(Event):
+    """A server session a crash left open was ended (or could not be): ``outcome`` and why."""
+
+    name: ClassVar[str] = "SESSION_RECONCILED"
+    session_id: str
+    platform: str
+    kind: str
+    outcome: str
+    detail: str
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "platform": self.platform,
+            "kind": self.kind,
+            "outcome": self.outcome,
+            "detail": self.detail,
+        }
+
+
+async def reconcile(
+    store: Store, orphans: list[ServerSession], wiring: Wiring, bus: EventBus, clock: Clock
+) -> dict[str, str]:
+    """End every orphan; returns session id -> outcome (each also published and recorded)."""
+    outcomes: dict[str, str] = {}
+    for row in orphans:
+        with anyio.move_on_after(ORPHAN_TIMEOUT_S) as bounded:
+            outcome, detail = await end_orphan(row, wiring)
+        if bounded.cancelled_caught:
+            outcome, detail = FAILED, f"no answer within {ORPHAN_TIMEOUT_S:g} s"
+        outcomes[row.session_id] = outcome
+        bus.publish(
+            SessionReconciled(row.session_id, row.platform, row.kind, outcome, detail, iso_utc(clock.time())),
+            Correlation(row.session_id, row.agent_id, row.conversation_id),
+        )
+        if outcome != FAILED:
+            # a store that cannot write leaves it open in the ledger: the next start tries again
+            with contextlib.suppress(StoreError):
+                await store.session_closed(row.session_id, f"{outcome}: {detail}", clock.time())
+    return outcomes
+
+
+async def end_orphan(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
+    """End one orphaned server session where the platform allows; (outcome, detail)."""
+    if row.kind == "webmessaging":
+        return await _end_guest(row, wiring)
+    if row.kind == "agent-session":
+        return await _end_agent_session(row, wiring)
+    return NOT_CLEANABLE, "a notifications channel cannot be deleted: it expires with its token"
+
+
+async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
+    from supervisor.transports.webmessaging import WebMessagingTransport
+
+    gen = wiring.config.platforms.genesys
+    if row.guest_token is None:
+        return NOT_CLEANABLE, "no guest token was kept (the guest session was never confirmed open)"
+    if gen is None or gen.webmessaging_url is None or gen.deployment_id is None:
+        return NOT_CLEANABLE, "platforms.genesys (webmessagingUrl, deploymentId) is not configured"
+    ctx = SessionContext(row.session_id, Platform.GENESYS, Channel.WEBMESSAGING, agent_id=row.agent_id)
+    transport = WebMessagingTransport(
+        ctx,
+        url=gen.webmessaging_url,
+        deployment_id=gen.deployment_id,
+        keepalive=gen.keepalive,
+        executor=wiring.executor,
+        guest_token=row.guest_token,
+        resuming=True,
+    )
+    try:
+        connection = await transport.open()
+    except OperationError:
+        # newSession:true: the guest session had already expired (the one just made is left to expire)
+        return ALREADY_GONE, "the guest session had expired"
+    except TransportFailure as failure:
+        return FAILED, f"could not connect ({getattr(failure.raw, 'status', None) or 'network'})"
+    await connection.close(1000)  # closeSession, closeAllConnections
+    return ENDED, "closeSession sent with the kept guest token"
+
+
+async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
+    from supervisor.transports.cxone import AgentSessionTransport
+
+    cx = wiring.config.platforms.cxone
+    pipeline = wiring.pipelines.get("cxone")
+    if row.platform_session_id is None:
+        return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"
+    if cx is None or pipeline is None:
+        return NOT_CLEANABLE, "platforms.cxone is not configured"
+    ctx = SessionContext(row.session_id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=row.agent_id)
+    transport = AgentSessionTransport(
+        ctx, pipeline=pipeline, api_base=cx.api_url, api_version=cx.api_version, clock=wiring.clock
+    )
+    try:
+        await transport.end(row.platform_session_id)
+    except OperationError as failure:
+        status = getattr(failure.event, "raw_status", None)
+        if status in (404, 409):
+            return ALREADY_GONE, f"the platform answered {status}: the agent session had ended"
+        return FAILED, f"DELETE failed: {getattr(failure.event, 'code', '?')}"
+    except (CircuitOpenError, TransportFailure) as refused:
+        return FAILED, f"DELETE not made: {refused}"
+    return ENDED, "DELETE agent-sessions/{id}"

@@ -1,0 +1,102 @@
+"""The attribute service's questions about sessions, answered from the supervisor (issue 13).
+
+* :meth:`SessionTargets.accept`: may this session take an update now, and where does it go? A
+  Genesys session that runs and knows its conversation (configured ``conversationId``, or one it
+  learned), with a client credential: its tenant is that credential. Refused: an unknown session,
+  a terminated or stopped one (``ctl start`` it first), one without a conversation, and CXone
+  sessions (docs/attributes.md, "CXone": the daemon writes no CXone contact data).
+* :meth:`SessionTargets.target`: where a queued write is sent, even after its session ended (the
+  conversation outlives the guest connection: post-call wrap-up is when these are written).
+* :meth:`SessionTargets.failed`: a fail-fast met while writing (QUEUE_FULL, a revoked token) goes to
+  the session's machine, as for any REST call made for a session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from supervisor.attributes import Accepted, Refused
+from supervisor.attributes.platform import Target
+from supervisor.boundary import SessionContext
+from supervisor.config import SessionSpec
+from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
+
+if TYPE_CHECKING:
+    from supervisor.runtime.supervisor import Supervisor
+
+__all__ = ["SessionTargets"]
+
+
+class SessionTargets:
+    """The attribute service's questions about sessions, answered from the supervisor."""
+
+    def __init__(self, down_reason: Callable[[str], str | None]) -> None:
+        # why the store says a session is down (stopped, or ended by a fail-fast before a restart)
+        self._down_reason = down_reason
+        self.supervisor: Supervisor | None = None
+
+    def _spec(self, session_id: str) -> SessionSpec | None:
+        sup = self.supervisor
+        if sup is None:
+            return None
+        return next((s for s in sup.wiring.config.sessions if s.id == session_id), None)
+
+    def accept(self, session_id: str) -> Accepted:
+        sup = self.supervisor
+        spec = self._spec(session_id)
+        runner = sup.runners.get(session_id) if sup is not None else None
+        if sup is None or (spec is None and runner is None):
+            raise Refused("NoSuchSession", f"no configured session '{session_id}'", sessionId=session_id)
+        platform = spec.platform if spec is not None else runner.context.platform.value  # type: ignore[union-attr]
+        if platform != Platform.GENESYS.value:
+            raise Refused(
+                "Unsupported",
+                f"session '{session_id}' is a CXone agent session: the daemon writes no CXone contact "
+                "data (docs/attributes.md says why)",
+                sessionId=session_id,
+            )
+        if runner is None or runner.core.terminated:
+            ended = runner.termination if runner is not None else None
+            why = (ended.reason.value if ended is not None else None) or self._down_reason(session_id)
+            raise Refused(
+                "SessionTerminated",
+                f"session '{session_id}' is terminated ({why or 'not running'}): start it again first (ctl start)",
+                sessionId=session_id,
+            )
+        gen = sup.wiring.config.platforms.genesys
+        if gen is None or gen.client_id is None:
+            raise Refused(
+                "Unsupported",
+                "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
+                sessionId=session_id,
+            )
+        conversation = runner.context.conversation_id or (spec.conversation_id if spec is not None else None)
+        if conversation is None:
+            raise Refused(
+                "NoConversation",
+                f"session '{session_id}' has no known conversation (configure its conversationId)",
+                sessionId=session_id,
+            )
+        return Accepted(f"genesys:{gen.client_id}", conversation)
+
+    def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
+        sup = self.supervisor
+        if sup is None:
+            return None
+        pipeline = sup.wiring.pipelines.get("genesys")
+        gen = sup.wiring.config.platforms.genesys
+        if pipeline is None or gen is None:
+            return None
+        runner = sup.runners.get(session_id)
+        agent = runner.context.agent_id if runner is not None else None
+        ctx = SessionContext(
+            session_id, Platform.GENESYS, Channel.REST, agent_id=agent, conversation_id=conversation_id
+        )
+        return Target(pipeline, gen.api_url, ctx)
+
+    def failed(self, session_id: str, event: SdkErrorEvent) -> None:
+        sup = self.supervisor
+        runner = sup.runners.get(session_id) if sup is not None else None
+        if runner is not None:
+            runner.operation_failed(event)

@@ -1,0 +1,38 @@
+"""Events of the durable store, published on the bus like every other (supervisor/events.py). Pure.
+
+``STORE_DEGRADED`` says the store cannot persist (it names the file and the problem: a corrupt
+or unreadable file, a full disk, a read-only state directory); from then on the daemon refuses
+to acknowledge attribute updates, and its sessions keep running. ``STORE_RECOVERED`` says a
+later commit succeeded. The systemd glue can turn the first into ``STATUS=`` (degraded) and the
+second back (reliability.md (a), row 21).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from supervisor.events import Event
+
+__all__ = ["StoreDegraded", "StoreRecovered"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDegraded(Event):
+    name: ClassVar[str] = "STORE_DEGRADED"
+    path: str
+    problem: str
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "path": self.path, "problem": self.problem}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRecovered(Event):
+    name: ClassVar[str] = "STORE_RECOVERED"
+    path: str
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "path": self.path}

@@ -1,0 +1,339 @@
+"""The durable store's interface: what survives a restart, and the small protocol behind it.
+
+The daemon keeps here what a ``kill -9`` must not lose (reliability.md §6, "Tables"):
+
+* **desired sessions**: which sessions should be alive (config plus ``ctl start/stop``), and the
+  ones a fail-fast ended, which stay ended across a restart until someone re-authenticates them;
+* **server sessions** (the session ledger): the server-side sessions we opened, with what the
+  platform needs to resume or end them (the Web Messaging guest token, the CXone session id);
+* the **outbox**: every acknowledged attribute write, inserted in the transaction that
+  acknowledges it (seed edge case 2: nothing accepted is dropped silently);
+* the **ledger**: every send with its idempotency key, payload hash, attempts and outcome
+  (``ok`` / ``partial`` / ``failed`` / ``unknown``: an unknown one is read back, never re-sent blindly);
+* **mismatches**: what verification could not repair, for manual reconciliation (seed section 3).
+
+:class:`Store` is the protocol the runtime and the attribute service use; SQLite
+(:mod:`supervisor.store.sqlite`) is the embedded implementation, and a second one (PostgreSQL, for
+several daemon instances: design.md, roadmap) implements the same methods. Everything here is data.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = [
+    "Claim",
+    "DesiredSession",
+    "DesiredState",
+    "LedgerChange",
+    "LedgerEntry",
+    "Mismatch",
+    "NewMismatch",
+    "OutboxRow",
+    "Outcome",
+    "Resolution",
+    "ResolveRefused",
+    "RowChange",
+    "RowStatus",
+    "ServerSession",
+    "ServerState",
+    "Store",
+    "Submission",
+    "SubmitResult",
+    "UpdateOutcome",
+    "payload_hash",
+    "value_hash",
+]
+
+
+class DesiredState(enum.StrEnum):
+    RUNNING = "running"
+    # `ctl stop`: not started again until `ctl start`
+    STOPPED = "stopped"
+    # ended by the runtime (a fail-fast, exhausted reconnection, a graceful close): stays ended across
+    # a restart until `ctl start` re-authenticates it (seed section 3)
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredSession:
+    session_id: str
+    platform: str
+    state: DesiredState
+    # why it is not running: the termination reason and trigger, or "ctl stop"
+    reason: str | None = None
+    updated_at: float = 0.0
+
+
+class ServerState(enum.StrEnum):
+    # written before the first connection attempt: a crash after it may leave a server session behind
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSession:
+    """One supervised session's server-side session (the session ledger's row)."""
+
+    session_id: str
+    platform: str
+    kind: str
+    state: ServerState
+    opened_at: float
+    agent_id: str | None = None
+    conversation_id: str | None = None
+    # CXone: the agent session's anchor (the start or join answer's sessionId)
+    platform_session_id: str | None = None
+    # Web Messaging: the guest token, the credential that resumes (or ends) the guest session
+    guest_token: str | None = field(default=None, repr=False)
+    closed_at: float | None = None
+    # how it ended: "closed" (by us, live), "ended" (by reconciliation), "already_gone", "not_cleanable: ..."
+    outcome: str | None = None
+
+
+class RowStatus(enum.StrEnum):
+    PENDING = "pending"  # queued, not sent
+    SENDING = "sending"  # a send carries it; its ledger entry says how that went
+    ACCEPTED = "accepted"  # the platform answered 2xx; verification is due
+    VERIFIED = "verified"  # read back and found
+    REPAIRED = "repaired"  # found after a re-send (the first send was silently dropped)
+    FLAGGED = "flagged"  # a mismatch for manual reconciliation
+    SUPERSEDED = "superseded"  # a newer write of ours to the same attribute carries it
+    RESOLVED = "resolved"  # a flagged row someone resolved by accepting the server's value
+
+
+#: rows still in the daemon's hands
+LIVE = (RowStatus.PENDING, RowStatus.SENDING, RowStatus.ACCEPTED)
+#: rows that count against the queue's depth (not yet answered by the platform)
+QUEUED = (RowStatus.PENDING, RowStatus.SENDING)
+
+
+class Outcome(enum.StrEnum):
+    """A send's outcome (reliability.md §6, ``ledger.outcome``)."""
+
+    OK = "ok"
+    # answered 2xx, but the read-back found only part of the payload (seed section 3: partial success)
+    PARTIAL = "partial"
+    FAILED = "failed"
+    # written before the send; still so after it when the answer never came (timeout, reset)
+    UNKNOWN = "unknown"
+
+
+class Resolution(enum.StrEnum):
+    RESEND = "resend"
+    ACCEPT_SERVER = "accept-server"
+
+
+class UpdateOutcome(enum.StrEnum):
+    PENDING = "pending"
+    VERIFIED = "verified"
+    REPAIRED = "repaired"
+    FLAGGED = "flagged"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One attribute write of one conversation."""
+
+    id: int
+    tenant: str
+    session_id: str
+    conversation_id: str
+    attribute: str
+    # None once the row is settled (the value is wiped: payloads limited to what reconciliation needs)
+    value: str | None = field(repr=False)
+    sensitive: bool
+    status: RowStatus
+    created_at: float
+    sends: int = 0
+    repairs: int = 0
+    # epoch seconds: not sent before (a Retry-After)
+    not_before: float | None = None
+    # hash of the value the server held right before our send (value_hash)
+    before_hash: str | None = None
+    ledger_id: int | None = None
+    accepted_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    request_id: int
+    idempotency_key: str
+    tenant: str
+    conversation_id: str
+    participant_id: str | None
+    endpoint: str
+    payload_hash: str
+    # requests made with this key; each is counted (and committed) before it is sent
+    attempts: int
+    sent_at: float
+    outcome: Outcome
+    owner_epoch: int
+    answered_at: float | None = None
+    status: int | None = None
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """An update as a caller submitted it: several attributes of one session's conversation."""
+
+    update_id: str
+    tenant: str
+    session_id: str
+    conversation_id: str
+    attributes: Mapping[str, str]
+    sensitive: frozenset[str]
+    submitted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    accepted: bool
+    update_id: str
+    # attributes that replaced a value queued and not yet sent (last write wins)
+    coalesced: tuple[str, ...]
+    # the tenant's queue depth after the submission (or as it was, when refused)
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A send about to be made: its ledger entry (outcome unknown, one attempt) and the rows it carries.
+
+    ``later`` is when the conversation's next queued write not yet due (a Retry-After) becomes due.
+    """
+
+    # None when nothing is due now (``later`` says when something will be)
+    entry: LedgerEntry | None
+    rows: tuple[OutboxRow, ...]
+    later: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    row_id: int
+    status: RowStatus
+    not_before: float | None = None
+    accepted_at: float | None = None
+    # a re-send after a mismatch (counts against the repair budget)
+    repair: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerChange:
+    request_id: int
+    outcome: Outcome
+    answered_at: float | None = None
+    status: int | None = None
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewMismatch:
+    row_id: int
+    # "newer-value" (someone else wrote since), "still-wrong" (repairs spent), "failed: CODE"
+    reason: str
+    # the server's value; None for a sensitive attribute (never kept) or an absent one
+    server_value: str | None
+    flagged_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    id: int
+    row_id: int
+    tenant: str
+    session_id: str
+    conversation_id: str
+    attribute: str
+    sensitive: bool
+    reason: str
+    flagged_at: float
+    # what we wrote and what the server holds; None for sensitive attributes (never shown)
+    expected: str | None = field(default=None, repr=False)
+    server_value: str | None = field(default=None, repr=False)
+    resolved_at: float | None = None
+    resolution: str | None = None
+
+
+class ResolveRefused(Exception):
+    """A mismatch that cannot be resolved as asked: ``kind`` is ``unknown``, ``resolved`` or ``superseded``."""
+
+    def __init__(self, kind: str, problem: str) -> None:
+        self.kind = kind
+        self.problem = problem
+        super().__init__(problem)
+
+
+class Store(Protocol):
+    """What the daemon persists; every method is safe to await from the event loop (it never blocks it).
+
+    Raises :class:`~supervisor.errors.StoreError` when the store cannot persist (full disk,
+    read-only, corrupt): the caller refuses to acknowledge what was not persisted.
+    """
+
+    path: str
+    #: why the store cannot persist right now (None when healthy)
+    degraded: str | None
+
+    # desired sessions and the session ledger
+    async def desired_sessions(self) -> dict[str, DesiredSession]: ...
+    async def set_desired(self, desired: DesiredSession) -> None: ...
+    async def forget_desired(self, session_id: str) -> None: ...
+    async def server_sessions(self) -> dict[str, ServerSession]: ...
+    async def session_opening(self, session: ServerSession) -> None: ...
+    async def session_opened(
+        self, session_id: str, conversation_id: str | None, platform_session_id: str | None
+    ) -> None: ...
+    async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None: ...
+
+    # outbox, ledger, mismatches
+    async def submit(self, submission: Submission, max_depth: int) -> SubmitResult: ...
+    async def live_rows(self) -> list[OutboxRow]: ...
+    async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]: ...
+    async def claim(
+        self,
+        conversation_id: str,
+        before: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        participant_id: str | None,
+        endpoint: str,
+        sent_at: float,
+        limit: int,
+        attempts: int = 1,
+    ) -> Claim | None: ...
+    async def count_attempt(self, request_id: int) -> int: ...
+    async def record(
+        self,
+        rows: Sequence[RowChange] = (),
+        ledger: LedgerChange | None = None,
+        mismatches: Sequence[NewMismatch] = (),
+    ) -> list[int]: ...
+    async def mismatches(self, *, include_resolved: bool = False) -> list[Mismatch]: ...
+    async def resolve(self, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch: ...
+    async def depth(self, tenant: str) -> int: ...
+    async def update_outcomes(self) -> dict[str, UpdateOutcome]: ...
+    async def counts(self) -> dict[str, int]: ...
+    async def integrity_check(self) -> str: ...
+    async def aclose(self) -> None: ...
+
+
+def value_hash(key: str, value: str | None) -> str:
+    """The hash of one attribute as stored or read back (``None``: absent); compared, never shown."""
+    canonical = json.dumps([key, value], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
+def payload_hash(attributes: Mapping[str, str | None]) -> str:
+    """The hash of a payload (seed edge case 2: "compare local and server attribute hashes")."""
+    canonical = json.dumps(dict(sorted(attributes.items())), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,434 @@
+"""SQL of the outbox, the ledger and the mismatches (runs in the store's writer, inside its transaction).
+
+Every function here is one step of a transaction the writer opened (``BEGIN IMMEDIATE``): a
+submission's depth check, coalescing and inserts happen together, so the acknowledgement the
+caller hears is exactly what was committed (reliability.md §6: "inserted in the same transaction
+as the ack; depth ≤ 50 enforced here; same (session, attribute) coalesced").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from supervisor.store.model import (
+    QUEUED,
+    Claim,
+    LedgerChange,
+    LedgerEntry,
+    Mismatch,
+    NewMismatch,
+    OutboxRow,
+    Outcome,
+    Resolution,
+    ResolveRefused,
+    RowChange,
+    RowStatus,
+    Submission,
+    SubmitResult,
+    UpdateOutcome,
+    payload_hash,
+    value_hash,
+)
+
+__all__ = [
+    "claim",
+    "count_attempt",
+    "counts",
+    "depth",
+    "ledger",
+    "live_rows",
+    "mismatches",
+    "record",
+    "resolve",
+    "submit",
+    "update_outcomes",
+]
+
+_ROW = (
+    "id, tenant, session_id, conversation_id, attribute, value, sensitive, status, created_at, sends, "
+    "repairs, not_before, before_hash, ledger_id, accepted_at"
+)
+_LEDGER = (
+    "request_id, idempotency_key, tenant, conversation_id, participant_id, endpoint, payload_hash, "
+    "attempts, sent_at, outcome, owner_epoch, answered_at, status, error_code"
+)
+_QUEUED = tuple(s.value for s in QUEUED)
+#: a settled row keeps no value: payloads are limited to what reconciliation needs (reliability.md (b))
+_WIPED = frozenset({RowStatus.VERIFIED, RowStatus.REPAIRED, RowStatus.SUPERSEDED, RowStatus.RESOLVED})
+
+
+def _row(r: Sequence[Any]) -> OutboxRow:
+    return OutboxRow(
+        id=r[0],
+        tenant=r[1],
+        session_id=r[2],
+        conversation_id=r[3],
+        attribute=r[4],
+        value=r[5],
+        sensitive=bool(r[6]),
+        status=RowStatus(r[7]),
+        created_at=r[8],
+        sends=r[9],
+        repairs=r[10],
+        not_before=r[11],
+        before_hash=r[12],
+        ledger_id=r[13],
+        accepted_at=r[14],
+    )
+
+
+def _entry(r: Sequence[Any]) -> LedgerEntry:
+    return LedgerEntry(
+        request_id=r[0],
+        idempotency_key=r[1],
+        tenant=r[2],
+        conversation_id=r[3],
+        participant_id=r[4],
+        endpoint=r[5],
+        payload_hash=r[6],
+        attempts=r[7],
+        sent_at=r[8],
+        outcome=Outcome(r[9]),
+        owner_epoch=r[10],
+        answered_at=r[11],
+        status=r[12],
+        error_code=r[13],
+    )
+
+
+def depth(conn: sqlite3.Connection, tenant: str) -> int:
+    """Writes of ``tenant`` the platform has not answered yet (queued or being sent)."""
+    row = conn.execute(
+        f"SELECT COUNT(*) FROM outbox WHERE tenant = ? AND status IN ({','.join('?' * len(_QUEUED))})",
+        (tenant, *_QUEUED),
+    ).fetchone()
+    return int(row[0])
+
+
+def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitResult:
+    """Queue ``sub``'s attributes, coalescing onto writes not yet sent; refuse past ``max_depth``."""
+    queued = depth(conn, sub.tenant)
+    plan: list[tuple[str, str, int | None]] = []
+    for key, value in sub.attributes.items():
+        pending = conn.execute(
+            "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND status = 'pending'",
+            (sub.conversation_id, key),
+        ).fetchone()
+        plan.append((key, value, None if pending is None else int(pending[0])))
+    new_rows = sum(1 for _, _, pending in plan if pending is None)
+    if new_rows and queued + new_rows > max_depth:
+        # seed edge case 2: a full queue refuses (the caller hears "try later"); nothing is written
+        return SubmitResult(False, sub.update_id, (), queued)
+    coalesced: list[str] = []
+    conn.execute(
+        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced) "
+        "VALUES (?, ?, ?, ?, ?, ?, 0)",
+        (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan)),
+    )
+    for key, value, pending in plan:
+        sensitive = int(key in sub.sensitive)
+        if pending is not None:
+            # last write wins on a value not yet sent
+            conn.execute(
+                "UPDATE outbox SET value = ?, sensitive = ?, session_id = ? WHERE id = ?",
+                (value, sensitive, sub.session_id, pending),
+            )
+            row_id = pending
+            coalesced.append(key)
+        else:
+            cursor = conn.execute(
+                "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
+                (sub.tenant, sub.session_id, sub.conversation_id, key, value, sensitive, sub.submitted_at),
+            )
+            row_id = int(cursor.lastrowid or 0)
+            _supersede(conn, sub.conversation_id, key, row_id)
+        conn.execute(
+            "INSERT OR IGNORE INTO update_rows (update_id, row_id) VALUES (?, ?)", (sub.update_id, row_id)
+        )
+    if coalesced:
+        conn.execute("UPDATE updates SET coalesced = ? WHERE update_id = ?", (len(coalesced), sub.update_id))
+    return SubmitResult(True, sub.update_id, tuple(coalesced), queued + new_rows)
+
+
+def _supersede(conn: sqlite3.Connection, conversation_id: str, attribute: str, newer: int) -> None:
+    """Earlier writes of ours to the attribute, sent and not yet verified, are carried by ``newer`` now.
+
+    Their verification must not mistake our own newer value for someone else's; the updates they
+    belonged to are answered for by the newer write (last write wins).
+    """
+    older = conn.execute(
+        "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND status IN ('sending', 'accepted') "
+        "AND id != ?",
+        (conversation_id, attribute, newer),
+    ).fetchall()
+    for (old,) in older:
+        conn.execute("UPDATE outbox SET status = 'superseded', value = NULL WHERE id = ?", (old,))
+        conn.execute(
+            "INSERT OR IGNORE INTO update_rows (update_id, row_id) SELECT update_id, ? FROM update_rows "
+            "WHERE row_id = ?",
+            (newer, old),
+        )
+
+
+def live_rows(conn: sqlite3.Connection) -> list[OutboxRow]:
+    rows = conn.execute(
+        f"SELECT {_ROW} FROM outbox WHERE status IN ('pending', 'sending', 'accepted') ORDER BY id"
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
+def ledger(conn: sqlite3.Connection, request_ids: Sequence[int] | None) -> dict[int, LedgerEntry]:
+    if request_ids is None:
+        rows = conn.execute(f"SELECT {_LEDGER} FROM ledger ORDER BY request_id").fetchall()
+    else:
+        rows = []
+        ids = list(request_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows += conn.execute(
+                f"SELECT {_LEDGER} FROM ledger WHERE request_id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+    return {int(r[0]): _entry(r) for r in rows}
+
+
+def claim(
+    conn: sqlite3.Connection,
+    conversation_id: str,
+    before: Mapping[str, str],
+    *,
+    idempotency_key: str,
+    participant_id: str | None,
+    endpoint: str,
+    sent_at: float,
+    limit: int,
+    epoch: int,
+    attempts: int = 1,
+) -> Claim | None:
+    """Take the conversation's queued writes into one send: its ledger entry is written *before* it goes.
+
+    The entry starts ``unknown`` with one attempt: if the daemon dies after the request left, a
+    restart finds it unknown and reads the conversation back instead of sending again. ``before``
+    maps attribute -> value_hash of what the server held just before (absent ones hash as None).
+    ``attempts`` is 0 for rows taken only to be flagged (nothing is sent).
+    """
+    rows = [
+        _row(r)
+        for r in conn.execute(
+            f"SELECT {_ROW} FROM outbox WHERE conversation_id = ? AND status = 'pending' "
+            "AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?",
+            (conversation_id, sent_at, limit),
+        ).fetchall()
+    ]
+    later_row = conn.execute(
+        "SELECT MIN(not_before) FROM outbox WHERE conversation_id = ? AND status = 'pending' AND not_before > ?",
+        (conversation_id, sent_at),
+    ).fetchone()
+    later = None if later_row is None or later_row[0] is None else float(later_row[0])
+    if not rows:
+        return None if later is None else Claim(None, (), later)
+    payload = {row.attribute: row.value for row in rows}
+    cursor = conn.execute(
+        "INSERT INTO ledger (idempotency_key, tenant, conversation_id, participant_id, endpoint, payload_hash, "
+        "attempts, sent_at, outcome, owner_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'unknown', ?)",
+        (
+            idempotency_key,
+            rows[0].tenant,
+            conversation_id,
+            participant_id,
+            endpoint,
+            payload_hash(payload),
+            attempts,
+            sent_at,
+            epoch,
+        ),
+    )
+    request_id = int(cursor.lastrowid or 0)
+    claimed: list[OutboxRow] = []
+    for row in rows:
+        hashed = before.get(row.attribute) or value_hash(row.attribute, None)
+        conn.execute(
+            "UPDATE outbox SET status = 'sending', ledger_id = ?, sends = sends + 1, before_hash = ?, "
+            "not_before = NULL WHERE id = ?",
+            (request_id, hashed, row.id),
+        )
+        claimed.append(
+            replace(
+                row,
+                status=RowStatus.SENDING,
+                ledger_id=request_id,
+                sends=row.sends + 1,
+                before_hash=hashed,
+                not_before=None,
+            )
+        )
+    entry = ledger(conn, [request_id])[request_id]
+    return Claim(entry, tuple(claimed), later)
+
+
+def count_attempt(conn: sqlite3.Connection, request_id: int) -> int:
+    """One more request with this entry's key is about to leave (committed before it does)."""
+    conn.execute("UPDATE ledger SET attempts = attempts + 1 WHERE request_id = ?", (request_id,))
+    return int(conn.execute("SELECT attempts FROM ledger WHERE request_id = ?", (request_id,)).fetchone()[0])
+
+
+def record(
+    conn: sqlite3.Connection,
+    rows: Sequence[RowChange],
+    change: LedgerChange | None,
+    found: Sequence[NewMismatch],
+) -> list[int]:
+    """Apply a send's or a verification's outcome; returns the ids of the new mismatches."""
+    for ch in rows:
+        sets = ["status = ?"]
+        params: list[Any] = [ch.status.value]
+        if ch.status is RowStatus.PENDING or ch.not_before is not None:
+            sets.append("not_before = ?")
+            params.append(ch.not_before)
+        if ch.accepted_at is not None:
+            sets.append("accepted_at = ?")
+            params.append(ch.accepted_at)
+        if ch.repair:
+            sets.append("repairs = repairs + 1")
+        if ch.error is not None:
+            sets.append("last_error = ?")
+            params.append(ch.error)
+        if ch.status in _WIPED:
+            sets.append("value = NULL")
+        # a row a newer write superseded stays superseded, whatever its late answer says
+        conn.execute(
+            f"UPDATE outbox SET {', '.join(sets)} WHERE id = ? AND status != 'superseded'",
+            (*params, ch.row_id),
+        )
+    if change is not None:
+        conn.execute(
+            "UPDATE ledger SET outcome = ?, answered_at = COALESCE(?, answered_at), status = COALESCE(?, status), "
+            "error_code = COALESCE(?, error_code) WHERE request_id = ?",
+            (change.outcome.value, change.answered_at, change.status, change.error_code, change.request_id),
+        )
+    ids: list[int] = []
+    for m in found:
+        cursor = conn.execute(
+            "INSERT INTO mismatches (row_id, reason, server_value, flagged_at) VALUES (?, ?, ?, ?)",
+            (m.row_id, m.reason, m.server_value, m.flagged_at),
+        )
+        ids.append(int(cursor.lastrowid or 0))
+    return ids
+
+
+_MISMATCH = (
+    "m.id, m.row_id, o.tenant, o.session_id, o.conversation_id, o.attribute, o.sensitive, m.reason, m.flagged_at, "
+    "o.value, m.server_value, m.resolved_at, m.resolution"
+)
+
+
+def _mismatch(r: Sequence[Any]) -> Mismatch:
+    sensitive = bool(r[6])
+    return Mismatch(
+        id=r[0],
+        row_id=r[1],
+        tenant=r[2],
+        session_id=r[3],
+        conversation_id=r[4],
+        attribute=r[5],
+        sensitive=sensitive,
+        reason=r[7],
+        flagged_at=r[8],
+        expected=None if sensitive else r[9],
+        server_value=None if sensitive else r[10],
+        resolved_at=r[11],
+        resolution=r[12],
+    )
+
+
+def mismatches(conn: sqlite3.Connection, include_resolved: bool) -> list[Mismatch]:
+    where = "" if include_resolved else "WHERE m.resolved_at IS NULL"
+    rows = conn.execute(
+        f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id {where} ORDER BY m.id"
+    ).fetchall()
+    return [_mismatch(r) for r in rows]
+
+
+def resolve(conn: sqlite3.Connection, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch:
+    """Settle a mismatch: re-send our value (it queues again) or accept the server's (the row is done)."""
+    found = conn.execute(
+        f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id WHERE m.id = ?",
+        (mismatch_id,),
+    ).fetchone()
+    if found is None:
+        raise ResolveRefused("unknown", f"no mismatch {mismatch_id}")
+    current = _mismatch(found)
+    if current.resolved_at is not None:
+        raise ResolveRefused("resolved", f"mismatch {mismatch_id} is already resolved ({current.resolution})")
+    row_id = current.row_id
+    if resolution is Resolution.RESEND:
+        newer = conn.execute(
+            "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND id > ? "
+            "AND status NOT IN ('flagged', 'resolved')",
+            (current.conversation_id, current.attribute, row_id),
+        ).fetchone()
+        value = conn.execute("SELECT value FROM outbox WHERE id = ?", (row_id,)).fetchone()[0]
+        if newer is not None or value is None:
+            raise ResolveRefused(
+                "superseded",
+                f"mismatch {mismatch_id}: a newer value of '{current.attribute}' was submitted since; "
+                "re-sending this one would overwrite it (accept the server's value instead)",
+            )
+        # a fresh repair budget: someone looked at it and wants our value there
+        conn.execute(
+            "UPDATE outbox SET status = 'pending', repairs = 0, not_before = NULL WHERE id = ?", (row_id,)
+        )
+    else:
+        conn.execute("UPDATE outbox SET status = 'resolved', value = NULL WHERE id = ?", (row_id,))
+    conn.execute(
+        "UPDATE mismatches SET resolved_at = ?, resolution = ? WHERE id = ?",
+        (at, resolution.value, mismatch_id),
+    )
+    row = conn.execute(
+        f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id WHERE m.id = ?",
+        (mismatch_id,),
+    ).fetchone()
+    return _mismatch(row)
+
+
+def update_outcomes(conn: sqlite3.Connection) -> dict[str, UpdateOutcome]:
+    """Each acknowledged update's outcome, from the rows that carry its attributes now."""
+    statuses: dict[str, list[RowStatus]] = {}
+    for update_id, status in conn.execute(
+        "SELECT u.update_id, o.status FROM updates u LEFT JOIN update_rows ur ON ur.update_id = u.update_id "
+        "LEFT JOIN outbox o ON o.id = ur.row_id"
+    ):
+        bucket = statuses.setdefault(update_id, [])
+        if status is not None:
+            bucket.append(RowStatus(status))
+    return {update_id: _outcome(found) for update_id, found in statuses.items()}
+
+
+def _outcome(statuses: list[RowStatus]) -> UpdateOutcome:
+    carried = [s for s in statuses if s is not RowStatus.SUPERSEDED]
+    if any(s in (RowStatus.FLAGGED, RowStatus.RESOLVED) for s in carried):
+        return UpdateOutcome.FLAGGED
+    if not carried or any(s in (RowStatus.PENDING, RowStatus.SENDING, RowStatus.ACCEPTED) for s in carried):
+        return UpdateOutcome.PENDING
+    if any(s is RowStatus.REPAIRED for s in carried):
+        return UpdateOutcome.REPAIRED
+    return UpdateOutcome.VERIFIED
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    out = {status.value: 0 for status in RowStatus}
+    for status, n in conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
+        out[status] = int(n)
+    out["sends"] = int(conn.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])
+    out["attempts"] = int(conn.execute("SELECT COALESCE(SUM(attempts), 0) FROM ledger").fetchone()[0])
+    out["unknownSends"] = int(
+        conn.execute("SELECT COUNT(*) FROM ledger WHERE outcome = 'unknown'").fetchone()[0]
+    )
+    out["openMismatches"] = int(
+        conn.execute("SELECT COUNT(*) FROM mismatches WHERE resolved_at IS NULL").fetchone()[0]
+    )
+    out["updates"] = int(conn.execute("SELECT COUNT(*) FROM updates").fetchone()[0])
+    return out

@@ -1,0 +1,118 @@
+"""SQL of the desired sessions and the session ledger (runs in the store's writer, inside its transaction)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
+
+__all__ = [
+    "desired_sessions",
+    "forget_desired",
+    "server_sessions",
+    "session_closed",
+    "session_opened",
+    "session_opening",
+    "set_desired",
+]
+
+
+def desired_sessions(conn: sqlite3.Connection) -> dict[str, DesiredSession]:
+    rows = conn.execute(
+        "SELECT session_id, platform, state, reason, updated_at FROM desired_sessions"
+    ).fetchall()
+    return {
+        r[0]: DesiredSession(
+            session_id=r[0], platform=r[1], state=DesiredState(r[2]), reason=r[3], updated_at=r[4]
+        )
+        for r in rows
+    }
+
+
+def set_desired(conn: sqlite3.Connection, desired: DesiredSession) -> None:
+    conn.execute(
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
+        "reason = excluded.reason, updated_at = excluded.updated_at",
+        (desired.session_id, desired.platform, desired.state.value, desired.reason, desired.updated_at),
+    )
+
+
+def forget_desired(conn: sqlite3.Connection, session_id: str) -> None:
+    conn.execute("DELETE FROM desired_sessions WHERE session_id = ?", (session_id,))
+
+
+_SERVER_COLUMNS = (
+    "session_id, platform, kind, state, opened_at, agent_id, conversation_id, platform_session_id, "
+    "guest_token, closed_at, outcome"
+)
+
+
+def server_sessions(conn: sqlite3.Connection) -> dict[str, ServerSession]:
+    rows = conn.execute(f"SELECT {_SERVER_COLUMNS} FROM server_sessions").fetchall()
+    return {
+        r[0]: ServerSession(
+            session_id=r[0],
+            platform=r[1],
+            kind=r[2],
+            state=ServerState(r[3]),
+            opened_at=r[4],
+            agent_id=r[5],
+            conversation_id=r[6],
+            platform_session_id=r[7],
+            guest_token=r[8],
+            closed_at=r[9],
+            outcome=r[10],
+        )
+        for r in rows
+    }
+
+
+def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
+    """A session's server side is about to be opened: its row, before the first connection attempt
+    (``opening``; ``open`` when it resumes a server session known to be open).
+
+    A resumed session keeps what it had (a guest token is replaced only by a new one; a CXone
+    anchor only by a new one): a crash between this write and the connection leaves what a
+    restart needs to take the server session over, or to end it.
+    """
+    conn.execute(
+        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL) "
+        "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
+        "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
+        "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
+        "platform_session_id = COALESCE(excluded.platform_session_id, server_sessions.platform_session_id), "
+        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL",
+        (
+            session.session_id,
+            session.platform,
+            session.kind,
+            session.state.value,
+            session.opened_at,
+            session.agent_id,
+            session.conversation_id,
+            session.platform_session_id,
+            session.guest_token,
+        ),
+    )
+
+
+def session_opened(
+    conn: sqlite3.Connection, session_id: str, conversation_id: str | None, platform_session_id: str | None
+) -> None:
+    conn.execute(
+        "UPDATE server_sessions SET state = ?, "
+        "conversation_id = COALESCE(?, conversation_id), "
+        "platform_session_id = COALESCE(?, platform_session_id) "
+        "WHERE session_id = ? AND state != ?",
+        (ServerState.OPEN.value, conversation_id, platform_session_id, session_id, ServerState.CLOSED.value),
+    )
+
+
+def session_closed(conn: sqlite3.Connection, session_id: str, outcome: str, closed_at: float) -> None:
+    """The server session is over: the resume credential is wiped (seed section 3: revoke local storage)."""
+    conn.execute(
+        "UPDATE server_sessions SET state = ?, guest_token = NULL, closed_at = ?, outcome = ? "
+        "WHERE session_id = ?",
+        (ServerState.CLOSED.value, closed_at, outcome, session_id),
+    )

@@ -1,0 +1,368 @@
+"""The embedded :class:`~supervisor.store.model.Store`: one SQLite file in the state directory.
+
+* **WAL** (readers never wait for the writer; a crash leaves the last committed transaction) and
+  ``synchronous=FULL`` by default: the WAL is synced at every commit, so an acknowledgement
+  survives a ``kill -9`` *and* an OS crash or power loss (reliability.md §6; ``NORMAL`` survives
+  ``kill -9`` only; docs/store.md, "Durability"). Commits are grouped to share the sync.
+* **One writer, off the event loop.** Every call queues a job; whoever holds the store's lock
+  runs every queued job in a worker thread (``anyio.to_thread``), in order, each in its own
+  savepoint of one transaction, then commits once: several acknowledgements share one fsync
+  (group commit). A job's result is handed back only once its commit succeeded.
+* **Health.** A commit that fails (disk full, read-only, I/O error) fails every job of its
+  batch with :class:`~supervisor.errors.StoreError` naming the file, and marks the store
+  ``degraded`` with the reason until a later commit succeeds; ``on_health`` hears both moves.
+* The file is created ``0600`` (a wider existing file is narrowed): it holds resume credentials
+  (the Web Messaging guest token) and the values of queued attribute writes, never an OAuth
+  token or a secret.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Generic, Literal, TypeVar
+
+import anyio
+from anyio import to_thread
+
+from supervisor.errors import StoreError
+from supervisor.store import sql_outbox, sql_sessions
+from supervisor.store.model import (
+    Claim,
+    DesiredSession,
+    LedgerChange,
+    LedgerEntry,
+    Mismatch,
+    NewMismatch,
+    OutboxRow,
+    Resolution,
+    RowChange,
+    ServerSession,
+    Submission,
+    SubmitResult,
+    UpdateOutcome,
+)
+from supervisor.store.schema import NewerSchema, migrate
+from supervisor.store.testhooks import StoreFaults
+
+__all__ = ["SqliteStore", "Synchronous", "describe"]
+
+T = TypeVar("T")
+Synchronous = Literal["full", "normal"]
+#: the file holds resume credentials and queued values: the owner only
+FILE_MODE: Final = 0o600
+HealthHook = Callable[[str | None], None]
+
+
+def describe(exc: BaseException) -> str:
+    """A SQLite error in words an operator acts on (the library's text kept in parentheses)."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    text = str(exc) or type(exc).__name__
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        return f"the disk is full ({text})"
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return f"read-only: cannot write ({text})"
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
+        return f"cannot open ({text}): does its directory exist, and may the daemon write there?"
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in text or "malformed" in text:
+        return f"corrupt or not a SQLite database ({text}); nothing was changed: move it aside to start an empty store"
+    if name.startswith("SQLITE_IOERR") or "I/O error" in text:
+        return f"I/O error ({text})"
+    return text
+
+
+class _Job(Generic[T]):
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], T]) -> None:
+        self.fn = fn
+        self.done = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class SqliteStore:
+    """The store in one SQLite file (see the module docstring); open it with :meth:`open`."""
+
+    def __init__(
+        self,
+        path: Path,
+        conn: sqlite3.Connection,
+        *,
+        epoch: int,
+        synchronous: Synchronous,
+        faults: StoreFaults,
+        on_health: HealthHook | None,
+    ) -> None:
+        self.path = str(path)
+        self.epoch = epoch
+        self.synchronous = synchronous
+        self.degraded: str | None = None
+        self.commits = 0
+        self._conn: sqlite3.Connection | None = conn
+        self._faults = faults
+        self._on_health = on_health
+        self._pending: list[_Job[Any]] = []
+        self._lock = anyio.Lock()
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "full",
+        environ: Mapping[str, str] | None = None,
+        on_health: HealthHook | None = None,
+    ) -> SqliteStore:
+        """Open (or create) the store; raises :class:`StoreError` naming the file and the problem."""
+        p = Path(path)
+        faults = StoreFaults(environ)
+        conn, epoch = await to_thread.run_sync(_open_sync, p, synchronous)
+        return cls(p, conn, epoch=epoch, synchronous=synchronous, faults=faults, on_health=on_health)
+
+    async def aclose(self) -> None:
+        """Run what is queued, checkpoint the WAL, close the file (idempotent)."""
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is None:
+                return
+            batch, self._pending = self._pending, []
+            with anyio.CancelScope(shield=True):
+                if batch:
+                    await to_thread.run_sync(self._execute, conn, batch)
+                await to_thread.run_sync(_close_sync, conn)
+
+    # ------------------------------------------------------------------ the one writer
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        job: _Job[T] = _Job(fn)
+        self._pending.append(job)
+        async with self._lock:
+            if not job.done:
+                conn = self._conn
+                if conn is None:
+                    raise StoreError(self.path, "the store is closed")
+                batch, self._pending = self._pending, []
+                # not cancellable: a batch that started runs to its commit (or rollback)
+                problem = await to_thread.run_sync(self._execute, conn, batch)
+                self._health(problem)
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    def _execute(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> str | Literal[False] | None:
+        """Run ``batch`` in one transaction (a savepoint per job); returns the commit's problem,
+        None when it committed writes, False when it wrote nothing (health unchanged)."""
+        before = conn.total_changes
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    job.result = job.fn(conn)
+                except Exception as exc:  # the job's own failure: only its writes are undone
+                    conn.execute("ROLLBACK TO job")
+                    job.error = (
+                        StoreError(self.path, describe(exc)) if isinstance(exc, sqlite3.Error) else exc
+                    )
+                    job.result = None
+                conn.execute("RELEASE job")
+            wrote = conn.total_changes != before
+            if wrote:
+                self._faults.before_commit()
+            conn.execute("COMMIT")
+            self.commits += 1
+            return None if wrote else False
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            problem = describe(exc)
+            for job in batch:
+                if job.error is None:
+                    job.error = StoreError(self.path, problem)
+                job.result = None
+            return problem
+        finally:
+            for job in batch:
+                job.done = True
+
+    def _health(self, problem: str | Literal[False] | None) -> None:
+        if problem is False or problem == self.degraded:
+            return
+        self.degraded = problem
+        if self._on_health is not None:
+            self._on_health(problem)
+
+    # ------------------------------------------------------------------ desired sessions, session ledger
+    async def desired_sessions(self) -> dict[str, DesiredSession]:
+        return await self._run(sql_sessions.desired_sessions)
+
+    async def set_desired(self, desired: DesiredSession) -> None:
+        await self._run(lambda conn: sql_sessions.set_desired(conn, desired))
+
+    async def forget_desired(self, session_id: str) -> None:
+        await self._run(lambda conn: sql_sessions.forget_desired(conn, session_id))
+
+    async def server_sessions(self) -> dict[str, ServerSession]:
+        return await self._run(sql_sessions.server_sessions)
+
+    async def session_opening(self, session: ServerSession) -> None:
+        await self._run(lambda conn: sql_sessions.session_opening(conn, session))
+
+    async def session_opened(
+        self, session_id: str, conversation_id: str | None, platform_session_id: str | None
+    ) -> None:
+        await self._run(
+            lambda conn: sql_sessions.session_opened(conn, session_id, conversation_id, platform_session_id)
+        )
+
+    async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None:
+        await self._run(lambda conn: sql_sessions.session_closed(conn, session_id, outcome, closed_at))
+
+    # ------------------------------------------------------------------ outbox, ledger, mismatches
+    async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
+        return await self._run(lambda conn: sql_outbox.submit(conn, submission, max_depth))
+
+    async def live_rows(self) -> list[OutboxRow]:
+        return await self._run(sql_outbox.live_rows)
+
+    async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]:
+        return await self._run(lambda conn: sql_outbox.ledger(conn, request_ids))
+
+    async def claim(
+        self,
+        conversation_id: str,
+        before: Mapping[str, str],
+        *,
+        idempotency_key: str,
+        participant_id: str | None,
+        endpoint: str,
+        sent_at: float,
+        limit: int,
+        attempts: int = 1,
+    ) -> Claim | None:
+        return await self._run(
+            lambda conn: sql_outbox.claim(
+                conn,
+                conversation_id,
+                before,
+                idempotency_key=idempotency_key,
+                participant_id=participant_id,
+                endpoint=endpoint,
+                sent_at=sent_at,
+                limit=limit,
+                epoch=self.epoch,
+                attempts=attempts,
+            )
+        )
+
+    async def count_attempt(self, request_id: int) -> int:
+        return await self._run(lambda conn: sql_outbox.count_attempt(conn, request_id))
+
+    async def record(
+        self,
+        rows: Sequence[RowChange] = (),
+        ledger: LedgerChange | None = None,
+        mismatches: Sequence[NewMismatch] = (),
+    ) -> list[int]:
+        return await self._run(lambda conn: sql_outbox.record(conn, rows, ledger, mismatches))
+
+    async def mismatches(self, *, include_resolved: bool = False) -> list[Mismatch]:
+        return await self._run(lambda conn: sql_outbox.mismatches(conn, include_resolved))
+
+    async def resolve(self, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch:
+        return await self._run(lambda conn: sql_outbox.resolve(conn, mismatch_id, resolution, at))
+
+    async def depth(self, tenant: str) -> int:
+        return await self._run(lambda conn: sql_outbox.depth(conn, tenant))
+
+    async def update_outcomes(self) -> dict[str, UpdateOutcome]:
+        return await self._run(sql_outbox.update_outcomes)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._run(sql_outbox.counts)
+
+    async def integrity_check(self) -> str:
+        def check(conn: sqlite3.Connection) -> str:
+            return "; ".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall())
+
+        return await self._run(check)
+
+
+# -- opening and closing, in a worker thread ------------------------------------------------------------
+
+
+def _prepare_file(path: Path) -> None:
+    """Create the file 0600 (narrow a wider one); raise StoreError for what SQLite would say less clearly."""
+    where = str(path)
+    parent = path.parent
+    if not parent.is_dir():
+        raise StoreError(where, f"its directory {parent} does not exist")
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise StoreError(where, f"cannot read it ({exc.strerror})") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise StoreError(where, "not a regular file")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    except OSError as exc:
+        verb = "create" if info is None else "open"
+        raise StoreError(where, f"cannot {verb} it for writing ({exc.strerror})") from None
+    try:
+        if info is not None and stat.S_IMODE(info.st_mode) & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection, int]:
+    _prepare_file(path)
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
+    except sqlite3.Error as exc:
+        raise StoreError(str(path), describe(exc)) from None
+    try:
+        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        if mode != "wal":
+            raise StoreError(str(path), f"cannot use write-ahead logging here (journal_mode is {mode})")
+        # "full": the WAL is synced at every commit (an ack survives power loss); "normal": kill -9 only
+        conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        check = str(conn.execute("PRAGMA quick_check(1)").fetchone()[0])
+        if check != "ok":
+            raise StoreError(str(path), f"corrupt (quick_check: {check}); nothing was changed: move it aside")
+        migrate(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+        epoch = (int(row[0]) if row is not None else 0) + 1
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('epoch', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(epoch),),
+        )
+        conn.execute("COMMIT")
+    except StoreError:
+        conn.close()
+        raise
+    except NewerSchema as exc:
+        conn.close()
+        raise StoreError(str(path), str(exc)) from None
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(str(path), describe(exc)) from None
+    return conn, epoch
+
+
+def _close_sync(conn: sqlite3.Connection) -> None:
+    # a full or read-only disk: the WAL stays, and the next open replays it
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    conn.close()

@@ -1,0 +1,219 @@
+"""Metrics: counters fed by the bus, gauges and token counters read when the reader collects.
+
+Every label is bounded by construction: states, taxonomy codes, policy names, termination
+reasons and triggers, circuit ids (one per configured endpoint), credential names, HTTP status
+codes. Never a session, agent or conversation id, never an operation's path (docs/telemetry.md
+lists each instrument and its labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from supervisor.events import (
+    CircuitTransition,
+    Event,
+    ReconnectionThrottled,
+    RetryAttempt,
+    RetryExhausted,
+    RetryKind,
+    RetrySuccess,
+    SessionTerminated,
+    SessionTransition,
+)
+from supervisor.rest.tokens import TokenCache
+from supervisor.taxonomy import SdkErrorEvent
+from supervisor.telemetry import attributes as A
+from supervisor.telemetry.segments import CONNECTING, RECONNECTING, STATES
+
+__all__ = ["Metrics"]
+
+CIRCUIT_STATES = ("closed", "open", "half_open")
+# a refused WebSocket upgrade (the platform's admission control), by HTTP status
+_ADMISSION = frozenset({429, 503})
+_WEBSOCKET_CHANNELS = frozenset({"webmessaging", "notifications"})
+
+
+class Metrics:
+    """The instruments, and the bus events that move them."""
+
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        sessions: Callable[[], Mapping[str, int]],
+        circuits: Callable[[], Mapping[str, str]],
+        segment_attempt: Callable[[str], int],
+    ) -> None:
+        self._sessions = sessions
+        self._circuits = circuits
+        self._segment_attempt = segment_attempt
+        self._tokens: Mapping[str, TokenCache] = {}
+        self._counts: dict[str, Callable[[], int]] = {}
+        meter.create_observable_gauge(
+            A.M_SESSIONS,
+            [self._observe_sessions],
+            unit="{session}",
+            description="Supervised sessions by state",
+        )
+        self.reconnect_attempts = meter.create_counter(
+            A.M_RECONNECT_ATTEMPTS,
+            unit="{attempt}",
+            description="Reconnections scheduled, by cause and policy",
+        )
+        self.reconnect_outcomes = meter.create_counter(
+            A.M_RECONNECT_OUTCOMES,
+            unit="{outcome}",
+            description="Reconnection outcomes: recovered, failed, throttled (deferred by an open circuit), exhausted",
+        )
+        self.retries = meter.create_counter(
+            A.M_RETRIES, unit="{retry}", description="Operation retries by code, policy and reason"
+        )
+        self.exhausted = meter.create_counter(
+            A.M_RETRY_EXHAUSTED,
+            unit="{operation}",
+            description="Retry budgets spent (operations and reconnections)",
+        )
+        meter.create_observable_gauge(
+            A.M_CIRCUIT_STATE,
+            [self._observe_circuits],
+            unit="1",
+            description="1 for each circuit's current state (closed, open, half_open), 0 for the others",
+        )
+        self.circuit_transitions = meter.create_counter(
+            A.M_CIRCUIT_TRANSITIONS, unit="{transition}", description="Circuit transitions by endpoint"
+        )
+        meter.create_observable_counter(
+            A.M_TOKEN_FETCHES, [self._observe("fetches")], unit="{fetch}", description="Tokens fetched"
+        )
+        meter.create_observable_counter(
+            A.M_TOKEN_REFRESHES,
+            [self._observe("refreshes")],
+            unit="{refresh}",
+            description="Tokens refreshed (a fetch that replaced a token)",
+        )
+        meter.create_observable_counter(
+            A.M_TOKEN_FAILURES,
+            [self._observe("failures")],
+            unit="{failure}",
+            description="Token fetches the token endpoint refused or never answered",
+        )
+        self.handshake_refusals = meter.create_counter(
+            A.M_HANDSHAKE_REFUSALS,
+            unit="{refusal}",
+            description="WebSocket upgrades refused by the platform's admission control (429, 503)",
+        )
+        self.terminations = meter.create_counter(
+            A.M_TERMINATIONS, unit="{session}", description="Session terminations by reason and trigger"
+        )
+        meter.create_observable_counter(
+            A.M_SINK_FAILURES, [self._count("sink")], unit="{failure}", description="Event-bus sink failures"
+        )
+        meter.create_observable_counter(
+            A.M_EXPORT_FAILURES,
+            [self._count("export")],
+            unit="{export}",
+            description="Telemetry exports that failed (collector down, refusing, too slow)",
+        )
+
+    # -- what the façade wires in after the daemon's objects exist ------------------------------------
+    def observe_tokens(self, tokens: Mapping[str, TokenCache]) -> None:
+        self._tokens = tokens
+
+    def count(self, name: str, read: Callable[[], int]) -> None:
+        """Read a running count (``sink``: bus sink failures, ``export``: failed exports)."""
+        self._counts[name] = read
+
+    # -- the bus ----------------------------------------------------------------------------------------
+    def event(self, event: Event) -> None:
+        kind = type(event)
+        if kind is RetryAttempt:
+            assert isinstance(event, RetryAttempt)
+            if event.kind is RetryKind.RECONNECT:
+                self.reconnect_attempts.add(1, {A.ERROR_TYPE: event.code, A.RETRY_POLICY: event.policy})
+            else:
+                reason = "token_replay" if event.token_refreshed else "retry"
+                self.retries.add(
+                    1,
+                    {
+                        A.ERROR_TYPE: event.code,
+                        A.RETRY_POLICY: event.policy,
+                        A.RETRY_REASON: reason,
+                        A.RETRY_FROM_RETRY_AFTER: event.from_retry_after,
+                    },
+                )
+        elif kind is RetrySuccess:
+            assert isinstance(event, RetrySuccess)
+            if event.kind is RetryKind.RECONNECT:
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "recovered"})
+        elif kind is RetryExhausted:
+            assert isinstance(event, RetryExhausted)
+            attrs: dict[str, Any] = {
+                A.RETRY_KIND: event.kind.value,
+                A.ERROR_TYPE: event.code,
+                A.RETRY_POLICY: event.policy,
+            }
+            if event.give_up is not None:
+                attrs[A.RETRY_GIVE_UP] = event.give_up
+            self.exhausted.add(1, attrs)
+            if event.kind is RetryKind.RECONNECT:
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "exhausted"})
+        elif kind is ReconnectionThrottled:
+            self.reconnect_outcomes.add(1, {A.OUTCOME: "throttled"})
+        elif kind is SessionTransition:
+            assert isinstance(event, SessionTransition)
+            # read before the segment tracker moves on: was the failed attempt a reconnection?
+            failed = event.source == CONNECTING and event.target == RECONNECTING
+            if failed and self._segment_attempt(event.session_id) > 0:
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "failed"})
+        elif kind is SessionTerminated:
+            assert isinstance(event, SessionTerminated)
+            attrs = {A.TERMINATION_REASON: event.reason.value}
+            if event.trigger is not None:
+                attrs[A.TERMINATION_TRIGGER] = event.trigger.value
+            if event.code is not None:
+                attrs[A.ERROR_TYPE] = event.code
+            self.terminations.add(1, attrs)
+        elif kind is CircuitTransition:
+            assert isinstance(event, CircuitTransition)
+            self.circuit_transitions.add(
+                1, {A.CIRCUIT_ID: event.circuit_id, A.CIRCUIT_FROM: event.source, A.CIRCUIT_TO: event.target}
+            )
+
+    def connection_failure(self, event: SdkErrorEvent, session_state: str | None) -> None:
+        """A session's connection attempt failed: count a refused WebSocket upgrade."""
+        status = event.raw_status
+        if session_state == CONNECTING and status in _ADMISSION and event.channel in _WEBSOCKET_CHANNELS:
+            self.handshake_refusals.add(1, {A.HTTP_STATUS: status, A.CHANNEL: event.channel})
+
+    # -- observable instruments -------------------------------------------------------------------------
+    def _observe_sessions(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts = self._sessions()
+        return [Observation(counts.get(state, 0), {A.SESSION_STATE: state}) for state in STATES]
+
+    def _observe_circuits(self, options: CallbackOptions) -> Iterable[Observation]:
+        out = []
+        for circuit_id, current in sorted(self._circuits().items()):
+            for state in CIRCUIT_STATES:
+                value = 1 if state == current else 0
+                out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state}))
+        return out
+
+    def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(int(getattr(cache, field)), {A.CREDENTIAL: name})
+                for name, cache in sorted(self._tokens.items())
+            ]
+
+        return observe
+
+    def _count(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            read = self._counts.get(name)
+            return [] if read is None else [Observation(read())]
+
+        return observe

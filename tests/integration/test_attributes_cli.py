@@ -1,0 +1,157 @@
+"""``ctl attributes set``, ``ctl mismatches`` and ``ctl resolve`` as a script runs them (issue 13).
+
+The names and exit codes asserted here are the interface scripts rely on:
+``session-supervisor ctl --socket PATH attributes set SESSION_ID KEY=VALUE ... --json`` exits 0 only
+once the update is durably accepted (JSON ``accepted``, ``updateId``, ``coalesced``, ``queueDepth``),
+75 when refused for backpressure (``retryAfterSeconds`` in the JSON answer), 1 for any other
+refusal, 2 for bad usage. Every process here is a real one: the daemon, and each ``ctl``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.integration.conftest import wait_until
+from tests.integration.daemon_process import CLI, Daemon, daemon_config, running_daemon
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SECRET = "123-45-6789"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=51) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ss-cli-", dir="/tmp") as d:
+        yield Path(d)
+
+
+async def ctl(daemon: Daemon, *args: str) -> tuple[int, dict[str, Any] | None, str]:
+    done = await anyio.run_process([*CLI, "ctl", "--socket", str(daemon.control), *args], check=False)
+    out = done.stdout.decode()
+    return done.returncode, json.loads(out) if out.strip().startswith("{") else None, done.stderr.decode()
+
+
+async def test_attributes_set_exits_0_75_1_2_with_the_json_scripts_rely_on(
+    sim: GenesysSimulator, workdir: Path
+) -> None:
+    conv = sim.create_conversation()
+    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3", queue_depth=3)
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        # hold the sender in its first read, so what is queued stays queued
+        hole = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="GET /api/v2/conversations/*"))
+        code, first, err = await ctl(daemon, "attributes", "set", "wm-0", "survey=a", "--json")
+        assert code == 0, err
+        assert first is not None and first["accepted"] is True and first["coalesced"] is False
+        assert first["queueDepth"] == 1 and uuid.UUID(first["updateId"])
+        # the same attribute, not sent yet: last write wins, and the answer says so
+        code, second, _ = await ctl(
+            daemon, "attributes", "set", "wm-0", "survey=b", "disposition=x", "--json"
+        )
+        assert code == 0 and second is not None
+        assert (second["coalesced"], second["queueDepth"]) == (True, 2)
+        assert second["updateId"] != first["updateId"]
+        code, _, _ = await ctl(daemon, "attributes", "set", "wm-0", "wrapup=1", "--json")
+        assert code == 0
+        # past the depth: try later, with a hint; twice, one event
+        for _ in range(2):
+            code, full, err = await ctl(daemon, "attributes", "set", "wm-0", "extra=1", "--json")
+            assert code == 75, err
+            assert full is not None and full["accepted"] is False and full["retryAfterSeconds"] >= 1
+            assert full["queueDepth"] == 3 and full["error"].endswith(".Backpressure")
+            assert err.count("\n") == 1 and "try again in" in err
+        await wait_until(lambda: len(daemon.named("RATE_LIMIT_BACKPRESSURE")) == 1, 10)
+        # the platform answers again: the queue drains and intake resumes
+        sim.faults.clear(hole.id)
+        await wait_until(lambda: bool(daemon.named("RATE_LIMIT_BACKPRESSURE_RELEASED")), 20)
+        (released,) = daemon.named("RATE_LIMIT_BACKPRESSURE_RELEASED")
+        assert released["refused"] == 2
+        code, after, _ = await ctl(daemon, "attributes", "set", "wm-0", "extra=1", "--json")
+        assert code == 0 and after is not None and after["accepted"] is True
+        await daemon.settled()
+        assert dict(conv.customer().attributes) == {
+            "survey": "b",
+            "disposition": "x",
+            "wrapup": "1",
+            "extra": "1",
+        }
+        assert len(daemon.named("RATE_LIMIT_BACKPRESSURE")) == 1
+
+        # any other refusal: 1, one line naming the typed error
+        code, refused, err = await ctl(daemon, "attributes", "set", "wm-9", "a=1", "--json")
+        assert code == 1 and refused is not None and refused["error"].endswith(".NoSuchSession")
+        assert (
+            err
+            == "session-supervisor: error: io.sessionsupervisor.control.v1.NoSuchSession: no configured session 'wm-9'\n"
+        )
+        # bad usage: 2, before the daemon is asked anything
+        for args in (["wm-0", "novalue"], ["wm-0"], ["wm-0", "=x"], ["wm-0", "a=1", "a=2"]):
+            code, _, err = await ctl(daemon, "attributes", "set", *args)
+            assert code == 2 and err.startswith("session-supervisor: usage error:"), (args, err)
+        assert await daemon.stop() == 0
+
+
+async def test_mismatches_and_resolve_never_show_a_sensitive_value(
+    sim: GenesysSimulator, workdir: Path
+) -> None:
+    gone = str(uuid.UUID(int=7, version=4))  # a conversation the platform does not know: 404
+    config = daemon_config(
+        sim,
+        workdir,
+        [("wm-0", gone)],
+        store=workdir / "store.sqlite3",
+        extra='sensitive = ["ssn"]\n',
+    )
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        code, _, err = await ctl(daemon, "attributes", "set", "wm-0", f"ssn={SECRET}", "note=hello", "--json")
+        assert code == 0, err
+        await daemon.settled()
+        code, listed, _ = await ctl(daemon, "mismatches", "--json")
+        assert code == 0 and listed is not None
+        found = {m["key"]: m for m in listed["mismatches"]}
+        assert set(found) == {"ssn", "note"}
+        assert found["ssn"]["expected"] == found["ssn"]["server"] == "<sensitive>"
+        assert (found["note"]["expected"], found["note"]["reason"]) == (
+            "hello",
+            "failed: CONVERSATION_NOT_FOUND",
+        )
+        (event,) = daemon.named("ATTRIBUTE_MISMATCH")
+        assert sorted(event["keys"]) == ["note", "ssn"] and event["conversationId"] == gone
+        code, resolved, err = await ctl(
+            daemon, "resolve", str(found["note"]["id"]), "--accept-server", "--json"
+        )
+        assert code == 0 and resolved is not None and resolved["mismatch"]["resolution"] == "accept-server"
+        code, _, err = await ctl(daemon, "resolve", str(found["note"]["id"]), "--resend")
+        assert code == 1 and ".AlreadyResolved:" in err
+        code, _, err = await ctl(daemon, "resolve", "999", "--resend")
+        assert code == 1 and ".NoSuchMismatch:" in err
+        code, _, err = await ctl(daemon, "resolve", "1")
+        assert code == 2
+        code, _, _ = await ctl(daemon, "mismatches")
+        assert code == 0
+        code, everything, _ = await ctl(daemon, "mismatches", "--all", "--json")
+        assert everything is not None and len(everything["mismatches"]) == 2
+        assert await daemon.stop() == 0
+        assert SECRET not in json.dumps(daemon.records) and SECRET not in daemon.err

@@ -1,0 +1,114 @@
+"""Admission beyond the seed (issue 15), end to end against the Genesys simulator.
+
+A Retry-After on one session's REST call holds every call to that endpoint; a retry budget
+across calls stops retries past its share; start-up is paced like a storm. The 4029 half (a
+guest's own limit pauses nobody else) is in test_runtime_webmessaging.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from supervisor.clock import FakeClock
+from supervisor.errors import OperationError
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.integration.runtime_harness import genesys_config, supervised
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=5000.0)
+
+
+@pytest.fixture
+async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as simulator:
+        yield simulator
+
+
+def topics(sim: GenesysSimulator) -> str:
+    return sim.urls["api"] + "/api/v2/notifications/availabletopics"
+
+
+async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpoint(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """wm-0's call is answered 429 + Retry-After: 7; wm-1 calls the same endpoint while wm-0 waits
+    it out, and is held until the window ends: the platform is not asked before it said."""
+    waits: list[tuple[float, int]] = []
+    meanwhile: list[httpx.Response] = []
+
+    async def sleep(seconds: float) -> None:
+        # every executor wait, with how many requests the endpoint had seen when it began
+        waits.append(
+            (
+                seconds,
+                sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics"),
+            )
+        )
+        if len(waits) == 1:
+            meanwhile.append(await h.supervisor.request("wm-1", "GET", topics(sim)))
+        clock.advance(seconds)
+
+    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim, clock=clock) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
+        h.supervisor.wiring.executor._sleep = sleep
+        sim.faults.inject(
+            Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "7"}, endpoint="GET *")
+        )
+        first = await h.supervisor.request("wm-0", "GET", topics(sim))
+        assert first.status_code == 200 and [r.status_code for r in meanwhile] == [200]
+        (backoff, seen_then), *held = waits
+        assert backoff >= 7.0 and seen_then == 1  # wm-0's own wait: never before Retry-After
+        # wm-1 was held for the endpoint's window (asking again each second: the pacer books at
+        # most a second ahead) before it sent anything: the endpoint had seen only the one 429
+        assert sum(s for s, _ in held) == pytest.approx(7.0)
+        assert {seen for _, seen in held} == {1}
+        assert (
+            sim.recorder.request_count(
+                method="GET", endpoint="/api/v2/notifications/availabletopics", status=429
+            )
+            == 1
+        )
+        (cut,) = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert (cut["endpoint"], cut["kind"], cut["pausedForS"]) == ("genesys:api", "rest", 7.0)
+        assert h.terminations() == {}
+
+
+async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says_why(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A budget of no share and one retry per 10 s: the first failing call gets its one retry,
+    the next fails on its first attempt with give-up reason RETRY_BUDGET_EXHAUSTED."""
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+
+    config = genesys_config(sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
+    async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        h.supervisor.wiring.executor._sleep = sleep
+        sim.faults.inject(
+            Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/notifications/availabletopics")
+        )
+        for _ in range(2):
+            with pytest.raises(OperationError) as info:
+                await h.supervisor.request("wm-0", "GET", topics(sim))
+            assert info.value.exhausted
+        # three attempts reached the endpoint: the first call's two, the second call's one
+        assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics") == 3
+        gave_up = [e["giveUp"] for e in h.recorded.named("RETRY_EXHAUSTED") if e["kind"] == "operation"]
+        assert gave_up == ["RETRY_BUDGET_EXHAUSTED", "RETRY_BUDGET_EXHAUSTED"]
+        assert h.runners["wm-0"].state.value == "active"  # a spent budget fails calls, not sessions

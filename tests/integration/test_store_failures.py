@@ -1,0 +1,186 @@
+"""A store the daemon cannot use: corrupt, unreadable, a full disk, a read-only state directory (issue 13).
+
+reliability.md row 21: updates are refused clearly, no crash loop, the error is surfaced to callers.
+In every case the daemon (a child process) keeps its sessions running, says once on stderr which
+file and what is wrong, publishes ``STORE_DEGRADED``, and ``ctl attributes set`` exits 1 with one line
+naming the file: nothing is acknowledged that could not be persisted.
+
+A full disk is a small tmpfs mounted for the test when this machine allows it (root and mount);
+elsewhere the daemon's test-only hook makes every commit fail as SQLite fails on a full disk
+(``SESSION_SUPERVISOR_TEST_STORE_FULL_WHEN``). A read-only directory is a tmpfs mounted read-only,
+or a directory without write permission for a user who is not root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.store.testhooks import FULL_ENV
+from tests.integration.conftest import wait_until
+from tests.integration.daemon_process import CLI, Daemon, daemon_config, integrity, running_daemon
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[GenesysSimulator]:
+    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=41) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ss-fail-", dir="/tmp") as d:
+        yield Path(d)
+
+
+@contextlib.contextmanager
+def tmpfs(size_kib: int, *, read_only: bool = False) -> Iterator[Path | None]:
+    """A tmpfs of ``size_kib`` mounted for the test, or None where mounting is not allowed."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        yield None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="ss-fs-", dir="/tmp"))
+    options = f"size={size_kib}k,mode=0700" + (",ro" if read_only else "")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        directory.rmdir()
+        yield None
+        return
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
+        directory.rmdir()
+
+
+async def set_attributes(daemon: Daemon, *pairs: str) -> tuple[int, str, str]:
+    done = await anyio.run_process(
+        [*CLI, "ctl", "--socket", str(daemon.control), "attributes", "set", "wm-0", *pairs, "--json"],
+        check=False,
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def degraded_at_start(daemon: Daemon, store: Path) -> None:
+    lines = [line for line in daemon.err.splitlines() if "store:" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"session-supervisor: store: {store}: "), daemon.err
+    (event,) = daemon.named("STORE_DEGRADED")
+    assert event["path"] == str(store)
+
+
+async def refused_naming(
+    daemon: Daemon, store: Path, problem: str, answer: tuple[int, str, str] | None = None
+) -> None:
+    code, out, err = answer if answer is not None else await set_attributes(daemon, "survey=yes")
+    assert code == 1 and err.count("\n") == 1, (code, err)
+    assert err.startswith("session-supervisor: error: io.sessionsupervisor.control.v1.StoreUnavailable: ")
+    assert str(store) in err and problem in err
+    assert '"accepted":false' in out
+    # the sessions keep running
+    assert daemon.process.returncode is None
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "unreadable"])
+async def test_a_corrupt_or_unreadable_store_refuses_updates_and_the_sessions_run(
+    sim: GenesysSimulator, workdir: Path, kind: str
+) -> None:
+    conv = sim.create_conversation()
+    store = workdir / "store.sqlite3"
+    if kind == "corrupt":
+        store.write_bytes(b"not a database\n" * 500)
+        problem = "corrupt or not a SQLite database"
+    else:
+        store.mkdir()  # a path the daemon cannot open as a file
+        problem = "not a regular file"
+    before = store.read_bytes() if store.is_file() else None
+    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store)
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        degraded_at_start(daemon, store)
+        await refused_naming(daemon, store, problem)
+        assert await daemon.stop() == 0
+    if before is not None:
+        assert store.read_bytes() == before  # never "repaired" by overwriting it
+
+
+@pytest.mark.parametrize("disk", ["small-tmpfs", "injected-sqlite-full"])
+async def test_a_full_disk_refuses_what_it_cannot_persist_then_recovers(
+    sim: GenesysSimulator, workdir: Path, disk: str
+) -> None:
+    conv = sim.create_conversation()
+    with tmpfs(640) if disk == "small-tmpfs" else contextlib.nullcontext() as small:
+        if disk == "small-tmpfs" and small is None:
+            pytest.skip("this machine does not let the test mount a tmpfs (the injected variant runs)")
+        base = small if small is not None else workdir
+        store = base / "store.sqlite3"
+        flag = workdir / "disk-full"
+        filler = base / "filler"
+        config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store, queue_depth=10_000)
+        async with running_daemon(config, env={FULL_ENV: str(flag)} if small is None else {}) as daemon:
+            await daemon.wait_ready(1)
+            assert not daemon.named("STORE_DEGRADED")
+            code, _, err = await set_attributes(daemon, "survey=first")
+            assert code == 0, err
+            if small is None:
+                flag.touch()
+            else:
+                # leave room for a few pages only, then write until SQLite meets ENOSPC
+                free = shutil.disk_usage(small).free
+                filler.write_bytes(b"\0" * max(0, free - 96 * 1024))
+            big = [f"k{i}={'x' * 4000}" for i in range(12)]
+            for _ in range(40):
+                answer = await set_attributes(daemon, *big)
+                if answer[0] != 0:
+                    break
+            await refused_naming(daemon, store, "the disk is full", answer)
+            await wait_until(lambda: bool(daemon.named("STORE_DEGRADED")), 10)
+            assert "the disk is full" in daemon.named("STORE_DEGRADED")[0]["problem"]
+            # the disk is freed: updates are acknowledged again
+            if small is None:
+                flag.unlink()
+            else:
+                filler.unlink()
+            code, out, err = await set_attributes(daemon, "survey=after")
+            assert code == 0 and '"accepted":true' in out, err
+            await wait_until(lambda: bool(daemon.named("STORE_RECOVERED")), 10)
+            assert await daemon.stop() == 0
+        assert integrity(store) == "ok"
+
+
+async def test_a_read_only_state_directory_refuses_updates_and_the_sessions_run(
+    sim: GenesysSimulator, workdir: Path
+) -> None:
+    conv = sim.create_conversation()
+    with tmpfs(256, read_only=True) as mounted:
+        if mounted is not None:
+            state = mounted
+        elif os.geteuid() != 0:
+            state = workdir / "state"
+            state.mkdir(mode=0o500)
+        else:
+            pytest.skip("root without mount: no directory is read-only to this user")
+        store = state / "store.sqlite3"
+        config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store)
+        async with running_daemon(config) as daemon:
+            await daemon.wait_ready(1)
+            degraded_at_start(daemon, store)
+            await refused_naming(daemon, store, "cannot create it for writing")
+            assert await daemon.stop() == 0

@@ -1,0 +1,58 @@
+"""The stdout sink over a real pipe: a reader that goes away costs lines, never a loop (issue 9)."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+from supervisor.bus import EventBus
+from supervisor.events import Published, SessionTransition
+from supervisor.runtime.stdout import StdoutEvents
+from tests.integration.conftest import wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _transition(i: int) -> SessionTransition:
+    return SessionTransition(f"s-{i}", "connecting", "active", "validated", "VALIDATED", "t")
+
+
+async def test_a_reader_that_went_away_drops_lines_without_reporting_drops_into_the_same_pipe() -> None:
+    """Regression: each EVENTS_DROPPED was itself a line for the dead pipe, dropped, reported, ...
+
+    a daemon whose reader had gone spun a core publishing drop notices about drop notices.
+    """
+    read_end, write_end = os.pipe()
+    bus = EventBus()
+    seen: list[Published] = []
+    bus.subscribe(seen.append)
+    sink = StdoutEvents(bus, fd=write_end)
+    bus.subscribe(sink)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.serve)
+            bus.publish(_transition(1))
+            await wait_until(lambda: sink.written == 1, 5)
+            assert os.read(read_end, 4096).count(b"\n") == 1
+            os.close(read_end)  # the reader goes away (EPIPE from now on)
+            read_end = -1
+            for i in range(2, 5):
+                bus.publish(_transition(i))
+                await wait_until(lambda i=i: sink.dropped == i - 1, 5)
+            assert sink.dropped == 3 and sink.written == 1
+            # nothing but our four events went through the bus: no drop notice fed the dead pipe
+            assert [p.event.name for p in seen] == ["SESSION_TRANSITION"] * 4
+            assert bus.seq == 4
+            await sink.flush(1.0)
+            tg.cancel_scope.cancel()
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+        os.close(write_end)

@@ -1,0 +1,308 @@
+"""The SQLite store on real files: outbox, ledger, mismatches, sessions, schema, file safety, health.
+
+Every test opens a real SQLite file in a temporary directory (WAL, the daemon's settings); nothing
+is mocked. The store's promises checked here are the ones the daemon's answers rely on: what
+``submit`` acknowledges is committed, a full queue refuses and writes nothing, a send is in the
+ledger (``unknown``, one attempt) before it leaves, a newer schema is refused untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from supervisor.errors import StoreError
+from supervisor.store import (
+    DesiredSession,
+    DesiredState,
+    LedgerChange,
+    NewMismatch,
+    Outcome,
+    Resolution,
+    ResolveRefused,
+    RowChange,
+    RowStatus,
+    ServerSession,
+    ServerState,
+    SqliteStore,
+    Submission,
+    UpdateOutcome,
+    value_hash,
+)
+from supervisor.store.schema import SCHEMA_VERSION
+from supervisor.store.testhooks import FULL_ENV
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    opened = await SqliteStore.open(tmp_path / "store.sqlite3", synchronous="normal")
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+def sub(
+    update: str, conversation: str, at: float = 1.0, sensitive: frozenset[str] = frozenset(), **values: str
+) -> Submission:
+    return Submission(update, "genesys:c", "wm-0", conversation, values, sensitive, at)
+
+
+async def claim(
+    store: SqliteStore, conversation: str, key: str, before: dict[str, str] | None = None, at: float = 10.0
+):  # type: ignore[no-untyped-def]
+    return await store.claim(
+        conversation,
+        before or {},
+        idempotency_key=key,
+        participant_id="p",
+        endpoint="PATCH x",
+        sent_at=at,
+        limit=50,
+    )
+
+
+async def test_submit_coalesces_a_queued_attribute_and_refuses_past_the_depth(store: SqliteStore) -> None:
+    first = await store.submit(sub("u1", "c1", a="1", b="2"), max_depth=3)
+    assert (first.accepted, first.coalesced, first.depth) == (True, (), 2)
+    # same (conversation, attribute) not yet sent: last write wins, the depth does not grow
+    second = await store.submit(sub("u2", "c1", a="3"), max_depth=3)
+    assert (second.accepted, second.coalesced, second.depth) == (True, ("a",), 2)
+    third = await store.submit(sub("u3", "c2", x="1", y="2"), max_depth=3)
+    assert (third.accepted, third.coalesced, third.depth) == (False, (), 2)
+    assert await store.depth("genesys:c") == 2
+    # the refused submission wrote nothing: a later claim carries only what was acknowledged
+    carried = await claim(store, "c1", "k1")
+    assert carried is not None and {r.attribute: r.value for r in carried.rows} == {"a": "3", "b": "2"}
+    assert await claim(store, "c2", "k2") is None
+    outcomes = await store.update_outcomes()
+    assert set(outcomes) == {"u1", "u2"}
+
+
+async def test_a_send_is_in_the_ledger_unknown_with_one_attempt_before_it_leaves(store: SqliteStore) -> None:
+    await store.submit(sub("u1", "c1", a="1"), max_depth=50)
+    before = {"a": value_hash("a", "0")}
+    carried = await claim(store, "c1", "key-1", before)
+    assert carried is not None and carried.entry is not None
+    entry = carried.entry
+    assert (entry.idempotency_key, entry.outcome, entry.attempts) == ("key-1", Outcome.UNKNOWN, 1)
+    (row,) = carried.rows
+    assert (row.status, row.sends, row.before_hash) == (RowStatus.SENDING, 1, value_hash("a", "0"))
+    assert await store.count_attempt(entry.request_id) == 2
+    # the claim is durable: a second store on the file (a restart) sees the same
+    await store.aclose()
+    reopened = await SqliteStore.open(store.path, synchronous="normal")
+    try:
+        ledger = await reopened.ledger()
+        assert [(e.idempotency_key, e.outcome, e.attempts) for e in ledger.values()] == [
+            ("key-1", Outcome.UNKNOWN, 2)
+        ]
+        assert reopened.epoch == store.epoch + 1
+    finally:
+        await reopened.aclose()
+
+
+async def test_a_newer_write_supersedes_one_in_flight_and_answers_for_its_update(store: SqliteStore) -> None:
+    await store.submit(sub("u1", "c1", a="1"), max_depth=50)
+    carried = await claim(store, "c1", "k1")
+    assert carried is not None and carried.entry is not None
+    newer = await store.submit(sub("u2", "c1", a="2"), max_depth=50)
+    assert newer.coalesced == ()  # the first is sent already: nothing to coalesce with
+    # the late answer of the first send does not resurrect it
+    await store.record([RowChange(carried.rows[0].id, RowStatus.ACCEPTED, accepted_at=11.0)])
+    live = await store.live_rows()
+    assert [(r.value, r.status) for r in live] == [("2", RowStatus.PENDING)]
+    second = await claim(store, "c1", "k2")
+    assert second is not None and second.entry is not None
+    await store.record(
+        [RowChange(second.rows[0].id, RowStatus.VERIFIED)], LedgerChange(second.entry.request_id, Outcome.OK)
+    )
+    assert await store.update_outcomes() == {"u1": UpdateOutcome.VERIFIED, "u2": UpdateOutcome.VERIFIED}
+    # settled rows keep no value
+    rows = await _rows(store)
+    assert all(value is None for value, _ in rows)
+
+
+async def _rows(store: SqliteStore) -> list[tuple[str | None, str]]:
+    conn = sqlite3.connect(store.path)
+    try:
+        return [(r[0], r[1]) for r in conn.execute("SELECT value, status FROM outbox ORDER BY id")]
+    finally:
+        conn.close()
+
+
+async def test_mismatches_are_listed_and_resolved_without_sensitive_values(store: SqliteStore) -> None:
+    await store.submit(sub("u1", "c1", sensitive=frozenset({"ssn"}), ssn="123", note="hi"), max_depth=50)
+    carried = await claim(store, "c1", "k1")
+    assert carried is not None and carried.entry is not None
+    by_key = {r.attribute: r for r in carried.rows}
+    ids = await store.record(
+        [RowChange(r.id, RowStatus.FLAGGED) for r in carried.rows],
+        LedgerChange(carried.entry.request_id, Outcome.PARTIAL),
+        [
+            NewMismatch(by_key["ssn"].id, "newer-value", None, 12.0),
+            NewMismatch(by_key["note"].id, "newer-value", "other", 12.0),
+        ],
+    )
+    listed = {m.attribute: m for m in await store.mismatches()}
+    assert listed["ssn"].sensitive and listed["ssn"].expected is None and listed["ssn"].server_value is None
+    assert (listed["note"].expected, listed["note"].server_value) == ("hi", "other")
+    assert await store.update_outcomes() == {"u1": UpdateOutcome.FLAGGED}
+    resent = await store.resolve(ids[1], Resolution.RESEND, 13.0)
+    assert resent.resolution == "resend"
+    assert [r.attribute for r in await store.live_rows()] == ["note"]
+    kept = await store.resolve(ids[0], Resolution.ACCEPT_SERVER, 13.0)
+    assert kept.resolution == "accept-server"
+    assert await store.mismatches() == []
+    assert len(await store.mismatches(include_resolved=True)) == 2
+    with pytest.raises(ResolveRefused) as again:
+        await store.resolve(ids[0], Resolution.RESEND, 14.0)
+    assert again.value.kind == "resolved"
+    with pytest.raises(ResolveRefused) as unknown:
+        await store.resolve(999, Resolution.RESEND, 14.0)
+    assert unknown.value.kind == "unknown"
+
+
+async def test_resend_is_refused_when_a_newer_value_was_submitted_since(store: SqliteStore) -> None:
+    await store.submit(sub("u1", "c1", a="1"), max_depth=50)
+    carried = await claim(store, "c1", "k1")
+    assert carried is not None and carried.entry is not None
+    (mid,) = await store.record(
+        [RowChange(carried.rows[0].id, RowStatus.FLAGGED)],
+        None,
+        [NewMismatch(carried.rows[0].id, "newer-value", "x", 1.0)],
+    )
+    await store.submit(sub("u2", "c1", a="2"), max_depth=50)
+    with pytest.raises(ResolveRefused) as refused:
+        await store.resolve(mid, Resolution.RESEND, 2.0)
+    assert refused.value.kind == "superseded"
+
+
+async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_guest_token(
+    store: SqliteStore,
+) -> None:
+    await store.set_desired(
+        DesiredSession("wm-0", "genesys", DesiredState.TERMINATED, "FAIL_FAST_TRIGGER/X", 1.0)
+    )
+    await store.set_desired(DesiredSession("wm-1", "genesys", DesiredState.RUNNING, None, 1.0))
+    await store.forget_desired("wm-1")
+    opening = ServerSession("wm-0", "genesys", "webmessaging", ServerState.OPENING, 1.0, guest_token="tok")
+    await store.session_opening(opening)
+    await store.session_opened("wm-0", "conv-1", None)
+    assert (await store.server_sessions())["wm-0"].state is ServerState.OPEN
+    await store.session_closed("wm-0", "closed", 2.0)
+    await store.aclose()
+    reopened = await SqliteStore.open(store.path, synchronous="normal")
+    try:
+        desired = await reopened.desired_sessions()
+        assert list(desired) == ["wm-0"] and desired["wm-0"].state is DesiredState.TERMINATED
+        row = (await reopened.server_sessions())["wm-0"]
+        assert (row.state, row.guest_token, row.conversation_id, row.outcome) == (
+            ServerState.CLOSED,
+            None,
+            "conv-1",
+            "closed",
+        )
+    finally:
+        await reopened.aclose()
+
+
+async def test_concurrent_acknowledgements_share_commits(store: SqliteStore) -> None:
+    before = store.commits
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(store.submit, sub(f"u{i}", f"c{i}", a="1"), 100)
+    assert await store.depth("genesys:c") == 40
+    assert store.commits - before < 40  # group commit: several acknowledgements per fsync
+
+
+async def test_the_file_is_owner_only_and_a_wider_one_is_narrowed(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    opened = await SqliteStore.open(path, synchronous="normal")
+    await opened.aclose()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    path.chmod(0o644)
+    opened = await SqliteStore.open(path, synchronous="normal")
+    await opened.aclose()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+async def test_a_newer_schema_is_refused_untouched_with_the_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    opened = await SqliteStore.open(path, synchronous="normal")
+    await opened.aclose()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as refused:
+        await SqliteStore.open(path, synchronous="normal")
+    assert str(path) in str(refused.value) and "newer than this session-supervisor knows" in str(
+        refused.value
+    )
+    assert path.read_bytes() == before
+
+
+async def test_a_corrupt_file_is_refused_with_one_clear_line_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    path.write_bytes(b"this is not a database, it is a shopping list\n" * 200)
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as refused:
+        await SqliteStore.open(path, synchronous="normal")
+    message = str(refused.value)
+    assert message.startswith(f"{path}: corrupt or not a SQLite database") and "\n" not in message
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("make", ["directory", "missing-parent"])
+async def test_an_unusable_path_is_refused_naming_it(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "s.sqlite3"
+    if make == "directory":
+        path.mkdir()
+    else:
+        path = tmp_path / "nowhere" / "s.sqlite3"
+    with pytest.raises(StoreError) as refused:
+        await SqliteStore.open(path, synchronous="normal")
+    assert str(refused.value).startswith(f"{path}: ")
+
+
+async def test_a_full_disk_fails_the_batch_then_recovers(tmp_path: Path) -> None:
+    flag = tmp_path / "full"
+    moves: list[str | None] = []
+    opened = await SqliteStore.open(
+        tmp_path / "s.sqlite3", synchronous="normal", environ={FULL_ENV: str(flag)}, on_health=moves.append
+    )
+    try:
+        await opened.submit(sub("u1", "c1", a="1"), 50)
+        flag.touch()
+        with pytest.raises(StoreError) as full:
+            await opened.submit(sub("u2", "c2", a="1"), 50)
+        assert "the disk is full" in str(full.value) and opened.path in str(full.value)
+        assert opened.degraded is not None
+        # reads still answer; nothing of the refused submission was kept
+        assert await opened.depth("genesys:c") == 1
+        flag.unlink()
+        await opened.submit(sub("u3", "c3", a="1"), 50)
+        assert opened.degraded is None
+        assert moves == [moves[0], None] and moves[0] is not None and "disk is full" in moves[0]
+        assert set(await opened.update_outcomes()) == {"u1", "u3"}
+    finally:
+        await opened.aclose()
+
+
+async def test_integrity_check_is_ok_after_use(store: SqliteStore) -> None:
+    await store.submit(sub("u1", "c1", a="1"), 50)
+    assert await store.integrity_check() == "ok"
