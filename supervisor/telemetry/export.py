@@ -154,7 +154,22 @@ class ExportPipeline:
         # shielded: it runs while the daemon's task group is being cancelled; its own limit bounds it
         with anyio.CancelScope(shield=True):
             flushed = await _bounded(self._flush_and_shutdown, budget_s, "otel-shutdown")
+        if not flushed:
+            self._abandon()
         return CloseReport(flushed, budget_s)
+
+    def _abandon(self) -> None:
+        """The budget ran out (a hanging or refusing collector): stop the exporters' retry loops.
+
+        An OTLP exporter retries with jittered backoff until its own deadline; shut down, it stops
+        at the next wait instead of retrying on a thread nobody waits for (and the processor's and
+        reader's threads, whose shutdown waited on that export, end with it). Non-blocking: it sets
+        the exporter's shutdown event and closes its HTTP session.
+        """
+        for exporter in (self.spans, self.metrics):
+            if exporter is not None:
+                with contextlib.suppress(Exception):
+                    exporter.shutdown()
 
 
 async def _bounded(work: Callable[[], object], limit_s: float, name: str) -> bool:

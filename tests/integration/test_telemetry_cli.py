@@ -143,7 +143,15 @@ def test_collector_headers_from_the_environment_are_refused(
 ) -> None:
     config = tmp_path / "supervisor.toml"
     config.write_text(
-        genesys_config(dict.fromkeys(("login", "api", "webmessaging", "streaming"), "http://127.0.0.1:1"), 1)
+        genesys_config(
+            {
+                "login": "http://127.0.0.1:1",
+                "api": "http://127.0.0.1:1",
+                "webmessaging": "ws://127.0.0.1:1",
+                "streaming": "ws://127.0.0.1:1",
+            },
+            1,
+        )
     )
     (tmp_path / "genesys-secret").write_text("s3cr3t-value")
     env = {

@@ -73,7 +73,7 @@ def receiver() -> Iterator[OtlpReceiver]:
     server.stop()
 
 
-def config_text(g: dict[str, str], c: dict[str, str]) -> str:
+def config_text(g: dict[str, str], c: dict[str, str], conversation: str) -> str:
     lines = [
         "[daemon]",
         "seed = 9",
@@ -103,6 +103,8 @@ def config_text(g: dict[str, str], c: dict[str, str]) -> str:
     ]
     for i in range(3):
         lines += ["[[sessions]]", f'id = "wm-{i}"', 'platform = "genesys"', 'kind = "webmessaging"']
+        if i == 0:  # a guest learns no conversation (issue 14): the configuration names it
+            lines.append(f'conversationId = "{conversation}"')
     lines += [
         "[[sessions]]",
         'id = "cx-0"',
@@ -151,7 +153,12 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
     (tmp_path / "cxone-password").write_text(PASSWORD)
     seen_tokens: set[str] = set()
     async with traced(
-        config_text(genesys.urls, cxone.urls), tmp_path, receiver, genesys=genesys, cxone=cxone, clock=clock
+        config_text(genesys.urls, cxone.urls, genesys.create_conversation().id),
+        tmp_path,
+        receiver,
+        genesys=genesys,
+        cxone=cxone,
+        clock=clock,
     ) as t:
         h = t.harness
         await h.wait(lambda: len(h.runners) == 4 and h.all_in("active"), 15)

@@ -63,7 +63,11 @@ async def test_metrics_after_a_storm_a_rate_limited_call_and_a_fail_fast(
     async def no_wait(seconds: float) -> None:
         del seconds  # the retry executor's backoff only: reconnections keep their real delays
 
-    config = genesys_config(sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1)
+    # adaptive pacing off: the storm must open the circuit (with it on, pacing absorbs the refusals)
+    conversations = [sim.create_conversation().id]
+    config = genesys_config(
+        sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False, conversations=conversations
+    )
     async with traced(config, tmp_path, receiver, genesys=sim, ratio=0.0) as t:
         h = t.harness
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)

@@ -51,7 +51,8 @@ def of(receiver: OtlpReceiver, name: str, session: str) -> list[Span]:
 async def test_a_storm_exports_one_segment_span_per_reconnection(
     sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
-    config = genesys_config(sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1)
+    # adaptive pacing off: the storm must open the circuit (with it on, pacing absorbs the refusals)
+    config = genesys_config(sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
     async with traced(config, tmp_path, receiver, genesys=sim, ratio=0.0) as t:
         h = t.harness
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)

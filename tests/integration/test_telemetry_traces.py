@@ -76,7 +76,12 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
 
     # sampling 0: a retried operation is traced regardless
     async with traced(
-        genesys_config(sim.urls, 1), tmp_path, receiver, genesys=sim, clock=clock, ratio=0.0
+        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        tmp_path,
+        receiver,
+        genesys=sim,
+        clock=clock,
+        ratio=0.0,
     ) as t:
         h = t.harness
         cid = await active(h)
@@ -144,7 +149,12 @@ async def test_a_sampled_out_success_records_nothing_and_a_sampled_one_is_whole(
     for ratio, expected in ((0.0, 0), (1.0, 1)):
         receiver.spans.clear()
         async with traced(
-            genesys_config(sim.urls, 1), tmp_path, receiver, genesys=sim, clock=clock, ratio=ratio
+            genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+            tmp_path,
+            receiver,
+            genesys=sim,
+            clock=clock,
+            ratio=ratio,
         ) as t:
             h = t.harness
             cid = await active(h)
@@ -167,7 +177,12 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
 ) -> None:
     """Seed edge case 3: a 401 on a token expired by our clock; refreshed; the replay is resend 1."""
     async with traced(
-        genesys_config(sim.urls, 1), tmp_path, receiver, genesys=sim, clock=clock, ratio=0.0
+        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        tmp_path,
+        receiver,
+        genesys=sim,
+        clock=clock,
+        ratio=0.0,
     ) as t:
         h = t.harness
         cid = await active(h)
@@ -222,7 +237,12 @@ async def test_a_fail_fast_termination_is_on_the_operation_and_the_last_segment(
 ) -> None:
     """QUEUE_FULL on an attribute update: the call's span, and the session's last segment with reason and trigger."""
     async with traced(
-        genesys_config(sim.urls, 1), tmp_path, receiver, genesys=sim, clock=clock, ratio=0.0
+        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        tmp_path,
+        receiver,
+        genesys=sim,
+        clock=clock,
+        ratio=0.0,
     ) as t:
         h = t.harness
         cid = await active(h)
