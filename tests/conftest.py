@@ -31,8 +31,13 @@ def _no_process_outlives_its_test() -> Iterator[None]:
 
     Tests end their processes themselves (drain, SIGTERM, kill -9 are what they test); this only
     reaps what a failure or a timeout left running, so that one failure cannot turn into many.
+    Processes alive before the test (a module-scoped fixture's, e.g. the systemd user manager
+    that test_systemd_manager.py shares between its tests) are not the test's to reap.
     """
+    before = set(_children(os.getpid()))
     yield
     for pid in _children(os.getpid()):
+        if pid in before:
+            continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

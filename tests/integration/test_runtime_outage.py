@@ -4,7 +4,7 @@ The outage is what a client sees when a platform restarts or its edge goes down:
 dropped, new handshakes accepted but never answered (they hang until the client's open timeout),
 the token endpoint and the REST API answering 503, and the session's token expiring meanwhile.
 The daemon runs with a short horizon (the per-test timeout is 60 s); the benchmark
-(tests/bench/bench_outage.py) runs the full 10 minutes.
+(tests/bench/bench_endurance.py --only outage) runs the full 10 minutes.
 """
 
 from __future__ import annotations
