@@ -129,6 +129,8 @@ class Hub:
         self._timestamp = timestamp
         self._subscribers: tuple[Subscriber, ...] = ()
         self.lag_disconnects = 0
+        # `lagged` notices of subscribers gone (the live ones count their own)
+        self._retired_lags = 0
         board.on_change = self.publish
 
     @property
@@ -143,6 +145,7 @@ class Hub:
 
     def remove(self, subscriber: Subscriber) -> None:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+        self._retired_lags += subscriber.outbox.lags
         if subscriber.disconnected_for_lag:
             self.lag_disconnects += 1
             # published from the subscriber's task, never from inside a bus sink (seq order)
@@ -151,6 +154,11 @@ class Hub:
                     subscriber.connection.peer, "lagged", subscriber.outbox.lags, self._timestamp()
                 )
             )
+
+    @property
+    def lagged_notices(self) -> int:
+        """`lagged` notices sent since the start, to live subscribers and gone ones."""
+        return self._retired_lags + sum(s.outbox.lags for s in self._subscribers)
 
     def stats(self) -> dict[str, Any]:
         return {

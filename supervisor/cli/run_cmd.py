@@ -161,6 +161,13 @@ def run(config_path: Path, check: bool) -> None:
             )
             # bound before any session starts: a path held by a live daemon ends the start here
             api.bind()
+            if telemetry is not None:
+                hub = api.hub
+                telemetry.observe_subscribers(
+                    subscribers=lambda: len(hub.subscribers),
+                    lagged=lambda: hub.lagged_notices,
+                    disconnected=lambda: hub.lag_disconnects,
+                )
 
             def ready() -> None:
                 bus.publish(DaemonStarted(len(supervisor.config.sessions), str(config_path)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -151,6 +151,14 @@ class Telemetry:
         self.metrics.observe_tokens(tokens)
         if sink_failures is not None:
             self.metrics.count("sink", lambda: int(sink_failures.sink_failures))
+
+    def observe_subscribers(
+        self, *, subscribers: Callable[[], int], lagged: Callable[[], int], disconnected: Callable[[], int]
+    ) -> None:
+        """The socket API's counts (its hub is above this floor: callables, not the hub)."""
+        self.metrics.count("subscribers", subscribers)
+        self.metrics.count("lagged", lagged)
+        self.metrics.count("lag_disconnects", disconnected)
 
     # -- the bus sink ---------------------------------------------------------------------------------------
     def __call__(self, published: Published) -> None:

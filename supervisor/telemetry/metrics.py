@@ -118,13 +118,33 @@ class Metrics:
             unit="{export}",
             description="Telemetry exports that failed (collector down, refusing, too slow)",
         )
+        # the socket API's subscribers (docs/socket-api.md): read from its hub once it exists
+        meter.create_observable_gauge(
+            A.M_SUBSCRIBERS,
+            [self._count("subscribers")],
+            unit="{subscriber}",
+            description="Subscribers connected to the subscribe socket",
+        )
+        meter.create_observable_counter(
+            A.M_LAGGED_NOTICES,
+            [self._count("lagged")],
+            unit="{notice}",
+            description="`lagged` notices sent to subscribers that fell behind (each followed by a snapshot)",
+        )
+        meter.create_observable_counter(
+            A.M_LAGGED_DISCONNECTS,
+            [self._count("lag_disconnects")],
+            unit="{subscriber}",
+            description="Subscribers cut off after staying over their buffer past laggedDisconnectAfter",
+        )
 
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
     def observe_tokens(self, tokens: Mapping[str, TokenCache]) -> None:
         self._tokens = tokens
 
     def count(self, name: str, read: Callable[[], int]) -> None:
-        """Read a running count (``sink``: bus sink failures, ``export``: failed exports)."""
+        """Read a running count (``sink``: bus sink failures, ``export``: failed exports; the socket
+        API's ``subscribers``, ``lagged`` notices and ``lag_disconnects``)."""
         self._counts[name] = read
 
     # -- the bus ----------------------------------------------------------------------------------------

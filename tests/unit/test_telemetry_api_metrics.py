@@ -1,0 +1,47 @@
+"""The socket API's metrics (issue 11): subscribers, lagged notices and lagged disconnects.
+
+Read through an in-memory reader of the OpenTelemetry SDK, as the exporter's reader reads them.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from supervisor.telemetry import attributes as A
+from supervisor.telemetry.metrics import Metrics
+
+
+def points(reader: InMemoryMetricReader) -> dict[str, list[int]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    out: dict[str, list[int]] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                out[metric.name] = [int(p.value) for p in metric.data.data_points]  # type: ignore[union-attr]
+    return out
+
+
+def test_subscriber_counts_are_read_when_the_api_is_there_and_absent_when_not() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    # no socket API (off, or the demo without sockets): nothing is reported, not a zero
+    before = points(reader)
+    assert not before.get(A.M_SUBSCRIBERS) and not before.get(A.M_LAGGED_NOTICES)
+    live = {"subscribers": 3, "lagged": 7, "disconnected": 1}
+    metrics.count("subscribers", lambda: live["subscribers"])
+    metrics.count("lagged", lambda: live["lagged"])
+    metrics.count("lag_disconnects", lambda: live["disconnected"])
+    after = points(reader)
+    assert after[A.M_SUBSCRIBERS] == [3]
+    assert after[A.M_LAGGED_NOTICES] == [7]
+    assert after[A.M_LAGGED_DISCONNECTS] == [1]
+    live.update(subscribers=1, lagged=9)
+    again = points(reader)
+    assert (again[A.M_SUBSCRIBERS], again[A.M_LAGGED_NOTICES]) == ([1], [9])
