@@ -180,6 +180,25 @@ async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_cir
         assert h.terminations() == {}
 
 
+async def test_start_up_is_paced_like_a_storm(sim: GenesysSimulator, tmp_path: Path) -> None:
+    """Issue 15: starting many sessions is the same storm. The platform admits 3 handshakes a
+    second (503 beyond); the daemon starts 20 sessions at its initial 20/s, is refused, cuts its
+    rate and waits out the pauses: every session comes up, the circuit never opens, and most
+    first attempts were admitted (an unpaced start sends all 20 in the first second)."""
+    n = 20
+    sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
+    config = genesys_config(sim.urls, n, open_for=3.0)
+    async with supervised(config, tmp_path, genesys=sim) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"), limit_s=40)
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert cuts and all((p["endpoint"], p["kind"]) == ("genesys:webmessaging", "connect") for p in cuts)
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
+        assert h.terminations() == {}
+        attempts = sim.recorder.attempts_total("webmessaging")
+        # fewer refusals than sessions: the pacer found the limit instead of asking everyone at once
+        assert attempts["accepted"] == n and attempts["refused"] < n
+
+
 async def test_session_response_missing_a_field_genesys_sends_terminates(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
