@@ -16,6 +16,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from supervisor.events import (
     CircuitTransition,
     Event,
+    PacingChanged,
     ReconnectionThrottled,
     RetryAttempt,
     RetryExhausted,
@@ -53,6 +54,8 @@ class Metrics:
         self._segment_attempt = segment_attempt
         self._tokens: Mapping[str, TokenCache] = {}
         self._counts: dict[str, Callable[[], int]] = {}
+        # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
+        self._pacing: dict[tuple[str, str], float | None] = {}
         meter.create_observable_gauge(
             A.M_SESSIONS,
             [self._observe_sessions],
@@ -117,6 +120,18 @@ class Metrics:
             [self._count("export")],
             unit="{export}",
             description="Telemetry exports that failed (collector down, refusing, too slow)",
+        )
+        # adaptive pacing (issue 15, beyond the seed): the rate each endpoint is paced at, and why it moved
+        meter.create_observable_gauge(
+            A.M_PACING_RATE,
+            [self._observe_pacing],
+            unit="{attempt}/s",
+            description="Attempts per second an endpoint is paced at (connect or rest), once pacing engaged",
+        )
+        self.pacing_changes = meter.create_counter(
+            A.M_PACING_CHANGES,
+            unit="{change}",
+            description="Pacing changes: throttled (rate cut), probe (rate doubled), pause (Retry-After lengthened)",
         )
         # the socket API's subscribers (docs/socket-api.md): read from its hub once it exists
         meter.create_observable_gauge(
@@ -197,6 +212,13 @@ class Metrics:
             if event.code is not None:
                 attrs[A.ERROR_TYPE] = event.code
             self.terminations.add(1, attrs)
+        elif kind is PacingChanged:
+            assert isinstance(event, PacingChanged)
+            self._pacing[(event.endpoint, event.kind)] = event.rate
+            self.pacing_changes.add(
+                1,
+                {A.PACING_ENDPOINT: event.endpoint, A.PACING_KIND: event.kind, A.PACING_REASON: event.reason},
+            )
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
             self.circuit_transitions.add(
@@ -230,6 +252,13 @@ class Metrics:
             ]
 
         return observe
+
+    def _observe_pacing(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(rate, {A.PACING_ENDPOINT: endpoint, A.PACING_KIND: kind})
+            for (endpoint, kind), rate in sorted(self._pacing.items())
+            if rate is not None
+        ]
 
     def _count(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from supervisor.events import PacingChanged
 from supervisor.telemetry import attributes as A
 from supervisor.telemetry.metrics import Metrics
 
@@ -45,3 +46,21 @@ def test_subscriber_counts_are_read_when_the_api_is_there_and_absent_when_not() 
     live.update(subscribers=1, lagged=9)
     again = points(reader)
     assert (again[A.M_SUBSCRIBERS], again[A.M_LAGGED_NOTICES]) == ([1], [9])
+
+
+def test_pacing_rates_and_changes_follow_pacing_changed() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    assert not points(reader).get(A.M_PACING_RATE)
+    at = "2026-12-01T00:00:00.000Z"
+    metrics.event(PacingChanged("genesys:webmessaging", "connect", 14.0, 20.0, "throttled", 1.0, at))
+    metrics.event(PacingChanged("genesys:api", "rest", None, None, "pause", 7.0, at))
+    assert points(reader)[A.M_PACING_RATE] == [14]  # the unpaced REST endpoint reports no rate
+    metrics.event(PacingChanged("genesys:webmessaging", "connect", 28.0, 14.0, "probe", 0.0, at))
+    after = points(reader)
+    assert after[A.M_PACING_RATE] == [28] and sorted(after[A.M_PACING_CHANGES]) == [1, 1, 1]
