@@ -291,6 +291,24 @@ async def test_demo_runs_with_the_sockets_on_and_prints_the_watch_command() -> N
     assert json.loads(output.lines[0])["outcome"]["ok"] is True
 
 
+async def test_demo_in_a_tmpdir_too_long_for_a_socket_runs_without_its_sockets(tmp_path: Path) -> None:
+    """A $TMPDIR whose socket paths would pass sun_path's 107 bytes: one line says the demo runs
+    without its sockets (and why), the scenario still runs to its expected outcome, exit 0."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    done = await anyio.run_process(
+        [*CLI, "demo", "--scenario", "graceful-close", "--fast", "--sessions", "5", "--json", "--no-progress"],
+        env={**os.environ, "TMPDIR": str(deep)},
+        check=False,
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    (line,) = [x for x in err.splitlines() if "without its sockets" in x]
+    assert line.startswith("session-supervisor: demo without its sockets: ") and "Traceback" not in err
+    assert "watch --socket" not in err
+    assert json.loads(done.stdout)["outcome"]["ok"] is True
+
+
 async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
     sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
