@@ -297,7 +297,17 @@ async def test_demo_in_a_tmpdir_too_long_for_a_socket_runs_without_its_sockets(t
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     done = await anyio.run_process(
-        [*CLI, "demo", "--scenario", "graceful-close", "--fast", "--sessions", "5", "--json", "--no-progress"],
+        [
+            *CLI,
+            "demo",
+            "--scenario",
+            "graceful-close",
+            "--fast",
+            "--sessions",
+            "5",
+            "--json",
+            "--no-progress",
+        ],
         env={**os.environ, "TMPDIR": str(deep)},
         check=False,
     )
