@@ -209,6 +209,37 @@ async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
     assert sim.recorder.ws_messages("webmessaging", "in", "closeSession") >= 2
 
 
+async def test_sighup_rereads_a_rotated_credential_and_restarts_its_sessions(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """The configuration is unchanged, the client secret file rotated: a reload reads it again, and
+    the platform's sessions restart on a token fetched with the new secret (never shown).
+    Notifications channels: they need the client-credentials token (a guest does not)."""
+    config = write_config(tmp_path, genesys_config(sim.urls, 0, notifications=2))
+    process = await spawn(config)
+    lines = Lines(process)
+
+    def active() -> int:
+        return len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lines.pump)
+        await wait_until(lambda: active() == 2, 20)
+        fetched = sim.recorder.tokens()
+        (tmp_path / "genesys-secret").write_text("r0tated-s3cr3t")
+        process.send_signal(signal.SIGHUP)
+        await wait_until(lambda: bool(lines.named("CONFIG_RELOADED")), 20)
+        (reloaded,) = lines.named("CONFIG_RELOADED")
+        assert sorted(reloaded["restarted"]) == ["nt-0", "nt-1"] and reloaded["unchanged"] == 0
+        await wait_until(lambda: active() == 4, 20)
+        assert sim.recorder.tokens()["issued"] > fetched["issued"] >= 1  # fetched again, new secret
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            code = await process.wait()
+    assert code == 0
+    assert not any("r0tated" in line or "s3cr3t" in line for line in lines.raw)
+
+
 # -- one daemon per configuration -------------------------------------------------------------------
 
 
