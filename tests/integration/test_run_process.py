@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from anyio.abc import Process
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.conftest import wait_until
+from tests.integration.daemon_process import CLI
 from tests.integration.runtime_harness import genesys_config
 from tests.integration.test_run_lifecycle import Lines
 
+V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
@@ -238,6 +241,37 @@ async def test_sighup_rereads_a_rotated_credential_and_restarts_its_sessions(
             code = await process.wait()
     assert code == 0
     assert not any("r0tated" in line or "s3cr3t" in line for line in lines.raw)
+
+
+async def test_a_taxonomy_switched_at_run_time_stays_across_a_reload_of_the_same_file(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """`ctl taxonomy use` switches the version; a SIGHUP with a configuration that names the same
+    version as before keeps the switched one (only a file naming another version switches it)."""
+    staged = tmp_path / "staged.toml"
+    staged.write_text(V1.replace('version = "v1"', 'version = "v1-staged"', 1))
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    text = genesys_config(sim.urls, 1) + (
+        f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
+    )
+    config = write_config(tmp_path, text)
+    process = await spawn(config)
+    lines = Lines(process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lines.pump)
+        await wait_until(lambda: bool(lines.named("DAEMON_STARTED")), 20)
+        used = await anyio.run_process(
+            [*CLI, "ctl", "--socket", str(sockets / "ctl.sock"), "taxonomy", "use", str(staged)], check=False
+        )
+        assert used.returncode == 0, used.stderr.decode()
+        process.send_signal(signal.SIGHUP)
+        await wait_until(lambda: bool(lines.named("CONFIG_RELOADED")), 20)
+        (reloaded,) = lines.named("CONFIG_RELOADED")
+        assert reloaded["taxonomyVersion"] == "v1-staged"
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
 
 
 # -- one daemon per configuration -------------------------------------------------------------------
