@@ -168,6 +168,25 @@ async def test_start_join_state_and_events_as_the_sdk_reads_them(nice: Sdk, sim:
     assert session.station_phone == "5551234" and session.inactivity_timeout == 45
 
 
+async def test_join_as_another_agent_reaches_that_agents_session_or_404(
+    nice: Sdk, sim: CxoneSimulator
+) -> None:
+    """joinSession({asAgentId}): a supervisor's token joins the named agent's live session (a chain
+    of its own on the same session); an agent with no live session is a 404."""
+    await start(nice)
+    await nice.poll()
+    (live,) = sim.state.sessions()
+    joined = await nice.call(
+        "POST", "/InContactAPI/services/v23.0/agent-sessions/join", {"asAgentId": int(live.agent_id)}
+    )
+    assert joined.status_code == 202, joined.text
+    assert joined.json()["sessionId"] and sim.state.sessions() == [live]  # no second session
+    nobody = await nice.call(
+        "POST", "/InContactAPI/services/v23.0/agent-sessions/join", {"asAgentId": 999_999}
+    )
+    assert nobody.status_code == 404
+
+
 async def test_every_sdk_path_spelling_reaches_the_route(nice: Sdk, sim: CxoneSimulator) -> None:
     await start(nice)
     await nice.poll()
