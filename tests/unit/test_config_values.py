@@ -207,3 +207,16 @@ def test_a_wrong_choice_names_the_choices(toml: str, message: str) -> None:
 def test_admission_probe_is_aimd_by_default_and_cubic_when_asked() -> None:
     assert parse_config(genesys(), "x.toml").admission.probe == "aimd"
     assert parse_config(genesys() + '[admission]\nprobe = "cubic"\n', "x.toml").admission.probe == "cubic"
+
+
+def test_store_and_attribute_defaults_are_the_seeds_when_the_tables_are_left_out() -> None:
+    """Seed edge case 2: a queue of depth 50, a read-back 3 s after acceptance; the store synced
+    at every commit (docs/store.md), at $STATE_DIRECTORY unless a path is given."""
+    config = parse_config(genesys(), "x.toml")
+    attributes, store = config.attributes, config.store
+    assert (attributes.queue_depth, attributes.verify_after, attributes.sensitive) == (50, 3.0, [])
+    assert (attributes.resume_at, attributes.repair_budget) == (None, 2)
+    assert (store.path, store.synchronous) == (None, "full")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(genesys() + "[attributes]\nqueueDepth = 10\nresumeAt = 10\n", "x.toml")
+    assert "resumeAt must be below queueDepth" in str(caught.value)
