@@ -210,6 +210,13 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
         s for s in receiver.spans if s.attr("session_supervisor.termination.trigger") == "OAUTH_TOKEN_INVALID"
     ]
     assert terminated
+    # the CXone session's rolling platform session id travels with its spans (correlation)
+    platform_ids = {
+        s.attr("session_supervisor.platform_session.id")
+        for s in receiver.spans
+        if s.attr("session.id") == "cx-0"
+    }
+    assert platform_ids - {None}
 
     issued = set(genesys.state.tokens) | set(genesys.state.refresh_tokens)
     issued |= set(cxone.tokens._by_access) | set(cxone.tokens._by_refresh)
