@@ -260,9 +260,17 @@ def ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Await
 
 
 def throttles(event: SdkErrorEvent) -> bool:
-    """The platform refused for load and may say when to come back: a 429 or a 5xx, in the
-    taxonomy's terms (a TRANSIENT code whose policy honours Retry-After), never a code's name."""
-    return event.taxonomy_class is TaxonomyClass.TRANSIENT and event.policy.honors_retry_after
+    """The platform refused for load: a 429, or a 5xx that says when to come back (Retry-After).
+
+    In the taxonomy's terms (a TRANSIENT code whose policy honours Retry-After, never a code's
+    name), and the answer either carried a Retry-After or is the rate-limit status itself
+    (429, RFC 6585 section 4). A 5xx without Retry-After is a back end failing (a brownout), not
+    a request to slow down: retries, their budget and the circuit answer it. Cutting the whole
+    endpoint's pace for it starved the healthy calls to ~1/s (docs/benchmarks.md, "Brownout").
+    """
+    if event.taxonomy_class is not TaxonomyClass.TRANSIENT or not event.policy.honors_retry_after:
+        return False
+    return event.retry_after_ms is not None or event.raw_status == 429
 
 
 def seconds_of(ms: int | None) -> float | None:

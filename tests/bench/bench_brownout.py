@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,14 @@ SECRET = Path("/tmp/session-supervisor-bench-secrets")
 
 
 class Count(NoHooks):
-    """Counts attempts while ``window`` is open (the operations started in the brownout)."""
+    """Counts each session's attempts (a session runs one operation at a time, so the difference
+    across one operation is that operation's attempts, whatever the other sessions do meanwhile)."""
 
     def __init__(self) -> None:
-        self.attempts = 0
+        self.attempts: Counter[str] = Counter()
 
     def attempt(self, details: AttemptDetails) -> AbstractContextManager[object] | None:
-        self.attempts += 1
+        self.attempts[details.operation.context.session_id] += 1
         return None
 
 
@@ -90,7 +92,7 @@ async def run_once(
                     await anyio.sleep(period_s * i / sessions)  # spread the sessions over one period
                     while True:
                         counted = window["open"]
-                        before = counter.attempts
+                        before = counter.attempts[ctx.session_id]
                         try:
                             await pipeline.request("GET", url, ctx=ctx, circuit="genesys:api")
                             ok = True
@@ -99,7 +101,7 @@ async def run_once(
                         if counted:
                             stats["operations"] += 1
                             stats["succeeded"] += ok
-                            stats["attempts"] += counter.attempts - before
+                            stats["attempts"] += counter.attempts[ctx.session_id] - before
                         await anyio.sleep(period_s)
 
                 async with anyio.create_task_group() as tg:
