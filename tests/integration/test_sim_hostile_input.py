@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from supervisor.sim.bodies import MAX_JSON_DEPTH
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.conftest import Genesys
+from tests.integration.conftest import Genesys, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -323,6 +324,23 @@ async def test_cxone_half_sent_requests_are_dropped_or_408() -> None:
     assert answer.endswith(
         b'{"error":"invalid_request","error_description":"the request body did not arrive in time"}'
     )
+
+
+async def test_a_cxone_client_gone_mid_body_is_recorded_499_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that sends half a body and disconnects (it gave up, as a daemon under load does at
+    its request timeout): nobody is left to answer; the simulator logs no error and records 499."""
+    async with CxoneSimulator(CxoneSimConfig(read_timeout_s=10), clock=FakeClock()) as sim:
+        parts = urlsplit(sim.urls["auth"])
+        stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80)
+        async with stream:
+            await stream.send(
+                f"POST {V1_TOKEN} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                'Content-Length: 100\r\n\r\n{"grant_type":'.encode()
+            )
+        await wait_until(lambda: sim.recorder.request_count(status=499) == 1, 10)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 async def test_a_request_within_the_read_timeout_is_served() -> None:

@@ -52,6 +52,10 @@ def make_middleware(listener: str, ctx: CxoneContext, key_of: KeyOf) -> Middlewa
                 response = early if early is not None else await handler(request)
         except web.HTTPException as exc:
             response = error_from_http_exception(exc)
+        except ConnectionResetError:
+            # the client went away while its body was read (it closed, or timed out): nobody is left
+            # to answer and nothing is wrong here; recorded as nginx's 499 ("client closed request")
+            response = web.Response(status=499)
         except Exception:
             log.exception("cxone sim: unhandled error on %s", endpoint)
             response = oauth_error(500, "server_error", "Internal error")
