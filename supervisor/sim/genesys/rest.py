@@ -214,6 +214,11 @@ async def _platform_errors(request: web.Request, handler: Any) -> web.StreamResp
         code = codes.get(exc.status, ErrorCode.BAD_REQUEST)
         request.app[CTX].recorder.record_request(request.method, "(unmatched)", exc.status)
         return error_response(exc.status, code, corr)
+    except ConnectionResetError:
+        # the client went away while its body was read (it closed, or timed out): nobody is left to
+        # answer and nothing is wrong here; recorded as nginx's 499 ("client closed request")
+        request.app[CTX].recorder.record_request(request.method, "(client gone)", 499)
+        return web.Response(status=499)
     except Exception:  # the simulator must never show a traceback to a client (logged here instead)
         _log.exception("unexpected error serving %s %s", request.method, request.path)
         return error_response(500, ErrorCode.INTERNAL_SERVER_ERROR, corr)
