@@ -64,7 +64,8 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     type=click.FloatRange(min=1.0, max=3600.0),
     callback=_finite,
     default=None,
-    help="Give up after this many seconds (default: 180, or 45 with --fast).",
+    help="Give up after this many seconds (default: 180, or 45 with --fast; past 2,000 sessions "
+    "it grows in proportion: 450 s for 5,000).",
 )
 @click.option(
     "--otlp",

@@ -139,7 +139,9 @@ class _Run:
                 async def play() -> None:
                     nonlocal summary
                     baseline: Baseline | None = None
-                    limit = opts.timeout_s if opts.timeout_s is not None else timing.deadline_s
+                    limit = (
+                        opts.timeout_s if opts.timeout_s is not None else timing.deadline_for(opts.sessions)
+                    )
                     # the drain and the simulators' shutdown fit in the rest of --timeout
                     deadline = max(limit - reserve_s(limit), limit / 2)
                     with anyio.move_on_after(deadline) as scope:
@@ -389,7 +391,7 @@ async def run_demo(
     _raise_nofile(options.sessions)
     timing = timing_for(options.fast)
     run = _Run(options, scenario, timing)
-    limit = options.timeout_s if options.timeout_s is not None else timing.deadline_s
+    limit = options.timeout_s if options.timeout_s is not None else timing.deadline_for(options.sessions)
     # --timeout is a hard bound on the whole run: the scenario itself gets what is left after a
     # reserve for the drain and the simulators' shutdown (see _Run.execute), and if anything still
     # hangs past the bound (thousands of sessions starting or closing), everything is cancelled

@@ -31,6 +31,10 @@ POLL = "*get-next-event"
 RATE_LIMIT_HITS = 4
 
 
+#: up to this many sessions the default --timeout is the timing's own (Timing.deadline_for)
+DEADLINE_SESSIONS = 2000
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """The durations a run uses: the seed's (default) or scaled down (``--fast``)."""
@@ -55,6 +59,12 @@ class Timing:
     deadline_s: float
     # seed edge case 2: attributes are read back this long after the platform accepted them
     verify_after_s: float = 3.0
+
+    def deadline_for(self, sessions: int) -> float:
+        """The default ``--timeout`` for ``sessions``: the timing's, grown in proportion past 2,000
+        sessions (the daemon and both simulators share one process in the demo: starting and
+        recovering 5,000 sessions there takes longer than the seed's durations alone)."""
+        return self.deadline_s * max(1.0, sessions / DEADLINE_SESSIONS)
 
     @property
     def spread_s(self) -> float:
