@@ -70,6 +70,10 @@ class PacingConfig:
     # slots are booked at most this far ahead: a rate that grows meanwhile serves the later callers
     # (a slot booked minutes ahead at a slow start's rate would keep them waiting at that rate)
     lookahead_s: float = 1.0
+    # an endpoint left without attempts this long restarts from ``initial_rate`` (RFC 5681 section
+    # 4.1, RFC 7661: a rate learned before an idle period says nothing about the platform now; the
+    # rate a start-up of thousands grew to must not meet the next storm). Paced endpoints only.
+    idle_restart_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -82,7 +86,7 @@ class PacingConfig:
             raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
         if not self.cubic_c > 0:
             raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
-        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s"):
+        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s", "idle_restart_s"):
             if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -108,6 +112,7 @@ class Pacer:
         "_clock",
         "_config",
         "_count",
+        "_last_booked",
         "_last_count",
         "_last_cut",
         "_max_before_cut",
@@ -132,6 +137,7 @@ class Pacer:
         self._ssthresh = _NO_RATE
         # virtual scheduling: the earliest time the next slot may start
         self._tat = 0.0
+        self._last_booked = -math.inf
         self._paused_until = 0.0
         self._last_cut = -math.inf
         # CUBIC's W_max: the rate that was refused at the last cut
@@ -169,10 +175,17 @@ class Pacer:
         rate = self._rate
         if rate is None:
             return start - now, start <= now
+        cfg = self._config
+        initial = cfg.initial_rate
+        if initial is not None and rate > initial and now - self._last_booked > cfg.idle_restart_s:
+            # idle: restart from the initial rate; slow start regrows it up to the last cut
+            rate = self._rate = initial
+            self._published_rate = initial
         slot = max(start, self._tat)
-        if slot - now > self._config.lookahead_s:
-            return min(slot - now, self._config.lookahead_s), False
+        if slot - now > cfg.lookahead_s:
+            return min(slot - now, cfg.lookahead_s), False
         self._tat = slot + 1.0 / rate
+        self._last_booked = now
         return slot - now, True
 
     def admitted(self) -> PacerReport | None:
@@ -220,17 +233,22 @@ class Pacer:
         self._last_cut = now
         self.generation += 1
         previous = self._rate
+        current = int(now)
+        if current == self._second:
+            measured = max(self._last_count, self._count)
+        else:
+            measured = self._count if current == self._second + 1 else 0
         if previous is None:
             # first throttle of an unpaced endpoint: engage below what it was admitting
-            current = int(now)
-            if current == self._second:
-                measured = max(self._last_count, self._count)
-            else:
-                measured = self._count if current == self._second + 1 else 0
             cut = max(cfg.min_rate, measured * cfg.backoff)
         else:
-            cut = max(cfg.min_rate, previous * cfg.backoff)
-        self._max_before_cut = previous if previous is not None else cut / cfg.backoff
+            # below what the platform admitted in the last second, when that is less than the
+            # rate: a rate far above the limit (grown while nothing refused) comes down in one
+            # cut instead of one per episode (the burst the platform refused is over the limit)
+            basis = min(previous, measured) if measured > 0 else previous
+            cut = max(cfg.min_rate, basis * cfg.backoff)
+        # CUBIC's W_max: the rate the platform refused, i.e. what it was admitting
+        self._max_before_cut = cut / cfg.backoff
         self._rate = cut
         self._ssthresh = cut
         self._published_rate = cut

@@ -185,3 +185,31 @@ def test_nonsense_settings_are_refused() -> None:
         PacingConfig(backoff=1.5)
     with pytest.raises(ValueError, match="retry budget"):
         RetryBudget(FakeClock(), ratio=-1.0)
+
+
+def test_a_throttle_cuts_below_what_the_platform_admitted_when_the_rate_had_run_far_above_it() -> None:
+    """A rate grown to 1,000/s while nothing refused meets a platform admitting 50 a second: one
+    cut brings it below the 50 (0.7 x), not one cut per episode from 1,000 down."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, backoff=0.7))
+    for _ in range(50):
+        pacer.admitted()
+    clock.advance(0.5)
+    assert pacer.throttled(1.0) is not None
+    assert pacer.rate == pytest.approx(35.0)
+
+
+def test_after_an_idle_period_the_rate_restarts_from_the_initial_rate() -> None:
+    """RFC 5681 section 4.1: a start-up grew the rate to hundreds; ten quiet seconds later (all
+    sessions up), the next storm starts again from the initial rate and slow-starts."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, idle_restart_s=10.0))
+    drain(pacer, clock, 2000)
+    grown = pacer.rate
+    assert grown is not None and grown > 200
+    clock.advance(9.0)
+    drain(pacer, clock, 1)
+    assert pacer.rate == pytest.approx(grown, rel=0.01)  # not idle long enough
+    clock.advance(10.5)
+    pacer.reserve()
+    assert pacer.rate == 20.0
