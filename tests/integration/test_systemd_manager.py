@@ -111,9 +111,22 @@ def install(manager: UserManager, sim: GenesysSimulator, work: Path, sockets: Pa
         f"StandardError=append:{work / 'stderr.txt'}",
         *extra,
     ]
-    base = Path(sys.base_prefix).resolve()
-    if base.is_relative_to("/root") or any(base.is_relative_to(h) for h in HOMES):
-        service += ["ProtectHome=tmpfs", f"BindReadOnlyPaths={base}"]
+    # the interpreter, the test environment and the checkout (an editable install) must be visible
+    # to the sandboxed daemon: ProtectHome= hides homes and PrivateTmp= hides /tmp, where a CI
+    # clone may live; bind exactly these paths read-only into its namespace
+    visible: list[Path] = []
+    hide_homes = False
+    for path in dict.fromkeys(
+        (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(__file__).resolve().parents[2])
+    ):
+        if path.is_relative_to("/root") or any(path.is_relative_to(h) for h in HOMES):
+            hide_homes = True
+            visible.append(path)
+        elif path.is_relative_to("/tmp") or path.is_relative_to("/var/tmp"):
+            visible.append(path)
+    if hide_homes:
+        service.append("ProtectHome=tmpfs")
+    service += [f"BindReadOnlyPaths={path}" for path in visible]
     dropins = {SERVICE: service}
     paths = (sockets / "subscribe.sock", sockets / "control.sock")
     for name, path in zip(SOCKETS, paths, strict=True):
