@@ -5,12 +5,14 @@ Pure and clock-driven, like the circuit. Two pieces:
 * :class:`Pacer` paces the attempts to one endpoint (WebSocket handshakes and session starts,
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
-  attempts, a multiplicative decrease (``backoff``) when the platform throttles (429/503), then a
+  attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts), a
+  multiplicative decrease (``backoff``, of the rate or of what the platform admitted in the last
+  second when that is less) when the platform throttles (a 429, or a 5xx with Retry-After), then a
   probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
   of the rate per second's worth of admitted attempts; relative, so the time between two probing
   refusals does not depend on the limit), or ``CUBIC`` (RFC 9438; botocore's adaptive retry mode):
   the rate is a cubic function of the time since the cut, flat near the rate that was refused and
-  steeper away from it. docs/benchmarks.md measures both ("Storm at a binding limit"). Nothing is
+  steeper away from it. docs/benchmarks.md measures both ("Admission at a binding limit (issue 15)"). Nothing is
   tuned to a particular limit: the pacer discovers it. A throttle answer that
   carries Retry-After pauses the *whole endpoint* for that window (beyond the seed: the platform
   said when it is ready, so nobody asks before). Slots are handed out by virtual scheduling (GCRA,
@@ -47,7 +49,7 @@ class Probe(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PacingConfig:
-    """The pacer's numbers (defaults measured in docs/benchmarks.md, "Storm at a binding limit")."""
+    """The pacer's numbers (defaults measured in docs/benchmarks.md, "Admission at a binding limit (issue 15)")."""
 
     # attempts per second to start from; None: unpaced until the platform first throttles
     initial_rate: float | None = 20.0

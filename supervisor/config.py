@@ -157,7 +157,7 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     # connection attempts per second per endpoint to start from (start-up and storms alike)
     initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
     # how the rate grows back after a cut: "aimd" (additive) or "cubic" (RFC 9438, botocore's);
-    # docs/benchmarks.md "Storm at a binding limit" measures both
+    # docs/benchmarks.md "Admission at a binding limit (issue 15)" measures both
     probe: Literal["aimd", "cubic"] = "aimd"
     # retries may add at most this share of an endpoint's calls (within 10 s) ...
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
