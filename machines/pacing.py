@@ -5,7 +5,8 @@ Pure and clock-driven, like the circuit. Two pieces:
 * :class:`Pacer` paces the attempts to one endpoint (WebSocket handshakes and session starts,
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
-  attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts), a
+  attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts, and when
+  the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`), a
   multiplicative decrease (``backoff``, of the rate or of what the platform admitted in the last
   second when that is less) when the platform throttles (a 429, or a 5xx with Retry-After), then a
   probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
@@ -55,13 +56,21 @@ class PacingConfig:
     initial_rate: float | None = 20.0
     min_rate: float = 1.0
     max_rate: float = 10_000.0
-    # slow start: the rate grows by this factor for each rate's worth of admitted attempts
-    growth: float = 1.5
-    # on a throttle, the rate is multiplied by this (and becomes the slow-start threshold)
-    backoff: float = 0.7
+    # slow start: the rate grows by this factor for each rate's worth of admitted attempts (TCP's
+    # doubling per round trip, RFC 5681 section 3.1: a refusal comes back within milliseconds, so
+    # the second in which the rate crosses the limit overshoots it by what is in flight, not by x 2)
+    growth: float = 2.0
+    # on a throttle, the rate (or what the platform admitted in the last second, when less) is
+    # multiplied by this, and becomes the slow-start threshold. Shallower than TCP's 0.5 or
+    # CUBIC's 0.7 because the basis is measured: what the platform admitted is its limit, not a
+    # window that includes queues. Each probe that finds the limit costs the endpoint a
+    # Retry-After pause, so a shallow cut and a slow probe lose less than a deep cut and a fast
+    # one (docs/benchmarks.md, "Admission at a binding limit (issue 15)": 0.7 and 5 % missed the
+    # 5,000-session targets)
+    backoff: float = 0.85
     # congestion avoidance: the share of the rate added for each second's worth of admitted attempts
-    # (5 %: from a cut back to the limit in about 7 s, whatever the limit)
-    increase: float = 0.05
+    # (2 %: from a cut back to the limit in about 8 s, whatever the limit)
+    increase: float = 0.02
     probe: Probe = Probe.AIMD
     # CUBIC's scaling constant C (RFC 9438 section 4.2 and botocore use 0.4), in attempts/s per s³
     cubic_c: float = 0.4
@@ -218,6 +227,27 @@ class Pacer:
             self._published_rate = self._rate
             return PacerReport(self.endpoint, self._rate, published, "probe")
         return None
+
+    def lost(self) -> PacerReport | None:
+        """The platform dropped a connection (the session reconnects): restart from ``initial_rate``.
+
+        Like TCP's retransmission timeout (RFC 5681 section 3.1: the window falls to the loss
+        window and slow start begins again), a rate learned before says nothing about a platform
+        that has just dropped its connections: thousands of sessions started a minute ago may have
+        grown it to thousands a second, and the restarted platform may admit fifty. Unless attempts
+        are going through right now (booked within ``episode_s``): they measure the platform better
+        than the loss does, and a storm's own drops must not pull its recovery back to the start.
+        The slow-start threshold (the last cut) is kept.
+        """
+        initial = self._config.initial_rate
+        rate = self._rate
+        if initial is None or rate is None or rate <= initial:
+            return None
+        if self._clock.monotonic() - self._last_booked < self._config.episode_s:
+            return None
+        self._rate = initial
+        self._published_rate = initial
+        return PacerReport(self.endpoint, initial, rate, "restart")
 
     def throttled(self, retry_after_s: float | None) -> PacerReport | None:
         """The platform refused for rate (429/503): cut the rate once per episode, pause the endpoint."""

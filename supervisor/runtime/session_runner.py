@@ -359,7 +359,12 @@ class SessionRunner:
             await connection.close(1000 if failure.graceful else 1001)
         if self.core.terminated:
             return  # stopped (ctl stop, drain, a fail-fast elsewhere) while the connection closed
-        self._execute(self.core.failure(connection_lost(failure)))
+        lost = connection_lost(failure)
+        if self._pacer is not None and lost.reconnect:
+            # the platform dropped the connection: the pace learned before it is stale (a drop
+            # right after a start-up of thousands would meet the restarted platform at that pace)
+            self._pacing(self._pacer.lost())
+        self._execute(self.core.failure(lost))
 
     async def _report(self, raw: RawError) -> bool:
         """In-band failure from a live connection: True when the connection may go on."""

@@ -1,7 +1,9 @@
 """Brownout (issue 15): REST calls while the endpoint fails half of them with 503 for 60 s.
 
-1,000 sessions each GET their own conversation every 5 s through the daemon's request pipeline
-(the one retry executor: class policy ``server_error``, 3 retries, Retry-After honoured) against
+1,000 sessions each GET their own conversation every 5 s through the daemon's request pipeline,
+on a fixed schedule (open loop: a call starts every 5 s whether the previous one has finished or
+is still retrying, as calls driven by agents' and customers' actions do; a closed loop would let
+the run that retries longer start fewer calls, which skews the share that succeeds) (the one retry executor: class policy ``server_error``, 3 retries, Retry-After honoured) against
 the Genesys simulator in its own process. For 60 s the simulator answers 503 for half of the
 conversations (``server_error_burst``, ``share`` 0.5: the same half every time, as a brownout
 of some back ends is). Two runs side by side: with the default retry budget (retries may add 10 %
@@ -19,14 +21,16 @@ Targets: amplification <= 1.2 with the budget, and the share that succeeds drops
 from __future__ import annotations
 
 import argparse
+import contextvars
+import itertools
 import sys
 import time
-from collections import Counter
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 
@@ -39,20 +43,23 @@ from supervisor.errors import CircuitOpenError, OperationError
 from supervisor.rest.hooks import AttemptDetails, NoHooks
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform
-from tests.bench.runtime_harness import SimProcess, raise_nofile, table
+from tests.bench.runtime_harness import SimProcess, raise_nofile, table, wait_for
 
 SECRET = Path("/tmp/session-supervisor-bench-secrets")
 
 
-class Count(NoHooks):
-    """Counts each session's attempts (a session runs one operation at a time, so the difference
-    across one operation is that operation's attempts, whatever the other sessions do meanwhile)."""
+# the attempts of the operation running in this task (each operation is its own task)
+_ATTEMPTS: contextvars.ContextVar[list[int]] = contextvars.ContextVar("attempts")
 
-    def __init__(self) -> None:
-        self.attempts: Counter[str] = Counter()
+
+class Count(NoHooks):
+    """Counts each operation's attempts into the cell its task set (several operations of one
+    session may overlap in an open loop, so counting by session would mix them)."""
 
     def attempt(self, details: AttemptDetails) -> AbstractContextManager[object] | None:
-        self.attempts[details.operation.context.session_id] += 1
+        cell = _ATTEMPTS.get(None)
+        if cell is not None:
+            cell[0] += 1
         return None
 
 
@@ -75,9 +82,22 @@ async def run_once(
                             "apiUrl": sim.urls["api"],
                             "clientId": "bench",
                             "clientSecretFile": str(SECRET / "genesys-secret"),
+                            "webmessagingUrl": sim.urls["webmessaging"],
+                            "deploymentId": "bench-deployment",
                         }
                     },
                     "admission": admission,
+                    # the sessions making the calls: configured, so the HTTP connection pools are
+                    # sized and sharded as the daemon sizes them for 1,000 sessions (they are not
+                    # started: the benchmark makes their calls itself)
+                    "sessions": [
+                        {
+                            "id": f"s-{i}",
+                            "platform": "genesys",
+                            "kind": "webmessaging",
+                        }
+                        for i in range(sessions)
+                    ],
                     # the seed's circuit (5 consecutive failures open the endpoint for 30 s) opens within
                     # seconds when half the calls fail, and then fails every call fast, budget or not:
                     # it is held back (threshold 1000) to measure what the retry budget does, and shown
@@ -87,32 +107,53 @@ async def run_once(
                 "bench",
             )
             counter = Count()
-            stats = {"operations": 0, "succeeded": 0, "attempts": 0}
+            stats = {"operations": 0, "succeeded": 0, "attempts": 0, "in_flight": 0}
             window = {"open": False}
             async with Wiring(config, environ={}, hooks=[counter]) as wiring:
-                pipeline = wiring.pipelines["genesys"]
 
-                async def session(i: int) -> None:
+                async def operation(ctx: SessionContext, url: str, counted: bool) -> None:
+                    cell = [0]
+                    _ATTEMPTS.set(cell)
+                    stats["in_flight"] += counted
+                    pipeline = wiring.pipeline_for("genesys", ctx.session_id)
+                    try:
+                        await pipeline.request("GET", url, ctx=ctx, circuit="genesys:api")
+                        ok = True
+                    except (OperationError, CircuitOpenError):
+                        ok = False
+                    if counted:
+                        stats["in_flight"] -= 1
+                        stats["operations"] += 1
+                        stats["succeeded"] += ok
+                        stats["attempts"] += cell[0]
+
+                async def session(i: int, tg: anyio.abc.TaskGroup) -> None:
                     ctx = SessionContext(f"s-{i}", Platform.GENESYS, Channel.REST)
                     url = f"{sim.urls['api']}/api/v2/conversations/{ids[i]}"
                     await anyio.sleep(period_s * i / sessions)  # spread the sessions over one period
+                    start = anyio.current_time()
+                    for k in itertools.count():
+                        # open loop: each call on its own schedule, not after the previous one
+                        tg.start_soon(operation, ctx, url, window["open"])
+                        await anyio.sleep(max(0.0, start + (k + 1) * period_s - anyio.current_time()))
+
+                async def progress() -> None:
+                    # progress on long work, and the first thing to look at when a run stalls
+                    started = time.monotonic()
                     while True:
-                        counted = window["open"]
-                        before = counter.attempts[ctx.session_id]
-                        try:
-                            await pipeline.request("GET", url, ctx=ctx, circuit="genesys:api")
-                            ok = True
-                        except (OperationError, CircuitOpenError):
-                            ok = False
-                        if counted:
-                            stats["operations"] += 1
-                            stats["succeeded"] += ok
-                            stats["attempts"] += counter.attempts[ctx.session_id] - before
-                        await anyio.sleep(period_s)
+                        await anyio.sleep(5.0)
+                        print(
+                            f"  {label}: {time.monotonic() - started:5.0f} s, brownout "
+                            f"{'on ' if window['open'] else 'off'}, in flight {stats['in_flight']}, "
+                            f"counted {stats['operations']} ({stats['succeeded']} succeeded)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
 
                 async with anyio.create_task_group() as tg:
+                    tg.start_soon(progress)
                     for i in range(sessions):
-                        tg.start_soon(session, i)
+                        tg.start_soon(session, i, tg)
                     await anyio.sleep(2 * period_s)  # steady state first
                     fault = {"kind": "server_error_burst", "share": 0.5, "params": {"status": 503}}
                     injected = await sim.inject(admin, fault)
@@ -122,7 +163,10 @@ async def run_once(
                     window["open"] = False
                     await sim.clear(admin)
                     cpu = time.process_time() - cpu0
-                    await anyio.sleep(2 * period_s)  # the operations of the window finish
+                    # the operations started in the window finish (their retries end within the
+                    # class policy's budget: 3 retries, at most 12 s apart)
+                    await wait_for(lambda: stats["in_flight"] == 0, 60.0)
+                    unfinished = stats["in_flight"]
                     tg.cancel_scope.cancel()
             del injected
     operations = max(stats["operations"], 1)
@@ -133,11 +177,12 @@ async def run_once(
         "amplification": round(stats["attempts"] / operations, 3),
         "succeeded": round(100.0 * stats["succeeded"] / operations, 1),
         "cpu_s": round(cpu, 2),
+        "unfinished": unfinished,
     }
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    head = ["run", "operations", "attempts", "amplification", "succeeded", "cpu_s"]
+    head = ["run", "operations", "attempts", "amplification", "succeeded", "cpu_s", "unfinished"]
     return table(head, [[str(r[h]) + ("%" if h == "succeeded" else "") for h in head] for r in rows])
 
 

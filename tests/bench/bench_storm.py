@@ -48,6 +48,7 @@ if __package__ in (None, ""):
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.demo.observe import Observer
+from supervisor.events import CircuitClosed, CircuitHalfOpened, CircuitOpened, PacingChanged, Published
 from tests.bench.runtime_harness import (
     SimProcess,
     raise_nofile,
@@ -120,7 +121,37 @@ def _totals(stats: dict[str, Any]) -> tuple[int, int]:
     return int(peak), int(totals["refused"])
 
 
-async def daemon_once(policy: Policy, sessions: int, rate: int, limit_s: float, workdir: Path) -> Result:
+class Timeline:
+    """What to look at when a target is missed: pacing and circuit events, with the simulator's seconds."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, PacingChanged):
+            row = {"rate": event.rate, "previous": event.previous, "reason": event.reason}
+            row["pause"] = event.paused_for_s
+        elif isinstance(event, CircuitOpened | CircuitHalfOpened | CircuitClosed):
+            row = {"circuit": event.name}
+        else:
+            return
+        self.events.append({"t": round(time.time(), 3), "event": event.name, **row})
+
+    def write(self, path: Path, stats: dict[str, Any], fault_at: float) -> None:
+        rows = [
+            {"t": r["t"], "accepted": r["accepted"], "refused": r["refused"]}
+            for r in stats["attempts"].get("webmessaging", [])
+        ]
+        merged = sorted([*rows, *self.events], key=lambda r: (r["t"], "event" in r))
+        with path.open("w") as out:
+            for row in merged:
+                out.write(json.dumps({**row, "since_drop": round(row["t"] - fault_at, 3)}) + "\n")
+
+
+async def daemon_once(
+    policy: Policy, sessions: int, rate: int, limit_s: float, workdir: Path, timeline: Path | None = None
+) -> Result:
     taxonomy = taxonomy_variant(
         workdir,
         policy.name,
@@ -147,6 +178,8 @@ async def daemon_once(policy: Policy, sessions: int, rate: int, limit_s: float, 
 
         observer = Observer(clock, connects)
         bus.subscribe(observer)
+        events = Timeline()
+        bus.subscribe(events)
         async with (
             httpx.AsyncClient(timeout=30.0) as admin,
             running_supervisor(config, bus=bus, clock=clock, seed=1) as supervisor,
@@ -156,6 +189,7 @@ async def daemon_once(policy: Policy, sessions: int, rate: int, limit_s: float, 
                 raise RuntimeError(f"{policy.name}: sessions did not all start: {supervisor.states()}")
             await sim.reset(admin)
             observer.mark_fault()
+            fault_at = time.time()
             cpu0 = time.process_time()
             await sim.inject(admin, *_admission(rate))
 
@@ -164,7 +198,10 @@ async def daemon_once(policy: Policy, sessions: int, rate: int, limit_s: float, 
 
             await wait_for(settled, limit_s)
             cpu = time.process_time() - cpu0
-            peak, refused = _totals(await sim.stats(admin))
+            stats = await sim.stats(admin)
+            peak, refused = _totals(stats)
+            if timeline is not None:
+                events.write(timeline / f"{policy.name}-{sessions}-{rate}.jsonl", stats, fault_at)
             states = supervisor.states()
             why = Counter(
                 f"{r.termination.reason.value}/{r.termination.code}"
@@ -243,7 +280,9 @@ async def websockets_once(sessions: int, rate: int, limit_s: float) -> Result:
     return Result("websockets", sessions, rate, peak, refused, recovery, 0, cpu, len(active), "-")
 
 
-def run(sessions: list[int], rates: list[int], clients: list[str], limit_s: float) -> list[Result]:
+def run(
+    sessions: list[int], rates: list[int], clients: list[str], limit_s: float, timeline: Path | None = None
+) -> list[Result]:
     raise_nofile(4 * max(sessions) + 1024)
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-storm-") as tmp:
@@ -254,7 +293,14 @@ def run(sessions: list[int], rates: list[int], clients: list[str], limit_s: floa
                         result = anyio.run(websockets_once, n, rate, limit_s, backend="asyncio")
                     else:
                         result = anyio.run(
-                            daemon_once, POLICIES[client], n, rate, limit_s, Path(tmp), backend="asyncio"
+                            daemon_once,
+                            POLICIES[client],
+                            n,
+                            rate,
+                            limit_s,
+                            Path(tmp),
+                            timeline,
+                            backend="asyncio",
                         )
                     results.append(result)
                     print(report([result]), flush=True)
@@ -311,8 +357,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=_ints, default=[50, 100, 200, 500])
     parser.add_argument("--clients", type=lambda t: t.split(","), default=list(CLIENTS))
     parser.add_argument("--limit", type=float, default=300.0, help="seconds to wait for recovery, per run")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        default=None,
+        help="directory to write, per daemon run, the simulator's attempts per second with the pacing and circuit events",
+    )
     args = parser.parse_args(argv)
-    results = run(args.sessions, args.rates, args.clients, args.limit)
+    if args.timeline is not None:
+        args.timeline.mkdir(parents=True, exist_ok=True)
+    results = run(args.sessions, args.rates, args.clients, args.limit, args.timeline)
     print("\n" + report(results))
     missed = [(r.sessions, r.rate, r.problems()) for r in results if r.client == "ours" and r.problems()]
     for n, rate, problems in missed:

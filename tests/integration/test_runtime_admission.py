@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -17,7 +20,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.runtime_harness import genesys_config, supervised
+from tests.integration.runtime_harness import Harness, genesys_config, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -36,6 +39,10 @@ def clock() -> FakeClock:
 async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
     async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as simulator:
         yield simulator
+
+
+def actives(h: Harness) -> list[dict[str, Any]]:
+    return [t for t in h.recorded.named("SESSION_TRANSITION") if t["to"] == "active"]
 
 
 def topics(sim: GenesysSimulator) -> str:
@@ -112,3 +119,33 @@ async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says
         gave_up = [e["giveUp"] for e in h.recorded.named("RETRY_EXHAUSTED") if e["kind"] == "operation"]
         assert gave_up == ["RETRY_BUDGET_EXHAUSTED", "RETRY_BUDGET_EXHAUSTED"]
         assert h.runners["wm-0"].state.value == "active"  # a spent budget fails calls, not sessions
+
+
+async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_rate(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A start-up of 40 sessions grows the connect pace from its initial 20/s; three quiet seconds
+    later the platform drops every connection: the pace starts again from 20/s (RFC 5681 section
+    3.1), once, and everyone comes back. Waits run on the fake clock (each advances it)."""
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await anyio.lowlevel.checkpoint()
+
+    n = 40
+    async with supervised(genesys_config(sim.urls, n), tmp_path, genesys=sim, clock=clock, sleep=sleep) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
+        pacer = h.supervisor.wiring.admission.connect("genesys:webmessaging")
+        assert pacer is not None
+        grown = pacer.rate
+        assert grown is not None and grown > 40.0
+        assert not [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]
+        clock.advance(3.0)  # quiet: every session is up (idle restart is 10 s away)
+        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: len(actives(h)) >= 2 * n and h.all_in("active"))
+        restarts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]
+        assert [(p["endpoint"], p["kind"], p["rate"]) for p in restarts] == [
+            ("genesys:webmessaging", "connect", 20.0)
+        ]
+        assert restarts[0]["previous"] == pytest.approx(grown)
+        assert h.terminations() == {}

@@ -85,7 +85,7 @@ def test_after_a_throttle_the_rate_probes_up_additively() -> None:
 def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> None:
     """RFC 9438 eq. 1 with C = 0.4, beta = 0.7: refused at 100/s, K = (100 * 0.3 / 0.4) ** (1/3)."""
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0, probe=Probe.CUBIC))
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0, probe=Probe.CUBIC, backoff=0.7))
     cut_at = clock.monotonic()
     pacer.throttled(0.0)
     assert pacer.rate == pytest.approx(70.0)
@@ -160,7 +160,11 @@ def test_against_a_fixed_window_limit_refusals_stay_rare_and_the_limit_is_used(
             pacer.throttled(1.0)
     # one refusal per episode it takes to come down to the limit from a higher start, then the
     # probing ones (one about every 7 s of sending at the limit), well under 5 % of the attempts
-    episodes_down = max(0, math.ceil(math.log(initial / limit) / math.log(1 / 0.7))) if initial > limit else 0
+    episodes_down = (
+        max(0, math.ceil(math.log(initial / limit) / math.log(1 / PacingConfig().backoff)))
+        if initial > limit
+        else 0
+    )
     assert refused <= 0.05 * n + episodes_down + 1
     slow_start = 12.0  # seconds to grow from the initial rate to any limit here
     assert clock.monotonic() <= slow_start + 2.0 * n / limit
@@ -213,3 +217,38 @@ def test_after_an_idle_period_the_rate_restarts_from_the_initial_rate() -> None:
     clock.advance(10.5)
     pacer.reserve()
     assert pacer.rate == 20.0
+
+
+def test_a_drop_on_a_quiet_endpoint_restarts_from_the_initial_rate_but_not_mid_storm() -> None:
+    """RFC 5681 section 3.1: a start-up grew the rate to hundreds; two seconds later the platform
+    drops every connection: the rate starts again from the initial rate (the slow-start threshold
+    is kept). A drop while attempts are going through, and a second drop, change nothing."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, backoff=0.5))
+    drain(pacer, clock, 1000)
+    grown = pacer.rate
+    assert grown is not None and grown > 200
+    assert pacer.lost() is None  # attempts are going through: they measure the platform
+    clock.advance(2.0)
+    report = pacer.lost()
+    assert report is not None and (report.reason, report.rate, report.previous) == ("restart", 20.0, grown)
+    assert pacer.rate == 20.0
+    assert pacer.lost() is None  # already restarted
+    # slow start from there, up to the last cut
+    drain(pacer, clock, 20)
+    assert pacer.rate == pytest.approx(40.0)
+    pacer.throttled(0.0)
+    cut = pacer.rate
+    assert cut is not None and cut < 40.0
+    clock.advance(5.0)
+    pacer.lost()
+    drain(pacer, clock, 200)
+    assert pacer.rate is not None and pacer.rate < 2 * cut + 10  # additive above the kept threshold
+
+
+def test_a_drop_leaves_an_unpaced_endpoint_unpaced() -> None:
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=None))
+    clock.advance(5.0)
+    assert pacer.lost() is None
+    assert pacer.rate is None
