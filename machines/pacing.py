@@ -85,6 +85,11 @@ class PacingConfig:
     # 4.1, RFC 7661: a rate learned before an idle period says nothing about the platform now; the
     # rate a start-up of thousands grew to must not meet the next storm). Paced endpoints only.
     idle_restart_s: float = 10.0
+    # slots are booked ahead, but an attempt is also checked when it goes out (:meth:`Pacer.send`),
+    # with this much burst: a stall (a garbage collection of a process holding thousands of
+    # sessions took up to 0.9 s in the storm benchmark) must not bank capacity, or every slot that
+    # fell due during it fires at once when it ends, a burst the platform refuses
+    send_burst_s: float = 0.02
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -97,7 +102,14 @@ class PacingConfig:
             raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
         if not self.cubic_c > 0:
             raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
-        for name in ("increase", "default_pause_s", "episode_s", "lookahead_s", "idle_restart_s"):
+        for name in (
+            "increase",
+            "default_pause_s",
+            "episode_s",
+            "lookahead_s",
+            "idle_restart_s",
+            "send_burst_s",
+        ):
             if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -131,6 +143,7 @@ class Pacer:
         "_published_rate",
         "_rate",
         "_second",
+        "_sent_tat",
         "_ssthresh",
         "_tat",
         "endpoint",
@@ -148,6 +161,8 @@ class Pacer:
         self._ssthresh = _NO_RATE
         # virtual scheduling: the earliest time the next slot may start
         self._tat = 0.0
+        # the same on send times: the earliest time the next attempt may go out (less the burst)
+        self._sent_tat = 0.0
         self._last_booked = -math.inf
         self._paused_until = 0.0
         self._last_cut = -math.inf
@@ -198,6 +213,27 @@ class Pacer:
         self._tat = slot + 1.0 / rate
         self._last_booked = now
         return slot - now, True
+
+    def send(self, due: float) -> float:
+        """An attempt whose slot was booked for ``due`` (monotonic) is about to go out: 0 when it
+        may go now, else the seconds to wait before asking again.
+
+        Slots are booked ahead and the callers sleep until them; when a stall ends, every slot
+        that fell due during it is due at once. A caller that woke ``send_burst_s`` or more past
+        its slot goes through virtual scheduling on the send times (GCRA with that much burst),
+        which spaces the late ones again at the rate: a stall does not bank capacity. A caller on
+        time goes at once.
+        """
+        rate = self._rate
+        if rate is None:
+            return 0.0
+        now = self._clock.monotonic()
+        tat = max(self._sent_tat, now)
+        early = tat - now - self._config.send_burst_s
+        if now - due >= self._config.send_burst_s and early > 1e-6:  # (not a float's rounding)
+            return early
+        self._sent_tat = tat + 1.0 / rate
+        return 0.0
 
     def admitted(self) -> PacerReport | None:
         """An attempt got through: probe the rate upward (slow start, then additive increase)."""

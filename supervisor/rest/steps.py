@@ -89,10 +89,15 @@ class ExecutorSteps:
         while True:
             generation = pacer.generation
             wait, booked = pacer.reserve()
+            due = self._clock.monotonic() + wait
             if wait > 0:
                 await self._sleep(wait)
             if booked and pacer.generation == generation:
-                return
+                # booked; spaced again at the rate if a stall left many slots due at once
+                while pacer.generation == generation and (extra := pacer.send(due)) > 0:
+                    await self._sleep(extra)
+                if pacer.generation == generation:
+                    return
 
     def _now(self) -> str:
         return iso_utc(self._clock.time())

@@ -205,6 +205,7 @@ class SessionRunner:
         while True:
             generation = pacer.generation
             wait, booked = pacer.reserve()
+            due = self._clock.monotonic() + wait
             if wait > 0:
                 deadline = self.core.horizon_deadline
                 if deadline is not None and self._clock.monotonic() + wait > deadline:
@@ -215,7 +216,19 @@ class SessionRunner:
                 if self.core.terminated:
                     return False
             if booked and pacer.generation == generation:
-                return True
+                if await self._sent(pacer, generation, due):
+                    return True
+                if self.core.terminated:
+                    return False
+
+    async def _sent(self, pacer: Pacer, generation: int, due: float) -> bool:
+        """Wait until the booked attempt may go out (spaced again after a stall); False when a
+        throttle voided the slot meanwhile (the caller reserves again)."""
+        while (extra := pacer.send(due)) > 0:
+            await self._pause(extra)
+            if pacer.generation != generation or self.core.terminated:
+                return False
+        return True
 
     def _pacing(self, report: PacerReport | None) -> None:
         if report is not None:

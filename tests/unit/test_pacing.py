@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -252,3 +253,41 @@ def test_a_drop_leaves_an_unpaced_endpoint_unpaced() -> None:
     clock.advance(5.0)
     assert pacer.lost() is None
     assert pacer.rate is None
+
+
+def test_slots_that_fell_due_during_a_stall_go_out_spaced_at_the_rate_not_at_once() -> None:
+    """Ten callers booked slots 0.1 s apart (10/s); the process stalls for a second (a garbage
+    collection); when it resumes every slot is due. Checked when they go out, the first goes at
+    once and the others are spaced at the rate again: the stall banked no capacity."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
+    start = clock.monotonic()
+    booked = [pacer.reserve() for _ in range(10)]
+    assert all(ok for _, ok in booked) and booked[-1][0] == pytest.approx(0.9)
+    dues = [start + wait for wait, _ in booked]
+    clock.advance(1.5)  # the stall: every slot is past
+    waits = [pacer.send(due) for due in dues]
+    assert waits[0] == 0.0 and all(w > 0 for w in waits[1:])
+    # each caller waits its turn: sends spaced 0.1 s apart
+    sent = [clock.monotonic()]
+    for due in dues[1:]:
+        while (extra := pacer.send(due)) > 0:
+            clock.advance(extra)
+        sent.append(clock.monotonic())
+    assert [round(b - a, 6) for a, b in itertools.pairwise(sent)] == [0.1] * 9
+
+
+def test_on_time_slots_go_out_without_waiting() -> None:
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
+    for _ in range(20):
+        wait, ok = pacer.reserve()
+        assert ok
+        due = clock.monotonic() + wait
+        clock.advance(wait)
+        assert pacer.send(due) == 0.0
+    # a clock that does not move (callers sleep their waits elsewhere): on time, never held
+    frozen = Pacer("ep", FakeClock(start=100.0), PacingConfig(initial_rate=10.0))
+    for _ in range(5):
+        wait, ok = frozen.reserve()
+        assert ok and frozen.send(100.0 + wait) == 0.0
