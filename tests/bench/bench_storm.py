@@ -365,7 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.timeline is not None:
-        args.timeline.mkdir(parents=True, exist_ok=True)
+        try:
+            args.timeline.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--timeline {args.timeline}: cannot make the directory: {exc.strerror}")
     results = run(args.sessions, args.rates, args.clients, args.limit, args.timeline)
     print("\n" + report(results))
     missed = [(r.sessions, r.rate, r.problems()) for r in results if r.client == "ours" and r.problems()]
