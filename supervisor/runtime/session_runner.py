@@ -208,7 +208,7 @@ class SessionRunner:
             due = self._clock.monotonic() + wait
             if wait > 0:
                 deadline = self.core.horizon_deadline
-                if deadline is not None and self._clock.monotonic() + wait > deadline:
+                if deadline is not None and due > deadline:
                     if self.core.state is SessionState.RECONNECTING:
                         self._execute(self.core.reconnect_due(wait))
                     return False

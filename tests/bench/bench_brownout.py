@@ -1,16 +1,17 @@
 """Brownout (issue 15): REST calls while the endpoint fails half of them with 503 for 60 s.
 
-1,000 sessions each GET their own conversation every 5 s through the daemon's request pipeline,
-on a fixed schedule (open loop: a call starts every 5 s whether the previous one has finished or
-is still retrying, as calls driven by agents' and customers' actions do; a closed loop would let
-the run that retries longer start fewer calls, which skews the share that succeeds) (the one retry executor: class policy ``server_error``, 3 retries, Retry-After honoured) against
-the Genesys simulator in its own process. For 60 s the simulator answers 503 for half of the
+1,000 sessions each GET their own conversation every 5 s through the daemon's request pipeline
+(the one retry executor: class policy ``server_error``, 3 retries, Retry-After honoured) against
+the Genesys simulator in its own process, on a fixed schedule: open loop, a call starts every 5 s
+whether the previous one has finished or is still retrying, as calls driven by agents' and
+customers' actions do (a closed loop lets the run that retries longer start fewer calls, which
+skews the share that succeeds). For 60 s the simulator answers 503 for half of the
 conversations (``server_error_burst``, ``share`` 0.5: the same half every time, as a brownout
 of some back ends is). Two runs side by side: with the default retry budget (retries may add 10 %
 of an endpoint's calls within 10 s, plus 5 per second) and without one (unlimited: the class
 policy alone); the circuit is held back in both (it would open and fail every call fast, which a
-third run, with the seed's circuit on, shows). Reported for the operations that started during the brownout: amplification
-(attempts / first attempts) and the share that eventually succeeded.
+third run, with the seed's circuit on, shows). Reported for the operations that started during
+the brownout: amplification (attempts / first attempts) and the share that eventually succeeded.
 
 Targets: amplification <= 1.2 with the budget, and the share that succeeds drops by no more than
 5 points against unlimited retries (a retry of a call that fails the same way again buys nothing).

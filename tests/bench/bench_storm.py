@@ -130,8 +130,12 @@ class Timeline:
     def __call__(self, published: Published) -> None:
         event = published.event
         if isinstance(event, PacingChanged):
-            row = {"rate": event.rate, "previous": event.previous, "reason": event.reason}
-            row["pause"] = event.paused_for_s
+            row = {
+                "rate": event.rate,
+                "previous": event.previous,
+                "reason": event.reason,
+                "pause": event.paused_for_s,
+            }
         elif isinstance(event, CircuitOpened | CircuitHalfOpened | CircuitClosed):
             row = {"circuit": event.name}
         else:
