@@ -181,6 +181,9 @@ class RetryAttempt(Event):
     from_retry_after: bool = False
     # a 401 on a token expired by our clock: replayed at once with a fresh token (seed edge case 3)
     token_refreshed: bool = False
+    # the retry scheduled before this one came due while the endpoint's retry budget was spent:
+    # not sent, one of the policy's retries all the same (issue 15; supervisor/rest/steps.py)
+    budget_refused: bool = False
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -196,6 +199,7 @@ class RetryAttempt(Event):
             out["operation"] = self.operation
             out["fromRetryAfter"] = self.from_retry_after
             out["tokenRefreshed"] = self.token_refreshed
+            out["budgetRefused"] = self.budget_refused
         return out
 
 

@@ -131,7 +131,8 @@ class RetryExecutor(ExecutorSteps):
         if tokens is not None:
             # the cached token without an await; a fetch is an operation of its own (token())
             token = tokens.cached() or await self.token(ctx, tokens, tokens.get)
-        attempt = 0
+        attempt = 0  # the class policy's retries spent, those the retry budget skipped included
+        resends = 0  # the attempts sent after the first
         previous_delay_ms: float | None = None
         replayed = False
         reason: ResendReason | None = None
@@ -149,9 +150,9 @@ class RetryExecutor(ExecutorSteps):
             if details is None:
                 outcome = await self._try(attempt_once, token, ctx, None)
             else:
-                details.attempts = attempt + 1
+                details.attempts = resends + 1
                 outcome = await self._observed(
-                    attempt_once, token, ctx, AttemptDetails(details, attempt, reason)
+                    attempt_once, token, ctx, AttemptDetails(details, resends, reason)
                 )
             if not isinstance(outcome, _Failure):
                 if breaker is not None:
@@ -160,9 +161,9 @@ class RetryExecutor(ExecutorSteps):
                     self._pacing(pacer.admitted())
                 if hooks is not None and details is not None:
                     retried = None
-                    if attempt:
+                    if resends:
                         retried = RetrySuccess(
-                            ctx.session_id, RetryKind.OPERATION, attempt, self._now(), operation
+                            ctx.session_id, RetryKind.OPERATION, resends, self._now(), operation
                         )
                     hooks.succeeded(details, retried)
                 return outcome
@@ -184,6 +185,7 @@ class RetryExecutor(ExecutorSteps):
                 # seed edge case 3: replay once with a fresh token, never with the stale one
                 replayed = True
                 attempt += 1  # the replay spends the token_refresh budget: a second 401 is final
+                resends += 1
                 reason = ResendReason.TOKEN_REPLAY
                 token = await self.token(ctx, tokens, refresh_from(tokens, token))
                 if hooks is not None and details is not None:
@@ -200,10 +202,11 @@ class RetryExecutor(ExecutorSteps):
                     )
                     hooks.retry_scheduled(details, retry)
                 continue
-            previous_delay_ms = await self._backoff(
+            previous_delay_ms, skipped = await self._backoff(
                 operation, ctx, event, attempt, previous_delay_ms, details, budget
             )
-            attempt += 1
+            attempt += 1 + skipped  # the retries the endpoint's budget skipped were spent
+            resends += 1
             reason = ResendReason.RETRY
             if tokens is not None:
                 # seed edge case 3: refresh a token that expires within 60 s before retrying

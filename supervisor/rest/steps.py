@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import anyio
 
@@ -111,58 +112,84 @@ class ExecutorSteps:
         previous_delay_ms: float | None,
         details: OperationDetails | None,
         budget: RetryBudget | None = None,
-    ) -> float:
-        """Wait before retry ``attempt + 1`` as the event's class policy says; raise when it says stop.
+    ) -> tuple[float, int]:
+        """Wait before the next retry as the event's class policy says; raise when it says stop.
 
-        Returns the delay it waited, in ms (decorrelated jitter grows from it). A retry the
-        policy allows is still refused when the endpoint's retry budget is spent.
+        Returns the delay it last waited, in ms (decorrelated jitter grows from it), and how many
+        of the policy's retries the endpoint's retry budget skipped on the way. The budget is
+        asked when a retry comes due, not when the failure comes back (issue 15): a retry it
+        refuses is not sent but counts against the policy's retries, and the operation waits for
+        its next scheduled one, when the budget may have room again. A brownout spends the
+        budget on calls that fail again; asking late leaves the retries that come due after the
+        recovery a chance the early refusal took away (docs/benchmarks.md, "Brownout"). The
+        operation ends with ``RETRY_BUDGET_EXHAUSTED`` when the budget refused its last retry.
         """
-        decision = decide_retry(
-            event.policy,
-            attempt,
-            self._rng,
-            retryable=event.retryable,
-            retry_after_ms=event.retry_after_ms,
-            previous_delay_ms=previous_delay_ms,
-        )
-        if decision.retry and budget is not None and not budget.allow_retry():
-            decision = RetryDecision(retry=False, reason=GiveUpReason.RETRY_BUDGET_EXHAUSTED)
-        hooks = self._hooks
-        if not decision.retry:
-            # a budget refusal ends a retryable operation early: exhausted all the same, and said so
-            budget_refused = decision.reason is GiveUpReason.RETRY_BUDGET_EXHAUSTED
-            exhausted = event.retryable and (attempt > 0 or budget_refused)
-            if hooks is not None and details is not None:
-                report = None
-                if exhausted:
-                    report = RetryExhausted(
-                        ctx.session_id,
-                        RetryKind.OPERATION,
-                        attempt,
-                        event.code,
-                        event.policy.name,
-                        None if decision.reason is None else decision.reason.value,
-                        self._now(),
-                        operation,
-                    )
-                hooks.gave_up(details, report)
-            raise OperationError(event, exhausted=exhausted, published=hooks is not None)
-        delay_s = decision.delay_ms / 1000.0
-        if hooks is not None and details is not None:
-            retry = RetryAttempt(
-                ctx.session_id,
-                RetryKind.OPERATION,
-                attempt + 1,
-                delay_s,
-                event.code,
-                event.policy.name,
-                self._now(),
-                operation,
-                from_retry_after=decision.from_retry_after,
+        skipped = 0
+        while True:
+            decision = decide_retry(
+                event.policy,
+                attempt,
+                self._rng,
+                retryable=event.retryable,
+                retry_after_ms=event.retry_after_ms,
+                previous_delay_ms=previous_delay_ms,
             )
-            hooks.retry_scheduled(details, retry)
-        await self._sleep(delay_s)
-        return decision.delay_ms
+            if not decision.retry:
+                if skipped and decision.reason is GiveUpReason.BUDGET_EXHAUSTED:
+                    # the policy's retries ran out because the endpoint's budget refused the last
+                    decision = RetryDecision(retry=False, reason=GiveUpReason.RETRY_BUDGET_EXHAUSTED)
+                self._give_up(operation, ctx, event, attempt, decision, details)
+            delay_s = decision.delay_ms / 1000.0
+            if self._hooks is not None and details is not None:
+                retry = RetryAttempt(
+                    ctx.session_id,
+                    RetryKind.OPERATION,
+                    attempt + 1,
+                    delay_s,
+                    event.code,
+                    event.policy.name,
+                    self._now(),
+                    operation,
+                    from_retry_after=decision.from_retry_after,
+                    budget_refused=skipped > 0,
+                )
+                self._hooks.retry_scheduled(details, retry)
+            await self._sleep(delay_s)
+            if budget is None or budget.allow_retry():
+                return decision.delay_ms, skipped
+            # skipped: not sent, one of the policy's retries spent all the same
+            skipped += 1
+            attempt += 1
+            previous_delay_ms = decision.delay_ms
+
+    def _give_up(
+        self,
+        operation: str,
+        ctx: SessionContext,
+        event: SdkErrorEvent,
+        retries: int,
+        decision: RetryDecision,
+        details: OperationDetails | None,
+    ) -> NoReturn:
+        """The operation ends: RETRY_EXHAUSTED when it was retryable and a budget ran out."""
+        budget_refused = decision.reason is GiveUpReason.RETRY_BUDGET_EXHAUSTED
+        exhausted = event.retryable and (retries > 0 or budget_refused)
+        hooks = self._hooks
+        if hooks is not None and details is not None:
+            report = None
+            if exhausted:
+                report = RetryExhausted(
+                    ctx.session_id,
+                    RetryKind.OPERATION,
+                    retries,
+                    event.code,
+                    event.policy.name,
+                    None if decision.reason is None else decision.reason.value,
+                    self._now(),
+                    operation,
+                )
+            hooks.gave_up(details, report)
+        raise OperationError(event, exhausted=exhausted, published=hooks is not None)
 
     async def token(
         self, ctx: SessionContext, tokens: TokenCache, fetch: Callable[[], Awaitable[Token]]
@@ -240,7 +267,7 @@ class ExecutorSteps:
                 self._circuit(breaker.record_failure(outcome, probe_id))
             if details is not None:
                 details.outcome = outcome
-            previous_delay_ms = await self._backoff(
+            previous_delay_ms, _ = await self._backoff(
                 TOKEN_OPERATION, ctx, outcome, attempt, previous_delay_ms, details
             )
             attempt += 1

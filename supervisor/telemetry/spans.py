@@ -194,6 +194,7 @@ class SpanFactory:
                     A.RETRY_DELAY_MS: retry.delay_s * 1000.0,
                     A.RETRY_REASON: "token_replay" if retry.token_refreshed else "retry",
                     A.RETRY_FROM_RETRY_AFTER: retry.from_retry_after,
+                    A.RETRY_BUDGET_REFUSED: retry.budget_refused,
                     A.ERROR_TYPE: retry.code,
                     A.RETRY_POLICY: retry.policy,
                     A.RETRY_ATTEMPT: retry.attempt,

@@ -6,15 +6,17 @@ half of them failing for 60 s) as events on a fake clock, with the server_error 
 schedule (3 retries, 1 s base doubling, additive jitter up to 1 s) and :class:`RetryBudget`. Four
 ways to spend the budget:
 
-* ``decision``: as shipped: the budget is asked when a failure comes back; refused, the operation ends;
+* ``decision``: the budget is asked when a failure comes back; refused, the operation ends (as
+  shipped until the skip replaced it);
 * ``throttle``: the same, plus gRPC's retry throttling (gRFC A6: a failure costs a token, a success
   returns 0.1, no retry at or below half of 10 tokens);
-* ``skip``: the budget is asked when a retry comes due; a refused retry is skipped (not sent, but
-  counted against the policy's three) and the operation waits for its next one;
+* ``skip``: as shipped (supervisor/rest/steps.py, ``_backoff``): the budget is asked when a retry
+  comes due; a refused retry is skipped (not sent, but counted against the policy's three) and the
+  operation waits for its next one;
 * ``skip+throttle``: both.
 
-Its ``decision`` and ``unlimited`` rows land within two points of the measured benchmark (docs/benchmarks.md,
-the brownout), which is what makes the other rows worth reading.
+Its ``decision``, ``skip`` and ``unlimited`` rows land within two points of the measured benchmark
+(docs/benchmarks.md, the brownout), which is what makes the other rows worth reading.
 
     .venv/bin/python tests/bench/bench_brownout_model.py
 """
@@ -66,8 +68,9 @@ def run(mode: str, ratio: float, *, seed: int = 1, sessions: int = 1000) -> tupl
     def allowed() -> bool:
         if mode == "unlimited":
             return True
-        ok = budget.allow_retry()
-        return ok and ("throttle" not in mode or tokens > 5.0)
+        if "throttle" in mode and tokens <= 5.0:
+            return False  # throttled: the budget is not asked, so nothing of it is spent
+        return budget.allow_retry()
 
     def finish(key: int, ok: bool) -> None:
         nonlocal counted, succeeded, attempts

@@ -7,6 +7,7 @@ guest's own limit pauses nobody else) is in test_runtime_webmessaging.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,24 @@ async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpo
         assert h.terminations() == {}
 
 
+def operation_retries(h: Harness) -> list[tuple[int, bool]]:
+    return [
+        (e["attempt"], e["budgetRefused"])
+        for e in h.recorded.named("RETRY_ATTEMPT")
+        if e["kind"] == "operation"
+    ]
+
+
 async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says_why(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """A budget of no share and one retry per 10 s: the first failing call gets its one retry,
-    the next fails on its first attempt with give-up reason RETRY_BUDGET_EXHAUSTED."""
+    """A budget of no share and one retry per 10 s, and backoffs that take no time: the first
+    failing call gets its one retry, its next two come due in the same second and are refused
+    (not sent, each said by the next event), and it ends RETRY_BUDGET_EXHAUSTED; the next call
+    fails on its first attempt and every retry it schedules is refused."""
 
     async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
+        await anyio.lowlevel.checkpoint()  # the clock stands still: the budget's window never moves
 
     config = genesys_config(sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
     async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
@@ -116,9 +127,51 @@ async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says
             assert info.value.exhausted
         # three attempts reached the endpoint: the first call's two, the second call's one
         assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics") == 3
-        gave_up = [e["giveUp"] for e in h.recorded.named("RETRY_EXHAUSTED") if e["kind"] == "operation"]
-        assert gave_up == ["RETRY_BUDGET_EXHAUSTED", "RETRY_BUDGET_EXHAUSTED"]
+        # scheduled: (retry, the one before it was refused); the last refusal of each ends the call
+        assert operation_retries(h) == [(1, False), (2, False), (3, True), (1, False), (2, True), (3, True)]
+        exhausted = [e for e in h.recorded.named("RETRY_EXHAUSTED") if e["kind"] == "operation"]
+        assert [(e["giveUp"], e["attempts"]) for e in exhausted] == [
+            ("RETRY_BUDGET_EXHAUSTED", 3),
+            ("RETRY_BUDGET_EXHAUSTED", 3),
+        ]
         assert h.runners["wm-0"].state.value == "active"  # a spent budget fails calls, not sessions
+
+
+async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_scheduled_retry(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The endpoint's one retry per 10 s is spent at second T; a call at T + 4 fails once. Its
+    first two retries come due before T + 10 (within 1-2 s, then 2-3 s more) and are skipped; the
+    third (4-5 s more, after T + 10) finds the budget free again, goes out and succeeds: asked
+    when a retry comes due, the budget lets an operation outlast a spent window (issue 15)."""
+
+    async def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        await anyio.lowlevel.checkpoint()
+
+    config = genesys_config(sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
+    async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        h.supervisor.wiring.executor._sleep = sleep
+        budget = h.supervisor.wiring.admission.budget("genesys:api")
+        assert budget is not None
+        clock.advance(math.ceil(clock.monotonic()) - clock.monotonic())  # T: a whole second
+        assert budget.allow_retry()  # the window's one retry, spent at T
+        clock.advance(4.0)
+        sim.faults.inject(
+            Fault(
+                kind=FaultKind.SERVER_ERROR_BURST,
+                count=1,
+                endpoint="GET /api/v2/notifications/availabletopics",
+            )
+        )
+        response = await h.supervisor.request("wm-0", "GET", topics(sim))
+        assert response.status_code == 200
+        assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics") == 2
+        assert operation_retries(h) == [(1, False), (2, True), (3, True)]
+        (success,) = [e for e in h.recorded.named("RETRY_SUCCESS") if e["kind"] == "operation"]
+        assert success["attempts"] == 1  # retries sent; the two skipped went nowhere
+        assert not h.recorded.named("RETRY_EXHAUSTED")
 
 
 async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_rate(

@@ -143,6 +143,50 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
         assert [e["spanId"] for e in classified] == [a.span_id for a in attempts[:2]]
 
 
+async def test_retries_the_retry_budget_refused_are_told_on_the_span_and_not_sent(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """One retry per 10 s and backoffs that take no time: a call failing with 503 sends two
+    attempts; its third and last scheduled retry says the second was refused, and the span ends
+    with give-up RETRY_BUDGET_EXHAUSTED (issue 15)."""
+
+    async def backoff(seconds: float) -> None:  # the clock stands still: the budget's window never moves
+        pass
+
+    config = genesys_config(
+        sim.urls,
+        1,
+        conversations=[sim.create_conversation().id],
+        adaptive=False,
+        retry_budget_ratio=0.0,
+        retry_budget_min=0.1,
+    )
+    async with traced(config, tmp_path, receiver, genesys=sim, clock=clock, ratio=0.0) as t:
+        h = t.harness
+        cid = await active(h)
+        h.supervisor.wiring.executor._sleep = backoff
+        sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*"))
+        url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
+        with pytest.raises(OperationError):
+            await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
+        assert await t.flush()
+
+        op = operation_span(receiver, CONVERSATION)
+        assert op.attr("session_supervisor.operation.attempts") == 2
+        assert op.attr("session_supervisor.retry.give_up") == "RETRY_BUDGET_EXHAUSTED"
+        scheduled = [attrs for name, attrs, _ in op.events if name == "retry.scheduled"]
+        assert [
+            (s["session_supervisor.retry.attempt"], s["session_supervisor.retry.budget_refused"])
+            for s in scheduled
+        ] == [
+            (1, False),
+            (2, False),
+            (3, True),
+        ]
+        clients = [s for s in receiver.spans if s.kind == "CLIENT" and s.parent_id == op.span_id]
+        assert sorted(resend(s) for s in clients) == [0, 1]
+
+
 async def test_a_sampled_out_success_records_nothing_and_a_sampled_one_is_whole(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
