@@ -97,7 +97,7 @@ def demo(
     The daemon's socket API is on, in a temporary directory: the `watch` command that
     attaches to it from another terminal is printed on stderr first.
     """
-    from supervisor.demo.runner import DemoOptions, run_demo
+    from supervisor.demo.runner import DemoOptions, DemoTimedOut, run_demo
 
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(
@@ -120,6 +120,11 @@ def demo(
         summary = anyio.run(main, backend="asyncio")
     except OSError as exc:
         raise click.ClickException(f"cannot run the demo: {exc.strerror or exc}") from None
+    except DemoTimedOut as exc:
+        if as_json:  # stdout stays one JSON object, whatever ended the run
+            sys.stdout.write(json.dumps(exc.summary, sort_keys=False) + "\n")
+            sys.stdout.flush()
+        raise click.ClickException(str(exc)) from None
     if summary is None:
         click.echo(f"session-supervisor: demo {scenario}: interrupted; the daemon drained", err=True)
         ctx = click.get_current_context()

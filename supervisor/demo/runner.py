@@ -362,7 +362,15 @@ class DemoRefused(SupervisorError):
 
 
 class DemoTimedOut(SupervisorError):
-    """The demo outlasted its --timeout: a hard bound, whatever it was doing."""
+    """The demo outlasted its --timeout: a hard bound, whatever it was doing.
+
+    :attr:`summary` is what can still be said: the scenario, its size and a failed outcome
+    (the command prints it with --json, so a script reading stdout gets its one object).
+    """
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def reserve_s(limit_s: float) -> float:
@@ -399,5 +407,14 @@ async def run_demo(
         with anyio.move_on_after(limit) as bound:
             return await run.execute(Path(workdir), progress, on_sockets)
     if bound.cancelled_caught:
-        raise DemoTimedOut(f"demo {scenario.name}: did not finish within --timeout {limit:g} s ({run.phase})")
+        problem = f"timed out after {limit:g} s (--timeout, a hard bound) while {run.phase}"
+        summary = {
+            "scenario": scenario.name,
+            "sessions": options.sessions,
+            "seed": options.seed,
+            "fast": options.fast,
+            "expected": scenario.expected,
+            "outcome": {"ok": False, "problems": [problem]},
+        }
+        raise DemoTimedOut(f"demo {scenario.name}: {problem}", summary)
     return None  # pragma: no cover - the with block returns unless cancelled

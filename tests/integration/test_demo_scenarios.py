@@ -166,6 +166,31 @@ def test_outcome_not_reached_exits_1_and_says_why(capsys: pytest.CaptureFixture[
     assert "timed out after 1 s" in err
 
 
+def test_a_run_cut_short_by_the_hard_bound_still_prints_one_json_outcome(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--timeout is a hard bound: a run that hangs past it (here, one whose orchestration never
+    returns) ends with exit 1, one line on stderr and, with --json, still one JSON object."""
+    import anyio
+
+    from supervisor.demo import runner
+
+    async def hangs(self: object, *args: object) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(runner._Run, "execute", hangs)
+    code, out, err = run_cli(
+        capsys, "--scenario", "storm", "--fast", "--sessions", "5", "--json", "--timeout", "1"
+    )
+    assert code == 1
+    assert out.count("\n") == 1
+    summary = json.loads(out)
+    assert (summary["scenario"], summary["sessions"], summary["outcome"]["ok"]) == ("storm", 5, False)
+    assert "timed out after 1 s (--timeout, a hard bound)" in summary["outcome"]["problems"][0]
+    (line,) = err.strip().splitlines()
+    assert line.startswith("session-supervisor: error: demo storm: timed out after 1 s")
+
+
 def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "--scenario", "hurricane")
     assert code == 2 and out == ""
