@@ -2,7 +2,9 @@
 
 * :meth:`GenesysAttributes.read` is ``GET /api/v2/conversations/{cid}`` (PY269 ``Conversation``): the
   customer participant's id and attributes. Flows and agents write participant data there; it is
-  the participant whose attributes we update.
+  the participant whose attributes we update. The answer is validated as the taxonomy's
+  ``genesys.rest.Conversation`` (id, state, participants; the id ours) before anything is judged
+  on it (seed section 3; docs/attributes.md).
 * :meth:`GenesysAttributes.send` is ``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes``
   with ``{"attributes": {...}}`` (``ParticipantAttributes``; 202, no body), the route every media
   type has. The messaging variant answers the merged map, but that answer only echoes what was
@@ -35,16 +37,18 @@ import httpx
 from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
 from supervisor.errors import ConnectionLost
 from supervisor.rest.executor import throttles
-from supervisor.rest.pipeline import RequestPipeline
+from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import Token
 from supervisor.store.testhooks import CrashPoint, CrashPoints
-from supervisor.taxonomy import Channel, RawError
+from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
 
 __all__ = ["CIRCUIT", "Conversation", "GenesysAttributes", "Target"]
 
 #: the circuit of Genesys REST calls made for sessions (supervisor/runtime/supervisor.py does the same)
 CIRCUIT = "genesys:api"
 READ = "conversation.get"
+# the taxonomy's response of a read (PY269 Conversation: id, state, participants)
+CONVERSATION = "genesys.rest.Conversation"
 UPDATE = "attributes.update"
 # the request never left this machine: retrying it cannot apply anything twice
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -81,7 +85,10 @@ class GenesysAttributes:
     async def read(self, target: Target, conversation_id: str, on_throttle: OnThrottle) -> Conversation:
         """The conversation's customer participant and its attributes. Raises OperationError, CircuitOpenError."""
         url = f"{target.api_url.rstrip('/')}/api/v2/conversations/{conversation_id}"
-        response = await self._call(target, "GET", url, READ, on_throttle)
+        # seed section 3: a read that lacks the conversation's anchors (or names another one)
+        # must not decide anything: judged on it, every attribute would look silently dropped
+        check = ResponseCheck(kind=CONVERSATION, expected_conversation_id=conversation_id)
+        response = await self._call(target, "GET", url, READ, on_throttle, check=check)
         try:
             body = response.json()
         except (ValueError, RecursionError):
@@ -127,13 +134,14 @@ class GenesysAttributes:
         json: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         count_attempt: Callable[[], Awaitable[object]] | None = None,
+        check: ResponseCheck | None = None,
     ) -> httpx.Response:
         pipeline, ctx = target.pipeline, target.context
         path = httpx.URL(url).path
         unknown = False
         attempts = 0
 
-        async def attempt_once(token: Token | None) -> httpx.Response | RawError:
+        async def attempt_once(token: Token | None) -> httpx.Response | RawError | SdkErrorEvent:
             nonlocal unknown, attempts
             attempts += 1
             if attempts > 1 and count_attempt is not None:
@@ -158,6 +166,10 @@ class GenesysAttributes:
             if json is not None:
                 self._crash.reached(CrashPoint.AFTER_SEND)
             if 200 <= response.status_code < 300:
+                if check is not None:
+                    problem = pipeline.check_body(response, ctx, Channel.REST, path, check)
+                    if problem is not None:
+                        return problem  # MALFORMED_RESPONSE, INCOMPLETE_RESPONSE or STATE_DRIFT
                 return response
             tokens = pipeline.tokens
             expired = token is not None and tokens is not None and tokens.expired(token)

@@ -37,6 +37,9 @@ class ResponseCheck:
 
     required: tuple[str, ...] = ()
     expected_conversation_id: str | None = None
+    # the taxonomy's name of the response ([responses."platform.channel.Response"]): its required
+    # fields replace ``required``, and its conversationField is where the drift check reads the id
+    kind: str | None = None
 
 
 class RequestPipeline:
@@ -96,7 +99,7 @@ class RequestPipeline:
             if 200 <= status < 300 or status in ok_statuses:
                 # only a 2xx carries a body to check (RFC 9110 section 15.4.5: a 304 has none)
                 if check is not None and status < 300:
-                    problem = self._check(response, ctx, channel, path, check)
+                    problem = self.check_body(response, ctx, channel, path, check)
                     if problem is not None:
                         return problem
                 return response
@@ -114,7 +117,7 @@ class RequestPipeline:
             method=method,
         )
 
-    def _check(
+    def check_body(
         self,
         response: httpx.Response,
         ctx: SessionContext,
@@ -145,4 +148,5 @@ class RequestPipeline:
             expected_conversation_id=check.expected_conversation_id,
             context=ctx.envelope_context(),
             endpoint=f"{response.request.method} {path}",
+            kind=check.kind,
         )

@@ -198,3 +198,41 @@ async def test_refusals_name_the_reason(sim: GenesysSimulator, clock: FakeClock,
         with pytest.raises(Refused) as stopped:
             await h.service.submit("wm-0", {"a": "1"})
         assert stopped.value.name == "SessionTerminated" and "ctl start" in stopped.value.problem
+
+
+async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
+    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Seed section 3 on the read-back: a 200 without ``participants`` (the taxonomy's
+    ``genesys.rest.Conversation`` requires id, state, participants) is INCOMPLETE_RESPONSE. Judged
+    as it came, every attribute would look silently dropped and be sent again; it is not judged:
+    the taxonomy makes the code fail-fast, so the update is flagged for manual reconciliation."""
+    conv = sim.create_conversation(attributes={"survey": "unset"})
+    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
+    async with durable_daemon(text, tmp_path, clock=clock) as h:
+        await h.wait_active(1)
+        answer = await h.service.submit("wm-0", {"survey": "yes"})
+        await h.service.run_due()
+        assert sim.recorder.request_count(method="PATCH") == 1
+        partial = sim.faults.inject(
+            Fault(
+                kind=FaultKind.MISSING_FIELDS,
+                endpoint="GET /api/v2/conversations/*",
+                count=1,
+                params={"fields": ["participants"]},
+            )
+        )
+        outcomes = await h.settle()
+        assert partial.id is not None and sim.recorder.fault_hits(partial.id) == 1
+        assert sim.recorder.request_count(method="PATCH") == 1  # nothing sent again on a partial read
+        # not verified, not repaired: flagged for a person, with the taxonomy's code as the reason
+        assert outcomes[answer.update_id] is UpdateOutcome.FLAGGED
+        (flag,) = await h.service.mismatches()
+        assert (flag["key"], flag["reason"], flag["server"]) == (
+            "survey",
+            "failed: INCOMPLETE_RESPONSE",
+            None,
+        )
+        ledger = list((await h.durable.store.ledger()).values())  # type: ignore[union-attr]
+        assert [(e.outcome, e.error_code) for e in ledger] == [(Outcome.FAILED, "INCOMPLETE_RESPONSE")]
+        assert customer_attributes(sim, conv.id) == {"survey": "yes"}  # what the write did stands
