@@ -285,6 +285,20 @@ class Pacer:
         self._published_rate = initial
         return PacerReport(self.endpoint, initial, rate, "restart")
 
+    def echoes(self, sent_at: float) -> bool:
+        """Is the refusal of an attempt sent at ``sent_at`` (monotonic) an echo of the last throttle?
+
+        True when the attempt left before the endpoint's rate was last cut: it was already in
+        flight when the refusal that cut the rate came back, so its own refusal tells nothing the
+        daemon has not acted on. Like TCP's one congestion response per window of data in flight
+        (RFC 6582 section 3.2, the ``recover`` point; RFC 5681 section 4.3), its caller does not
+        count it as one more failure toward the endpoint's circuit: at a limit crossed at
+        hundreds of attempts a second, the attempts in flight (and a garbage collection's worth
+        of queued answers) are refused together, and five of them opened the circuit for 30 s
+        on a platform that was admitting at its limit (docs/benchmarks.md, issue 15).
+        """
+        return sent_at < self._last_cut
+
     def throttled(self, retry_after_s: float | None) -> PacerReport | None:
         """The platform refused for rate (429/503): cut the rate once per episode, pause the endpoint."""
         cfg = self._config

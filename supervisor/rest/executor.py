@@ -147,6 +147,7 @@ class RetryExecutor(ExecutorSteps):
                 if not admitted.allowed:
                     raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
                 probe_id = admitted.probe_id
+            sent_at = self._clock.monotonic()
             if details is None:
                 outcome = await self._try(attempt_once, token, ctx, None)
             else:
@@ -176,9 +177,14 @@ class RetryExecutor(ExecutorSteps):
                 if hooks is not None and details is not None:
                     hooks.gave_up(details, None)
                 raise OperationError(event, published=hooks is not None)
-            if breaker is not None:
+            throttled = pacer is not None and throttles(event)
+            if breaker is not None and not (
+                throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)
+            ):
+                # (a refusal of a call in flight when the endpoint's throttle came back echoes
+                # that throttle: counted once toward the circuit, Pacer.echoes)
                 self._circuit(breaker.record_failure(event, probe_id))
-            if pacer is not None and throttles(event):
+            if throttled and pacer is not None:
                 # the platform said "slower" for the endpoint: everyone waits its Retry-After
                 self._pacing(pacer.throttled(seconds_of(event.retry_after_ms)))
             if event.replay_with_fresh_token and not replayed and tokens is not None:

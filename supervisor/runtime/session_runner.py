@@ -266,6 +266,7 @@ class SessionRunner:
         self._admitted = False
         probe_id, self._probe_id = self._probe_id, 0
         self.connects += 1
+        sent_at = self._clock.monotonic()
         connection: Connection | None = None
         deadline = self.core.horizon_deadline
         try:
@@ -286,7 +287,7 @@ class SessionRunner:
                         channel=self._context.channel,
                         exception="TimeoutError",
                     )
-                    self._connect_failed(self._classify(raw), probe_id)
+                    self._connect_failed(self._classify(raw), probe_id, sent_at)
                 return  # stopped while connecting
             if self.core.terminated:
                 # stopped just as the connection opened: close it, never serve it
@@ -295,10 +296,10 @@ class SessionRunner:
                 return
         except TransportFailure as failure:
             raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
-            self._connect_failed(self._classify(raw), probe_id)
+            self._connect_failed(self._classify(raw), probe_id, sent_at)
             return
         except OperationError as failure:
-            self._connect_failed(self._unpublished(failure), probe_id)
+            self._connect_failed(self._unpublished(failure), probe_id, sent_at)
             return
         except CircuitOpenError as refused:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
@@ -329,13 +330,18 @@ class SessionRunner:
         self._remember(context)
         await self._serve(connection)
 
-    def _connect_failed(self, event: SdkErrorEvent, probe_id: int) -> None:
-        self._record(self._circuit.record_failure(event, probe_id))
-        if self._pacer is not None and throttles(event):
+    def _connect_failed(self, event: SdkErrorEvent, probe_id: int, sent_at: float) -> None:
+        pacer = self._pacer
+        throttled = pacer is not None and throttles(event)
+        if not (throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)):
+            # (a refusal of an attempt in flight when the endpoint's throttle came back is that
+            # throttle's echo: counted once toward the circuit, Pacer.echoes)
+            self._record(self._circuit.record_failure(event, probe_id))
+        if throttled and pacer is not None:
             # the platform refused the attempt for load: slower for everyone, and nobody before
             # its Retry-After (the whole endpoint waits, not only this session)
             retry_after = None if event.retry_after_ms is None else event.retry_after_ms / 1000.0
-            self._pacing(self._pacer.throttled(retry_after))
+            self._pacing(pacer.throttled(retry_after))
         if self.core.terminated:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))

@@ -199,6 +199,26 @@ async def test_start_up_is_paced_like_a_storm(sim: GenesysSimulator, tmp_path: P
         assert attempts["accepted"] == n and attempts["refused"] < n
 
 
+async def test_refusals_already_in_flight_at_the_first_count_once_toward_the_circuit(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 15: every handshake takes 0.5 s and the platform admits 3 a second (503 beyond).
+    Twelve sessions start at the pacer's 20/s, so about ten attempts are in flight when the first
+    refusal comes back and cuts the rate: their refusals echo it (machines/pacing.py,
+    Pacer.echoes; RFC 6582 section 3.2) and count once, not as the five in a row that open the
+    circuit. Every session comes up and the circuit never opens."""
+    n = 12
+    sim.faults.inject(Fault(kind=FaultKind.LATENCY, endpoint="WS /*", params={"latency_ms": 500}))
+    sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
+    config = genesys_config(sim.urls, n, open_for=30.0, open_timeout=5.0)
+    async with supervised(config, tmp_path, genesys=sim) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"), limit_s=40)
+        attempts = sim.recorder.attempts_total("webmessaging")
+        assert attempts["refused"] >= 5  # enough refusals in a row to open the circuit, were each counted
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
+        assert h.terminations() == {}
+
+
 async def test_session_response_missing_a_field_genesys_sends_terminates(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:

@@ -291,3 +291,23 @@ def test_on_time_slots_go_out_without_waiting() -> None:
     for _ in range(5):
         wait, ok = frozen.reserve()
         assert ok and frozen.send(100.0 + wait) == 0.0
+
+
+def test_refusals_of_attempts_in_flight_at_the_cut_are_its_echoes_later_ones_are_not() -> None:
+    """RFC 6582 section 3.2: one congestion response per window in flight. Attempts sent before
+    the cut echo it; an attempt sent after it (or before any cut) is news."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0))
+    sent = []
+    for _ in range(10):  # ten attempts leave, 10 ms apart
+        take(pacer, clock)
+        sent.append(clock.monotonic())
+    clock.advance(0.005)  # the first refusal comes back
+    assert not pacer.echoes(sent[0])  # no cut yet: it is news
+    pacer.throttled(1.0)  # ...and cuts the rate
+    assert all(pacer.echoes(at) for at in sent)  # the rest were in flight: echoes
+    take(pacer, clock)  # after the pause
+    later = clock.monotonic()
+    assert later >= sent[-1] + 1.0
+    clock.advance(0.005)
+    assert not pacer.echoes(later)  # refused again: news (a platform still refusing opens the circuit)
