@@ -116,8 +116,11 @@ def demo(
     async def main() -> dict[str, Any] | None:
         return await run_demo(options, progress=stderr_console() if show else None, on_sockets=announce)
 
+    from supervisor.runtime.collector import tuned_collector
+
     try:
-        summary = anyio.run(main, backend="asyncio")
+        with tuned_collector():  # the daemon's process, as `run` tunes it
+            summary = anyio.run(main, backend="asyncio")
     except OSError as exc:
         raise click.ClickException(f"cannot run the demo: {exc.strerror or exc}") from None
     except DemoTimedOut as exc:

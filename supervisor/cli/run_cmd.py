@@ -197,6 +197,9 @@ def run(config_path: Path, check: bool) -> None:
                 raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
             return 1 if forced else 0
 
-    code = anyio.run(main, backend="asyncio")
+    from supervisor.runtime.collector import tuned_collector
+
+    with tuned_collector():  # this process holds the sessions: fewer, larger collections
+        code = anyio.run(main, backend="asyncio")
     outside.install()  # asyncio put the default actions back: a late signal must not turn into 143
     click.get_current_context().exit(code)

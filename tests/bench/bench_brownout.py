@@ -42,6 +42,7 @@ from supervisor.boundary import SessionContext
 from supervisor.config import parse_config
 from supervisor.errors import CircuitOpenError, OperationError
 from supervisor.rest.hooks import AttemptDetails, NoHooks
+from supervisor.runtime.collector import tuned_collector
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform
 from tests.bench.runtime_harness import SimProcess, raise_nofile, table, wait_for
@@ -191,6 +192,11 @@ def measure(sessions: int, period_s: float, brownout_s: float) -> list[dict[str,
     raise_nofile(4 * sessions + 1024)
     SECRET.mkdir(exist_ok=True)
     (SECRET / "genesys-secret").write_text("bench\n")
+    with tuned_collector():  # as the daemon's process (supervisor/runtime/collector.py)
+        return _runs(sessions, period_s, brownout_s)
+
+
+def _runs(sessions: int, period_s: float, brownout_s: float) -> list[dict[str, Any]]:
     return [
         anyio.run(run_once, "with the budget", sessions, period_s, brownout_s, True, backend="asyncio"),
         anyio.run(run_once, "without (unlimited)", sessions, period_s, brownout_s, False, backend="asyncio"),

@@ -193,6 +193,31 @@ def test_a_run_cut_short_by_the_hard_bound_still_prints_one_json_outcome(
     assert line.startswith("session-supervisor: error: demo storm: timed out after 1 s")
 
 
+def test_the_demos_daemon_runs_with_the_tuned_collector_and_gives_the_callers_back(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process that holds the sessions collects garbage in larger batches
+    (supervisor/runtime/collector.py); run in-process, the command restores the caller's."""
+    import gc
+
+    from supervisor.demo import runner
+    from supervisor.runtime.collector import THRESHOLDS
+
+    seen: list[tuple[int, int, int]] = []
+
+    async def interrupted(self: object, *args: object) -> None:
+        seen.append(gc.get_threshold())
+        return None  # as a stop signal ends a run
+
+    monkeypatch.setattr(runner._Run, "execute", interrupted)
+    before = gc.get_threshold()
+    assert before != THRESHOLDS
+    code, _, err = run_cli(capsys, "--scenario", "storm", "--fast", "--sessions", "5")
+    assert code == 130 and "interrupted" in err
+    assert seen == [THRESHOLDS]
+    assert gc.get_threshold() == before
+
+
 def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "--scenario", "hurricane")
     assert code == 2 and out == ""
