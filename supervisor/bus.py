@@ -1,6 +1,6 @@
 """The in-process event bus: every transition and telemetry event is published here once.
 
-Publishers hand the bus a typed event (supervisor/events.py) and, for a session's events, its
+Publishers hand the bus a typed event (supervisor/events/) and, for a session's events, its
 :class:`~supervisor.events.Correlation`. The bus stamps each with a strictly rising ``seq``
 and the process's ``bootId`` (a subscriber that sees a new bootId knows the daemon restarted)
 and calls every sink synchronously. Sinks render the wire form themselves, at the edge: the

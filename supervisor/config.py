@@ -3,21 +3,19 @@
 Errors name the file, the key and the problem (``supervisor.toml: sessions[2].platform:
 invalid enum value 'genesis'``). Secrets are never in the file itself: ``clientSecretFile``
 and ``passwordFile`` name files, relative ones resolved in ``$CREDENTIALS_DIRECTORY``
-(systemd ``LoadCredential=``) first, then next to the config file. A secret's value never
-appears in any output: :class:`Secret` hides it from ``repr`` and ``str``.
+(systemd ``LoadCredential=``) first, then next to the config file (supervisor/credentials.py). A
+secret's value never appears in any output: :class:`Secret` hides it from ``repr`` and ``str``.
 
 Every file is read with one bounded read: the configuration up to :data:`MAX_CONFIG_BYTES`, a
 credential file up to :data:`MAX_CREDENTIAL_BYTES` (docs/configuration.md, "Limits"), so a
 path to ``/dev/zero`` or a FIFO fed forever is an error, not a hang. URLs are checked for what
-a connection needs (scheme per key, host, port) so ``run --check`` refuses what ``run`` could
-not use.
+a connection needs (scheme per key, host, port; supervisor/config_urls.py) so ``run --check``
+refuses what ``run`` could not use.
 """
 
 from __future__ import annotations
 
 import enum
-import ipaddress
-import os
 import re
 import tomllib
 import types
@@ -25,18 +23,22 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
 from supervisor.config_durable import AttributesConfig, StoreConfig
+from supervisor.config_urls import HTTP, WS, url_problem
+
+# their home was here: importers keep importing them from supervisor.config
+from supervisor.credentials import MAX_CREDENTIAL_BYTES as MAX_CREDENTIAL_BYTES
+from supervisor.credentials import Secret as Secret
+from supervisor.credentials import default_environ as default_environ
+from supervisor.credentials import read_secret as read_secret
 from supervisor.errors import ConfigError, located
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
 #: the largest configuration file read (about 7,000 sessions)
 MAX_CONFIG_BYTES = 1024 * 1024
-#: the largest credential file read (a secret, a password or a JWT is well under 8 KiB)
-MAX_CREDENTIAL_BYTES = 64 * 1024
 #: Genesys allows 20 notification channels per user and app (platforms.md §2); every
 #: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
 GENESYS_CHANNELS_PER_CLIENT = 20
@@ -46,29 +48,6 @@ _PositiveSeconds = Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)]
 # checked beyond its length by _check_url: the scheme each key needs, the host and the port
 _Url = Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-
-
-class Secret:
-    """A credential value that never prints."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 class SessionKind(enum.StrEnum):
@@ -306,54 +285,9 @@ def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
     return config
 
 
-_HTTP = ("http", "https")
-_WS = ("ws", "wss")
-# RFC 1123 host name labels (after IDNA encoding)
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-
-
-def _url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
-    """Why ``url`` cannot be the base URL of a connection, or None."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # ValueError: not an integer in 0-65535
-    except ValueError as exc:
-        return f"not a valid URL ({exc})"
-    if parts.scheme.lower() not in schemes:
-        return f"the scheme must be {' or '.join(schemes)}, got '{parts.scheme or url[:40]}'"
-    if parts.username is not None or parts.password is not None:
-        return "must not carry credentials (name them in the *File keys)"
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        return "must not have a query or a fragment (it is a base URL)"
-    if port == 0:
-        return "port 0 cannot be connected to"
-    host = parts.hostname
-    if not host:
-        return "has no host"
-    return _host_problem(host)
-
-
-def _host_problem(host: str) -> str | None:
-    try:
-        ipaddress.ip_address(host)
-        return None
-    except ValueError:
-        pass
-    if re.fullmatch(r"[0-9.]+", host):
-        return f"invalid host '{host}' (not an IPv4 address)"
-    try:
-        ascii_host = host.encode("idna").decode("ascii")
-    except UnicodeError:
-        return f"invalid host '{host[:60]}'"
-    labels = ascii_host.removesuffix(".").split(".")
-    if len(ascii_host) > 253 or not all(_LABEL.match(label) for label in labels):
-        return f"invalid host '{host[:60]}'"
-    return None
-
-
 def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...]) -> None:
     if url is not None:
-        problem = _url_problem(url, schemes)
+        problem = url_problem(url, schemes)
         if problem is not None:
             raise ConfigError(f"{origin}: {key}: {problem}")
 
@@ -361,13 +295,13 @@ def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...])
 def _check_urls(config: Config, origin: str) -> None:
     genesys, cxone = config.platforms.genesys, config.platforms.cxone
     if genesys is not None:
-        _check_url(origin, "platforms.genesys.loginUrl", genesys.login_url, _HTTP)
-        _check_url(origin, "platforms.genesys.apiUrl", genesys.api_url, _HTTP)
-        _check_url(origin, "platforms.genesys.webmessagingUrl", genesys.webmessaging_url, _WS)
-        _check_url(origin, "platforms.genesys.streamingUrl", genesys.streaming_url, _WS)
+        _check_url(origin, "platforms.genesys.loginUrl", genesys.login_url, HTTP)
+        _check_url(origin, "platforms.genesys.apiUrl", genesys.api_url, HTTP)
+        _check_url(origin, "platforms.genesys.webmessagingUrl", genesys.webmessaging_url, WS)
+        _check_url(origin, "platforms.genesys.streamingUrl", genesys.streaming_url, WS)
     if cxone is not None:
-        _check_url(origin, "platforms.cxone.authUrl", cxone.auth_url, _HTTP)
-        _check_url(origin, "platforms.cxone.apiUrl", cxone.api_url, _HTTP)
+        _check_url(origin, "platforms.cxone.authUrl", cxone.auth_url, HTTP)
+        _check_url(origin, "platforms.cxone.apiUrl", cxone.api_url, HTTP)
 
 
 def _check(config: Config, origin: str) -> None:
@@ -434,44 +368,3 @@ def load_config(path: str | Path) -> Config:
     except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the path
         raise ConfigError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_config(text, str(p))
-
-
-def read_secret(
-    name: str | None, *, key: str, config_dir: Path | None, environ: Mapping[str, str]
-) -> Secret | None:
-    """Read a credential file: absolute, else in ``$CREDENTIALS_DIRECTORY``, else beside the config.
-
-    ``key`` names the config key in errors; the value is never included in one.
-    """
-    if name is None:
-        return None
-    candidates: list[Path] = []
-    p = Path(name)
-    if p.is_absolute():
-        candidates.append(p)
-    else:
-        cred_dir = environ.get("CREDENTIALS_DIRECTORY")
-        if cred_dir:
-            candidates.append(Path(cred_dir) / name)
-        if config_dir is not None:
-            candidates.append(config_dir / name)
-    for candidate in candidates:
-        try:
-            value = read_capped(candidate, MAX_CREDENTIAL_BYTES).decode("utf-8").strip()
-        except FileNotFoundError:
-            continue
-        except LimitError as exc:
-            raise ConfigError(f"{key}: credential file {candidate} is {exc}") from None
-        except (OSError, ValueError) as exc:  # ValueError: undecodable, or a NUL in the name
-            raise ConfigError(
-                f"{key}: cannot read credential file {candidate}: {type(exc).__name__}"
-            ) from None
-        if not value:
-            raise ConfigError(f"{key}: credential file {candidate} is empty")
-        return Secret(value)
-    where = " or ".join(str(c) for c in candidates) or name
-    raise ConfigError(f"{key}: credential file not found ({where})")
-
-
-def default_environ() -> Mapping[str, str]:
-    return os.environ

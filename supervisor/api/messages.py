@@ -7,7 +7,7 @@ of opt-in event streams. The messages, each a reply's ``parameters`` with a ``ty
 * ``snapshot``: ``{bootId, seq, sessions: [...]}``, every matching session as of bus ``seq``;
 * ``delta``: one session's state change, with the bus ``seq`` of the transition it reflects
   and the state the subscriber saw before (``previous``);
-* ``event``: an opt-in stream's event in its wire form (supervisor/events.py ``wire``);
+* ``event``: an opt-in stream's event in its wire form (supervisor/events/base.py ``wire``);
 * ``lagged``: ``{count}`` messages were dropped; a fresh ``snapshot`` follows at once;
 * ``end``: the last reply (no ``continues``), when the daemon stops.
 """

@@ -1,0 +1,127 @@
+"""An endpoint's events: its circuit's transitions (seed section 2, CIRCUIT_BREAKER_*) and its
+adaptive pacing (issue 15, PACING_CHANGED).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from supervisor.events.base import Event
+
+__all__ = [
+    "CircuitClosed",
+    "CircuitEvent",
+    "CircuitHalfOpened",
+    "CircuitOpened",
+    "CircuitTransition",
+    "PacingChanged",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitTransition(Event):
+    """An endpoint's circuit moved (closed → open → half_open → closed)."""
+
+    name: ClassVar[str] = "CIRCUIT_TRANSITION"
+    circuit_id: str
+    source: str
+    target: str
+    trigger: str
+    reason: str
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "machineId": self.circuit_id,
+            "from": self.source,
+            "to": self.target,
+            "trigger": self.trigger,
+            "reason": self.reason,
+            "timestamp": self.timestamp,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitOpened(Event):
+    """Seed section 2: CIRCUIT_BREAKER_OPEN (a trip, or a failed or timed-out probe)."""
+
+    name: ClassVar[str] = "CIRCUIT_BREAKER_OPEN"
+    circuit_id: str
+    reason: str
+    consecutive_failures: int
+    open_s: float
+    trips: int
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "circuitId": self.circuit_id,
+            "reason": self.reason,
+            "consecutiveFailures": self.consecutive_failures,
+            "openS": self.open_s,
+            "trips": self.trips,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitHalfOpened(Event):
+    """The open period passed: one probe (``probe_id``) is let through."""
+
+    name: ClassVar[str] = "CIRCUIT_BREAKER_HALF_OPEN"
+    circuit_id: str
+    probe_id: int
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "circuitId": self.circuit_id, "probeId": self.probe_id}
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitClosed(Event):
+    """The probe succeeded: the endpoint is healthy again."""
+
+    name: ClassVar[str] = "CIRCUIT_BREAKER_CLOSED"
+    circuit_id: str
+    probe_id: int
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"timestamp": self.timestamp, "circuitId": self.circuit_id, "probeId": self.probe_id}
+
+
+CircuitEvent = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed
+
+
+@dataclass(frozen=True, slots=True)
+class PacingChanged(Event):
+    """Beyond the seed (issue 15): an endpoint's adaptive pacing changed its rate, or paused it.
+
+    ``reason`` is ``throttled`` (the platform refused for rate: the rate was cut), ``probe``
+    (the rate grew; reported each time it doubles), ``pause`` (a further Retry-After lengthened
+    the endpoint's pause) or ``restart`` (the platform dropped a connection while the endpoint
+    was quiet: the rate starts again from the initial rate). ``pausedForS`` is the window nobody
+    attempts in (a Retry-After applies to the whole endpoint); ``kind`` says what is paced:
+    ``connect`` or ``rest``.
+    """
+
+    name: ClassVar[str] = "PACING_CHANGED"
+    endpoint: str
+    kind: str
+    rate: float | None
+    previous: float | None
+    reason: str
+    paused_for_s: float
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "endpoint": self.endpoint,
+            "kind": self.kind,
+            "rate": None if self.rate is None else round(self.rate, 3),
+            "previous": None if self.previous is None else round(self.previous, 3),
+            "reason": self.reason,
+            "pausedForS": self.paused_for_s,
+        }

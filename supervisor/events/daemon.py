@@ -1,0 +1,77 @@
+"""The daemon's own events: its lifecycle (started, stopping, stopped, forced exit) and a sink
+that could not keep up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from supervisor.events.base import Event
+
+__all__ = [
+    "DaemonForcedExit",
+    "DaemonStarted",
+    "DaemonStopped",
+    "DaemonStopping",
+    "EventsDropped",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStarted(Event):
+    """Every service is started and every configured session handed to the supervisor."""
+
+    name: ClassVar[str] = "DAEMON_STARTED"
+    sessions: int
+    config: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"sessions": self.sessions, "config": self.config}
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStopping(Event):
+    """A stop signal arrived: intake stops and the drain begins (at most ``grace_s``)."""
+
+    name: ClassVar[str] = "DAEMON_STOPPING"
+    grace_s: float
+
+    def fields(self) -> dict[str, Any]:
+        return {"graceS": self.grace_s}
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonStopped(Event):
+    """The drain completed; ``snapshot`` is the supervisor's last state summary."""
+
+    name: ClassVar[str] = "DAEMON_STOPPED"
+    snapshot: Mapping[str, Any] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonForcedExit(Event):
+    """A second signal cut the drain short."""
+
+    name: ClassVar[str] = "DAEMON_FORCED_EXIT"
+    snapshot: Mapping[str, Any] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class EventsDropped(Event):
+    """A sink could not keep up (stdout nobody reads): ``dropped`` lines were lost since the last notice."""
+
+    name: ClassVar[str] = "EVENTS_DROPPED"
+    sink: str
+    dropped: int
+    total: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"sink": self.sink, "dropped": self.dropped, "totalDropped": self.total}

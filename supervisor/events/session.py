@@ -1,0 +1,210 @@
+"""A session's events: its transitions, the seed's retry telemetry (section 2), its termination
+(section 3) and the classified failure (section 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from supervisor.events.base import REVOKE_AND_REAUTHENTICATE, Event, RetryKind, TerminationReason
+from supervisor.taxonomy.model import SdkErrorEvent, Trigger
+
+__all__ = [
+    "ErrorClassified",
+    "ReconnectionThrottled",
+    "RetryAttempt",
+    "RetryExhausted",
+    "RetrySuccess",
+    "SessionTerminated",
+    "SessionTransition",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTransition(Event):
+    """A session machine moved (connecting → active, active → reconnecting, ...)."""
+
+    name: ClassVar[str] = "SESSION_TRANSITION"
+    session_id: str
+    source: str
+    target: str
+    # the machine event that moved it (e.g. "connection_lost")
+    trigger: str
+    # why, in the caller's words: a semantic code, a termination reason, "VALIDATED", ...
+    reason: str
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "machineId": self.session_id,
+            "from": self.source,
+            "to": self.target,
+            "trigger": self.trigger,
+            "reason": self.reason,
+            "timestamp": self.timestamp,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAttempt(Event):
+    """A reconnection or an operation retry is scheduled ``delay_s`` from now."""
+
+    name: ClassVar[str] = "RETRY_ATTEMPT"
+    session_id: str
+    kind: RetryKind
+    # 1-based number of the retry (or reconnection) this schedules
+    attempt: int
+    delay_s: float
+    code: str
+    policy: str
+    timestamp: str
+    operation: str | None = None
+    # the server's Retry-After set the delay (seed edge case 2: a minimum delay)
+    from_retry_after: bool = False
+    # a 401 on a token expired by our clock: replayed at once with a fresh token (seed edge case 3)
+    token_refreshed: bool = False
+    # the retry scheduled before this one came due while the endpoint's retry budget was spent:
+    # not sent, one of the policy's retries all the same (issue 15; supervisor/rest/steps.py)
+    budget_refused: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "timestamp": self.timestamp,
+            "sessionId": self.session_id,
+            "kind": self.kind.value,
+            "attempt": self.attempt,
+            "delayS": self.delay_s,
+            "code": self.code,
+            "policy": self.policy,
+        }
+        if self.kind is RetryKind.OPERATION:
+            out["operation"] = self.operation
+            out["fromRetryAfter"] = self.from_retry_after
+            out["tokenRefreshed"] = self.token_refreshed
+            out["budgetRefused"] = self.budget_refused
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySuccess(Event):
+    """A reconnection or a retried operation succeeded after ``attempts`` retries."""
+
+    name: ClassVar[str] = "RETRY_SUCCESS"
+    session_id: str
+    kind: RetryKind
+    attempts: int
+    timestamp: str
+    operation: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "timestamp": self.timestamp,
+            "sessionId": self.session_id,
+            "kind": self.kind.value,
+            "attempts": self.attempts,
+        }
+        if self.operation is not None:
+            out["operation"] = self.operation
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RetryExhausted(Event):
+    """A budget ran out: ``give_up`` says which limit (the retry policy's GiveUpReason)."""
+
+    name: ClassVar[str] = "RETRY_EXHAUSTED"
+    session_id: str
+    kind: RetryKind
+    attempts: int
+    code: str
+    policy: str
+    give_up: str | None
+    timestamp: str
+    operation: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "timestamp": self.timestamp,
+            "sessionId": self.session_id,
+            "kind": self.kind.value,
+            "attempts": self.attempts,
+            "code": self.code,
+            "policy": self.policy,
+            "giveUp": self.give_up,
+        }
+        if self.operation is not None:
+            out["operation"] = self.operation
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectionThrottled(Event):
+    """Seed edge case 1: a due reconnection was deferred because its endpoint's circuit is open."""
+
+    name: ClassVar[str] = "RECONNECTION_THROTTLED"
+    session_id: str
+    attempt: int
+    retry_in_s: float
+    delay_s: float
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "sessionId": self.session_id,
+            "attempt": self.attempt,
+            "retryInS": self.retry_in_s,
+            "delayS": self.delay_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTerminated(Event):
+    """End the session: revoke what we stored for it, tell subscribers, never reconnect.
+
+    Both a machine effect (the runtime executes it) and an event; :meth:`as_json` is exactly
+    the seed's SESSION_TERMINATED JSON (section 3).
+    """
+
+    name: ClassVar[str] = "SESSION_TERMINATED"
+    session_id: str
+    reason: TerminationReason
+    trigger: Trigger | None
+    raw_status: int | None
+    raw_code: str | None
+    timestamp: str
+    # the semantic code of the failure that ended it (None for STOPPED)
+    code: str | None = None
+    # the taxonomy says this failure condemns the shared credential's token (a CodeSpec flag)
+    revokes_credential: bool = False
+    action: str = REVOKE_AND_REAUTHENTICATE
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "event": "SESSION_TERMINATED",
+            "reason": self.reason.value,
+            "trigger": None if self.trigger is None else self.trigger.value,
+            "rawStatus": self.raw_status,
+            "rawCode": self.raw_code,
+            "timestamp": self.timestamp,
+            "action": self.action,
+        }
+
+    def fields(self) -> dict[str, Any]:
+        out = self.as_json()
+        out["sessionId"] = self.session_id
+        if self.code is not None:
+            out["code"] = self.code
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorClassified(Event):
+    """Seed section 1: SDK_ERROR_CLASSIFIED, the classified failure itself."""
+
+    name: ClassVar[str] = "SDK_ERROR_CLASSIFIED"
+    event: SdkErrorEvent
+
+    def fields(self) -> dict[str, Any]:
+        return self.event.as_json()
