@@ -38,7 +38,7 @@ from typing import Final
 
 from supervisor.clock import Clock
 
-__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "RetryBudget"]
+__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "RetryBudget", "echo_of_throttle"]
 
 
 class Probe(enum.StrEnum):
@@ -344,6 +344,16 @@ class Pacer:
         w_max = self._max_before_cut
         k = (w_max * (1.0 - cfg.backoff) / cfg.cubic_c) ** (1.0 / 3.0)
         return float(cfg.cubic_c * (since_cut_s - k) ** 3 + w_max)
+
+
+def echo_of_throttle(pacer: Pacer | None, throttled: bool, probe_id: int, sent_at: float) -> bool:
+    """Is this failure a throttle's echo, one the endpoint's circuit must not count again?
+
+    A refusal for load (``throttled``) of an attempt sent at ``sent_at``, before the endpoint's
+    last cut (:meth:`Pacer.echoes`). Never a half-open probe (``probe_id`` != 0): the circuit must
+    hear how its probe went. Shared by the session runner (handshakes) and the REST executor.
+    """
+    return throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)
 
 
 class RetryBudget:

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from machines.pacing import echo_of_throttle
 from supervisor.boundary import SessionContext
 from supervisor.errors import CircuitOpenError, ConnectionLost, OperationError
 from supervisor.events import RetryAttempt, RetryKind, RetrySuccess
@@ -178,11 +179,9 @@ class RetryExecutor(ExecutorSteps):
                     hooks.gave_up(details, None)
                 raise OperationError(event, published=hooks is not None)
             throttled = pacer is not None and throttles(event)
-            if breaker is not None and not (
-                throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)
-            ):
+            if breaker is not None and not echo_of_throttle(pacer, throttled, probe_id, sent_at):
                 # (a refusal of a call in flight when the endpoint's throttle came back echoes
-                # that throttle: counted once toward the circuit, Pacer.echoes)
+                # that throttle: counted once toward the circuit)
                 self._circuit(breaker.record_failure(event, probe_id))
             if throttled and pacer is not None:
                 # the platform said "slower" for the endpoint: everyone waits its Retry-After

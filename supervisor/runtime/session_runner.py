@@ -29,7 +29,7 @@ import msgspec
 
 from machines.circuit import Circuit
 from machines.effects import CircuitEffect, Effect, Reconnect, ScheduleReconnect, SessionTerminated
-from machines.pacing import Pacer, PacerReport
+from machines.pacing import Pacer, PacerReport, echo_of_throttle
 from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
@@ -333,9 +333,9 @@ class SessionRunner:
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int, sent_at: float) -> None:
         pacer = self._pacer
         throttled = pacer is not None and throttles(event)
-        if not (throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)):
+        if not echo_of_throttle(pacer, throttled, probe_id, sent_at):
             # (a refusal of an attempt in flight when the endpoint's throttle came back is that
-            # throttle's echo: counted once toward the circuit, Pacer.echoes)
+            # throttle's echo: counted once toward the circuit)
             self._record(self._circuit.record_failure(event, probe_id))
         if throttled and pacer is not None:
             # the platform refused the attempt for load: slower for everyone, and nobody before

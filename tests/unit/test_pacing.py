@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from machines.pacing import Pacer, PacingConfig, Probe, RetryBudget
+from machines.pacing import Pacer, PacingConfig, Probe, RetryBudget, echo_of_throttle
 from supervisor.clock import FakeClock
 
 
@@ -311,3 +311,16 @@ def test_refusals_of_attempts_in_flight_at_the_cut_are_its_echoes_later_ones_are
     assert later >= sent[-1] + 1.0
     clock.advance(0.005)
     assert not pacer.echoes(later)  # refused again: news (a platform still refusing opens the circuit)
+
+
+def test_a_half_open_probe_or_a_failure_that_is_no_throttle_is_never_an_echo() -> None:
+    """The circuit must hear how its probe went, and only a refusal for load echoes a cut."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0))
+    sent = clock.monotonic()
+    clock.advance(0.01)
+    pacer.throttled(1.0)
+    assert echo_of_throttle(pacer, True, 0, sent)
+    assert not echo_of_throttle(pacer, True, 7, sent)  # a half-open probe
+    assert not echo_of_throttle(pacer, False, 0, sent)  # a 500, a reset: not a refusal for load
+    assert not echo_of_throttle(None, True, 0, sent)  # an unpaced endpoint has no cut to echo
