@@ -20,6 +20,10 @@ Pure and clock-driven, like the circuit. Two pieces:
   one timestamp): an attempt gets a wait, never a refusal, and waits in the order it asked.
   A pacer may start disabled (``initial_rate=None``): then it only engages at the first throttle
   (botocore's adaptive mode does so), which suits REST calls that are rarely throttled.
+  A pacer may also cap the attempts *in flight* (:meth:`Pacer.in_flight_cap`; the runtime holds
+  each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
+  client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
+  the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
 * :class:`RetryBudget` caps retries across calls to one endpoint (Finagle's TokenRetryBudget,
   Envoy's retry budget, gRPC's retry throttling): within any ``window_s``, retries may add at
   most ``ratio`` of the calls made, plus ``min_per_s`` retries per second whatever the traffic.
@@ -90,6 +94,13 @@ class PacingConfig:
     # sessions took up to 0.9 s in the storm benchmark) must not bank capacity, or every slot that
     # fell due during it fires at once when it ends, a burst the platform refuses
     send_burst_s: float = 0.02
+    # attempts in flight at once: at least this many, or twice what the platform admitted in the
+    # last second times the shortest round trip seen, when that is more (BBR's in-flight bound of
+    # 2 x the bandwidth-delay product, its cwnd_gain of 2 in draft-ietf-ccwg-bbr; a long round trip needs
+    # more in flight for the same rate). Sends are then clocked by answers, like TCP's ACK clock
+    # (RFC 5681 section 2), and a throttle comes back with at most about this many attempts behind
+    # it. None: no cap (REST calls; docs/benchmarks.md "Admission at a binding limit (issue 15)")
+    in_flight_floor: int | None = None
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -100,6 +111,8 @@ class PacingConfig:
             raise ValueError(f"growth must be > 1, got {self.growth!r}")
         if not 0 < self.backoff < 1:
             raise ValueError(f"backoff must be within (0, 1), got {self.backoff!r}")
+        if self.in_flight_floor is not None and self.in_flight_floor < 1:
+            raise ValueError(f"in_flight_floor must be >= 1 or None, got {self.in_flight_floor!r}")
         if not self.cubic_c > 0:
             raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
         for name in (
@@ -126,6 +139,8 @@ class PacerReport:
 
 
 _NO_RATE: Final = math.inf
+# in flight: twice the bandwidth-delay product (BBR's cwnd_gain of 2)
+_IN_FLIGHT_GAIN: Final = 2.0
 
 
 class Pacer:
@@ -139,6 +154,7 @@ class Pacer:
         "_last_count",
         "_last_cut",
         "_max_before_cut",
+        "_min_rtt",
         "_paused_until",
         "_published_rate",
         "_rate",
@@ -168,6 +184,8 @@ class Pacer:
         self._last_cut = -math.inf
         # CUBIC's W_max: the rate that was refused at the last cut
         self._max_before_cut = 0.0
+        # the shortest round trip of an admitted attempt since the rate last restarted
+        self._min_rtt = math.inf
         self._published_rate = self._rate
         # admitted attempts in the current and the previous whole second (the measured rate)
         self._second = -1
@@ -186,6 +204,22 @@ class Pacer:
     def paused_for(self) -> float:
         """Seconds the endpoint is still paused by a Retry-After (0 when it is not)."""
         return max(0.0, self._paused_until - self._clock.monotonic())
+
+    def in_flight_cap(self) -> int | None:
+        """Attempts that may be in flight at once now; None: no cap (unpaced, or none configured).
+
+        ``in_flight_floor``, or 2 x admitted per second x the shortest round trip when that is
+        more. The shortest round trip, not the latest: a queue of the daemon's own making
+        lengthens every round trip, and a cap that grew with it would let the queue grow (BBR
+        keeps the minimum for the same reason).
+        """
+        floor = self._config.in_flight_floor
+        if floor is None or self._rate is None:
+            return None
+        if math.isinf(self._min_rtt):
+            return floor
+        bdp = self._admitted_per_s(int(self._clock.monotonic())) * self._min_rtt
+        return max(floor, math.ceil(_IN_FLIGHT_GAIN * bdp))
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -207,6 +241,7 @@ class Pacer:
             # idle: restart from the initial rate; slow start regrows it up to the last cut
             rate = self._rate = initial
             self._published_rate = initial
+            self._min_rtt = math.inf
         slot = max(start, self._tat)
         if slot - now > cfg.lookahead_s:
             return min(slot - now, cfg.lookahead_s), False
@@ -235,8 +270,11 @@ class Pacer:
         self._sent_tat = tat + 1.0 / rate
         return 0.0
 
-    def admitted(self) -> PacerReport | None:
-        """An attempt got through: probe the rate upward (slow start, then additive increase)."""
+    def admitted(self, rtt_s: float | None = None) -> PacerReport | None:
+        """An attempt got through (``rtt_s`` after it left, when known): probe the rate upward
+        (slow start, then additive increase)."""
+        if rtt_s is not None and 0.0 <= rtt_s < self._min_rtt:
+            self._min_rtt = rtt_s
         second = int(self._clock.monotonic())
         if second != self._second:
             self._last_count = self._count if second == self._second + 1 else 0
@@ -283,6 +321,8 @@ class Pacer:
             return None
         self._rate = initial
         self._published_rate = initial
+        # the platform that dropped its connections may be another one now (a failover)
+        self._min_rtt = math.inf
         return PacerReport(self.endpoint, initial, rate, "restart")
 
     def echoes(self, sent_at: float) -> bool:
@@ -315,11 +355,7 @@ class Pacer:
         self._last_cut = now
         self.generation += 1
         previous = self._rate
-        current = int(now)
-        if current == self._second:
-            measured = max(self._last_count, self._count)
-        else:
-            measured = self._count if current == self._second + 1 else 0
+        measured = self._admitted_per_s(int(now))
         if previous is None:
             # first throttle of an unpaced endpoint: engage below what it was admitting
             cut = max(cfg.min_rate, measured * cfg.backoff)
@@ -337,6 +373,12 @@ class Pacer:
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
         return PacerReport(self.endpoint, cut, previous, "throttled", pause)
+
+    def _admitted_per_s(self, second: int) -> int:
+        """Attempts admitted in the last whole second (or in this one, when more already)."""
+        if second == self._second:
+            return max(self._last_count, self._count)
+        return self._count if second == self._second + 1 else 0
 
     def _cubic(self, since_cut_s: float) -> float:
         """RFC 9438 eq. 1: W(t) = C (t - K)³ + W_max, K = ∛(W_max (1 - β) / C), β = ``backoff``."""

@@ -38,6 +38,7 @@ from supervisor.errors import CircuitOpenError, OperationError, SessionError, Tr
 from supervisor.events import Correlation, ErrorClassified
 from supervisor.rest.executor import throttles
 from supervisor.rest.tokens import TokenCache
+from supervisor.runtime.in_flight import InFlight
 from supervisor.runtime.publish import publish_effects, publish_pacing
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
@@ -82,10 +83,13 @@ class SessionRunner:
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
         pacer: Pacer | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self.transport = transport
-        # beyond the seed (issue 15): the endpoint's adaptive pacing of connection attempts
+        # beyond the seed (issue 15): the endpoint's adaptive pacing of connection attempts, and
+        # the places for attempts in flight to it
         self._pacer = pacer
+        self._in_flight = in_flight
         # what the session is: configured ids, then what it learned (merged here only)
         self._context: SessionContext = transport.context
         self.session_id = self._context.session_id
@@ -98,6 +102,8 @@ class SessionRunner:
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
+        # when the current connection attempt left (monotonic)
+        self._sent_at = 0.0
         self._probe_id = 0
         self._admitted = False
         self._connection: Connection | None = None
@@ -266,7 +272,7 @@ class SessionRunner:
         self._admitted = False
         probe_id, self._probe_id = self._probe_id, 0
         self.connects += 1
-        sent_at = self._clock.monotonic()
+        self._sent_at = self._clock.monotonic()
         connection: Connection | None = None
         deadline = self.core.horizon_deadline
         try:
@@ -277,7 +283,7 @@ class SessionRunner:
                 self._wait_scope = scope
                 if deadline is not None:
                     scope.deadline = anyio.current_time() + max(deadline - self._clock.monotonic(), 0.0)
-                connection = await self.transport.open()
+                connection = await self._open()
             self._wait_scope = None
             if connection is None:
                 if scope.cancelled_caught and not self.core.terminated:
@@ -287,7 +293,7 @@ class SessionRunner:
                         channel=self._context.channel,
                         exception="TimeoutError",
                     )
-                    self._connect_failed(self._classify(raw), probe_id, sent_at)
+                    self._connect_failed(self._classify(raw), probe_id, self._sent_at)
                 return  # stopped while connecting
             if self.core.terminated:
                 # stopped just as the connection opened: close it, never serve it
@@ -296,10 +302,10 @@ class SessionRunner:
                 return
         except TransportFailure as failure:
             raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
-            self._connect_failed(self._classify(raw), probe_id, sent_at)
+            self._connect_failed(self._classify(raw), probe_id, self._sent_at)
             return
         except OperationError as failure:
-            self._connect_failed(self._unpublished(failure), probe_id, sent_at)
+            self._connect_failed(self._unpublished(failure), probe_id, self._sent_at)
             return
         except CircuitOpenError as refused:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
@@ -310,7 +316,7 @@ class SessionRunner:
             return
         self._record(self._circuit.record_success(probe_id))
         if self._pacer is not None:
-            self._pacing(self._pacer.admitted())
+            self._pacing(self._pacer.admitted(self._clock.monotonic() - self._sent_at))
         context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
@@ -329,6 +335,22 @@ class SessionRunner:
             return
         self._remember(context)
         await self._serve(connection)
+
+    async def _open(self) -> Connection:
+        """Open the transport, holding one of the endpoint's places in flight meanwhile.
+
+        A session that waited for a place may find the endpoint paused by a Retry-After that
+        came back meanwhile: it waits that out too, place held (nobody else may go either).
+        ``_sent_at`` is when the attempt actually left.
+        """
+        in_flight, pacer = self._in_flight, self._pacer
+        if in_flight is None or pacer is None:
+            return await self.transport.open()
+        async with in_flight.place():
+            while (paused := pacer.paused_for()) > 0:
+                await self._sleep(paused)
+            self._sent_at = self._clock.monotonic()
+            return await self.transport.open()
 
     def _connect_failed(self, event: SdkErrorEvent, probe_id: int, sent_at: float) -> None:
         pacer = self._pacer

@@ -34,6 +34,7 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.in_flight import InFlightLimits
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
@@ -71,6 +72,7 @@ class Wiring:
         self.classifier = Classifier(self.taxonomy, self.clock)
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
         self.admission = _admission(config, self.clock)
+        self.in_flight = InFlightLimits()
         self.session_config = _session_config(config)
         self.store = SessionStore()
         bus_hooks = BusHooks(self.bus, self.clock)
@@ -293,6 +295,7 @@ class Wiring:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption
         of the server session a restart left, ``resume``)."""
         transport, circuit = self.transport_for(spec, resume)
+        pacer = self.admission.connect(circuit)
         return SessionRunner(
             transport,
             classifier=self.classifier,
@@ -307,7 +310,8 @@ class Wiring:
             config=self.session_config,
             sleep=self.sleep,
             # beyond the seed (issue 15): connection attempts to the endpoint are paced to what it admits
-            pacer=self.admission.connect(circuit),
+            pacer=pacer,
+            in_flight=self.in_flight.for_pacer(pacer),
         )
 
 
@@ -328,7 +332,9 @@ def _admission(config: Config, clock: Clock) -> Admission:
         # connection attempts start paced (a start-up is a storm too); REST calls engage at the
         # first throttle (most endpoints never throttle, and a long poll must not wait for a slot)
         probe = Probe(settings.probe)
-        connect = PacingConfig(initial_rate=settings.initial_rate, probe=probe)
+        connect = PacingConfig(
+            initial_rate=settings.initial_rate, probe=probe, in_flight_floor=settings.connects_in_flight
+        )
         rest = PacingConfig(initial_rate=None, probe=probe)
     return Admission(
         clock,

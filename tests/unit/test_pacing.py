@@ -324,3 +324,52 @@ def test_a_half_open_probe_or_a_failure_that_is_no_throttle_is_never_an_echo() -
     assert not echo_of_throttle(pacer, True, 7, sent)  # a half-open probe
     assert not echo_of_throttle(pacer, False, 0, sent)  # a 500, a reset: not a refusal for load
     assert not echo_of_throttle(None, True, 0, sent)  # an unpaced endpoint has no cut to echo
+
+
+def test_the_in_flight_cap_is_the_floor_until_a_round_trip_is_known_and_none_when_not_configured() -> None:
+    clock = FakeClock()
+    assert Pacer("ep", clock, PacingConfig(initial_rate=10.0)).in_flight_cap() is None
+    assert Pacer("ep", clock, PacingConfig(initial_rate=None, in_flight_floor=4)).in_flight_cap() is None
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, in_flight_floor=4))
+    assert pacer.in_flight_cap() == 4
+    pacer.admitted()  # no round trip known yet
+    assert pacer.in_flight_cap() == 4
+    with pytest.raises(ValueError, match="in_flight_floor"):
+        PacingConfig(in_flight_floor=0)
+
+
+def test_the_in_flight_cap_grows_to_twice_admitted_per_second_times_the_shortest_round_trip() -> None:
+    """BBR's bound: a platform 0.3 s away admitting 50/s needs 15 in flight; the cap gives 30.
+    A longer round trip later (a queue of the daemon's own) does not raise it: the shortest counts."""
+    clock = FakeClock()
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=50.0, growth=1.0001, in_flight_floor=4))
+    for _ in range(50):  # one second of admissions at 50/s, each 0.3 s after it left
+        take(pacer, clock)
+        pacer.admitted(0.3)
+    clock.advance(1.0 - (clock.monotonic() % 1.0))  # the next second: the last one counts 50
+    assert pacer.in_flight_cap() == 30
+    pacer.admitted(2.0)
+    assert pacer.in_flight_cap() == 30
+    pacer.admitted(0.1)  # a shorter one is the new minimum
+    assert pacer.in_flight_cap() == 10
+
+
+def test_a_restart_forgets_the_round_trip_with_the_rate() -> None:
+    """An idle endpoint, or one whose platform dropped its connections, may be another platform
+    now (a failover): the cap falls back to the floor until a new round trip is measured."""
+    clock = FakeClock()
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, in_flight_floor=4, idle_restart_s=10.0))
+    for _ in range(40):
+        take(pacer, clock)
+        pacer.admitted(1.0)
+    assert (pacer.in_flight_cap() or 0) > 4  # twenty-odd a second, a second away
+    clock.advance(5.0)
+    assert pacer.lost() is not None  # quiet for longer than an episode: the rate restarts
+    assert pacer.in_flight_cap() == 4
+    for _ in range(40):
+        take(pacer, clock)
+        pacer.admitted(1.0)
+    assert (pacer.in_flight_cap() or 0) > 4
+    clock.advance(30.0)
+    pacer.reserve()  # idle past idle_restart_s: the rate restarts from initial_rate
+    assert pacer.in_flight_cap() == 4

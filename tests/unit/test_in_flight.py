@@ -1,0 +1,188 @@
+"""Places in flight per endpoint (issue 15; supervisor/runtime/in_flight.py), with in-memory
+transports (a unit test: tests/bench/bench_storm.py measures the effect over real sockets)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from machines.pacing import Pacer, PacingConfig
+from machines.registry import CircuitRegistry
+from machines.session import SessionConfig
+from supervisor.boundary import SessionContext
+from supervisor.bus import EventBus
+from supervisor.clock import Clock, FakeClock
+from supervisor.errors import TransportFailure
+from supervisor.runtime.in_flight import InFlight, InFlightLimits
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.store import SessionStore
+from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from tests.unit.test_session_runner import GatedConnection
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Endpoint:
+    """What the platform sees: attempts inside at once, the most ever, and who came in last."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.most = 0
+        self.entered = anyio.Event()
+        self.last: PlaceTransport | None = None
+
+    async def next_in(self) -> PlaceTransport:
+        await self.entered.wait()
+        self.entered = anyio.Event()
+        assert self.last is not None
+        return self.last
+
+
+class PlaceTransport:
+    """open() stays in flight until the test says how it ends: "ok", "fail" (a dropped
+    handshake), "throttle" (429 with Retry-After: 1); cancellable (stop() interrupts it)."""
+
+    response_kind = "genesys.rest.Conversation"
+
+    def __init__(self, session_id: str, endpoint: Endpoint) -> None:
+        self.context = SessionContext(session_id, Platform.GENESYS, Channel.WEBMESSAGING, agent_id="a")
+        self.endpoint = endpoint
+        self.gate = anyio.Event()
+        self.outcome = "ok"
+
+    def end(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.gate.set()
+
+    async def open(self) -> GatedConnection:
+        ep = self.endpoint
+        ep.inside += 1
+        ep.most = max(ep.most, ep.inside)
+        self.gate = anyio.Event()
+        ep.last = self
+        ep.entered.set()
+        try:
+            await self.gate.wait()
+        finally:
+            ep.inside -= 1
+        if self.outcome == "fail":
+            raise TransportFailure(
+                RawError(platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, close_code=1006)
+            )
+        if self.outcome == "throttle":
+            raise TransportFailure(
+                RawError(
+                    platform=Platform.GENESYS,
+                    channel=Channel.WEBMESSAGING,
+                    status=429,
+                    headers={"Retry-After": "1"},
+                )
+            )
+        return GatedConnection()
+
+    async def aclose(self) -> None:
+        pass
+
+
+def runners(
+    n: int, clock: Clock, pacer: Pacer, sleeps: list[Callable[[float], Awaitable[None]]] | None = None
+) -> tuple[Endpoint, list[SessionRunner]]:
+    endpoint = Endpoint()
+    in_flight = InFlightLimits().for_pacer(pacer)
+    assert isinstance(in_flight, InFlight)
+    circuit = CircuitRegistry(clock).get("test")
+    classifier = Classifier(load_taxonomy("v1"), clock)
+    out = []
+    for i in range(n):
+        extra: dict[str, Any] = {} if sleeps is None else {"sleep": sleeps[i]}
+        out.append(
+            SessionRunner(
+                PlaceTransport(f"s-{i}", endpoint),
+                classifier=classifier,
+                circuit=circuit,
+                bus=EventBus(),
+                clock=clock,
+                rng=random.Random(i),
+                store=SessionStore(),
+                config=SessionConfig(first_delay_s=(0.01, 0.02)),
+                pacer=pacer,
+                in_flight=in_flight,
+                **extra,
+            )
+        )
+    return endpoint, out
+
+
+def fake_sleep(clock: FakeClock, slept: list[float] | None = None) -> Callable[[float], Awaitable[None]]:
+    """A sleep on the fake clock: the others run first, as they would while this one sleeps."""
+
+    async def sleep(seconds: float) -> None:
+        if slept is not None:
+            slept.append(seconds)
+        await anyio.lowlevel.checkpoint()
+        clock.advance(seconds)
+
+    return sleep
+
+
+async def test_an_endpoint_holds_its_cap_in_flight_and_every_outcome_gives_the_place_back() -> None:
+    """One place: a failed attempt, a cancelled one (stop() mid-handshake) and a successful one
+    each give it back, so the next session gets in; never two at once. A place lost on any of
+    these paths would leave the others waiting for ever (the test's timeout)."""
+    clock = FakeClock()
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
+    endpoint, sessions = runners(3, clock, pacer, [fake_sleep(clock)] * 3)
+    by_transport = {id(r.transport): r for r in sessions}
+    async with anyio.create_task_group() as tg:
+        for runner in sessions:
+            tg.start_soon(runner.run)
+        await anyio.wait_all_tasks_blocked()  # every session has asked by now
+        assert (endpoint.inside, endpoint.most) == (1, 1)
+        (await endpoint.next_in()).end("fail")
+        await anyio.wait_all_tasks_blocked()
+        stopped = by_transport[id(await endpoint.next_in())]
+        await stopped.stop(1000)
+        while not all(r.state.value in ("active", "terminated") for r in sessions):
+            await anyio.wait_all_tasks_blocked()
+            (await endpoint.next_in()).end("ok")
+            await anyio.wait_all_tasks_blocked()
+        assert endpoint.most == 1
+        assert stopped.termination is not None and stopped.termination.reason.value == "STOPPED"
+        assert sorted(r.state.value for r in sessions) == ["active", "active", "terminated"]
+        for runner in sessions:
+            await runner.stop(1000)
+
+
+async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_came_back_meanwhile() -> None:
+    """Session 1 waits for the one place while session 0's attempt is in flight; that attempt is
+    refused with 429 + Retry-After: 1, which pauses the whole endpoint. Session 1 gets the place
+    and waits the pause out before it leaves (the platform said when it will be ready)."""
+    clock = FakeClock()
+    slept: list[list[float]] = [[], []]
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
+    endpoint, sessions = runners(2, clock, pacer, [fake_sleep(clock, slept[0]), fake_sleep(clock, slept[1])])
+    async with anyio.create_task_group() as tg:
+        for runner in sessions:
+            tg.start_soon(runner.run)
+        first = await endpoint.next_in()
+        await anyio.wait_all_tasks_blocked()  # the other session now waits for the place
+        waiting = 1 if first is sessions[0].transport else 0
+        before = len(slept[waiting])
+        first.end("throttle")
+        second = await endpoint.next_in()
+        assert second is sessions[waiting].transport
+        assert pacer.paused_for() == 0
+        assert slept[waiting][before:] == [pytest.approx(1.0)]  # the Retry-After, nothing else
+        second.end("ok")
+        for runner in sessions:
+            await runner.stop(1000)
