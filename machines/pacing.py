@@ -1,6 +1,7 @@
-"""Admission control beyond the seed (issue 15): adaptive pacing per endpoint, and a retry budget.
+"""Admission control beyond the seed (issue 15): adaptive pacing per endpoint.
 
-Pure and clock-driven, like the circuit. Two pieces:
+Pure and clock-driven, like the circuit; its companion, the retry budget across calls, is
+machines/retry_budget.py.
 
 * :class:`Pacer` paces the attempts to one endpoint (WebSocket handshakes and session starts,
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
@@ -24,10 +25,8 @@ Pure and clock-driven, like the circuit. Two pieces:
   each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
   client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
   the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
-* :class:`RetryBudget` caps retries across calls to one endpoint (Finagle's TokenRetryBudget,
-  Envoy's retry budget, gRPC's retry throttling): within any ``window_s``, retries may add at
-  most ``ratio`` of the calls made, plus ``min_per_s`` retries per second whatever the traffic.
-  Past it a retryable failure is not retried. The seed's per-class budgets still bound each call.
+* :func:`echo_of_throttle` tells a throttle's echoes (refusals of attempts already in flight when
+  it cut the pace) from new failures, for the circuit.
 
 The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals that trip it rare.
 """
@@ -36,13 +35,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
 from supervisor.clock import Clock
 
-__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "RetryBudget", "echo_of_throttle"]
+__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
 
 
 class Probe(enum.StrEnum):
@@ -396,52 +394,3 @@ def echo_of_throttle(pacer: Pacer | None, throttled: bool, probe_id: int, sent_a
     hear how its probe went. Shared by the session runner (handshakes) and the REST executor.
     """
     return throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)
-
-
-class RetryBudget:
-    """Retries across calls to one endpoint: at most ``ratio`` of calls plus ``min_per_s``, per window.
-
-    One-second buckets over ``window_s`` count the calls (first attempts) and the retries; a
-    retry is allowed while ``retries < ratio * calls + min_per_s * window_s`` in the window.
-    """
-
-    __slots__ = ("_buckets", "_clock", "_min", "_ratio", "_window", "refused")
-
-    def __init__(
-        self, clock: Clock, *, ratio: float = 0.1, min_per_s: float = 5.0, window_s: float = 10.0
-    ) -> None:
-        if not 0.0 <= ratio <= 10.0 or min_per_s < 0 or not window_s >= 1.0:
-            raise ValueError(
-                f"bad retry budget: ratio={ratio!r} min_per_s={min_per_s!r} window_s={window_s!r}"
-            )
-        self._clock = clock
-        self._ratio = ratio
-        self._min = min_per_s
-        self._window = int(window_s)
-        # (second, calls, retries), newest last
-        self._buckets: deque[list[int]] = deque()
-        self.refused = 0
-
-    def _bucket(self) -> list[int]:
-        second = int(self._clock.monotonic())
-        buckets = self._buckets
-        while buckets and buckets[0][0] <= second - self._window:
-            buckets.popleft()
-        if not buckets or buckets[-1][0] != second:
-            buckets.append([second, 0, 0])
-        return buckets[-1]
-
-    def call(self) -> None:
-        """A first attempt went out."""
-        self._bucket()[1] += 1
-
-    def allow_retry(self) -> bool:
-        """May a retry go out now? Counts it when it may."""
-        bucket = self._bucket()
-        calls = sum(b[1] for b in self._buckets)
-        retries = sum(b[2] for b in self._buckets)
-        if retries + 1 > self._ratio * calls + self._min * self._window:
-            self.refused += 1
-            return False
-        bucket[2] += 1
-        return True

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 
 from machines.circuit import Circuit, CircuitConfig
-from machines.pacing import Pacer, PacingConfig, RetryBudget
+from machines.pacing import Pacer, PacingConfig
+from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock, Rng
 
 

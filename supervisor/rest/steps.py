@@ -17,8 +17,9 @@ from typing import NoReturn
 import anyio
 
 from machines.effects import CircuitEffect
-from machines.pacing import Pacer, PacerReport, RetryBudget
+from machines.pacing import Pacer, PacerReport
 from machines.registry import Admission, CircuitRegistry
+from machines.retry_budget import RetryBudget
 from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure

@@ -29,11 +29,6 @@ class InFlight:
         self._pacer = pacer
         self._limiter = anyio.CapacityLimiter(math.inf)
 
-    @property
-    def borrowed(self) -> int:
-        """Attempts in flight now."""
-        return int(self._limiter.borrowed_tokens)
-
     @asynccontextmanager
     async def place(self) -> AsyncIterator[None]:
         """Hold one place while the attempt is in flight (waits while the endpoint is full)."""

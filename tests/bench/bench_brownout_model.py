@@ -33,7 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from machines.pacing import RetryBudget
+from machines.retry_budget import RetryBudget
 from supervisor.clock import FakeClock
 from tests.bench.runtime_harness import table
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from machines.pacing import Pacer, PacingConfig, Probe, RetryBudget, echo_of_throttle
+from machines.pacing import Pacer, PacingConfig, Probe, echo_of_throttle
+from machines.retry_budget import RetryBudget
 from supervisor.clock import FakeClock
 
 
