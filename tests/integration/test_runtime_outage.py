@@ -41,8 +41,10 @@ def outage(sim: GenesysSimulator, connections: int) -> list[str]:
     faults = [
         # every open socket drops (the client sees 1006) ...
         Fault(kind=FaultKind.DROP, count=connections),
-        # ... and new handshakes are accepted but never answered
-        Fault(kind=FaultKind.BLACKHOLE),
+        # ... and new handshakes are accepted but never answered (only handshakes: a black hole
+        # over REST too would hold the channel create past its token's expiry, and the channel
+        # the platform then creates is removed with that token before the socket reaches it)
+        Fault(kind=FaultKind.BLACKHOLE, endpoint="WS /*"),
         # the token endpoint and the REST API are down
         Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": 503}),
     ]

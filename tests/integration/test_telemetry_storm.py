@@ -1,8 +1,10 @@
 """A reconnection storm over real OTLP/HTTP (issue 11): one segment span per reconnection, circuit periods.
 
-Web Messaging sessions are dropped at once (1006) while the simulator admits few handshakes
-(503 + Retry-After for the rest), so sessions reconnect more than once and the endpoint's
-circuit opens. Sampling is 0: everything asserted here is traced because it is a failure, a
+Web Messaging sessions are dropped at once (1006) while the simulator refuses every handshake
+(503 + Retry-After) until the test lets them in again, so sessions reconnect more than once and
+the endpoint's circuit opens on the first round of refusals. (Admitting one a second let a success
+split that round's refusals; the circuit then opened on a later round whose next retries, 4-5 s
+on, all fell past its 3 s open period, and no reconnection was ever throttled.) Sampling is 0: everything asserted here is traced because it is a failure, a
 reconnection or a circuit period, never by chance.
 """
 
@@ -57,7 +59,7 @@ async def test_a_storm_exports_one_segment_span_per_reconnection(
         h = t.harness
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
         refuse = sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503, "retry_after": "1"})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503, "retry_after": "1"})
         )
         sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
