@@ -8,6 +8,7 @@ Public API (stable; the CXone simulator builds on it)::
 
     rec = Recorder(clock)
     rec.record_attempt("webmessaging", accepted=True)       # one WebSocket/HTTP connection attempt
+    rec.handshake_started("webmessaging"); rec.handshake_ended("webmessaging")   # upgrades being answered
     rec.record_request("PATCH", "/api/v2/conversations/{conversationId}/participants/{pid}/attributes",
                        202, idempotency_key=None, message_id=None)
     rec.record_token("issued" | "refreshed" | "rejected" | "expired" | "revoked", grant="client_credentials")
@@ -19,6 +20,7 @@ Public API (stable; the CXone simulator builds on it)::
 
     rec.attempts_per_second(listener=None)   # [{"t": epoch_second, "accepted": n, "refused": n}, ...]
     rec.peak_attempts_per_second(listener=None, which="all"|"accepted"|"refused") -> int
+    rec.peak_handshakes(listener=None) -> int   # most upgrades being answered at once (in flight)
     rec.request_count(method=None, endpoint=None, status=None) -> int
     rec.idempotency_keys() -> dict[str, int]   # key/message id -> times seen
     rec.tokens() -> dict[str, int]             # {"issued": n, "refreshed": n, ...}
@@ -31,6 +33,7 @@ Public API (stable; the CXone simulator builds on it)::
     {"attempts": {"<listener>": [{"t": 1715679131, "accepted": 3, "refused": 1}, ...]},
      "attempts_total": {"<listener>": {"accepted": n, "refused": n}},
      "peak_attempts_per_second": {"<listener>": {"all": n, "accepted": n, "refused": n}},
+     "peak_handshakes": {"<listener>": n},
      "connections_open": {"<listener>": n},
      "requests": [{"method": "GET", "endpoint": "/api/v2/...", "status": 200, "count": n}, ...],
      "idempotency_keys": {"<key>": n},   "message_ids": {"<id>": n},
@@ -84,6 +87,9 @@ class Recorder:
         self._events: Counter[tuple[tuple[str, Any], ...]] = Counter()
         if not hasattr(self, "_open"):
             self._open: Counter[str] = Counter()
+            # upgrades being answered now (they stay counted across a reset, like open connections)
+            self._handshaking: Counter[str] = Counter()
+        self._peak_handshakes: Counter[str] = Counter(self._handshaking)
 
     # -- recording ----------------------------------------------------------------------------------
 
@@ -94,6 +100,16 @@ class Recorder:
         if bucket is None:
             bucket = self._attempts[listener][second] = [0, 0]
         bucket[0 if accepted else 1] += 1
+
+    def handshake_started(self, listener: str) -> None:
+        """An upgrade request on ``listener`` is being answered (LATENCY and admission included)."""
+        now = self._handshaking[listener] = self._handshaking[listener] + 1
+        if now > self._peak_handshakes[listener]:
+            self._peak_handshakes[listener] = now
+
+    def handshake_ended(self, listener: str) -> None:
+        """That upgrade was answered (accepted or refused), or its client went away meanwhile."""
+        self._handshaking[listener] -= 1
 
     def connection_opened(self, listener: str) -> None:
         """A connection on ``listener`` completed its handshake."""
@@ -171,6 +187,13 @@ class Recorder:
             value = row["accepted"] + row["refused"] if which == "all" else row[which]
             best = max(best, value)
         return best
+
+    def peak_handshakes(self, listener: str | None = None) -> int:
+        """The most upgrades being answered at once on one listener (or the most of any): what a
+        client had in flight, as the platform saw it."""
+        if listener is not None:
+            return self._peak_handshakes[listener]
+        return max(self._peak_handshakes.values(), default=0)
 
     def attempts_total(self, listener: str | None = None) -> dict[str, int]:
         """``{"accepted": n, "refused": n}`` over all seconds."""
@@ -255,6 +278,7 @@ class Recorder:
                 }
                 for name in sorted(self._attempts)
             },
+            "peak_handshakes": {name: self._peak_handshakes[name] for name in sorted(self._peak_handshakes)},
             "connections_open": {name: self._open[name] for name in listeners},
             "requests": [
                 {"method": m, "endpoint": e, "status": s, "count": n}

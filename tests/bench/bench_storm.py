@@ -8,6 +8,8 @@ Retry-After: 1) so each client's CPU is measured alone:
   v1, the circuit, and adaptive pacing with the endpoint-wide Retry-After (issue 15);
 * ``ours-cubic``: the same with ``[admission] probe = "cubic"`` (issue 15 asks which probe
   recovers faster; tests/bench/bench_probe.py compares them on the model alone);
+* ``ours-uncapped``: ``ours`` with ``[admission] connectsInFlight`` at its maximum (100,000), so
+  nothing but the rate holds the attempts in flight: the daemon before the in-flight cap;
 * ``full``: first delay U(0 s, 8 s), every v1 policy with ``full`` jitter, no pacing;
 * ``immediate``: first delay 0, backoff delays 0, Retry-After ignored, no pacing (what an SDK's
   default reconnect loop does); budgets and the circuit stay as in v1;
@@ -15,7 +17,8 @@ Retry-After: 1) so each client's CPU is measured alone:
   (``async for ws in connect(...)``), one per guest, sending ``configureSession`` on each
   connection.
 
-Per client: the simulator's peak attempts in one second and refused attempts (its own counts),
+Per client: the simulator's peak attempts in one second, the most upgrades it was answering at
+once ("in flight") and refused attempts (its own counts),
 seconds from the drop until every session is connected again, sessions terminated, and the
 client's CPU seconds over that period. Targets for ``ours`` at every rate: all active within
 1.25 x (8 s + N / R), peak <= 1.1 x R, refused <= 5 % of N, none terminated.
@@ -59,7 +62,9 @@ from tests.bench.runtime_harness import (
     webmessaging_config,
 )
 
-CLIENTS = ("ours", "ours-cubic", "full", "immediate", "websockets")
+CLIENTS = ("ours", "ours-cubic", "ours-uncapped", "full", "immediate", "websockets")
+# what runs when --clients is not given, and in `test_storm_targets` (./dev bench)
+DEFAULT_CLIENTS = ("ours", "ours-cubic", "full", "immediate", "websockets")
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,13 @@ class Policy:
     honor_retry_after: bool = True
     adaptive: bool = False
     probe: str = "aimd"
+    connects_in_flight: int | None = None
 
 
 POLICIES = {
     "ours": Policy("ours", (2.0, 8.0), adaptive=True),
     "ours-cubic": Policy("ours-cubic", (2.0, 8.0), adaptive=True, probe="cubic"),
+    "ours-uncapped": Policy("ours-uncapped", (2.0, 8.0), adaptive=True, connects_in_flight=100_000),
     "full": Policy("full", (0.0, 8.0), jitter="full"),
     "immediate": Policy("immediate", (0.0, 0.0), delay_scale=0.0, honor_retry_after=False),
 }
@@ -87,6 +94,7 @@ class Result:
     sessions: int
     rate: int
     peak: int
+    in_flight: int
     refused: int
     recovery_s: float | None
     terminated: int
@@ -115,10 +123,12 @@ def _admission(rate: int) -> list[dict[str, Any]]:
     ]
 
 
-def _totals(stats: dict[str, Any]) -> tuple[int, int]:
+def _totals(stats: dict[str, Any]) -> tuple[int, int, int]:
+    """Peak attempts in a second, the most in flight at once, refused: the simulator's counts."""
     totals = stats["attempts_total"].get("webmessaging", {"accepted": 0, "refused": 0})
     peak = stats["peak_attempts_per_second"].get("webmessaging", {"all": 0})["all"]
-    return int(peak), int(totals["refused"])
+    in_flight = stats["peak_handshakes"].get("webmessaging", 0)
+    return int(peak), int(in_flight), int(totals["refused"])
 
 
 class Timeline:
@@ -171,6 +181,7 @@ async def daemon_once(
             taxonomy=taxonomy,
             adaptive=policy.adaptive,
             probe=policy.probe,
+            connects_in_flight=policy.connects_in_flight,
         )
         bus = EventBus()
         clock = SystemClock()
@@ -203,7 +214,7 @@ async def daemon_once(
             await wait_for(settled, limit_s)
             cpu = time.process_time() - cpu0
             stats = await sim.stats(admin)
-            peak, refused = _totals(stats)
+            peak, in_flight, refused = _totals(stats)
             if timeline is not None:
                 events.write(timeline / f"{policy.name}-{sessions}-{rate}.jsonl", stats, fault_at)
             states = supervisor.states()
@@ -218,6 +229,7 @@ async def daemon_once(
         sessions,
         rate,
         peak,
+        in_flight,
         refused,
         recovery,
         states.get("terminated", 0),
@@ -278,10 +290,10 @@ async def websockets_once(sessions: int, rate: int, limit_s: float) -> Result:
             await sim.inject(admin, *_admission(rate))
             done = await wait_for(lambda: bool(recovered_at) and len(disrupted) >= sessions, limit_s)
             cpu = time.process_time() - cpu0
-            peak, refused = _totals(await sim.stats(admin))
+            peak, in_flight, refused = _totals(await sim.stats(admin))
             tg.cancel_scope.cancel()
     recovery = round(recovered_at[0] - fault_at[0], 3) if done and recovered_at else None
-    return Result("websockets", sessions, rate, peak, refused, recovery, 0, cpu, len(active), "-")
+    return Result("websockets", sessions, rate, peak, in_flight, refused, recovery, 0, cpu, len(active), "-")
 
 
 def run(
@@ -318,6 +330,7 @@ def report(results: list[Result]) -> str:
         "client",
         "peak/s",
         "peak/rate",
+        "in flight",
         "refused",
         "all active after, s",
         "target, s",
@@ -332,6 +345,7 @@ def report(results: list[Result]) -> str:
             r.client,
             str(r.peak),
             f"{r.peak / r.rate:.2f}",
+            str(r.in_flight),
             str(r.refused),
             "-" if r.recovery_s is None else f"{r.recovery_s:.1f}",
             f"{1.25 * (8.0 + r.sessions / r.rate):.1f}",
@@ -346,7 +360,7 @@ def report(results: list[Result]) -> str:
 
 @pytest.mark.bench
 def test_storm_targets() -> None:
-    results = run([1000, 5000], [50, 100, 200, 500], list(CLIENTS), 300.0)
+    results = run([1000, 5000], [50, 100, 200, 500], list(DEFAULT_CLIENTS), 300.0)
     print(report(results))
     assert [(r.sessions, r.rate, r.problems()) for r in results if r.client == "ours" and r.problems()] == []
 
@@ -355,11 +369,26 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def _clients(text: str) -> list[str]:
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in CLIENTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown client {', '.join(unknown) or '(none given)'}; known: {', '.join(CLIENTS)}"
+        )
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sessions", type=_ints, default=[1000, 5000])
     parser.add_argument("--rates", type=_ints, default=[50, 100, 200, 500])
-    parser.add_argument("--clients", type=lambda t: t.split(","), default=list(CLIENTS))
+    parser.add_argument(
+        "--clients",
+        type=_clients,
+        default=list(DEFAULT_CLIENTS),
+        help=f"comma-separated, of {', '.join(CLIENTS)} (default: {','.join(DEFAULT_CLIENTS)})",
+    )
     parser.add_argument("--limit", type=float, default=300.0, help="seconds to wait for recovery, per run")
     parser.add_argument(
         "--timeline",

@@ -175,6 +175,7 @@ def webmessaging_config(
     echo_interval: float = 30.0,
     adaptive: bool = True,
     probe: str = "aimd",
+    connects_in_flight: int | None = None,
 ) -> Config:
     """``sessions`` Genesys Web Messaging guests against the simulator at ``urls``."""
     data: dict[str, Any] = {
@@ -194,6 +195,8 @@ def webmessaging_config(
         "reconnect": {"firstDelayMin": first_delay[0], "firstDelayMax": first_delay[1]},
         "admission": {"adaptive": adaptive, "probe": probe},
     }
+    if connects_in_flight is not None:
+        data["admission"]["connectsInFlight"] = connects_in_flight
     return parse_config(data, "bench")
 
 

@@ -228,3 +228,24 @@ def test_recorder_snapshot_is_json_and_secret_free(clock: FakeClock) -> None:
     rec.reset()
     assert rec.snapshot()["requests"] == []
     assert rec.connections_open("webmessaging") == 1  # open connections survive a reset
+
+
+def test_recorder_keeps_the_most_upgrades_answered_at_once_and_a_reset_starts_from_those_in_progress(
+    clock: FakeClock,
+) -> None:
+    rec = Recorder(clock)
+    assert rec.peak_handshakes() == 0
+    for _ in range(3):
+        rec.handshake_started("webmessaging")
+    rec.handshake_ended("webmessaging")
+    rec.handshake_started("webmessaging")  # 3 again, never 4
+    rec.handshake_started("streaming")
+    assert rec.peak_handshakes("webmessaging") == 3
+    assert rec.peak_handshakes() == 3
+    assert rec.snapshot()["peak_handshakes"] == {"streaming": 1, "webmessaging": 3}
+    rec.handshake_ended("webmessaging")
+    rec.reset()
+    # two upgrades are still being answered: the new peak starts from them, not from zero
+    assert rec.peak_handshakes("webmessaging") == 2
+    rec.handshake_started("webmessaging")
+    assert rec.peak_handshakes("webmessaging") == 3

@@ -61,6 +61,14 @@ class WsListener:
 
     async def admit(self, conn: ServerConnection, request: Request) -> Response | None:
         """ADMISSION_LIMIT and LATENCY at the handshake; None = accept (recorded)."""
+        recorder = self.ctx.recorder
+        recorder.handshake_started(self.name)
+        try:
+            return await self._admit(conn)
+        finally:
+            recorder.handshake_ended(self.name)
+
+    async def _admit(self, conn: ServerConnection) -> Response | None:
         key = _peer(conn)
         latency = self.ctx.gate.hit(FaultKind.LATENCY, key, self.endpoint)
         if latency is not None:
