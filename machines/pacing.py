@@ -268,6 +268,21 @@ class Pacer:
         self._sent_tat = tat + 1.0 / rate
         return 0.0
 
+    def respace(self, queued_at: float) -> float:
+        """An attempt that has waited since ``queued_at`` (monotonic) for a place in flight is
+        about to go out: 0 when it may go now, else the seconds to wait before asking again.
+
+        Places free up as answers are handled, and answers handled in one batch (after a stall)
+        free many places at once: their waiters had passed :meth:`send` at their slots, long
+        before, and would all leave together. Like TCP, which paces what its congestion window
+        lets go, an attempt that waited ``send_burst_s`` or more for its place goes through the
+        send check again, as a late caller: the waiters released together leave spaced at the
+        rate. One that got its place at once goes (its send was checked on time).
+        """
+        if self._rate is None or self._clock.monotonic() - queued_at < self._config.send_burst_s:
+            return 0.0
+        return self.send(queued_at)
+
     def admitted(self, rtt_s: float | None = None) -> PacerReport | None:
         """An attempt got through (``rtt_s`` after it left, when known): probe the rate upward
         (slow start, then additive increase)."""

@@ -139,8 +139,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     # docs/benchmarks.md "Admission at a binding limit (issue 15)" measures both
     probe: Literal["aimd", "cubic"] = "aimd"
     # connection attempts in flight to one endpoint at once: at least this many, more when twice
-    # the attempts admitted per second times the shortest handshake calls for more (a long round trip)
-    connects_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 32
+    # the attempts admitted per second times the shortest handshake calls for more (a long round
+    # trip); 128, not 32: 32 cost 1-3 s of recovery at 5,000 sessions x 500/s (docs/benchmarks.md)
+    connects_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     # retries may add at most this share of an endpoint's calls (within 10 s) ...
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic

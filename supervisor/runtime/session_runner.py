@@ -340,15 +340,19 @@ class SessionRunner:
         """Open the transport, holding one of the endpoint's places in flight meanwhile.
 
         A session that waited for a place may find the endpoint paused by a Retry-After that
-        came back meanwhile: it waits that out too, place held (nobody else may go either).
-        ``_sent_at`` is when the attempt actually left.
+        came back meanwhile: it waits that out too, place held (nobody else may go either); and
+        it is spaced again at the rate (``Pacer.respace``), so the waiters that answers handled
+        in one batch let go do not leave in one burst. ``_sent_at`` is when the attempt left.
         """
         in_flight, pacer = self._in_flight, self._pacer
         if in_flight is None or pacer is None:
             return await self.transport.open()
+        queued_at = self._clock.monotonic()
         async with in_flight.place():
             while (paused := pacer.paused_for()) > 0:
                 await self._sleep(paused)
+            while (extra := pacer.respace(queued_at)) > 0:
+                await self._sleep(extra)
             self._sent_at = self._clock.monotonic()
             return await self.transport.open()
 

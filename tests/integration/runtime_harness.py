@@ -92,7 +92,7 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
         f"adaptive = {'true' if overrides.get('adaptive', True) else 'false'}",
         f"retryBudgetRatio = {overrides.get('retry_budget_ratio', 0.1)}",
         f"retryBudgetMinPerSecond = {overrides.get('retry_budget_min', 5.0)}",
-        f"connectsInFlight = {overrides.get('connects_in_flight', 32)}",
+        f"connectsInFlight = {overrides.get('connects_in_flight', 128)}",
         "[platforms.genesys]",
         f'loginUrl = "{urls["login"]}"',
         f'apiUrl = "{urls["api"]}"',

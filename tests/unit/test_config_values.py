@@ -209,6 +209,27 @@ def test_admission_probe_is_aimd_by_default_and_cubic_when_asked() -> None:
     assert parse_config(genesys() + '[admission]\nprobe = "cubic"\n', "x.toml").admission.probe == "cubic"
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "expected `int` >= 1"),
+        ("100001", "expected `int` <= 100000"),
+        ('"many"', "expected `int`, got `str`"),
+        ("2.5", "expected `int`, got `float`"),
+    ],
+)
+def test_connects_in_flight_is_a_count_of_at_least_one(value: str, message: str) -> None:
+    assert parse_config(genesys(), "x.toml").admission.connects_in_flight == 128
+    text = genesys() + f"[admission]\nconnectsInFlight = {value}\n"
+    assert (
+        parse_config(genesys() + "[admission]\nconnectsInFlight = 1\n", "x.toml").admission.connects_in_flight
+        == 1
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "x.toml")
+    assert str(caught.value) == f"x.toml: admission.connectsInFlight: {message}"
+
+
 def test_store_and_attribute_defaults_are_the_seeds_when_the_tables_are_left_out() -> None:
     """Seed edge case 2: a queue of depth 50, a read-back 3 s after acceptance; the store synced
     at every commit (docs/store.md), at $STATE_DIRECTORY unless a path is given."""

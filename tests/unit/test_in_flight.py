@@ -38,6 +38,7 @@ class Endpoint:
     def __init__(self) -> None:
         self.inside = 0
         self.most = 0
+        self.now_inside: list[PlaceTransport] = []
         self.entered = anyio.Event()
         self.last: PlaceTransport | None = None
 
@@ -68,6 +69,7 @@ class PlaceTransport:
         ep = self.endpoint
         ep.inside += 1
         ep.most = max(ep.most, ep.inside)
+        ep.now_inside.append(self)
         self.gate = anyio.Event()
         ep.last = self
         ep.entered.set()
@@ -75,6 +77,7 @@ class PlaceTransport:
             await self.gate.wait()
         finally:
             ep.inside -= 1
+            ep.now_inside.remove(self)
         if self.outcome == "fail":
             raise TransportFailure(
                 RawError(platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, close_code=1006)
@@ -184,5 +187,37 @@ async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_c
         assert pacer.paused_for() == 0
         assert slept[waiting][before:] == [pytest.approx(1.0)]  # the Retry-After, nothing else
         second.end("ok")
+        for runner in sessions:
+            await runner.stop(1000)
+
+
+async def test_waiters_released_together_by_one_batch_of_answers_leave_a_send_slot_apart() -> None:
+    """Two places, four sessions at 10/s: two attempts in flight, two waiting for places. The
+    process stalls a second, then both answers are handled in one batch and both places free at
+    once. One waiter leaves at once; the other is spaced a send slot (0.1 s at 10/s) after it
+    (Pacer.respace) instead of leaving in the same instant. Without the respacing neither waits."""
+    clock = FakeClock()
+    slept: list[list[float]] = [[] for _ in range(4)]
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, in_flight_floor=2))
+    endpoint, sessions = runners(4, clock, pacer, [fake_sleep(clock, slept[i]) for i in range(4)])
+    async with anyio.create_task_group() as tg:
+        for runner in sessions:
+            tg.start_soon(runner.run)
+        await anyio.wait_all_tasks_blocked()
+        assert len(endpoint.now_inside) == 2  # the other two wait for places
+        answered = list(endpoint.now_inside)
+        waiters = [i for i, r in enumerate(sessions) if r.transport not in answered]
+        before = [len(slept[i]) for i in waiters]
+        clock.advance(1.0)  # the stall
+        for transport in answered:  # one batch: both places free before anyone runs
+            transport.end("ok")
+        await anyio.wait_all_tasks_blocked()
+        assert len(endpoint.now_inside) == 2 and endpoint.most == 2
+        after = sorted(slept[i][n:] for i, n in zip(waiters, before, strict=True))
+        # a send slot, less the burst the send check tolerates (and the admissions' tiny growth)
+        assert after == [[], [pytest.approx(0.1 - PacingConfig().send_burst_s, abs=1e-3)]]
+        for transport in list(endpoint.now_inside):
+            transport.end("ok")
+        await anyio.wait_all_tasks_blocked()
         for runner in sessions:
             await runner.stop(1000)

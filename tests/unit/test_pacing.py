@@ -374,3 +374,35 @@ def test_a_restart_forgets_the_round_trip_with_the_rate() -> None:
     clock.advance(30.0)
     pacer.reserve()  # idle past idle_restart_s: the rate restarts from initial_rate
     assert pacer.in_flight_cap() == 4
+
+
+def test_waiters_that_one_batch_of_answers_lets_go_are_spaced_again_at_the_rate() -> None:
+    """Ten attempts passed the send check on time (10/s) and then waited for places in flight;
+    one stall's batch of answers frees every place at once, a second later. Respaced when they
+    leave, they go 0.1 s apart, not together. An attempt that got its place at once is not held
+    (its send was checked on time) and does not take a second send slot."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
+    queued = []
+    for _ in range(10):
+        wait, ok = pacer.reserve()
+        assert ok
+        clock.advance(wait)
+        assert pacer.send(clock.monotonic()) == 0.0
+        queued.append(clock.monotonic())  # each waits for a place from here
+    clock.advance(1.0)  # the batch of answers comes a second later and frees all ten places
+    sent = []
+    for queued_at in queued:
+        while (extra := pacer.respace(queued_at)) > 0:
+            clock.advance(extra)
+        sent.append(clock.monotonic())
+    assert [round(b - a, 6) for a, b in itertools.pairwise(sent)] == [0.1] * 9
+    # on time: a place at once means no wait, and the next on-time send is not pushed back
+    on_time = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
+    wait, ok = on_time.reserve()
+    clock.advance(wait)
+    due = clock.monotonic()
+    assert on_time.send(due) == 0.0 and on_time.respace(due) == 0.0
+    wait, ok = on_time.reserve()
+    clock.advance(wait + 0.05)  # woke 50 ms late: the send check spaces it after the first only
+    assert on_time.send(clock.monotonic() - 0.05) == 0.0
