@@ -103,9 +103,9 @@ class Recorder:
 
     def handshake_started(self, listener: str) -> None:
         """An upgrade request on ``listener`` is being answered (LATENCY and admission included)."""
-        now = self._handshaking[listener] = self._handshaking[listener] + 1
-        if now > self._peak_handshakes[listener]:
-            self._peak_handshakes[listener] = now
+        answering = self._handshaking[listener] = self._handshaking[listener] + 1
+        if answering > self._peak_handshakes[listener]:
+            self._peak_handshakes[listener] = answering
 
     def handshake_ended(self, listener: str) -> None:
         """That upgrade was answered (accepted or refused), or its client went away meanwhile."""

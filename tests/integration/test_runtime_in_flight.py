@@ -25,11 +25,6 @@ N = 4
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def sim() -> AsyncIterator[GenesysSimulator]:
     async with GenesysSimulator(seed=3) as simulator:
         simulator.faults.inject(Fault(kind=FaultKind.LATENCY, endpoint="WS /*", params={"latency_ms": 1000}))
