@@ -35,7 +35,7 @@ from supervisor.credentials import Secret as Secret
 from supervisor.credentials import default_environ as default_environ
 from supervisor.credentials import read_secret as read_secret
 from supervisor.errors import ConfigError, located
-from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
+from supervisor.taxonomy.loader import DEFAULT_VERSION, LimitError, parse_toml, read_capped
 
 #: the largest configuration file read (about 7,000 sessions)
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -149,7 +149,7 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    taxonomy_version: str = "v1"
+    taxonomy_version: str = DEFAULT_VERSION
     shutdown_grace: _PositiveSeconds = 10.0
     request_timeout: _PositiveSeconds = 15.0
     # seeds the daemon's randomness (jitter) for reproducible runs; None draws from the OS

@@ -303,7 +303,10 @@ class ControlService:
         if not isinstance(version, str) or not 0 < len(version) <= 4096 or "\0" in version:
             raise ApiError(
                 ErrorName.INVALID_PARAMETER,
-                {"parameter": "version", "problem": "version: a shipped version (v1) or an absolute path"},
+                {
+                    "parameter": "version",
+                    "problem": "version: a shipped version (v1, v2) or an absolute path",
+                },
             )
         publish = self._published("taxonomy.use", peer, target=version)
         try:

@@ -93,7 +93,7 @@ method StartSession(sessionId: string) -> (sessionId: string, state: string, rea
 method StopSession(sessionId: string) -> (sessionId: string, state: string)
 # Drain like SIGTERM: close every session with 1001, then exit.
 method Drain() -> (draining: bool)
-# A shipped version (v1) or a taxonomy file; validated before it replaces the active one.
+# A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
 # Attribute updates of a session's conversation (issue 13). Answered once the update is durably in

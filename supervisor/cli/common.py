@@ -12,7 +12,7 @@ from typing import IO, Any, TypeVar
 import click
 from rich.console import Console
 
-from supervisor.taxonomy import ENV_VAR, Taxonomy, load_taxonomy, resolve_version
+from supervisor.taxonomy import DEFAULT_VERSION, ENV_VAR, Taxonomy, load_taxonomy, resolve_version
 from supervisor.taxonomy.envelope import MAX_LINE_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,8 +25,8 @@ def taxonomy_option(func: F) -> F:
         "taxonomy_ref",
         metavar="VERSION|PATH",
         default=None,
-        help=f"Taxonomy version shipped with the package (e.g. v1) or a TOML file. "
-        f"Default: ${ENV_VAR} if set, else v1.",
+        help=f"Taxonomy version shipped with the package (e.g. {DEFAULT_VERSION}) or a TOML file. "
+        f"Default: ${ENV_VAR} if set, else {DEFAULT_VERSION}.",
     )(func)
 
 

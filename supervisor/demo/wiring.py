@@ -17,6 +17,7 @@ from supervisor.config import Config, parse_config
 from supervisor.demo.scenarios import Fleet, Scenario, Timing, kind_of
 from supervisor.sim.cxone import CxoneSimConfig
 from supervisor.sim.genesys.config import GenesysSimConfig
+from supervisor.taxonomy.loader import DEFAULT_VERSION
 
 DEPLOYMENT_ID = "demo-deployment"
 GENESYS_CLIENT_ID = "demo-client"
@@ -54,15 +55,17 @@ _DELAY = re.compile(r"^(?P<key>baseDelayMs|maxDelayMs)\s*=\s*(?P<value>\d+)\s*$"
 
 
 def scaled_taxonomy(directory: Path, scale: float) -> str:
-    """Taxonomy v1 with every backoff delay multiplied by ``scale``; returns the version to load."""
+    """The default taxonomy with every backoff delay multiplied by ``scale``; returns the version
+    to load."""
     if scale == 1.0:
-        return "v1"
-    text = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
+        return DEFAULT_VERSION
+    data = resources.files("supervisor.taxonomy") / "data" / f"{DEFAULT_VERSION}.toml"
+    text = data.read_text(encoding="utf-8")
 
     def scaled(match: re.Match[str]) -> str:
         return f"{match.group('key')} = {max(0, round(int(match.group('value')) * scale))}"
 
-    path = directory / "v1-fast.toml"
+    path = directory / f"{DEFAULT_VERSION}-fast.toml"
     path.write_text(_DELAY.sub(scaled, text), encoding="utf-8")
     return str(path)
 

@@ -40,7 +40,8 @@ from supervisor.taxonomy.responses import compile_responses
 from supervisor.taxonomy.rules import OperationMatcher, Rule, Taxonomy, parse_status_spec
 
 ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
-DEFAULT_VERSION = "v1"
+#: v2 follows the vendors' clients (docs/taxonomy.md "Versions"); v1 stays shipped, unchanged
+DEFAULT_VERSION = "v2"
 SCHEMA = 1
 # codes the classifier itself emits, so every taxonomy version must define them
 REQUIRED_CODES = (

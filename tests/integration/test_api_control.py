@@ -61,7 +61,7 @@ async def test_status_sessions_and_show(sim: GenesysSimulator, tmp_path: Path) -
         await h.daemon.wait(lambda: len(h.daemon.runners) == 3 and h.daemon.all_in("active"))
         status = (await call(h, Method.STATUS)).parameters
         assert status["bootId"] == h.daemon.supervisor.bus.boot_id
-        assert status["uptimeSeconds"] >= 0 and status["taxonomy"] == "v1" and not status["draining"]
+        assert status["uptimeSeconds"] >= 0 and status["taxonomy"] == "v2" and not status["draining"]
         assert status["sessions"] == {"total": 3, "byState": {"active": 3}}
         assert status["circuits"] == [
             {
@@ -179,7 +179,7 @@ async def test_a_taxonomy_switch_is_validated_first(
         classifier = h.daemon.supervisor.wiring.classifier
         refused = await call(h, Method.USE_TAXONOMY, {"version": str(broken)})
         assert refused.error == ErrorName.INVALID_TAXONOMY
-        assert "schema" in refused.parameters["problem"] and classifier.taxonomy.version == "v1"
+        assert "schema" in refused.parameters["problem"] and classifier.taxonomy.version == "v2"
         for version, problem in [
             ("v7", "not shipped"),
             ("relative/staged.toml", "absolute path"),
@@ -188,9 +188,9 @@ async def test_a_taxonomy_switch_is_validated_first(
         ]:
             answer = await call(h, Method.USE_TAXONOMY, {"version": version})
             assert answer.error == ErrorName.INVALID_TAXONOMY and problem in answer.parameters["problem"]
-        assert classifier.taxonomy.version == "v1"
+        assert classifier.taxonomy.version == "v2"
         switched = await call(h, Method.USE_TAXONOMY, {"version": str(staged)})
-        assert switched.parameters == {"previous": "v1", "version": "v1-staged", "origin": str(staged)}
+        assert switched.parameters == {"previous": "v2", "version": "v1-staged", "origin": str(staged)}
         assert classifier.taxonomy.version == "v1-staged"
         # every classification from now on is made by the new version
         sim.faults.inject(Fault(kind=FaultKind.DROP))
@@ -200,7 +200,7 @@ async def test_a_taxonomy_switch_is_validated_first(
             )
         )
         announced = h.daemon.recorded.named("TAXONOMY_SWITCHED")
-        assert [(e["previous"], e["version"]) for e in announced] == [("v1", "v1-staged")] and by_us(
+        assert [(e["previous"], e["version"]) for e in announced] == [("v2", "v1-staged")] and by_us(
             announced[0]
         )
         uses = [(e["target"], e["ok"]) for e in commands(h) if e["verb"] == "taxonomy.use"]

@@ -26,11 +26,17 @@ def edited(old: str, new: str, count: int = 1) -> str:
     return V1.replace(old, new, count)
 
 
-def test_v1_is_shipped_and_valid() -> None:
-    assert "v1" in shipped_versions()
-    tax = load_taxonomy("v1")
-    assert tax.version == "v1"
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_every_shipped_version_is_valid(version: str) -> None:
+    assert version in shipped_versions()
+    tax = load_taxonomy(version)
+    assert tax.version == version
     assert tax.rules[-1].is_catch_all
+
+
+def test_v2_is_the_default_and_v1_stays_shipped() -> None:
+    """v1 stays for configurations that pin it; a configuration that names none gets v2."""
+    assert load_taxonomy().version == "v2" and load_taxonomy("v1").version == "v1"
 
 
 @pytest.mark.parametrize(
@@ -131,7 +137,7 @@ def test_a_renamed_platform_code_is_a_one_line_change(tmp_path: Path) -> None:
 
 def test_environment_override_wins_for_staged_rollout() -> None:
     """The seed's feature flag: config chooses, the environment overrides."""
-    assert resolve_version(None, {}) == "v1"
+    assert resolve_version(None, {}) == "v2"
     assert resolve_version("v1", {}) == "v1"
     assert resolve_version("v1", {ENV_VAR: "/etc/ss/v2.toml"}) == "/etc/ss/v2.toml"
     assert resolve_version("v3", {ENV_VAR: "  "}) == "v3"
@@ -225,3 +231,15 @@ def test_validation_follows_the_response_kind() -> None:
         classifier.validate_response(
             {}, platform=Platform.GENESYS, channel=Channel.REST, kind="genesys.rest.Nope"
         )
+
+
+def test_v1_stays_byte_identical() -> None:
+    """A configuration that pins v1 keeps exactly the routing it was tested with: v2's changes
+    (docs/taxonomy.md "Versions") never edit a shipped version. The digest is v1.toml as released."""
+    import hashlib
+    from importlib import resources
+
+    data = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == (
+        "ece6dbc678be2661ed35667400fc4f40600404b5a0d7fac17b7ca9a65f5594be"
+    )
