@@ -90,9 +90,8 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
     line (it may never end). --format table holds at most 10,000 envelopes.
 
     \b
-    Example:
-      echo '{"platform":"genesys","channel":"rest","status":429,
-             "headers":{"Retry-After":"3"}}' | session-supervisor classify
+    Example (one envelope per line: an envelope split over two lines is two bad lines):
+      echo '{"platform":"genesys","channel":"rest","status":429,"headers":{"Retry-After":"3"}}' | session-supervisor classify
 
     The envelope format is documented in docs/taxonomy.md.
     """

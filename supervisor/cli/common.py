@@ -5,8 +5,9 @@ from __future__ import annotations
 import errno
 import io
 import os
+import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, TypeVar
 
 import click
@@ -109,3 +110,26 @@ class NdjsonLines:
         """``line N: longer than the 1 MiB line cap; ...`` (only after a cut)."""
         cap = f"{MAX_LINE_BYTES // 1024 // 1024} MiB"
         return f"line {self.cut_line}: longer than the {cap} line cap; the input is not read past it"
+
+
+#: set by ./dev to its own absolute path: a command printed for another terminal goes through it
+DEV_ENV_VAR = "SESSION_SUPERVISOR_DEV"
+
+
+def command_for_another_terminal(
+    environ: Mapping[str, str] | None = None, argv0: str | None = None, executable: str | None = None
+) -> str:
+    """How to run this program from another terminal, whose PATH may not have it (found by a
+    first-time user: under ./dev, the bare `session-supervisor` a demo printed was not found).
+
+    Under ./dev: ``/abs/dev run``; from the console script: its absolute path; otherwise
+    ``python -m supervisor`` with this interpreter's absolute path. Quoted for a POSIX shell."""
+    environ = os.environ if environ is None else environ
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    executable = sys.executable if executable is None else executable
+    dev = environ.get(DEV_ENV_VAR)
+    if dev and os.path.isabs(dev) and os.path.isfile(dev):
+        return f"{shlex.quote(dev)} run"
+    if os.path.basename(argv0) == "session-supervisor" and os.path.isfile(argv0):
+        return shlex.quote(os.path.abspath(argv0))
+    return f"{shlex.quote(executable)} -m supervisor"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import anyio
 import click
 
-from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.common import command_for_another_terminal, stderr_console, stdout_console
 from supervisor.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 _NAMES = tuple(SCENARIOS)
@@ -110,8 +111,12 @@ def demo(
             click.echo(f"session-supervisor: demo without its sockets: {sockets}", err=True)
             return
         subscribe, control = sockets
-        click.echo(f"watch it from another terminal: session-supervisor watch --socket {subscribe}", err=True)
-        click.echo(f"control it: session-supervisor ctl --socket {control} status", err=True)
+        program = command_for_another_terminal()
+        click.echo(
+            f"watch it from another terminal: {program} watch --socket {shlex.quote(str(subscribe))}",
+            err=True,
+        )
+        click.echo(f"control it: {program} ctl --socket {shlex.quote(str(control))} status", err=True)
 
     async def main() -> dict[str, Any] | None:
         return await run_demo(options, progress=stderr_console() if show else None, on_sockets=announce)

@@ -162,7 +162,8 @@ class _Run:
                                 )
                     if scope.cancelled_caught:
                         self.problems.append(f"timed out after {limit:g} s while {self.phase}")
-                    self.phase = "done"
+                    # the summary is taken, then the daemon drains (what a hard bound may still cut)
+                    self.phase = "draining"
                     # taken before the drain: shutdown stops everyone
                     summary = collect(
                         scenario=scenario,
@@ -249,8 +250,15 @@ class _Run:
     def _settled(
         self, observer: Observer, genesys: GenesysSimulator, cxone: CxoneSimulator, since: float
     ) -> bool:
-        if self.clock.monotonic() - since < self.scenario.hold(self.timing):
-            return False
+        held = self._recovered(observer, genesys, cxone)
+        left = self.scenario.hold(self.timing) - (self.clock.monotonic() - since)
+        if held and left > 0:
+            # everything else is met: say what the run still waits for, not a silent "fault injected"
+            self.phase = f"waiting for {self.scenario.holding_for} ({left:.0f} s left)"
+        return held and left <= 0
+
+    def _recovered(self, observer: Observer, genesys: GenesysSimulator, cxone: CxoneSimulator) -> bool:
+        """Whether the scenario's outcome is reached, its hold aside."""
         if self.play is not None:
             # the burst settles (every update verified, repaired or flagged), whatever faults are left
             return self.play.finished and observer.all_survivors_active()
@@ -408,13 +416,16 @@ async def run_demo(
             return await run.execute(Path(workdir), progress, on_sockets)
     if bound.cancelled_caught:
         problem = f"timed out after {limit:g} s (--timeout, a hard bound) while {run.phase}"
+        # the scenario's own cut (it gets what --timeout leaves after the drain's reserve) comes
+        # first: it names where the scenario stopped, which the hard bound alone cannot
+        problems = [*run.problems, problem]
         summary = {
             "scenario": scenario.name,
             "sessions": options.sessions,
             "seed": options.seed,
             "fast": options.fast,
             "expected": scenario.expected,
-            "outcome": {"ok": False, "problems": [problem]},
+            "outcome": {"ok": False, "problems": problems},
         }
-        raise DemoTimedOut(f"demo {scenario.name}: {problem}", summary)
+        raise DemoTimedOut(f"demo {scenario.name}: {'; then '.join(problems)}", summary)
     return None  # pragma: no cover - the with block returns unless cancelled

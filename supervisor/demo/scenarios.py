@@ -178,8 +178,10 @@ class Scenario:
     trigger: str | None = None
     # the simulators issue short-lived tokens (token-expiry)
     short_tokens: bool = False
-    # keep watching at least this long after the injection (seconds, from the timing)
+    # keep watching at least this long after the injection (seconds, from the timing), and what
+    # the run waits for meanwhile (the live view names it with the time left)
     hold: Callable[[Timing], float] = lambda timing: 0.0
+    holding_for: str = "the scenario's hold"
     # at least this many sessions must be seen leaving "active" (dropped) before it settles
     disrupted: Callable[[Fleet], int] = lambda fleet: 0
     # connection attempts are limited at this rate (storm); None = unlimited
@@ -382,6 +384,7 @@ SCENARIOS: dict[str, Scenario] = {
             _token_expiry,
             short_tokens=True,
             hold=lambda timing: 2.0 * timing.token_ttl_s,
+            holding_for="tokens to age past their refresh",
             checks=(tokens_refreshed,),
         ),
         Scenario(
@@ -436,6 +439,7 @@ SCENARIOS: dict[str, Scenario] = {
             trigger="QUEUE_FULL",
             short_tokens=True,
             hold=lambda timing: 2.0 * timing.token_ttl_s,
+            holding_for="tokens to age past their refresh",
             disrupted=lambda fleet: fleet.websockets,
             admission=admission_rate,
             checks=(peak_within_admission, rate_limits_absorbed, tokens_refreshed),

@@ -165,7 +165,7 @@ def test_outcome_not_reached_exits_1_and_says_why(capsys: pytest.CaptureFixture[
     )
     assert code == 1
     assert json.loads(out)["outcome"]["ok"] is False
-    assert "timed out after 2 s" in err
+    assert "timed out after 2 s while " in err and "while done" not in err
 
 
 def test_a_run_cut_short_by_the_hard_bound_still_prints_one_json_outcome(
@@ -191,6 +191,37 @@ def test_a_run_cut_short_by_the_hard_bound_still_prints_one_json_outcome(
     assert "timed out after 1 s (--timeout, a hard bound)" in summary["outcome"]["problems"][0]
     (line,) = err.strip().splitlines()
     assert line.startswith("session-supervisor: error: demo storm: timed out after 1 s")
+
+
+def test_a_hard_bound_that_cuts_the_drain_still_says_where_the_scenario_stopped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a first-time user: every `--timeout` run said "while done". The scenario's own cut
+    (where it stopped) is kept, and the hard bound names the step it cut, the drain."""
+    import anyio
+
+    from supervisor.demo import runner
+
+    async def cut_then_hangs_in_the_drain(self: runner._Run, *args: object) -> None:
+        self.phase = "starting"
+        self.problems.append("timed out after 1 s while starting")
+        self.phase = "draining"
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(runner._Run, "execute", cut_then_hangs_in_the_drain)
+    code, out, err = run_cli(
+        capsys, "--scenario", "storm", "--fast", "--sessions", "5", "--json", "--timeout", "1"
+    )
+    assert code == 1
+    assert json.loads(out)["outcome"]["problems"] == [
+        "timed out after 1 s while starting",
+        "timed out after 1 s (--timeout, a hard bound) while draining",
+    ]
+    (line,) = err.strip().splitlines()
+    assert line == (
+        "session-supervisor: error: demo storm: timed out after 1 s while starting; "
+        "then timed out after 1 s (--timeout, a hard bound) while draining"
+    )
 
 
 def test_the_demos_daemon_runs_with_the_tuned_collector_and_gives_the_callers_back(
