@@ -21,6 +21,7 @@ import pytest
 
 from supervisor.clock import FakeClock
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
+from supervisor.sim.faults import Fault, FaultKind
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -252,6 +253,29 @@ async def test_cxone_configuration_needs_the_tokens_tenant(
     assert missing.status_code == 400 and missing.json()["error"] == "invalid_request"
     other = await http.get(url, params={"tenantId": "11e85da0-f32c-7e10-898c-0242ac110003"})
     assert other.status_code == 404
+
+
+async def test_faults_reach_the_oidc_routes(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+    """MISSING_FIELDS strips a discovery answer's api_endpoint; an endpoint pattern names /auth/token."""
+    token = await login(sim, http)
+    tenant = claims(token["id_token"])["tenantId"]
+    sim.faults.inject(
+        Fault(
+            kind=FaultKind.MISSING_FIELDS,
+            endpoint="*cxone-configuration",
+            params={"fields": ["api_endpoint"]},
+        )
+    )
+    sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="POST */auth/token", count=1))
+    conf = await http.get(sim.urls["auth"] + "/.well-known/cxone-configuration", params={"tenantId": tenant})
+    assert conf.status_code == 200 and "api_endpoint" not in conf.json() and "area" in conf.json()
+    r = await http.post(
+        sim.urls["auth"] + TOKEN,
+        data={"grant_type": "password", "username": "AKID1", "password": "AKSECRET"},
+        headers=basic("my-client", SECRET),
+    )
+    assert r.status_code >= 500
+    assert sim.recorder.request_count("POST", TOKEN, r.status_code) == 1
 
 
 async def test_the_api_answers_the_oidc_token_at_the_discovered_host(
