@@ -112,7 +112,7 @@ def agent_api_base(api_endpoint: str, api_version: str) -> str:
     """
     base = api_endpoint.rstrip("/")
     head, _, last = base.rpartition("/")
-    if last.lower() == "incontactapi" and "://" in head + "/":
+    if last.lower() == "incontactapi" and "://" in head:  # a path segment, not a host of that name
         base = head
     return f"{base}/inContactAPI/services/{api_version}/"
 
