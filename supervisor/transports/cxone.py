@@ -100,8 +100,8 @@ class AgentSessionTransport:
     ``required_fields``: ``sessionId`` is the session's server-side anchor (the start
     answer); ``agentId`` is the seed's required field (section 3) and CXone documents it
     in ``AgentSessionStart`` (platforms.md section 6), the first event of a session; the
-    token's ``agent_id`` (AcdToken, section 7) stands in when the first poll has no such
-    event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
+    agent the login's id_token names (``icAgentId``, NICE ``cxone-user.js``; rest/cxone_auth.py)
+    stands in when the first poll has no such event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
     which the platform need not send on the first poll, and is reported when it does.
     """
 
@@ -175,8 +175,8 @@ class AgentSessionTransport:
         """Start a platform session, then run its first poll; see the module docstring.
 
         Raises :class:`OperationError` (a classified failure, a malformed or incomplete
-        poll), :class:`CircuitOpenError`, or :class:`TransportFailure` (token endpoint; the
-        first poll's watchdog).
+        poll or discovery, a login that gave up), :class:`CircuitOpenError`, or
+        :class:`TransportFailure` (the first poll's watchdog).
         """
         sessions = await self._sessions_url()
         response = await self.pipeline.request(
