@@ -163,7 +163,7 @@ class CxonePlatform:
     access_key_secret: str
     url: str = ""
     seen: list[Seen] = field(default_factory=list)
-    #: scripted answers for the next requests of a kind ("password", "refresh_token", "discovery")
+    #: scripted answers for the next requests of a kind ("openid", "password", "refresh_token", "discovery")
     script: dict[str, deque[Answer]] = field(default_factory=dict)
     #: called on every poll, before it is answered (a test's clock moves here)
     on_poll: Callable[[Seen], None] | None = None
@@ -248,6 +248,9 @@ class CxonePlatform:
     # ------------------------------------------------------------------ auth host
     async def _openid(self, request: web.Request) -> web.Response:
         await self._record(request)
+        scripted = self._scripted("openid")
+        if scripted is not None:
+            return self._json(scripted)
         return web.json_response(openid_configuration(self.url))
 
     async def _token(self, request: web.Request) -> web.Response:

@@ -243,6 +243,29 @@ async def test_a_discovery_without_api_endpoint_is_incomplete_response(daemon: D
     assert daemon.platform.requests("POST", SESSIONS) == []
 
 
+@pytest.mark.parametrize("api_endpoint", [42, "ftp://api.example", "", None])
+async def test_a_discovered_api_endpoint_that_is_no_http_url_is_incomplete_response(
+    daemon: Daemon, api_endpoint: object
+) -> None:
+    daemon.platform.answer("discovery", Answer(200, {"api_endpoint": api_endpoint, "area": "na1"}))
+    with pytest.raises(OperationError) as caught:
+        await daemon.transport().open()
+    assert _event(caught.value).code == "INCOMPLETE_RESPONSE"
+    assert daemon.platform.requests("POST", SESSIONS) == []
+
+
+@pytest.mark.parametrize("document", [{"issuer": "x"}, {"token_endpoint": "not a url"}, ["a list"]])
+async def test_an_openid_configuration_without_a_token_endpoint_is_no_login(
+    daemon: Daemon, document: object
+) -> None:
+    """Nothing to log in at: a contract violation (MALFORMED_RESPONSE), as a token answer without a token."""
+    daemon.platform.answer("openid", Answer(200, document))
+    with pytest.raises(OperationError) as caught:
+        await daemon.token()
+    assert _event(caught.value).code == "MALFORMED_RESPONSE"
+    assert daemon.platform.requests("POST", "/auth/token") == []
+
+
 async def test_a_login_whose_id_token_names_no_tenant_is_incomplete_response(daemon: Daemon) -> None:
     answer = token_answer(1, daemon.platform.url, CLIENT_ID, tenantId=None)
     daemon.platform.answer("password", Answer(200, answer))
