@@ -24,10 +24,11 @@ import httpx
 import websockets.exceptions
 
 from supervisor.events import Correlation
-from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.taxonomy import Channel, Platform, RawError, SdkErrorEvent
 
-# the runtime's answer to an in-band failure: True means "the session goes on"
-Reporter = Callable[[RawError], Awaitable[bool]]
+# the runtime's answer to an in-band failure: True means "the session goes on". A RawError is
+# classified by the runtime; an SdkErrorEvent is one a transport named (CXone's SESSION_RESYNCED)
+Reporter = Callable[[RawError | SdkErrorEvent], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)

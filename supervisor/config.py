@@ -78,12 +78,15 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
 
 
 class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    # the OpenID Connect issuer (https://cxone.niceincontact.com): discovery and the token endpoint
     auth_url: _Url
-    # normally taken from the token response's resource_server_base_uri
+    # the agent API host (api_endpoint); unset: discovered after each login (rest/cxone_auth.py)
     api_url: _Url | None = None
     api_version: Annotated[str, msgspec.Meta(pattern=r"^v\d+\.0$")] = "v23.0"
+    # the OpenID client registered for the application, and its secret
     client_id: _Id | None = None
     client_secret_file: str | None = None
+    # the access key: its id and (in the file) its secret, the password grant's username and password
     username: _Id | None = None
     password_file: str | None = None
     # get-next-event?timeout= (0..60 s, platforms.md section 6)
@@ -313,6 +316,18 @@ def _check(config: Config, origin: str) -> None:
     if config.reconnect.first_delay_min > config.reconnect.first_delay_max:
         raise ConfigError(f"{origin}: reconnect.firstDelayMin: must be <= reconnect.firstDelayMax")
     cxone = config.platforms.cxone
+    if cxone is not None:
+        # CXone's back-end login is an access key's OpenID password grant (docs/configuration.md);
+        # no vendor source shows a client-credentials one
+        access_key = (
+            ("username", cxone.username, "the access key id"),
+            ("passwordFile", cxone.password_file, "the file holding the access key secret"),
+        )
+        for key, value, what in access_key:
+            if value is None:
+                raise ConfigError(
+                    f"{origin}: platforms.cxone.{key}: required: {what} (CXone logs in with an access key)"
+                )
     if cxone is not None and cxone.poll_watchdog <= cxone.poll_timeout:
         raise ConfigError(
             f"{origin}: platforms.cxone.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)"

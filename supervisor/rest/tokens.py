@@ -11,6 +11,9 @@
   taxonomy makes a 4xx ``TOKEN_REFRESH_FAILED`` (PERMANENT, fail-fast) and a 5xx or a
   network failure TRANSIENT.
 
+The sources: Genesys' client-credentials grant here, CXone's OpenID Connect login (with its refresh
+and the discovery of the tenant's API) in :mod:`supervisor.rest.cxone_auth`.
+
 Tokens live in memory only and never appear in a log line or a repr.
 """
 
@@ -39,7 +42,8 @@ class Token:
     refresh: Secret | None = None
     # seconds the token was issued for: an early-refresh window never exceeds half of it
     lifetime: float = 3600.0
-    # what else the token endpoint said that callers need (CXone resource_server_base_uri, agent_id, ...)
+    # what else the token endpoint said that callers need (never a credential: SECRET_FIELDS); CXone
+    # adds what its id_token locates (rest/cxone_auth.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def remaining(self, now: float) -> float:
@@ -74,8 +78,12 @@ class TokenCache:
         self.refreshes = 0
         # fetches the token endpoint refused or never answered (telemetry counts them)
         self.failures = 0
-        # (path, host, port) of the token endpoint, for telemetry's url.template / server.*
-        self.endpoint = _endpoint_of(getattr(source, "url", None))
+
+    @property
+    def endpoint(self) -> tuple[str, str, int | None] | None:
+        """(path, host, port) of the token endpoint, for telemetry's url.template / server.*; None
+        until known (CXone's is discovered at the first login)."""
+        return _endpoint_of(getattr(self._source, "url", None))
 
     @property
     def current(self) -> Token | None:
@@ -192,47 +200,20 @@ class GenesysClientCredentials:
         )
 
 
-class CxoneCredentials:
-    """``POST {auth}/public/authentication/v1/token`` (or ``/refresh``), JSON body (platforms.md 7)."""
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        auth_url: str,
-        client_id: str,
-        secret: Secret,
-        username: str | None = None,
-        password: Secret | None = None,
-    ) -> None:
-        self._client = client
-        self._base = auth_url.rstrip("/") + "/public/authentication/v1/"
-        self._client_id = client_id
-        self._secret = secret
-        self._username = username
-        self._password = password
-        self._ctx = SessionContext("oauth", Platform.CXONE, Channel.REST)
-        # the grant's endpoint (a refresh goes to .../refresh, the same host)
-        self.url = self._base + "token"
-
-    async def fetch(self, refresh: Secret | None) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
-        body: dict[str, str] = {"client_id": self._client_id, "client_secret": self._secret.reveal()}
-        if refresh is not None:
-            # NICE's agent SDK (cxone-auth.js, regional refresh) sends {"token": <refresh token>};
-            # refresh_token is the OAuth spelling (RFC 6749 section 6): both, so either reading works
-            body.update(grant_type="refresh_token", refresh_token=refresh.reveal(), token=refresh.reveal())
-            url = self._base + "refresh"
-        else:
-            if self._username is not None and self._password is not None:
-                body.update(grant_type="password", username=self._username, password=self._password.reveal())
-            else:
-                body.update(grant_type="client_credentials")
-            url = self._base + "token"
-        return await _post_token(self._client, url, self._ctx, json=body)
-
-
 async def _post_token(
     client: httpx.AsyncClient, url: str, ctx: SessionContext, **kwargs: Any
 ) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+    return token_fields(await post_token_request(client, url, ctx, **kwargs))
+
+
+async def post_token_request(
+    client: httpx.AsyncClient, url: str, ctx: SessionContext, **kwargs: Any
+) -> dict[str, Any]:
+    """POST to a token endpoint; the answer's JSON object, which carries an ``access_token``.
+
+    Raises :class:`TransportFailure` with the RawError of a refusal, a network failure, or a 200
+    without a token (a contract violation, not a success: seed section 3).
+    """
     path = httpx.URL(url).path
     try:
         response = await client.post(url, **kwargs)
@@ -247,7 +228,6 @@ async def _post_token(
     except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         payload = None
     if not isinstance(payload, dict) or not isinstance(payload.get("access_token"), str):
-        # a 200 without a token is a contract violation, not a success (seed section 3)
         raw = RawError(
             platform=ctx.platform,
             channel=ctx.channel,
@@ -257,8 +237,18 @@ async def _post_token(
             context=ctx.envelope_context(),
         )
         raise TransportFailure(raw)
+    return payload
+
+
+#: answer fields that are credentials: kept out of a Token's ``extra`` (its repr shows it); the
+#: OpenID id_token is one (a signed statement of who the user is, RFC 7519)
+SECRET_FIELDS = frozenset({"access_token", "refresh_token", "id_token"})
+
+
+def token_fields(payload: dict[str, Any]) -> tuple[Secret, float, Secret | None, dict[str, Any]]:
+    """(access token, lifetime, refresh token, the answer's other, non-secret fields)."""
     refresh = payload.get("refresh_token")
-    extra = {k: v for k, v in payload.items() if k not in ("access_token", "refresh_token")}
+    extra = {k: v for k, v in payload.items() if k not in SECRET_FIELDS}
     return (
         Secret(payload["access_token"]),
         _lifetime(payload),

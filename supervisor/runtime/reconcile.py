@@ -128,14 +128,13 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
 
     cx = wiring.config.platforms.cxone
     pipeline = wiring.pipelines.get("cxone")
+    api = wiring.cxone_api
     if row.platform_session_id is None:
         return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"
-    if cx is None or pipeline is None:
+    if cx is None or pipeline is None or api is None:
         return NOT_CLEANABLE, "platforms.cxone is not configured"
     ctx = SessionContext(row.session_id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=row.agent_id)
-    transport = AgentSessionTransport(
-        ctx, pipeline=pipeline, api_base=cx.api_url, api_version=cx.api_version, clock=wiring.clock
-    )
+    transport = AgentSessionTransport(ctx, pipeline=pipeline, api=api, clock=wiring.clock)
     try:
         await transport.end(row.platform_session_id)
     except OperationError as failure:

@@ -411,10 +411,16 @@ class SessionRunner:
             self._pacing(self._pacer.lost())
         self._execute(self.core.failure(lost))
 
-    async def _report(self, raw: RawError) -> bool:
-        """In-band failure from a live connection: True when the connection may go on."""
-        event = self._classify(raw)
-        self._reported = (raw, event)
+    async def _report(self, raw: RawError | SdkErrorEvent) -> bool:
+        """In-band failure from a live connection (or an event its transport named, published here):
+        True when the connection may go on."""
+        if isinstance(raw, SdkErrorEvent):
+            event = raw
+            self._bus.publish(ErrorClassified(event))
+            self._reported = None
+        else:
+            event = self._classify(raw)
+            self._reported = (raw, event)
         if event.fail_fast or event.reconnect or event.graceful:
             return False
         self._execute(self.core.failure(event))

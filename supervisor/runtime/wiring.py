@@ -29,10 +29,11 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError
+from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
-from supervisor.rest.tokens import CxoneCredentials, GenesysClientCredentials, TokenCache
+from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.in_flight import InFlightLimits
 from supervisor.runtime.session_runner import SessionRunner
@@ -87,6 +88,8 @@ class Wiring:
             admission=self.admission,
         )
         self.tokens: dict[str, TokenCache] = {}
+        # where the CXone credential's agent API is (apiUrl, or discovered after each login)
+        self.cxone_api: CxoneApi | None = None
         # per platform: the first pipeline (calls on no session's behalf), and every shard
         self.pipelines: dict[str, RequestPipeline] = {}
         self._shards: dict[str, list[RequestPipeline]] = {}
@@ -152,6 +155,8 @@ class Wiring:
                 continue
             retired.extend(self._clients.pop(platform, []))
             self.tokens.pop(platform, None)
+            if platform == "cxone":
+                self.cxone_api = None
             self.pipelines.pop(platform, None)
             self._shards.pop(platform, None)
             self._build_platform(platform, config, secrets)
@@ -191,11 +196,14 @@ class Wiring:
             cx = config.platforms.cxone
             clients = self._clients_for(platform, timeout, sessions)
             secret, password = secrets["cxone"]
-            assert cx.client_id is not None and secret is not None  # read_secrets checked both
-            source_cx = CxoneCredentials(clients[0], cx.auth_url, cx.client_id, secret, cx.username, password)
-            tokens = self.tokens["cxone"] = TokenCache(
-                source_cx, self.clock, early_refresh_s=early, name="cxone"
-            )
+            # read_secrets checked the client, the configuration the access key (config.py)
+            assert cx.client_id is not None and secret is not None
+            assert cx.username is not None and password is not None
+            login = CxoneLogin(clients[0], cx.auth_url, cx.client_id, secret, cx.username, password)
+            tokens = self.tokens["cxone"] = TokenCache(login, self.clock, early_refresh_s=early, name="cxone")
+            # the discovery endpoints are public: their calls carry no token
+            discovery = RequestPipeline(clients[0], self.executor)
+            self.cxone_api = CxoneApi(tokens, discovery, api_url=cx.api_url, api_version=cx.api_version)
         else:
             return
         # one credential, one token cache, one executor: only the connection pools are sharded
@@ -277,11 +285,11 @@ class Wiring:
         cx = platforms.cxone
         assert cx is not None
         ctx = SessionContext(spec.id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=spec.agent_id)
+        assert self.cxone_api is not None
         at = AgentSessionTransport(
             ctx,
             pipeline=self.pipeline_for("cxone", spec.id),
-            api_base=cx.api_url,
-            api_version=cx.api_version,
+            api=self.cxone_api,
             station_id=spec.station_id,
             station_phone_number=spec.station_phone_number,
             poll_timeout=cx.poll_timeout,

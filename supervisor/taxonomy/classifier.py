@@ -287,6 +287,37 @@ class Classifier:
             endpoint,
         )
 
+    def session_resynced(
+        self,
+        held: str,
+        new: str,
+        *,
+        platform: Platform,
+        channel: Channel,
+        context: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+    ) -> SdkErrorEvent:
+        """SESSION_RESYNCED: CXone answered a poll on an outdated sessionId with its own recovery.
+
+        The platform replays ``AgentSessionStart`` plus a snapshot and hands out a new sessionId;
+        NICE's SDK stores the new id and goes on (core-sdk ``get-next-event-provider.js``). Taxonomy
+        v2 routes it TRANSIENT, published, not retried. A version that lacks the code (v1, which
+        must stay as shipped) routes the replay as it always did: SESSION_ID_MISMATCH.
+        """
+        if "SESSION_RESYNCED" not in self.taxonomy.codes:
+            return self.session_id_mismatch(
+                held, new, platform=platform, channel=channel, context=context, endpoint=endpoint
+            )
+        return self._synthetic(
+            "SESSION_RESYNCED",
+            platform,
+            channel,
+            200,
+            f"AgentSessionStart replayed for sessionId {held!r}: resynchronised on {new!r}",
+            context,
+            endpoint,
+        )
+
     def named(
         self,
         code: str,

@@ -8,8 +8,9 @@ in a wrapping exporter). What it removes, wherever it appears in a string value:
 * ``Bearer …`` and ``Basic …`` credentials (an Authorization header's value);
 * JWTs (``eyJ…``) and URL userinfo (``https://user:pass@host``);
 * OAuth and credential names with their values: ``access_token``, ``refresh_token``,
-  ``id_token``, ``client_secret``, ``client_assertion``, ``password``, ``guest_token``,
-  ``api_key`` (``access_token=…``, ``"client_secret": "…"`` and the bare names);
+  ``id_token`` (and their camelCase ``accessToken``, ``refreshToken``, ``idToken``: CXone's
+  regional token service answers so), ``client_secret``, ``client_assertion``, ``password``,
+  ``guest_token``, ``api_key`` (``access_token=…``, ``"client_secret": "…"`` and the bare names);
 * the configured secrets' values (client secrets, passwords, the collector's headers).
 
 Nothing upstream is meant to put a secret in telemetry (the RawError keeps no Authorization
@@ -38,7 +39,7 @@ _SECRETS = re.compile(
     r"(?i:\bbearer\s+\S*)"
     r"|(?i:\bbasic\s+[a-z0-9+/=]{6,})"
     r"|eyJ[\w-]{10,}(?:\.[\w-]*)*"
-    r"|(?i:\b(?:access_token|refresh_token|id_token|client_secret|client_assertion|password|passwd"
+    r"|(?i:\b(?:(?:access|refresh|id)_?token|client_secret|client_assertion|password|passwd"
     r"|guest_?token|api_?key)\b(?:\s*[\"']?\s*[:=]\s*[\"']?[^\s&\"',;}]*)?)"
 )
 _USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")

@@ -14,21 +14,26 @@ The start, join and end parameters go in a JSON body, as NICE's agent SDK sends 
 ``StartSessionRequest``); the generated CXone client's query-string spelling (platforms.md section
 6) is not used, so a platform that reads only the SDK's form understands every request.
 
-``{base}`` is the token's ``resource_server_base_uri`` (platforms.md section 7) unless
-configured. Every request goes through :class:`~supervisor.rest.pipeline.RequestPipeline` (the
-one retry layer: token, circuit ``cxone:api``, classification, retries, Retry-After), so
-this module only *describes* what the platform answered (design.md, "Data flows one way"):
+``{base}/services/{v}/`` is the agent API base :class:`~supervisor.rest.cxone_auth.CxoneApi` gives:
+``apiUrl`` when configured, else discovered after each login (the id_token's tenant, then
+``/.well-known/cxone-configuration``'s ``api_endpoint``; docs/platforms.md "NICE CXone"). Every request
+goes through :class:`~supervisor.rest.pipeline.RequestPipeline` (the one retry layer: token, circuit
+``cxone:api``, classification, retries, Retry-After), so this module only *describes* what the
+platform answered (design.md, "Data flows one way"):
 
 * a failed request raises the pipeline's :class:`OperationError` / :class:`CircuitOpenError`
   unchanged (a 409 on a poll is AGENT_SESSION_ENDED, taxonomy v1);
 * a poll 200 whose body does not parse is MALFORMED_RESPONSE and one without ``sessionId`` is
   INCOMPLETE_RESPONSE (seed section 3): the pipeline's response check finds both, like any
-  other partial success. Two contract violations only this protocol can see are *named* here
-  and decided by the taxonomy (the transport asks the classifier for the code's event, it
-  chooses no class, scope or policy): an ``AgentSessionStart`` after the first poll of a
-  connection is the server's replay for a stale id, SESSION_ID_MISMATCH; a token answer without
-  ``resource_server_base_uri`` leaves nothing to call, INCOMPLETE_RESPONSE. Both raise
-  :class:`OperationError` with the taxonomy's event;
+  other partial success. What only this protocol can see is *named* here and decided by the
+  taxonomy (the transport asks the classifier for the code's event, it chooses no class, scope or
+  policy): an ``AgentSessionStart`` after the first poll of a connection is the platform's answer
+  to a poll on an outdated sessionId (a poll answer that was lost, and the poll retried): the
+  platform's own recovery, a snapshot and a new sessionId. NICE's SDK stores the new id and goes
+  on (core-sdk ``get-next-event-provider.js``); so does the transport for the session's own agent:
+  SESSION_RESYNCED (taxonomy v2: TRANSIENT, not retried) is reported (published) and the new id
+  taken, or, when the taxonomy ends the session on it (v1: SESSION_ID_MISMATCH), raised. A replay
+  naming another agent is what that recovery cannot explain: SESSION_ID_MISMATCH, raised;
 * a poll that does not return within ``poll_watchdog`` seconds (core-sdk: 90 s; the pipeline's
   retries of it included) is abandoned and :meth:`AgentSessionConnection.serve` returns a
   ``TimeoutError`` RawError (NETWORK_TIMEOUT): the only way ``serve`` returns.
@@ -54,8 +59,9 @@ import httpx
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
 from supervisor.clock import Clock
 from supervisor.errors import OperationError, TransportFailure
+from supervisor.rest.cxone_auth import CxoneApi
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
-from supervisor.taxonomy import Channel, RawError
+from supervisor.taxonomy import RawError, SdkErrorEvent
 from supervisor.taxonomy.headers import parse_max_age_ms
 
 __all__ = [
@@ -94,8 +100,8 @@ class AgentSessionTransport:
     ``required_fields``: ``sessionId`` is the session's server-side anchor (the start
     answer); ``agentId`` is the seed's required field (section 3) and CXone documents it
     in ``AgentSessionStart`` (platforms.md section 6), the first event of a session; the
-    token's ``agent_id`` (AcdToken, section 7) stands in when the first poll has no such
-    event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
+    agent the login's id_token names (``icAgentId``, NICE ``cxone-user.js``; rest/cxone_auth.py)
+    stands in when the first poll has no such event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
     which the platform need not send on the first poll, and is reported when it does.
     """
 
@@ -109,8 +115,7 @@ class AgentSessionTransport:
         ctx: SessionContext,
         *,
         pipeline: RequestPipeline,
-        api_base: str | None = None,
-        api_version: str = "v23.0",
+        api: CxoneApi,
         station_id: str | None = None,
         station_phone_number: str | None = None,
         poll_timeout: int = 30,
@@ -128,12 +133,9 @@ class AgentSessionTransport:
             raise ValueError(
                 f"poll_watchdog ({poll_watchdog!r} s) must exceed poll_timeout ({poll_timeout!r} s)"
             )
-        if api_base is None and pipeline.tokens is None:
-            raise ValueError("api_base is required when the pipeline has no token cache")
         self.context = ctx
         self.pipeline = pipeline
-        self._api_base = api_base
-        self._version = api_version
+        self.api = api
         # NICE's StartSessionRequest: stationId and stationPhoneNumber are strings (one may be ""),
         # asAgentId a number (start-session-request.d.ts)
         self._station: dict[str, Any] = {
@@ -166,32 +168,15 @@ class AgentSessionTransport:
         self.poll_check = ResponseCheck(required=pipeline.classifier.required_fields(self.poll_kind))
 
     async def _sessions_url(self) -> str:
-        base = self._api_base
-        if base is None:
-            tokens = self.pipeline.tokens
-            assert tokens is not None  # checked in __init__
-            # a failed token fetch raises TransportFailure, as open() may (supervisor/boundary.py)
-            token = await tokens.get()
-            uri = token.extra.get("resource_server_base_uri")
-            if not isinstance(uri, str) or not uri:
-                # the token answer lacks a field we need: a partial success (seed section 3)
-                event = self.pipeline.classifier.incomplete_response(
-                    ("resource_server_base_uri",),
-                    platform=self.context.platform,
-                    channel=Channel.REST,
-                    context=self.context.envelope_context(),
-                    endpoint="oauth.token",
-                )
-                raise OperationError(event)
-            base = uri
-        return f"{base.rstrip('/')}/services/{self._version}/agent-sessions"
+        # apiUrl, or the API the credential's last login discovered (raises as open() may)
+        return await self.api.base(self.context) + "agent-sessions"
 
     async def open(self) -> AgentSessionConnection:
         """Start a platform session, then run its first poll; see the module docstring.
 
         Raises :class:`OperationError` (a classified failure, a malformed or incomplete
-        poll), :class:`CircuitOpenError`, or :class:`TransportFailure` (token endpoint; the
-        first poll's watchdog).
+        poll or discovery, a login that gave up), :class:`CircuitOpenError`, or
+        :class:`TransportFailure` (the first poll's watchdog).
         """
         sessions = await self._sessions_url()
         response = await self.pipeline.request(
@@ -332,8 +317,10 @@ class AgentSessionConnection:
         max_age_ms = parse_max_age_ms(response.headers.get("cache-control"))
         self._next_delay = min(max_age_ms / 1000.0, MAX_AGE_CEILING_S) if max_age_ms else 0.0
 
-    def _take(self, response: httpx.Response, *, first: bool) -> list[dict[str, Any]]:
-        """Follow the rolling sessionId of a 200 and return its events (or raise)."""
+    def _take(
+        self, response: httpx.Response, *, first: bool
+    ) -> tuple[list[dict[str, Any]], SdkErrorEvent | None]:
+        """Follow the rolling sessionId of a 200: its events, and the resync to report (or raise)."""
         polled = self.session_id or ""
         endpoint = f"GET {response.request.url.path}"
         # the pipeline's check guarantees a JSON object with a sessionId (else INCOMPLETE_RESPONSE)
@@ -344,22 +331,36 @@ class AgentSessionConnection:
         ctx = self._ctx
         raw_events = body.get("events")
         events = [e for e in raw_events if isinstance(e, dict)] if isinstance(raw_events, list) else []
-        if not first and any(e.get("Type") == "AgentSessionStart" for e in events):
-            # an old id makes the server replay AgentSessionStart plus a snapshot (section 6):
-            # our view of the session is stale; it must be rebuilt, not advanced
-            raise OperationError(
-                self._t.pipeline.classifier.session_id_mismatch(
-                    polled,
-                    new_id,
-                    platform=ctx.platform,
-                    channel=ctx.channel,
-                    context=ctx.envelope_context(),
-                    endpoint=endpoint,
+        resync: SdkErrorEvent | None = None
+        replay = None if first else next((e for e in events if e.get("Type") == "AgentSessionStart"), None)
+        if replay is not None:
+            classifier = self._t.pipeline.classifier
+            named, ours = replay.get("AgentId"), self._response.get("agentId")
+            if named not in (None, "") and ours is not None and str(named) != str(ours):
+                # another agent's session start: nothing the platform's recovery explains
+                raise OperationError(
+                    classifier.session_id_mismatch(
+                        polled,
+                        new_id,
+                        platform=ctx.platform,
+                        channel=ctx.channel,
+                        context=ctx.envelope_context(),
+                        endpoint=endpoint,
+                    )
                 )
+            # the platform's answer to an outdated sessionId: a snapshot and a new id (module docstring);
+            # a replay that names no agent is taken as ours [I]: it keeps the session alive
+            resync = classifier.session_resynced(
+                polled,
+                new_id,
+                platform=ctx.platform,
+                channel=ctx.channel,
+                context=ctx.envelope_context(),
+                endpoint=endpoint,
             )
         if any(e.get("Type") in _END_EVENTS for e in events):
             self._ended = True
-        return events
+        return events, resync
 
     def _end_event(self) -> OperationError:
         """AGENT_SESSION_ENDED, named from the AgentSessionEnd event the platform sent."""
@@ -388,7 +389,7 @@ class AgentSessionConnection:
         if response.status_code == 304:
             self._after_304(response)
         else:
-            events = self._take(response, first=True)
+            events, _ = self._take(response, first=True)  # the first poll's AgentSessionStart is expected
         self._response = self._session_response(events)
         self._deliver(events)
 
@@ -416,11 +417,12 @@ class AgentSessionConnection:
 
         Every other end raises: the pipeline's :class:`OperationError` (409 =
         AGENT_SESSION_ENDED, QUEUE_FULL, OAUTH_TOKEN_INVALID, exhausted retries, ...) or
-        :class:`CircuitOpenError`, and this module's MALFORMED_RESPONSE,
-        INCOMPLETE_RESPONSE, SESSION_ID_MISMATCH and AGENT_SESSION_ENDED (an AgentSessionEnd event). ``report`` is not used: every poll
-        failure ends the connection, and in-call retries belong to the pipeline.
+        :class:`CircuitOpenError`, and this module's MALFORMED_RESPONSE, INCOMPLETE_RESPONSE,
+        SESSION_ID_MISMATCH and AGENT_SESSION_ENDED (an AgentSessionEnd event). ``report`` gets the
+        one event that need not end the connection, a resync (SESSION_RESYNCED): the runtime
+        publishes it and says whether the session goes on (v1 ends it); in-call retries belong to
+        the pipeline.
         """
-        del report
         if self.session_id is None:
             raise RuntimeError("serve() needs a session opened with a sessionId")
         while True:
@@ -435,7 +437,11 @@ class AgentSessionConnection:
             if response.status_code == 304:
                 self._after_304(response)  # empty poll: poll again (after max-age, if any)
                 continue
-            self._deliver(self._take(response, first=False))
+            events, resync = self._take(response, first=False)
+            if resync is not None and not await report(resync):
+                # the taxonomy ends the session on it (v1): the snapshot is not passed on as news
+                raise OperationError(resync, published=True)
+            self._deliver(events)
 
     # ------------------------------------------------------------------ closing
     async def close(self, code: int = 1000, reason: str = "") -> None:

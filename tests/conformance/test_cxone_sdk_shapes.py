@@ -1,6 +1,7 @@
 """CXone, held against NICE's agent SDK (``nice-devone/nice-cxone-agent-sdk``, the compiled
 ``@nice-devone/*`` 26.2.1 sources): no Python client exists, so each request here is the one the SDK
-builds, paraphrased from its sources (cited per test): the path spellings of
+builds, paraphrased from its sources (cited per test): the OpenID and CXone discovery
+(``cxone-auth.js`` ``getOpenIDConfiguration``, ``getCXoneConfiguration``), the path spellings of
 ``api-uri-constants.js``, ``JSON.stringify`` bodies sent with a browser's ``text/plain`` Content-Type
 (``http-request.js``; ``http-util-service.js`` adds none), the whoami-derived base
 (``whoami-response.js``), and the fields its event parsers read (``common-sdk`` models).
@@ -23,6 +24,7 @@ from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 TEXT = {"Content-Type": "text/plain;charset=UTF-8"}  # what a browser sends for a string body
+JSON = {"Content-Type": "application/json"}  # http-util-service.js initHeader('', 'application/json')
 
 
 @pytest.fixture
@@ -77,24 +79,29 @@ class Sdk:
         }
 
     async def login(self) -> None:
-        # the daemon's own grant stands in for the browser's OAuth code flow, then whoami as the SDK does
+        auth = self.sim.urls["auth"]
+        # cxone-auth.js getOpenIDConfiguration: GET {cxoneHostname}/.well-known/openid-configuration
+        oidc = (await self.http.get(auth + "/.well-known/openid-configuration", headers=JSON)).json()
+        # the daemon's own grant stands in for the browser's OAuth code flow (not modelled)
         r = await self.http.post(
-            self.sim.urls["auth"] + "/public/authentication/v1/token",
-            json={
-                "grant_type": "password",
-                "client_id": "app",
-                "client_secret": "s",
-                "username": "u",
-                "password": "p",
-            },
+            oidc["token_endpoint"],
+            data={"grant_type": "password", "username": "u", "password": "p"},
+            auth=("app", "s"),
         )
         assert r.status_code == 200, r.text
         self.token = r.json()
-        # cxone-auth.js getWhoAmIData: no bearer, {"token"}, lower-case path
+        # cxone-user.js setUserDetails: the id_token's tenantId; then getCXoneConfiguration
+        tenant = jwt_claims(self.token["id_token"])["tenantId"]
+        conf = await self.http.get(
+            auth + "/.well-known/cxone-configuration", params={"tenantId": tenant}, headers=JSON
+        )
+        assert conf.status_code == 200, conf.text
+        self.acd = conf.json()["api_endpoint"]  # cxone-configuration.js: acdApiBaseUri
+        # cxone-auth.js getWhoAmIData: no bearer, {"token"}, lower-case path; its base wins
         who = await self.http.post(
-            self.sim.urls["auth"] + "/incontactauthorizationserver/token/whoami",
+            auth + "/incontactauthorizationserver/token/whoami",
             content=json.dumps({"token": self.token["access_token"]}),
-            headers={"Content-Type": "application/json"},
+            headers=JSON,
         )
         assert who.status_code == 200, who.text
         body = who.json()
@@ -108,7 +115,9 @@ class Sdk:
             "refresh_token_server_uri",
         } <= set(body)
         # whoami-response.js: resource_server_base_uri with /incontactapi/ removed, case-insensitively
-        self.acd = re.sub("/incontactapi/", "", body["resource_server_base_uri"], flags=re.I)
+        whoami_acd = re.sub("/incontactapi/", "", body["resource_server_base_uri"], flags=re.I)
+        assert whoami_acd == self.acd  # the two discoveries agree on the API host
+        self.acd = whoami_acd
 
     async def call(self, method: str, path: str, body: Any = None) -> httpx.Response:
         content = None if body is None else json.dumps(body)
@@ -243,29 +252,37 @@ async def test_v1_token_exchange_refresh_and_jwt_claims(
     )
     assert r.status_code == 200, r.text
     exchanged = r.json()
-    assert {"access_token", "refresh_token", "expires_in", "id_token"} <= set(exchanged)
-    claims = jwt_claims(exchanged["access_token"])
+    # auth-token.js parseData: access_token || accessToken, expires_in || accessTokenExpiry, ...
+    assert {"accessToken", "refreshToken", "accessTokenExpiry"} <= set(exchanged)
+    claims = jwt_claims(exchanged["accessToken"])
     assert claims["exp"] > clock.time()  # validation-utils.js validateToken
     assert claims["icAgentId"] and claims["sub"].startswith("user:")
-    assert jwt_claims(exchanged["id_token"])["icBUId"] == 4600001  # cxone-user.js setUserDetails
+    assert jwt_claims(nice.token["id_token"])["icBUId"] == 4600001  # cxone-user.js setUserDetails
     # the regional refresh: same Basic header, {"token"}; refresh tokens are single-use
-    refresh = {"token": exchanged["refresh_token"]}
+    refresh = {"token": exchanged["refreshToken"]}
     url = sim.urls["auth"] + "/public/authentication/v1/refresh"
     first = await http.post(
         url, content=json.dumps(refresh), headers={**basic, "Content-Type": "application/json"}
     )
-    assert first.status_code == 200 and first.json()["access_token"] != exchanged["access_token"]
+    assert first.status_code == 200 and first.json()["accessToken"] != exchanged["accessToken"]
     again = await http.post(
         url, content=json.dumps(refresh), headers={**basic, "Content-Type": "application/json"}
     )
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
 
 
-@pytest.mark.parametrize("sim_config", [CxoneSimConfig(v1_resource_base_uri=False)])
-async def test_without_a_base_in_v1_answers_whoami_gives_it(nice: Sdk, sim: CxoneSimulator) -> None:
-    assert "resource_server_base_uri" not in nice.token
-    await start(nice)  # the base came from whoami, as the SDK takes it
-    assert nice.acd == sim.urls["api"]
+async def test_oidc_refresh_as_the_sdk_sends_it(
+    nice: Sdk, sim: CxoneSimulator, http: httpx.AsyncClient
+) -> None:
+    """cxone-auth.js getRefreshToken: `grant_type=refresh_token&scope=openid&refresh_token=…` as text with
+    `Content-Type: application/json`, to the discovered tokenEndpoint (the client authenticates here:
+    the simulator models confidential back-end clients, not NICE's public browser client)."""
+    text = f"grant_type=refresh_token&scope=openid&refresh_token={nice.token['refresh_token']}"
+    r = await http.post(
+        sim.urls["auth"] + "/auth/token", content=text.encode(), headers=JSON, auth=("app", "s")
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["access_token"] != nice.token["access_token"]
 
 
 async def test_whoami_refuses_an_unknown_token(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:

@@ -151,9 +151,11 @@ def daemon_config(
     if cxone is not None:
         text += (
             f'[platforms.cxone]\nauthUrl = "{cxone["auth"]}"\nclientId = "app@vendor"\n'
-            'clientSecretFile = "cxone-secret"\npollTimeout = 1\npollWatchdog = 5.0\n'
+            'clientSecretFile = "cxone-secret"\nusername = "agent1"\npasswordFile = "cxone-password"\n'
+            "pollTimeout = 1\npollWatchdog = 5.0\n"
         )
         (directory / "cxone-secret").write_text("not-a-real-secret")
+        (directory / "cxone-password").write_text("not-a-real-access-key-secret")
     for session_id, conversation in sessions:
         text += f'[[sessions]]\nid = "{session_id}"\nplatform = "genesys"\nkind = "webmessaging"\n'
         if conversation is not None:

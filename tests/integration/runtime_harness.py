@@ -153,6 +153,8 @@ def cxone_config(
         f'authUrl = "{urls["auth"]}"',
         'clientId = "app@vendor"',
         'clientSecretFile = "cxone-secret"',
+        'username = "agent1"',  # the access key id
+        'passwordFile = "cxone-password"',  # the access key secret
         f"pollTimeout = {poll_timeout}",
         f"pollWatchdog = {watchdog}",
     ]
@@ -181,6 +183,7 @@ async def supervised(
 ) -> AsyncIterator[Harness]:
     (tmp / "genesys-secret").write_text("not-a-real-secret")
     (tmp / "cxone-secret").write_text("not-a-real-secret")
+    (tmp / "cxone-password").write_text("not-a-real-access-key-secret")
     config: Config = parse_config(config_text, "test.toml")
     clock = clock or SystemClock()
     bus = EventBus()

@@ -103,6 +103,7 @@ async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
     config = tmp_path / "supervisor.toml"
     config.write_text(cxone_config(sim.urls, 2, poll_timeout=1))
     (tmp_path / "cxone-secret").write_text("not-a-real-secret")
+    (tmp_path / "cxone-password").write_text("not-a-real-access-key-secret")
     for attempt in ("first", "second"):
         process = await anyio.open_process(
             [sys.executable, "-m", "supervisor", "run", "--config", str(config)], stderr=None

@@ -56,9 +56,11 @@ class Agent:
         return r
 
     async def refresh(self) -> httpx.Response:
+        basic = base64.b64encode(b"app@vendor:4600001").decode()
         r = await self.http.post(
-            self.sim.urls["auth"] + "/public/authentication/v1/refresh",
-            json={"refresh_token": self.token["refresh_token"]},
+            self.sim.urls["auth"] + LEGACY,
+            headers={"Authorization": f"basic {basic}"},
+            json={"grant_type": "refresh_token", "refresh_token": self.token["refresh_token"]},
         )
         if r.status_code == 200:
             self.token = r.json()

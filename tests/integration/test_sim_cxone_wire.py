@@ -149,38 +149,6 @@ async def test_legacy_refresh_grant(sim: CxoneSimulator, http: httpx.AsyncClient
     assert sim.recorder.tokens()["rejected"] == 1
 
 
-async def test_v1_token_and_refresh(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
-    """/public/authentication/v1/token (form or JSON, password or client_credentials) and /v1/refresh."""
-    auth = sim.urls["auth"]
-    r = await http.post(
-        auth + "/public/authentication/v1/token",
-        data={
-            "grant_type": "password",
-            "username": "u2",
-            "password": "p",
-            "client_id": "c",
-            "client_secret": "s",
-        },
-    )
-    assert r.status_code == 200, r.text
-    token = r.json()
-    assert token["refresh_token_server_uri"] == auth + "/public/authentication/v1/refresh"
-    assert token["resource_server_base_uri"] == sim.urls["api"] + "/inContactAPI/"
-    cc = await http.post(
-        auth + "/public/authentication/v1/token",
-        headers={"Authorization": basic("svc", "secret")},
-        json={"grant_type": "client_credentials"},
-    )
-    assert cc.status_code == 200
-    r = await http.post(
-        auth + "/public/authentication/v1/refresh", json={"refresh_token": token["refresh_token"]}
-    )
-    assert r.status_code == 200
-    assert r.json()["expires_in"] == 3600
-    assert sim.recorder.tokens()["issued"] == 2
-    assert sim.recorder.tokens()["refreshed"] == 1
-
-
 @pytest.mark.parametrize(
     ("kwargs", "status", "error"),
     [

@@ -135,8 +135,9 @@ async def test_cxone_query_numbers_that_are_not_ascii_integers_are_a_400(
     async with httpx.AsyncClient(timeout=10) as http:
         token = (
             await http.post(
-                cxone.urls["auth"] + V1_TOKEN,
-                json={"grant_type": "password", "username": "u", "password": "p", "client_id": "a@b"},
+                cxone.urls["auth"] + "/InContactAuthorizationServer/Token",
+                json={"grant_type": "password", "username": "u", "password": "p"},
+                headers={"Authorization": "basic YUBiOmM="},
             )
         ).json()
         r = await http.get(
@@ -167,7 +168,8 @@ async def test_genesys_oauth_form_not_utf8_is_invalid_request(genesys: Genesys, 
 
 
 @pytest.mark.parametrize(
-    "path", [V1_TOKEN, "/InContactAuthorizationServer/Token", "/public/authentication/v1/refresh"]
+    "path",
+    [V1_TOKEN, "/InContactAuthorizationServer/Token", "/public/authentication/v1/refresh", "/auth/token"],
 )
 async def test_cxone_oauth_form_not_utf8_is_invalid_request(cxone: CxoneSimulator, path: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
@@ -349,8 +351,9 @@ async def test_a_request_within_the_read_timeout_is_served() -> None:
         httpx.AsyncClient(timeout=10) as http,
     ):
         r = await http.post(
-            sim.urls["auth"] + V1_TOKEN,
-            json={"grant_type": "client_credentials", "client_id": "app@vendor", "client_secret": "s"},
+            sim.urls["auth"] + "/auth/token",
+            data={"grant_type": "password", "username": "u", "password": "p"},
+            auth=("app", "s"),
         )
     assert r.status_code == 200, r.text
 

@@ -1,7 +1,7 @@
 """The CXone Agent Session transport against the CXone simulator over loopback (issue 5).
 
 A real :class:`RequestPipeline` (httpx, taxonomy v1, circuits, the CXone token cache with
-:class:`CxoneCredentials`) drives the simulator. The pipeline's backoff and the transport's
+:class:`CxoneLogin`, the API found by :class:`CxoneApi`) drives the simulator. The pipeline's backoff and the transport's
 max-age wait go through one recording fake ``sleep``, so no test waits for a timer and no
 test asserts on a timing. Server-side effects are awaited with ``wait_until`` (a protocol
 wait); the one real-time wait is the watchdog test's 0.3 s watchdog on a black-holed poll.
@@ -25,9 +25,10 @@ from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock, SystemClock
 from supervisor.config import Secret
 from supervisor.errors import OperationError
+from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
-from supervisor.rest.tokens import CxoneCredentials, TokenCache
+from supervisor.rest.tokens import TokenCache
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.cxone.state import EndReason
 from supervisor.sim.faults import Fault, FaultKind
@@ -58,11 +59,16 @@ class Rig:
     events: list[dict[str, Any]] = field(default_factory=list)
     on_send: Callable[[httpx.Request], None] | None = None
 
-    def transport(self, **overrides: Any) -> AgentSessionTransport:
+    def transport(
+        self, api_url: str | None = None, api_version: str = "v23.0", **overrides: Any
+    ) -> AgentSessionTransport:
         ctx = SessionContext("cx-1", Platform.CXONE, Channel.AGENT_SESSION)
+        # without apiUrl: discovered (the id_token's tenant, then cxone-configuration's api_endpoint)
+        discovery = RequestPipeline(self.pipeline.client, self.pipeline.executor)
+        api = CxoneApi(self.tokens, discovery, api_url=api_url, api_version=api_version)
         kwargs: dict[str, Any] = {
             "pipeline": self.pipeline,
-            "api_base": None,  # from the token's resource_server_base_uri
+            "api": api,
             "station_phone_number": "5551234",
             "poll_timeout": 0,
             "poll_watchdog": 60.0,  # > every poll_timeout used here; never reached
@@ -104,7 +110,12 @@ def sim_config() -> CxoneSimConfig:
 
 
 @pytest.fixture
-async def rig(sim_config: CxoneSimConfig) -> AsyncIterator[Rig]:
+def version() -> str:
+    return "v1"
+
+
+@pytest.fixture
+async def rig(sim_config: CxoneSimConfig, version: str) -> AsyncIterator[Rig]:
     holder: list[Rig] = []
 
     async def on_request(request: httpx.Request) -> None:
@@ -123,8 +134,8 @@ async def rig(sim_config: CxoneSimConfig) -> AsyncIterator[Rig]:
         CxoneSimulator(sim_config, seed=7, clock=FakeClock(start=50.0)) as sim,
         httpx.AsyncClient(timeout=5.0, event_hooks={"request": [on_request]}) as http,
     ):
-        classifier = Classifier(load_taxonomy("v1"))
-        source = CxoneCredentials(http, sim.urls["auth"], "app@vendor", Secret("s3cret"))
+        classifier = Classifier(load_taxonomy(version))
+        source = CxoneLogin(http, sim.urls["auth"], "app@vendor", Secret("s3cret"), "agent1", Secret("pw"))
         tokens = TokenCache(source, client_clock, early_refresh_s=0.0, name="cxone")
         rig = Rig(sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
         executor = RetryExecutor(
@@ -139,20 +150,24 @@ async def rig(sim_config: CxoneSimConfig) -> AsyncIterator[Rig]:
         yield rig
 
 
-async def _no_report(raw: RawError) -> bool:
-    raise AssertionError(f"nothing is reported in-band on CXone: {raw!r}")
-
-
 @dataclass
 class Served:
     raw: RawError | None = None
     error: BaseException | None = None
     done: bool = False
+    # what the transport reported in-band (a resync is the only thing CXone reports)
+    reported: list[SdkErrorEvent] = field(default_factory=list)
+
+    async def report(self, raw: RawError | SdkErrorEvent) -> bool:
+        """The runtime's answer (session_runner._report): go on unless the event ends the connection."""
+        assert isinstance(raw, SdkErrorEvent), f"CXone reports only events it named: {raw!r}"
+        self.reported.append(raw)
+        return not (raw.fail_fast or raw.reconnect or raw.graceful)
 
 
 async def _serve_until_done(conn: AgentSessionConnection, outcome: Served) -> None:
     try:
-        outcome.raw = await conn.serve(_no_report)
+        outcome.raw = await conn.serve(outcome.report)
     except Exception as exc:  # the test inspects it
         outcome.error = exc
     outcome.done = True
@@ -212,7 +227,7 @@ async def test_open_starts_a_session_and_runs_the_first_poll(rig: Rig) -> None:
 
 
 async def test_explicit_api_base_is_used(rig: Rig) -> None:
-    conn = await rig.transport(api_base=rig.sim.urls["api"] + "/inContactAPI", api_version="v31.0").open()
+    conn = await rig.transport(api_url=rig.sim.urls["api"] + "/inContactAPI", api_version="v31.0").open()
     assert conn.session_response["sessionId"]
     assert rig.sim.recorder.request_count("POST", START, 202) == 1
 
@@ -363,7 +378,9 @@ async def test_silently_ended_session_answers_409(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("how", ["stale_session fault", "old id"])
-async def test_stale_id_replay_is_session_id_mismatch(rig: Rig, how: str) -> None:
+async def test_pinned_v1_ends_the_session_on_a_replay(rig: Rig, how: str) -> None:
+    """Taxonomy v1 (kept byte-identical for configurations that pin it) ends the session on the
+    platform's replay, as v1 documented: SESSION_ID_MISMATCH."""
     transport = rig.transport()
     conn = await transport.open()
     start_id = str(conn.session_response["sessionId"])
@@ -377,9 +394,64 @@ async def test_stale_id_replay_is_session_id_mismatch(rig: Rig, how: str) -> Non
 
     event = _event(outcome)
     assert event.code == "SESSION_ID_MISMATCH" and event.taxonomy_class.value == "STATE_CORRUPTING"
+    assert event.taxonomy_version == "v1"
+    assert isinstance(outcome.error, OperationError) and outcome.error.published  # reported once
+    assert [e.code for e in outcome.reported] == ["SESSION_ID_MISMATCH"]
     assert len(rig.events) == delivered  # the replayed snapshot is not passed on as news
     # the connection follows the server's newest id (what close() must DELETE)
     assert conn.learned.platform_session_id == rig.handle(start_id).current_id
+
+
+@pytest.mark.parametrize("version", ["v2"])
+@pytest.mark.parametrize("how", ["stale_session fault", "old id"])
+async def test_replay_for_the_sessions_own_agent_is_resynced_and_goes_on(rig: Rig, how: str) -> None:
+    """A poll on an outdated sessionId gets AgentSessionStart plus a snapshot and a new id (the
+    platform's own recovery): SESSION_RESYNCED is reported, the new id taken, the session goes on,
+    as NICE's SDK goes on (get-next-event-provider.js stores response.sessionId)."""
+    transport = rig.transport(poll_timeout=10)
+    conn = await transport.open()
+    start_id = str(conn.session_response["sessionId"])
+    if how == "old id":
+        conn.session_id = start_id  # superseded by the first poll: what a lost answer leaves
+    else:
+        rig.sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, endpoint="*get-next-event", count=1))
+
+    async def after_the_resync_a_contact_then_the_end() -> None:
+        await wait_until(lambda: rig.types().count("AgentSessionStart") == 2)
+        rig.sim.push_contact(agent_id=AGENT)
+        await wait_until(functools.partial(_delivered, rig, "CallContactEvent", 1))
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, after_the_resync_a_contact_then_the_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"  # it went on until the platform ended it
+    (resynced,) = outcome.reported
+    assert resynced.code == "SESSION_RESYNCED" and resynced.taxonomy_class.value == "TRANSIENT"
+    assert not resynced.retryable and not resynced.fail_fast
+    handle = rig.handle(start_id)
+    chain = [*handle.stale, handle.current_id]
+    polled = rig.polled_ids()
+    # the same platform session throughout: after the replay every poll followed the new ids, and
+    # the poll that got AgentSessionEnd used the id handed out just before it
+    assert rig.sim.recorder.request_count("POST", START) == 1
+    assert polled[-1] == chain[-2] and conn.learned.platform_session_id == chain[-1]
+    assert rig.types().count("AgentSessionStart") == 2  # the snapshot was delivered, as the SDK takes it
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+async def test_session_start_naming_another_agent_is_session_id_mismatch(rig: Rig) -> None:
+    """What the platform's recovery cannot explain: an AgentSessionStart for another agent."""
+    conn = await rig.transport(poll_timeout=10).open()
+    delivered = len(rig.events)
+
+    outcome = await _serve(
+        conn, lambda: rig.sim.push_event({"Type": "AgentSessionStart", "AgentId": "999999"}, agent_id=AGENT)
+    )
+
+    event = _event(outcome)
+    assert event.code == "SESSION_ID_MISMATCH" and event.fail_fast
+    assert outcome.reported == []  # raised, not reported: nothing to go on with
+    assert len(rig.events) == delivered
 
 
 async def test_poll_without_session_id_is_incomplete_response(rig: Rig) -> None:

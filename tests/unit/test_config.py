@@ -35,6 +35,8 @@ BASE = """
 authUrl = "http://127.0.0.1:1"
 clientId = "app"
 clientSecretFile = "s"
+username = "AKID"
+passwordFile = "p"
 """
 
 
@@ -74,6 +76,14 @@ clientSecretFile = "s"
             r"^c\.toml: platforms\.cxone\.authUrl: the scheme must be http or https, got 'ftp'$",
         ),
         ("[platforms\n", r"^c\.toml: not valid TOML: "),
+        (
+            BASE.replace('username = "AKID"\n', ""),
+            r"^c\.toml: platforms\.cxone\.username: required: the access key id \(CXone logs in with an access key\)$",
+        ),
+        (
+            BASE.replace('passwordFile = "p"\n', ""),
+            r"^c\.toml: platforms\.cxone\.passwordFile: required: the file holding the access key secret",
+        ),
     ],
 )
 def test_errors_name_the_key(text: str, message: str) -> None:
@@ -122,6 +132,24 @@ def test_run_check_reads_credentials_without_printing_them(
     out, err = capsys.readouterr()
     assert info.value.code == 0, err
     assert "3 sessions" in out and "SECRET" not in out + err
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_run_refuses_a_cxone_login_without_an_access_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], check: bool
+) -> None:
+    """A client-credentials-only [platforms.cxone] (no vendor source shows such a CXone grant) is one
+    located line from `run --check` and from `run`, before anything starts."""
+    config = tmp_path / "c.toml"
+    config.write_text(BASE.replace('username = "AKID"\n', "").replace('passwordFile = "p"\n', ""))
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--config", str(config), *(["--check"] if check else [])])
+    out, err = capsys.readouterr()
+    assert info.value.code == 1 and out == ""
+    assert err.splitlines() == [
+        f"session-supervisor: error: {config}: platforms.cxone.username: required: the access key id "
+        "(CXone logs in with an access key)"
+    ]
 
 
 def test_run_with_a_missing_config_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

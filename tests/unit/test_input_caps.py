@@ -131,6 +131,7 @@ def config_with_secret(tmp_path: Path, secret_file: str) -> Path:
     path = tmp_path / "c.toml"
     path.write_text(
         f'[platforms.cxone]\nauthUrl = "http://127.0.0.1:9"\nclientId = "app"\nclientSecretFile = "{secret_file}"\n'
+        'username = "AKID"\npasswordFile = "/dev/null"\n'
     )
     return path
 

@@ -1,35 +1,32 @@
 """CXone token endpoints (platforms.md §7) on the simulator's ``auth`` listener.
 
-* ``POST /InContactAuthorizationServer/Token``: legacy. ``Authorization: basic
-  base64(app@vendor:BU)``, JSON body ``{"grant_type":"password","username","password","scope"}``;
-  ``grant_type=refresh_token`` with ``refresh_token`` is accepted too.
-* ``POST /public/authentication/v1/token``: JSON or form body; ``grant_type`` ``password``
-  (``username``, ``password``) or ``client_credentials``; client id/secret in the body
-  (``client_id``, ``client_secret``) or in Basic auth.
-* ``POST /public/authentication/v1/refresh``: ``{"refresh_token": ..}`` or ``{"token": ..}`` (NICE's SDK).
-* ``POST /InContactAuthorizationServer/Token/whoami``: ``{"token": <access token>}``, no bearer
-  (``cxone-auth.js`` ``getWhoAmIData``) -> ``{agent_id, bus_no, team_id, expires_in, iss, sub,
-  refresh_token_server_uri, resource_server_base_uri}`` (``whoami-response.js``); an unknown,
-  expired or revoked token -> 401 ``invalid_token`` [I].
-
-NICE's SDK shapes (``cxone-auth.js``) are accepted as it sends them: ``/v1/token`` with
-``Authorization: Basic base64("{clientId}@cxone")`` (no colon, no secret) and JSON
-``{"accessToken": <live token>}`` exchanges that token for a new pair; ``/v1/refresh`` with the
-same Basic header and ``{"token": <refresh token>}``. Every path is case-insensitive
-(``/incontactauthorizationserver/token``, :mod:`.routing`).
-
-Success (AcdToken, platforms.md §7; ``auth-token.js`` also reads ``id_token`` and
-``issued_token_type``)::
+* The OpenID Connect login, discovery and tenant discovery, the real platform's back-end login
+  (``/.well-known/openid-configuration``, ``POST /auth/token``,
+  ``/.well-known/cxone-configuration``): :mod:`.oidc`.
+* ``POST /public/authentication/v1/token``: the regional *token exchange* only, as NICE's SDK uses
+  it (``cxone-auth.js`` ``getRegionalAccessTokenByToken``): ``Authorization: Basic
+  base64("{clientId}@cxone")`` (no colon, no secret) and JSON ``{"accessToken": <live token>}``,
+  answered in camelCase ``{accessToken, accessTokenExpiry, refreshToken}`` (``auth-token.js``
+  ``parseData`` reads those names). A password or client-credentials grant here is refused.
+* ``POST /public/authentication/v1/refresh``: the same Basic header and ``{"token": <refresh
+  token>}`` (``getRegionalRefreshToken``), answered in camelCase too.
+* ``POST /InContactAuthorizationServer/Token``: legacy (an extension kept for older clients).
+  ``Authorization: basic base64(app@vendor:BU)``, JSON body
+  ``{"grant_type":"password","username","password","scope"}``; ``grant_type=refresh_token`` with
+  ``refresh_token`` is accepted too. Answered as AcdToken (platforms.md §7)::
 
     {"access_token": <JWT-shaped>, "token_type": "bearer", "expires_in": 3600, "refresh_token",
      "id_token", "issued_token_type", "refresh_token_server_uri",
      "resource_server_base_uri": "http://127.0.0.1:P/inContactAPI/", "scope", "agent_id", "team_id", "bus_no"}
 
-(``resource_server_base_uri`` is left out of v1 answers with ``v1_resource_base_uri = false``.)
+* ``POST /InContactAuthorizationServer/Token/whoami``: ``{"token": <access token>}``, no bearer
+  (``cxone-auth.js`` ``getWhoAmIData``) -> ``{agent_id, bus_no, team_id, expires_in, iss, sub,
+  refresh_token_server_uri, resource_server_base_uri}`` (``whoami-response.js``); an unknown,
+  expired or revoked token -> 401 ``invalid_token`` [I].
 
-Errors are OAuth-shaped (RFC 6749 §5.2): 401 ``invalid_client`` (the FAQ's "Client
-application 'app@vendor' not authorized for user"), 400 ``invalid_request`` /
-``invalid_grant`` / ``unsupported_grant_type``.
+Every path is case-insensitive (``/incontactauthorizationserver/token``, :mod:`.routing`). Errors are
+OAuth-shaped (RFC 6749 §5.2): 401 ``invalid_client`` (the FAQ's "Client application 'app@vendor'
+not authorized for user"), 400 ``invalid_request`` / ``invalid_grant`` / ``unsupported_grant_type``.
 
 Also here: the bearer check every API route runs (:func:`check_bearer`) and the hooks that
 make TOKEN_EXPIRE / TOKEN_REVOKE act on the tokens alive when the fault starts.
@@ -42,6 +39,7 @@ import binascii
 
 from aiohttp import web
 
+from supervisor.sim.cxone import oidc
 from supervisor.sim.cxone.config import ErrorBody
 from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
 from supervisor.sim.cxone.routing import case_insensitive
@@ -90,9 +88,18 @@ def _token_body(ctx: CxoneContext, token: Token) -> dict[str, object]:
         "team_id": cfg.team_id,
         "bus_no": cfg.bus_no,
     }
-    if token.refresh_uri != LEGACY_TOKEN and not cfg.v1_resource_base_uri:
-        del body["resource_server_base_uri"]  # CX-9: NICE's SDK takes it from whoami instead
     return body
+
+
+def _camel_body(ctx: CxoneContext, token: Token) -> dict[str, object]:
+    """The regional token service's answer: camelCase (``auth-token.js`` ``parseData`` reads
+    ``accessToken``, ``accessTokenExpiry`` (seconds, as ``expires_in``) and ``refreshToken``) [I] for
+    any field beyond those."""
+    return {
+        "accessToken": token.access_token,
+        "accessTokenExpiry": ctx.config.token_ttl_s,
+        "refreshToken": token.refresh_token,
+    }
 
 
 def _resource_base(ctx: CxoneContext) -> str:
@@ -101,10 +108,16 @@ def _resource_base(ctx: CxoneContext) -> str:
 
 
 def _answer(
-    ctx: CxoneContext, request: web.Request, token: Token, event: TokenEvent, grant: str
+    ctx: CxoneContext,
+    request: web.Request,
+    token: Token,
+    event: TokenEvent,
+    grant: str,
+    *,
+    camel: bool = False,
 ) -> web.Response:
     ctx.recorder.record_token(event, grant=grant)
-    body = _token_body(ctx, token)
+    body = _camel_body(ctx, token) if camel else _token_body(ctx, token)
     rewritten = ctx.gate.rewrite(str(token.agent_id), request[ENDPOINT_KEY], 200, body)
     if rewritten is not None:
         rewritten.headers.update(_NO_STORE)
@@ -137,16 +150,14 @@ async def _password_or_refresh(
     grant = body.get("grant_type", "")
     if grant == "refresh_token":
         return _refresh(ctx, request, body.get("refresh_token", ""))
-    if grant == "client_credentials":
-        user = client_id
-    elif grant == "password":
-        user, password = body.get("username", ""), body.get("password", "")
-        if not user or not password:
-            return _reject(ctx, 400, "invalid_request", "username and password are required")
-        if not _user_ok(ctx, user, password):
-            return _reject(ctx, 400, "invalid_grant", "Invalid username or password")
-    else:
+    if grant != "password":
+        # no client_credentials: no vendor source shows a CXone client-credentials grant
         return _reject(ctx, 400, "unsupported_grant_type", "grant_type must be password or refresh_token")
+    user, password = body.get("username", ""), body.get("password", "")
+    if not user or not password:
+        return _reject(ctx, 400, "invalid_request", "username and password are required")
+    if not _user_ok(ctx, user, password):
+        return _reject(ctx, 400, "invalid_grant", "Invalid username or password")
     token = ctx.tokens.issue(
         client_id=client_id,
         user=user,
@@ -187,45 +198,58 @@ async def legacy_token(request: web.Request) -> web.Response:
     return await _password_or_refresh(ctx, request, body, client_id, LEGACY_TOKEN)
 
 
-async def v1_token(request: web.Request) -> web.Response:
-    """``POST /public/authentication/v1/token`` (client id/secret in the body or Basic auth)."""
-    ctx = request.app[CONTEXT_KEY]
-    try:
-        body = await read_body(request)
-    except BodyError as exc:
-        return _reject(ctx, 400, "invalid_request", str(exc))
+def _regional_client(ctx: CxoneContext, request: web.Request) -> str | web.Response:
+    """The client of a regional call: Basic ``base64("{clientId}@cxone")`` (NICE's SDK), or the 401."""
     creds = _basic(request)
-    client_id = body.get("client_id") or (creds[0] if creds else "")
-    secret = body.get("client_secret") or (creds[1] if creds else None)
-    if not client_id:
-        return _reject(ctx, 401, "invalid_client", "client_id is required")
-    access = body.get("accessToken")
-    if access and "grant_type" not in body:
-        # NICE's token exchange: Basic "{clientId}@cxone" (no secret) + {"accessToken"}
-        try:
-            token = ctx.tokens.exchange(access, ttl_s=ctx.config.token_ttl_s)
-        except GrantError as exc:
-            return _reject(ctx, exc.status, exc.error, exc.description)
-        return _answer(ctx, request, token, "issued", "token_exchange")
-    if not _client_ok(ctx, client_id, secret):
+    if creds is None or creds[1] is not None:
+        return _reject(ctx, 401, "invalid_client", 'Basic authorization with "{clientId}@cxone" is required')
+    client_id = creds[0].removesuffix("@cxone")
+    if ctx.config.client_ids and client_id not in ctx.config.client_ids:  # no secret is sent here
         return _reject(
             ctx, 401, "invalid_client", f"Client application '{client_id[:80]}' not authorized for user"
         )
-    return await _password_or_refresh(ctx, request, body, client_id, V1_REFRESH)
+    return client_id
 
 
-async def v1_refresh(request: web.Request) -> web.Response:
-    """``POST /public/authentication/v1/refresh`` with ``{"refresh_token": ..}``."""
+async def v1_token(request: web.Request) -> web.Response:
+    """``POST /public/authentication/v1/token``: the regional token exchange (module docstring)."""
     ctx = request.app[CONTEXT_KEY]
     try:
         body = await read_body(request)
     except BodyError as exc:
         return _reject(ctx, 400, "invalid_request", str(exc))
-    grant = body.get("grant_type", "refresh_token")
-    if grant != "refresh_token":
-        return _reject(ctx, 400, "unsupported_grant_type", "grant_type must be refresh_token")
-    # NICE's SDK (cxone-auth.js, regional refresh) names it "token"
-    return _refresh(ctx, request, body.get("refresh_token") or body.get("token", ""))
+    client = _regional_client(ctx, request)
+    if isinstance(client, web.Response):
+        return client
+    access = body.get("accessToken")
+    if not access:
+        # no password or client-credentials grant here: that login is OpenID Connect (/auth/token)
+        return _reject(ctx, 400, "invalid_request", "accessToken is required (a token exchange)")
+    try:
+        token = ctx.tokens.exchange(access, ttl_s=ctx.config.token_ttl_s)
+    except GrantError as exc:
+        return _reject(ctx, exc.status, exc.error, exc.description)
+    return _answer(ctx, request, token, "issued", "token_exchange", camel=True)
+
+
+async def v1_refresh(request: web.Request) -> web.Response:
+    """``POST /public/authentication/v1/refresh`` with ``{"token": <refresh token>}`` (NICE's SDK)."""
+    ctx = request.app[CONTEXT_KEY]
+    try:
+        body = await read_body(request)
+    except BodyError as exc:
+        return _reject(ctx, 400, "invalid_request", str(exc))
+    client = _regional_client(ctx, request)
+    if isinstance(client, web.Response):
+        return client
+    refresh_token = body.get("token", "")
+    if not refresh_token:
+        return _reject(ctx, 400, "invalid_request", "token (the refresh token) is required")
+    try:
+        token = ctx.tokens.refresh(refresh_token, ttl_s=ctx.config.token_ttl_s)
+    except GrantError as exc:
+        return _reject(ctx, exc.status, exc.error, exc.description)
+    return _answer(ctx, request, token, "refreshed", "refresh_token", camel=True)
 
 
 async def whoami(request: web.Request) -> web.Response:
@@ -254,19 +278,21 @@ async def whoami(request: web.Request) -> web.Response:
 
 async def auth_key_of(request: web.Request, ctx: CxoneContext) -> str:
     """Share key of a token request: the agent id of its username (or client id), else ""."""
+    if request[ENDPOINT_KEY] == f"POST {oidc.TOKEN}":
+        return await oidc.share_key_of(request, ctx)
+    if request.method != "POST":
+        return ""  # discovery: no agent
     try:
         body = await read_body(request)
     except BodyError:
         return ""
-    user = body.get("username") or body.get("client_id") or ""
-    if not user and body.get("grant_type") == "client_credentials":
-        creds = _basic(request)
-        user = creds[0] if creds else ""
+    user = body.get("username") or ""
     return str(ctx.tokens.agent_id_for(user)) if user else ""
 
 
 def add_routes(app: web.Application) -> None:
     """Register the token routes and whoami on the ``auth`` listener's app (any case)."""
+    oidc.add_routes(app)
     app.router.add_post(LEGACY_TOKEN, legacy_token)
     app.router.add_post(V1_TOKEN, v1_token)
     app.router.add_post(V1_REFRESH, v1_refresh)

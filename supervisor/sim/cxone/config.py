@@ -32,11 +32,11 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     Attributes:
         token_ttl_s: ``expires_in`` of issued access tokens (platforms.md §7: "expire after an hour").
-        client_ids: accepted application names (``app@vendor`` in legacy Basic auth, ``client_id``
-            on the v1 endpoint); empty accepts any.
-        client_secret: when set, the v1 endpoint's ``client_secret`` must equal it.
-        users: accepted usernames for the password grant; empty accepts any.
-        password: when set, the password grant's ``password`` must equal it.
+        client_ids: accepted client ids (``app@vendor`` in legacy Basic auth, the OpenID client id at
+            ``/auth/token``, ``{clientId}`` of the v1 exchange's ``{clientId}@cxone``); empty accepts any.
+        client_secret: when set, the ``/auth/token`` client secret must equal it.
+        users: accepted usernames for the password grant (CXone access key ids); empty accepts any.
+        password: when set, the password grant's ``password`` (the access key secret) must equal it.
         max_age_s: when set, every get-next-event answer carries ``Cache-Control: max-age=N``
             (RFC 9111 §5.2.2.1; a re-poll hint, platforms.md §10 [I]).
         inactivity_timeout_s: session inactivity timeout when the start request gives none.
@@ -50,9 +50,6 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
             (else the connection is closed, or the request answered 408); idle keep-alive
             connections are closed after it too.
-        v1_resource_base_uri: v1 token answers carry ``resource_server_base_uri``. NICE's SDK
-            reads it from ``.../token/whoami`` instead, which suggests v1 answers lack it [I]:
-            turn it off to meet a client that must not rely on it (CX-9).
         ended_poll_status: what a poll after the delivered ``AgentSessionEnd`` answers: 409
             (default), 404 or 400. No vendor source shows it (NICE's SDK never sends that poll) [I].
 
@@ -74,7 +71,6 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     auth_error_body: ErrorBody = ErrorBody.JSON
     scope: str = "RealTimeApi AdminApi AgentApi AuthenticationApi PatronApi ReportingApi"
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
-    v1_resource_base_uri: bool = True
     ended_poll_status: int = 409
 
     def __post_init__(self) -> None:

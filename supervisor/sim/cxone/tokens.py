@@ -4,7 +4,10 @@ Access tokens are JWT-shaped (CX-8): NICE's agent SDK decodes them (``security-h
 ``parseJwt`` = ``JSON.parse(atob(token.split('.')[1]))``; ``validation-utils.js`` checks ``exp``;
 ``cxone-auth.js`` reads ``impersonatingUserTenantId``), and ``cxone-user.js`` reads the id_token's
 claims. The header says ``alg: none`` and the signature is random: nothing verifies them, and the
-store stays keyed by the whole string. Refresh tokens are opaque. Ids come from the simulator's
+store stays keyed by the whole string. Refresh tokens are opaque. The id_token carries the tenant
+(``tenantId``, a UUID as CXone's are) that ``/.well-known/cxone-configuration`` requires, and the
+claims ``cxone-user.js`` ``setUserDetails`` decodes (``icAgentId``, ``icBUId``, ``icClusterId``,
+``teamId``, ``name``, ``given_name``, ``family_name``, ``sub`` = ``user:<uuid>``). Ids come from the simulator's
 seeded RNG; lifetimes use the injected clock's ``monotonic()``. Nothing here logs or returns a token except to the
 caller that asked for it (issue 4: secrets and tokens never in logs or stats).
 """
@@ -77,6 +80,8 @@ class TokenStore:
         self._bus_no = bus_no
         self._team_id = team_id
         self.issuer = issuer
+        # one business unit, one tenant: a UUID, stable per bus_no (CXone tenant ids are UUIDs)
+        self.tenant_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"cxone-sim-tenant:{bus_no}"))
         self._by_access: dict[str, Token] = {}
         self._by_refresh: dict[str, Token] = {}
         self._agents: dict[str, int] = {}
@@ -93,7 +98,7 @@ class TokenStore:
             "sub": f"user:{self._user_uuid(user)}",
             "iat": now,
             "exp": now + int(ttl_s),
-            "tenantId": f"tenant-{self._bus_no}",
+            "tenantId": self.tenant_id,
             "icAgentId": str(agent_id),
             "icBUId": self._bus_no,
             "icClusterId": "SIM1",
@@ -129,7 +134,15 @@ class TokenStore:
             issued_at=now,
             expires_at=now + ttl_s,
             refresh_uri=refresh_uri,
-            id_token=self._jwt(user, agent_id, ttl_s, name=user[:80], given_name=user[:40], family_name=""),
+            id_token=self._jwt(
+                user,
+                agent_id,
+                ttl_s,
+                aud=client_id[:200],
+                name=user[:80],
+                given_name=user[:40],
+                family_name="",
+            ),
         )
         self._by_access[token.access_token] = token
         self._by_refresh[token.refresh_token] = token
@@ -149,18 +162,27 @@ class TokenStore:
             client_id=old.client_id, user=old.user, scope=old.scope, ttl_s=ttl_s, refresh_uri=old.refresh_uri
         )
 
-    def refresh(self, refresh_token: str, *, ttl_s: float) -> Token:
+    def refresh(self, refresh_token: str, *, ttl_s: float, client_id: str | None = None) -> Token:
         """Exchange a refresh token for a new token pair; the refresh token is single-use.
 
+        ``client_id``, when given, must be the client the refresh token was issued to (RFC 6749
+        section 6: the server ensures the refresh token was issued to the authenticated client).
+
         Raises:
-            GrantError: 400 ``invalid_grant`` for an unknown, used or revoked refresh token.
+            GrantError: 400 ``invalid_grant`` for an unknown, used, revoked or another client's
+                refresh token.
         """
-        old = self._by_refresh.pop(refresh_token, None)
-        if old is None or old.revoked:
+        old = self._by_refresh.get(refresh_token)
+        if old is None or old.revoked or (client_id is not None and client_id != old.client_id):
             raise GrantError(400, "invalid_grant", "Invalid or expired refresh token")
+        del self._by_refresh[refresh_token]
         return self.issue(
             client_id=old.client_id, user=old.user, scope=old.scope, ttl_s=ttl_s, refresh_uri=old.refresh_uri
         )
+
+    def of_refresh(self, refresh_token: str) -> Token | None:
+        """The token a live refresh token belongs to (its user names the share key of a refresh)."""
+        return self._by_refresh.get(refresh_token)
 
     def check(self, access_token: str | None) -> tuple[TokenStatus, Token | None]:
         """Classify a presented bearer token (None when the header was absent or not Bearer)."""
