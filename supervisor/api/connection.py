@@ -160,6 +160,7 @@ class UnixService:
             "accepted": self.accepted,
             "refusedPeers": self.refused,
             "overCapacity": self.over_capacity,
+            "internalErrors": self.internal_errors,
         }
 
     def bind(self) -> None:
@@ -243,6 +244,15 @@ class UnixService:
             self.internal_errors += 1
             _log.error(
                 "%s socket: connection from pid %s failed", self.name, connection.peer.pid, exc_info=True
+            )
+            # the client is told it was us, not its peer check (a connection closed without a
+            # byte is what a refused uid sees; ``ctl`` would say so)
+            connection.fail(
+                ApiError(
+                    ErrorName.INTERNAL_ERROR,
+                    {"problem": "the daemon failed handling this connection; its log has the details"},
+                    fatal=True,
+                )
             )
         finally:
             self.active -= 1

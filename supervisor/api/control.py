@@ -45,6 +45,7 @@ from supervisor.api.protocol import (
     encode_reply,
     parse_call,
 )
+from supervisor.api.signatures import check_parameters
 from supervisor.clock import Clock, iso_utc
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.durable import Durable
@@ -149,6 +150,8 @@ class ControlService:
             call = parse_call(frame)
             oneway = call.oneway
             check_method(call.method, _KNOWN)
+            # every parameter's type, as the interface description declares it, before any verb runs
+            check_parameters(call.method, call.parameters)
             result = await self._dispatch(peer, call)
         except ApiError as error:
             return b"" if oneway else encode_error(error)

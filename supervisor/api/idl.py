@@ -131,6 +131,7 @@ error MessageTooLarge (limit: int, problem: string)
 error HandshakeTimeout (seconds: float, problem: string)
 error TooManyConnections (limit: int, problem: string)
 error StreamTakesNoCalls (problem: string)
+error InternalError (problem: string)
 """
 
 _SERVICE = f"""\

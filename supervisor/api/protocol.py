@@ -101,6 +101,8 @@ class ErrorName(enum.StrEnum):
     HANDSHAKE_TIMEOUT = f"{PROTOCOL}.HandshakeTimeout"
     TOO_MANY_CONNECTIONS = f"{PROTOCOL}.TooManyConnections"
     STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
+    # a bug in the daemon's handling of this connection (logged with its traceback); closed
+    INTERNAL_ERROR = f"{PROTOCOL}.InternalError"
     # the control socket's verbs
     NO_SUCH_SESSION = f"{CONTROL}.NoSuchSession"
     SESSION_RUNNING = f"{CONTROL}.SessionRunning"

@@ -18,6 +18,7 @@ import msgspec
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.signatures import INT_MAX
 from supervisor.cli.socket_option import resolve_socket
 from supervisor.errors import ApiError
 
@@ -132,7 +133,8 @@ def mismatches(everything: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("mismatch_id", metavar="ID", type=click.IntRange(min=1))
+# a mismatch id is a varlink int: a signed 64-bit integer (supervisor/api/signatures.py)
+@click.argument("mismatch_id", metavar="ID", type=click.IntRange(min=1, max=INT_MAX))
 @click.option("--resend", "resolution", flag_value="resend", help="Send our value again.")
 @click.option("--accept-server", "resolution", flag_value="accept-server", help="Keep the server's value.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")

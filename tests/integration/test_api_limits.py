@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from supervisor.api.client import Client
+from supervisor.api.connection import Connection, UnixService
+from supervisor.api.listen import AccessPolicy
 from supervisor.api.protocol import ErrorName, Method
 from supervisor.config import SocketsConfig
-from supervisor.errors import ApiUnavailable
+from supervisor.errors import ApiError, ApiUnavailable
+from supervisor.events import Event
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.api_harness import Conn, api_daemon, short_dir
 from tests.integration.conftest import wait_until
@@ -105,3 +110,40 @@ def test_the_client_says_in_one_line_when_the_daemon_closed_without_answering(cl
         message = str(refused.value)
         assert "closed the connection without answering" in message and "allowUids" in message
         assert "\n" not in message
+
+
+async def test_a_bug_in_the_daemon_is_answered_as_one_not_blamed_on_the_peer_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that raises: the client gets InternalError (before, zero bytes: `ctl` blamed allowUids)."""
+    published: list[Event] = []
+
+    async def broken(connection: Connection) -> None:
+        await connection.receive()
+        raise RuntimeError("a bug")
+
+    with short_dir() as directory:
+        path = directory / "control.sock"
+        service = UnixService(
+            "control",
+            path,
+            mode=0o600,
+            policy=AccessPolicy(frozenset({os.getuid()}), frozenset()),
+            handler=broken,
+            max_connections=4,
+            publish=published.append,
+            timestamp=lambda: "2026-01-01T00:00:00.000Z",
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(service.serve)
+
+            def call() -> ApiError:
+                with Client(path, timeout=10) as client, pytest.raises(ApiError) as failed:
+                    client.call(Method.STATUS)
+                return failed.value
+
+            error = await anyio.to_thread.run_sync(call)
+            tg.cancel_scope.cancel()
+    assert error.name == ErrorName.INTERNAL_ERROR and "its log has the details" in str(error)
+    assert service.internal_errors == 1 and service.stats()["internalErrors"] == 1
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]

@@ -60,6 +60,7 @@ PURE_API = (
     "supervisor.api.outbox",
     "supervisor.api.events",
     "supervisor.api.idl",
+    "supervisor.api.signatures",
 )
 
 # The floors, top to bottom (each may import only its own floor and those below), as data:
