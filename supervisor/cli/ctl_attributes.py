@@ -19,7 +19,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.protocol import ErrorName, Method
 from supervisor.api.signatures import INT_MAX
-from supervisor.cli.socket_option import resolve_socket
+from supervisor.cli.socket_option import UTF8, resolve_socket, sendable
 from supervisor.errors import ApiError
 
 __all__ = ["EX_TEMPFAIL", "attributes", "mismatches", "resolve"]
@@ -28,9 +28,10 @@ __all__ = ["EX_TEMPFAIL", "attributes", "mismatches", "resolve"]
 EX_TEMPFAIL: Final = 75
 
 
-def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+def _call(method: str, parameters: dict[str, Any] | None = None, *, hint: str = "") -> dict[str, Any]:
     # the ctl group's --socket, stored as its context object
     path = resolve_socket(click.get_current_context().find_object(Path), "control")
+    sendable(method, parameters, hint=hint)
     with Client(path) as client:
         return client.call(method, parameters)
 
@@ -58,8 +59,8 @@ def attributes() -> None:
 
 
 @attributes.command("set")
-@click.argument("session_id", metavar="SESSION_ID")
-@click.argument("pairs", metavar="KEY=VALUE...", nargs=-1, required=True)
+@click.argument("session_id", metavar="SESSION_ID", type=UTF8)
+@click.argument("pairs", metavar="KEY=VALUE...", nargs=-1, required=True, type=UTF8)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
 def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> None:
     """Queue an update of SESSION_ID's conversation attributes.
@@ -76,7 +77,11 @@ def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> No
     """
     values = _pairs(pairs)
     try:
-        result = _call(Method.SET_ATTRIBUTES, {"sessionId": session_id, "attributes": values})
+        result = _call(
+            Method.SET_ATTRIBUTES,
+            {"sessionId": session_id, "attributes": values},
+            hint="split the update into several",
+        )
     except ApiError as error:
         refused: dict[str, Any] = {"accepted": False, "error": error.name, **error.parameters}
         if as_json:

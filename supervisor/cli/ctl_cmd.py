@@ -12,7 +12,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.cli.common import stdout_console
-from supervisor.cli.socket_option import resolve_socket, socket_option
+from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 
 _STATES = ("connecting", "active", "reconnecting", "terminated")
 
@@ -47,6 +47,7 @@ def ctl(ctx: click.Context, socket_path: Path | None) -> None:
 def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
     # the group's --socket, stored as its context object
     path = resolve_socket(click.get_current_context().find_object(Path), "control")
+    sendable(method, parameters)
     with Client(path) as client:
         return client.call(method, parameters)
 
@@ -94,7 +95,7 @@ def status(as_json: bool) -> None:
 @ctl.command()
 @click.option("--platform", "platforms", multiple=True, type=click.Choice(("genesys", "cxone")))
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES))
-@click.option("--session", "sessions", multiple=True, metavar="ID")
+@click.option("--session", "sessions", multiple=True, metavar="ID", type=UTF8)
 @_json_option
 def sessions(
     platforms: tuple[str, ...], states: tuple[str, ...], sessions: tuple[str, ...], as_json: bool
@@ -133,7 +134,7 @@ def sessions(
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def show(session_id: str, as_json: bool) -> None:
     """One session in full, its termination included."""
@@ -143,7 +144,7 @@ def show(session_id: str, as_json: bool) -> None:
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def start(session_id: str, as_json: bool) -> None:
     """Start a configured session that is not running: a full authentication cycle.
@@ -157,7 +158,7 @@ def start(session_id: str, as_json: bool) -> None:
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def stop(session_id: str, as_json: bool) -> None:
     """Stop a session: close 1000 (CXone: end the agent session); it is not reconnected."""
@@ -179,7 +180,7 @@ def taxonomy() -> None:
 
 
 @taxonomy.command("use")
-@click.argument("version", metavar="VERSION|PATH")
+@click.argument("version", metavar="VERSION|PATH", type=UTF8)
 @_json_option
 def taxonomy_use(version: str, as_json: bool) -> None:
     """Make VERSION (shipped, e.g. v1) or a taxonomy file the active taxonomy.

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import sys
 import tempfile
@@ -364,3 +365,80 @@ async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off
         with anyio.fail_after(20):
             assert await process.wait() == 0
     assert daemon.err == ""
+
+
+@pytest.fixture
+def listener(sockets: Path) -> Iterator[socket.socket]:
+    """A socket nobody answers on: the client gets as far as sending its call (or not at all)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sockets / "any.sock"))
+    server.listen(16)
+    server.setblocking(False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def connections(server: socket.socket) -> int:
+    """How many clients connected to ``server`` so far (each is accepted and closed)."""
+    count = 0
+    while True:
+        try:
+            client, _ = server.accept()
+        except BlockingIOError:
+            return count
+        client.close()
+        count += 1
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["ctl", "show", b"wm-\xff"], "'ID'"),
+        (["ctl", "start", b"\xc3("], "'ID'"),
+        (["ctl", "stop", b"wm-\xff"], "'ID'"),
+        (["ctl", "sessions", "--session", b"\xff"], "'--session'"),
+        (["ctl", "taxonomy", "use", b"/etc/tax\xff.toml"], "'VERSION|PATH'"),
+        (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'SESSION_ID'"),
+        (["ctl", "attributes", "set", "wm-1", b"k=\xfe"], "'KEY=VALUE...'"),
+        (["ctl", "attributes", "set", "wm-1", b"\xfe=v"], "'KEY=VALUE...'"),
+        (["watch", "--json", "--session", b"wm-\xff"], "'--session'"),
+    ],
+)
+async def test_a_byte_that_is_not_utf8_in_an_argument_is_one_usage_line(
+    listener: socket.socket, args: list[str | bytes], named: str
+) -> None:
+    """Issue 23, point 2: the client used to connect, then die in the JSON encoder with a traceback."""
+    command = [*CLI, args[0], "--socket", listener.getsockname(), *args[1:]]
+    done = await anyio.run_process(command, check=False)
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert err.count("\n") == 1 and err.startswith("session-supervisor: usage error: ")
+    assert named in err and "not valid UTF-8" in err and "Traceback" not in err
+    assert connections(listener) == 0
+
+
+async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener: socket.socket) -> None:
+    """Issue 23, point 10: 50 values of 4,096 characters are within the per-key limits but not within
+    the 64 KiB message: `ctl attributes set` says so (exit 2) instead of the daemon closing on it."""
+    pairs = [f"k{i}={'v' * 4096}" for i in range(50)]
+    done = await anyio.run_process(
+        [*CLI, "ctl", "--socket", listener.getsockname(), "attributes", "set", "wm-1", *pairs], check=False
+    )
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert err.count("\n") == 1 and err.startswith("session-supervisor: usage error: ")
+    assert "bytes; the daemon reads at most 65536 bytes per message" in err and "split" in err
+    assert connections(listener) == 0
+    # one update that fits is sent (and waits for the answer nobody gives: the test stops it)
+    fits = [f"k{i}={'v' * 1000}" for i in range(50)]
+    process = await anyio.open_process(
+        [*CLI, "ctl", "--socket", listener.getsockname(), "attributes", "set", "wm-1", *fits]
+    )
+    try:
+        await wait_until(lambda: connections(listener) == 1, 20)
+    finally:
+        process.kill()
+        await process.wait()
+        await process.aclose()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from supervisor.api.client import encode
 from supervisor.api.messages import parse_subscription
 from supervisor.api.protocol import (
     CONTROL,
@@ -22,7 +25,7 @@ from supervisor.api.protocol import (
     parse_call,
     parse_reply,
 )
-from supervisor.errors import ApiError
+from supervisor.errors import ApiError, CallNotSent
 from tests.strategies import WRONGLY_TYPED, json_values
 
 KNOWN = {SERVICE: frozenset({Method.GET_INFO.value}), CONTROL: frozenset({Method.STATUS.value})}
@@ -232,3 +235,14 @@ def test_a_state_filter_matches_entering_and_leaving() -> None:
     assert sub.wants_state("terminated", "active")
     assert sub.wants_state("connecting", "terminated")
     assert not sub.wants_state("active", "connecting")
+
+
+def test_the_client_sends_a_call_up_to_the_limit_and_refuses_one_byte_more() -> None:
+    """What the daemon reads is what the client sends: a call past 64 KiB or not UTF-8 is CallNotSent."""
+    bare = len(encode_call(Method.SHOW_SESSION, {"sessionId": ""})) - 1
+    at_limit = {"sessionId": "x" * (MAX_MESSAGE_BYTES - bare)}
+    assert len(encode(Method.SHOW_SESSION, at_limit)) == MAX_MESSAGE_BYTES + 1
+    with pytest.raises(CallNotSent, match=f"{MAX_MESSAGE_BYTES + 1} bytes; the daemon reads at most"):
+        encode(Method.SHOW_SESSION, {"sessionId": "x" * (MAX_MESSAGE_BYTES - bare + 1)})
+    with pytest.raises(CallNotSent, match=re.escape("not valid UTF-8 text (at position 4)")):
+        encode(Method.SHOW_SESSION, {"sessionId": "wm-\udcff"})
