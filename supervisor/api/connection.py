@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.api.events import Peer, PeerRefused
-from supervisor.api.listen import AccessPolicy, Identity, bind_unix, identity, peer_of, remove_if_ours
+from supervisor.api.listen import Identity, PeerPolicy, bind_unix, identity, peer_of, remove_if_ours
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, FrameDecoder, encode_error
 from supervisor.errors import ApiError
 from supervisor.events import Event
@@ -125,7 +125,7 @@ class UnixService:
         *,
         mode: int,
         group: int | None = None,
-        policy: AccessPolicy,
+        policy: PeerPolicy,
         handler: Handler,
         max_connections: int,
         publish: Callable[[Event], object],

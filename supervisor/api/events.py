@@ -40,7 +40,8 @@ class Peer:
 
 @dataclass(frozen=True, slots=True)
 class ControlCommand(Event):
-    """A control verb that changes something (start, stop, drain, taxonomy.use, reload), done or refused."""
+    """A control verb that changes something (start, stop, drain, taxonomy.use, reload), done or refused
+    (for the caller's role too: ``error`` PermissionDenied, ``required`` the role it needs)."""
 
     name: ClassVar[str] = "CONTROL_COMMAND"
     verb: str
@@ -52,6 +53,8 @@ class ControlCommand(Event):
     target: str | None = None
     # the typed error name when refused
     error: str | None = None
+    # refused for the caller's role: the role the verb needs (supervisor/api/roles.py)
+    required: str | None = None
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"timestamp": self.timestamp, "verb": self.verb, "by": self.peer.fields()}
@@ -62,6 +65,8 @@ class ControlCommand(Event):
         out["ok"] = self.ok
         if self.error is not None:
             out["error"] = self.error
+        if self.required is not None:
+            out["required"] = self.required
         return out
 
 

@@ -118,6 +118,8 @@ class ErrorName(enum.StrEnum):
     NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
     ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
     NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
+    # roles (issue 23): the caller's role does not include the method's
+    PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
 
 
 # -- framing -----------------------------------------------------------------------------------------

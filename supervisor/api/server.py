@@ -88,6 +88,7 @@ class SocketApi:
             reload=reload,
             sockets=self.stats,
             durable=durable,
+            roles=control_policy,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,
@@ -152,8 +153,8 @@ class SocketApi:
         out: dict[str, Any] = {}
         if self.subscribe is not None:
             out["subscribe"] = {**self.subscribe.stats(), **self.hub.stats()}
-        if self.control is not None:
-            out["control"] = self.control.stats()
+        if self.control is not None and self.control_service is not None:
+            out["control"] = {**self.control.stats(), "deniedCalls": self.control_service.denied}
         return out
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -61,6 +61,7 @@ PURE_API = (
     "supervisor.api.events",
     "supervisor.api.idl",
     "supervisor.api.signatures",
+    "supervisor.api.roles",
 )
 
 # The floors, top to bottom (each may import only its own floor and those below), as data:
