@@ -140,13 +140,17 @@ def mismatches(everything: bool, as_json: bool) -> None:
 @click.command()
 # a mismatch id is a varlink int: a signed 64-bit integer (supervisor/api/signatures.py)
 @click.argument("mismatch_id", metavar="ID", type=click.IntRange(min=1, max=INT_MAX))
-@click.option("--resend", "resolution", flag_value="resend", help="Send our value again.")
-@click.option("--accept-server", "resolution", flag_value="accept-server", help="Keep the server's value.")
+@click.option("--resend", is_flag=True, help="Send our value again.")
+@click.option("--accept-server", is_flag=True, help="Keep the server's value.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
-def resolve(mismatch_id: int, resolution: str | None, as_json: bool) -> None:
-    """Resolve mismatch ID: --resend our value, or --accept-server's value."""
-    if resolution is None:
+def resolve(mismatch_id: int, resend: bool, accept_server: bool, as_json: bool) -> None:
+    """Resolve mismatch ID: --resend our value, or --accept-server's value (exactly one)."""
+    # two flags, not one option with two flag values: click would let the last one win silently
+    if resend and accept_server:
+        raise click.UsageError("--resend and --accept-server exclude each other: give one")
+    if not (resend or accept_server):
         raise click.UsageError("give --resend or --accept-server")
+    resolution = "resend" if resend else "accept-server"
     result = _call(Method.RESOLVE_MISMATCH, {"mismatchId": mismatch_id, "resolution": resolution})
     if as_json:
         _print_json(result)

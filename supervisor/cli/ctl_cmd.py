@@ -199,6 +199,30 @@ def taxonomy_use(version: str, as_json: bool) -> None:
 @ctl.command()
 @_json_option
 def reload(as_json: bool) -> None:
-    """Re-read the configuration and credentials (as SIGHUP does)."""
+    """Re-read the configuration and credentials (as SIGHUP does).
+
+    \b
+    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged";
+    with --json the daemon's answer: {"result": {"added", "removed", "restarted", "unchanged"}}.
+    """
     result = _call(Method.RELOAD)
-    _emit(result, as_json, f"reloaded: {result.get('result')}")
+    _emit(result, as_json, reload_summary(result.get("result")))
+
+
+def reload_summary(result: Any) -> str:
+    """One line a person reads from a Reload answer's ``result`` (tolerant of fields it lacks)."""
+    if not isinstance(result, dict):
+        return "reloaded"
+
+    def sessions(key: str) -> str:
+        ids = result.get(key)
+        if not isinstance(ids, list) or not ids:
+            return f"none {key}"
+        shown = ", ".join(str(i) for i in ids[:10]) + (f", +{len(ids) - 10} more" if len(ids) > 10 else "")
+        return f"{len(ids)} {key} ({shown})"
+
+    parts = [sessions("added"), sessions("removed"), sessions("restarted")]
+    unchanged = result.get("unchanged")
+    if isinstance(unchanged, int):
+        parts.append(f"{unchanged} unchanged")
+    return "reloaded: " + ", ".join(parts)

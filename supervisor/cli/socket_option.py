@@ -27,7 +27,9 @@ def socket_option(which: str) -> Callable[[F], F]:
             "--socket",
             "socket_path",
             metavar="PATH",
-            type=click.Path(dir_okay=False, path_type=Path),
+            # not readable=True (click's default): connecting needs write permission on a socket,
+            # and a socket the user may not use is the client's one line and exit 1, not bad usage
+            type=click.Path(dir_okay=False, readable=False, path_type=Path),
             default=None,
             help=f"The daemon's {which} socket ([sockets] {which} in its config). "
             + (f"Default: {shown}." if shown else "Default: under $XDG_RUNTIME_DIR/session-supervisor/."),

@@ -220,6 +220,13 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
         (["ctl", "--socket", "/tmp/x.sock", "start"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "explode"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "taxonomy", "use"], 2, "usage error"),
+        # issue 23, point 10: both resolutions at once used to send the last one given
+        (
+            ["ctl", "--socket", "/tmp/x.sock", "resolve", "3", "--resend", "--accept-server"],
+            2,
+            "--resend and --accept-server exclude each other",
+        ),
+        (["ctl", "--socket", "/tmp/x.sock", "resolve", "3"], 2, "give --resend or --accept-server"),
     ],
 )
 async def test_bad_usage_and_no_daemon_are_one_line(args: list[str], code: int, message: str) -> None:
@@ -442,3 +449,28 @@ async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener:
         process.kill()
         await process.wait()
         await process.aclose()
+
+
+async def test_reload_prints_what_changed_and_its_json_for_scripts(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """Issue 23: `ctl reload` printed a Python dict; now a line a person reads, and --json for scripts."""
+    config = write_config(sim, tmp_path, sockets, sessions=2)
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 2), 20)
+        # one session more: wm-2 is added, wm-0 and wm-1 are not touched
+        config.write_text(write_config(sim, tmp_path, sockets, sessions=3).read_text())
+        code, out, err = await ctl(sockets, "reload")
+        assert (code, err) == (0, "")
+        assert out == "reloaded: 1 added (wm-2), none removed, none restarted, 2 unchanged\n"
+        config.write_text(write_config(sim, tmp_path, sockets, sessions=1).read_text())
+        code, out, err = await ctl(sockets, "reload", "--json")
+        assert (code, err) == (0, "")
+        assert json.loads(out) == {
+            "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
+        }
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0

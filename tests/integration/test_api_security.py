@@ -20,7 +20,7 @@ from supervisor.api.server import SocketApi
 from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import Conn, api_daemon
+from tests.integration.api_harness import Conn, api_daemon, cli_as
 from tests.integration.conftest import wait_until
 from tests.integration.runtime_harness import genesys_config
 
@@ -149,3 +149,22 @@ async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
         await conn.aclose()
         await wait_until(lambda: h.api.control is not None and h.api.control.active == 0)
         assert [h.subscribe.lstat().st_ino, h.control.lstat().st_ino] == inodes
+
+
+async def test_a_socket_file_the_user_may_not_open_is_exit_1_for_ctl_and_watch(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10: README says 1 when the daemon refuses us; click's readable check made it 2."""
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        open_directory(h.subscribe)
+        # 0660 root:root, and the user is in neither: the file's mode refuses it
+        for args in (
+            ["ctl", "--socket", str(h.control), "status"],
+            ["watch", "--socket", str(h.subscribe), "--json"],
+        ):
+            code, out, err = await cli_as(args, uid=OTHER_UID, gid=4242, groups=[])
+            assert (code, out) == (1, ""), err
+            assert (
+                err.count("\n") == 1
+                and "permission denied: the socket's mode and group do not let you in" in err
+            )
