@@ -196,6 +196,9 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     lagged_disconnect_after: _Seconds = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     handshake_timeout: _PositiveSeconds = 5.0
+    # a control connection with no call this long after its last answer is closed (issue 23: idle
+    # connections held every slot of maxConnections)
+    control_idle_timeout: _PositiveSeconds = 60.0
 
     def __post_init__(self) -> None:
         # msgspec reports a ValueError raised here with the table's location

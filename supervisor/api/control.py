@@ -105,6 +105,7 @@ class ControlService:
         *,
         clock: Clock,
         handshake_timeout: float,
+        idle_timeout: float = 60.0,
         stop: anyio.Event | None = None,
         reload: Reload | None = None,
         sockets: Callable[[], dict[str, Any]] = dict,
@@ -119,6 +120,7 @@ class ControlService:
         self.board = board
         self._clock = clock
         self._handshake = handshake_timeout
+        self._idle = idle_timeout
         self._stop = stop
         self.reload = reload
         self._sockets = sockets
@@ -139,12 +141,29 @@ class ControlService:
             data = b"".join(r for r in replies if r)
             if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):
                 return
-            # after the first call, a script's connection may wait between calls (the cap bounds them)
+            frames = await self._next_calls(connection)
+
+    async def _next_calls(self, connection: Connection) -> list[bytes] | None:
+        """The next calls, within the idle timeout counted from the last answer (None: closed)."""
+        # a script may wait between calls, but not hold one of maxConnections slots forever
+        with anyio.move_on_after(self._idle) as waited:
             try:
-                frames = await connection.receive()
+                return await connection.receive()
             except ApiError as error:
                 connection.fail(error)
-                return
+                return None
+        if waited.cancelled_caught:
+            connection.fail(
+                ApiError(
+                    ErrorName.IDLE_TIMEOUT,
+                    {
+                        "seconds": self._idle,
+                        "problem": "no call since the last answer within the idle timeout",
+                    },
+                    fatal=True,
+                )
+            )
+        return None
 
     async def _first_call(self, connection: Connection) -> list[bytes] | None:
         """The first messages, within the handshake timeout (None: closed, timed out, or too large)."""

@@ -132,6 +132,8 @@ interface {PROTOCOL}
 error InvalidMessage (problem: string)
 error MessageTooLarge (limit: int, problem: string)
 error HandshakeTimeout (seconds: float, problem: string)
+# The control socket: no call for this long after the last answer.
+error IdleTimeout (seconds: float, problem: string)
 error TooManyConnections (limit: int, problem: string)
 error StreamTakesNoCalls (problem: string)
 error InternalError (problem: string)

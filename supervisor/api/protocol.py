@@ -99,6 +99,7 @@ class ErrorName(enum.StrEnum):
     INVALID_MESSAGE = f"{PROTOCOL}.InvalidMessage"
     MESSAGE_TOO_LARGE = f"{PROTOCOL}.MessageTooLarge"
     HANDSHAKE_TIMEOUT = f"{PROTOCOL}.HandshakeTimeout"
+    IDLE_TIMEOUT = f"{PROTOCOL}.IdleTimeout"
     TOO_MANY_CONNECTIONS = f"{PROTOCOL}.TooManyConnections"
     STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
     # a bug in the daemon's handling of this connection (logged with its traceback); closed

@@ -84,6 +84,7 @@ class SocketApi:
             self.board,
             clock=self.clock,
             handshake_timeout=config.handshake_timeout,
+            idle_timeout=config.control_idle_timeout,
             stop=stop,
             reload=reload,
             sockets=self.stats,

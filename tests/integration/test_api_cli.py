@@ -26,6 +26,7 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
+from supervisor.api.protocol import ErrorName, Method, encode_call, parse_reply
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.conftest import wait_until
@@ -87,9 +88,12 @@ class Output:
         return [r for r in self.records if r.get("type") == kind]
 
 
-def write_config(sim: GenesysSimulator, tmp_path: Path, sockets: Path, sessions: int = 3) -> Path:
+def write_config(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path, sessions: int = 3, *, table_extra: str = ""
+) -> Path:
     config = tmp_path / "supervisor.toml"
     table = f'[sockets]\nsubscribe = "{sockets / "subscribe.sock"}"\ncontrol = "{sockets / "control.sock"}"\n'
+    table += table_extra
     # the [sockets] table first: the [[sessions]] array of tables ends the file
     config.write_text(table + genesys_config(sim.urls, sessions))
     (tmp_path / "genesys-secret").write_text("s3cr3t-value")
@@ -471,6 +475,36 @@ async def test_reload_prints_what_changed_and_its_json_for_scripts(
         assert json.loads(out) == {
             "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
         }
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+
+
+async def test_control_idle_timeout_from_the_config_file(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """`[sockets] controlIdleTimeout`, by its name, in a `run` daemon: a client that asked and went quiet is closed."""
+    config = write_config(sim, tmp_path, sockets, sessions=1, table_extra="controlIdleTimeout = 0.5\n")
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(20)
+        client.connect(str(sockets / "control.sock"))
+        try:
+            client.sendall(encode_call(Method.STATUS))
+            received = b""
+            while received.count(b"\0") < 2:  # the answer, then the daemon's word on closing
+                chunk = await anyio.to_thread.run_sync(client.recv, 1 << 16)
+                assert chunk, received
+                received += chunk
+            answer, closing = (parse_reply(f) for f in received.split(b"\0")[:2])
+            assert answer.error is None and answer.parameters["sessions"]["total"] == 1
+            assert closing.error == ErrorName.IDLE_TIMEOUT and closing.parameters["seconds"] == 0.5
+            assert await anyio.to_thread.run_sync(client.recv, 1 << 16) == b""
+        finally:
+            client.close()
         await ctl(sockets, "drain")
         with anyio.fail_after(20):
             assert await process.wait() == 0

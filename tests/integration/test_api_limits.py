@@ -77,6 +77,31 @@ async def test_past_the_connection_cap_a_client_is_told_and_closed(
         assert status["sockets"]["control"]["overCapacity"] >= 1
 
 
+async def test_control_connections_idle_after_their_last_answer_are_closed_and_free_their_slots(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10: 128 connections that asked once and then said nothing held every slot."""
+    sockets = SocketsConfig(max_connections=2, control_idle_timeout=0.3)
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+        held = [await Conn.open(h.control) for _ in range(2)]
+        for conn in held:
+            assert (await conn.call(Method.GET_INFO)).error is None
+        for conn in held:  # then silence: each is told, whenever the daemon's timer fires, and closed
+            reply = await conn.reply()
+            assert reply is not None and reply.error == ErrorName.IDLE_TIMEOUT
+            assert reply.parameters["seconds"] == 0.3 and await conn.reply() is None
+            await conn.aclose()
+        assert h.api.control is not None
+        control = h.api.control
+        await wait_until(lambda: control.active == 0)
+        # the slots are free: two new clients are served, not refused TooManyConnections
+        again = [await Conn.open(h.control) for _ in range(2)]
+        for conn in again:
+            assert (await conn.call(Method.STATUS)).error is None
+            await conn.aclose()
+        assert control.over_capacity == 0
+
+
 @pytest.fixture
 def closing_listener() -> Iterator[Path]:
     """A socket that accepts and closes at once, as the peer check does with a refused uid."""
