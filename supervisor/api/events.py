@@ -93,20 +93,26 @@ class TaxonomySwitched(Event):
 
 @dataclass(frozen=True, slots=True)
 class PeerRefused(Event):
-    """A connection closed on accept: its peer's uid and groups are not allowed on that socket."""
+    """Connections closed on accept: the peer's uid and groups are not allowed on that socket.
+
+    One per peer per interval (supervisor/api/refusals.py): ``count`` refusals of this peer since its
+    last report (1 for the first); ``peer`` carries the pid of the last one.
+    """
 
     name: ClassVar[str] = "SOCKET_PEER_REFUSED"
     socket: str
     peer: Peer
-    # refusals on this socket so far
+    # refusals on this socket so far, every peer
     refused: int
     timestamp: str
+    count: int = 1
 
     def fields(self) -> dict[str, Any]:
         return {
             "timestamp": self.timestamp,
             "socket": self.socket,
             "peer": self.peer.fields(),
+            "count": self.count,
             "refused": self.refused,
         }
 

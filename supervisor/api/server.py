@@ -97,6 +97,7 @@ class SocketApi:
             "max_connections": config.max_connections,
             "publish": self.bus.publish,
             "timestamp": self._now,
+            "monotonic": self.clock.monotonic,
         }
         self.subscribe = UnixService(
             "subscribe",

@@ -27,6 +27,7 @@ from anyio.abc import SocketStream
 
 from supervisor.api.protocol import FrameDecoder, Method, Reply, encode_call, parse_reply
 from supervisor.api.server import SocketApi
+from supervisor.clock import Clock
 from supervisor.config import SocketsConfig
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
@@ -62,6 +63,7 @@ async def api_daemon(
     sockets: SocketsConfig | None = None,
     stop: anyio.Event | None = None,
     reload: Any = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[ApiHarness]:
     with short_dir() as directory:
         paths = (directory / "subscribe.sock", directory / "control.sock")
@@ -73,6 +75,7 @@ async def api_daemon(
                 paths=paths,
                 stop=stop,
                 reload=reload,
+                clock=clock,
             )
             await daemon.tg.start(daemon.supervisor.serve)
             await daemon.tg.start(api.serve)

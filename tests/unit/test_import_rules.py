@@ -62,6 +62,7 @@ PURE_API = (
     "supervisor.api.idl",
     "supervisor.api.signatures",
     "supervisor.api.roles",
+    "supervisor.api.refusals",
 )
 
 # The floors, top to bottom (each may import only its own floor and those below), as data:
