@@ -85,9 +85,12 @@ def status(as_json: bool) -> None:
     ]
     for name, stats in result.get("sockets", {}).items():
         extra = f", {stats['subscribers']} subscribers" if "subscribers" in stats else ""
+        denied = (
+            f", {stats['deniedCalls']} calls denied for the caller's role" if "deniedCalls" in stats else ""
+        )
         lines.append(
             f"{name} socket: {stats['path']}: {stats['connections']} connections{extra}, "
-            f"{stats['refusedPeers']} peers refused"
+            f"{stats['refusedPeers']} peers refused{denied}"
         )
     _emit(result, as_json, "\n".join(lines))
 
