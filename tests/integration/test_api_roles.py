@@ -213,6 +213,8 @@ async def test_the_role_keys_in_a_config_file_with_ctl_run_as_other_users(sim: G
             assert code == 1 and "closed the connection without answering" in err
             status = await daemon.acall(Method.STATUS)
             assert status["sockets"]["control"]["deniedCalls"] == 2
+            code, out, err = await ctl(0, "status")  # root: what a person reads
+            assert (code, err) == (0, "") and "1 peers refused, 2 calls denied for the caller's role" in out
             assert await daemon.stop() == 0
         assert daemon.err == ""
         refused = [
