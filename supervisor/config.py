@@ -183,15 +183,25 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # who may connect besides the daemon's own uid and root; gids match primary or supplementary groups
     allow_uids: list[_Uid] = msgspec.field(default_factory=list)
     allow_gids: list[_Uid] = msgspec.field(default_factory=list)
-    # the control socket's own list: never wider than the subscribe socket's
+    # the control socket's own list: never wider than the subscribe socket's; administrators
+    # unless a role list below names them (docs/socket-api.md, "Roles")
     control_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
     control_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # control socket roles (issue 23): observers read, operators act on sessions and attributes;
+    # each list a subset of the subscribe socket's (the control socket is never wider)
+    observer_uids: list[_Uid] = msgspec.field(default_factory=list)
+    observer_gids: list[_Uid] = msgspec.field(default_factory=list)
+    operator_uids: list[_Uid] = msgspec.field(default_factory=list)
+    operator_gids: list[_Uid] = msgspec.field(default_factory=list)
     # per subscriber: pending bytes past this are dropped and the subscriber told it lagged
     subscriber_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
     # a subscriber over its buffer this long without catching up is disconnected
     lagged_disconnect_after: _Seconds = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     handshake_timeout: _PositiveSeconds = 5.0
+    # a control connection with no call this long after its last answer is closed (issue 23: idle
+    # connections held every slot of maxConnections)
+    control_idle_timeout: _PositiveSeconds = 60.0
 
     def __post_init__(self) -> None:
         # msgspec reports a ValueError raised here with the table's location
@@ -205,6 +215,23 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
             raise ValueError(
                 "controlAllowGids must be a subset of allowGids (the control socket is never wider)"
             )
+        for name, ids, allowed in (
+            ("observerUids", self.observer_uids, self.allow_uids),
+            ("operatorUids", self.operator_uids, self.allow_uids),
+            ("observerGids", self.observer_gids, self.allow_gids),
+            ("operatorGids", self.operator_gids, self.allow_gids),
+        ):
+            if not set(ids) <= set(allowed):
+                whole = "allowUids" if name.endswith("Uids") else "allowGids"
+                raise ValueError(f"{name} must be a subset of {whole} (the control socket is never wider)")
+        for kind, observers, operators in (
+            ("uid", self.observer_uids, self.operator_uids),
+            ("gid", self.observer_gids, self.operator_gids),
+        ):
+            both = sorted(set(observers) & set(operators))
+            if both:
+                lists = "observerUids and operatorUids" if kind == "uid" else "observerGids and operatorGids"
+                raise ValueError(f"{kind} {both[0]} is in both {lists}: give each one role")
         if self.subscribe is not None and self.subscribe == self.control:
             raise ValueError("subscribe and control must be two different paths")
 

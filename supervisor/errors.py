@@ -113,6 +113,10 @@ class ApiUnavailable(SupervisorError):
     """The daemon's socket cannot be reached (not running, wrong path) or it closed on us (refused)."""
 
 
+class CallNotSent(SupervisorError, ValueError):
+    """A call the client refuses to send: not UTF-8 text, or larger than the daemon reads in one message."""
+
+
 class StoreError(SupervisorError):
     """The durable store cannot open, read or persist; one line naming the file and the problem.
 

@@ -1,4 +1,4 @@
-"""Suite-wide guards."""
+"""Suite-wide guards, and the one Hypothesis settings profile every property test runs under."""
 
 from __future__ import annotations
 
@@ -7,8 +7,60 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
+from hypothesis import settings
+
+# -- Hypothesis ------------------------------------------------------------------------------------
+# One profile for every property test (issue 23, point 11): tests set no deadline and no example
+# count of their own (tests/unit/test_hypothesis_profile.py holds them to it).
+#
+# * no deadline: the suite runs on machines shared by several jobs (2 cores, up to 8 engineers);
+#   the wall time of one example says how loaded the machine is, not whether the code is right.
+#   Our own timing claims are measured in tests/bench and asserted with an injected clock.
+# * 100 examples, Hypothesis' own default: the suite's property tests then cost a few seconds each.
+# * "ci": the same, derandomized (the examples follow from each test's name, so a failure in CI is
+#   the same failure on a laptop, and two CI runs of one commit draw the same examples) and without
+#   the example database (a fresh clone has none; nothing is kept). Unlike Hypothesis' built-in
+#   "ci" profile it does *not* suppress the too_slow health check: a strategy too slow to draw is
+#   a bug in the test (tests/strategies.py says what made ours slow).
+# * "thorough": ten times the examples, for a run that hunts rather than guards.
+#
+# Chosen by --hypothesis-profile NAME, else $HYPOTHESIS_PROFILE, else "ci" when $CI is set (what
+# CI services set; .ci/run sets HYPOTHESIS_PROFILE=ci itself), else "dev".
+PROFILE_VARIABLE: Final = "HYPOTHESIS_PROFILE"
+settings.register_profile("dev", deadline=None, max_examples=100, print_blob=True)
+settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, database=None)
+settings.register_profile("thorough", settings.get_profile("dev"), max_examples=1000)
+
+
+def _profile(environ: dict[str, str]) -> str:
+    chosen = environ.get(PROFILE_VARIABLE, "").strip()
+    if chosen:
+        return chosen
+    return "ci" if environ.get("CI", "").strip().lower() not in ("", "0", "false") else "dev"
+
+
+settings.load_profile(_profile(dict(os.environ)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Hypothesis' one-off scan of our source for constants, now rather than inside a test's draw.
+
+    Hypothesis (6.131 on) seeds its draws with literals from the project's modules, parsing every
+    one of them the first time a draw asks for a constant (cached under ``.hypothesis/constants``).
+    With the whole suite imported that costs 0.7 s on a fresh clone of an idle machine, several
+    seconds on a loaded one: inside a random test's first draws, enough to fail its too_slow
+    health check (issue 23, point 11). After collection every test module is imported, so one
+    scan here covers them; an older or newer Hypothesis without the function skips it.
+    """
+    del session
+    try:
+        from hypothesis.internal.conjecture.providers import _get_local_constants
+    except ImportError:
+        return
+    _get_local_constants()
 
 
 def _children(pid: int) -> list[int]:

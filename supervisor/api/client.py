@@ -1,8 +1,9 @@
 """A small blocking client of the socket API, for the ``watch`` and ``ctl`` commands and for scripts.
 
-Every way it can fail is one of two errors with a one-line message: :class:`ApiUnavailable`
+Every way it can fail is one of three errors with a one-line message: :class:`ApiUnavailable`
 (no socket, nobody listening, no permission, closed without a word: the peer check refused
-us, or the daemon stopped) or :class:`ApiError` (the daemon answered a typed error).
+us, or the daemon stopped), :class:`ApiError` (the daemon answered a typed error), or
+:class:`CallNotSent` (a call the daemon could not take: not UTF-8, or past one message).
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 
 from supervisor.api.protocol import (
     CLIENT_MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES,
     FrameDecoder,
     Reply,
     encode_call,
     parse_reply,
 )
-from supervisor.errors import ApiError, ApiUnavailable
+from supervisor.errors import ApiError, ApiUnavailable, CallNotSent
 
-__all__ = ["Client"]
+__all__ = ["Client", "encode"]
 
 
 def _is_socket(path: Path) -> bool:
@@ -36,6 +38,25 @@ def _is_socket(path: Path) -> bool:
 
 
 _RECV = 1 << 16
+
+
+def encode(method: str, parameters: Mapping[str, Any] | None = None, *, more: bool = False) -> bytes:
+    """The call's frame, or :class:`CallNotSent` naming why the daemon could not take it.
+
+    Text that is not UTF-8 (a command-line argument with a stray byte arrives so, PEP 383) cannot be
+    JSON; a call past :data:`MAX_MESSAGE_BYTES` would be answered ``MessageTooLarge`` and the
+    connection closed. Both are the caller's to fix, so neither is sent.
+    """
+    try:
+        frame = encode_call(method, parameters, more=more)
+    except UnicodeEncodeError as exc:
+        raise CallNotSent(f"a parameter is not valid UTF-8 text (at position {exc.start + 1})") from None
+    size = len(frame) - 1  # the NUL is not part of the message
+    if size > MAX_MESSAGE_BYTES:
+        raise CallNotSent(
+            f"the call is {size} bytes; the daemon reads at most {MAX_MESSAGE_BYTES} bytes per message"
+        )
+    return frame
 
 
 class Client:
@@ -92,9 +113,11 @@ class Client:
 
     # ------------------------------------------------------------------ calls
     def send(self, method: str, parameters: Mapping[str, Any] | None = None, *, more: bool = False) -> None:
+        """Send one call; :class:`CallNotSent` before connecting when the daemon could not take it."""
+        frame = encode(method, parameters, more=more)
         sock = self._connected()
         try:
-            sock.sendall(encode_call(method, parameters, more=more))
+            sock.sendall(frame)
         except OSError as exc:
             raise ApiUnavailable(self._closed_early(exc)) from None
 

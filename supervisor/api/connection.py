@@ -6,7 +6,8 @@ writer must know exactly how many bytes the kernel refused, to tell the outbox i
 instead of letting a transport buffer grow out of sight.
 
 The accept loop checks each peer (``SO_PEERCRED``) before anything else, closes a refused one
-(counted, published as ``SOCKET_PEER_REFUSED``), answers ``TooManyConnections`` past the cap,
+(counted at once, published as ``SOCKET_PEER_REFUSED`` once per peer per interval with a count:
+supervisor/api/refusals.py), answers ``TooManyConnections`` past the cap,
 and runs every accepted connection in its own task: a failing connection never reaches another
 or the daemon (a bug is logged at this boundary, with its traceback, and that connection closed).
 """
@@ -18,6 +19,7 @@ import errno
 import logging
 import math
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -25,8 +27,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.api.events import Peer, PeerRefused
-from supervisor.api.listen import AccessPolicy, Identity, bind_unix, identity, peer_of, remove_if_ours
+from supervisor.api.listen import Identity, PeerPolicy, bind_unix, identity, peer_of, remove_if_ours
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, FrameDecoder, encode_error
+from supervisor.api.refusals import RefusalLog, Report
 from supervisor.errors import ApiError
 from supervisor.events import Event
 
@@ -37,6 +40,8 @@ _RECV = 65536
 # accept() failing for lack of descriptors leaves the listener readable: pause instead of spinning
 _EXHAUSTED_PAUSE_S = 0.1
 _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: refused peers: one SOCKET_PEER_REFUSED per peer per this many seconds, with its count
+REFUSAL_REPORT_INTERVAL_S = 10.0
 
 
 class Connection:
@@ -125,13 +130,15 @@ class UnixService:
         *,
         mode: int,
         group: int | None = None,
-        policy: AccessPolicy,
+        policy: PeerPolicy,
         handler: Handler,
         max_connections: int,
         publish: Callable[[Event], object],
         timestamp: Callable[[], str],
         create_directory: bool = False,
         listener: socket.socket | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        refusal_interval: float = REFUSAL_REPORT_INTERVAL_S,
     ) -> None:
         self.name = name
         self.path = path
@@ -142,6 +149,9 @@ class UnixService:
         self._max = max_connections
         self._publish = publish
         self._timestamp = timestamp
+        self._monotonic = monotonic
+        self._refusals = RefusalLog(refusal_interval)
+        self._refusal_interval = refusal_interval
         self._create_directory = create_directory
         # a descriptor handed over by systemd socket activation (issue 12) instead of binding
         self._listener = listener
@@ -160,6 +170,7 @@ class UnixService:
             "accepted": self.accepted,
             "refusedPeers": self.refused,
             "overCapacity": self.over_capacity,
+            "internalErrors": self.internal_errors,
         }
 
     def bind(self) -> None:
@@ -186,6 +197,7 @@ class UnixService:
         listener.setblocking(False)
         try:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self._report_refusals, name=f"api:{self.name}:refusals")
                 task_status.started()
                 while True:
                     accepted = await self._accept(listener)
@@ -219,7 +231,8 @@ class UnixService:
             # before any byte is read or sent: the peer learns nothing but a closed connection
             sock.close()
             self.refused += 1
-            self._publish(PeerRefused(self.name, peer, self.refused, self._timestamp()))
+            # counted at once; published once per peer per interval (a peer can retry thousands of times a second)
+            self._publish_refusals(self._refusals.refused(peer, self._monotonic()))
             return
         connection = Connection(sock, peer)
         if self.active >= self._max:
@@ -236,6 +249,16 @@ class UnixService:
         self.active += 1
         tg.start_soon(self._run, connection, name=f"api:{self.name}:{peer.pid}")
 
+    def _publish_refusals(self, reports: list[Report]) -> None:
+        for report in reports:
+            self._publish(PeerRefused(self.name, report.peer, self.refused, self._timestamp(), report.count))
+
+    async def _report_refusals(self) -> None:
+        """The counts of windows that ended while their peer stayed quiet: reported within an interval."""
+        while True:
+            await anyio.sleep(self._refusal_interval)
+            self._publish_refusals(self._refusals.due(self._monotonic()))
+
     async def _run(self, connection: Connection) -> None:
         try:
             await self._handler(connection)
@@ -243,6 +266,15 @@ class UnixService:
             self.internal_errors += 1
             _log.error(
                 "%s socket: connection from pid %s failed", self.name, connection.peer.pid, exc_info=True
+            )
+            # the client is told it was us, not its peer check (a connection closed without a
+            # byte is what a refused uid sees; ``ctl`` would say so)
+            connection.fail(
+                ApiError(
+                    ErrorName.INTERNAL_ERROR,
+                    {"problem": "the daemon failed handling this connection; its log has the details"},
+                    fatal=True,
+                )
             )
         finally:
             self.active -= 1

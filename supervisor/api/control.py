@@ -45,6 +45,8 @@ from supervisor.api.protocol import (
     encode_reply,
     parse_call,
 )
+from supervisor.api.roles import ControlRoles, Role, permission_denied, required_role
+from supervisor.api.signatures import check_parameters
 from supervisor.clock import Clock, iso_utc
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.durable import Durable
@@ -61,6 +63,16 @@ _KNOWN = {
     CONTROL: frozenset(m.value for m in Method if m.value.startswith(CONTROL + ".")),
 }
 _STATES = frozenset(s.value for s in SessionState)
+# the CONTROL_COMMAND verb of each method that changes something (as its handler publishes it)
+_VERBS: Final[Mapping[str, str]] = {
+    Method.START_SESSION: "start",
+    Method.STOP_SESSION: "stop",
+    Method.DRAIN: "drain",
+    Method.USE_TAXONOMY: "taxonomy.use",
+    Method.RELOAD: "reload",
+    Method.SET_ATTRIBUTES: "attributes.set",
+    Method.RESOLVE_MISMATCH: "mismatch.resolve",
+}
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
 # a control client that does not read its reply for this long is cut off
 _WRITE_TIMEOUT_S: Final = 30.0
@@ -93,15 +105,22 @@ class ControlService:
         *,
         clock: Clock,
         handshake_timeout: float,
+        idle_timeout: float = 60.0,
         stop: anyio.Event | None = None,
         reload: Reload | None = None,
         sockets: Callable[[], dict[str, Any]] = dict,
         durable: Durable | None = None,
+        roles: ControlRoles | None = None,
     ) -> None:
         self.supervisor = supervisor
+        # who may do what (supervisor/api/roles.py); None: every peer let in is an administrator
+        self.roles = roles
+        # calls refused for the caller's role (Status: sockets.control.deniedCalls)
+        self.denied = 0
         self.board = board
         self._clock = clock
         self._handshake = handshake_timeout
+        self._idle = idle_timeout
         self._stop = stop
         self.reload = reload
         self._sockets = sockets
@@ -111,18 +130,40 @@ class ControlService:
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
+        peer = connection.peer
+        role = Role.ADMINISTRATOR if self.roles is None else self.roles.role_of(peer)
+        if role is None:  # the accept loop refuses such a peer first; never serve one
+            connection.close()
+            return
         frames = await self._first_call(connection)
         while frames:
-            replies = [await self._answer(connection.peer, frame) for frame in frames]
+            replies = [await self._answer(peer, role, frame) for frame in frames]
             data = b"".join(r for r in replies if r)
             if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):
                 return
-            # after the first call, a script's connection may wait between calls (the cap bounds them)
+            frames = await self._next_calls(connection)
+
+    async def _next_calls(self, connection: Connection) -> list[bytes] | None:
+        """The next calls, within the idle timeout counted from the last answer (None: closed)."""
+        # a script may wait between calls, but not hold one of maxConnections slots forever
+        with anyio.move_on_after(self._idle) as waited:
             try:
-                frames = await connection.receive()
+                return await connection.receive()
             except ApiError as error:
                 connection.fail(error)
-                return
+                return None
+        if waited.cancelled_caught:
+            connection.fail(
+                ApiError(
+                    ErrorName.IDLE_TIMEOUT,
+                    {
+                        "seconds": self._idle,
+                        "problem": "no call since the last answer within the idle timeout",
+                    },
+                    fatal=True,
+                )
+            )
+        return None
 
     async def _first_call(self, connection: Connection) -> list[bytes] | None:
         """The first messages, within the handshake timeout (None: closed, timed out, or too large)."""
@@ -142,13 +183,17 @@ class ControlService:
             )
         return None
 
-    async def _answer(self, peer: Peer, frame: bytes) -> bytes:
+    async def _answer(self, peer: Peer, role: Role, frame: bytes) -> bytes:
         """The reply frame to one call (b"" for a oneway call); never raises for the caller's input."""
         oneway = False
         try:
             call = parse_call(frame)
             oneway = call.oneway
             check_method(call.method, _KNOWN)
+            # the caller's role first: a verb it may not use reaches nothing, its parameters included
+            self._check_role(peer, role, call)
+            # every parameter's type, as the interface description declares it, before any verb runs
+            check_parameters(call.method, call.parameters)
             result = await self._dispatch(peer, call)
         except ApiError as error:
             return b"" if oneway else encode_error(error)
@@ -188,8 +233,30 @@ class ControlService:
         }
         return await attribute_verbs[method](published, parameters)
 
+    def _check_role(self, peer: Peer, role: Role, call: Call) -> None:
+        """PermissionDenied (counted, published as CONTROL_COMMAND) when ``role`` does not include the method's."""
+        needed = required_role(call.method)
+        if role.may(needed):
+            return
+        self.denied += 1
+        error = permission_denied(call.method, needed, role, peer)
+        session_id = call.parameters.get("sessionId")
+        self._published(
+            _VERBS.get(call.method, call.method.rsplit(".", 1)[-1]),
+            peer,
+            session_id=session_id if isinstance(session_id, str) and 0 < len(session_id) <= 200 else None,
+            required=needed.value,
+        )(error)
+        raise error
+
     def _published(
-        self, verb: str, peer: Peer, *, session_id: str | None = None, target: str | None = None
+        self,
+        verb: str,
+        peer: Peer,
+        *,
+        session_id: str | None = None,
+        target: str | None = None,
+        required: str | None = None,
     ) -> Callable[[ApiError | None], None]:
         def publish(error: ApiError | None) -> None:
             self.supervisor.bus.publish(
@@ -201,6 +268,7 @@ class ControlService:
                     session_id=session_id,
                     target=target,
                     error=None if error is None else error.name,
+                    required=required,
                 )
             )
 

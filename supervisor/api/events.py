@@ -40,7 +40,8 @@ class Peer:
 
 @dataclass(frozen=True, slots=True)
 class ControlCommand(Event):
-    """A control verb that changes something (start, stop, drain, taxonomy.use, reload), done or refused."""
+    """A control verb that changes something (start, stop, drain, taxonomy.use, reload), done or refused
+    (for the caller's role too: ``error`` PermissionDenied, ``required`` the role it needs)."""
 
     name: ClassVar[str] = "CONTROL_COMMAND"
     verb: str
@@ -52,6 +53,8 @@ class ControlCommand(Event):
     target: str | None = None
     # the typed error name when refused
     error: str | None = None
+    # refused for the caller's role: the role the verb needs (supervisor/api/roles.py)
+    required: str | None = None
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"timestamp": self.timestamp, "verb": self.verb, "by": self.peer.fields()}
@@ -62,6 +65,8 @@ class ControlCommand(Event):
         out["ok"] = self.ok
         if self.error is not None:
             out["error"] = self.error
+        if self.required is not None:
+            out["required"] = self.required
         return out
 
 
@@ -88,20 +93,26 @@ class TaxonomySwitched(Event):
 
 @dataclass(frozen=True, slots=True)
 class PeerRefused(Event):
-    """A connection closed on accept: its peer's uid and groups are not allowed on that socket."""
+    """Connections closed on accept: the peer's uid and groups are not allowed on that socket.
+
+    One per peer per interval (supervisor/api/refusals.py): ``count`` refusals of this peer since its
+    last report (1 for the first); ``peer`` carries the pid of the last one.
+    """
 
     name: ClassVar[str] = "SOCKET_PEER_REFUSED"
     socket: str
     peer: Peer
-    # refusals on this socket so far
+    # refusals on this socket so far, every peer
     refused: int
     timestamp: str
+    count: int = 1
 
     def fields(self) -> dict[str, Any]:
         return {
             "timestamp": self.timestamp,
             "socket": self.socket,
             "peer": self.peer.fields(),
+            "count": self.count,
             "refused": self.refused,
         }
 

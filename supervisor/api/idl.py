@@ -73,7 +73,8 @@ method Subscribe(filter: ?Filter, streams: ?[]string) -> (
 _CONTROL = (
     f"""\
 # Control of the daemon: stricter than the subscribe socket; every verb that changes something is
-# published as a CONTROL_COMMAND event with the caller's uid, gid and pid.
+# published as a CONTROL_COMMAND event with the caller's uid, gid and pid. Each method needs a role:
+# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy).
 interface {CONTROL}
 
 """
@@ -119,6 +120,8 @@ error NoConversation (sessionId: string, problem: string)
 error NoSuchMismatch (mismatchId: int, problem: string)
 error AlreadyResolved (mismatchId: int, problem: string)
 error NotResolvable (mismatchId: int, problem: string)
+# The caller's role (observer, operator, administrator) does not include the one the method needs.
+error PermissionDenied (method: string, role: string, granted: string, problem: string)
 """
 )
 
@@ -129,8 +132,11 @@ interface {PROTOCOL}
 error InvalidMessage (problem: string)
 error MessageTooLarge (limit: int, problem: string)
 error HandshakeTimeout (seconds: float, problem: string)
+# The control socket: no call for this long after the last answer.
+error IdleTimeout (seconds: float, problem: string)
 error TooManyConnections (limit: int, problem: string)
 error StreamTakesNoCalls (problem: string)
+error InternalError (problem: string)
 """
 
 _SERVICE = f"""\

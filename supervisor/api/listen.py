@@ -24,13 +24,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from supervisor.api.events import Peer
+from supervisor.api.roles import ControlRoles
 from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
 
 __all__ = [
     "AccessPolicy",
+    "PeerPolicy",
     "bind_unix",
     "default_paths",
     "identity",
@@ -69,6 +72,12 @@ def socket_paths(config: SocketsConfig, environ: Mapping[str, str]) -> tuple[Pat
     return subscribe, control
 
 
+class PeerPolicy(Protocol):
+    """Who may connect to a socket: asked on accept, before any byte is read or sent."""
+
+    def allows(self, peer: Peer) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AccessPolicy:
     """Who may connect to one socket: these uids, or members of these groups."""
@@ -82,12 +91,21 @@ class AccessPolicy:
         return bool(self.gids) and (peer.gid in self.gids or not self.gids.isdisjoint(peer.groups))
 
 
-def policies(config: SocketsConfig, own_uid: int | None = None) -> tuple[AccessPolicy, AccessPolicy]:
-    """(subscribe, control): the daemon's own uid and root always, plus what the config adds."""
-    own = {os.getuid() if own_uid is None else own_uid, 0}
-    subscribe = AccessPolicy(frozenset(own | set(config.allow_uids)), frozenset(config.allow_gids))
-    control = AccessPolicy(
-        frozenset(own | set(config.control_allow_uids)), frozenset(config.control_allow_gids)
+def policies(config: SocketsConfig, own_uid: int | None = None) -> tuple[AccessPolicy, ControlRoles]:
+    """(subscribe, control): the daemon's own uid and root always, plus what the config adds.
+
+    The control socket's peers each get a role (supervisor/api/roles.py); a peer with none is refused.
+    """
+    own = frozenset({os.getuid() if own_uid is None else own_uid, 0})
+    subscribe = AccessPolicy(own | frozenset(config.allow_uids), frozenset(config.allow_gids))
+    control = ControlRoles(
+        always=own,
+        admin_uids=frozenset(config.control_allow_uids),
+        admin_gids=frozenset(config.control_allow_gids),
+        operator_uids=frozenset(config.operator_uids),
+        operator_gids=frozenset(config.operator_gids),
+        observer_uids=frozenset(config.observer_uids),
+        observer_gids=frozenset(config.observer_gids),
     )
     return subscribe, control
 

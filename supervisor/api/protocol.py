@@ -99,8 +99,11 @@ class ErrorName(enum.StrEnum):
     INVALID_MESSAGE = f"{PROTOCOL}.InvalidMessage"
     MESSAGE_TOO_LARGE = f"{PROTOCOL}.MessageTooLarge"
     HANDSHAKE_TIMEOUT = f"{PROTOCOL}.HandshakeTimeout"
+    IDLE_TIMEOUT = f"{PROTOCOL}.IdleTimeout"
     TOO_MANY_CONNECTIONS = f"{PROTOCOL}.TooManyConnections"
     STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
+    # a bug in the daemon's handling of this connection (logged with its traceback); closed
+    INTERNAL_ERROR = f"{PROTOCOL}.InternalError"
     # the control socket's verbs
     NO_SUCH_SESSION = f"{CONTROL}.NoSuchSession"
     SESSION_RUNNING = f"{CONTROL}.SessionRunning"
@@ -116,6 +119,8 @@ class ErrorName(enum.StrEnum):
     NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
     ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
     NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
+    # roles (issue 23): the caller's role does not include the method's
+    PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
 
 
 # -- framing -----------------------------------------------------------------------------------------

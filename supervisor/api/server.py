@@ -84,10 +84,12 @@ class SocketApi:
             self.board,
             clock=self.clock,
             handshake_timeout=config.handshake_timeout,
+            idle_timeout=config.control_idle_timeout,
             stop=stop,
             reload=reload,
             sockets=self.stats,
             durable=durable,
+            roles=control_policy,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,
@@ -95,6 +97,7 @@ class SocketApi:
             "max_connections": config.max_connections,
             "publish": self.bus.publish,
             "timestamp": self._now,
+            "monotonic": self.clock.monotonic,
         }
         self.subscribe = UnixService(
             "subscribe",
@@ -152,8 +155,8 @@ class SocketApi:
         out: dict[str, Any] = {}
         if self.subscribe is not None:
             out["subscribe"] = {**self.subscribe.stats(), **self.hub.stats()}
-        if self.control is not None:
-            out["control"] = self.control.stats()
+        if self.control is not None and self.control_service is not None:
+            out["control"] = {**self.control.stats(), "deniedCalls": self.control_service.denied}
         return out
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

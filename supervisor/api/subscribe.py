@@ -28,6 +28,7 @@ from supervisor.api.protocol import (
     encode_reply,
     parse_call,
 )
+from supervisor.api.signatures import check_parameters
 from supervisor.errors import ApiError
 
 __all__ = ["SubscribeService"]
@@ -98,6 +99,7 @@ class SubscribeService:
         """The subscription a Subscribe call asks for, or the reply to any other call (b"" for oneway)."""
         call = parse_call(frame)
         check_method(call.method, _KNOWN)
+        check_parameters(call.method, call.parameters)
         if call.method != Method.SUBSCRIBE:
             reply = service_reply(call, [STATE])
             return b"" if call.oneway else encode_reply(reply)

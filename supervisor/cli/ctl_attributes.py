@@ -18,7 +18,8 @@ import msgspec
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import ErrorName, Method
-from supervisor.cli.socket_option import resolve_socket
+from supervisor.api.signatures import INT_MAX
+from supervisor.cli.socket_option import UTF8, resolve_socket, sendable
 from supervisor.errors import ApiError
 
 __all__ = ["EX_TEMPFAIL", "attributes", "mismatches", "resolve"]
@@ -27,9 +28,10 @@ __all__ = ["EX_TEMPFAIL", "attributes", "mismatches", "resolve"]
 EX_TEMPFAIL: Final = 75
 
 
-def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+def _call(method: str, parameters: dict[str, Any] | None = None, *, hint: str = "") -> dict[str, Any]:
     # the ctl group's --socket, stored as its context object
     path = resolve_socket(click.get_current_context().find_object(Path), "control")
+    sendable(method, parameters, hint=hint)
     with Client(path) as client:
         return client.call(method, parameters)
 
@@ -57,8 +59,8 @@ def attributes() -> None:
 
 
 @attributes.command("set")
-@click.argument("session_id", metavar="SESSION_ID")
-@click.argument("pairs", metavar="KEY=VALUE...", nargs=-1, required=True)
+@click.argument("session_id", metavar="SESSION_ID", type=UTF8)
+@click.argument("pairs", metavar="KEY=VALUE...", nargs=-1, required=True, type=UTF8)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
 def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> None:
     """Queue an update of SESSION_ID's conversation attributes.
@@ -75,7 +77,11 @@ def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> No
     """
     values = _pairs(pairs)
     try:
-        result = _call(Method.SET_ATTRIBUTES, {"sessionId": session_id, "attributes": values})
+        result = _call(
+            Method.SET_ATTRIBUTES,
+            {"sessionId": session_id, "attributes": values},
+            hint="split the update into several",
+        )
     except ApiError as error:
         refused: dict[str, Any] = {"accepted": False, "error": error.name, **error.parameters}
         if as_json:
@@ -132,14 +138,19 @@ def mismatches(everything: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("mismatch_id", metavar="ID", type=click.IntRange(min=1))
-@click.option("--resend", "resolution", flag_value="resend", help="Send our value again.")
-@click.option("--accept-server", "resolution", flag_value="accept-server", help="Keep the server's value.")
+# a mismatch id is a varlink int: a signed 64-bit integer (supervisor/api/signatures.py)
+@click.argument("mismatch_id", metavar="ID", type=click.IntRange(min=1, max=INT_MAX))
+@click.option("--resend", is_flag=True, help="Send our value again.")
+@click.option("--accept-server", is_flag=True, help="Keep the server's value.")
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
-def resolve(mismatch_id: int, resolution: str | None, as_json: bool) -> None:
-    """Resolve mismatch ID: --resend our value, or --accept-server's value."""
-    if resolution is None:
+def resolve(mismatch_id: int, resend: bool, accept_server: bool, as_json: bool) -> None:
+    """Resolve mismatch ID: --resend our value, or --accept-server's value (exactly one)."""
+    # two flags, not one option with two flag values: click would let the last one win silently
+    if resend and accept_server:
+        raise click.UsageError("--resend and --accept-server exclude each other: give one")
+    if not (resend or accept_server):
         raise click.UsageError("give --resend or --accept-server")
+    resolution = "resend" if resend else "accept-server"
     result = _call(Method.RESOLVE_MISMATCH, {"mismatchId": mismatch_id, "resolution": resolution})
     if as_json:
         _print_json(result)

@@ -12,7 +12,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.cli.common import stdout_console
-from supervisor.cli.socket_option import resolve_socket, socket_option
+from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 
 _STATES = ("connecting", "active", "reconnecting", "terminated")
 
@@ -47,6 +47,7 @@ def ctl(ctx: click.Context, socket_path: Path | None) -> None:
 def _call(method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
     # the group's --socket, stored as its context object
     path = resolve_socket(click.get_current_context().find_object(Path), "control")
+    sendable(method, parameters)
     with Client(path) as client:
         return client.call(method, parameters)
 
@@ -84,9 +85,12 @@ def status(as_json: bool) -> None:
     ]
     for name, stats in result.get("sockets", {}).items():
         extra = f", {stats['subscribers']} subscribers" if "subscribers" in stats else ""
+        denied = (
+            f", {stats['deniedCalls']} calls denied for the caller's role" if "deniedCalls" in stats else ""
+        )
         lines.append(
             f"{name} socket: {stats['path']}: {stats['connections']} connections{extra}, "
-            f"{stats['refusedPeers']} peers refused"
+            f"{stats['refusedPeers']} peers refused{denied}"
         )
     _emit(result, as_json, "\n".join(lines))
 
@@ -94,7 +98,7 @@ def status(as_json: bool) -> None:
 @ctl.command()
 @click.option("--platform", "platforms", multiple=True, type=click.Choice(("genesys", "cxone")))
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES))
-@click.option("--session", "sessions", multiple=True, metavar="ID")
+@click.option("--session", "sessions", multiple=True, metavar="ID", type=UTF8)
 @_json_option
 def sessions(
     platforms: tuple[str, ...], states: tuple[str, ...], sessions: tuple[str, ...], as_json: bool
@@ -133,7 +137,7 @@ def sessions(
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def show(session_id: str, as_json: bool) -> None:
     """One session in full, its termination included."""
@@ -143,7 +147,7 @@ def show(session_id: str, as_json: bool) -> None:
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def start(session_id: str, as_json: bool) -> None:
     """Start a configured session that is not running: a full authentication cycle.
@@ -157,7 +161,7 @@ def start(session_id: str, as_json: bool) -> None:
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=UTF8)
 @_json_option
 def stop(session_id: str, as_json: bool) -> None:
     """Stop a session: close 1000 (CXone: end the agent session); it is not reconnected."""
@@ -179,7 +183,7 @@ def taxonomy() -> None:
 
 
 @taxonomy.command("use")
-@click.argument("version", metavar="VERSION|PATH")
+@click.argument("version", metavar="VERSION|PATH", type=UTF8)
 @_json_option
 def taxonomy_use(version: str, as_json: bool) -> None:
     """Make VERSION (shipped, e.g. v1) or a taxonomy file the active taxonomy.
@@ -198,6 +202,30 @@ def taxonomy_use(version: str, as_json: bool) -> None:
 @ctl.command()
 @_json_option
 def reload(as_json: bool) -> None:
-    """Re-read the configuration and credentials (as SIGHUP does)."""
+    """Re-read the configuration and credentials (as SIGHUP does).
+
+    \b
+    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged";
+    with --json the daemon's answer: {"result": {"added", "removed", "restarted", "unchanged"}}.
+    """
     result = _call(Method.RELOAD)
-    _emit(result, as_json, f"reloaded: {result.get('result')}")
+    _emit(result, as_json, reload_summary(result.get("result")))
+
+
+def reload_summary(result: Any) -> str:
+    """One line a person reads from a Reload answer's ``result`` (tolerant of fields it lacks)."""
+    if not isinstance(result, dict):
+        return "reloaded"
+
+    def sessions(key: str) -> str:
+        ids = result.get(key)
+        if not isinstance(ids, list) or not ids:
+            return f"none {key}"
+        shown = ", ".join(str(i) for i in ids[:10]) + (f", +{len(ids) - 10} more" if len(ids) > 10 else "")
+        return f"{len(ids)} {key} ({shown})"
+
+    parts = [sessions("added"), sessions("removed"), sessions("restarted")]
+    unchanged = result.get("unchanged")
+    if isinstance(unchanged, int):
+        parts.append(f"{unchanged} unchanged")
+    return "reloaded: " + ", ".join(parts)

@@ -12,7 +12,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.messages import ALL_STREAMS, STREAMS
 from supervisor.api.protocol import Method
-from supervisor.cli.socket_option import resolve_socket, socket_option
+from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 
 _STATES = ("connecting", "active", "reconnecting", "terminated")
 _PLATFORMS = ("genesys", "cxone")
@@ -44,7 +44,9 @@ _FIRST_REPLY_TIMEOUT_S = 10.0
     type=click.Choice(_STATES),
     help="Only sessions entering or leaving this state (repeatable).",
 )
-@click.option("--session", "sessions", multiple=True, metavar="ID", help="Only this session (repeatable).")
+@click.option(
+    "--session", "sessions", multiple=True, metavar="ID", type=UTF8, help="Only this session (repeatable)."
+)
 @click.option(
     "--events",
     "streams",
@@ -84,6 +86,7 @@ def watch(
         "sessions": list(sessions) or None,
     }
     parameters = {"filter": selection, "streams": sorted(wanted)}
+    sendable(Method.SUBSCRIBE, parameters, more=True)
     with Client(path) as client:
         messages = client.stream(Method.SUBSCRIBE, parameters, first_timeout=_FIRST_REPLY_TIMEOUT_S)
         if as_json:

@@ -9,18 +9,25 @@ before they are used); :class:`Conn` is a small async client speaking the wire p
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
+import os
+import pkgutil
+import socket
+import sys
 import tempfile
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 from anyio.abc import SocketStream
 
 from supervisor.api.protocol import FrameDecoder, Method, Reply, encode_call, parse_reply
 from supervisor.api.server import SocketApi
+from supervisor.clock import Clock
 from supervisor.config import SocketsConfig
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
@@ -56,6 +63,7 @@ async def api_daemon(
     sockets: SocketsConfig | None = None,
     stop: anyio.Event | None = None,
     reload: Any = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[ApiHarness]:
     with short_dir() as directory:
         paths = (directory / "subscribe.sock", directory / "control.sock")
@@ -67,6 +75,7 @@ async def api_daemon(
                 paths=paths,
                 stop=stop,
                 reload=reload,
+                clock=clock,
             )
             await daemon.tg.start(daemon.supervisor.serve)
             await daemon.tg.start(api.serve)
@@ -146,3 +155,135 @@ class Watcher:
     @property
     def snapshot(self) -> dict[str, Any]:
         return self.messages[0]
+
+
+async def calls_as(
+    path: Path,
+    calls: list[tuple[str, dict[str, Any]]],
+    *,
+    uid: int,
+    gid: int,
+    groups: list[int],
+) -> list[tuple[str | None, dict[str, Any]]] | str:
+    """Make ``calls`` on one connection to ``path`` as ``uid`` (a forked child that drops root with
+    ``os.setuid``: real peer credentials); each reply's (error, parameters), or why it could not
+    (``closed after N replies`` when the daemon closed the connection)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: plain blocking sockets, then _exit (never back into pytest)
+        report: Any = "?"
+        try:
+            os.close(read_end)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(20)
+            client.connect(str(path))
+            replies: list[Any] = []
+            buffer = b""
+            try:
+                for method, parameters in calls:
+                    client.sendall(encode_call(method, parameters))
+                    while b"\0" not in buffer:
+                        chunk = client.recv(1 << 16)
+                        if not chunk:
+                            raise ConnectionResetError
+                        buffer += chunk
+                    frame, _, buffer = buffer.partition(b"\0")
+                    reply = parse_reply(frame)
+                    replies.append([reply.error, reply.parameters])
+                report = replies
+            except (ConnectionResetError, BrokenPipeError):
+                report = f"closed after {len(replies)} replies"
+        except BaseException as exc:
+            report = f"error {type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, json.dumps(report).encode())
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    try:
+        while True:
+            # the daemon runs on this event loop: wait for the child without blocking it
+            await anyio.wait_readable(read_end)
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+    result = json.loads(b"".join(chunks))
+    return result if isinstance(result, str) else [(e, p) for e, p in result]
+
+
+async def cli_as(args: list[str], *, uid: int, gid: int, groups: list[int]) -> tuple[int, str, str]:
+    """``session-supervisor ARGS`` run as ``uid``: (exit code, stdout, stderr).
+
+    A forked child drops root with ``os.setuid`` and runs the command line's ``main`` with its
+    standard output and error on pipes: real peer credentials on the socket. (The interpreter and
+    its standard library live under /root, which another uid cannot enter: the child does not exec
+    it again, and imports what the commands need before it drops root.)
+    """
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        os.close(out_read)
+        os.close(err_read)
+        _cli_child(args, out_write, err_write, uid=uid, gid=gid, groups=groups)
+    os.close(out_write)
+    os.close(err_write)
+    captured: dict[int, bytes] = {out_read: b"", err_read: b""}
+
+    async def drain(fd: int) -> None:
+        while True:
+            await anyio.wait_readable(fd)
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            captured[fd] += chunk
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain, out_read)
+            tg.start_soon(drain, err_read)
+    finally:
+        os.close(out_read)
+        os.close(err_read)
+    _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+    return os.waitstatus_to_exitcode(status), captured[out_read].decode(), captured[err_read].decode()
+
+
+def _cli_child(args: list[str], out: int, err: int, *, uid: int, gid: int, groups: list[int]) -> NoReturn:
+    code = 70
+    try:
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        # the standard library lives under /root too: import what the commands use while still root
+        import supervisor.cli
+        from supervisor.cli import main
+
+        for module in pkgutil.iter_modules(supervisor.cli.__path__, "supervisor.cli."):
+            importlib.import_module(module.name)
+        for name in ("resource", "rich.table", "rich.live", "rich.console"):
+            importlib.import_module(name)
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)
+
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException as exc:  # the test shows what went wrong in the child
+        os.write(2, f"cli_as: {type(exc).__name__}: {exc}\n".encode())
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)

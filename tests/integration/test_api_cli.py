@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import sys
 import tempfile
@@ -25,6 +26,7 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
+from supervisor.api.protocol import ErrorName, Method, encode_call, parse_reply
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.conftest import wait_until
@@ -86,9 +88,12 @@ class Output:
         return [r for r in self.records if r.get("type") == kind]
 
 
-def write_config(sim: GenesysSimulator, tmp_path: Path, sockets: Path, sessions: int = 3) -> Path:
+def write_config(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path, sessions: int = 3, *, table_extra: str = ""
+) -> Path:
     config = tmp_path / "supervisor.toml"
     table = f'[sockets]\nsubscribe = "{sockets / "subscribe.sock"}"\ncontrol = "{sockets / "control.sock"}"\n'
+    table += table_extra
     # the [sockets] table first: the [[sessions]] array of tables ends the file
     config.write_text(table + genesys_config(sim.urls, sessions))
     (tmp_path / "genesys-secret").write_text("s3cr3t-value")
@@ -219,6 +224,13 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
         (["ctl", "--socket", "/tmp/x.sock", "start"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "explode"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "taxonomy", "use"], 2, "usage error"),
+        # issue 23, point 10: both resolutions at once used to send the last one given
+        (
+            ["ctl", "--socket", "/tmp/x.sock", "resolve", "3", "--resend", "--accept-server"],
+            2,
+            "--resend and --accept-server exclude each other",
+        ),
+        (["ctl", "--socket", "/tmp/x.sock", "resolve", "3"], 2, "give --resend or --accept-server"),
     ],
 )
 async def test_bad_usage_and_no_daemon_are_one_line(args: list[str], code: int, message: str) -> None:
@@ -364,3 +376,135 @@ async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off
         with anyio.fail_after(20):
             assert await process.wait() == 0
     assert daemon.err == ""
+
+
+@pytest.fixture
+def listener(sockets: Path) -> Iterator[socket.socket]:
+    """A socket nobody answers on: the client gets as far as sending its call (or not at all)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sockets / "any.sock"))
+    server.listen(16)
+    server.setblocking(False)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def connections(server: socket.socket) -> int:
+    """How many clients connected to ``server`` so far (each is accepted and closed)."""
+    count = 0
+    while True:
+        try:
+            client, _ = server.accept()
+        except BlockingIOError:
+            return count
+        client.close()
+        count += 1
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["ctl", "show", b"wm-\xff"], "'ID'"),
+        (["ctl", "start", b"\xc3("], "'ID'"),
+        (["ctl", "stop", b"wm-\xff"], "'ID'"),
+        (["ctl", "sessions", "--session", b"\xff"], "'--session'"),
+        (["ctl", "taxonomy", "use", b"/etc/tax\xff.toml"], "'VERSION|PATH'"),
+        (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'SESSION_ID'"),
+        (["ctl", "attributes", "set", "wm-1", b"k=\xfe"], "'KEY=VALUE...'"),
+        (["ctl", "attributes", "set", "wm-1", b"\xfe=v"], "'KEY=VALUE...'"),
+        (["watch", "--json", "--session", b"wm-\xff"], "'--session'"),
+    ],
+)
+async def test_a_byte_that_is_not_utf8_in_an_argument_is_one_usage_line(
+    listener: socket.socket, args: list[str | bytes], named: str
+) -> None:
+    """Issue 23, point 2: the client used to connect, then die in the JSON encoder with a traceback."""
+    command = [*CLI, args[0], "--socket", listener.getsockname(), *args[1:]]
+    done = await anyio.run_process(command, check=False)
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert err.count("\n") == 1 and err.startswith("session-supervisor: usage error: ")
+    assert named in err and "not valid UTF-8" in err and "Traceback" not in err
+    assert connections(listener) == 0
+
+
+async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener: socket.socket) -> None:
+    """Issue 23, point 10: 50 values of 4,096 characters are within the per-key limits but not within
+    the 64 KiB message: `ctl attributes set` says so (exit 2) instead of the daemon closing on it."""
+    pairs = [f"k{i}={'v' * 4096}" for i in range(50)]
+    done = await anyio.run_process(
+        [*CLI, "ctl", "--socket", listener.getsockname(), "attributes", "set", "wm-1", *pairs], check=False
+    )
+    err = done.stderr.decode()
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert err.count("\n") == 1 and err.startswith("session-supervisor: usage error: ")
+    assert "bytes; the daemon reads at most 65536 bytes per message" in err and "split" in err
+    assert connections(listener) == 0
+    # one update that fits is sent (and waits for the answer nobody gives: the test stops it)
+    fits = [f"k{i}={'v' * 1000}" for i in range(50)]
+    process = await anyio.open_process(
+        [*CLI, "ctl", "--socket", listener.getsockname(), "attributes", "set", "wm-1", *fits]
+    )
+    try:
+        await wait_until(lambda: connections(listener) == 1, 20)
+    finally:
+        process.kill()
+        await process.wait()
+        await process.aclose()
+
+
+async def test_reload_prints_what_changed_and_its_json_for_scripts(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """Issue 23: `ctl reload` printed a Python dict; now a line a person reads, and --json for scripts."""
+    config = write_config(sim, tmp_path, sockets, sessions=2)
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 2), 20)
+        # one session more: wm-2 is added, wm-0 and wm-1 are not touched
+        config.write_text(write_config(sim, tmp_path, sockets, sessions=3).read_text())
+        code, out, err = await ctl(sockets, "reload")
+        assert (code, err) == (0, "")
+        assert out == "reloaded: 1 added (wm-2), none removed, none restarted, 2 unchanged\n"
+        config.write_text(write_config(sim, tmp_path, sockets, sessions=1).read_text())
+        code, out, err = await ctl(sockets, "reload", "--json")
+        assert (code, err) == (0, "")
+        assert json.loads(out) == {
+            "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
+        }
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+
+
+async def test_control_idle_timeout_from_the_config_file(
+    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+) -> None:
+    """`[sockets] controlIdleTimeout`, by its name, in a `run` daemon: a client that asked and went quiet is closed."""
+    config = write_config(sim, tmp_path, sockets, sessions=1, table_extra="controlIdleTimeout = 0.5\n")
+    process, daemon = await start_daemon(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.pump)
+        await wait_until(lambda: active(daemon, 1), 20)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(20)
+        client.connect(str(sockets / "control.sock"))
+        try:
+            client.sendall(encode_call(Method.STATUS))
+            received = b""
+            while received.count(b"\0") < 2:  # the answer, then the daemon's word on closing
+                chunk = await anyio.to_thread.run_sync(client.recv, 1 << 16)
+                assert chunk, received
+                received += chunk
+            answer, closing = (parse_reply(f) for f in received.split(b"\0")[:2])
+            assert answer.error is None and answer.parameters["sessions"]["total"] == 1
+            assert closing.error == ErrorName.IDLE_TIMEOUT and closing.parameters["seconds"] == 0.5
+            assert await anyio.to_thread.run_sync(client.recv, 1 << 16) == b""
+        finally:
+            client.close()
+        await ctl(sockets, "drain")
+        with anyio.fail_after(20):
+            assert await process.wait() == 0

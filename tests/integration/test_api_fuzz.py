@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, Method, encode_call, parse_reply
 from supervisor.sim.genesys import GenesysSimulator
+from tests import strategies
 from tests.integration.api_harness import ApiHarness, api_daemon
 from tests.integration.runtime_harness import genesys_config
 
@@ -145,13 +146,9 @@ def still_serving(live: Live) -> None:
     assert live.sentinel.ended is None
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
-    max_leaves=25,
-)
+json_values = strategies.json_values(max_leaves=25, max_text=30)
 calls = st.fixed_dictionaries(
-    {"method": st.sampled_from(KNOWN_METHODS) | st.text(max_size=40)},
+    {"method": st.sampled_from(KNOWN_METHODS) | strategies.text(max_size=40)},
     optional={"parameters": json_values, "more": json_values, "oneway": st.booleans(), "x": json_values},
 )
 frames = st.one_of(
@@ -163,7 +160,7 @@ frames = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.lists(frames, max_size=8), terminated=st.booleans(), control=st.booleans())
 def test_any_sequence_of_messages_gets_well_formed_answers(
     live: Live, messages: list[bytes], terminated: bool, control: bool
@@ -178,7 +175,7 @@ def test_any_sequence_of_messages_gets_well_formed_answers(
     still_serving(live)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(min_size=1, max_size=4000), control=st.booleans())
 def test_arbitrary_bytes_never_break_anything(live: Live, data: bytes, control: bool) -> None:
     exchange(live.h.control if control else live.h.subscribe, data)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from supervisor.api.client import Client
+from supervisor.api.connection import Connection, UnixService
+from supervisor.api.listen import AccessPolicy
 from supervisor.api.protocol import ErrorName, Method
 from supervisor.config import SocketsConfig
-from supervisor.errors import ApiUnavailable
+from supervisor.errors import ApiError, ApiUnavailable
+from supervisor.events import Event
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.api_harness import Conn, api_daemon, short_dir
 from tests.integration.conftest import wait_until
@@ -72,6 +77,31 @@ async def test_past_the_connection_cap_a_client_is_told_and_closed(
         assert status["sockets"]["control"]["overCapacity"] >= 1
 
 
+async def test_control_connections_idle_after_their_last_answer_are_closed_and_free_their_slots(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10: 128 connections that asked once and then said nothing held every slot."""
+    sockets = SocketsConfig(max_connections=2, control_idle_timeout=0.3)
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+        held = [await Conn.open(h.control) for _ in range(2)]
+        for conn in held:
+            assert (await conn.call(Method.GET_INFO)).error is None
+        for conn in held:  # then silence: each is told, whenever the daemon's timer fires, and closed
+            reply = await conn.reply()
+            assert reply is not None and reply.error == ErrorName.IDLE_TIMEOUT
+            assert reply.parameters["seconds"] == 0.3 and await conn.reply() is None
+            await conn.aclose()
+        assert h.api.control is not None
+        control = h.api.control
+        await wait_until(lambda: control.active == 0)
+        # the slots are free: two new clients are served, not refused TooManyConnections
+        again = [await Conn.open(h.control) for _ in range(2)]
+        for conn in again:
+            assert (await conn.call(Method.STATUS)).error is None
+            await conn.aclose()
+        assert control.over_capacity == 0
+
+
 @pytest.fixture
 def closing_listener() -> Iterator[Path]:
     """A socket that accepts and closes at once, as the peer check does with a refused uid."""
@@ -105,3 +135,40 @@ def test_the_client_says_in_one_line_when_the_daemon_closed_without_answering(cl
         message = str(refused.value)
         assert "closed the connection without answering" in message and "allowUids" in message
         assert "\n" not in message
+
+
+async def test_a_bug_in_the_daemon_is_answered_as_one_not_blamed_on_the_peer_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that raises: the client gets InternalError (before, zero bytes: `ctl` blamed allowUids)."""
+    published: list[Event] = []
+
+    async def broken(connection: Connection) -> None:
+        await connection.receive()
+        raise RuntimeError("a bug")
+
+    with short_dir() as directory:
+        path = directory / "control.sock"
+        service = UnixService(
+            "control",
+            path,
+            mode=0o600,
+            policy=AccessPolicy(frozenset({os.getuid()}), frozenset()),
+            handler=broken,
+            max_connections=4,
+            publish=published.append,
+            timestamp=lambda: "2026-01-01T00:00:00.000Z",
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(service.serve)
+
+            def call() -> ApiError:
+                with Client(path, timeout=10) as client, pytest.raises(ApiError) as failed:
+                    client.call(Method.STATUS)
+                return failed.value
+
+            error = await anyio.to_thread.run_sync(call)
+            tg.cancel_scope.cancel()
+    assert error.name == ErrorName.INTERNAL_ERROR and "its log has the details" in str(error)
+    assert service.internal_errors == 1 and service.stats()["internalErrors"] == 1
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]

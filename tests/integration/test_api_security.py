@@ -17,10 +17,11 @@ import pytest
 
 from supervisor.api.protocol import Method, encode_call
 from supervisor.api.server import SocketApi
+from supervisor.clock import FakeClock
 from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import Conn, api_daemon
+from tests.integration.api_harness import Conn, api_daemon, cli_as
 from tests.integration.conftest import wait_until
 from tests.integration.runtime_harness import genesys_config
 
@@ -149,3 +150,88 @@ async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
         await conn.aclose()
         await wait_until(lambda: h.api.control is not None and h.api.control.active == 0)
         assert [h.subscribe.lstat().st_ino, h.control.lstat().st_ino] == inodes
+
+
+async def test_a_socket_file_the_user_may_not_open_is_exit_1_for_ctl_and_watch(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10: README says 1 when the daemon refuses us; click's readable check made it 2."""
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+        open_directory(h.subscribe)
+        # 0660 root:root, and the user is in neither: the file's mode refuses it
+        for args in (
+            ["ctl", "--socket", str(h.control), "status"],
+            ["watch", "--socket", str(h.subscribe), "--json"],
+        ):
+            code, out, err = await cli_as(args, uid=OTHER_UID, gid=4242, groups=[])
+            assert (code, out) == (1, ""), err
+            assert (
+                err.count("\n") == 1
+                and "permission denied: the socket's mode and group do not let you in" in err
+            )
+
+
+async def refused_as(path: Path, uid: int, times: int) -> str:
+    """Connect ``times`` times as ``uid`` from a forked child, as fast as it can; its report."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: plain blocking sockets, then _exit (never back into pytest)
+        report = "?"
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setuid(uid)
+            closed = 0
+            for _ in range(times):
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                client.settimeout(20)
+                client.connect(str(path))
+                try:
+                    if client.recv(1) == b"":
+                        closed += 1
+                except ConnectionResetError:
+                    closed += 1
+                client.close()
+            report = f"closed {closed}"
+        except BaseException as exc:
+            report = f"error {type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, report.encode())
+            os._exit(0)
+    os.close(write_end)
+    try:
+        await anyio.wait_readable(read_end)
+        report = os.read(read_end, 1000).decode()
+    finally:
+        os.close(read_end)
+        await anyio.to_thread.run_sync(os.waitpid, pid, 0)
+    return report
+
+
+async def test_a_peer_refused_thousands_of_times_is_one_line_per_interval(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10: 3,000 refusals in a few seconds were 3,000 SOCKET_PEER_REFUSED lines."""
+    clock = FakeClock()
+    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+        open_directory(h.control)
+        assert await refused_as(h.control, OTHER_UID, 3000) == "closed 3000"
+
+        def lines() -> list[tuple[int, int, int]]:
+            return [
+                (e["peer"]["uid"], e["count"], e["refused"])
+                for e in h.daemon.recorded.named("SOCKET_PEER_REFUSED")
+            ]
+
+        assert lines() == [(OTHER_UID, 1, 1)]  # the first at once, the rest counted
+        conn = await Conn.open(h.control)
+        status = (await conn.call(Method.STATUS)).parameters
+        await conn.aclose()
+        assert status["sockets"]["control"]["refusedPeers"] == 3000  # every one counted at once
+        # another peer gets its own line at once
+        assert await refused_as(h.control, OTHER_UID + 1, 1) == "closed 1"
+        assert lines() == [(OTHER_UID, 1, 1), (OTHER_UID + 1, 1, 3001)]
+        # the interval ends: the next refusal (of anyone) brings the first peer's count out, one line
+        clock.advance(10.0)
+        assert await refused_as(h.control, OTHER_UID, 1) == "closed 1"
+        assert lines() == [(OTHER_UID, 1, 1), (OTHER_UID + 1, 1, 3001), (OTHER_UID, 2999, 3002)]

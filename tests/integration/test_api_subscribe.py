@@ -334,3 +334,39 @@ async def test_subscribe_needs_more_and_the_service_methods_answer(
         assert refused is not None and refused.error == ErrorName.INVALID_PARAMETER
         assert "unknown state 'asleep'" in refused.parameters["problem"]
         await conn.aclose()
+
+
+async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Issue 23, point 10 (chosen: documented as designed, docs/socket-api.md "Idle subscribers").
+
+    A subscriber that reads nothing while nothing changes holds its connection past
+    laggedDisconnectAfter: it is not behind, there was nothing to read. The same subscriber is cut
+    once changes pile up past its cap (test_a_subscriber_that_never_reads_is_lagged_then_cut_off_and_slows_nobody).
+    """
+    sockets = SocketsConfig(lagged_disconnect_after=0.05, handshake_timeout=0.5)
+    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim, sockets=sockets) as h:
+        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+        idle = await Conn.open(h.subscribe)
+        await idle.send(Method.SUBSCRIBE, {}, more=True)
+        snapshot = await idle.reply()
+        assert snapshot is not None and snapshot.parameters["type"] == "snapshot"
+        # ten times laggedDisconnectAfter goes by on the daemon's own timers: a connection that never
+        # calls is timed out by the handshake timeout (0.5 s), and the idle subscriber is not cut
+        silent = await Conn.open(h.subscribe)
+        timed_out = await silent.reply()
+        assert timed_out is not None and timed_out.error == ErrorName.HANDSHAKE_TIMEOUT
+        await silent.aclose()
+        assert h.api.hub.stats()["subscribers"] == 1 and h.api.hub.lag_disconnects == 0
+        assert h.daemon.recorded.named("SUBSCRIBER_DISCONNECTED") == []
+        # and it is still served: the next change reaches it
+        control = await Conn.open(h.control)
+        assert (await control.call(Method.STOP_SESSION, {"sessionId": "wm-1"})).error is None
+        await control.aclose()
+        delta = await idle.reply()
+        assert delta is not None and (delta.parameters["type"], delta.parameters["sessionId"]) == (
+            "delta",
+            "wm-1",
+        )
+        await idle.aclose()

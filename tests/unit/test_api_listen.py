@@ -179,6 +179,7 @@ def test_policies_allow_own_uid_and_root_and_what_the_config_adds() -> None:
         ("subscriberBufferBytes = 100", "sockets.subscriberBufferBytes: expected `int` >= 4096"),
         ("laggedDisconnectAfter = -1", "sockets.laggedDisconnectAfter: expected `float` >= 0.0"),
         ("maxConnection = 3", "unknown field `maxConnection`"),
+        ("controlIdleTimeout = 0", "sockets.controlIdleTimeout: expected `float` > 0.0"),
     ],
 )
 def test_bad_sockets_tables_are_one_located_line(table: str, problem: str) -> None:
@@ -192,3 +193,10 @@ def test_the_sockets_table_defaults() -> None:
     assert sockets.enabled and sockets.mode_bits == 0o660
     assert sockets.subscriber_buffer_bytes == 1 << 20 and sockets.lagged_disconnect_after == 10.0
     assert (sockets.max_connections, sockets.handshake_timeout) == (128, 5.0)
+    assert sockets.control_idle_timeout == 60.0
+    assert (
+        parse_config(
+            "[platforms]\n[sockets]\ncontrolIdleTimeout = 2.5\n", "s.toml"
+        ).sockets.control_idle_timeout
+        == 2.5
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.api.messages import Delta, encode_message
@@ -89,7 +89,6 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300)
 @given(ops=ops, cap=st.integers(min_value=300, max_value=3000))
 def test_a_reader_always_sees_the_truth(ops: list[tuple[str, Any, Any]], cap: int) -> None:
     world = World()

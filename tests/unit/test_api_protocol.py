@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from supervisor.api.client import encode
 from supervisor.api.messages import parse_subscription
 from supervisor.api.protocol import (
     CONTROL,
@@ -22,7 +25,8 @@ from supervisor.api.protocol import (
     parse_call,
     parse_reply,
 )
-from supervisor.errors import ApiError
+from supervisor.errors import ApiError, CallNotSent
+from tests.strategies import WRONGLY_TYPED, json_values
 
 KNOWN = {SERVICE: frozenset({Method.GET_INFO.value}), CONTROL: frozenset({Method.STATUS.value})}
 STATES = ("connecting", "active", "reconnecting", "terminated")
@@ -126,7 +130,6 @@ def test_a_known_method_passes() -> None:
     check_method(Method.STATUS, KNOWN)
 
 
-@settings(max_examples=400)
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes_only_ever_raise_typed_errors(data: bytes) -> None:
     """Framing and call parsing of any input: messages or ApiError, never another exception."""
@@ -146,17 +149,16 @@ def test_arbitrary_bytes_only_ever_raise_typed_errors(data: bytes) -> None:
     assert all(e.name in set(ErrorName) for e in errors)
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=20,
-)
+CALL_FIELDS = ("method", "parameters", "more", "oneway", "upgrade", "x")
 
 
-@given(
-    st.dictionaries(st.sampled_from(["method", "parameters", "more", "oneway", "upgrade", "x"]), json_values)
-)
+@given(st.dictionaries(st.sampled_from(CALL_FIELDS), st.sampled_from(WRONGLY_TYPED)))
 def test_wrongly_typed_calls_only_ever_raise_typed_errors(obj: dict[str, object]) -> None:
+    """Each field of a call with a value of any JSON type: a call, or a typed error.
+
+    Drawn from fixed pools (tests/strategies.py): the strategy is cheap, so it never trips the
+    too_slow health check on a fresh clone (issue 23, point 11).
+    """
     try:
         call = parse_call(msgspec.json.encode(obj))
     except ApiError:
@@ -164,7 +166,24 @@ def test_wrongly_typed_calls_only_ever_raise_typed_errors(obj: dict[str, object]
     assert isinstance(call.method, str) and isinstance(call.parameters, dict)
 
 
-@given(json_values)
+def test_each_field_of_a_call_with_each_wrong_type_is_a_call_or_a_typed_error() -> None:
+    """Every field alone with every value of the pool: the deterministic floor under the property above."""
+    refused: list[ApiError] = []
+    for field in CALL_FIELDS:
+        for value in WRONGLY_TYPED:
+            try:
+                call = parse_call(msgspec.json.encode({"method": "a.b.C", field: value}))
+            except ApiError as error:
+                refused.append(error)
+                continue
+            assert isinstance(call.method, str) and isinstance(call.parameters, dict)
+    assert refused  # the pool does hold wrong types
+    for error in refused:
+        assert error.name in {ErrorName.INVALID_MESSAGE, ErrorName.METHOD_NOT_IMPLEMENTED}
+        assert "\n" not in str(error)
+
+
+@given(json_values())
 def test_any_subscription_parameters_are_accepted_or_refused_with_a_typed_error(value: object) -> None:
     errors: list[ApiError] = []
     for parameters in ({"filter": value}, {"streams": value}, {"filter": {"states": value}}):
@@ -216,3 +235,14 @@ def test_a_state_filter_matches_entering_and_leaving() -> None:
     assert sub.wants_state("terminated", "active")
     assert sub.wants_state("connecting", "terminated")
     assert not sub.wants_state("active", "connecting")
+
+
+def test_the_client_sends_a_call_up_to_the_limit_and_refuses_one_byte_more() -> None:
+    """What the daemon reads is what the client sends: a call past 64 KiB or not UTF-8 is CallNotSent."""
+    bare = len(encode_call(Method.SHOW_SESSION, {"sessionId": ""})) - 1
+    at_limit = {"sessionId": "x" * (MAX_MESSAGE_BYTES - bare)}
+    assert len(encode(Method.SHOW_SESSION, at_limit)) == MAX_MESSAGE_BYTES + 1
+    with pytest.raises(CallNotSent, match=f"{MAX_MESSAGE_BYTES + 1} bytes; the daemon reads at most"):
+        encode(Method.SHOW_SESSION, {"sessionId": "x" * (MAX_MESSAGE_BYTES - bare + 1)})
+    with pytest.raises(CallNotSent, match=re.escape("not valid UTF-8 text (at position 4)")):
+        encode(Method.SHOW_SESSION, {"sessionId": "wm-\udcff"})

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.clock import FakeClock
@@ -147,7 +147,6 @@ def wrap(children: st.SearchStrategy[tuple[Any, list[str]]]) -> st.SearchStrateg
 trees = st.recursive(leaves | with_secret, wrap, max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None)
 @given(trees)
 def test_no_planted_secret_survives_any_nesting_of_dicts_and_lists(tree: tuple[Any, list[str]]) -> None:
     value, secrets = tree
@@ -158,7 +157,6 @@ def test_no_planted_secret_survives_any_nesting_of_dicts_and_lists(tree: tuple[A
     assert all(json.dumps(v) in text for v in KEPT.values())
 
 
-@settings(max_examples=30, deadline=None)
 @given(st.integers(MAX_NESTING, MAX_NESTING + 40))
 def test_a_context_nested_past_the_cap_is_redacted_not_shown(depth: int) -> None:
     value: Any = {"deep": "Sx-too-deep"}

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.config import GENESYS_CHANNELS_PER_CLIENT, parse_config
@@ -89,7 +89,6 @@ def test_usable_urls_pass(url: str) -> None:
     assert parse_config(genesys(url), "c.toml").platforms.genesys is not None
 
 
-@settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**7))
 def test_every_port_in_range_passes_and_every_other_is_refused(port: int) -> None:
     text = genesys(f"https://login.example.com:{port}")
@@ -100,7 +99,6 @@ def test_every_port_in_range_passes_and_every_other_is_refused(port: int) -> Non
             parse_config(text, "c.toml")
 
 
-@settings(max_examples=40, deadline=None)
 @given(
     st.sampled_from(
         ["daemon.shutdownGrace", "daemon.requestTimeout", "circuit.window", "tokens.earlyRefresh"]

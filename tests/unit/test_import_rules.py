@@ -60,6 +60,9 @@ PURE_API = (
     "supervisor.api.outbox",
     "supervisor.api.events",
     "supervisor.api.idl",
+    "supervisor.api.signatures",
+    "supervisor.api.roles",
+    "supervisor.api.refusals",
 )
 
 # The floors, top to bottom (each may import only its own floor and those below), as data:

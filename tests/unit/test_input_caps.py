@@ -47,7 +47,7 @@ def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
     return result.stderr.decode().splitlines()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cap=st.integers(0, 4096), extra=st.integers(-3, 3))
 def test_read_capped_reads_up_to_the_cap_and_refuses_one_byte_more(
     tmp_path: Path, cap: int, extra: int

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.clock import FakeClock
@@ -22,6 +22,7 @@ from supervisor.errors import ConfigError, EnvelopeError, TaxonomyError
 from supervisor.taxonomy import Classifier, compile_taxonomy, load_taxonomy
 from supervisor.taxonomy.envelope import MAX_NESTING, envelope_from_json, nesting_exceeds
 from supervisor.taxonomy.loader import LimitError, parse_toml
+from tests import strategies
 
 CLASSIFIER = Classifier(load_taxonomy("v1"), FakeClock())
 V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text()
@@ -40,10 +41,9 @@ def envelope(body: str) -> str:
     return '{"platform":"genesys","channel":"rest","status":500,"body":' + body + "}"
 
 
-shapes = st.text(alphabet="ao", min_size=0, max_size=200)
+shapes = strategies.text(max_size=200, alphabet="ao")
 
 
-@settings(max_examples=150, deadline=None)
 @given(shapes)
 def test_an_envelope_is_refused_exactly_when_it_nests_past_the_cap(shape: str) -> None:
     line = envelope(nested_json(shape))
@@ -65,7 +65,6 @@ def test_far_too_deep_envelopes_never_reach_the_stack_limit(depth: int) -> None:
         envelope_from_json(envelope('{"a":' * depth + "1" + "}" * depth))
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 150))
 def test_nesting_exceeds_counts_levels(depth: int) -> None:
     value: object = 1
@@ -74,7 +73,6 @@ def test_nesting_exceeds_counts_levels(depth: int) -> None:
     assert nesting_exceeds(value, MAX_NESTING) is (depth > MAX_NESTING)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 400))
 def test_config_toml_arrays_nested_past_the_cap_are_one_located_error(depth: int) -> None:
     text = "x = " + "[" * depth + "1" + "]" * depth + "\n"
@@ -85,7 +83,6 @@ def test_config_toml_arrays_nested_past_the_cap_are_one_located_error(depth: int
     assert (TOO_DEEP in message) is (depth + 1 > MAX_NESTING)
 
 
-@settings(max_examples=40, deadline=None)
 @given(st.integers(1, 100_000))
 def test_toml_dotted_keys_past_the_cap_are_refused_before_parsing(parts: int) -> None:
     # tomllib takes time quadratic in the parts of one dotted key: minutes at 100,000

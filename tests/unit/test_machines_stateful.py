@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from machines.circuit import Admission, Circuit, CircuitConfig, CircuitState
@@ -34,12 +34,8 @@ from supervisor.taxonomy.model import Jitter, RetryPolicy, Scope, SdkErrorEvent,
 T = TaxonomyClass
 # short, so that random runs reach it
 HORIZON_S = 90.0
-SETTINGS = settings(
-    max_examples=200,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+# the suite's profile (tests/conftest.py) with this test's own step count
+SETTINGS = settings(stateful_step_count=40)
 
 POLICIES = [
     RetryPolicy(name="reconnect", max_retries=4, base_delay_ms=1000, max_delay_ms=16_000),

@@ -6,7 +6,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from machines.pacing import Pacer, PacingConfig, Probe, echo_of_throttle
@@ -125,7 +125,6 @@ def test_a_pause_is_never_shortened_by_a_later_shorter_retry_after() -> None:
     assert pacer.paused_for() == pytest.approx(8.0)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     limit=st.integers(5, 600),
     n=st.integers(50, 3000),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from supervisor.retry import backoff_delay_ms, decide_retry, parse_max_age_ms, parse_retry_after_ms
 from supervisor.retry.backoff import GiveUpReason
 from supervisor.taxonomy import Jitter, RetryPolicy
+from tests.strategies import text
 
 NOW = 1_715_679_131.0  # 2024-05-14T09:32:11Z
 
@@ -162,7 +163,7 @@ class TestRetryAfterParsing:
     def test_values(self, value: object, expected: int | None) -> None:
         assert parse_retry_after_ms(value, NOW) == expected
 
-    @given(st.text(max_size=80))
+    @given(text(max_size=80))
     def test_never_raises(self, value: str) -> None:
         result = parse_retry_after_ms(value, NOW)
         assert result is None or result >= 0

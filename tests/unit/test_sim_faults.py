@@ -20,6 +20,7 @@ from supervisor.sim.faults import (
     retry_after_seconds,
 )
 from supervisor.sim.recorder import Recorder
+from tests.strategies import text
 
 
 @pytest.fixture
@@ -155,7 +156,7 @@ def test_clear_one_or_all(faults: FaultController) -> None:
     assert faults.active() == []
 
 
-@given(share=st.floats(min_value=0.0, max_value=1.0), keys=st.lists(st.text(max_size=12), max_size=30))
+@given(share=st.floats(min_value=0.0, max_value=1.0), keys=st.lists(text(max_size=12), max_size=30))
 def test_share_selection_is_deterministic_and_order_free(share: float, keys: list[str]) -> None:
     one = FaultController(FakeClock(), seed=5)
     two = FaultController(FakeClock(), seed=5)

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.errors import SimulatorError
@@ -17,13 +17,13 @@ from supervisor.sim.bodies import MAX_FORM_FIELDS, MAX_JSON_DEPTH, MalformedBody
 from supervisor.sim.cxone import CxoneSimConfig
 from supervisor.sim.faults import FaultKind, decode_fault
 from supervisor.sim.genesys.config import GenesysSimConfig
+from tests.strategies import text
 
 non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
 absurd = st.sampled_from([1e300, 1e20, 10**12, 2**63, 10**30])
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.text(alphabet="ao", max_size=3 * MAX_JSON_DEPTH))
+@given(text(max_size=3 * MAX_JSON_DEPTH, alphabet="ao"))
 def test_parse_json_refuses_exactly_past_the_nesting_cap(shape: str) -> None:
     text = "".join("[" if c == "a" else '{"k":' for c in shape) + "0"
     text += "".join("]" if c == "a" else "}" for c in reversed(shape))
@@ -79,7 +79,6 @@ def with_value(fault: dict[str, Any], field: str, value: object) -> dict[str, An
     return out
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(NUMERIC_FIELDS), non_finite | absurd)
 def test_every_fault_number_refuses_non_finite_and_absurd_values_by_name(
     case: tuple[dict[str, Any], str], value: float
@@ -93,7 +92,6 @@ def test_every_fault_number_refuses_non_finite_and_absurd_values_by_name(
     assert any(ch.isdigit() for ch in message.partition(": ")[2])  # it says the bounds
 
 
-@settings(max_examples=100, deadline=None)
 @given(
     st.sampled_from(
         [

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from supervisor.errors import TaxonomyError
@@ -48,7 +48,6 @@ paths = st.tuples(
 ).map(lambda t: t[0] + "/".join(t[1]) + ("/" if t[2] else ""))
 
 
-@settings(max_examples=600, deadline=None)
 @given(patterns, paths)
 def test_the_automaton_means_what_the_regular_expression_meant(pattern: str, path: str) -> None:
     glob = EndpointGlob(pattern)
@@ -62,7 +61,6 @@ many_stars = st.lists(
 ).map(lambda parts: "/" + "/".join(["**", *parts, "**", "b"]))
 
 
-@settings(max_examples=200, deadline=None)
 @given(many_stars, st.integers(0, 3000), st.sampled_from(["a", "x", "b", ""]))
 def test_work_is_one_step_per_path_segment_whatever_the_pattern(pattern: str, length: int, last: str) -> None:
     path = "/" + "/".join(["a"] * length + [last])
