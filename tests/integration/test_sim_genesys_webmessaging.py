@@ -223,13 +223,20 @@ async def test_same_token_elsewhere_gets_connection_closed_event(genesys: Genesy
 
 
 async def test_close_session_closes_all_connections(genesys: Genesys) -> None:
-    async with connect(genesys.wm_url()) as ws:
+    """GMT MessagingClientImpl.closeAllConnectionsForTheSession: the other connections of the session
+    get a ConnectionClosedEvent; the requester "a SessionResponse with connected=false"."""
+    async with connect(genesys.wm_url()) as ws, connect(genesys.wm_url()) as other:
         await configure(ws, "tok-i")
-        event = await ask(ws, {"action": "closeSession", "token": "tok-i", "closeAllConnections": True})
-        assert event["class"] == "ConnectionClosedEvent"
-        with pytest.raises(ConnectionClosed):
-            await ws.recv()
-    assert "tok-i" not in genesys.sim.state.sessions
+        await configure(other, "tok-i")  # opened elsewhere: the first connection is told and closed
+        assert json.loads(await ws.recv())["class"] == "ConnectionClosedEvent"
+        answer = await ask(
+            other,
+            {"action": "closeSession", "token": "tok-i", "closeAllConnections": True, "tracingId": "c-1"},
+        )
+        assert answer["class"] == "SessionResponse" and answer["body"]["connected"] is False
+        assert "tok-i" not in genesys.sim.state.sessions
+        # the socket stays open: a new chat may be configured on it (GMT startNewChat)
+        assert (await configure(other, "tok-i", startNew=True))["body"]["newSession"] is True
 
 
 async def test_connection_closed_event_fault_with_reason(genesys: Genesys) -> None:

@@ -19,7 +19,10 @@ Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","cl
   attributes too large, 4029 ``TooManyRequestsErrorMessage`` (per-session rate [I] or a fault),
   400 once the conversation is read-only [I].
 - ``echo`` -> ``type:"response"`` StructuredMessage with the request's ``tracingId``.
-- ``getJwt`` -> ``JwtResponse {jwt, exp}``; ``closeSession`` -> ``ConnectionClosedEvent`` then close 1000.
+- ``getJwt`` -> ``JwtResponse {jwt, exp}``; ``closeSession`` ends the session: the requester gets a
+  ``SessionResponse`` with ``connected: false`` on its open socket, the session's other connections
+  (``closeAllConnections``) a ``ConnectionClosedEvent`` and close 1000 (GMT
+  ``MessagingClientImpl.closeAllConnectionsForTheSession``).
 - anything malformed -> ``{"type":"response","class":"string","code":400,"body":"Request failed."}``.
 Error replies carry **no** ``tracingId``, as every error fixture of the vendor (GMT ``Response.kt``);
 GMT fails its oldest message still sending (``MessageStore.onMessageError``).
@@ -358,10 +361,18 @@ class WebMessagingServer(GuestConnections):
         if sess is None:
             await self._send(conn, error, "string")
             return
-        targets = list(self.by_token.get(token, ())) if msg.get("closeAllConnections") is True else [conn]
         del self.ctx.state.sessions[token]
-        for target in targets:
-            self._closed_event(target, None)
+        if msg.get("closeAllConnections") is True:
+            # GMT MessagingClientImpl.closeAllConnectionsForTheSession: the other connections of the
+            # session get a ConnectionClosedEvent (and are closed, as on a session opened elsewhere)
+            for other in list(self.by_token.get(token, ())):
+                if other is not conn:
+                    self._closed_event(other, None)
+        # ...and the requester "a SessionResponse with connected=false", on its open socket (GMT then
+        # configures a new chat on it); readOnly true as GMT's test answers it [I]
+        body = {"connected": False, "newSession": False, "readOnly": True}
+        payload = wm_envelope("response", WmClass.SESSION_RESPONSE, 200, body, tracing)
+        await self._send(conn, payload, WmClass.SESSION_RESPONSE.value)
 
 
 def _conn_key(conn: ServerConnection) -> str:
