@@ -240,7 +240,8 @@ class WebMessagingTransport:
 
 
 class _Pending:
-    """An in-band request waiting for the frame that answers it (same ``tracingId``)."""
+    """An in-band request waiting for the frame that answers it: the one with its ``tracingId``, or
+    an error reply, which names none, matched as GMT matches it (:mod:`.wm_replies`)."""
 
     __slots__ = ("answer", "done", "method")
 

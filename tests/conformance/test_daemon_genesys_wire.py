@@ -546,8 +546,7 @@ async def test_echoes_are_at_least_30_seconds_apart(wire: GenesysWire) -> None:
             # answered at once: next due 5 s after that answer, but the cool-down holds it to +30 s
             await wait_until(lambda: timers.deadlines() == [start + 35.0])
             timers.advance(29.9)
-            await anyio.sleep(0.05)  # give a wrongly early echo the chance to leave (it must not)
-            assert len(wire.sent("echo")) == 1
+            assert timers.deadlines() == [start + 35.0]  # nothing woke: no echo can leave yet
             timers.advance(0.1)
             await wait_until(lambda: len(wire.sent("echo")) == 2)
             tg.cancel_scope.cancel()
@@ -572,9 +571,8 @@ async def test_an_error_reply_to_the_echo_is_not_a_liveness_failure(
             await wait_until(lambda: len(report.raws) == 1)
             # no answer-wait timer left running: the next echo is simply due 30 s on
             await wait_until(lambda: timers.deadlines() == [start + 60.0])
-            timers.advance(10.0)  # echoTimeout passes: nothing is aborted
-            await anyio.sleep(0.05)
-            assert result == []
+            timers.advance(10.0)  # echoTimeout passes: no timer was waiting for an answer
+            assert timers.deadlines() == [start + 60.0] and result == []
             tg.cancel_scope.cancel()
     assert report.codes in (["RATE_LIMITED"], ["SERVER_ERROR"])
     await conn.close(1001)
@@ -596,14 +594,17 @@ async def test_an_unanswered_echo_aborts_the_link(wire: GenesysWire) -> None:
 
 
 async def test_echo_interval_zero_disables_the_health_check(wire: GenesysWire) -> None:
-    timers, conn, report, result = await _serve_with_timers(wire, QUIET)
+    pushed: list[Mapping[str, Any]] = []
+    timers, conn, report, result = await _serve_with_timers(wire, QUIET, on_message=pushed.append)
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
             tg.start_soon(serving, conn, report, result)
-            await anyio.sleep(0.05)
-            assert timers.sleeping == 0  # no timer at all
+            await wire.push(message_echo("pushed", "agent message"))
+            await wait_until(lambda: len(pushed) == 1)  # serving
+            assert timers.sleeping == 0  # no health check timer at all
             timers.advance(3600.0)
-            await anyio.sleep(0.05)
+            await wire.push(message_echo("pushed", "another"))
+            await wait_until(lambda: len(pushed) == 2)
             tg.cancel_scope.cancel()
     assert wire.sent("echo") == []
     await conn.close(1001)
