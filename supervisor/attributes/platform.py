@@ -3,8 +3,10 @@
 * :meth:`GenesysAttributes.read` is ``GET /api/v2/conversations/{cid}`` (PY269 ``Conversation``): the
   customer participant's id and attributes. Flows and agents write participant data there; it is
   the participant whose attributes we update. The answer is validated as the taxonomy's
-  ``genesys.rest.Conversation`` (id, state, participants; the id ours) before anything is judged
-  on it (seed section 3; docs/attributes.md).
+  ``genesys.rest.Conversation`` before anything is judged on it (seed section 3; docs/attributes.md):
+  v2 requires ``participants`` and checks that an ``id``, when the read names one, is ours. A read
+  carries no top-level ``state`` (PY269: "When reading conversations, this field will never have
+  a value present"), so v2 does not ask for one; v1 did, and a configuration pinning v1 still does.
 * :meth:`GenesysAttributes.send` is ``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes``
   with ``{"attributes": {...}}`` (``ParticipantAttributes``; 202, no body), the route every media
   type has. The messaging variant answers the merged map, but that answer only echoes what was
@@ -47,7 +49,7 @@ __all__ = ["CIRCUIT", "Conversation", "GenesysAttributes", "Target"]
 #: the circuit of Genesys REST calls made for sessions (supervisor/runtime/supervisor.py does the same)
 CIRCUIT = "genesys:api"
 READ = "conversation.get"
-# the taxonomy's response of a read (PY269 Conversation: id, state, participants)
+# the taxonomy's response of a read (PY269 Conversation; v2 requires participants, drift on id)
 CONVERSATION = "genesys.rest.Conversation"
 UPDATE = "attributes.update"
 # the request never left this machine: retrying it cannot apply anything twice

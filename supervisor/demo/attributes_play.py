@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from supervisor.attributes import AttributeService, Backpressured
+from supervisor.attributes import AttributeService, Backpressured, Refused
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store import UpdateOutcome
@@ -54,6 +54,8 @@ class AttributesPlay:
     submitted: int = 0
     acknowledged: int = 0
     refused: int = 0
+    #: submissions refused for good (the session ended: a fail-fast); that session leaves the burst
+    rejected: int = 0
     finished: bool = False
     last: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -84,6 +86,11 @@ class AttributesPlay:
                 # a well-behaved client: come back after the hint (scaled down with --fast)
                 await anyio.sleep(full.retry_after_s / (10.0 if fast else 1.0))
                 continue
+            except Refused:
+                # the session ended (a fail-fast): its writes cannot be taken; the outcome check says so
+                self.rejected += 1
+                sessions.remove(session)
+                continue
             self.acknowledged += 1
             self.last.update({(self.conversations[session], k): v for k, v in update.items()})
             i += 1
@@ -110,6 +117,7 @@ class AttributesPlay:
             "submitted": self.submitted,
             "acknowledged": self.acknowledged,
             "refused": self.refused,
+            "rejected": self.rejected,
             "sent": status.get("rows", {}).get("sends", 0),
             "verified": counts[UpdateOutcome.VERIFIED],
             "repaired": counts[UpdateOutcome.REPAIRED],
@@ -135,6 +143,8 @@ def attributes_delivered(summary: dict[str, Any]) -> str | None:
         return "no attribute summary"
     if a["lost"]:
         return f"{a['lost']} acknowledged update(s) neither verified, repaired nor flagged"
+    if a.get("rejected"):
+        return f"{a['rejected']} submission(s) refused for good: a session ended"
     if a["notAsSubmittedNorFlagged"]:
         return f"{a['notAsSubmittedNorFlagged']} attribute(s) differ from the last value submitted and are not flagged"
     if a["silentlyDropped"] < 1:

@@ -179,7 +179,8 @@ class Classifier:
 
         ``kind`` names the response (``[responses."platform.channel.Response"]`` of the taxonomy):
         its ``required`` fields replace ``required``, and the drift check reads its
-        ``conversationField``; a response that names no conversation is not checked for drift
+        ``conversationField``; a response that names no conversation (no such field in the
+        taxonomy, or the field absent from the response) is not checked for drift
         (docs/taxonomy.md). Without ``kind`` the seed's fields are required and the drift check
         reads ``conversationId``.
 
@@ -201,7 +202,10 @@ class Classifier:
             )
         if expected_conversation_id is not None and conversation_field is not None:
             actual = obj.get(conversation_field)
-            if actual != expected_conversation_id:
+            # drift is a response naming *another* conversation: one that names none contradicts
+            # nothing (v2's Conversation: PY269 marks its id optional; a version that needs the
+            # field lists it in ``required``, and v1 does)
+            if actual not in (None, "") and actual != expected_conversation_id:
                 return self.state_drift(
                     expected_conversation_id,
                     str(actual),

@@ -1,20 +1,28 @@
 """Genesys Web Messaging guest WebSocket (platforms.md §1): a :class:`~supervisor.transports.base.Transport`.
 
-Wire (platforms.md §1): ``wss://webmessaging.<domain>/v1?deploymentId=D&application=A``; client frames
-``{"action", "token", "tracingId", ...}``; server envelopes ``{"type","class","code","body","tracingId"?}``.
+Wire (docs/platforms.md, "Genesys Cloud Web Messaging"): ``wss://webmessaging.<domain>/v1?deploymentId=D
+&application=A``; client frames ``{"action", "token", "tracingId", ...}`` as GMT's requests encode them
+(GMT = genesys-messenger-transport-mobile-sdk 2.14.0, ``shyrka/send/*.kt``); server envelopes
+``{"type","class","code","body","tracingId"?}``.
 
 * :meth:`WebMessagingTransport.open` connects (WebSocket pings per :class:`~supervisor.config.Keepalive`:
   a missing pong closes the link, the client sees 1011/1006), sends ``configureSession`` with the guest
   token made once per transport (``startNew:false``, so a reconnect resumes the same conversation) and
-  waits for the ``SessionResponse``.
+  waits for the ``SessionResponse``. ``connected: false`` is judged as GMT's
+  ``MessagingClientImpl.handleSessionResponse`` does: with ``readOnly: true`` the conversation is over
+  (CONVERSATION_ENDED), otherwise the attempt failed (NOT_CONNECTED) and the session reconnects.
 * :meth:`WebMessagingConnection.serve` reports error envelopes and pushed events in-band and runs the
-  app-level ``echo`` health check (GMT HealthCheckProvider) next to the receive loop.
+  app-level ``echo`` health check (GMT ``HealthCheckProvider``) next to the receive loop: only after
+  ``keepalive.echoInterval`` s without an inbound frame, at most once per 30 s (:mod:`.wm_health`).
 * :meth:`WebMessagingConnection.send_message` is an in-band request: it goes through the one retry
-  executor (supervisor/rest/executor.py) as a REST call does, and its answer (the echoed message, or
-  an error envelope such as 4029 with ``retryAfter``) is matched to it by ``tracingId``. A 4029 is the
-  guest's own message rate (platforms.md §1: only that message fails), so the request has no circuit.
+  executor (supervisor/rest/executor.py) as a REST call does. Its answer is the echoed message (same
+  ``tracingId``) or an error reply, which carries no ``tracingId`` and is matched as GMT matches it
+  (:mod:`.wm_replies`: 4011, 4013, 4029 fail the oldest message still sending). A 4029 is the
+  guest's own message rate (only that message fails), so the request has no circuit; its
+  ``retryAfter`` is the executor's minimum delay; a refusal for good (4011, 4013) is not re-sent.
 
-The transport decides nothing (design.md, "Data flows one way"): every failure becomes a RawError.
+The transport decides nothing (design.md, "Data flows one way"): every failure becomes a RawError, or
+an event of a code the taxonomy defines and the transport names (drift, NOT_CONNECTED, ...).
 The guest token is a bearer credential for the conversation: it is never put in a RawError (server
 text that echoes it is scrubbed) nor in ``SessionContext``.
 """
@@ -25,7 +33,6 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
@@ -43,20 +50,23 @@ from supervisor.boundary import (
     raw_from_exception,
     raw_from_message,
 )
+from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
 from supervisor.errors import ConnectionLost, OperationError, TransportFailure
-from supervisor.rest.executor import RetryExecutor
+from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy import RawError, SdkErrorEvent
 from supervisor.transports.sockets import (
+    abort_socket,
     decode_frame,
     discard_socket,
     malformed_frame,
     receive_frames,
     scrub,
-    serve_alive,
     shutdown_socket,
 )
+from supervisor.transports.wm_health import EchoSchedule
+from supervisor.transports.wm_replies import answers_oldest_message, is_failure
 
 __all__ = [
     "HEALTH_CHECK_TRACING_ID",
@@ -67,28 +77,20 @@ __all__ = [
 # GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
 HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 ENDPOINT = "/v1"
-# server classes that are failures or session-ending pushes (§1, GMT MessagingClientImpl.handleError)
-_ERROR_CLASSES = frozenset(
-    {
-        "string",
-        "TooManyRequestsErrorMessage",
-        "SessionExpiredEvent",
-        "ConnectionClosedEvent",
-        "SessionClearedEvent",
-        "LogoutEvent",
-        "GenerateUrlError",
-        "UploadFailureEvent",
-    }
-)
-_TRACKED_REQUESTS = 256  # tracingId -> action, so an error reply names the request it answers
+_TRACKED_REQUESTS = 256  # tracingId -> action, so a reply that names its request names the action
+# codes the transport names from a SessionResponse (taxonomy v2; a version without them, v1, never
+# judged ``connected``'s value and keeps its documented behaviour)
+NOT_CONNECTED = "NOT_CONNECTED"
+CONVERSATION_ENDED = "CONVERSATION_ENDED"
 
 
 class WebMessagingTransport:
     """Opens guest connections for one session; the guest token survives reconnects (resume)."""
 
-    # taxonomy v1 [responses."genesys.webmessaging.SessionResponse"]: connected, newSession, readOnly.
-    # The guest protocol names no conversation (GMT SessionResponse.kt, WMJ, PY269: issue 14), so a
-    # guest session learns none and is not checked for drift on it; see docs/taxonomy.md.
+    # taxonomy [responses."genesys.webmessaging.SessionResponse"]: v2 `connected` (GMT and WMJ
+    # require only it), v1 connected, newSession, readOnly. The guest protocol names no
+    # conversation (GMT SessionResponse.kt, WMJ, PY269: issue 14), so a guest session learns none
+    # and is not checked for drift on it; see docs/taxonomy.md.
     response_kind = "genesys.webmessaging.SessionResponse"
 
     def __init__(
@@ -107,8 +109,13 @@ class WebMessagingTransport:
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
         resuming: bool = False,
+        clock: Clock | None = None,
+        sleep: Sleep | None = None,
     ) -> None:
         self.context = ctx
+        # the echo health check's time (injected: tests move a fake clock instead of waiting)
+        self.clock: Clock = clock or SystemClock()
+        self.sleep: Sleep = sleep or anyio.sleep
         self.executor = executor
         self.guest_token = guest_token or str(uuid.uuid4())
         self.deployment_id = deployment_id
@@ -170,13 +177,43 @@ class WebMessagingTransport:
         if failure is not None:
             await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
-        drift = self._lost_conversation(conn)
-        if drift is not None:
+        refused = self._not_connected(conn) or self._lost_conversation(conn)
+        if refused is not None:
+            # no closeSession: a guest that was not connected resumes with the same token later
             await shutdown_socket(ws, 1000, "", self._close_timeout)
-            raise OperationError(drift)
+            raise OperationError(refused)
         self._configured = True
         self._live = conn
         return conn
+
+    def _not_connected(self, conn: WebMessagingConnection) -> SdkErrorEvent | None:
+        """``connected: false``, judged as GMT's ``MessagingClientImpl.handleSessionResponse`` does:
+        with ``readOnly: true`` the conversation is over (read-only; GMT never reconnects it):
+        CONVERSATION_ENDED; otherwise the guest is not configured and the attempt failed:
+        NOT_CONNECTED (the session reconnects and resumes). Named here, decided by the taxonomy."""
+        response = conn.session_response
+        if response.get("connected") is not False:
+            return None  # connected, or the field is missing (the runtime's response check says so)
+        if response.get("readOnly") is True:
+            return self._named(CONVERSATION_ENDED, "SessionResponse connected: false, readOnly: true")
+        return self._named(NOT_CONNECTED, "SessionResponse connected: false")
+
+    def _named(self, code: str, details: str) -> SdkErrorEvent | None:
+        """The event of ``code``, or None when the active taxonomy has no such code (v1): the
+        session then behaves as that version documented."""
+        if self.executor is None:
+            return None
+        classifier = self.executor.classifier
+        if code not in classifier.taxonomy.codes:
+            return None
+        return classifier.named(
+            code,
+            platform=self.context.platform,
+            channel=self.context.channel,
+            details=details,
+            context=self.context.envelope_context(),
+            endpoint="configureSession",
+        )
 
     def _lost_conversation(self, conn: WebMessagingConnection) -> SdkErrorEvent | None:
         """The one drift a guest can see: it resumed its own token (``startNew:false``) and the
@@ -203,7 +240,8 @@ class WebMessagingTransport:
 
 
 class _Pending:
-    """An in-band request waiting for the frame that answers it (same ``tracingId``)."""
+    """An in-band request waiting for the frame that answers it: the one with its ``tracingId``, or
+    an error reply, which names none, matched as GMT matches it (:mod:`.wm_replies`)."""
 
     __slots__ = ("answer", "done", "method")
 
@@ -227,7 +265,10 @@ class WebMessagingConnection:
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._pending: dict[str, _Pending] = {}
         self._ended: RawError | None = None
-        self._echo_answered = anyio.Event()
+        # the echo health check: set by every inbound frame (any frame proves the link, §1)
+        self._heard = anyio.Event()
+        ka = transport._keepalive
+        self._health = EchoSchedule(ka.echo_interval, transport.clock.monotonic())
         self._closed = False
         #: the agent ended the conversation (a Presence Disconnect arrived)
         self.agent_disconnected = False
@@ -277,9 +318,10 @@ class WebMessagingConnection:
                 body = msg.get("body")
                 # a body that is not an object leaves every required field missing (INCOMPLETE_RESPONSE)
                 self._session = dict(body) if isinstance(body, Mapping) else {}
+                # GMT SessionResponse.kt: readOnly defaults to false when absent
                 self.read_only = self._session.get("readOnly") is True
                 return None
-            if cls in _ERROR_CLASSES:
+            if is_failure(msg):
                 return self._raw(msg, "configureSession")
             # anything else (a StructuredMessage push before the answer) is not the answer: keep reading
 
@@ -348,8 +390,29 @@ class WebMessagingConnection:
         """Receive until the connection ends; return the RawError that says why.
 
         The app-level ``echo`` health check (GMT HealthCheckProvider) runs beside the receive
-        loop; when it goes unanswered the link is aborted: close 1006, ABNORMAL_CLOSURE, reconnect.
+        loop (:meth:`_health_check`); when it goes unanswered the link is aborted: close 1006,
+        ABNORMAL_CLOSURE, reconnect.
         """
+        outcome: RawError | None = None
+        self._health.heard(self._t.clock.monotonic())  # the SessionResponse just came in
+        async with anyio.create_task_group() as tg:
+            if self._t._keepalive.echo_interval > 0:
+                tg.start_soon(self._health_check, tg.cancel_scope)
+            outcome = await self._receive(report)
+            tg.cancel_scope.cancel()
+        if outcome is None:
+            # the health check aborted the link: no close frame arrived (RFC 6455 section 7.1.5)
+            outcome = raw_from_close(1006, ctx=self._ctx)
+            self._end_requests(outcome)
+        return outcome
+
+    async def _health_check(self, scope: anyio.CancelScope) -> None:
+        """Send ``echo`` once the link was quiet ``echoInterval`` s (at most once per 30 s, GMT
+        HealthCheckProvider's cool-down); when no frame at all comes back within ``echoTimeout``
+        s, abort the link and cancel ``scope`` (the serve task group). Any inbound frame is an
+        answer, an error reply to the echo included: it proves the platform reads and writes."""
+        clock, sleep = self._t.clock, self._t.sleep
+        answer_within = self._t._keepalive.echo_timeout
         echo = json.dumps(
             {
                 "action": "echo",
@@ -358,18 +421,21 @@ class WebMessagingConnection:
                 "message": {"type": "Text", "text": "ping"},
             }
         )
-        return await serve_alive(
-            self._ws,
-            self._ctx,
-            self._t._keepalive,
-            echo,
-            self._fresh_echo_event,
-            partial(self._receive, report),
-        )
-
-    def _fresh_echo_event(self) -> anyio.Event:
-        self._echo_answered = anyio.Event()
-        return self._echo_answered
+        while True:
+            wait = self._health.due() - clock.monotonic()
+            if wait > 0:
+                await sleep(wait)
+                continue  # a frame may have come in meanwhile: the next echo moved
+            heard = self._heard = anyio.Event()
+            self._health.sent(clock.monotonic())
+            try:
+                await self._ws.send(echo)
+            except (wsx.WebSocketException, OSError):
+                return  # the link is gone: the receive loop reports how it ended
+            if not await _set_within(heard, answer_within, sleep):
+                abort_socket(self._ws)
+                scope.cancel()
+                return
 
     async def _receive(self, report: Reporter) -> RawError:
         ended = await receive_frames(
@@ -391,22 +457,34 @@ class WebMessagingConnection:
         self._closed = True
 
     def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
-        """The RawError a frame stands for, or None when it is not a failure."""
+        """The RawError a frame stands for, or None when it is not a failure (or answers a request)."""
+        # any inbound frame proves the link: the echo health check waits for one
+        self._health.heard(self._t.clock.monotonic())
+        self._heard.set()
         if msg is None:
             return malformed_frame(self._ctx, method=None, endpoint=ENDPOINT)
-        tracing = msg.get("tracingId")
-        if tracing == HEALTH_CHECK_TRACING_ID:
-            self._echo_answered.set()  # any answer to the echo proves the server reads and writes
-        method = self._requests.pop(tracing, None) if isinstance(tracing, str) else None
-        cls = msg.get("class")
-        waiter = self._pending.pop(tracing, None) if isinstance(tracing, str) else None
-        if waiter is not None:
-            # the answer to an in-band request goes to the executor, not to the runtime
-            waiter.resolve(self._raw(msg, waiter.method) if cls in _ERROR_CLASSES else msg)
-            if cls in _ERROR_CLASSES:
+        traced = msg.get("tracingId")
+        tracing = traced if isinstance(traced, str) else None
+        failure = is_failure(msg)
+        if tracing is not None:
+            method = self._requests.pop(tracing, None)
+            waiter = self._pending.pop(tracing, None)
+            if waiter is not None:
+                # the answer to an in-band request goes to the executor, not to the runtime (an
+                # echoed message is still the conversation's: it goes on to ``on_message`` below)
+                waiter.resolve(self._raw(msg, waiter.method) if failure else msg)
+                if failure:
+                    return None
+            elif failure:
+                return self._raw(msg, method or ("echo" if tracing == HEALTH_CHECK_TRACING_ID else None))
+        elif failure:
+            # error replies carry no tracingId (the vendor's fixtures): matched as GMT matches them
+            waiter = self._oldest_message() if answers_oldest_message(msg) else None
+            if waiter is not None:
+                waiter.resolve(self._raw(msg, waiter.method))
                 return None
-        elif cls in _ERROR_CLASSES:
-            return self._raw(msg, method or ("echo" if tracing == HEALTH_CHECK_TRACING_ID else None))
+            return self._raw(msg, None)
+        cls = msg.get("class")
         if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
             body = msg.get("body")
             if _is_agent_disconnect(body):
@@ -420,6 +498,15 @@ class WebMessagingConnection:
                 self._t._on_message(body)
         return None
 
+    def _oldest_message(self) -> _Pending | None:
+        """The oldest ``onMessage`` still waiting for its answer, taken off the waiting list
+        (GMT MessageStore.onMessageError: the first message still sending)."""
+        tracing = next((t for t, p in self._pending.items() if p.method == "onMessage"), None)
+        if tracing is None:
+            return None
+        self._requests.pop(tracing, None)
+        return self._pending.pop(tracing)
+
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """closeSession (only on 1000: the session is over) then a close frame; never raises."""
         if self._closed:
@@ -429,15 +516,30 @@ class WebMessagingConnection:
         if self._t._live is self:
             self._t._live = None
         if code == 1000 and self._ws.state is State.OPEN:
-            frame = json.dumps(
-                {"action": "closeSession", "token": self._t.guest_token, "closeAllConnections": True}
-            )
+            # GMT CloseSessionRequest.kt: token, closeAllConnections, a fresh tracingId, action
+            frame = self._frame("closeSession", closeAllConnections=True)
             try:
                 with anyio.move_on_after(self._t._close_timeout):
                     await self._ws.send(frame)
             except (wsx.WebSocketException, OSError):
                 pass
         await shutdown_socket(self._ws, code, reason, self._t._close_timeout)
+
+
+async def _set_within(event: anyio.Event, seconds: float, sleep: Sleep) -> bool:
+    """Whether ``event`` is set within ``seconds``, timed by ``sleep`` (the transport's clock)."""
+    answered = False
+    async with anyio.create_task_group() as tg:
+
+        async def expire() -> None:
+            await sleep(seconds)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(expire)
+        await event.wait()
+        answered = True
+        tg.cancel_scope.cancel()
+    return answered
 
 
 def _is_agent_disconnect(body: object) -> bool:

@@ -57,6 +57,27 @@ async def test_unknown_conversation_is_404_not_found(genesys: Genesys, api_clien
     assert len(genesys.sim.state.conversations) == 0
 
 
+async def test_active_conversations_are_a_conversation_entity_listing(
+    genesys: Genesys, api_client: Any
+) -> None:
+    """PY269 ``ConversationsApi.get_conversations`` (``GET /api/v2/conversations``, "active
+    conversations for the logged in user"): a ``ConversationEntityListing`` of ``Conversation``s,
+    each without ``state`` (a read never carries it). The simulator has no users: every live one."""
+    conv_api = G.ConversationsApi(api_client)
+    live = genesys.sim.create_conversation()
+    ended = genesys.sim.create_conversation()
+    for participant in ended.participants.values():  # everyone left: no longer active
+        assert genesys.sim.state.conversations.disconnect(ended, participant, "client")
+    listing = await sdk(conv_api.get_conversations)
+    assert isinstance(listing, G.ConversationEntityListing)
+    assert [c.id for c in listing.entities] == [live.id] and listing.total == 1
+    (entity,) = listing.entities
+    assert isinstance(entity, G.Conversation) and entity.state is None
+    assert {p.purpose for p in entity.participants} == {"customer", "agent"}
+    calls = await sdk(conv_api.get_conversations, communication_type="Call")
+    assert calls.entities == [] and calls.total == 0  # the simulator's conversations are messaging
+
+
 async def test_unknown_participant_and_communication_are_404(genesys: Genesys, api_client: Any) -> None:
     conv_api = G.ConversationsApi(api_client)
     cid = genesys.sim.create_conversation().id
@@ -82,7 +103,8 @@ async def test_participants_carry_their_communications(genesys: Genesys, api_cli
     try:
         cid = conversation_of(genesys, "tok-1")
         conv = await sdk(G.ConversationsApi(api_client).get_conversation, cid)
-        assert isinstance(conv, G.Conversation) and conv.id == cid and conv.state == "connected"
+        # PY269 Conversation.state: "When reading conversations, this field will never have a value present"
+        assert isinstance(conv, G.Conversation) and conv.id == cid and conv.state is None
         for participant in conv.participants:
             assert isinstance(participant, G.Participant)
             (communication,) = participant.messages  # PY269 Participant.messages: list[Message]

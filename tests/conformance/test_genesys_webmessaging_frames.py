@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from supervisor.sim.genesys.config import GenesysSimConfig
 from tests.conformance.conftest import G, Genesys, sdk
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -124,7 +125,8 @@ async def test_custom_attributes_where_each_sdk_puts_them(genesys: Genesys) -> N
             "channel": {"metadata": {"customAttributes": {"x": "y" * 3000}}},
         }
         refused = await ask(ws, too_big)
-    assert (refused["class"], refused["code"], refused["tracingId"]) == ("string", 4013, "wmj-2")
+    # GMT Response.kt customAttributeSizeTooLarge: no tracingId
+    assert (refused["class"], refused["code"], refused.get("tracingId")) == ("string", 4013, None)
     conv = genesys.sim.conversation_of("tok-2")
     assert conv is not None and conv.customer().attributes == {"A": "B", "k": "v"}
 
@@ -138,10 +140,40 @@ async def test_custom_attributes_where_each_sdk_puts_them(genesys: Genesys) -> N
         {"token": "no-action"},
     ],
 )
-async def test_every_reply_carries_the_request_tracing_id(genesys: Genesys, frame: dict[str, Any]) -> None:
+async def test_error_replies_carry_no_tracing_id(genesys: Genesys, frame: dict[str, Any]) -> None:
+    """As every error fixture of GMT (Response.kt: 4006, 4007, 4011, 4013, 4017, 5000, 400, 403):
+    a guest SDK matches an error to its request by code (MessagingClientImpl.handleError)."""
     async with connect(genesys.wm_url()) as ws:
         reply = await ask(ws, {**frame, "tracingId": "t-1"})
-    assert reply["type"] == "response" and reply["class"] == "string" and reply["tracingId"] == "t-1"
+    assert reply["type"] == "response" and reply["class"] == "string" and "tracingId" not in reply
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_error_tracing_id=True)])
+async def test_error_replies_carry_the_tracing_id_as_an_extension(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        reply = await ask(ws, {"action": "getJwt", "token": "unknown", "tracingId": "t-1"})
+    assert reply["class"] == "string" and reply["tracingId"] == "t-1"
+
+
+async def test_a_resumed_session_is_answered_as_the_vendor_fixture(genesys: Genesys) -> None:
+    """GMT Response.kt: configureSuccess (new: every field) and configureSuccessWithNewSessionFalse
+    (resumed: {"connected":true,"newSession":false})."""
+    async with connect(genesys.wm_url()) as ws:
+        new = await configure(ws, "tok-r")
+        resumed = await configure(ws, "tok-r")
+    assert {"connected", "newSession", "readOnly", "maxCustomDataBytes", "clearedExistingSession"} <= set(
+        new["body"]
+    )
+    assert resumed["body"] == {"connected": True, "newSession": False}
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_full_session_response=True)])
+async def test_a_full_resumed_session_response_is_an_option(genesys: Genesys) -> None:
+    async with connect(genesys.wm_url()) as ws:
+        await configure(ws, "tok-f")
+        resumed = await configure(ws, "tok-f")
+    assert resumed["body"]["newSession"] is False and resumed["body"]["readOnly"] is False
+    assert set(resumed["body"]) <= SESSION_RESPONSE and "maxCustomDataBytes" in resumed["body"]
 
 
 async def test_health_check_echo_keeps_the_request_metadata(genesys: Genesys) -> None:

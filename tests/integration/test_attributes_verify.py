@@ -203,8 +203,8 @@ async def test_refusals_name_the_reason(sim: GenesysSimulator, clock: FakeClock,
 async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """Seed section 3 on the read-back: a 200 without ``participants`` (the taxonomy's
-    ``genesys.rest.Conversation`` requires id, state, participants) is INCOMPLETE_RESPONSE. Judged
+    """Seed section 3 on the read-back: a 200 without ``participants`` (taxonomy v2's
+    ``genesys.rest.Conversation`` requires them, as PY269's model does) is INCOMPLETE_RESPONSE. Judged
     as it came, every attribute would look silently dropped and be sent again; it is not judged:
     the taxonomy makes the code fail-fast, so the update is flagged for manual reconciliation."""
     conv = sim.create_conversation(attributes={"survey": "unset"})

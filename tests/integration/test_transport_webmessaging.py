@@ -27,6 +27,7 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
+from tests.fake_timers import FakeTimers
 from tests.integration.conftest import Genesys, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -47,9 +48,9 @@ class RecordingClassifier(Classifier):
 CLASSIFIER = Classifier(load_taxonomy("v1"))
 # pings and echoes far apart: these tests drive the link with faults, not with keepalive timers
 QUIET = Keepalive(ping_interval=60.0, ping_timeout=30.0, echo_interval=0.0, open_timeout=5.0)
-# a short app-level health check (a protocol wait: the test waits for the echo to go unanswered)
+# the app-level health check at its defaults, timed by FakeTimers (the test moves the clock)
 HEALTH = Keepalive(
-    ping_interval=60.0, ping_timeout=30.0, echo_interval=0.2, echo_timeout=0.3, open_timeout=5.0
+    ping_interval=60.0, ping_timeout=30.0, echo_interval=30.0, echo_timeout=10.0, open_timeout=5.0
 )
 LIMIT_S = 2.0  # hang guard only
 
@@ -194,8 +195,10 @@ async def test_server_close_code_is_classified(genesys: Genesys, close: int, cod
 
 
 async def test_blackhole_is_ended_by_the_echo_health_check(genesys: Genesys) -> None:
-    conn = await transport(genesys, HEALTH).open()
+    timers = FakeTimers()
+    conn = await transport(genesys, HEALTH, clock=timers.clock, sleep=timers.sleep).open()
     rec = genesys.sim.recorder
+    start = timers.clock.monotonic()
     result: list[RawError] = []
 
     async def run() -> None:
@@ -204,13 +207,21 @@ async def test_blackhole_is_ended_by_the_echo_health_check(genesys: Genesys) -> 
     with anyio.fail_after(LIMIT_S):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
-            # the health check answers while the server reads (echo with the SDK's tracingId)
-            await wait_until(lambda: rec.ws_messages("webmessaging", "out", "echo") >= 2)
+            # quiet for echoInterval: the echo goes out, the server answers it (the SDK's tracingId)
+            await wait_until(lambda: timers.deadlines() == [start + 30.0])
+            timers.advance(30.0)
+            await wait_until(lambda: rec.ws_messages("webmessaging", "out", "echo") == 1)
+            await wait_until(lambda: timers.deadlines() == [start + 60.0])  # the next one, 30 s on
             assert not result
             genesys.sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE))
+            timers.advance(30.0)
+            # the second echo is out (never read): its answer is awaited for echoTimeout
+            await wait_until(lambda: timers.deadlines() == [start + 70.0])
+            timers.advance(10.0)
     (raw,) = result
-    # no echo reply in time: the transport aborts the link without a close frame (RFC 6455 §7.1.5)
+    # no frame in time: the transport aborts the link without a close frame (RFC 6455 §7.1.5)
     assert raw.close_code == 1006 and code_of(raw) == "ABNORMAL_CLOSURE"
+    assert rec.ws_messages("webmessaging", "out", "echo") == 1
 
 
 async def test_blackhole_is_ended_by_missing_websocket_pongs(genesys: Genesys) -> None:
@@ -371,10 +382,35 @@ async def test_session_expired_event_ends_the_connection_when_the_runtime_says_s
     await fresh.close(1001)
 
 
-async def test_4006_answer_to_a_message_fails_it_as_session_expired(genesys: Genesys) -> None:
-    """The platform tags its answer with the request's tracingId (GMT matches replies by it), so the
-    4006 is the request's answer: the message fails with SESSION_EXPIRED, a fail-fast the runner
-    turns into the session's end (SessionRunner.operation_failed)."""
+async def test_4006_is_the_sessions_and_ends_the_message_with_the_link(genesys: Genesys) -> None:
+    """The platform's 4006 carries no tracingId (GMT Response.kt ``sessionExpired``) and GMT makes it
+    the session's (``handleError``: ``transitionToStateError``), not a message's: it is reported
+    in-band; the runtime ends the session (fail-fast), and the message waiting on the link ends
+    with it as SESSION_EXPIRED (never re-sent on the dead socket)."""
+    conn = await transport(genesys).open()
+    report = Reports(keep=False)  # a STATE_CORRUPTING code: the runner answers False
+    genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, count=1, params={"mode": "code"}))
+    result: list[RawError] = []
+
+    async def run() -> None:
+        result.append(await conn.serve(report))
+
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with pytest.raises(OperationError) as info:
+                await conn.send_message("hello")
+    event = info.value.event
+    assert getattr(event, "code", None) == "SESSION_EXPIRED" and not info.value.exhausted
+    assert [code_of(r) for r in report.raws] == ["SESSION_EXPIRED"] and result == report.raws
+    assert genesys.sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 1
+
+
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_error_tracing_id=True)])
+async def test_an_error_reply_naming_its_request_answers_that_request(genesys: Genesys) -> None:
+    """The extension where error replies carry the request's tracingId (WMJ's BaseMessage reads one
+    where present): the 4006 is then that message's answer, failing it as SESSION_EXPIRED, a
+    fail-fast the runner turns into the session's end (SessionRunner.operation_failed)."""
     conn = await transport(genesys).open()
     report = Reports(keep=True)
     genesys.sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED, count=1, params={"mode": "code"}))

@@ -49,6 +49,11 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         wm_disconnect_read_only: the agent's disconnect makes the guest session read-only and says
             so in the Presence Disconnect's ``metadata.readOnly`` ("true"); off: "false", the
             session stays writable (a deployment that only displays the status) [I, GMT].
+        wm_full_session_response: answer a resumed ``configureSession`` with the full body a new
+            session gets (``maxCustomDataBytes``, ``durationSeconds``, ...) instead of the vendor
+            fixture's ``{"connected":true,"newSession":false}`` (GMT ``Response.kt``) [extension].
+        wm_error_tracing_id: error replies carry the request's ``tracingId``; the vendor's error
+            fixtures carry none (GMT ``Response.kt``) [extension].
         wm_clear_conversation: a guest's Presence ``Clear`` is honoured (``SessionClearedEvent``);
             off: 403 "Presence events Conversation Clear are not supported" (GMT ``Response.kt``).
         denied_topics: notification topic globs refused for missing permissions (``Rejected``
@@ -83,6 +88,8 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     wm_session_ttl_s: int = 259200
     wm_disconnect_read_only: bool = True
     wm_clear_conversation: bool = True
+    wm_full_session_response: bool = False
+    wm_error_tracing_id: bool = False
     denied_topics: tuple[str, ...] = ()
     wm_rate_limit: int = 60
     wm_rate_window_s: float = 60.0

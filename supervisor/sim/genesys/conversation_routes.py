@@ -6,9 +6,14 @@ Nothing is created here: an unknown conversation, participant or communication a
 message text is [I]). Conversations come from Web Messaging sessions, the admin API or the Python
 API (:mod:`.conversations`).
 
+- ``GET /api/v2/conversations`` -> ``ConversationEntityListing`` (PY269 ``get_conversations``, "the
+  active conversations of the logged-in user"; the simulator has no users, so every conversation
+  not yet disconnected [I]; ``communicationType``, the SDK's one query parameter, is accepted: the
+  simulator's conversations are all messaging, so any other type lists none [I]);
 - ``GET /api/v2/conversations/messages`` -> ``MessageConversationEntityListing`` (the simulator has
   no users, so it lists every conversation not yet disconnected);
-- ``GET /api/v2/conversations/{cid}`` -> ``Conversation``;
+- ``GET /api/v2/conversations/{cid}`` -> ``Conversation`` (no top-level ``state``: PY269 says a read
+  never carries one);
 - ``GET /api/v2/conversations/messages/{cid}`` -> ``MessageConversation``;
 - ``GET /api/v2/conversations/messages/{cid}/messages/{messageId}`` -> ``MessageData``;
 - ``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes`` (``ParticipantAttributes``)
@@ -19,8 +24,8 @@ API (:mod:`.conversations`).
   ``/conversations/{cid}/participants/{pid}`` (``MediaParticipantRequest``) -> 202, no body;
   ``{"state":"disconnected"}`` (any case, as GMT's UI test helper sends ``DISCONNECTED``) ends
   that participant's communication; the agent's end reaches the guest as a Presence Disconnect;
-- ``PATCH /api/v2/conversations/messages/{cid}`` (``Conversation{state}``) -> 200 ``Conversation``;
-  ``disconnected`` disconnects every participant;
+- ``PATCH /api/v2/conversations/messages/{cid}`` (``Conversation{state}``) -> 200 ``Conversation``
+  (as read: no ``state``); ``disconnected`` disconnects every participant;
 - ``POST /api/v2/conversations/messages/{cid}/communications/{commId}/messages`` (``AdditionalMessage``)
   -> 200 ``MessageData`` with ``normalizedMessage``; only the agent's communication may send (GMT's
   UI helper takes it from ``participants[purpose=agent].messages[0].id``); a repeated
@@ -65,6 +70,34 @@ def _participant(req: Request, conv: Conversation) -> Participant:
     if part is None:
         raise not_found()
     return part
+
+
+#: ``communicationType`` values that name messaging (the simulator's only media) [I]
+_MESSAGING_TYPES = frozenset({"message", "messages", "messaging", "webmessaging"})
+
+
+def _listing(entities: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    """One page of an entity listing (PY269 ``ConversationEntityListing``: entities, pageSize,
+    pageNumber, total, pageCount and the page URIs)."""
+    uri = f"{path}?pageSize={max(len(entities), 1)}&pageNumber=1"
+    return {
+        "entities": entities,
+        "pageSize": len(entities),
+        "pageNumber": 1,
+        "total": len(entities),
+        "pageCount": 1,
+        "firstUri": uri,
+        "lastUri": uri,
+        "selfUri": uri,
+    }
+
+
+async def list_conversations(req: Request) -> Reply:
+    kind = req.http.query.get("communicationType")
+    live = [c for c in req.ctx.state.conversations.all() if c.state != "disconnected"]
+    if kind is not None and kind.lower() not in _MESSAGING_TYPES:
+        live = []
+    return Reply(200, _listing([c.to_wire() for c in live], _CONV))
 
 
 async def list_message_conversations(req: Request) -> Reply:
@@ -249,6 +282,7 @@ _CONV = "/api/v2/conversations"
 _MSG = _CONV + "/messages/{conversationId}"
 #: literal routes first: ``/conversations/messages`` must not read as a conversation id
 CONVERSATION_ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", _CONV, list_conversations),
     ("GET", _CONV + "/messages", list_message_conversations),
     ("GET", _CONV + "/{conversationId}", get_conversation),
     ("GET", _MSG, get_message_conversation),

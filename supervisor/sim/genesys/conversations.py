@@ -8,7 +8,9 @@ id answers None, and the routes turn that into 404 ``not.found`` (platforms.md Â
 
 Shapes follow ``PureCloudPlatformClientV2`` 269.0.0 (PY269):
 
-- ``models/conversation.py`` ``Conversation``: ``id, startTime, endTime, participants, state, selfUri``;
+- ``models/conversation.py`` ``Conversation``: ``id, startTime, endTime, participants, selfUri``; **no**
+  ``state`` on a read ("When reading conversations, this field will never have a value present":
+  it is an update's input only);
 - ``models/participant.py`` ``Participant``: ``id, startTime, endTime, connectedTime, userId, purpose,
   participantType, attributes, messages[Message]`` and **no** participant-level ``state``;
 - ``models/message.py`` ``Message`` (one messaging communication): ``id`` (the communicationId),
@@ -161,7 +163,8 @@ class Conversation:
 
     @property
     def state(self) -> str:
-        """``connected`` while anyone is connected, then ``disconnected`` (PY269 Conversation.state)."""
+        """``connected`` while anyone is connected, then ``disconnected``: the simulator's own view,
+        never on the wire (PY269 ``Conversation.state`` has no value when read)."""
         return "connected" if any(p.connected for p in self.participants.values()) else "disconnected"
 
     def communication(self, communication_id: str) -> Participant | None:
@@ -175,12 +178,12 @@ class Conversation:
             del self.transcript[: len(self.transcript) - keep]
 
     def to_wire(self) -> dict[str, Any]:
-        """PY269 ``Conversation`` (``GET /api/v2/conversations/{id}``)."""
+        """PY269 ``Conversation`` (``GET /api/v2/conversations/{id}``): without ``state``, which a
+        read never carries (PY269); who is connected is each participant's ``messages[].state``."""
         out: dict[str, Any] = {
             "id": self.id,
             "startTime": self.start_time,
             "participants": [p.to_wire() for p in self.participants.values()],
-            "state": self.state,
             "selfUri": f"/api/v2/conversations/{self.id}",
         }
         if self.end_time is not None:

@@ -3,23 +3,30 @@
 Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","class","code","body",
 "tracingId"?}``. Actions:
 
-- ``configureSession`` -> ``SessionResponse`` ``{connected, newSession, readOnly, maxCustomDataBytes,
-  clearedExistingSession, durationSeconds, expirationDate}``: only what the platform sends (GMT
-  ``SessionResponse.kt``; no conversation id reaches a guest, issue 14). A known token resumes
-  (``newSession:false``); ``startNew:true`` after the agent disconnected starts a new conversation.
-  Opening the same token on another connection pushes ``ConnectionClosedEvent`` to the older one
-  and closes it (1000).
-- ``onMessage`` -> the message echoed as ``type:"message"`` StructuredMessage (Inbound); custom
-  attributes are read from the frame's top-level ``channel.metadata`` (WMJ) and the message's own
-  (GMT) and stored on the customer participant. A Presence ``Clear`` ends the session with
-  ``SessionClearedEvent``. Errors: 4007 session not found, 4006 session expired, 4011 message
-  too long, 4013 custom attributes too large, 4029 ``TooManyRequestsErrorMessage`` (per-session
-  rate [I] or a fault), 400 once the conversation is read-only [I].
+- ``configureSession`` -> ``SessionResponse``: a new session gets ``{connected, newSession,
+  readOnly, maxCustomDataBytes, clearedExistingSession, durationSeconds, expirationDate}`` (GMT
+  ``Response.kt`` ``configureSuccess``), a resumed one ``{"connected":true,"newSession":false}``
+  (``configureSuccessWithNewSessionFalse``; plus ``readOnly:true`` when it is [I]); the full body on
+  a resume too with ``wm_full_session_response`` (an extension). No conversation id reaches a guest
+  (issue 14). A known token resumes; ``startNew:true`` after the agent disconnected starts a new
+  conversation. Opening the same token on another connection pushes ``ConnectionClosedEvent`` to
+  the older one and closes it (1000).
+- ``onMessage`` -> the message echoed as ``type:"message"`` StructuredMessage (Inbound) with the
+  request's ``tracingId`` (GMT ``Response.kt`` ``onMessage``); custom attributes are read from the
+  frame's top-level ``channel.metadata`` (WMJ) and the message's own (GMT) and stored on the
+  customer participant. A Presence ``Clear`` ends the session with ``SessionClearedEvent``.
+  Errors: 4007 session not found, 4006 session expired, 4011 message too long, 4013 custom
+  attributes too large, 4029 ``TooManyRequestsErrorMessage`` (per-session rate [I] or a fault),
+  400 once the conversation is read-only [I].
 - ``echo`` -> ``type:"response"`` StructuredMessage with the request's ``tracingId``.
-- ``getJwt`` -> ``JwtResponse {jwt, exp}``; ``closeSession`` -> ``ConnectionClosedEvent`` then close 1000.
+- ``getJwt`` -> ``JwtResponse {jwt, exp}``; ``closeSession`` ends the session: the requester gets a
+  ``SessionResponse`` with ``connected: false`` on its open socket, the session's other connections
+  (``closeAllConnections``) a ``ConnectionClosedEvent`` and close 1000 (GMT
+  ``MessagingClientImpl.closeAllConnectionsForTheSession``).
 - anything malformed -> ``{"type":"response","class":"string","code":400,"body":"Request failed."}``.
-Every ``type:"response"`` frame carries the request's ``tracingId`` when it had one (GMT matches
-replies by it: ``MessageStore.kt``), errors included.
+Error replies carry **no** ``tracingId``, as every error fixture of the vendor (GMT ``Response.kt``);
+GMT fails its oldest message still sending (``MessageStore.onMessageError``).
+``wm_error_tracing_id`` echoes the request's ``tracingId`` on errors too (an extension).
 Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, SESSION_EXPIRED
 (``mode:"code"`` 4006 on the next request; ``mode:"event"`` SessionExpiredEvent pushed now),
 CONNECTION_CLOSED_EVENT, MISSING_FIELDS / MALFORMED_BODY on SessionResponse,
@@ -49,6 +56,7 @@ from supervisor.sim.genesys.wm_frames import (
     custom_attributes,
     has_presence,
     inbound_body,
+    resumed_body,
     session_body,
     too_large,
 )
@@ -125,7 +133,7 @@ class WebMessagingServer(GuestConnections):
         traced = msg.get("tracingId") if isinstance(msg, dict) else None
         tracing = traced if isinstance(traced, str) else None
         if not isinstance(msg, dict) or not isinstance(action, str):
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
         token = msg.get("token")
         key = token if isinstance(token, str) and token else self.listener.conns.get(conn, "")
@@ -139,7 +147,7 @@ class WebMessagingServer(GuestConnections):
                 await self._send(conn, early[0], early[1])
                 return
         if not isinstance(token, str) or not token or len(token) > 256:
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
         if action == "configureSession":
             await self._configure(conn, deployment, token, msg, tracing)
@@ -153,25 +161,36 @@ class WebMessagingServer(GuestConnections):
             await self._close_session(conn, token, msg, tracing)
         elif action in _UNSUPPORTED:
             await self._send(
-                conn, wm_error(WmCode.FEATURE_UNAVAILABLE, "Feature unavailable.", tracing), "string"
+                conn, self._error(WmCode.FEATURE_UNAVAILABLE, "Feature unavailable.", tracing), "string"
             )
         else:
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
 
     def _early_fault(self, key: str, tracing: str | None) -> tuple[bytes, str] | None:
         gate = self.ctx.gate
         if gate.hit(FaultKind.SERVER_ERROR_BURST, key, ENDPOINT) is not None:
-            return wm_error(WmCode.UNEXPECTED_ERROR, _FAILED, tracing), "string"
+            return self._error(WmCode.UNEXPECTED_ERROR, _FAILED, tracing), "string"
         storm = gate.hit(FaultKind.RATE_LIMIT_STORM, key, ENDPOINT)
         if storm is not None:
             return self._too_many(retry_after_seconds(storm.params.get("retry_after")), tracing)
         return None
 
+    def _error(self, code: int, text: str, tracing: str | None) -> bytes:
+        """An error reply (``class:"string"``). Without a ``tracingId``, as every error fixture of
+        the vendor has it (GMT ``Response.kt``: 4006, 4007, 4011, 4013, 4017, 5000, 400, 403);
+        ``wm_error_tracing_id`` echoes the request's (an extension)."""
+        return wm_error(code, text, self._error_tracing(tracing))
+
+    def _error_tracing(self, tracing: str | None) -> str | None:
+        return tracing if self.ctx.config.wm_error_tracing_id else None
+
     def _too_many(self, retry_after: int | None, tracing: str | None) -> tuple[bytes, str]:
+        """4029 as GMT ``Response.kt`` ``tooManyRequests`` has it: class ``TooManyRequestsErrorMessage``,
+        code 429, body ``{retryAfter, errorCode: 4029, errorMessage}``, no ``tracingId``."""
         body: dict[str, Any] = {"errorCode": 4029, "errorMessage": "Message rate too high for this session"}
         if retry_after is not None:
             body = {"retryAfter": retry_after, **body}
-        payload = wm_envelope("response", WmClass.TOO_MANY_REQUESTS, 429, body, tracing)
+        payload = wm_envelope("response", WmClass.TOO_MANY_REQUESTS, 429, body, self._error_tracing(tracing))
         return payload, WmClass.TOO_MANY_REQUESTS.value
 
     def _session(
@@ -180,11 +199,11 @@ class WebMessagingServer(GuestConnections):
         """The configured session of this connection, or the 4007/4006 error to answer (with the tracingId)."""
         sess = self.ctx.state.sessions.get(token)
         if sess is None or self.token_of.get(conn) != token:
-            return None, wm_error(WmCode.SESSION_NOT_FOUND, "session not found", tracing)
+            return None, self._error(WmCode.SESSION_NOT_FOUND, "session not found", tracing)
         if self.ctx.gate.hit(FaultKind.SESSION_EXPIRED, token, ENDPOINT) is not None:
             sess.expired = True
         if self.ctx.state.session_expired(sess):
-            return None, wm_error(WmCode.SESSION_HAS_EXPIRED, "session expired", tracing)
+            return None, self._error(WmCode.SESSION_HAS_EXPIRED, "session expired", tracing)
         return sess, b""
 
     async def _configure(
@@ -193,12 +212,14 @@ class WebMessagingServer(GuestConnections):
         state = self.ctx.state
         frame_deployment = msg.get("deploymentId")
         if frame_deployment is not None and frame_deployment != deployment:
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
         sess = state.sessions.get(token)
         start_new = msg.get("startNew") is True
         if sess is not None and state.session_expired(sess) and not start_new:
-            await self._send(conn, wm_error(WmCode.SESSION_HAS_EXPIRED, "session expired", tracing), "string")
+            await self._send(
+                conn, self._error(WmCode.SESSION_HAS_EXPIRED, "session expired", tracing), "string"
+            )
             return
         new = sess is None or (start_new and (sess.read_only or state.session_expired(sess)))
         if new:
@@ -212,13 +233,17 @@ class WebMessagingServer(GuestConnections):
         self.listener.rekey(conn, token)
         now_epoch = self.ctx.clock.time()
         remaining = max(0, math.ceil(sess.expires_at - self.ctx.clock.monotonic()))
-        body: Any = session_body(
-            new=new,
-            read_only=sess.read_only,
-            max_custom_data_bytes=self.ctx.config.max_custom_data_bytes,
-            duration_s=self.ctx.config.wm_session_ttl_s,
-            expiration_epoch=int(now_epoch + remaining),
-        )
+        body: Any
+        if new or self.ctx.config.wm_full_session_response:
+            body = session_body(
+                new=new,
+                read_only=sess.read_only,
+                max_custom_data_bytes=self.ctx.config.max_custom_data_bytes,
+                duration_s=self.ctx.config.wm_session_ttl_s,
+                expiration_epoch=int(now_epoch + remaining),
+            )
+        else:
+            body = resumed_body(read_only=sess.read_only)
         # the guest protocol names no conversation, so CONVERSATION_DRIFT has nothing to change here
         body = self.ctx.gate.after(token, ENDPOINT, body, None)
         if isinstance(body, bytes):  # MALFORMED_BODY: the whole frame is broken JSON
@@ -238,21 +263,23 @@ class WebMessagingServer(GuestConnections):
         mtype = message.get("type") if isinstance(message, dict) else None
         text = message.get("text") if isinstance(message, dict) else None
         if not isinstance(message, dict) or mtype not in ("Text", "Event", "Structured"):
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
         if (mtype == "Text" and not isinstance(text, str)) or sess.read_only:
             # [I] GMT refuses to send once read-only; the server's answer is not documented
-            await self._send(conn, wm_error(400, _FAILED, tracing), "string")
+            await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
         if isinstance(text, str) and len(text) > self.ctx.config.max_message_chars:
-            await self._send(conn, wm_error(WmCode.MESSAGE_TOO_LONG, "message too long", tracing), "string")
+            await self._send(
+                conn, self._error(WmCode.MESSAGE_TOO_LONG, "message too long", tracing), "string"
+            )
             return
         custom = custom_attributes(msg, message)
         limit = self.ctx.config.max_custom_data_bytes
         if custom is not None and too_large(custom, limit):
             text_4013 = f"Custom Attributes in channel metadata is larger than {limit} bytes"
             code = WmCode.CUSTOM_ATTRIBUTE_SIZE_TOO_LARGE
-            await self._send(conn, wm_error(code, text_4013, tracing), "string")
+            await self._send(conn, self._error(code, text_4013, tracing), "string")
             return
         if not self.ctx.state.session_rate_check(sess):
             window_left = sess.window_start + self.ctx.config.wm_rate_window_s - self.ctx.clock.monotonic()
@@ -284,7 +311,7 @@ class WebMessagingServer(GuestConnections):
         and close (GMT reports reason ``ConversationCleared``); or 403 when the deployment disables it."""
         if not self.ctx.config.wm_clear_conversation:
             forbidden = "Presence events Conversation Clear are not supported"
-            await self._send(conn, wm_error(403, forbidden, tracing), "string")
+            await self._send(conn, self._error(403, forbidden, tracing), "string")
             return
         self.ctx.state.sessions.pop(token, None)
         cleared = wm_envelope("message", WmClass.SESSION_CLEARED_EVENT, 200, {})
@@ -334,10 +361,18 @@ class WebMessagingServer(GuestConnections):
         if sess is None:
             await self._send(conn, error, "string")
             return
-        targets = list(self.by_token.get(token, ())) if msg.get("closeAllConnections") is True else [conn]
         del self.ctx.state.sessions[token]
-        for target in targets:
-            self._closed_event(target, None)
+        if msg.get("closeAllConnections") is True:
+            # GMT MessagingClientImpl.closeAllConnectionsForTheSession: the other connections of the
+            # session get a ConnectionClosedEvent (and are closed, as on a session opened elsewhere)
+            for other in list(self.by_token.get(token, ())):
+                if other is not conn:
+                    self._closed_event(other, None)
+        # ...and the requester "a SessionResponse with connected=false", on its open socket (GMT then
+        # configures a new chat on it); readOnly true as GMT's test answers it [I]
+        body = {"connected": False, "newSession": False, "readOnly": True}
+        payload = wm_envelope("response", WmClass.SESSION_RESPONSE, 200, body, tracing)
+        await self._send(conn, payload, WmClass.SESSION_RESPONSE.value)
 
 
 def _conn_key(conn: ServerConnection) -> str:

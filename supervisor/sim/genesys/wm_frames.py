@@ -4,8 +4,10 @@ The bodies are the fields of the guest SDKs' models (GMT = genesys-messenger-tra
 ``transport/src/commonMain/.../shyrka/receive/``, WMJ = web-messaging-sdk-java ``model/``):
 
 - ``SessionResponse`` (GMT ``SessionResponse.kt``): ``connected, newSession, readOnly,
-  maxCustomDataBytes, clearedExistingSession`` plus the optional ``durationSeconds, expirationDate``.
-  There is no conversation id, agent or status anywhere in the guest protocol (issue 14).
+  maxCustomDataBytes, clearedExistingSession`` plus the optional ``durationSeconds, expirationDate``
+  for a new session (GMT ``Response.kt`` ``configureSuccess``); a resumed one is
+  ``{connected, newSession}`` only (``configureSuccessWithNewSessionFalse``). There is no
+  conversation id, agent or status anywhere in the guest protocol (issue 14).
 - ``StructuredMessage`` (GMT ``StructuredMessage.kt``): ``id, type, text, direction,
   channel{time,messageId}, content, metadata, events, originatingEntity``.
 
@@ -22,6 +24,7 @@ __all__ = [
     "disconnect_body",
     "has_presence",
     "inbound_body",
+    "resumed_body",
     "session_body",
     "too_large",
 ]
@@ -86,6 +89,17 @@ def session_body(
         "durationSeconds": duration_s,
         "expirationDate": expiration_epoch,
     }
+
+
+def resumed_body(*, read_only: bool) -> dict[str, Any]:
+    """The ``SessionResponse`` body of a resumed session, as GMT's fixture of one has it
+    (``androidUnitTest/.../util/Response.kt`` ``configureSuccessWithNewSessionFalse``):
+    ``{"connected": true, "newSession": false}``; GMT defaults every other field (``readOnly``
+    false). A read-only session says so (``readOnly: true``), else the guest could not know [I]."""
+    body: dict[str, Any] = {"connected": True, "newSession": False}
+    if read_only:
+        body["readOnly"] = True
+    return body
 
 
 def inbound_body(msg_id: str, time: str, message: dict[str, Any]) -> dict[str, Any]:
