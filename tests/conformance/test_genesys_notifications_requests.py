@@ -230,7 +230,9 @@ async def test_the_daemon_rolls_over_with_py269s_requests_and_closes_the_old_cha
                 await recorder.socket_closing(first)
                 await wait_until(lambda: len(rollovers) == 1)
                 second = conn.channel_id
-                await wait_until(lambda: any(s.kind == "ws-close" and s.channel == first for s in recorder.seen))
+                await wait_until(
+                    lambda: any(s.kind == "ws-close" and s.channel == first for s in recorder.seen)
+                )
                 await conn.close(1000)
                 tg.cancel_scope.cancel()
     assert recorder.http() == [
