@@ -138,3 +138,41 @@ async def test_sessions_filling_the_quota_refuse_an_overlap_at_once_and_release_
     assert quota.held == 0 and quota.overlaps == 0
     with pytest.raises(ValueError, match="limit"):
         ChannelQuota(limit=0)
+
+
+# -- what the bus and the socket API carry ----------------------------------------------------------------
+
+
+def test_a_rollover_event_in_its_wire_form_and_its_stream() -> None:
+    from supervisor.api.messages import parse_subscription
+    from supervisor.events import ConnectionRolledOver, Correlation, Published, wire
+
+    event = ConnectionRolledOver(
+        "n-1",
+        RolloverReason.PLATFORM_SIGNAL,
+        "streaming-1-old",
+        "streaming-2-new",
+        True,
+        0.01234,
+        1,
+        "2026-12-01T10:00:00.000Z",
+        "SOCKET_CLOSING",
+    )
+    line = wire(Published(7, "boot", event, Correlation("n-1", platform_session_id="streaming-2-new")))
+    assert line == {
+        "event": "CONNECTION_ROLLED_OVER",
+        "sessionId": "n-1",
+        "platformSessionId": "streaming-2-new",
+        "timestamp": "2026-12-01T10:00:00.000Z",
+        "reason": "PLATFORM_SIGNAL",
+        "previous": "streaming-1-old",
+        "current": "streaming-2-new",
+        "makeBeforeBreak": True,
+        "overlapS": 0.012,
+        "duplicatesDropped": 1,
+        "code": "SOCKET_CLOSING",
+        "seq": 7,
+        "bootId": "boot",
+    }
+    sub = parse_subscription({"streams": ["rollovers"]}, known_states=frozenset({"active"}))
+    assert sub.wants_event("CONNECTION_ROLLED_OVER") and not sub.wants_event("RETRY_ATTEMPT")
