@@ -337,6 +337,7 @@ class NotificationsConnection:
         self._closed = False
         self.heartbeats = 0
         self.rollovers = 0
+        self.sink_failures = 0
         # the runtime's hook (transports/base.py Rolling): told after each rollover
         self.on_rolled_over: Callable[[Rollover], None] | None = None
 
@@ -358,8 +359,9 @@ class NotificationsConnection:
     async def serve(self, report: Reporter) -> RawError:
         """Serve until the channel ends and cannot be replaced; return the RawError that says why.
 
-        Raises OperationError / TransportFailure when a rollover fails (its REST calls spent their
-        retries, the new socket was refused): the runtime reconnects or ends the session on it.
+        Raises OperationError / TransportFailure (or CircuitOpenError) when a rollover fails (its REST
+        calls spent their retries, the new socket was refused): the runtime reconnects or ends the
+        session on it. The failure is raised as itself, never inside an exception group.
         """
         send, receive = anyio.create_memory_object_stream[Signal](math.inf)
         outcome: RawError | None = None
@@ -370,7 +372,7 @@ class NotificationsConnection:
                 self._start(self._link)
                 try:
                     outcome = await self._control(receive, report)
-                except (OperationError, TransportFailure) as exc:
+                except Exception as exc:  # re-raised below, outside the task group that would wrap it
                     failure = exc
                 finally:
                     tg.cancel_scope.cancel()
@@ -542,8 +544,13 @@ class NotificationsConnection:
 
     def _deliver(self, link: ChannelLink, message: Mapping[str, Any]) -> None:
         sink = self._t.on_event
-        if self._dedupe.admit(link.channel_id, message) and sink is not None:
+        if not self._dedupe.admit(link.channel_id, message) or sink is None:
+            return
+        try:
             sink(message)
+        except Exception:
+            # an embedder's sink that fails must not end the session's channel: counted, not raised
+            self.sink_failures += 1
 
     def _heartbeat(self) -> None:
         self.heartbeats += 1

@@ -20,10 +20,11 @@ import anyio
 import msgspec
 import pytest
 
+from machines.circuit import CircuitConfig
 from machines.registry import CircuitRegistry
 from supervisor.boundary import SessionContext
 from supervisor.config import Keepalive, Secret
-from supervisor.errors import OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
@@ -86,11 +87,12 @@ def make(
     *,
     classifier: Classifier = V2,
     quota: ChannelQuota | None = None,
+    circuits: CircuitConfig | None = None,
 ) -> Notif:
     tokens = TokenCache(
         GenesysClientCredentials(g.http, g.sim.urls["login"], "client", Secret("secret")), g.clock
     )
-    executor = RetryExecutor(classifier, CircuitRegistry(g.clock), g.clock, sleep=no_sleep)
+    executor = RetryExecutor(classifier, CircuitRegistry(g.clock, circuits), g.clock, sleep=no_sleep)
     pipeline = RequestPipeline(g.http, executor, tokens=tokens)
     sleep = ClockSleep(g.clock)
     events: list[Mapping[str, Any]] = []
@@ -137,8 +139,8 @@ async def served() -> AsyncIterator[Callable[[Notif], Any]]:
             async def run() -> None:
                 try:
                     out.result.append(await conn.serve(n.runtime))
-                except (OperationError, TransportFailure) as exc:
-                    out.failure.append(exc)
+                except (OperationError, TransportFailure, CircuitOpenError) as exc:
+                    out.failure.append(exc)  # as itself: an exception group would fail the test
 
             tg.start_soon(run)
             return out
@@ -539,6 +541,37 @@ async def test_a_rollover_that_cannot_create_a_channel_ends_the_connection(
     await s.conn.close(1001)  # the runtime closes what is left, then reconnects
     await wait_until(lambda: genesys.sim.recorder.connections_open("streaming") == 0)
     assert n.transport.quota.held == 0 and n.transport.quota.overlaps == 0
+
+
+async def test_a_rollover_refused_by_an_open_circuit_raises_that_refusal(
+    genesys: Genesys, served: Any
+) -> None:
+    n = make(genesys, circuits=CircuitConfig(failure_threshold=1))
+    s = await served(n)
+    genesys.sim.faults.inject(
+        Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint="POST /api/v2/notifications/channels")
+    )
+    genesys.sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING, params={"lead_s": 30}))
+    await wait_until(lambda: len(s.failure) == 1)
+    assert isinstance(s.failure[0], CircuitOpenError)  # the runtime defers the reconnection on it
+    await s.conn.close(1001)
+    assert n.transport.quota.held == 0
+
+
+async def test_a_failing_event_sink_does_not_end_the_channel(genesys: Genesys, served: Any) -> None:
+    n = make(genesys)
+
+    def broken(event: Mapping[str, Any]) -> None:
+        n.events.append(event)
+        raise RuntimeError("the embedder's sink failed")
+
+    n.transport.on_event = broken
+    s = await served(n)
+    for i in range(2):
+        assert genesys.sim.publish(TOPIC, {"n": i}) == 1
+    await wait_until(lambda: len(n.events) == 2)
+    assert s.conn.sink_failures == 2 and not s.result and not s.failure
+    await s.conn.close(1000)
 
 
 # -- open fails ------------------------------------------------------------------------------------------
