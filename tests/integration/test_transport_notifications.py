@@ -394,6 +394,30 @@ async def test_a_channel_is_renewed_before_it_expires(genesys: Genesys, served: 
     await s.conn.close(1000)
 
 
+@pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=3600)])
+async def test_a_channel_that_expired_unnoticed_is_replaced_on_its_404(genesys: Genesys, served: Any) -> None:
+    """The host slept through the renewal (the clock jumps past the hour, the timer is not woken):
+    the platform's 404 on the expired channel is answered by a new channel all the same."""
+    n = make(genesys)
+    s = await served(n)
+    old = s.conn.channel_id
+    await wait_until(lambda: n.sleep.sleeping >= 1)  # the renewal timer is parked on the clock
+    genesys.clock.advance(3600)  # not through the sleep: the renewal timer does not run first
+    genesys.sim.tick()
+    await wait_until(lambda: len(n.rollovers) == 1)
+    (rollover,) = n.rollovers
+    assert (rollover.reason, rollover.code, rollover.previous, rollover.make_before_break) == (
+        RolloverReason.PLATFORM_SIGNAL,
+        "CHANNEL_LOST",
+        old,
+        False,
+    )
+    assert n.runtime.codes == ["CHANNEL_LOST"] and not s.result and not s.failure
+    assert genesys.sim.publish(TOPIC, {"after": "expiry"}) == 1
+    await wait_until(lambda: len(n.events) == 1)
+    await s.conn.close(1000)
+
+
 @pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=3600)])
 async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     genesys: Genesys, served: Any
