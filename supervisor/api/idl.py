@@ -53,7 +53,8 @@ type Filter (
 # Call with more: true. Replies, each with a type: snapshot (bootId, seq, sessions), delta (seq,
 # sessionId, state, previous, at, reason, platform, attempts, lastError, circuit), event (an
 # opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason).
-# streams: circuits, retries, throttling, terminations, errors, backpressure, attributes, control, daemon, all.
+# streams: circuits, retries, throttling, rollovers, terminations, errors, backpressure, attributes,
+# control, daemon, all.
 method Subscribe(filter: ?Filter, streams: ?[]string) -> (
   type: string,
   bootId: ?string,

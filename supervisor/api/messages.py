@@ -46,6 +46,8 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "retries": frozenset({"RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}),
     "throttling": frozenset({"RECONNECTION_THROTTLED"}),
+    # a connection replaced in place, the session still active (issue 22: a notifications rollover)
+    "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
     "terminations": frozenset({"SESSION_TERMINATED"}),
     "errors": frozenset({"SDK_ERROR_CLASSIFIED"}),
     # attribute updates (issue 13): a tenant's queue full, and drained again

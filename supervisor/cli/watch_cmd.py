@@ -52,8 +52,8 @@ _FIRST_REPLY_TIMEOUT_S = 10.0
     "streams",
     multiple=True,
     type=click.Choice((*STREAMS, ALL_STREAMS)),
-    help="Also stream these events (repeatable): circuits, retries, throttling, terminations, errors, "
-    "backpressure, attributes, control, daemon, or all.",
+    help="Also stream these events (repeatable): circuits, retries, throttling, rollovers, terminations, "
+    "errors, backpressure, attributes, control, daemon, or all.",
 )
 def watch(
     socket_path: Path | None,

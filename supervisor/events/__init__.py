@@ -39,11 +39,13 @@ from supervisor.events.daemon import (
     EventsDropped,
 )
 from supervisor.events.session import (
+    ConnectionRolledOver,
     ErrorClassified,
     ReconnectionThrottled,
     RetryAttempt,
     RetryExhausted,
     RetrySuccess,
+    RolloverReason,
     SessionTerminated,
     SessionTransition,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "CircuitHalfOpened",
     "CircuitOpened",
     "CircuitTransition",
+    "ConnectionRolledOver",
     "Correlation",
     "DaemonForcedExit",
     "DaemonStarted",
@@ -70,6 +73,7 @@ __all__ = [
     "RetryExhausted",
     "RetryKind",
     "RetrySuccess",
+    "RolloverReason",
     "SessionTerminated",
     "SessionTransition",
     "TerminationReason",

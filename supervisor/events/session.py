@@ -1,9 +1,10 @@
 """A session's events: its transitions, the seed's retry telemetry (section 2), its termination
-(section 3) and the classified failure (section 1).
+(section 3), the classified failure (section 1) and a connection replaced in place (a rollover).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,11 +12,13 @@ from supervisor.events.base import REVOKE_AND_REAUTHENTICATE, Event, RetryKind, 
 from supervisor.taxonomy.model import SdkErrorEvent, Trigger
 
 __all__ = [
+    "ConnectionRolledOver",
     "ErrorClassified",
     "ReconnectionThrottled",
     "RetryAttempt",
     "RetryExhausted",
     "RetrySuccess",
+    "RolloverReason",
     "SessionTerminated",
     "SessionTransition",
 ]
@@ -208,3 +211,57 @@ class ErrorClassified(Event):
 
     def fields(self) -> dict[str, Any]:
         return self.event.as_json()
+
+
+class RolloverReason(enum.StrEnum):
+    """Why a session's connection was replaced in place (docs/runtime.md, "Notifications rollover")."""
+
+    # the platform said so on the channel (v2.system.socket_closing, {"result":"404"},
+    # v2.system.token_revoked, v2.system.no_longer_subscribed): the event's ``code`` names it
+    PLATFORM_SIGNAL = "PLATFORM_SIGNAL"
+    # the channel's own ``expires`` is near (Genesys channels live 24 h)
+    CHANNEL_EXPIRING = "CHANNEL_EXPIRING"
+    # the token that created the channel expires soon: the platform drops the channel with it
+    TOKEN_EXPIRING = "TOKEN_EXPIRING"
+    # the credential's token was replaced (a refresh): the channel still rides on the old one
+    TOKEN_REPLACED = "TOKEN_REPLACED"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRolledOver(Event):
+    """A session's connection was replaced without the session leaving ``active``.
+
+    A Genesys notifications channel rolls over make-before-break: the new channel is created,
+    connected and subscribed (one request, every topic) before the old one is closed, and an
+    event seen on both is delivered once. ``make_before_break`` is False when the old channel was
+    already gone (a 404) or the 20-channel quota left no room for two at once.
+    """
+
+    name: ClassVar[str] = "CONNECTION_ROLLED_OVER"
+    session_id: str
+    reason: RolloverReason
+    # the platform ids of the connection before and after (a notifications channel id)
+    previous: str | None
+    current: str | None
+    make_before_break: bool
+    # seconds both channels were open, and the events the overlap carried twice (delivered once)
+    overlap_s: float
+    duplicates_dropped: int
+    timestamp: str
+    # the taxonomy code of the platform's signal (PLATFORM_SIGNAL), e.g. SOCKET_CLOSING
+    code: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "timestamp": self.timestamp,
+            "sessionId": self.session_id,
+            "reason": self.reason.value,
+            "previous": self.previous,
+            "current": self.current,
+            "makeBeforeBreak": self.make_before_break,
+            "overlapS": round(self.overlap_s, 3),
+            "duplicatesDropped": self.duplicates_dropped,
+        }
+        if self.code is not None:
+            out["code"] = self.code
+        return out

@@ -13,6 +13,9 @@
   session id, the agent): transports report it through ``connection.learned``; the runner
   merges it into its immutable :class:`~supervisor.boundary.SessionContext` and builds every
   correlation from there.
+* A connection that rolls over in place (a Genesys notifications channel replaced before the
+  platform drops it, transports/base.py ``Rolling``) stays the session's connection: the runner
+  takes what the new side learned and publishes CONNECTION_ROLLED_OVER; the session stays active.
 * On termination the session's stored record is deleted, the credential's cached token too when
   the taxonomy flags the failure ``revokesCredential``, subscribers get SESSION_TERMINATED with
   REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE, and nothing reconnects: only a new runner (a full
@@ -33,16 +36,16 @@ from machines.pacing import Pacer, PacerReport, echo_of_throttle
 from machines.session import SessionConfig, SessionCore, SessionState
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
-from supervisor.clock import Clock, Rng
+from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
-from supervisor.events import Correlation, ErrorClassified
+from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.executor import throttles
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.in_flight import InFlight
 from supervisor.runtime.publish import publish_effects, publish_pacing
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
-from supervisor.transports.base import Connection, MessageSender, Transport
+from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -334,6 +337,8 @@ class SessionRunner:
         if self.core.state is not SessionState.ACTIVE:
             return
         self._remember(context)
+        if isinstance(connection, Rolling):
+            connection.on_rolled_over = self._rolled_over
         await self._serve(connection)
 
     async def _open(self) -> Connection:
@@ -425,6 +430,26 @@ class SessionRunner:
             return False
         self._execute(self.core.failure(event))
         return not self.core.terminated
+
+    def _rolled_over(self, rollover: Rollover) -> None:
+        """The live connection replaced its platform side in place: keep what the new side is (its
+        platform id) and say so; the session stays active (issue 22, point 8)."""
+        connection = self._connection
+        if connection is None or self.core.terminated:
+            return
+        self._remember(self._context.learned(connection.learned))
+        event = ConnectionRolledOver(
+            self.session_id,
+            rollover.reason,
+            rollover.previous,
+            rollover.current,
+            rollover.make_before_break,
+            rollover.overlap_s,
+            rollover.duplicates_dropped,
+            iso_utc(self._clock.time()),
+            rollover.code,
+        )
+        self._bus.publish(event, self.correlation())
 
     # ------------------------------------------------------------------ effects
     def _execute(self, effects: list[Effect]) -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import anyio
 import httpx
@@ -40,6 +42,10 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
+from supervisor.transports.channel_quota import ChannelQuota
+
+#: what a notifications session's events are handed to, with the session id (an embedder's hook)
+NotificationSink = Callable[[str, Mapping[str, Any]], None]
 
 __all__ = ["SESSIONS_PER_CLIENT", "Wiring"]
 
@@ -61,6 +67,7 @@ class Wiring:
         environ: Mapping[str, str] | None = None,
         sleep: Sleep = anyio.sleep,
         hooks: Sequence[ExecutorHooks] = (),
+        notification_sink: NotificationSink | None = None,
     ) -> None:
         self.config = config
         self.bus = bus if bus is not None else EventBus()
@@ -95,6 +102,9 @@ class Wiring:
         self._shards: dict[str, list[RequestPipeline]] = {}
         self.secrets: dict[str, tuple[Secret | None, ...]] = {}
         self._clients: dict[str, list[httpx.AsyncClient]] = {}
+        # Genesys' 20 notification channels per user and app: one count per OAuth client id
+        self.channel_quotas: dict[str, ChannelQuota] = {}
+        self.notification_sink = notification_sink
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -272,12 +282,18 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # platforms.md section 2: the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
+            sink = self.notification_sink
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for("genesys", spec.id),
                 api_url=gen.api_url,
                 topics=topics,
                 keepalive=gen.keepalive,
+                clock=self.clock,
+                sleep=self.sleep,
+                # every session of one OAuth client shares the client's 20 channels
+                quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
+                on_event=None if sink is None else partial(sink, spec.id),
             )
             return nt, "genesys:streaming"
         from supervisor.transports.cxone import AgentSessionTransport

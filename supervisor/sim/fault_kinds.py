@@ -52,6 +52,8 @@ class FaultKind(enum.StrEnum):
     SESSION_EXPIRED = "session_expired"
     CONNECTION_CLOSED_EVENT = "connection_closed_event"
     SOCKET_CLOSING = "socket_closing"
+    # Genesys notifications: one of the other v2.system topics PY269 names (issue 22, point 8)
+    SYSTEM_TOPIC = "system_topic"
     SESSION_ENDED = "session_ended"
     STALE_SESSION = "stale_session"
     MALFORMED_BODY = "malformed_body"
@@ -64,6 +66,7 @@ CONNECTION_KINDS: frozenset[FaultKind] = frozenset(
         FaultKind.CLOSE,
         FaultKind.BLACKHOLE,
         FaultKind.SOCKET_CLOSING,
+        FaultKind.SYSTEM_TOPIC,
         FaultKind.CONNECTION_CLOSED_EVENT,
         FaultKind.SESSION_EXPIRED,
     }
@@ -170,6 +173,18 @@ def _fields(value: object) -> str | None:
     return f"must be a list of 1 to {_MAX_FIELDS} field names"
 
 
+def _opt_topics(value: object) -> str | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, list)
+        and len(value) <= _MAX_FIELDS
+        and all(isinstance(v, str) and 0 < len(v) <= 200 for v in value)
+    ):
+        return None
+    return f"must be a list of at most {_MAX_FIELDS} topics, or null"
+
+
 def _lead(value: object) -> str | None:
     return None if value is None else _number(0.0, _MAX_LEAD_S)(value)
 
@@ -213,6 +228,13 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.SESSION_EXPIRED: {"mode": (False, "event", _one_of("event", "code"))},
     FaultKind.CONNECTION_CLOSED_EVENT: {"reason": (False, None, _opt_str)},
     FaultKind.SOCKET_CLOSING: {"lead_s": (False, None, _lead), "code": (False, 1001, _close_code)},
+    # PY269 SystemMessageSystemMessage: systemTopicType and reason; ``topics`` is the channel's new
+    # subscription list after a subscription_changed (default: none left)
+    FaultKind.SYSTEM_TOPIC: {
+        "type": (True, None, _one_of("no_longer_subscribed", "subscription_changed", "token_revoked")),
+        "reason": (False, None, _opt_str),
+        "topics": (False, None, _opt_topics),
+    },
     FaultKind.SESSION_ENDED: {},
     FaultKind.STALE_SESSION: {},
     FaultKind.MALFORMED_BODY: {},

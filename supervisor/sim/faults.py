@@ -59,6 +59,9 @@ SESSION_EXPIRED             Genesys WM: ``mode`` "event" (SessionExpiredEvent pu
 CONNECTION_CLOSED_EVENT     Genesys WM: push ConnectionClosedEvent then close 1000. ``reason`` (optional str)
 SOCKET_CLOSING              Genesys notifications: v2.system.socket_closing, then close after ``lead_s``
                             (default: the simulator's configured lead), ``code`` (default 1001)
+SYSTEM_TOPIC                Genesys notifications: v2.system.<``type``> (no_longer_subscribed: the channel
+                            loses its topics; subscription_changed: they become ``topics``; token_revoked:
+                            its token is revoked, then the channel closes), ``reason`` (PY269's)
 SESSION_ENDED               CXone: the agent session is ended (get-next-event 409)
 STALE_SESSION               CXone: the next poll answers as if the client's session id were old (replay)
 MALFORMED_BODY              a 200 whose body is not valid JSON
@@ -68,11 +71,11 @@ RATE_LIMIT_STORM, SERVER_ERROR_BURST, QUEUE_FULL and ADMISSION_LIMIT also take `
 "empty" or null (the simulator's choice); CXone honours it, Genesys always answers its JSON shapes.
 ADMISSION_LIMIT on CXone counts every HTTP request as an attempt.
 
-Connection faults (DROP, CLOSE, BLACKHOLE, SOCKET_CLOSING, CONNECTION_CLOSED_EVENT, SESSION_EXPIRED
-with mode "event") act through :meth:`on_activate` hooks on the connections open when the fault
-starts. Without ``duration_s`` that is a one-shot event and the fault is then spent (it leaves
-:meth:`active`); with ``duration_s`` they also hit connections opened while the fault is active
-(the simulators call :meth:`match` after each handshake). BLACKHOLE is a state: when it ends,
+Connection faults (DROP, CLOSE, BLACKHOLE, SOCKET_CLOSING, SYSTEM_TOPIC, CONNECTION_CLOSED_EVENT,
+SESSION_EXPIRED with mode "event") act through :meth:`on_activate` hooks on the connections open
+when the fault starts. Without ``duration_s`` that is a one-shot event and the fault is then spent
+(it leaves :meth:`active`); with ``duration_s`` they also hit connections opened while the fault is
+active (the simulators call :meth:`match` after each handshake). BLACKHOLE is a state: when it ends,
 black-holed connections resume.
 
 Every number is finite and bounded (:mod:`supervisor.sim.fault_kinds`, docs/simulators.md).

@@ -198,6 +198,19 @@ def _web_messaging(raw: RawError, obj: dict[str, Any] | None) -> Signal:
     return Signal(status, raw_code, retry_after_ms, details)
 
 
+def _system_code(topic: str, event_body: object) -> str:
+    """A system topic's rawCode: ``v2.system.`` + the body's ``systemTopicType`` when it has one.
+
+    PY269's SystemMessageSystemMessage carries ``systemTopicType`` (``token_revoked``,
+    ``no_longer_subscribed``, ``subscription_changed``); the topic name itself may carry more (Genesys'
+    streaming client matches ``v2.system.no_longer_subscribed*``), so the type is what names it [I].
+    """
+    kind = event_body.get("systemTopicType") if isinstance(event_body, dict) else None
+    if isinstance(kind, str) and 0 < len(kind) <= 64 and kind.replace("_", "").isalpha() and kind.isascii():
+        return "v2.system." + kind.lower()
+    return topic
+
+
 def _notifications(raw: RawError, obj: dict[str, Any] | None) -> Signal:
     """Channel socket messages: ``{"result":"404",...}`` and system topics (platforms.md section 2)."""
     if obj is None:
@@ -208,7 +221,7 @@ def _notifications(raw: RawError, obj: dict[str, Any] | None) -> Signal:
         reason = (
             event_body.get("reason") or event_body.get("message") if isinstance(event_body, dict) else None
         )
-        return Signal(raw.status, topic[:_DETAILS_MAX], None, _text(reason))
+        return Signal(raw.status, _system_code(topic, event_body)[:_DETAILS_MAX], None, _text(reason))
     status = raw.status if raw.status is not None else _int_or_none(obj.get("result"))
     if "result" in obj:
         return Signal(status, None, None, _text(obj.get("message")))

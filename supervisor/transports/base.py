@@ -11,17 +11,34 @@ Failures are described with the mappers of :mod:`supervisor.boundary`, never dec
 A transport's :class:`~supervisor.boundary.SessionContext` is immutable: what a connection
 learns about its session (a conversation, the platform's session id, the agent) it reports
 through ``learned``, and the runtime, the one owner of session state, merges it.
+
+A connection that replaces its platform side in place (a Genesys notifications channel rolled over
+before the platform drops it) is :class:`Rolling`: the runtime sets ``on_rolled_over`` and, on each
+:class:`Rollover`, takes the new ``learned`` and publishes CONNECTION_ROLLED_OVER; the session
+stays active throughout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from supervisor.boundary import Learned, Reporter, SessionContext
+from supervisor.events import RolloverReason
 from supervisor.taxonomy import RawError
 
-__all__ = ["Connection", "Learned", "MessageSender", "Reporter", "Resumable", "SessionContext", "Transport"]
+__all__ = [
+    "Connection",
+    "Learned",
+    "MessageSender",
+    "Reporter",
+    "Resumable",
+    "Rolling",
+    "Rollover",
+    "SessionContext",
+    "Transport",
+]
 
 
 class Connection(Protocol):
@@ -80,3 +97,27 @@ class Resumable(Protocol):
 
     def resume_record(self) -> dict[str, str]:
         """``{"guestToken": ...}`` or ``{"platformSessionId": ...}``; empty when nothing is known yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rollover:
+    """A connection replaced its platform side in place (docs/runtime.md, "Notifications rollover")."""
+
+    reason: RolloverReason
+    # the platform ids before and after (notifications channel ids)
+    previous: str | None
+    current: str | None
+    # False: the old side was already gone, or the quota had no room for both at once
+    make_before_break: bool
+    # seconds both were open, and events carried by both (delivered once)
+    overlap_s: float
+    duplicates_dropped: int
+    # the taxonomy code of the platform's signal that caused it (PLATFORM_SIGNAL)
+    code: str | None = None
+
+
+@runtime_checkable
+class Rolling(Protocol):
+    """A connection that rolls over in place; the runtime hooks ``on_rolled_over``."""
+
+    on_rolled_over: Callable[[Rollover], None] | None

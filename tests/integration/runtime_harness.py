@@ -23,7 +23,7 @@ from supervisor.config import Config, parse_config
 from supervisor.events import Published, wire
 from supervisor.rest.executor import Sleep
 from supervisor.runtime.supervisor import Supervisor
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.wiring import NotificationSink, Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.conftest import wait_until
@@ -180,6 +180,7 @@ async def supervised(
     clock: Clock | None = None,
     start: bool = True,
     sleep: Sleep | None = None,
+    notification_sink: NotificationSink | None = None,
 ) -> AsyncIterator[Harness]:
     (tmp / "genesys-secret").write_text("not-a-real-secret")
     (tmp / "cxone-secret").write_text("not-a-real-secret")
@@ -199,6 +200,7 @@ async def supervised(
             config_dir=tmp,
             environ={},
             sleep=sleep or anyio.sleep,
+            notification_sink=notification_sink,
         ) as wiring,
         anyio.create_task_group() as tg,
     ):

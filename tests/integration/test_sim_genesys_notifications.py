@@ -145,7 +145,8 @@ async def test_evicted_connected_channel_gets_404_message_and_close(genesys: Gen
 
 
 @pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=100)])
-async def test_channel_expires_by_the_clock_and_subscribe_extends_it(genesys: Genesys) -> None:
+async def test_channel_expires_by_the_clock_with_a_404_and_subscribe_extends_it(genesys: Genesys) -> None:
+    """GN3P channel.py: {"result":"404"} on the socket means the channel expired; then it closes."""
     await genesys.login()
     chan = await new_channel(genesys)
     async with connect(chan["connectUri"]) as ws:
@@ -157,13 +158,16 @@ async def test_channel_expires_by_the_clock_and_subscribe_extends_it(genesys: Ge
         assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"
         genesys.clock.advance(10)
         genesys.sim.tick()
+        gone = json.loads(await ws.recv())
+        assert gone["result"] == "404" and "expired" in gone["message"]
         with pytest.raises(ConnectionClosed):
             await ws.recv()
         assert ws.close_code == 1001
 
 
 @pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=300)])
-async def test_channel_closes_when_its_token_expires(genesys: Genesys) -> None:
+async def test_channel_whose_token_expires_gets_a_404_then_closes(genesys: Genesys) -> None:
+    """GN3P channel.py: a 404 also means "auth token used for the channel has expired"."""
     await genesys.login()
     chan = await new_channel(genesys)
     async with connect(chan["connectUri"]) as ws:
@@ -172,20 +176,99 @@ async def test_channel_closes_when_its_token_expires(genesys: Genesys) -> None:
         assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"
         genesys.clock.advance(1)
         genesys.sim.tick()
+        gone = json.loads(await ws.recv())
+        assert gone["result"] == "404" and "token" in gone["message"]
         with pytest.raises(ConnectionClosed):
             await ws.recv()
         assert ws.close_code == 1001
     assert genesys.sim.recorder.events("channel_expired") == 1
 
 
-async def test_channel_closes_when_its_token_is_revoked(genesys: Genesys) -> None:
+async def test_a_revoked_token_sends_token_revoked_on_its_channels_then_closes_them(genesys: Genesys) -> None:
+    """PY269 SystemMessageSystemMessage, systemTopicType token_revoked: the platform tells the channel
+    at once (it does not wait for the token's next use), then drops it [I: the close]."""
+    body = await genesys.login()
+    chans = [await new_channel(genesys), await new_channel(genesys)]
+    async with connect(chans[0]["connectUri"]) as ws0, connect(chans[1]["connectUri"]) as ws1:
+        genesys.sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+        genesys.sim.tick()
+        for ws, chan in ((ws0, chans[0]), (ws1, chans[1])):
+            message = json.loads(await ws.recv())
+            assert message["topicName"] == "v2.system.token_revoked"
+            assert message["eventBody"]["channelId"] == chan["id"]
+            assert message["eventBody"]["systemTopicType"] == "token_revoked"
+            assert message["eventBody"]["reason"] == "user_tokens_revoked"
+            assert set(message["eventBody"]) <= {
+                "channelId",
+                "systemTopicType",
+                "correlationId",
+                "organizationId",
+                "userId",
+                "oauthClientId",
+                "oauthClientOrgId",
+                "reason",
+                "message",
+                "data",
+            }
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+            assert ws.close_code == 1001
+    r = await genesys.http.head(genesys.api(f"{CHANNELS}/{chans[0]['id']}"), headers=genesys.auth)
+    assert r.status_code == 401  # the token itself is revoked too
+    assert "access_token" in body
+    genesys.clock.advance(1)  # TOKEN_REVOKE hits the tokens issued before it started
+    fresh = await genesys.login()  # a new grant is not revoked: it may create channels again
+    assert fresh["access_token"] != body["access_token"]
+    assert (await genesys.http.post(genesys.api(CHANNELS), headers=genesys.auth)).status_code == 200
+
+
+async def test_system_topic_no_longer_subscribed_takes_the_channels_topics(genesys: Genesys) -> None:
+    """PY269 systemTopicType no_longer_subscribed, reason another_channel_subscribed: the channel no
+    longer gets its topics (extension: a fault says when, docs/simulators.md)."""
     await genesys.login()
     chan = await new_channel(genesys)
+    subs = genesys.api(f"{CHANNELS}/{chan['id']}/subscriptions")
+    topic = "v2.users.u1.conversations"
+    await genesys.http.put(subs, json=[{"id": topic}], headers=genesys.auth)
     async with connect(chan["connectUri"]) as ws:
-        genesys.sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
-        r = await genesys.http.head(genesys.api(f"{CHANNELS}/{chan['id']}"), headers=genesys.auth)
-        assert r.status_code == 401  # the revocation is noticed on the token's next use
-        genesys.sim.tick()
-        with pytest.raises(ConnectionClosed):
-            await ws.recv()
-        assert ws.close_code == 1001
+        genesys.sim.faults.inject(Fault(kind=FaultKind.SYSTEM_TOPIC, params={"type": "no_longer_subscribed"}))
+        message = json.loads(await ws.recv())
+        assert message["topicName"] == "v2.system.no_longer_subscribed"
+        assert message["eventBody"]["systemTopicType"] == "no_longer_subscribed"
+        assert message["eventBody"]["reason"] == "another_channel_subscribed"
+        assert message["eventBody"]["channelId"] == chan["id"]
+        assert genesys.sim.publish(topic, {"id": "conv-1"}) == 0
+        assert (await ask(ws, {"message": "ping"}))["eventBody"]["message"] == "pong"  # still open
+    listing = (await genesys.http.get(subs, headers=genesys.auth)).json()
+    assert listing == {"entities": []}
+
+
+async def test_system_topic_subscription_changed_replaces_the_list(genesys: Genesys) -> None:
+    await genesys.login()
+    chan = await new_channel(genesys)
+    subs = genesys.api(f"{CHANNELS}/{chan['id']}/subscriptions")
+    await genesys.http.put(subs, json=[{"id": "v2.users.a.conversations"}], headers=genesys.auth)
+    async with connect(chan["connectUri"]) as ws:
+        topics = ["v2.users.b.presence"]
+        assert genesys.sim.system_message(chan["id"], "subscription_changed", topics=topics)
+        message = json.loads(await ws.recv())
+        assert message["topicName"] == "v2.system.subscription_changed"
+        assert message["eventBody"]["systemTopicType"] == "subscription_changed"
+    listing = (await genesys.http.get(subs, headers=genesys.auth)).json()
+    assert [e["id"] for e in listing["entities"]] == topics
+    assert not genesys.sim.system_message("nope", "subscription_changed")
+
+
+def test_system_topic_fault_params_are_checked() -> None:
+    from supervisor.errors import SimulatorError
+    from supervisor.sim.faults import decode_fault
+
+    assert decode_fault({"kind": "system_topic", "params": {"type": "token_revoked"}}).params["type"] == (
+        "token_revoked"
+    )
+    with pytest.raises(SimulatorError, match=r"fault.params.type: required for system_topic"):
+        decode_fault({"kind": "system_topic"})
+    with pytest.raises(SimulatorError, match=r"fault.params.type: must be one of"):
+        decode_fault({"kind": "system_topic", "params": {"type": "socket_closing"}})
+    with pytest.raises(SimulatorError, match=r"fault.params.topics"):
+        decode_fault({"kind": "system_topic", "params": {"type": "subscription_changed", "topics": "x"}})

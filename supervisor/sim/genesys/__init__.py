@@ -200,6 +200,13 @@ class GenesysSimulator:
         """Send a notifications event to the sockets subscribed to ``topic``; returns how many."""
         return self.notifications.publish(topic, body, correlation_id)
 
+    def system_message(
+        self, channel_id: str, kind: str, *, reason: str | None = None, topics: list[str] | None = None
+    ) -> bool:
+        """Send ``v2.system.<kind>`` (``no_longer_subscribed``, ``subscription_changed``,
+        ``token_revoked``) to a channel's socket with its effect, as a SYSTEM_TOPIC fault does."""
+        return self.notifications.system_message(channel_id, kind, reason=reason, topics=topics)
+
     def create_conversation(
         self, *, agent_user_id: str | None = None, attributes: dict[str, str] | None = None
     ) -> Conversation:

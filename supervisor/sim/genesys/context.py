@@ -53,6 +53,8 @@ class SimContext:
     conversation_changed: Callable[[ConversationChange], None] | None = None
     # set by notifications: tell a channel's socket it was evicted, then close it
     channel_evicted: Callable[[str], None] | None = None
+    # set by notifications: a channel's subscriptions were just stored (REST or socket)
+    channel_subscribed: Callable[[str], None] | None = None
 
     def changed(self, change: ConversationChange) -> None:
         """Tell the notifications hub what happened to a conversation (no-op before it exists)."""

@@ -25,15 +25,30 @@ WebSocket ``/channels/{id}`` (SIMULATOR SPEC 4): a heartbeat
 ``{"topicName","version":"2","eventBody","metadata":{"CorrelationId"}}``, published on conversation
 activity (agent and guest messages, attribute changes, disconnects; :func:`.topics.events_for`) and
 by :meth:`NotificationsHub.publish`; a subscribe naming a rejected topic gets
-``{"result":"400","status":"error","message":..}`` and stores nothing [I]; SOCKET_CLOSING sends ``v2.system.socket_closing`` then closes
-after the lead time; a channel past its lifetime, or whose creating token expired or was
-revoked (§2), is closed with 1001.
+``{"result":"400","status":"error","message":..}`` and stores nothing [I]; SOCKET_CLOSING sends
+``v2.system.socket_closing`` then closes after the lead time.
+
+A channel the platform drops says why on its socket, then is closed with 1001 [I: the close]
+(issue 22, point 8; docs/platforms.md, "Genesys Cloud notifications"):
+
+- past its lifetime, or its creating token expired: ``{"result":"404","message":..}`` (GN3P
+  ``channel.py``: a 404 means the channel expired, was displaced over the quota, or "the auth token
+  used for the channel has expired");
+- its creating token revoked: ``v2.system.token_revoked`` (PY269 ``SystemMessageSystemMessage``,
+  reason ``user_tokens_revoked``). A TOKEN_REVOKE (or TOKEN_EXPIRE) fault reaches the tokens that
+  created channels at once, not at their next REST use: the platform knows what it revoked.
+
+SYSTEM_TOPIC faults (and :meth:`NotificationsHub.system_message`) send the other system topics PY269
+names, with their effect: ``no_longer_subscribed`` (reason ``another_channel_subscribed``) takes the
+channel's topics away, ``subscription_changed`` replaces them (an extension: no vendor source says
+when the platform sends them, docs/simulators.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, broadcast
@@ -56,6 +71,17 @@ __all__ = ["CHANNEL_ROUTES", "NotificationsHub"]
 LISTENER = "streaming"
 ENDPOINT = "WS /channels/{id}"
 _HEARTBEAT = encode({"topicName": "channel.metadata", "eventBody": {"message": "WebSocket Heartbeat"}})
+# PY269 SystemMessageSystemMessage reason values
+_SYSTEM_REASONS = {
+    "no_longer_subscribed": "another_channel_subscribed",
+    "token_revoked": "user_tokens_revoked",
+}
+_SYSTEM_TEXT = {
+    "no_longer_subscribed": "This channel is no longer subscribed: another channel subscribed to its topics.",
+    "subscription_changed": "The subscriptions of this channel changed.",
+    "token_revoked": "The token that created this channel was revoked.",
+}
+_TOKEN_FAULTS = (FaultKind.TOKEN_REVOKE, FaultKind.TOKEN_EXPIRE)
 _PONG = encode({"topicName": "channel.metadata", "eventBody": {"message": "pong"}})
 
 
@@ -138,6 +164,8 @@ async def subscriptions(req: Request) -> Reply:
         )
     chan.topics = merged
     chan.expires_at = req.ctx.clock.monotonic() + req.ctx.config.channel_ttl_s
+    if req.ctx.channel_subscribed is not None:
+        req.ctx.channel_subscribed(chan.id)
     return Reply(200, _listing(chan, rejected))
 
 
@@ -163,8 +191,12 @@ class NotificationsHub:
         self.ctx = ctx
         self.listener = WsListener(ctx, LISTENER, ENDPOINT)
         self.listener.extra[FaultKind.SOCKET_CLOSING] = self._socket_closing
+        self.listener.extra[FaultKind.SYSTEM_TOPIC] = self._system_topic
         self.by_channel: dict[str, ServerConnection] = {}
+        # Python API for tests: called with a channel id once its subscriptions are stored
+        self.on_subscribed: list[Callable[[str], None]] = []
         ctx.channel_evicted = self._evicted
+        ctx.channel_subscribed = self._subscribed
         ctx.conversation_changed = self.conversation_changed
 
     async def process_request(self, conn: ServerConnection, request: WsRequest) -> Response | None:
@@ -243,12 +275,17 @@ class NotificationsHub:
                 chan.topics = list(dict.fromkeys([*chan.topics, *topics]))
                 chan.expires_at = self.ctx.clock.monotonic() + self.ctx.config.channel_ttl_s
                 body = {"result": "200", "status": "subscribed"}
+                self._subscribed(chan.id)
             else:
                 chan.topics = [t for t in chan.topics if t not in topics]
                 body = {"result": "200", "status": "unsubscribed"}
         if corr is not None:
             body["correlationId"] = corr
         return encode(body)
+
+    def _subscribed(self, chan_id: str) -> None:
+        for hook in list(self.on_subscribed):
+            hook(chan_id)
 
     # -- pushes -------------------------------------------------------------------------------------
 
@@ -293,25 +330,122 @@ class NotificationsHub:
                 self.ctx.recorder.record_ws_message(LISTENER, "out", "event")
 
     def sweep(self) -> None:
-        """Close the sockets of channels past their lifetime (called on the simulator's tick)."""
+        """Drop channels past their lifetime or whose creating token expired or was revoked, each
+        told why on its socket first (called on the simulator's tick)."""
+        self._apply_token_faults()
         for chan in self.ctx.state.expired_channels():
             conn = self.by_channel.get(chan.id)
-            if conn is not None:
-                self.ctx.recorder.record_event("channel_expired")
-                self.listener.spawn(conn.close(1001, "channel expired"))
+            if conn is None:
+                continue
+            token = chan.token
+            if token is not None and token.revoked:
+                self.ctx.recorder.record_event("channel_token_revoked")
+                self._tell_and_close(conn, self._system_frame(chan.id, "token_revoked"), "token revoked")
+                continue
+            self.ctx.recorder.record_event("channel_expired")
+            now = self.ctx.clock.monotonic()
+            if now >= chan.expires_at:
+                text = "Channel has expired."
+            else:
+                text = "Channel was removed: the auth token used for it has expired."
+            self._tell_and_close(conn, encode({"result": "404", "message": text}), "channel expired")
+
+    def _apply_token_faults(self) -> None:
+        """TOKEN_REVOKE / TOKEN_EXPIRE reach the tokens that created channels now (as a REST call
+        with them would, :func:`.rest._authenticate`): the platform drops those channels."""
+        faults = self.ctx.faults
+        if not any(f.kind in _TOKEN_FAULTS for f in faults.active()):
+            return
+        for chan in list(self.ctx.state.channels.values()):
+            token = chan.token
+            if token is None or token.revoked or token.expired:
+                continue
+            for kind in _TOKEN_FAULTS:
+                for fault in list(faults.candidates(kind, token.id, ENDPOINT)):
+                    if token.issued_at <= faults.started_at(fault) and faults.hit(fault):
+                        self.ctx.recorder.record_fault_hit(fault)
+                        token.revoked = token.revoked or kind is FaultKind.TOKEN_REVOKE
+                        token.expired = token.expired or kind is FaultKind.TOKEN_EXPIRE
+
+    def _tell_and_close(self, conn: ServerConnection, frame: bytes, reason: str) -> None:
+        async def tell_and_close() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                await conn.send(frame.decode())
+            await conn.close(1001, reason)
+
+        self.listener.spawn(tell_and_close())
 
     def _evicted(self, chan_id: str) -> None:
         conn = self.by_channel.get(chan_id)
         if conn is None:
             return
-        gone = encode({"result": "404", "message": "Channel was removed: over the channel limit."}).decode()
+        gone = encode({"result": "404", "message": "Channel was removed: over the channel limit."})
+        self._tell_and_close(conn, gone, "channel removed")
 
-        async def tell_and_close() -> None:
+    # -- the other v2.system topics ---------------------------------------------------------------------
+
+    def _system_frame(self, chan_id: str, kind: str, reason: str | None = None) -> bytes:
+        """A ``v2.system.<kind>`` message: PY269 ``SystemMessageSystemMessage`` in the eventBody."""
+        body: dict[str, Any] = {
+            "channelId": chan_id,
+            "systemTopicType": kind,
+            "correlationId": self.ctx.state.uuid(),
+            "message": _SYSTEM_TEXT.get(kind, kind),
+        }
+        chan = self.ctx.state.channels.get(chan_id)
+        if chan is not None:
+            body["oauthClientId"] = chan.owner
+        why = reason or _SYSTEM_REASONS.get(kind)
+        if why:
+            body["reason"] = why
+        message = {
+            "topicName": f"v2.system.{kind}",
+            "version": "2",
+            "eventBody": body,
+            "metadata": {"CorrelationId": self.ctx.state.uuid()},
+        }
+        return encode(message)
+
+    def system_message(
+        self, chan_id: str, kind: str, *, reason: str | None = None, topics: list[str] | None = None
+    ) -> bool:
+        """Send ``v2.system.<kind>`` to the channel's socket, with its effect; False when the channel
+        has no open socket. ``no_longer_subscribed`` takes the channel's topics away,
+        ``subscription_changed`` makes them ``topics`` (none by default), ``token_revoked`` revokes
+        the token that created it (every channel of that token is told, then dropped)."""
+        chan = self.ctx.state.channels.get(chan_id)
+        conn = self.by_channel.get(chan_id)
+        if chan is None or conn is None:
+            return False
+        if kind == "token_revoked":
+            if chan.token is not None:
+                chan.token.revoked = True
+            else:
+                chan.expires_at = self.ctx.clock.monotonic()  # [I] a channel without a token: dropped
+            self.sweep()
+            return True
+        if kind == "no_longer_subscribed":
+            chan.topics = []
+        elif kind == "subscription_changed":
+            chan.topics = list(dict.fromkeys(topics or []))
+        self.ctx.recorder.record_ws_message(LISTENER, "out", f"v2.system.{kind}")
+
+        async def tell() -> None:
             with contextlib.suppress(ConnectionClosed):
-                await conn.send(gone)
-            await conn.close(1001, "channel removed")
+                await conn.send(self._system_frame(chan_id, kind, reason).decode())
 
-        self.listener.spawn(tell_and_close())
+        self.listener.spawn(tell())
+        return True
+
+    def _system_topic(self, conn: ServerConnection, fault: Fault) -> None:
+        chan_id = self.listener.conns.get(conn, "")
+        topics = fault.params.get("topics")
+        self.system_message(
+            chan_id,
+            str(fault.params["type"]),
+            reason=fault.params.get("reason"),
+            topics=list(topics) if topics is not None else None,
+        )
 
     def _socket_closing(self, conn: ServerConnection, fault: Fault) -> None:
         lead = fault.params.get("lead_s")
