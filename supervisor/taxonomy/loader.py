@@ -140,6 +140,7 @@ class _RuleFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     status: int | str | list[int | str] | None = None
     raw_code: _StrOrList | None = None
     token_expired: bool | None = None
+    token_within_refresh_window: bool | None = None
 
 
 class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -337,6 +338,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
                 statuses=statuses,
                 raw_codes=frozenset(raw_codes) if raw_codes else None,
                 token_expired=rule.token_expired,
+                token_within_refresh_window=rule.token_within_refresh_window,
             )
         )
     if not rules or not rules[-1].is_catch_all:
