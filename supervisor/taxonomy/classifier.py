@@ -393,6 +393,7 @@ class Classifier:
             graceful=spec.graceful,
             replay_with_fresh_token=spec.replay_with_fresh_token,
             revokes_credential=spec.revokes_credential,
+            circuit_neutral=spec.circuit_neutral,
             platform=raw.platform.value,
             channel=raw.channel.value,
             details=details,
