@@ -109,7 +109,7 @@ class CodeSpec(msgspec.Struct, frozen=True):
     # behaviour flags: the runtime keys on these, never on a code's name (a renamed code keeps them)
     # graceful: the peer ended the session cleanly: terminate without reconnecting (seed section 2)
     graceful: bool = False
-    # replayWithFreshToken: a 401 on a token expired by our clock: replay once, freshly signed (edge case 3)
+    # replayWithFreshToken: a 401 on a token at the end of its life: replay once, freshly signed (edge case 3)
     replay_with_fresh_token: bool = False
     # revokesCredential: the failure condemns the shared credential's token: drop it (seed section 3)
     revokes_credential: bool = False
