@@ -20,7 +20,10 @@ Choices beyond the seed (reference/resilience.md):
   (Envoy outlier ejection: base × factor^(trips-1), capped, plus U(0, jitter)).
 
 Only TRANSIENT failures count; a NONE outcome (an empty poll) is a success; PERMANENT and
-STATE_CORRUPTING are the caller's business, not the endpoint's health.
+STATE_CORRUPTING are the caller's business, not the endpoint's health, and so is a TRANSIENT
+failure the taxonomy flags ``circuitNeutral`` (a 401 on a token our clock let lapse: 1,000 sessions
+sharing a credential whose token just ran out would otherwise open the circuit for everyone, and
+refuse the very replays that recover them; issue 22, point 9).
 """
 
 from __future__ import annotations
@@ -225,18 +228,19 @@ class Circuit:
         return _NO_EFFECTS
 
     def record_failure(self, event: SdkErrorEvent, probe_id: int = 0) -> tuple[CircuitEffect, ...]:
-        """A call failed with ``event``; only TRANSIENT failures count against the endpoint."""
+        """A call failed with ``event``; only TRANSIENT failures not flagged circuitNeutral count."""
         cls = event.taxonomy_class
+        counts = cls is TaxonomyClass.TRANSIENT and not event.circuit_neutral
         if probe_id:
             if not self._is_current_probe(probe_id, "record_failure"):
                 return _NO_EFFECTS
-            if cls is TaxonomyClass.TRANSIENT:
+            if counts:
                 return self._reopen("PROBE_FAILED", self._clock.monotonic())
             # the endpoint answered: its health is fine, the failure is the caller's to handle
             return self.record_success(probe_id)
         if cls is TaxonomyClass.NONE:
             return self.record_success()
-        if cls is not TaxonomyClass.TRANSIENT or self.state is not CircuitState.CLOSED:
+        if not counts or self.state is not CircuitState.CLOSED:
             return _NO_EFFECTS
         now = self._clock.monotonic()
         failures = self._failures

@@ -84,8 +84,9 @@ class SessionMachine(StateMachine):
     # seed section 2 / edge case 1: abnormal close or TRANSIENT session failure
     connection_lost = connecting.to(reconnecting) | active.to(reconnecting)
     # an endpoint the connection needs (the token endpoint, the REST API) has its circuit open:
-    # no attempt was made; wait for it, not counted (edge case 1, RECONNECTION_THROTTLED)
-    refused = connecting.to(reconnecting)
+    # no attempt was made; wait for it, not counted (edge case 1, RECONNECTION_THROTTLED); also
+    # when a live connection's own next request (a CXone poll) finds it open: nothing failed
+    refused = connecting.to(reconnecting) | active.to(reconnecting)
     # the reconnection timer fired and the circuit admits: connect again
     reconnect = reconnecting.to(connecting)
     # seed edge case 1: the circuit is open, defer without counting (RECONNECTION_THROTTLED)
@@ -259,10 +260,12 @@ class SessionCore:
         """An attempt could not even start: a circuit it needs is open for ``remaining`` s.
 
         Not counted as an attempt (seed edge case 1); the session waits in ``reconnecting``
-        and the horizon runs from now if it was not already running. Accepted only while
-        connecting.
+        and the horizon runs from now if it was not already running. Accepted while connecting,
+        and while active: a live connection whose own next request (a CXone poll) the circuit
+        refused has not failed either, it cannot go on (issue 22: no failure is made up for it).
         """
-        self._require(SessionState.CONNECTING, "connect_refused")
+        if self.state is not SessionState.ACTIVE:
+            self._require(SessionState.CONNECTING, "connect_refused")
         if self._lost_at is None:
             self._lost_at = self._clock.monotonic()
         delay = max(circuit_open_remaining_s, 0.0)

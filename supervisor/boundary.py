@@ -6,6 +6,7 @@ REST layer (supervisor/rest/) and the transports (supervisor/transports/). It ho
 * :class:`SessionContext`, the correlation ids of a supervised session, and :class:`Learned`,
   what a connection learned about it;
 * :data:`Reporter`, the runtime's answer to an in-band failure;
+* :class:`TokenAge`, what our clock said of a refused request's bearer token;
 * the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
   and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
 
@@ -120,19 +121,48 @@ def _safe_headers(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class TokenAge:
+    """How near its end, by our clock, the bearer token of an answered request was.
+
+    What a 401 is judged by (issue 22, point 9; docs/taxonomy.md, "The 401 rule"): both platforms
+    answer an expired and a revoked token alike, so the time the token had left decides. It goes
+    into the RawError's context, where the taxonomy's rules match it:
+
+    * ``expired``: no time left (``tokenExpired``, matched by taxonomy v1);
+    * ``within_refresh_window``: at most the early-refresh window left, as the token cache
+      computes it (``tokenWithinRefreshWindow``, matched by v2). An expired token is within it.
+    """
+
+    expired: bool = False
+    within_refresh_window: bool = False
+
+    def context(self) -> dict[str, bool]:
+        """The envelope's context keys: present only when true, as recorded envelopes have them."""
+        out: dict[str, bool] = {}
+        if self.expired:
+            out["tokenExpired"] = True
+        if self.within_refresh_window or self.expired:
+            out["tokenWithinRefreshWindow"] = True
+        return out
+
+
 def raw_from_response(
     response: httpx.Response,
     *,
     ctx: SessionContext,
     channel: Channel | None = None,
     endpoint: str | None = None,
-    token_expired: bool = False,
+    token_age: TokenAge | None = None,
 ) -> RawError:
-    """A RawError for an HTTP response (an error status, or a success to classify, e.g. 304)."""
+    """A RawError for an HTTP response (an error status, or a success to classify, e.g. 304).
+
+    ``token_age``: how near its end the request's bearer token was (a request signed with one).
+    """
     request = response.request
     context = ctx.envelope_context()
-    if token_expired:
-        context["tokenExpired"] = True
+    if token_age is not None:
+        context.update(token_age.context())
     return RawError(
         platform=ctx.platform,
         channel=channel or ctx.channel,

@@ -173,10 +173,8 @@ class GenesysAttributes:
                     if problem is not None:
                         return problem  # MALFORMED_RESPONSE, INCOMPLETE_RESPONSE or STATE_DRIFT
                 return response
-            tokens = pipeline.tokens
-            expired = token is not None and tokens is not None and tokens.expired(token)
             raw = raw_from_response(
-                response, ctx=ctx, channel=Channel.REST, endpoint=path, token_expired=expired
+                response, ctx=ctx, channel=Channel.REST, endpoint=path, token_age=pipeline.token_age(token)
             )
             event = pipeline.classifier.classify(raw)
             if throttles(event) and event.retry_after_ms is not None:

@@ -13,6 +13,15 @@ import click
 
 from supervisor.bus import EventBus
 from supervisor.config import load_config
+from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
+from supervisor.taxonomy.gaps import gaps
+
+
+def taxonomy_warnings(configured: str, taxonomy: Taxonomy, environ: Mapping[str, str]) -> list[str]:
+    """One line per gap of the active taxonomy, naming the version and what selected it."""
+    chosen_by = ENV_VAR if environ.get(ENV_VAR, "").strip() else "daemon.taxonomyVersion"
+    version = resolve_version(configured, environ)
+    return [f"taxonomy '{version}' ({chosen_by}) {gap}" for gap in gaps(taxonomy)]
 
 
 @click.command()
@@ -23,7 +32,12 @@ from supervisor.config import load_config
     type=click.Path(dir_okay=False, path_type=Path),
     help="The TOML configuration (see systemd/session-supervisor.example.toml).",
 )
-@click.option("--check", is_flag=True, help="Validate the configuration and credentials, then exit.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Validate the configuration and credentials, then exit; a warning line on stderr says what "
+    "the active taxonomy version cannot do (v1: update Genesys attributes).",
+)
 def run(config_path: Path, check: bool) -> None:
     """Supervise the configured sessions until SIGTERM or SIGINT.
 
@@ -103,6 +117,10 @@ def run(config_path: Path, check: bool) -> None:
         hooks = telemetry.hooks if telemetry is not None else []
         async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
             if check:
+                # a version that loads but cannot work against a platform (v1: no Genesys attribute
+                # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
+                for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, os.environ):
+                    click.echo(f"session-supervisor: warning: {line}", err=True)
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
                 return 0
             stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)

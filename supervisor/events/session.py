@@ -65,7 +65,7 @@ class RetryAttempt(Event):
     operation: str | None = None
     # the server's Retry-After set the delay (seed edge case 2: a minimum delay)
     from_retry_after: bool = False
-    # a 401 on a token expired by our clock: replayed at once with a fresh token (seed edge case 3)
+    # a 401 on a token at the end of its life by our clock: replayed at once with a fresh token
     token_refreshed: bool = False
     # the retry scheduled before this one came due while the endpoint's retry budget was spent:
     # not sent, one of the policy's retries all the same (issue 15; supervisor/rest/steps.py)

@@ -9,8 +9,9 @@ taken"):
 2. the attempt carries the current token (refreshed 5 minutes early), when the operation
    has a token cache;
 3. a failure comes back as a RawError, the taxonomy classifies it, the circuit records it;
-4. a code flagged ``replayWithFreshToken`` (a 401 on a token that had expired by our clock)
-   is replayed once with a fresh token;
+4. a code flagged ``replayWithFreshToken`` (a 401 on a token at the end of its life by our
+   clock: docs/taxonomy.md, "The 401 rule") is replayed once with a fresh token, at once; a
+   code flagged ``circuitNeutral`` is not recorded on the circuit (the circuit machine);
 5. otherwise the class policy decides (:func:`supervisor.retry.decide_retry`): retry after
    its backoff, a server's Retry-After being the minimum delay, or give up with
    :class:`OperationError`;

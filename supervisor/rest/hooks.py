@@ -46,7 +46,7 @@ class ResendReason(enum.StrEnum):
 
     # the class policy retried a TRANSIENT failure (after its backoff or the server's Retry-After)
     RETRY = "retry"
-    # a 401 on a token expired by our clock, replayed with a fresh token (seed edge case 3)
+    # a 401 on a token at the end of its life by our clock, replayed with a fresh token (edge case 3)
     TOKEN_REPLAY = "token_replay"
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
+from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
 from supervisor.rest.executor import Attempt, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
@@ -103,8 +103,9 @@ class RequestPipeline:
                     if problem is not None:
                         return problem
                 return response
-            expired = token is not None and tokens is not None and tokens.expired(token)
-            return raw_from_response(response, ctx=ctx, channel=channel, endpoint=path, token_expired=expired)
+            return raw_from_response(
+                response, ctx=ctx, channel=channel, endpoint=path, token_age=self.token_age(token)
+            )
 
         return await self.executor.call(
             attempt_once,
@@ -116,6 +117,12 @@ class RequestPipeline:
             server=(parsed.host, parsed.port),
             method=method,
         )
+
+    def token_age(self, token: Token | None) -> TokenAge | None:
+        """How near its end ``token`` is by our clock (None for an unsigned request): the 401 rule."""
+        if token is None or self.tokens is None:
+            return None
+        return self.tokens.age(token)
 
     def check_body(
         self,

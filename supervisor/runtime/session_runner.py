@@ -383,6 +383,7 @@ class SessionRunner:
     async def _serve(self, connection: Connection) -> None:
         ended: RawError | None = None
         failure: SdkErrorEvent | None = None
+        refused: CircuitOpenError | None = None
         with anyio.CancelScope() as scope:
             self._serve_scope = scope
             try:
@@ -391,11 +392,14 @@ class SessionRunner:
                 ended = exc.raw if isinstance(exc.raw, RawError) else None
             except OperationError as exc:
                 failure = self._unpublished(exc)
-            except CircuitOpenError:
-                ended = self._unknown_failure()
+            except CircuitOpenError as exc:
+                refused = exc
         self._serve_scope = None
         if self.core.terminated:
             return  # stopped, or a reported fail-fast already ended it
+        if refused is not None:
+            await self._refused_while_serving(connection, refused)
+            return
         if failure is None and ended is not None:
             failure = self._event_for(ended)
         if failure is None:
@@ -415,6 +419,21 @@ class SessionRunner:
             # right after a start-up of thousands would meet the restarted platform at that pace)
             self._pacing(self._pacer.lost())
         self._execute(self.core.failure(lost))
+
+    async def _refused_while_serving(self, connection: Connection, refused: CircuitOpenError) -> None:
+        """The connection's own next request (a CXone poll) found its endpoint's circuit open.
+
+        Nothing failed on this session: the endpoint is paused for everyone. So nothing is
+        classified (a made-up CONNECTION_FAILED / OSError with no endpoint was published here,
+        issue 22); the connection is closed and the session waits for the circuit like a refused
+        reconnection (RECONNECTION_THROTTLED, not counted as an attempt, within the horizon).
+        """
+        self._remember(self._context.learned(connection.learned))
+        self._connection = None
+        with anyio.CancelScope(shield=True):
+            await connection.close(1001)
+        if not self.core.terminated:
+            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
 
     async def _report(self, raw: RawError | SdkErrorEvent) -> bool:
         """In-band failure from a live connection (or an event its transport named, published here):

@@ -28,7 +28,7 @@ _SECRET_KEY = re.compile(
     r"|signature|assertion|^auth$|^pass$|^pin$|^otp$"
 )
 # keys the classifier reads that look secret but only say *whether* something is (a bool)
-_NOT_SECRET_KEYS = frozenset({"tokenexpired"})
+_NOT_SECRET_KEYS = frozenset({"tokenexpired", "tokenwithinrefreshwindow"})
 # values that are credentials whatever key holds them: an Authorization header value
 # (RFC 9110 §11.6.2, RFC 7617, RFC 6750), a JWT (RFC 7519 compact form: base64url of '{"'),
 # and secret query or form parameters inside a URL or a message
@@ -122,13 +122,16 @@ class Classifier:
         signal = normalize(raw, now)
         operation = tax.operation_of(platform, channel, method, path)
         context = raw.context
+        # what our clock said of the request's bearer token (docs/taxonomy.md, "The 401 rule"); a
+        # recorded envelope may carry tokenExpired only: an expired token is within the window too
         token_expired = bool(context.get("tokenExpired")) if context else False
+        in_window = token_expired or (bool(context.get("tokenWithinRefreshWindow")) if context else False)
 
         raw_status = signal.status
         raw_code = signal.raw_code
         spec: CodeSpec | None = None
         if raw_status is not None:
-            spec = self._match(raw_status, platform, channel, operation, raw_code, token_expired)
+            spec = self._match(raw_status, platform, channel, operation, raw_code, token_expired, in_window)
         elif raw.close_code is not None:
             raw_status = raw.close_code
             raw_code = raw_code or CLOSE_CODE_NAMES.get(raw.close_code, f"CLOSE_{raw.close_code}")
@@ -138,7 +141,7 @@ class Classifier:
             raw_code = raw_code or name
             spec = tax.exceptions.get(name, tax.exception_default)
         else:
-            spec = self._match(None, platform, channel, operation, raw_code, token_expired)
+            spec = self._match(None, platform, channel, operation, raw_code, token_expired, in_window)
 
         out_context = _safe_context(context)
         if out_context.get("endpoint") is None:
@@ -349,9 +352,12 @@ class Classifier:
         operation: str | None,
         raw_code: str | None,
         token_expired: bool,
+        token_within_refresh_window: bool,
     ) -> CodeSpec:
         for rule in self.taxonomy.rules_for(status):
-            if rule.matches(platform, channel, operation, raw_code, token_expired):
+            if rule.matches(
+                platform, channel, operation, raw_code, token_expired, token_within_refresh_window
+            ):
                 return rule.spec
         # unreachable for a checked taxonomy (its last rule is a catch-all)
         return self.taxonomy.codes["UNKNOWN_ERROR"]
@@ -422,6 +428,7 @@ class Classifier:
             graceful=spec.graceful,
             replay_with_fresh_token=spec.replay_with_fresh_token,
             revokes_credential=spec.revokes_credential,
+            circuit_neutral=spec.circuit_neutral,
             platform=raw.platform.value,
             channel=raw.channel.value,
             details=details,

@@ -45,6 +45,7 @@ def _routing(spec: CodeSpec) -> dict[str, Any]:
         "graceful": spec.graceful,
         "replayWithFreshToken": spec.replay_with_fresh_token,
         "revokesCredential": spec.revokes_credential,
+        "circuitNeutral": spec.circuit_neutral,
         "policy": policy.name,
         "maxRetries": policy.max_retries,
         "baseDelayMs": policy.base_delay_ms,
@@ -67,6 +68,7 @@ def _event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
         "graceful": ev.graceful,
         "replayWithFreshToken": ev.replay_with_fresh_token,
         "revokesCredential": ev.revokes_credential,
+        "circuitNeutral": ev.circuit_neutral,
     }
 
 

@@ -12,7 +12,8 @@ A JSON object (documented in docs/taxonomy.md)::
       "body": {...} | "text",      the response or server message as received
       "closeCode": 1006,           WebSocket close code
       "exception": "httpx.ConnectTimeout",   a transport exception's qualified name
-      "context": {"conversationId": "...", "agentId": "...", "sessionId": "...", "tokenExpired": true},
+      "context": {"conversationId": "...", "agentId": "...", "sessionId": "...",
+                  "tokenExpired": true, "tokenWithinRefreshWindow": true},
       "timestamp": "2024-05-14T09:32:11.004Z"
     }
 

@@ -121,6 +121,7 @@ class _CodeFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     graceful: bool = False
     replay_with_fresh_token: bool = False
     revokes_credential: bool = False
+    circuit_neutral: bool = False
     description: str = ""
 
 
@@ -140,6 +141,7 @@ class _RuleFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     status: int | str | list[int | str] | None = None
     raw_code: _StrOrList | None = None
     token_expired: bool | None = None
+    token_within_refresh_window: bool | None = None
 
 
 class _TaxonomyFile(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
@@ -205,6 +207,12 @@ def _check_flags(origin: str, where: str, spec: _CodeFile, policy: RetryPolicy) 
     if spec.revokes_credential and not fail_fast:
         raise TaxonomyError(
             f"{origin}: {where}.revokesCredential: only a code that ends the session (fail-fast) revokes"
+        )
+    if spec.circuit_neutral and cls is not TaxonomyClass.TRANSIENT:
+        # only TRANSIENT failures count toward a circuit: the flag would say nothing elsewhere
+        raise TaxonomyError(
+            f"{origin}: {where}.circuitNeutral: only a TRANSIENT code counts toward a circuit, "
+            f"so only one can be exempted"
         )
 
 
@@ -283,6 +291,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
             graceful=spec.graceful,
             replay_with_fresh_token=spec.replay_with_fresh_token,
             revokes_credential=spec.revokes_credential,
+            circuit_neutral=spec.circuit_neutral,
             description=spec.description,
         )
     for required in REQUIRED_CODES:
@@ -337,6 +346,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
                 statuses=statuses,
                 raw_codes=frozenset(raw_codes) if raw_codes else None,
                 token_expired=rule.token_expired,
+                token_within_refresh_window=rule.token_within_refresh_window,
             )
         )
     if not rules or not rules[-1].is_catch_all:

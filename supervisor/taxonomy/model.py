@@ -6,7 +6,8 @@ Normalization"): ``event``, ``timestamp``, ``source``, ``rawStatus``, ``rawCode`
 ``conversationId``, ``agentId``, ``endpoint``). We add ``trigger`` (when a fail-fast
 trigger applies), ``code`` (the semantic code), ``scope``, ``taxonomyVersion``,
 ``policy`` and ``retryAfterMs``, and the code's behaviour flags when set (``reconnect``,
-``reconcileBeforeRetry``, ``graceful``, ``replayWithFreshToken``, ``revokesCredential``).
+``reconcileBeforeRetry``, ``graceful``, ``replayWithFreshToken``, ``revokesCredential``,
+``circuitNeutral``).
 Nothing here does I/O.
 """
 
@@ -108,10 +109,13 @@ class CodeSpec(msgspec.Struct, frozen=True):
     # behaviour flags: the runtime keys on these, never on a code's name (a renamed code keeps them)
     # graceful: the peer ended the session cleanly: terminate without reconnecting (seed section 2)
     graceful: bool = False
-    # replayWithFreshToken: a 401 on a token expired by our clock: replay once, freshly signed (edge case 3)
+    # replayWithFreshToken: a 401 on a token at the end of its life: replay once, freshly signed (edge case 3)
     replay_with_fresh_token: bool = False
     # revokesCredential: the failure condemns the shared credential's token: drop it (seed section 3)
     revokes_credential: bool = False
+    # circuitNeutral: a TRANSIENT failure that says nothing of the endpoint's health (a token our
+    # clock let lapse): never counted toward its circuit (issue 22, point 9)
+    circuit_neutral: bool = False
     description: str = ""
 
     @property
@@ -142,6 +146,7 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
     graceful: bool = False
     replay_with_fresh_token: bool = False
     revokes_credential: bool = False
+    circuit_neutral: bool = False
     platform: str = ""
     channel: str = ""
     details: str | None = None
@@ -185,6 +190,8 @@ class SdkErrorEvent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=F
             out["replayWithFreshToken"] = True
         if self.revokes_credential:
             out["revokesCredential"] = True
+        if self.circuit_neutral:
+            out["circuitNeutral"] = True
         out["platform"] = self.platform
         out["channel"] = self.channel
         if self.details is not None:

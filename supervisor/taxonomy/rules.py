@@ -193,7 +193,10 @@ class Rule:
     operations: frozenset[str] | None
     statuses: frozenset[int] | None
     raw_codes: frozenset[str] | None
+    # the envelope context's tokenExpired (the token had no time left by our clock)
     token_expired: bool | None
+    # the envelope context's tokenWithinRefreshWindow (at most the early-refresh window left)
+    token_within_refresh_window: bool | None = None
 
     @property
     def is_catch_all(self) -> bool:
@@ -204,6 +207,7 @@ class Rule:
             and self.statuses is None
             and self.raw_codes is None
             and self.token_expired is None
+            and self.token_within_refresh_window is None
         )
 
     def matches(
@@ -213,6 +217,7 @@ class Rule:
         operation: str | None,
         raw_code: str | None,
         token_expired: bool,
+        token_within_refresh_window: bool = False,
     ) -> bool:
         # status was already matched by the bucket this rule sits in
         if self.platforms is not None and platform not in self.platforms:
@@ -223,7 +228,10 @@ class Rule:
             return False
         if self.raw_codes is not None and raw_code not in self.raw_codes:
             return False
-        return self.token_expired is None or self.token_expired == token_expired
+        if self.token_expired is not None and self.token_expired != token_expired:
+            return False
+        window = self.token_within_refresh_window
+        return window is None or window == token_within_refresh_window
 
 
 @dataclass(frozen=True, slots=True)

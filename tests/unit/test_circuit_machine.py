@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import msgspec
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
@@ -44,6 +45,9 @@ def make_event(cls: TaxonomyClass = T.TRANSIENT, code: str = "SERVICE_UNAVAILABL
 FAIL = make_event()
 PERMANENT = make_event(T.PERMANENT, "NOT_FOUND")
 EMPTY_POLL = make_event(T.NONE, "EMPTY_POLL")
+# a 401 on a token our clock let lapse (taxonomy v2's TOKEN_EXPIRED): TRANSIENT, but no sign of
+# the endpoint's health (issue 22, point 9)
+LAPSED = msgspec.structs.replace(make_event(T.TRANSIENT, "TOKEN_EXPIRED"), circuit_neutral=True)
 
 
 def telemetry(effects: tuple[CircuitEffect, ...], kind: type[Any]) -> list[Any]:
@@ -144,6 +148,18 @@ def test_permanent_failures_neither_count_nor_reset(clock: FakeClock) -> None:
     assert circuit.state is CircuitState.OPEN
 
 
+def test_circuit_neutral_transient_failures_neither_count_nor_reset(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    for _ in range(10):
+        assert circuit.record_failure(LAPSED) == ()
+    assert circuit.state is CircuitState.CLOSED and circuit.consecutive_failures == 0
+    trip(circuit, clock, n=4, every_s=0.1)
+    circuit.record_failure(LAPSED)
+    assert circuit.consecutive_failures == 4  # not a success either: the count stays
+    circuit.record_failure(FAIL)
+    assert circuit.state is CircuitState.OPEN
+
+
 # -- open -> half_open: one probe -----------------------------------------------------------------
 
 
@@ -207,6 +223,17 @@ def test_a_probe_answered_with_a_non_transient_failure_closes_it(clock: FakeCloc
     probe = circuit.admit()
     circuit.record_failure(PERMANENT, probe.probe_id)  # the endpoint answered
     assert circuit.state is CircuitState.CLOSED
+
+
+def test_a_probe_answered_with_a_circuit_neutral_failure_closes_it(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock, every_s=0.0)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    circuit.record_failure(LAPSED, probe.probe_id)  # the endpoint answered; our token had lapsed
+    assert circuit.state is CircuitState.CLOSED
+    # so the replay with a fresh token is admitted, not refused behind a probe nobody will report
+    assert circuit.admit() is ADMITTED
 
 
 def test_probe_timeout_reopens_it(clock: FakeClock) -> None:

@@ -601,7 +601,22 @@ def test_a_connect_refused_by_an_open_circuit_waits_uncounted_within_the_horizon
     assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
 
 
-def test_connect_refused_is_accepted_only_while_connecting(clock: FakeClock) -> None:
+def test_a_live_connection_refused_by_an_open_circuit_waits_uncounted_from_now(clock: FakeClock) -> None:
+    """Its own next request (a CXone poll) met the open circuit: nothing failed (issue 22)."""
+    core = active_core(clock, config=SessionConfig(horizon_s=100.0))
+    effects = core.connect_refused(30.0)
+    assert core.state is SessionState.RECONNECTING and core.attempts == 0
+    (schedule,) = of(effects, ScheduleReconnect)
+    assert schedule.delay_s == 30.0 and schedule.at == clock.monotonic() + 30.0
+    assert of(effects, ReconnectionThrottled)
+    assert core.horizon_deadline == clock.monotonic() + 100.0  # the horizon runs from the refusal
+
+
+def test_connect_refused_is_accepted_only_while_connecting_or_active(clock: FakeClock) -> None:
     core = active_core(clock)
+    core.connect_refused(1.0)
+    with pytest.raises(InputRejected):  # reconnecting: the pending reconnection covers it
+        core.connect_refused(1.0)
+    core.stop()
     with pytest.raises(InputRejected):
         core.connect_refused(1.0)

@@ -16,7 +16,8 @@ from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import Secret
-from supervisor.errors import TransportFailure
+from supervisor.errors import CircuitOpenError, TransportFailure
+from supervisor.events import Published, ReconnectionThrottled, SessionTransition
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
@@ -161,3 +162,74 @@ async def test_a_cancelled_fetch_does_not_cancel_the_callers_waiting_for_it() ->
         await anyio.wait_all_tasks_blocked()
         box[0].cancel()  # the first caller is stopped mid-fetch
     assert got == ["t2"]  # the waiter fetched on its own instead of inheriting the cancellation
+
+
+class RefusedConnection(GatedConnection):
+    """A live connection whose next request finds its endpoint's circuit open (a CXone poll)."""
+
+    async def serve(self, report: Reporter) -> RawError:
+        self.served = True
+        raise CircuitOpenError("cxone:api", 7.0)
+
+
+class OpenTransport(GatedTransport):
+    def __init__(self) -> None:
+        super().__init__(fail=False)
+        self.gate.set()
+        self.opens = 0
+        self.connection = RefusedConnection()
+
+    async def open(self) -> GatedConnection:
+        self.opens += 1
+        return await super().open()
+
+
+async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_failure() -> None:
+    """Issue 22, point 9: nothing failed on this session, so nothing is classified.
+
+    A CXone session's poll refused by the open ``cxone:api`` circuit used to be published as
+    SDK_ERROR_CLASSIFIED CONNECTION_FAILED / OSError / endpoint null, a failure that never
+    happened (28-45 of them per demo run). The session waits for the circuit instead, as a
+    refused reconnection does: RECONNECTION_THROTTLED, not counted as an attempt.
+    """
+    transport = OpenTransport()
+    clock = SystemClock()
+    bus = EventBus()
+    seen: list[Published] = []
+    bus.subscribe(seen.append)
+    waits: list[float] = []
+    waiting = anyio.Event()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        waiting.set()
+        await anyio.sleep_forever()
+
+    runner = SessionRunner(
+        transport,
+        classifier=Classifier(load_taxonomy("v2"), clock),
+        circuit=CircuitRegistry(clock).get("test"),
+        bus=bus,
+        clock=clock,
+        rng=random.Random(1),
+        store=SessionStore(),
+        config=SessionConfig(first_delay_s=(0.01, 0.02)),
+        sleep=sleep,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run)
+        await waiting.wait()
+        assert runner.state.value == "reconnecting"
+        await runner.stop(1001)
+    names = [p.event.name for p in seen]
+    assert "SDK_ERROR_CLASSIFIED" not in names
+    (throttled,) = [p.event for p in seen if isinstance(p.event, ReconnectionThrottled)]
+    assert throttled.retry_in_s == 7.0 and throttled.attempt == 0  # not counted as an attempt
+    assert waits and waits[0] == pytest.approx(7.0, abs=0.1)  # it waits the circuit out
+    moves = [
+        (p.event.source, p.event.target, p.event.reason)
+        for p in seen
+        if isinstance(p.event, SessionTransition)
+    ]
+    assert ("active", "reconnecting", "CIRCUIT_OPEN") in moves
+    assert transport.connection.closed_with == 1001 and transport.opens == 1

@@ -32,6 +32,9 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     Attributes:
         token_ttl_s: ``expires_in`` of issued access tokens (platforms.md §7: "expire after an hour").
+        token_early_expiry_s: tokens stop working this many seconds before the ``expires_in`` (and
+            ``exp``) they were issued with: a platform whose clock runs ahead of ours, or that ends a
+            token a little early (issue 22, point 9). 0 (the default): exactly when announced.
         client_ids: accepted client ids (``app@vendor`` in legacy Basic auth, the OpenID client id at
             ``/auth/token``, ``{clientId}`` of the v1 exchange's ``{clientId}@cxone``); empty accepts any.
         client_secret: when set, the ``/auth/token`` client secret must equal it.
@@ -57,6 +60,7 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """
 
     token_ttl_s: int = 3600
+    token_early_expiry_s: float = 0.0
     client_ids: tuple[str, ...] = ()
     client_secret: str | None = None
     users: tuple[str, ...] = ()
@@ -81,6 +85,8 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError("read_timeout_s must be > 0")
         if self.token_ttl_s <= 0:
             raise ValueError("token_ttl_s must be positive")
+        if not 0 <= self.token_early_expiry_s < self.token_ttl_s:
+            raise ValueError("token_early_expiry_s must be >= 0 and less than token_ttl_s")
         if self.max_age_s is not None and self.max_age_s < 0:
             raise ValueError("max_age_s must be >= 0")
         if not 0 <= self.max_poll_timeout_s <= 3600:

@@ -75,6 +75,7 @@ class CxoneSimulator:
             first_agent_id=self.config.first_agent_id,
             bus_no=self.config.bus_no,
             team_id=self.config.team_id,
+            early_expiry_s=self.config.token_early_expiry_s,
         )
         self._api_app: web.Application | None = None
         self.state = SessionStore(

@@ -74,8 +74,11 @@ class TokenStore:
         bus_no: int = 4600001,
         team_id: int = 2000,
         issuer: str = "cxone-simulator",
+        early_expiry_s: float = 0.0,
     ) -> None:
         self._clock = clock
+        # tokens stop working this long before the lifetime they announce (CxoneSimConfig)
+        self._early_expiry = early_expiry_s
         self._rng = rng
         self._bus_no = bus_no
         self._team_id = team_id
@@ -132,7 +135,8 @@ class TokenStore:
             agent_id=agent_id,
             scope=scope,
             issued_at=now,
-            expires_at=now + ttl_s,
+            # the answer still says expires_in = ttl_s (and the JWT's exp): only we know it ends early
+            expires_at=now + ttl_s - self._early_expiry,
             refresh_uri=refresh_uri,
             id_token=self._jwt(
                 user,
