@@ -10,7 +10,7 @@ import msgspec
 
 from supervisor.cli.common import InputFile, NdjsonLines, stderr_console, stdout_console
 from supervisor.taxonomy import load_taxonomy, shipped_versions
-from supervisor.taxonomy.diff import ReplayReport, diff_codes, diff_tables, replay
+from supervisor.taxonomy.diff import ReplayReport, diff_codes, diff_responses, diff_tables, replay
 
 
 @click.group()
@@ -65,7 +65,8 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
     """List what routes differently between taxonomy A and taxonomy B.
 
     Shows semantic codes added, removed or changed (class, scope, trigger, policy), close
-    codes and exception names mapped elsewhere, and with --replay every recorded
+    codes and exception names mapped elsewhere, responses whose required fields changed
+    (what a response must carry before a session goes active), and with --replay every recorded
     envelope whose classification would change. Run this before switching the active
     version (seed section 1: no silent routing changes).
 
@@ -76,6 +77,7 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
     ta, tb = load_taxonomy(a), load_taxonomy(b)
     codes = diff_codes(ta, tb)
     tables = diff_tables(ta, tb)
+    responses = diff_responses(ta, tb)
     report = ReplayReport()
     if replay_file is not None:
         # bounded lines: a line past the cap is a problem naming it, and reading stops there
@@ -96,6 +98,7 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
             "b": {"file": tb.origin, "version": tb.version},
             "codes": [msgspec.to_builtins(c) for c in codes],
             "tables": [msgspec.to_builtins(t) for t in tables],
+            "responses": [msgspec.to_builtins(r) for r in responses],
             "replay": [msgspec.to_builtins(r) for r in replayed],
             "replayChangedTotal": report.changed_total,
         }
@@ -103,7 +106,7 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
     else:
         out = stdout_console()
         out.print(f"taxonomy diff {ta.origin} ({ta.version}) → {tb.origin} ({tb.version})", markup=False)
-        if not (codes or tables or replayed):
+        if not (codes or tables or responses or replayed):
             out.print("no routing differences", markup=False)
         for c in codes:
             if c.change == "changed" and c.before and c.after:
@@ -115,6 +118,14 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
                 out.print(f"code {c.code}: {c.change}", markup=False)
         for t in tables:
             out.print(f"{t.table} {t.key}: {t.before} → {t.after}", markup=False)
+        for rc in responses:
+            if rc.change == "changed" and rc.before and rc.after:
+                fields = ", ".join(
+                    f"{k}: {rc.before[k]} → {rc.after[k]}" for k in rc.before if rc.before[k] != rc.after[k]
+                )
+                out.print(f"response {rc.response}: {fields}", markup=False)
+            else:
+                out.print(f"response {rc.response}: {rc.change}", markup=False)
         for r in replayed:
             fields = ", ".join(
                 f"{k}: {r.before[k]} → {r.after[k]}" for k in r.before if r.before[k] != r.after[k]
@@ -124,7 +135,7 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
             out.print(
                 f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False
             )
-    if problems or (fail_on_diff and (codes or tables or replayed)):
+    if problems or (fail_on_diff and (codes or tables or responses or replayed)):
         raise SystemExit(1)
 
 

@@ -11,7 +11,7 @@ from supervisor.errors import EnvelopeError
 from supervisor.taxonomy.classifier import Classifier
 from supervisor.taxonomy.envelope import envelope_from_json
 from supervisor.taxonomy.model import CodeSpec, SdkErrorEvent
-from supervisor.taxonomy.rules import Taxonomy
+from supervisor.taxonomy.rules import ResponseSpec, Taxonomy
 
 
 class CodeChange(msgspec.Struct, frozen=True):
@@ -32,6 +32,34 @@ class TableChange(msgspec.Struct, frozen=True):
     key: str
     before: str | None
     after: str | None
+
+
+class ResponseChange(msgspec.Struct, frozen=True):
+    """A ``[responses.NAME]`` whose check changed: what a response must carry decides whether a
+    session goes active or an update goes out (seed section 3), so a change there is a routing
+    change as much as a re-routed code (v2 requires less of Genesys' reads than v1, issue 22)."""
+
+    response: str
+    change: str  # added | removed | changed
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+def _check(spec: ResponseSpec) -> dict[str, Any]:
+    return {"required": list(spec.required), "conversationField": spec.conversation_field}
+
+
+def diff_responses(a: Taxonomy, b: Taxonomy) -> list[ResponseChange]:
+    """Responses whose required fields or conversation field differ, or that one version lacks."""
+    out: list[ResponseChange] = []
+    for name in sorted(set(a.responses) | set(b.responses)):
+        before = _check(a.responses[name]) if name in a.responses else None
+        after = _check(b.responses[name]) if name in b.responses else None
+        if before == after:
+            continue
+        change = "added" if before is None else "removed" if after is None else "changed"
+        out.append(ResponseChange(name, change, before, after))
+    return out
 
 
 def _routing(spec: CodeSpec) -> dict[str, Any]:

@@ -123,6 +123,47 @@ def test_taxonomy_diff_lists_codes_and_replayed_envelopes(
     assert code == 1 and "code RATE_LIMITED: class: TRANSIENT → PERMANENT" in out
 
 
+def test_taxonomy_diff_shows_a_changed_response_check_and_gates_on_it(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """What a response must carry decides whether a session goes active or an update goes out
+    (seed section 3): a version that changes only that is a routing change, shown and gated."""
+    staged = tmp_path / "staged.toml"
+    staged.write_text(
+        V1.replace('version = "v1"', 'version = "v1-lax"').replace(
+            'required = ["id", "state", "participants"]', 'required = ["id", "participants"]'
+        )
+    )
+    code, out, _ = run(["taxonomy", "diff", "v1", str(staged), "--json"], capsysbinary)
+    doc = json.loads(out)
+    assert code == 0 and doc["codes"] == [] and doc["tables"] == []
+    assert doc["responses"] == [
+        {
+            "response": "genesys.rest.Conversation",
+            "change": "changed",
+            "before": {"required": ["id", "state", "participants"], "conversationField": "id"},
+            "after": {"required": ["id", "participants"], "conversationField": "id"},
+        }
+    ]
+    code, out, _ = run(["taxonomy", "diff", "v1", str(staged), "--fail-on-diff"], capsysbinary)
+    assert code == 1
+    assert (
+        "response genesys.rest.Conversation: required: ['id', 'state', 'participants'] → ['id', 'participants']"
+        in out
+    )
+
+
+def test_shipped_v2_requires_less_of_genesys_than_v1(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """Issue 22: v2 requires only what the vendors' models require of a conversation read and of a
+    Web Messaging SessionResponse; `taxonomy diff v1 v2` says so."""
+    code, out, _ = run(["taxonomy", "diff", "v1", "v2", "--json"], capsysbinary)
+    changed = {r["response"]: r["after"]["required"] for r in json.loads(out)["responses"]}
+    assert code == 0 and changed == {
+        "genesys.rest.Conversation": ["participants"],
+        "genesys.webmessaging.SessionResponse": ["connected"],
+    }
+
+
 def test_policy_show_json(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     code, out, _ = run(["policy", "show", "--json"], capsysbinary)
     assert code == 0
