@@ -148,13 +148,15 @@ def run(config_path: Path, check: bool) -> None:
                 services.append(telemetry.service(grace_s))
             supervisor = Supervisor(wiring, durable)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
-            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET
+            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET;
+            # a variable systemd never sends is a warning and its feature off (docs/systemd.md)
             systemd = Systemd(
                 supervisor,
                 environ=os.environ,
                 grace_s=grace_s,
                 outbox=durable.outbox_depth,
                 store_problem=durable.degraded,
+                warn=_warning,
             )
             reload = systemd.reloading(reloader.reload)
 
@@ -170,7 +172,7 @@ def run(config_path: Path, check: bool) -> None:
                 }
 
             # sockets systemd handed over (socket activation), else {} and the API binds its own
-            listeners = listen_fds(os.environ, enabled=config.sockets.enabled)
+            listeners = listen_fds(os.environ, enabled=config.sockets.enabled, warn=_warning)
             # the control socket's drain verb sets `stop`: the same drain as SIGTERM
             api = SocketApi(
                 supervisor,
@@ -230,6 +232,10 @@ def run(config_path: Path, check: bool) -> None:
     if not served:
         _stopped_before_serving(stopped_by)
     click.get_current_context().exit(code)
+
+
+def _warning(line: str) -> None:
+    click.echo(f"session-supervisor: warning: {line}", err=True)
 
 
 def _stopped_before_serving(sig: signal.Signals | None) -> None:
