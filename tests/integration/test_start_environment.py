@@ -4,7 +4,9 @@ exit 1); never a traceback. The platform is the in-process Genesys simulator ove
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -155,3 +157,68 @@ async def test_a_listen_fds_that_is_no_count_stops_the_start_with_one_line(
     assert err.count("\n") == 1 and "Traceback" not in err and len(err) < 200
     assert err.startswith("session-supervisor: error: socket activation: LISTEN_FDS=")
     assert err.endswith("is not a count of descriptors\n")
+
+
+# -- OTEL_* ---------------------------------------------------------------------------------------------------
+
+# each one was a traceback at start-up: the SDK raised in its import (the first) or its constructors
+SDK_REFUSES = [
+    ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-1", "expected an integer >= 0 (attributes per span, or unset)"),
+    ("OTEL_BSP_MAX_QUEUE_SIZE", "-1", "expected a positive integer (spans the batch queue holds)"),
+    ("OTEL_METRIC_EXPORT_INTERVAL", "0", "expected a number > 0 (milliseconds)"),
+]
+COLLECTOR = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}  # telemetry on; nothing exported here
+
+
+async def run_cli(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    done = await anyio.run_process(
+        [sys.executable, "-m", "supervisor", *args], env={**os.environ, **env}, check=False
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "run --check"])
+@pytest.mark.parametrize(("name", "value", "problem"), SDK_REFUSES)
+async def test_an_otel_value_the_sdk_refuses_is_one_line_and_exit_1(
+    tmp_path: Path, name: str, value: str, problem: str, check: bool
+) -> None:
+    config = write_config(tmp_path, UNREACHABLE)
+    code, out, err = await run_cli(
+        "run", "--config", str(config), *(["--check"] if check else []), env={**COLLECTOR, name: value}
+    )
+    assert code == 1 and out == ""
+    assert err == f"session-supervisor: error: {name}={value!r}: {problem}\n"
+
+
+async def test_with_telemetry_off_the_otel_variables_are_not_read(
+    sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Off (no endpoint): the SDK is not even imported, so what it would refuse changes nothing."""
+    hostile = {name: value for name, value, _ in SDK_REFUSES}
+    config = write_config(tmp_path, sim.urls)
+    code, out, err = await run_cli("run", "--config", str(config), "--check", env=hostile)
+    assert (code, err) == (0, "") and out.startswith("ok: ")
+    process = await spawn(config, env=hostile)
+    async with reading(process) as lines:
+        await wait_until(lambda: bool(lines.named("DAEMON_STARTED")), 30)
+        code, err = await stop_and_read(process, lines)
+    assert (code, err) == (0, "")
+
+
+async def test_demo_otlp_refuses_what_the_sdk_reads_from_the_process_before_it_starts() -> None:
+    """The demo's environment is its own (a shell's OTEL_BSP_* changes nothing), but the SDK reads
+    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT from the process when it is imported: refused before any simulator starts."""
+    code, out, err = await run_cli(
+        "demo",
+        "--fast",
+        "--sessions",
+        "5",
+        "--otlp",
+        "http://127.0.0.1:9",
+        env={"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "-1"},
+    )
+    assert code == 1 and out == ""
+    assert err == (
+        "session-supervisor: error: OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT='-1': "
+        "expected an integer >= 0 (attributes per span, or unset)\n"
+    )
