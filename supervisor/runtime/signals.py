@@ -121,7 +121,8 @@ class SignalRecord:
         if not self.installed:
             return
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            # None: a handler installed outside Python, which cannot be put back; the default then
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
         self.installed = False
         first = self._pending[0] if self._pending else None
         self._pending.clear()

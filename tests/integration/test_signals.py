@@ -101,7 +101,8 @@ async def early_moment(process: Process, spawned: float, moment: str) -> None:
 def send(process: Process, sig: signal.Signals) -> None:
     """``sig`` to the child through a pidfd, never ``Popen.send_signal``: that one polls first, and a
     poll reaps an exited child under asyncio's child watcher, which then reports exit 255 instead of
-    its code (seen 8 runs in 12 with a signal every 2 ms). A pidfd also never names a reused pid."""
+    its code (seen 8 runs in 12 with a signal every 2 ms; CPython gh-87744, fixed in 3.13 only). A
+    pidfd also never names a reused pid."""
     fd = _pidfds.get(process.pid)
     if fd is None:
         return
