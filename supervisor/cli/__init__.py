@@ -3,6 +3,11 @@
 Exit codes (design.md, Contracts): 0 success, 1 a handled failure, 2 bad usage.
 Bad input never prints a traceback: :func:`main` turns every :class:`SupervisorError`
 into one ``session-supervisor: error: ...`` line on stderr.
+
+Signals: the entry point (``supervisor/__main__.py``) records SIGTERM, SIGINT and SIGHUP before
+anything is imported. The daemons (``run``, ``demo``, ``sim``) take the record over; every other
+command gets the default actions back as soon as it is known (:data:`DAEMON_COMMANDS`), and a signal
+recorded until then takes its default effect at that moment (SIGINT: exit 130, no traceback).
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ import click
 
 from supervisor import __version__
 from supervisor.errors import SupervisorError
+from supervisor.runtime.signals import PROCESS
+
+#: the commands that keep the process's signal record (docs/runtime.md, "Lifecycle"); ``run --check``
+#: hands it back itself
+DAEMON_COMMANDS = frozenset({"run", "demo", "sim"})
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -119,14 +129,22 @@ def _io_error(exc: OSError) -> NoReturn:
     _fail(f"{where}{reason}")
 
 
+def _command(argv: list[str] | None) -> str | None:
+    """The command named on the command line (the group's own options take no value)."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((arg for arg in args if not arg.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the CLI, map our errors to exit 1 with one line."""
+    """Run the CLI, map our errors to exit 1 with one line (``supervisor.__main__`` calls it)."""
     _register()
     if sys.stdout is None:
         # fd 1 was closed before we started: every command writes its result there, and
         # click.echo would drop it silently
         _fail(f"cannot write to standard output: {os.strerror(errno.EBADF)} (it is closed)")
     try:
+        if _command(argv) not in DAEMON_COMMANDS:
+            PROCESS.release()  # a short command: the default actions (a recorded SIGINT raises here)
         result = cli.main(args=argv, prog_name="session-supervisor", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("session-supervisor: aborted", err=True)
@@ -147,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     except BaseExceptionGroup as group:
         # a task group wraps what its tasks raised: report ours in one line, re-raise the rest
         leaves = _leaves(group)
+        if any(isinstance(e, KeyboardInterrupt) for e in leaves):
+            sys.exit(130)  # SIGINT under a command's task group: no traceback
         mine = [e for e in leaves if isinstance(e, SupervisorError)]
         if mine:
             click.echo(f"session-supervisor: error: {mine[0]}", err=True)

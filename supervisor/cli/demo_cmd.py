@@ -98,8 +98,12 @@ def demo(
     The daemon's socket API is on, in a temporary directory: the `watch` command that
     attaches to it from another terminal is printed on stderr first.
     """
-    from supervisor.demo.runner import DemoOptions, DemoTimedOut, run_demo
+    from supervisor.demo.runner import DemoOptions, DemoTimedOut, demo_settings, run_demo
 
+    if otlp is not None:
+        # the collector's settings and the OTEL_* variables the SDK reads, before anything starts:
+        # a value it refuses is one line naming it, exit 1 (main() prints the ConfigError)
+        demo_settings(otlp, None)
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(
         scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s, otlp=otlp

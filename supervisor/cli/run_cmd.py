@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ def run(config_path: Path, check: bool) -> None:
       SIGHUP          reload the configuration and credential files (validated first; on any
                       error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED);
                       `ctl reload` does the same
+      before it serves  SIGTERM/SIGINT end the start (one line, exit 0); SIGHUP is one reload
+                      once it serves; after the drain, signals change nothing
 
     One daemon per configuration: a second one on the same file refuses to start (exit 1).
 
@@ -67,62 +69,82 @@ def run(config_path: Path, check: bool) -> None:
     reload, WATCHDOG=1 while healthy; the sockets may be handed over (LISTEN_FDS, names
     subscribe and control); secrets come from $CREDENTIALS_DIRECTORY.
     """
+    from supervisor.runtime.signals import PROCESS
+
+    if check:
+        # validating is a short command, not the daemon: the default actions (SIGINT: exit 130)
+        PROCESS.release()
+    else:
+        _stopped_before_serving(PROCESS.take_stop())  # during the imports: nothing read, nothing started
+
     from supervisor.api.server import SocketApi
     from supervisor.errors import ConfigError
     from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
     from supervisor.runtime.durable import Durable
     from supervisor.runtime.lock import DaemonLock, default_lock_path
-    from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
+    from supervisor.runtime.main import daemon_signals, run_daemon
     from supervisor.runtime.reload import Reloader
+    from supervisor.runtime.signals import SignalReceiver
     from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
     from supervisor.systemd.activation import activated_paths, listen_fds
     from supervisor.systemd.service import Systemd
-    from supervisor.telemetry import Telemetry, resolve_settings
+    from supervisor.telemetry import resolve_settings
 
-    outside = OutsideSignals().install()
     config = load_config(config_path)
     config_dir = config_path.resolve().parent
     grace_s = config.daemon.shutdown_grace
     bus = EventBus()
-    telemetry = None
+    # off unless configured; reads telemetry.headersFile like the platforms' credentials and checks
+    # the OTEL_* variables the SDK would read; the SDK itself is imported only when it is on
+    settings = resolve_settings(config.telemetry, os.environ, config_dir=config_dir)
     if check:
         # the settings and the collector's credential file are checked; nothing is exported
-        resolve_settings(config.telemetry, os.environ, config_dir=config_dir)
-    else:
-        # off unless configured; reads telemetry.headersFile like the platforms' credentials
-        telemetry = Telemetry.from_config(
-            config, environ=os.environ, boot_id=bus.boot_id, config_dir=config_dir
+
+        async def check_credentials() -> None:
+            async with Wiring(config, bus=bus, config_dir=config_dir, hooks=[]) as wiring:
+                # a version that loads but cannot work against a platform (v1: no Genesys attribute
+                # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
+                for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, os.environ):
+                    click.echo(f"session-supervisor: warning: {line}", err=True)
+
+        anyio.run(check_credentials, backend="asyncio")
+        click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
+        return
+    telemetry = None
+    if settings is not None:
+        from supervisor.telemetry import Telemetry, configured_secrets, shapes_of
+
+        telemetry = Telemetry(
+            settings,
+            boot_id=bus.boot_id,
+            shapes=shapes_of(config),
+            secrets=configured_secrets(config, environ=os.environ, config_dir=config_dir),
         )
-    if telemetry is not None:
         bus.trace_context = telemetry.trace_context
     lock_file = config.daemon.lock_file
     lock = DaemonLock(Path(lock_file) if lock_file else default_lock_path(config_path, os.environ))
+    served = False
+    stopped_by: signal.Signals | None = None
 
     async def main() -> int:
+        nonlocal stopped_by
         with daemon_signals() as signals:
             try:
                 return await serve(signals)
             finally:
                 lock.release()
+                stopped_by = signals.stopped_by
         return 0  # pragma: no cover - the with block always returns
 
-    async def serve(signals: AsyncIterator[signal.Signals]) -> int:
-        if outside.stop_requested:
+    async def serve(signals: SignalReceiver) -> int:
+        if signals.take_stop() is not None:
             return 0  # stopped before anything started: nothing to drain
-        if not check:
-            # before any socket is bound or session started: a second daemon changes nothing
-            lock.acquire()
+        # before any socket is bound or session started: a second daemon changes nothing
+        lock.acquire()
         hooks = telemetry.hooks if telemetry is not None else []
         async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
-            if check:
-                # a version that loads but cannot work against a platform (v1: no Genesys attribute
-                # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
-                for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, os.environ):
-                    click.echo(f"session-supervisor: warning: {line}", err=True)
-                click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
-                return 0
             stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
             bus.subscribe(stdout)
             stop = anyio.Event()
@@ -143,13 +165,15 @@ def run(config_path: Path, check: bool) -> None:
                 services.append(telemetry.service(grace_s))
             supervisor = Supervisor(wiring, durable)
             reloader = Reloader(supervisor, lambda: load_config(config_path))
-            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET
+            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET;
+            # a variable systemd never sends is a warning and its feature off (docs/systemd.md)
             systemd = Systemd(
                 supervisor,
                 environ=os.environ,
                 grace_s=grace_s,
                 outbox=durable.outbox_depth,
                 store_problem=durable.degraded,
+                warn=_warning,
             )
             reload = systemd.reloading(reloader.reload)
 
@@ -165,7 +189,7 @@ def run(config_path: Path, check: bool) -> None:
                 }
 
             # sockets systemd handed over (socket activation), else {} and the API binds its own
-            listeners = listen_fds(os.environ, enabled=config.sockets.enabled)
+            listeners = listen_fds(os.environ, enabled=config.sockets.enabled, warn=_warning)
             # the control socket's drain verb sets `stop`: the same drain as SIGTERM
             api = SocketApi(
                 supervisor,
@@ -188,6 +212,8 @@ def run(config_path: Path, check: bool) -> None:
                 )
 
             def ready() -> None:
+                nonlocal served
+                served = True
                 bus.publish(DaemonStarted(len(supervisor.config.sessions), str(config_path)))
                 systemd.ready()
 
@@ -219,5 +245,19 @@ def run(config_path: Path, check: bool) -> None:
 
     with tuned_collector():  # this process holds the sessions: fewer, larger collections
         code = anyio.run(main, backend="asyncio")
-    outside.install()  # asyncio put the default actions back: a late signal must not turn into 143
+    # the process's record stays installed: a signal from here to the exit changes nothing
+    if not served:
+        _stopped_before_serving(stopped_by)
     click.get_current_context().exit(code)
+
+
+def _warning(line: str) -> None:
+    click.echo(f"session-supervisor: warning: {line}", err=True)
+
+
+def _stopped_before_serving(sig: signal.Signals | None) -> None:
+    """A stop signal before the daemon was ready: one line, exit 0 (docs/runtime.md, "Lifecycle")."""
+    if sig is None:
+        return
+    click.echo(f"session-supervisor: {sig.name} during start-up: stopped before serving", err=True)
+    click.get_current_context().exit(0)

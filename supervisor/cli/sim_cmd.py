@@ -2,7 +2,7 @@
 
 The first stdout line is one JSON object with the base URLs bound, keyed
 ``login, api, webmessaging, streaming, admin`` (Genesys) or ``auth, api, admin`` (CXone); the
-process then serves until SIGINT or SIGTERM. ``--port 0`` (default) picks free ports;
+process then serves until SIGTERM, SIGINT or SIGHUP. ``--port 0`` (default) picks free ports;
 ``--port P`` binds P, P+1, ... in key order. By default any client id, secret, user and
 deployment id is accepted; ``--config FILE`` (TOML, the simulator config's keys) restricts them.
 """
@@ -68,27 +68,48 @@ class _OutputError(Exception):
     """The ready line could not be written (stdout full, read-only or closed)."""
 
 
-def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
-    """Start the simulator, print its URLs as one JSON line, serve until SIGINT/SIGTERM."""
+#: what stops a simulator: SIGTERM, SIGINT, and SIGHUP (the terminal it ran in went away)
+SIM_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    async def main() -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+    """Start the simulator, print its URLs as one JSON line, serve until SIGTERM, SIGINT or SIGHUP.
+
+    The signals come from the process's record (supervisor/runtime/signals.py): one that arrived
+    before the URLs were printed (during the imports, while binding) stops the simulator there,
+    with one line and exit 0, never a default action's 143 or a traceback.
+    """
+    from supervisor.runtime.signals import receiving
+
+    async def main() -> signal.Signals | None:
+        """None once it served and was stopped; the signal that stopped it before it served."""
+        with receiving() as signals:
+            early = signals.take_stop(SIM_STOPS)
+            if early is not None:
+                return early
             async with factory() as sim:
+                early = signals.take_stop(SIM_STOPS)
+                if early is not None:
+                    return early
                 try:
                     sys.stdout.write(json.dumps(sim.urls) + "\n")
                     sys.stdout.flush()
                 except OSError as exc:
                     # nobody can learn the URLs: stop rather than serve blind
                     raise _OutputError(exc.strerror or str(exc)) from None
-                async for _ in signals:
-                    break
+                async for received in signals:
+                    if received in SIM_STOPS:
+                        break
+        return None
 
     try:
-        anyio.run(main, backend="asyncio")
+        early = anyio.run(main, backend="asyncio")
     except _OutputError as exc:
         raise click.ClickException(f"cannot write to standard output: {exc}") from None
     except OSError as exc:  # e.g. a port taken between checks
         raise SimulatorError(f"cannot serve: {exc.strerror or exc}") from None
+    if early is not None:
+        click.echo(f"session-supervisor: sim: {early.name} before it served: stopped", err=True)
 
 
 _common = [

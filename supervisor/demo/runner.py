@@ -51,7 +51,7 @@ from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
 if TYPE_CHECKING:
-    from supervisor.telemetry import Telemetry
+    from supervisor.telemetry import ExportSettings, Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,18 +308,30 @@ _GRACE_S = 5.0
 DEMO_SERVICE_NAME = "session-supervisor-demo"
 
 
+def demo_settings(otlp: str, workdir: Path | None) -> ExportSettings:
+    """``demo --otlp URL``'s export settings; raises ConfigError (the CLI checks them before anything starts).
+
+    The demo's environment is its own: no OTEL_* variable of the shell changes the run. What the
+    OpenTelemetry SDK reads from the process environment whatever it is handed (at its import, in
+    its exporters) is still checked, and a value it would refuse is a ConfigError naming it.
+    """
+    from supervisor.telemetry import resolve_settings
+
+    table = TelemetrySettings(endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME)
+    settings = resolve_settings(table, {}, config_dir=workdir)
+    if settings is None:  # pragma: no cover - an endpoint always turns it on
+        raise ConfigError("--otlp: telemetry stayed off")
+    return settings
+
+
 def demo_telemetry(otlp: str | None, config: Config, bus: EventBus, workdir: Path) -> Telemetry | None:
     """``demo --otlp URL``: the run's traces and metrics to that collector (every operation traced)."""
     if otlp is None:
         return None
-    # imported only when asked for: the OpenTelemetry SDK and exporter are not free to load
-    from supervisor.telemetry import Telemetry, configured_secrets, resolve_settings, shapes_of
+    settings = demo_settings(otlp, workdir)
+    # imported only when asked for, and after the check: the OpenTelemetry SDK is not free to load
+    from supervisor.telemetry import Telemetry, configured_secrets, shapes_of
 
-    table = TelemetrySettings(endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME)
-    # the demo's environment is its own: no OTEL_* variable of the shell leaks into the run
-    settings = resolve_settings(table, {}, config_dir=workdir)
-    if settings is None:  # pragma: no cover - an endpoint always turns it on
-        return None
     telemetry = Telemetry(
         settings,
         boot_id=bus.boot_id,

@@ -11,66 +11,47 @@ Structured concurrency from one root task group (anyio; uvicorn's phases)::
 
 SIGTERM or SIGINT ends ``body`` early and starts the drain, as does setting ``stop`` (the control
 socket's ``drain`` verb); a second signal during the drain cancels it at once (the result says the
-exit was forced). SIGHUP reloads the configuration (``on_reload``) and the daemon goes on. The
-receiver can be opened before the daemon is built (:func:`daemon_signals`), so a signal during
-start-up is not lost to the default action (exit 143). Services are callables that accept
-anyio's ``task_status`` and call ``task_status.started()`` once they are usable (a socket
-bound, an exporter ready); each is started in order, so readiness means all of them are.
+exit was forced). SIGHUP reloads the configuration (``on_reload``) and the daemon goes on.
+
+The signals come from the process's record (supervisor/runtime/signals.py), installed by the entry
+point before anything is imported and kept until the process exits, so no moment is left to a
+default action (143, 129, a ``KeyboardInterrupt``). A stop signal recorded before the readiness
+moment (during the imports, the configuration's reading, the start) ends the start there: no
+``on_ready`` (no READY=1), the drain at once for whatever was started. SIGHUPs recorded before it
+are one reload once the daemon serves. Services are callables that accept anyio's ``task_status``
+and call ``task_status.started()`` once they are usable (a socket bound, an exporter ready); each
+is started in order, so readiness means all of them are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
 
+from supervisor.runtime.signals import HANDLED, SignalReceiver, receiving
 from supervisor.runtime.supervisor import Supervisor
 
-__all__ = ["DAEMON_SIGNALS", "OutsideSignals", "Service", "daemon_signals", "run_daemon"]
+__all__ = ["DAEMON_SIGNALS", "Service", "daemon_signals", "run_daemon"]
 
 # a long-running task that calls ``task_status.started()`` when it is usable
 Service = Callable[..., Coroutine[Any, Any, Any]]
 
 #: SIGTERM/SIGINT stop (drain); SIGHUP reloads the configuration (systemd's ExecReload convention)
-DAEMON_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+DAEMON_SIGNALS = HANDLED
 
 
-class OutsideSignals:
-    """Signal handling outside the event loop: before it starts and after it ends.
+def daemon_signals() -> contextlib.AbstractContextManager[SignalReceiver]:
+    """The daemon's signals on the event loop: the process's record, what it holds already included.
 
-    Python's default action for SIGTERM is to die with 143, and asyncio puts the default back
-    when its receiver closes. Installed before the loop and again after it, these handlers only
-    *record* a stop signal (and ignore SIGHUP): a signal during start-up ends the start cleanly
-    (exit 0), one that lands at the very end of a drain changes nothing (exit 0 for a completed
-    drain, 1 for a forced one), never 143.
+    Open it as the loop starts: a signal recorded while the daemon builds its wiring, binds its
+    sockets or starts its sessions is acted on as soon as the lifecycle runs (a stop before the
+    readiness moment: the drain at once, exit 0), never by a default action.
     """
-
-    def __init__(self) -> None:
-        self.stop_requested = False
-
-    def install(self) -> OutsideSignals:
-        for sig in DAEMON_SIGNALS:
-            signal.signal(sig, self._record)
-        return self
-
-    def _record(self, signum: int, frame: object) -> None:
-        if signum != signal.SIGHUP:
-            self.stop_requested = True
-
-
-@contextlib.contextmanager
-def daemon_signals() -> Iterator[AsyncIterator[signal.Signals]]:
-    """The daemon's signals, received from now on (open it first: a signal during start-up is kept).
-
-    A signal that arrives while the daemon builds its wiring, binds its sockets or starts its
-    sessions waits in the receiver and is acted on as soon as the lifecycle runs: a SIGTERM
-    during start-up drains (nothing much to drain) and exits 0, never 143.
-    """
-    with anyio.open_signal_receiver(*DAEMON_SIGNALS) as received:
-        yield received
+    return receiving()
 
 
 async def run_daemon(
@@ -83,13 +64,14 @@ async def run_daemon(
     on_stopping: Callable[[], object] | None = None,
     on_reload: Callable[[], Awaitable[object]] | None = None,
     stop: anyio.Event | None = None,
-    signals: AsyncIterator[signal.Signals] | None = None,
+    signals: SignalReceiver | None = None,
 ) -> bool:
     """Run the daemon until ``body`` returns (default: forever), a stop signal or ``stop``; then drain.
 
     ``signals`` is a receiver opened earlier with :func:`daemon_signals` (None: open one now).
     SIGHUP calls ``on_reload`` and the daemon goes on. Returns True when a second stop signal
-    forced the exit before the drain completed.
+    forced the exit before the drain completed. A stop signal already recorded at the readiness
+    moment skips ``on_ready`` and ``body``: the drain starts at once.
     """
     with contextlib.ExitStack() as stack:
         if signals is None:
@@ -108,14 +90,16 @@ async def _lifecycle(
     on_stopping: Callable[[], object] | None,
     on_reload: Callable[[], Awaitable[object]] | None,
     stop: anyio.Event | None,
-    signals: AsyncIterator[signal.Signals],
+    signals: SignalReceiver,
 ) -> bool:
     forced = False
     async with anyio.create_task_group() as tg:
         await tg.start(supervisor.serve)
         for service in services:
             await tg.start(service)
-        if on_ready is not None:
+        # stopped during start-up (even before the loop ran): never ready, drain what was started
+        stopped_early = signals.take_stop() is not None
+        if on_ready is not None and not stopped_early:
             on_ready()
         async with anyio.create_task_group() as running:
 
@@ -137,10 +121,11 @@ async def _lifecycle(
                 await requested.wait()
                 running.cancel_scope.cancel()
 
-            running.start_soon(run_body)
-            running.start_soon(on_signals)
-            if stop is not None:
-                running.start_soon(stop_on_request, stop)
+            if not stopped_early:
+                running.start_soon(run_body)
+                running.start_soon(on_signals)
+                if stop is not None:
+                    running.start_soon(stop_on_request, stop)
         if on_stopping is not None:
             on_stopping()
         async with anyio.create_task_group() as drain:

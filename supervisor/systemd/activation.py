@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
 from supervisor.errors import ConfigError
+from supervisor.systemd.environ import PID_DIGITS, decimal, shown
 
 __all__ = ["LISTEN_FDS_START", "NAMES", "activated_paths", "listen_fds"]
 
@@ -35,25 +36,44 @@ _VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
 
 def listen_fds(
-    environ: MutableMapping[str, str], *, enabled: bool = True, pid: int | None = None
+    environ: MutableMapping[str, str],
+    *,
+    enabled: bool = True,
+    pid: int | None = None,
+    warn: Callable[[str], object] | None = None,
 ) -> dict[str, socket.socket]:
     """The sockets handed to this process by name; ``{}`` when not socket-activated.
 
     Removes the ``LISTEN_*`` variables from ``environ`` when they were meant for this process.
     ``enabled`` is ``sockets.enabled``: sockets handed to a daemon configured without the API
-    are refused rather than silently served or silently ignored.
+    are refused rather than silently served or silently ignored. A ``LISTEN_PID`` systemd never
+    sends (not a decimal pid: ``²``, 400 digits) names nobody: ``warn`` gets one line, and the
+    daemon binds its own sockets. A ``LISTEN_FDS`` that is not a count, with ``LISTEN_PID`` naming
+    this process, is a hand-over gone wrong: a :class:`ConfigError`, like any other.
     """
     own = os.getpid() if pid is None else pid
-    listen_pid = environ.get("LISTEN_PID", "").strip()
-    if not listen_pid or listen_pid != str(own):
+    listen_pid_text = environ.get("LISTEN_PID", "").strip()
+    if not listen_pid_text:
+        return {}
+    listen_pid = decimal(listen_pid_text, PID_DIGITS)
+    if listen_pid is None:
+        if warn is not None:
+            warn(f"LISTEN_PID={shown(listen_pid_text)} is not a process id: socket activation is off")
+        return {}
+    if listen_pid != own:
         return {}
     count_text = environ.get("LISTEN_FDS", "").strip()
     names_text = environ.get("LISTEN_FDNAMES")
     for variable in _VARIABLES:
         environ.pop(variable, None)
-    if not count_text.isdigit() or int(count_text) == 0:
+    if not count_text:
         return {}
-    count = int(count_text)
+    # sd_listen_fds(3) reads an int; two are all the daemon takes, nine digits are more than any count
+    count = decimal(count_text, 9)
+    if count is None:
+        raise ConfigError(f"socket activation: LISTEN_FDS={shown(count_text)} is not a count of descriptors")
+    if count == 0:
+        return {}
     names = names_text.split(":") if names_text is not None else []
     if len(names) != count:
         raise ConfigError(

@@ -7,14 +7,14 @@ the PyPI ``sdnotify`` package has not changed since 2017. gunicorn's ``systemd.p
 
 * ``$NOTIFY_SOCKET`` is a filesystem path (``/run/systemd/notify``) or, with a leading ``@``, a
   name in the abstract namespace (the ``@`` becomes a NUL byte). Anything else (the ``vsock:``
-  form of systemd 254) is not supported: notifications are off, and :attr:`Notifier.problem`
-  says why.
+  form of systemd 254, a path longer than ``sun_path``) is not supported: notifications are off,
+  and :attr:`Notifier.problem` says why in one line (``run`` prints it as a warning).
 * Sending never blocks the event loop and never raises: the socket is non-blocking, and a full
   queue or an absent manager is counted (:attr:`Notifier.failures`) and logged at debug level,
   as gunicorn does. A notification is advice to the manager; the daemon's work comes first.
 * A value never spans lines: ``STATUS=`` text is cut at the first line break (one live line).
 
-Pure of the project (stdlib only), so it sits on floor 3 beside the bus.
+Stdlib only (and :mod:`.environ`), so it sits on floor 3 beside the bus.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
+
+from supervisor.systemd.environ import shown
 
 __all__ = ["Notifier", "encode", "monotonic_usec", "notify_address"]
 
@@ -34,15 +36,31 @@ def monotonic_usec() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
 
 
+#: sun_path holds 108 bytes (unix(7)); a path needs its NUL, an abstract name its leading NUL
+_SUN_PATH = 108
+
+
 def notify_address(value: str | None) -> str | bytes | None:
     """The ``sendto`` address for a ``$NOTIFY_SOCKET`` value; None when it is unset or unsupported."""
+    return _address(value)[0]
+
+
+def _address(value: str | None) -> tuple[str | bytes | None, str | None]:
+    """(address, None), (None, why it is unsupported), or (None, None) when unset."""
     if not value:
-        return None
+        return None, None
     if value.startswith("@"):
-        return b"\0" + value[1:].encode()  # the abstract namespace (unix(7))
-    if value.startswith("/"):
-        return value
-    return None
+        address: str | bytes = b"\0" + value[1:].encode()  # the abstract namespace (unix(7))
+        size = len(address)
+    elif value.startswith("/"):
+        address, size = value, len(value.encode()) + 1
+    else:
+        # sd_notify() also takes "vsock:CID:PORT" since systemd 254 (a VM notifying its host); a
+        # service under a manager gets a path
+        return None, "only a path or an @abstract name is supported"
+    if size > _SUN_PATH:
+        return None, f"longer than a Unix socket address holds ({_SUN_PATH} bytes)"
+    return address, None
 
 
 def encode(fields: Mapping[str, str | int]) -> bytes:
@@ -68,9 +86,13 @@ class Notifier:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Notifier:
         value = environ.get("NOTIFY_SOCKET")
-        notifier = cls(notify_address(value))
-        if value and notifier.address is None:
-            notifier.problem = f"NOTIFY_SOCKET={value!r}: only a path or an @abstract name is supported"
+        address, problem = _address(value)
+        notifier = cls(address)
+        if problem is not None:
+            notifier.problem = (
+                f"NOTIFY_SOCKET={shown(value or '', 64)}: {problem}; notifications are off "
+                "(no READY=1, STATUS=, WATCHDOG=1)"
+            )
         return notifier
 
     @property

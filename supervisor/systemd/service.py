@@ -45,7 +45,7 @@ from supervisor.systemd.conditions import (
 from supervisor.systemd.degraded import Degraded
 from supervisor.systemd.notify import Notifier
 from supervisor.systemd.status import StatusLine
-from supervisor.systemd.watchdog import Watchdog, watchdog_usec
+from supervisor.systemd.watchdog import MIN_PING_PERIOD_S, Watchdog, watchdog_usec
 
 __all__ = ["FLUSH_MARGIN_S", "Systemd"]
 
@@ -68,6 +68,7 @@ class Systemd:
         notifier: Notifier | None = None,
         outbox: Callable[[], int | None] | None = None,
         store_problem: str | None = None,
+        warn: Callable[[str], object] | None = None,
     ) -> None:
         bus = supervisor.bus
         self._clock: Clock = clock if clock is not None else supervisor.wiring.clock
@@ -85,10 +86,21 @@ class Systemd:
             self.degraded.raise_condition(
                 StoreConditions.CONDITION, f"{store_problem}: acknowledgements refused"
             )
-        usec = watchdog_usec(environ)
+        # what the environment asks that cannot be done: one line each (``run`` prints them as warnings)
+        say: Callable[[str], object] = warn if warn is not None else (lambda line: None)
+        if self.notifier.problem is not None:
+            say(self.notifier.problem)
         self.watchdog: Watchdog | None = None
-        if usec is not None and self.notifier.enabled:
+        # without a notify socket there is nobody to ping: the variables are not read at all
+        usec = watchdog_usec(environ, warn=say) if self.notifier.enabled else None
+        if usec is not None:
             self.watchdog = Watchdog(self.notifier, bus, usec, clock=self._clock)
+            if self.watchdog.period_s > self.watchdog.requested_period_s:
+                say(
+                    f"WATCHDOG_USEC={usec} asks for a ping every {self.watchdog.requested_period_s:.6g} s; "
+                    f"the daemon pings every {MIN_PING_PERIOD_S:g} s at most often "
+                    f"(WatchdogSec= below {2 * MIN_PING_PERIOD_S:g} s cannot be honoured)"
+                )
         state_dir = state_directory(environ)
         self.state_probe = StateDirectoryProbe(state_dir, self.degraded) if state_dir is not None else None
 

@@ -29,7 +29,7 @@ Withholding starts and ends are published (``WATCHDOG_WITHHELD`` with the reason
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,25 +39,68 @@ from anyio.abc import TaskStatus
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.events import Event
+from supervisor.systemd.environ import PID_DIGITS, USEC_DIGITS, decimal, shown
 from supervisor.systemd.notify import Notifier
 
-__all__ = ["MAX_LAG_S", "Health", "Watchdog", "WatchdogResumed", "WatchdogWithheld", "watchdog_usec"]
+__all__ = [
+    "MAX_LAG_S",
+    "MIN_PING_PERIOD_S",
+    "Health",
+    "Watchdog",
+    "WatchdogResumed",
+    "WatchdogWithheld",
+    "watchdog_usec",
+]
 
 #: a loop whose best wake-up in a whole ping period was later than this is starved
 MAX_LAG_S = 5.0
 #: wake-ups per ping period (lag samples)
 SAMPLES_PER_PERIOD = 4
+#: the shortest ping period. Half of ``WATCHDOG_USEC=1`` is half a microsecond: the task woke every
+#: eighth of one and took 81 % of a CPU on an idle daemon (issue 23). At this floor it wakes every 25 ms;
+#: any WatchdogSec= of 0.2 s or more is still honoured, a shorter one cannot be by a Python daemon
+MIN_PING_PERIOD_S = 0.1
+#: USEC_INFINITY (systemd's time-util.h): "no watchdog", never exported
+USEC_INFINITY = 2**64 - 1
 
 
-def watchdog_usec(environ: Mapping[str, str], *, pid: int | None = None) -> int | None:
-    """``$WATCHDOG_USEC`` when it is meant for this process (sd_watchdog_enabled(3)); else None."""
+def watchdog_usec(
+    environ: Mapping[str, str],
+    *,
+    pid: int | None = None,
+    warn: Callable[[str], object] | None = None,
+) -> int | None:
+    """``$WATCHDOG_USEC`` when it is meant for this process (sd_watchdog_enabled(3)); else None.
+
+    systemd sets both variables as decimal numbers (a ``usec_t`` below ``USEC_INFINITY``, a pid).
+    A value it never sends (``²``, which ``str.isdigit`` accepts and ``int`` refuses; 400 digits;
+    ``USEC_INFINITY`` or beyond) is not an instruction: ``warn`` gets one line and the watchdog is
+    off, as ``sd_watchdog_enabled`` answers ``-EINVAL`` for it. 0 is off without a word.
+    """
     value = environ.get("WATCHDOG_USEC", "").strip()
-    if not value.isdigit() or int(value) == 0:
+    if not value:
         return None
-    owner = environ.get("WATCHDOG_PID", "").strip()
-    if owner and owner != str(os.getpid() if pid is None else pid):
+    usec = decimal(value, USEC_DIGITS)
+    if usec is None or usec >= USEC_INFINITY:
+        _warn(warn, f"WATCHDOG_USEC={shown(value)} is not a number of microseconds systemd sends")
+        return None
+    if usec == 0:
+        return None
+    owner_text = environ.get("WATCHDOG_PID", "").strip()
+    if not owner_text:
+        return usec
+    owner = decimal(owner_text, PID_DIGITS)
+    if owner is None:
+        _warn(warn, f"WATCHDOG_PID={shown(owner_text)} is not a process id")
+        return None
+    if owner != (os.getpid() if pid is None else pid):
         return None  # inherited from a parent that is watched itself
-    return int(value)
+    return usec
+
+
+def _warn(warn: Callable[[str], object] | None, problem: str) -> None:
+    if warn is not None:
+        warn(f"{problem}: the watchdog is off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +161,10 @@ class Watchdog:
         self._notifier = notifier
         self._bus = bus
         self._clock = clock
-        self.period_s = usec / 1_000_000 / 2  # sd_watchdog_enabled(3): ping at half the interval
+        # sd_watchdog_enabled(3): ping at half the interval; never more often than the floor
+        self.requested_period_s = usec / 1_000_000 / 2
+        self.period_s = max(self.requested_period_s, MIN_PING_PERIOD_S)
+        self.sample_s = self.period_s / SAMPLES_PER_PERIOD
         # a lag of a whole period misses the deadline anyway: the bound never exceeds it
         self.health = Health(min(max_lag_s, self.period_s))
         self.pings = 0
@@ -151,7 +197,7 @@ class Watchdog:
         """Sample the loop's lag and decide once per period, until cancelled."""
         task_status.started()
         clock = self._clock
-        sample_s = self.period_s / SAMPLES_PER_PERIOD
+        sample_s = self.sample_s
         self.decide()  # the first ping at once: systemd's watchdog starts with READY=1
         next_decision = clock.monotonic() + self.period_s
         while True:

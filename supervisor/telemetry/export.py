@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,15 +24,23 @@ from dataclasses import dataclass
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import Meter, NoOpMeterProvider
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    AlwaysOffExemplarFilter,
+    AlwaysOnExemplarFilter,
+    ExemplarFilter,
+    MeterProvider,
+    TraceBasedExemplarFilter,
+)
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from supervisor.errors import ConfigError
 from supervisor.telemetry.scrub import Scrubber, ScrubbingMetricExporter, ScrubbingSpanExporter
 from supervisor.telemetry.settings import ExportSettings
 
@@ -45,9 +52,12 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",
 )
 
-# a storm emits a few spans per session within seconds: room for 1,000 sessions' worth before
-# the queue drops (the SDK's default is 2,048; OTEL_BSP_MAX_QUEUE_SIZE still wins when set)
-_QUEUE = 8192
+# OTEL_METRICS_EXEMPLAR_FILTER's values, as the SDK's MeterProvider maps them
+_EXEMPLAR_FILTERS: dict[str, Callable[[], ExemplarFilter]] = {
+    "trace_based": TraceBasedExemplarFilter,
+    "always_on": AlwaysOnExemplarFilter,
+    "always_off": AlwaysOffExemplarFilter,
+}
 
 
 class _OncePerMinute(logging.Filter):
@@ -87,32 +97,73 @@ class ExportPipeline:
     """Exporters, processor and reader for one daemon; :meth:`close` exactly once at the end."""
 
     def __init__(self, settings: ExportSettings, resource: Resource, scrubber: Scrubber) -> None:
+        """Raises ConfigError when the SDK refuses what it is given (its ValueError, at the boundary)."""
         _quiet_exporter_logs()
+        try:
+            self._build(settings, resource, scrubber)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            # environment.py checks every value the SDK reads first; this is the net for what a later
+            # SDK version might read or refuse (its messages name the variable or the argument)
+            raise ConfigError(f"telemetry: the OpenTelemetry SDK refused its settings: {exc}") from None
+        self._closed = False
+
+    def _build(self, settings: ExportSettings, resource: Resource, scrubber: Scrubber) -> None:
+        # every value the SDK's constructors would read from OTEL_* is handed over explicitly
+        # (settings.sdk, read and checked by environment.py), so they read none of them; their own
+        # metrics go to no provider (OTEL_PYTHON_METER_PROVIDER is not looked up)
+        sdk = settings.sdk
         headers = dict(settings.headers)
-        timeout = settings.export_timeout_s
+        quiet = NoOpMeterProvider()
         self.spans: ScrubbingSpanExporter | None = None
         self.processor: SpanProcessor = SpanProcessor()  # the base class does nothing
         if settings.traces_endpoint is not None:
             self.spans = ScrubbingSpanExporter(
-                OTLPSpanExporter(endpoint=settings.traces_endpoint, headers=headers, timeout=timeout),
+                OTLPSpanExporter(
+                    endpoint=settings.traces_endpoint,
+                    headers=headers,
+                    timeout=_first(settings.export_timeout_s, sdk.traces_timeout_s),
+                    compression=Compression(sdk.traces_compression),
+                    meter_provider=quiet,
+                ),
                 scrubber,
             )
-            self.processor = BatchSpanProcessor(self.spans, max_queue_size=_env_queue() or _QUEUE)
+            self.processor = BatchSpanProcessor(
+                self.spans,
+                max_queue_size=sdk.max_queue_size,
+                schedule_delay_millis=sdk.schedule_delay_ms,
+                max_export_batch_size=sdk.max_export_batch_size,
+                export_timeout_millis=sdk.bsp_export_timeout_ms,
+                meter_provider=quiet,
+            )
         self.metrics: ScrubbingMetricExporter | None = None
         self._reader: PeriodicExportingMetricReader | None = None
         self._meter_provider: MeterProvider | None = None
         if settings.metrics_endpoint is not None:
             self.metrics = ScrubbingMetricExporter(
-                OTLPMetricExporter(endpoint=settings.metrics_endpoint, headers=headers, timeout=timeout),
+                OTLPMetricExporter(
+                    endpoint=settings.metrics_endpoint,
+                    headers=headers,
+                    timeout=_first(settings.export_timeout_s, sdk.metrics_timeout_s),
+                    compression=Compression(sdk.metrics_compression),
+                    meter_provider=quiet,
+                ),
                 scrubber,
             )
-            interval = None if settings.metric_interval_s is None else settings.metric_interval_s * 1000.0
-            self._reader = PeriodicExportingMetricReader(self.metrics, export_interval_millis=interval)
+            interval_ms = (
+                sdk.metric_interval_ms
+                if settings.metric_interval_s is None
+                else settings.metric_interval_s * 1000.0
+            )
+            self._reader = PeriodicExportingMetricReader(
+                self.metrics, export_interval_millis=interval_ms, export_timeout_millis=sdk.metric_timeout_ms
+            )
             # no atexit hook: the SDK's would join the reader for up to 30 s at interpreter exit
             self._meter_provider = MeterProvider(
-                resource=resource, metric_readers=[self._reader], shutdown_on_exit=False
+                resource=resource,
+                metric_readers=[self._reader],
+                shutdown_on_exit=False,
+                exemplar_filter=_EXEMPLAR_FILTERS[sdk.exemplar_filter](),
             )
-        self._closed = False
 
     def meter(self, name: str, version: str) -> Meter:
         if self._meter_provider is None:
@@ -198,9 +249,5 @@ async def _bounded(work: Callable[[], object], limit_s: float, name: str) -> boo
     return done.is_set()
 
 
-def _env_queue() -> int | None:
-    value = os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE")
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
+def _first(value: float | None, otherwise: float) -> float:
+    return otherwise if value is None else value

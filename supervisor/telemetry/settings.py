@@ -24,6 +24,7 @@ from urllib.parse import unquote
 from supervisor.config import TelemetrySettings as TelemetryTable
 from supervisor.config import read_secret
 from supervisor.errors import ConfigError
+from supervisor.telemetry.environment import SdkSettings, check_sdk_reads, read_sdk_settings
 
 __all__ = ["DEFAULT_SERVICE_NAME", "ExportSettings", "resolve_settings"]
 
@@ -56,6 +57,8 @@ class ExportSettings:
     export_timeout_s: float | None = None
     # metric export interval; None: OTEL_METRIC_EXPORT_INTERVAL (60 s)
     metric_interval_s: float | None = None
+    # what the SDK's constructors would read from OTEL_* (checked; handed over explicitly)
+    sdk: SdkSettings = field(default_factory=SdkSettings)
 
     @property
     def enabled(self) -> bool:
@@ -93,6 +96,12 @@ def resolve_settings(
                 raise ConfigError(
                     f"{name}={value}: only OTLP over HTTP with protobuf ({_PROTOCOL}) is built in"
                 )
+    # the values the SDK's constructors would read, checked and handed to them (environment.py);
+    # what it reads from the process environment itself is checked there too
+    sdk = read_sdk_settings(environ)
+    check_sdk_reads(environ)
+    if environ is not os.environ:
+        check_sdk_reads(os.environ)
     secret = read_secret(
         table.headers_file, key="telemetry.headersFile", config_dir=config_dir, environ=environ
     )
@@ -106,6 +115,7 @@ def resolve_settings(
         service_name=service or DEFAULT_SERVICE_NAME,
         resource=resource,
         headers=headers,
+        sdk=sdk,
     )
 
 

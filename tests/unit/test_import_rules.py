@@ -97,6 +97,7 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             # component may raise (the store of issue 13 among them)
             "supervisor.systemd.notify",
             "supervisor.systemd.activation",
+            "supervisor.systemd.environ",
             "supervisor.systemd.degraded",
             # the durable store: its interface and the SQLite implementation, below the runtime
             "supervisor.store",
