@@ -59,7 +59,7 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.runtime.durable import Durable
     from supervisor.runtime.lock import DaemonLock, default_lock_path
     from supervisor.runtime.main import OutsideSignals, daemon_signals, run_daemon
-    from supervisor.runtime.reload import Reloader
+    from supervisor.runtime.reload import Reloader, ReloadRequests, answer
     from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
@@ -134,17 +134,12 @@ def run(config_path: Path, check: bool) -> None:
                 store_problem=durable.degraded,
             )
             reload = systemd.reloading(reloader.reload)
+            # SIGHUP's reloads run in a task of their own: the signal loop never waits for one
+            requests = ReloadRequests(reload)
+            services.append(requests.serve)
 
             async def reload_for_api() -> Mapping[str, Any]:
-                result = await reload()
-                if result.error is not None:
-                    raise ConfigError(result.error)
-                return {
-                    "added": list(result.added),
-                    "removed": list(result.removed),
-                    "restarted": list(result.restarted),
-                    "unchanged": len(result.unchanged),
-                }
+                return answer(await reload())
 
             # sockets systemd handed over (socket activation), else {} and the API binds its own
             listeners = listen_fds(os.environ, enabled=config.sockets.enabled)
@@ -184,7 +179,7 @@ def run(config_path: Path, check: bool) -> None:
                     services=[*services, *api.services, *systemd.services],
                     on_ready=ready,
                     on_stopping=stopping,
-                    on_reload=reload,
+                    on_reload=requests.request,
                     stop=stop,
                     signals=signals,
                 )
