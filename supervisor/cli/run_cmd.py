@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import anyio
 import click
 
 from supervisor.bus import EventBus
-from supervisor.config import load_config
+from supervisor.config import SocketsConfig, load_config
 
 
 @click.command()
@@ -103,6 +104,7 @@ def run(config_path: Path, check: bool) -> None:
         hooks = telemetry.hooks if telemetry is not None else []
         async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
             if check:
+                _check_socket_paths(config_path, config.sockets, os.environ)
                 click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
                 return 0
             stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
@@ -198,3 +200,51 @@ def run(config_path: Path, check: bool) -> None:
         code = anyio.run(main, backend="asyncio")
     outside.install()  # asyncio put the default actions back: a late signal must not turn into 143
     click.get_current_context().exit(code)
+
+
+def _check_socket_paths(config_path: Path, sockets: SocketsConfig, environ: Mapping[str, str]) -> None:
+    """What ``run`` would fail on when it binds the socket API, said by ``--check`` (issue 23).
+
+    A configured path is bound in its directory, which the daemon never creates (only the default
+    ``$XDG_RUNTIME_DIR/session-supervisor/`` is); the path must fit sun_path and must not be
+    something other than a socket. A socket already there is fine: a running daemon's (checking
+    the configuration before a reload) or one a killed daemon left (replaced at start).
+    """
+    from supervisor.api.listen import default_paths, socket_paths
+    from supervisor.errors import ConfigError
+
+    paths = socket_paths(sockets, environ)
+    if isinstance(paths, str):
+        return  # the API is off (disabled, or nowhere to put it): `run` says so and runs without it
+    defaults = default_paths(environ)
+    for key, path, configured in (
+        ("subscribe", paths[0], sockets.subscribe is not None),
+        ("control", paths[1], sockets.control is not None),
+    ):
+        where = f"{config_path}: sockets.{key}" if configured else f"{config_path}: $XDG_RUNTIME_DIR"
+        # the default directory is created, but only inside an existing $XDG_RUNTIME_DIR
+        directory = path.parent if configured or defaults is None else path.parent.parent
+        if len(os.fsencode(path)) > 107:
+            raise ConfigError(f"{where}: {path}: a socket path is limited to 107 bytes")
+        directory_mode = _mode(directory, follow=True)
+        if directory_mode is None:
+            raise ConfigError(
+                f"{where}: the directory {directory} does not exist, so `run` cannot bind {path} "
+                "(create it; under systemd, the socket units create it once enabled)"
+            )
+        if not stat.S_ISDIR(directory_mode):
+            raise ConfigError(f"{where}: {directory} is not a directory, so `run` cannot bind {path}")
+        path_mode = _mode(path, follow=False)
+        if path_mode is not None and not stat.S_ISSOCK(path_mode):
+            raise ConfigError(f"{where}: {path} exists and is not a socket; `run` does not replace it")
+
+
+def _mode(path: Path, *, follow: bool) -> int | None:
+    """``st_mode``, None when nothing is there; what this user may not look at counts as there
+    (``--check`` may run as another user than the daemon)."""
+    try:
+        return (os.stat(path) if follow else os.lstat(path)).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return stat.S_IFDIR if follow else stat.S_IFSOCK
