@@ -24,7 +24,11 @@ from supervisor.config import SocketsConfig, load_config
     type=click.Path(dir_okay=False, path_type=Path),
     help="The TOML configuration (see systemd/session-supervisor.example.toml).",
 )
-@click.option("--check", is_flag=True, help="Validate the configuration and credentials, then exit.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Validate the configuration, the credentials and where the sockets go, then exit.",
+)
 def run(config_path: Path, check: bool) -> None:
     """Supervise the configured sessions until SIGTERM or SIGINT.
 
@@ -229,14 +233,14 @@ def _check_socket_paths(config_path: Path, sockets: SocketsConfig, environ: Mapp
         directory_mode = _mode(directory, follow=True)
         if directory_mode is None:
             raise ConfigError(
-                f"{where}: the directory {directory} does not exist, so `run` cannot bind {path} "
+                f"{where}: the directory {directory} does not exist, so run cannot bind {path} "
                 "(create it; under systemd, the socket units create it once enabled)"
             )
         if not stat.S_ISDIR(directory_mode):
-            raise ConfigError(f"{where}: {directory} is not a directory, so `run` cannot bind {path}")
+            raise ConfigError(f"{where}: {directory} is not a directory, so run cannot bind {path}")
         path_mode = _mode(path, follow=False)
         if path_mode is not None and not stat.S_ISSOCK(path_mode):
-            raise ConfigError(f"{where}: {path} exists and is not a socket; `run` does not replace it")
+            raise ConfigError(f"{where}: {path} exists and is not a socket; run does not replace it")
 
 
 def _mode(path: Path, *, follow: bool) -> int | None:

@@ -281,10 +281,10 @@ def test_run_check_says_what_run_would_fail_on_when_it_binds_its_sockets(tmp_pat
     control, env = str(tmp_path / "sockets" / "c.sock"), None
     if case == "missing":
         control = str(tmp_path / "nowhere" / "c.sock")
-        line = f"sockets.control: the directory {tmp_path / 'nowhere'} does not exist, so `run` cannot bind {control}"
+        line = f"sockets.control: the directory {tmp_path / 'nowhere'} does not exist, so run cannot bind {control}"
     elif case == "a-file":
         control = str(tmp_path / "plain" / "c.sock")
-        line = f"sockets.control: {tmp_path / 'plain'} is not a directory, so `run` cannot bind {control}"
+        line = f"sockets.control: {tmp_path / 'plain'} is not a directory, so run cannot bind {control}"
     elif case == "not-a-socket":
         control = str(tmp_path / "sockets" / "control.sock")
         line = f"sockets.control: {control} exists and is not a socket"
