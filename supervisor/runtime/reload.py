@@ -178,18 +178,21 @@ class Reloader:
                 return self._failed(DRAINING)
             block_loop_on_reload(supervisor.wiring.environ)  # a test's wedge (runtime/testhooks.py)
             outcome: list[ReloadResult] = []
-            async with anyio.create_task_group() as tg:
+            # shielded from whoever awaits it: a caller's cancellation must not cut a reload in half
+            # (the configuration switched, half of its sessions changed); only the drain stops one
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
 
-                async def stop_when_draining() -> None:
-                    await supervisor.draining.wait()
-                    tg.cancel_scope.cancel()
+                    async def stop_when_draining() -> None:
+                        await supervisor.draining.wait()
+                        tg.cancel_scope.cancel()
 
-                async def reload_once() -> None:
-                    outcome.append(await self._reload())
-                    tg.cancel_scope.cancel()
+                    async def reload_once() -> None:
+                        outcome.append(await self._reload())
+                        tg.cancel_scope.cancel()
 
-                tg.start_soon(stop_when_draining)
-                tg.start_soon(reload_once)
+                    tg.start_soon(stop_when_draining)
+                    tg.start_soon(reload_once)
             return outcome[0] if outcome else self._failed(INTERRUPTED)
 
     def _failed(self, error: str) -> ReloadResult:
