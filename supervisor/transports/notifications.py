@@ -41,6 +41,7 @@ from supervisor.errors import TransportFailure
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.taxonomy import Channel, RawError
 from supervisor.transports.sockets import (
+    abort_socket,
     decode_frame,
     discard_socket,
     malformed_frame,
@@ -129,6 +130,11 @@ class NotificationsTransport:
                 failure = await conn.subscribe(self.topics)
         except (wsx.WebSocketException, OSError) as exc:  # TimeoutError is an OSError
             failure = raw_from_exception(exc, ctx=ctx, method="subscribe", endpoint=endpoint)
+        except BaseException:
+            # cancelled while subscribing (the runner was stopped): the socket goes with the attempt,
+            # or its keepalive holds it open with nobody serving it (issue 23); an abort awaits nothing
+            abort_socket(ws)
+            raise
         if failure is not None:
             await discard_socket(ws, failure, self._close_timeout)
             raise TransportFailure(failure)
