@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import anyio
 import click
 
 from supervisor.bus import EventBus
-from supervisor.config import load_config
+from supervisor.config import SocketsConfig, load_config
 from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
 from supervisor.taxonomy.gaps import gaps
 
@@ -35,8 +36,8 @@ def taxonomy_warnings(configured: str, taxonomy: Taxonomy, environ: Mapping[str,
 @click.option(
     "--check",
     is_flag=True,
-    help="Validate the configuration and credentials, then exit; a warning line on stderr says what "
-    "the active taxonomy version cannot do (v1: update Genesys attributes).",
+    help="Validate the configuration, the credentials and where the sockets go, then exit; a warning "
+    "line on stderr says what the active taxonomy version cannot do (v1: update Genesys attributes).",
 )
 def run(config_path: Path, check: bool) -> None:
     """Supervise the configured sessions until SIGTERM or SIGINT.
@@ -83,7 +84,7 @@ def run(config_path: Path, check: bool) -> None:
     from supervisor.runtime.durable import Durable
     from supervisor.runtime.lock import DaemonLock, default_lock_path
     from supervisor.runtime.main import daemon_signals, run_daemon
-    from supervisor.runtime.reload import Reloader
+    from supervisor.runtime.reload import Reloader, ReloadRequests, answer
     from supervisor.runtime.signals import SignalReceiver
     from supervisor.runtime.stdout import StdoutEvents
     from supervisor.runtime.supervisor import Supervisor
@@ -110,6 +111,7 @@ def run(config_path: Path, check: bool) -> None:
                     click.echo(f"session-supervisor: warning: {line}", err=True)
 
         anyio.run(check_credentials, backend="asyncio")
+        _check_socket_paths(config_path, config.sockets, os.environ)
         click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
         return
     telemetry = None
@@ -176,17 +178,12 @@ def run(config_path: Path, check: bool) -> None:
                 warn=_warning,
             )
             reload = systemd.reloading(reloader.reload)
+            # SIGHUP's reloads run in a task of their own: the signal loop never waits for one
+            requests = ReloadRequests(reload)
+            services.append(requests.serve)
 
             async def reload_for_api() -> Mapping[str, Any]:
-                result = await reload()
-                if result.error is not None:
-                    raise ConfigError(result.error)
-                return {
-                    "added": list(result.added),
-                    "removed": list(result.removed),
-                    "restarted": list(result.restarted),
-                    "unchanged": len(result.unchanged),
-                }
+                return answer(await reload())
 
             # sockets systemd handed over (socket activation), else {} and the API binds its own
             listeners = listen_fds(os.environ, enabled=config.sockets.enabled, warn=_warning)
@@ -228,7 +225,7 @@ def run(config_path: Path, check: bool) -> None:
                     services=[*services, *api.services, *systemd.services],
                     on_ready=ready,
                     on_stopping=stopping,
-                    on_reload=reload,
+                    on_reload=requests.request,
                     stop=stop,
                     signals=signals,
                 )
@@ -261,3 +258,51 @@ def _stopped_before_serving(sig: signal.Signals | None) -> None:
         return
     click.echo(f"session-supervisor: {sig.name} during start-up: stopped before serving", err=True)
     click.get_current_context().exit(0)
+
+
+def _check_socket_paths(config_path: Path, sockets: SocketsConfig, environ: Mapping[str, str]) -> None:
+    """What ``run`` would fail on when it binds the socket API, said by ``--check`` (issue 23).
+
+    A configured path is bound in its directory, which the daemon never creates (only the default
+    ``$XDG_RUNTIME_DIR/session-supervisor/`` is); the path must fit sun_path and must not be
+    something other than a socket. A socket already there is fine: a running daemon's (checking
+    the configuration before a reload) or one a killed daemon left (replaced at start).
+    """
+    from supervisor.api.listen import default_paths, socket_paths
+    from supervisor.errors import ConfigError
+
+    paths = socket_paths(sockets, environ)
+    if isinstance(paths, str):
+        return  # the API is off (disabled, or nowhere to put it): `run` says so and runs without it
+    defaults = default_paths(environ)
+    for key, path, configured in (
+        ("subscribe", paths[0], sockets.subscribe is not None),
+        ("control", paths[1], sockets.control is not None),
+    ):
+        where = f"{config_path}: sockets.{key}" if configured else f"{config_path}: $XDG_RUNTIME_DIR"
+        # the default directory is created, but only inside an existing $XDG_RUNTIME_DIR
+        directory = path.parent if configured or defaults is None else path.parent.parent
+        if len(os.fsencode(path)) > 107:
+            raise ConfigError(f"{where}: {path}: a socket path is limited to 107 bytes")
+        directory_mode = _mode(directory, follow=True)
+        if directory_mode is None:
+            raise ConfigError(
+                f"{where}: the directory {directory} does not exist, so run cannot bind {path} "
+                "(create it; under systemd, the socket units create it once enabled)"
+            )
+        if not stat.S_ISDIR(directory_mode):
+            raise ConfigError(f"{where}: {directory} is not a directory, so run cannot bind {path}")
+        path_mode = _mode(path, follow=False)
+        if path_mode is not None and not stat.S_ISSOCK(path_mode):
+            raise ConfigError(f"{where}: {path} exists and is not a socket; run does not replace it")
+
+
+def _mode(path: Path, *, follow: bool) -> int | None:
+    """``st_mode``, None when nothing is there; what this user may not look at counts as there
+    (``--check`` may run as another user than the daemon)."""
+    try:
+        return (os.stat(path) if follow else os.lstat(path)).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return stat.S_IFDIR if follow else stat.S_IFSOCK

@@ -16,8 +16,10 @@ the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
   sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
 
 A store that cannot be opened (corrupt, unreadable, a read-only or full state directory) does not
-stop the daemon: sessions run from the configuration alone, ``STORE_DEGRADED`` names the file and
-the problem, and attribute updates are refused (nothing is acknowledged that cannot be persisted).
+stop the daemon: ``STORE_DEGRADED`` names the file and the problem, and attribute updates are
+refused (nothing is acknowledged that cannot be persisted). A store that can be read but not
+written (a full disk, a read-only state directory) is read without writing, so the sessions start
+as it says (issue 23); any other leaves the sessions to run from the configuration alone.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.targets import SessionTargets
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
+from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import CrashPoints
 from supervisor.taxonomy import Channel
 
@@ -52,6 +55,8 @@ __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
 STORE_FILE = "store.sqlite3"
 NO_STORE = "no store: set [store] path, or run under systemd with StateDirectory= ($STATE_DIRECTORY)"
+#: said of a store that could be read but not written at start (sessions follow it; nothing is written)
+READ_ONLY = "read it without writing: the sessions start as it says"
 Warn = Callable[[str], object]
 
 
@@ -141,9 +146,21 @@ class Durable:
                 path, synchronous=config.store.synchronous, environ=environ, on_health=health
             )
         except StoreError as exc:
-            health(exc.problem)
+            # a file that cannot be written (a full disk, a read-only state directory) is still
+            # read: a session stopped or ended stays down, a guest session resumes (issue 23)
+            snapshot = await _read_only(path)
+            problem = exc.problem if snapshot is None else f"{exc.problem}; {READ_ONLY}"
+            health(problem)
             return cls(
-                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
+                config,
+                None,
+                bus=bus,
+                clock=clock,
+                problem=f"{exc.path}: {problem}",
+                desired=None if snapshot is None else snapshot.desired,
+                server=None if snapshot is None else snapshot.server,
+                crash=crash,
+                background=background,
             )
         try:
             desired = await store.desired_sessions()
@@ -336,6 +353,15 @@ class Durable:
             event.session_id, runner.context.conversation_id, record.get("platformSessionId")
         )
         tg.start_soon(self._quietly, opened)
+
+
+async def _read_only(path: Path) -> Snapshot | None:
+    """What the store holds, read without writing; None when the file is absent, not the store's or
+    unreadable too (the sessions then run from the configuration alone)."""
+    try:
+        return await read_only(path)
+    except StoreError:
+        return None
 
 
 def _record_of(runner: SessionRunner) -> dict[str, str]:

@@ -59,9 +59,13 @@ class Supervisor:
         self.bus = wiring.bus
         self.config = wiring.config
         self.runners: dict[str, SessionRunner] = {}
-        self._done: dict[str, anyio.Event] = {}
+        # set when each runner's task has ended (its close sent, its DELETE made), keyed by the
+        # runner itself: a session id may have an old runner still closing and a new one starting
+        self._done: dict[SessionRunner, anyio.Event] = {}
         self._tg: TaskGroup | None = None
-        self._accepting = True
+        #: set once the drain began: no session is started from then on, and a reload in progress
+        #: stops where it is (supervisor/runtime/reload.py)
+        self.draining = anyio.Event()
 
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -90,18 +94,18 @@ class Supervisor:
         """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,
         the resumption of the server session a restart left: ``resume``)."""
         tg = self._tg
-        if tg is None or not self._accepting:
+        if tg is None or self.draining.is_set():
             raise ConfigError(f"sessions[{spec.id}]: the supervisor is not accepting sessions")
         previous = self.runners.get(spec.id)
         if previous is not None and not previous.core.terminated:
             raise ConfigError(f"session '{spec.id}' is already supervised")
         runner = self.wiring.runner_for(spec, resume)
         self.runners[spec.id] = runner
-        tg.start_soon(self._run_runner, runner, resume is not None, name=f"session:{spec.id}")
+        done = self._done[runner] = anyio.Event()
+        tg.start_soon(self._run_runner, runner, done, resume is not None, name=f"session:{spec.id}")
         return runner
 
-    async def _run_runner(self, runner: SessionRunner, resumed: bool = False) -> None:
-        done = self._done[runner.session_id] = anyio.Event()
+    async def _run_runner(self, runner: SessionRunner, done: anyio.Event, resumed: bool = False) -> None:
         try:
             if self.book is not None:
                 # write-ahead: a crash after the first attempt leaves what a restart takes over or ends
@@ -111,39 +115,72 @@ class Supervisor:
             with anyio.CancelScope(shield=True):
                 await runner.transport.aclose()
                 if self.book is not None:
-                    await self.book.ended(runner, draining=not self._accepting)
+                    await self.book.ended(runner, draining=self.draining.is_set())
             done.set()
+            del self._done[runner]
 
     async def stop(self, session_id: str, code: int = 1000) -> None:
         """End one session on purpose (close 1000 / DELETE); unknown ids raise SessionError."""
         await self._runner(session_id).stop(code)
 
-    async def _stopped(self, session_id: str, code: int) -> None:
-        """Stop one session and wait for its task to end (its close sent, its DELETE made)."""
-        await self.stop(session_id, code)
-        done = self._done.get(session_id)
+    async def _stop_and_wait(self, runner: SessionRunner, code: int) -> None:
+        """Stop one runner and wait for its task to end (its close sent, its DELETE made)."""
+        await runner.stop(code)
+        done = self._done.get(runner)
         if done is not None:
             await done.wait()
 
+    # ------------------------------------------------------------------ what a reload changes
+    # A reload (supervisor/runtime/reload.py) runs one at a time, but `ctl start` / `ctl stop` and
+    # the drain may act on the same session while it waits for a close: each step below touches
+    # only the runner it found, and none raises for a session that is down or already replaced.
+
+    def add(self, spec: SessionSpec) -> SessionRunner | None:
+        """A session the configuration gained: started, unless a live runner already serves it
+        (``ctl start`` came first, on the same new configuration) or the drain has begun."""
+        current = self.runners.get(spec.id)
+        if self.draining.is_set() or (current is not None and not current.core.terminated):
+            return None
+        return self.start(spec)
+
     async def remove(self, session_id: str) -> None:
-        """Stop a session that left the configuration, and forget it."""
-        await self._stopped(session_id, 1000)
-        self.runners.pop(session_id, None)
-        self._done.pop(session_id, None)
-        if self.book is not None:
+        """Stop a session that left the configuration, and forget it.
+
+        Only the runner found here is stopped and taken out of the table: one started for the same
+        id while this one was closing (a later reload, ``ctl start``) is not this removal's to end.
+        A session with no runner (the store kept it stopped or ended at start-up) is just forgotten.
+        """
+        runner = self.runners.get(session_id)
+        if runner is not None:
+            await self._stop_and_wait(runner, 1000)
+            if self.runners.get(session_id) is runner:
+                del self.runners[session_id]
+        if self.book is not None and session_id not in self.runners:
             await self.book.forget(session_id)
 
-    async def restart(self, spec: SessionSpec) -> SessionRunner:
-        """Stop a session whose settings changed and start it again (a new runner, a full cycle)."""
-        await self._stopped(spec.id, 1000)
-        return self.start(spec)
+    async def restart(self, spec: SessionSpec) -> SessionRunner | None:
+        """Stop a session whose settings changed and start it again (a new runner, a full cycle).
+
+        A session that is down (``ctl stop``, a fail-fast, or kept down by the store at start-up)
+        stays down: a reload never re-authenticates what only ``ctl start`` may bring back (seed
+        section 3); ``ctl start`` then starts it on the new settings. Returns the runner now
+        serving the session, or None when it stays down.
+        """
+        runner = self.runners.get(spec.id)
+        if runner is None or runner.core.terminated:
+            return None
+        await self._stop_and_wait(runner, 1000)
+        current = self.runners.get(spec.id)
+        if current is not runner and current is not None and not current.core.terminated:
+            return current  # `ctl start` started it again meanwhile, on the new configuration
+        return self.add(spec)
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
-        self._accepting = False
+        self.draining.set()
         if self.book is not None:
             self.book.draining()
-        for runner in self.runners.values():
+        for runner in list(self.runners.values()):
             await runner.stop(1001)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
         with anyio.move_on_after(grace_s):

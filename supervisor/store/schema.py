@@ -1,10 +1,23 @@
-"""The SQLite schema, versioned with ``PRAGMA user_version`` and migrated forward one step at a time.
+"""The SQLite schema: numbered migrations, the file's stamp, and which files are the store's.
 
-:data:`MIGRATIONS` ``[n]`` takes a store from version ``n`` to ``n + 1``; each runs in the
-transaction that also sets the new version, so a crash mid-migration leaves the old version
-whole. A store whose version is newer than :data:`SCHEMA_VERSION` was written by a newer
-session-supervisor: it is refused with a clear error and never touched (an older daemon
-cannot know what a newer schema means; reliability.md §6).
+**Numbered migrations.** :data:`MIGRATIONS` holds one :class:`Migration` per schema version, in
+order: migration ``n`` takes a store from version ``n - 1`` to ``n``. Each runs in the transaction
+that also sets the new version (``PRAGMA user_version``), so a crash mid-migration leaves the old
+version whole. A released migration is never edited: the schema changes only by adding the next
+one (tests/unit/test_store_files.py pins every released version with a file its release wrote).
+
+**The stamp.** Migration 1 also sets SQLite's ``application_id`` header field to
+:data:`APPLICATION_ID`, which names a file as session-supervisor's store (``file(1)`` and any tool
+reading the header can tell). Files the release before the stamp wrote carry none: a file with no
+application id, ``user_version`` 1 and exactly schema 1's tables is such a file, and is stamped on
+open (:func:`identify` says :attr:`Identity.LEGACY`).
+
+**What is refused, untouched.** Everything else: another application's database (another id, or
+no id and not exactly our tables), a negative version, a version without its tables, a version
+newer than :data:`SCHEMA_VERSION` (a newer session-supervisor wrote it: an older daemon cannot know
+what it means; reliability.md §6). :func:`identify` decides on a connection that has written
+nothing (it only reads the header and ``sqlite_master``): the caller refuses before its first write,
+the switch to WAL included.
 
 Tables (docs/store.md has the full description): ``desired_sessions``, ``server_sessions`` (the
 session ledger), ``updates`` and ``update_rows`` (acknowledged submissions and the rows that carry
@@ -14,10 +27,27 @@ and ``meta`` (the owner epoch, bumped at every open and stamped on ledger entrie
 
 from __future__ import annotations
 
+import enum
 import sqlite3
+from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "NewerSchema", "migrate"]
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Identity",
+    "Migration",
+    "NewerSchema",
+    "NotOurs",
+    "expected_schema",
+    "identify",
+    "migrate",
+    "stamp",
+]
+
+#: SQLite's application_id of a session-supervisor store: "SSUP" in ASCII (https://sqlite.org/pragma.html#pragma_application_id)
+APPLICATION_ID: Final = 0x53535550
 
 _V1: Final = """
 CREATE TABLE meta (
@@ -117,8 +147,20 @@ CREATE TABLE mismatches (
 CREATE INDEX mismatches_open ON mismatches (resolved_at);
 """
 
-#: MIGRATIONS[n] moves a store from version n to n + 1
-MIGRATIONS: Final[tuple[str, ...]] = (_V1,)
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """Takes a store to schema ``version`` (from ``version - 1``)."""
+
+    version: int
+    summary: str
+    script: str
+
+
+#: every schema version, in order; add the next one, never edit a released one
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(1, "the first schema (issue 13): sessions, outbox, ledger, mismatches, meta", _V1),
+)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
@@ -133,26 +175,124 @@ class NewerSchema(Exception):
         )
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the schema to :data:`SCHEMA_VERSION`; returns the version found. Raises :class:`NewerSchema`.
+class NotOurs(Exception):
+    """The file is not (or no longer looks like) a session-supervisor store: refused untouched."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(
+            f"{problem}; refusing to open it (nothing was changed: move it aside to start an empty store)"
+        )
+
+
+class Identity(enum.Enum):
+    NEW = "new"  # an empty file: the store's to create
+    OURS = "ours"  # stamped, a known version with exactly its tables
+    LEGACY = "legacy"  # no stamp, version 1 and exactly schema 1's tables: written before the stamp
+
+
+SchemaObject = tuple[str, str, str]
+
+
+def expected_schema(version: int) -> list[SchemaObject]:
+    """The (type, name, sql) of every table and index migrations 1..``version`` make."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for migration in MIGRATIONS[:version]:
+            for statement in _statements(migration.script):
+                conn.execute(statement)
+        return _schema(conn)
+    finally:
+        conn.close()
+
+
+def _schema(conn: sqlite3.Connection) -> list[SchemaObject]:
+    # SQLite's own objects (sqlite_autoindex_*, sqlite_sequence, sqlite_stat*) follow from ours
+    rows = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchall()
+    return sorted((str(t), str(n), " ".join(str(sql).split()) if sql else "") for t, n, sql in rows)
+
+
+def identify(conn: sqlite3.Connection) -> tuple[Identity, int]:
+    """Whose file this is, and its schema version; raises :class:`NotOurs` or :class:`NewerSchema`.
+
+    Reads only: the header (``application_id``, ``user_version``, the page count) and ``sqlite_master``.
+    """
+    application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+        return Identity.NEW, 0
+    found = _schema(conn)
+    if application_id not in (0, APPLICATION_ID):
+        raise NotOurs(
+            f"not a session-supervisor store: its application_id 0x{application_id & 0xFFFFFFFF:08x} is another program's"
+        )
+    if application_id == 0 and not (version == 1 and found == expected_schema(1)):
+        # written by the release before the stamp only if it is exactly that release's schema
+        if version == 1:
+            raise NotOurs(
+                f"schema version 1 without its tables ({_difference(expected_schema(1), found)}) and no "
+                "application_id: not a file session-supervisor wrote"
+            )
+        tables = sorted(name for kind, name, _ in found if kind == "table")
+        held = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "") if tables else "no tables"
+        raise NotOurs(
+            f"not a session-supervisor store (no application_id, schema version {version}, tables: {held})"
+        )
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(version)
+    if version < 1:
+        raise NotOurs(f"a session-supervisor store with schema version {version}, which no release wrote")
+    expected = expected_schema(version)
+    if found != expected:
+        raise NotOurs(f"schema version {version} without its tables ({_difference(expected, found)})")
+    return (Identity.OURS if application_id == APPLICATION_ID else Identity.LEGACY), version
+
+
+def _difference(expected: list[SchemaObject], found: list[SchemaObject]) -> str:
+    want = {obj[1]: obj for obj in expected}
+    have = {obj[1]: obj for obj in found}
+    parts = []
+    missing = sorted(n for n in want if n not in have)
+    if missing:
+        parts.append("missing: " + ", ".join(missing))
+    unexpected = sorted(n for n in have if n not in want)
+    if unexpected:
+        parts.append("unexpected: " + ", ".join(unexpected))
+    differ = sorted(n for n in want if n in have and want[n] != have[n])
+    if differ:
+        parts.append("defined otherwise: " + ", ".join(differ))
+    return "; ".join(parts)
+
+
+def migrate(conn: sqlite3.Connection, found: int) -> None:
+    """Bring a store of version ``found`` (from :func:`identify`) to :data:`SCHEMA_VERSION`.
 
     ``conn`` is in autocommit mode (``isolation_level=None``): each step is its own transaction.
+    The first step stamps the file (:data:`APPLICATION_ID`) with the tables it makes.
     """
-    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if found > SCHEMA_VERSION:
-        raise NewerSchema(found)
-    for version in range(found, SCHEMA_VERSION):
+    for migration in MIGRATIONS[found:]:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(MIGRATIONS[version]):
+            for statement in _statements(migration.script):
                 conn.execute(statement)
-            # PRAGMA takes no parameters; the value is our own integer
-            conn.execute(f"PRAGMA user_version = {version + 1:d}")
+            # PRAGMA takes no parameters; the values are our own integers
+            if migration.version == 1:
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+            conn.execute(f"PRAGMA user_version = {migration.version:d}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-    return found
+
+
+def stamp(conn: sqlite3.Connection) -> None:
+    """Stamp a file the release before the stamp wrote (:attr:`Identity.LEGACY`), in its own transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _statements(script: str) -> list[str]:

@@ -22,7 +22,9 @@ import contextlib
 import os
 import sqlite3
 import stat
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Literal, TypeVar
 
@@ -46,10 +48,10 @@ from supervisor.store.model import (
     SubmitResult,
     UpdateOutcome,
 )
-from supervisor.store.schema import NewerSchema, migrate
+from supervisor.store.schema import SCHEMA_VERSION, Identity, NewerSchema, NotOurs, identify, migrate, stamp
 from supervisor.store.testhooks import StoreFaults
 
-__all__ = ["SqliteStore", "Synchronous", "describe"]
+__all__ = ["Snapshot", "SqliteStore", "Synchronous", "describe", "read_only"]
 
 T = TypeVar("T")
 Synchronous = Literal["full", "normal"]
@@ -64,6 +66,9 @@ def describe(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     if name == "SQLITE_FULL" or "disk is full" in text:
         return f"the disk is full ({text})"
+    if name == "SQLITE_IOERR_SHMSIZE":
+        # unixShmMap: the -shm file beside the store could not be given room (ENOSPC, a quota)
+        return f"the disk is full: no room for the shared-memory file beside it ({text})"
     if name.startswith("SQLITE_READONLY") or "readonly" in text:
         return f"read-only: cannot write ({text})"
     if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
@@ -73,6 +78,20 @@ def describe(exc: BaseException) -> str:
     if name.startswith("SQLITE_IOERR") or "I/O error" in text:
         return f"I/O error ({text})"
     return text
+
+
+def _is_full(exc: BaseException) -> bool:
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    return name in ("SQLITE_FULL", "SQLITE_IOERR_SHMSIZE") or "disk is full" in str(exc)
+
+
+def _checkpoint(conn: sqlite3.Connection) -> bool:
+    """Move the whole WAL into the file and truncate it; True when it completed (nobody held it)."""
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error:
+        return False  # the file itself could not grow: the disk is full of something else
+    return int(busy) == 0
 
 
 class _Job(Generic[T]):
@@ -156,8 +175,30 @@ class SqliteStore:
 
     def _execute(self, conn: sqlite3.Connection, batch: list[_Job[Any]]) -> str | Literal[False] | None:
         """Run ``batch`` in one transaction (a savepoint per job); returns the commit's problem,
-        None when it committed writes, False when it wrote nothing (health unchanged)."""
+        None when it committed writes, False when it wrote nothing (health unchanged).
+
+        A commit refused for a full disk is tried once more after a checkpoint that truncates the
+        WAL: when the disk is full of the store's own WAL (it grows until a commit crosses SQLite's
+        1,000-page mark, and on a nearly full disk no commit ever does), moving its pages into the
+        file frees the space and the batch commits (issue 23). A disk full of something else
+        stays full: the second try fails the same way and the batch is refused.
+        """
+        try:
+            problem, full = self._attempt(conn, batch)
+            if full and _checkpoint(conn):
+                problem, _ = self._attempt(conn, batch)
+            return problem
+        finally:
+            for job in batch:
+                job.done = True
+
+    def _attempt(
+        self, conn: sqlite3.Connection, batch: list[_Job[Any]]
+    ) -> tuple[str | Literal[False] | None, bool]:
+        """One try at ``batch``: (its problem as :meth:`_execute` says it, whether the disk was full)."""
         before = conn.total_changes
+        for job in batch:
+            job.result, job.error = None, None
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job in batch:
@@ -176,7 +217,7 @@ class SqliteStore:
                 self._faults.before_commit()
             conn.execute("COMMIT")
             self.commits += 1
-            return None if wrote else False
+            return (None if wrote else False), False
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -186,10 +227,7 @@ class SqliteStore:
                 if job.error is None:
                     job.error = StoreError(self.path, problem)
                 job.result = None
-            return problem
-        finally:
-            for job in batch:
-                job.done = True
+            return problem, _is_full(exc)
 
     def _health(self, problem: str | Literal[False] | None) -> None:
         if problem is False or problem == self.degraded:
@@ -298,7 +336,11 @@ class SqliteStore:
 
 
 def _prepare_file(path: Path) -> None:
-    """Create the file 0600 (narrow a wider one); raise StoreError for what SQLite would say less clearly."""
+    """Create the file 0600 when it is absent; raise StoreError for what SQLite would say less clearly.
+
+    An existing file is not changed here (not even its mode): it is the store's only once
+    :func:`~supervisor.store.schema.identify` says so.
+    """
     where = str(path)
     parent = path.parent
     if not parent.is_dir():
@@ -312,15 +354,21 @@ def _prepare_file(path: Path) -> None:
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise StoreError(where, "not a regular file")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if info is None else 0)
+        fd = os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        return  # created by someone else meanwhile: identified like any existing file
     except OSError as exc:
         verb = "create" if info is None else "open"
         raise StoreError(where, f"cannot {verb} it for writing ({exc.strerror})") from None
-    try:
-        if info is not None and stat.S_IMODE(info.st_mode) & 0o077:
-            os.fchmod(fd, FILE_MODE)
-    finally:
-        os.close(fd)
+    os.close(fd)
+
+
+def _narrow(path: Path) -> None:
+    """The store's file is the owner's only: it holds resume credentials and queued values."""
+    with contextlib.suppress(OSError):
+        if stat.S_IMODE(os.stat(path).st_mode) & 0o077:
+            os.chmod(path, FILE_MODE)
 
 
 def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection, int]:
@@ -330,17 +378,31 @@ def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection
     except sqlite3.Error as exc:
         raise StoreError(str(path), describe(exc)) from None
     try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        # whose file it is, decided before anything is written (issue 23): the WAL switch, the
+        # mode, a migration and the epoch all come after, and only for the store's own file
+        identity, version = identify(conn)
+        if identity is not Identity.NEW:
+            check = str(conn.execute("PRAGMA quick_check(1)").fetchone()[0])
+            if check != "ok":
+                raise StoreError(
+                    str(path), f"corrupt (quick_check: {check}); nothing was changed: move it aside"
+                )
+        _narrow(path)
+        if identity is Identity.NEW:
+            # created (and stamped) in one transaction before WAL is switched on: a crash leaves an
+            # empty file or a whole schema 1, never a half-made file a later start would refuse
+            migrate(conn, 0)
         mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
         if mode != "wal":
             raise StoreError(str(path), f"cannot use write-ahead logging here (journal_mode is {mode})")
         # "full": the WAL is synced at every commit (an ack survives power loss); "normal": kill -9 only
         conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'full' else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA busy_timeout = 5000")
-        check = str(conn.execute("PRAGMA quick_check(1)").fetchone()[0])
-        if check != "ok":
-            raise StoreError(str(path), f"corrupt (quick_check: {check}); nothing was changed: move it aside")
-        migrate(conn)
+        if identity is Identity.LEGACY:
+            stamp(conn)
+        if identity is not Identity.NEW:
+            migrate(conn, version)
         conn.execute("BEGIN IMMEDIATE")
         row = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
         epoch = (int(row[0]) if row is not None else 0) + 1
@@ -352,13 +414,61 @@ def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection
     except StoreError:
         conn.close()
         raise
-    except NewerSchema as exc:
+    except (NewerSchema, NotOurs) as exc:
         conn.close()
         raise StoreError(str(path), str(exc)) from None
     except sqlite3.Error as exc:
         conn.close()
         raise StoreError(str(path), describe(exc)) from None
     return conn, epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a store holds for the next start, read without writing (:func:`read_only`)."""
+
+    desired: dict[str, DesiredSession]
+    server: dict[str, ServerSession]
+
+
+async def read_only(path: str | Path) -> Snapshot:
+    """Read the desired sessions and the session ledger without writing a byte (issue 23).
+
+    For a start where the store cannot be written (a full disk, a read-only state directory): the
+    sessions still start as the store says (a stopped or ended session stays down, a guest session
+    resumes). Raises :class:`StoreError` for a file that is not the store's, or one it cannot read.
+    """
+    return await to_thread.run_sync(_read_only_sync, Path(path))
+
+
+def _read_only_sync(path: Path) -> Snapshot:
+    where = str(path)
+    uri = "file:" + urllib.parse.quote(str(path.resolve()))
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        # committed transactions may wait in the WAL (a kill -9): read through it (its -shm is there)
+        uri += "?mode=ro"
+    else:
+        # nothing to replay: read the file as it is, creating nothing beside it (no -wal, no -shm,
+        # which a full or read-only directory could not hold anyway; https://sqlite.org/uri.html)
+        uri += "?immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(where, describe(exc)) from None
+    try:
+        identity, version = identify(conn)
+        if identity is Identity.NEW:
+            return Snapshot({}, {})
+        if version != SCHEMA_VERSION:
+            raise StoreError(where, f"schema version {version} must be migrated first, which needs writing")
+        return Snapshot(sql_sessions.desired_sessions(conn), sql_sessions.server_sessions(conn))
+    except (NewerSchema, NotOurs) as exc:
+        raise StoreError(where, str(exc)) from None
+    except sqlite3.Error as exc:
+        raise StoreError(where, describe(exc)) from None
+    finally:
+        conn.close()
 
 
 def _close_sync(conn: sqlite3.Connection) -> None:

@@ -15,7 +15,9 @@ either the name of a file shipped in ``supervisor/taxonomy/data`` (``v1``) or a 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -60,14 +62,58 @@ _StrOrList = str | list[str]
 
 
 class LimitError(ValueError):
-    """A file or document is past one of the documented input caps; the message says which."""
+    """A file or document is refused by one of the documented input limits (a size cap, a nesting
+    depth, a file that is not a regular file); the message says which."""
+
+
+class NotRegularFile(LimitError):
+    """The path names a FIFO, a device, a directory or a socket: never read (issue 23)."""
+
+
+# what st_mode says a path is, for the one-line refusal
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_unless_regular(mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+    raise NotRegularFile(f"not a regular file ({kind})")
 
 
 def read_capped(path: str | Path, cap: int) -> bytes:
-    """A file's content, read with one ``read(cap + 1)``: :class:`LimitError` past ``cap``, so
-    ``/dev/zero`` or a FIFO fed forever ends at once; ``OSError`` / ``ValueError`` as ``open``."""
-    with open(path, "rb") as f:
-        data = f.read(cap + 1)
+    """A regular file's content, at most ``cap`` bytes: :class:`LimitError` past ``cap``,
+    :class:`NotRegularFile` for anything else; ``OSError`` / ``ValueError`` as ``open``.
+
+    Nothing here waits on another process. A FIFO's open(2) blocks until a writer comes (fifo(7)),
+    and a daemon reading its configuration on its event loop then answers nobody, keeps no session
+    alive and ignores SIGTERM (issue 23). So the path is checked with stat(2) first (a device is
+    never even opened), then opened ``O_NONBLOCK`` (a FIFO's open returns at once) and checked
+    again with fstat(2) on what was opened (the path may have been replaced in between); only a
+    regular file is read, with one bounded read of ``cap + 1`` bytes.
+    """
+    _refuse_unless_regular(os.stat(path).st_mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        _refuse_unless_regular(os.fstat(fd).st_mode)
+        # O_NONBLOCK changes nothing for a regular file's reads; read(2) may still return short
+        chunks: list[bytes] = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > cap:
         size = f"{cap // 1024 // 1024} MiB" if cap >= 1024 * 1024 else f"{cap // 1024} KiB"
         raise LimitError(f"larger than the {size} cap")

@@ -172,6 +172,12 @@ class WebMessagingTransport:
             failure: RawError | None = raw_from_exception(
                 exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT
             )
+        except BaseException:
+            # cancelled while configuring (the runner was stopped: a reload removed the session, the
+            # drain): the socket goes with the attempt, or its keepalive pings hold it open at the
+            # platform with nobody serving it (issue 23). An abort: nothing awaited while cancelled.
+            abort_socket(ws)
+            raise
         else:
             failure = answer
         if failure is not None:

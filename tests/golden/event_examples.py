@@ -780,7 +780,7 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     Example("watchdog_resumed", WatchdogResumed(T1)),
     Example(
         "config_reloaded",
-        ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2"),
+        ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2", kept_down=("cx-9",)),
     ),
     Example("config_reloaded.nothing_changed", ConfigReloaded((), (), (), 50, "v1")),
     Example(

@@ -33,6 +33,17 @@ def _no_default_socket_paths() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _lock_files_in_a_temporary_directory(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Daemons started by the tests put their lock file (daemon.lockFile's default, under
+    $RUNTIME_DIRECTORY) in a temporary directory of the test's, never in the shared
+    /tmp/session-supervisor-<uid>/, where a daemon killed with -9 leaves its file (issue 23: 227 of
+    them from test runs). A test that names lockFile or $RUNTIME_DIRECTORY itself still wins."""
+    monkeypatch.setenv("RUNTIME_DIRECTORY", str(tmp_path_factory.mktemp("runtime")))
+
+
 async def wait_until(predicate: Callable[[], bool], limit_s: float = 5.0) -> None:
     """Wait for an event the test cannot await directly (a server-side effect); fail after ``limit_s``."""
     with anyio.fail_after(limit_s):

@@ -278,7 +278,7 @@ async def test_a_taxonomy_switched_at_run_time_stays_across_a_reload_of_the_same
 
 
 async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_goes_on(
-    sim: GenesysSimulator, tmp_path: Path
+    sim: GenesysSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sockets = tmp_path / "s"
     sockets.mkdir()
@@ -286,6 +286,8 @@ async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_g
         f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
     )
     config = write_config(tmp_path, text)
+    # the lock under $XDG_RUNTIME_DIR, as a user's daemon has it (not the conftest's $RUNTIME_DIRECTORY)
+    monkeypatch.delenv("RUNTIME_DIRECTORY")
     env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
     first = await spawn(config, env=env)
     lines = Lines(first)

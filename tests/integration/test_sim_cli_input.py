@@ -59,6 +59,6 @@ def test_an_endless_config_is_one_usage_line(which: str) -> None:
     result = run_sh(f"{which} --config /dev/zero")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "session-supervisor: usage error: Invalid value for --config: /dev/zero: larger than the 1 MiB cap "
+        "session-supervisor: usage error: Invalid value for --config: /dev/zero: not a regular file (a character device) "
         f"(see 'session-supervisor sim {which} --help')"
     ]

@@ -26,6 +26,7 @@ import anyio
 import pytest
 
 from supervisor.api.protocol import Method
+from supervisor.runtime.testhooks import BLOCK_LOOP_ENV
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
@@ -224,21 +225,23 @@ PERIOD_S = WATCHDOG_USEC / 1_000_000 / 2
 async def test_the_watchdog_pings_from_the_loop_stops_while_it_is_wedged_and_resumes(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """A real wedge: the configuration replaced by a FIFO, then SIGHUP. The reload opens it on the
-    event loop and blocks there (no writer) while the process, and its stdout thread, live on.
-    The pings stop (they come from a task on that loop, not from a thread); once the FIFO delivers
-    the configuration, the reload finishes (READY=1) and the pings resume."""
+    """A real wedge: the loop blocked in a read while the process, and its stdout thread, live on.
+    Nothing the daemon reads can block its loop any more (issue 23: files are opened O_NONBLOCK and
+    a FIFO is refused), so the wedge is the runtime's test hook: on SIGHUP the reload reads a FIFO
+    on the event loop and blocks there until it is written (supervisor/runtime/testhooks.py).
+    The pings stop (they come from a task on that loop, not from a thread); once the FIFO is
+    written, the reload finishes (READY=1) and the pings resume."""
     config = write_config(tmp_path, genesys_config(sim.urls, 1))
-    text = config.read_text()
+    wedge = tmp_path / "wedge"
+    os.mkfifo(wedge)
     async with notify_receiver("path") as notify:
-        process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
+        env = {**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC), BLOCK_LOOP_ENV: str(wedge)}
+        process = await spawn(config, env=env)
         async with reading(process) as lines:
             first, _ = await notify.wait_for(lambda m: m.get("READY") == "1")
             await notify.count("WATCHDOG", 3, since=first)
-            config.unlink()
-            os.mkfifo(config)
             process.send_signal(signal.SIGHUP)
-            writer = await _fifo_writer_once_the_daemon_reads(config)
+            writer = await _fifo_writer_once_the_daemon_reads(wedge)
             try:
                 wedged_at = len(notify.notices)  # anything queued before this was sent before the wedge
                 await _drain(notify)
@@ -248,7 +251,7 @@ async def test_the_watchdog_pings_from_the_loop_stops_while_it_is_wedged_and_res
                     await notify.count("WATCHDOG", 1, since=wedged_at, limit_s=60)
                 assert notify.having("WATCHDOG", wedged_at) == []
                 assert process.returncode is None  # alive, only its loop is stuck
-                os.write(writer, text.encode())
+                os.write(writer, b"unblock\n")
             finally:
                 os.close(writer)
             ready_at, _ = await notify.wait_for(lambda m: m.get("READY") == "1", since=wedged_at)

@@ -2,14 +2,18 @@
 
 Issue 9, class 4: URLs (scheme per key, host, port), non-finite numbers, and more Genesys
 notifications sessions than the platform's 20 channels per user and app (platforms.md §2).
+Issue 23: socket paths `run` could not bind (a missing directory, a file in the way).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -239,3 +243,78 @@ def test_store_and_attribute_defaults_are_the_seeds_when_the_tables_are_left_out
     with pytest.raises(ConfigError) as caught:
         parse_config(genesys() + "[attributes]\nqueueDepth = 10\nresumeAt = 10\n", "x.toml")
     assert "resumeAt must be below queueDepth" in str(caught.value)
+
+
+# -- issue 23: the socket directory `run` binds in -------------------------------------------------------
+
+
+def run_check(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {
+        k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "LISTEN_FDS", "LISTEN_PID")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor", "run", "--config", str(path), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        cwd=ROOT,
+        env={**environ, **(env or {})},
+    )
+
+
+def with_sockets(tmp_path: Path, table: str) -> Path:
+    path = tmp_path / "c.toml"
+    (tmp_path / "secret").write_text("s3cret")
+    path.write_text(genesys(clientSecretFile="secret") + table)
+    return path
+
+
+@pytest.mark.parametrize("case", ["missing", "a-file", "not-a-socket", "too-long", "xdg-missing"])
+def test_run_check_says_what_run_would_fail_on_when_it_binds_its_sockets(tmp_path: Path, case: str) -> None:
+    """Before issue 23 `run --check` passed these and `run` then failed at the bind."""
+    (tmp_path / "plain").write_text("not a directory")
+    (tmp_path / "sockets").mkdir()
+    (tmp_path / "sockets" / "control.sock").write_text("not a socket")
+    control, env = str(tmp_path / "sockets" / "c.sock"), None
+    if case == "missing":
+        control = str(tmp_path / "nowhere" / "c.sock")
+        line = f"sockets.control: the directory {tmp_path / 'nowhere'} does not exist, so run cannot bind {control}"
+    elif case == "a-file":
+        control = str(tmp_path / "plain" / "c.sock")
+        line = f"sockets.control: {tmp_path / 'plain'} is not a directory, so run cannot bind {control}"
+    elif case == "not-a-socket":
+        control = str(tmp_path / "sockets" / "control.sock")
+        line = f"sockets.control: {control} exists and is not a socket"
+    elif case == "too-long":
+        deep = tmp_path / ("d" * 100)
+        deep.mkdir()
+        control = str(deep / "c.sock")
+        line = "sockets.control: "  # refused by the configuration's own 107-byte bound, located
+    else:
+        # no [sockets] paths: under $XDG_RUNTIME_DIR (short enough for sun_path), which is missing
+        missing = Path(tempfile.gettempdir()) / f"ss-no-runtime-{os.getpid()}"
+        env = {"XDG_RUNTIME_DIR": str(missing)}
+        line = f"$XDG_RUNTIME_DIR: the directory {missing} does not exist"
+    table = f'[sockets]\nsubscribe = "{tmp_path / "sockets" / "s.sock"}"\ncontrol = "{control}"\n'
+    result = run_check(with_sockets(tmp_path, "" if case == "xdg-missing" else table), env)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"session-supervisor: error: {tmp_path / 'c.toml'}: {line}"), (
+        result.stderr
+    )
+
+
+def test_run_check_passes_sockets_it_can_bind_and_a_disabled_api(tmp_path: Path) -> None:
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    # a socket a killed daemon left behind is replaced at start: fine
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(str(sockets / "c.sock"))
+    table = f'[sockets]\nsubscribe = "{sockets / "s.sock"}"\ncontrol = "{sockets / "c.sock"}"\n'
+    assert run_check(with_sockets(tmp_path, table)).returncode == 0
+    off = f'[sockets]\nenabled = false\ncontrol = "{tmp_path / "nowhere" / "c.sock"}"\n'
+    assert run_check(with_sockets(tmp_path, off)).returncode == 0
+    # the default place: $XDG_RUNTIME_DIR exists, session-supervisor/ in it is created by `run`
+    assert run_check(with_sockets(tmp_path, ""), {"XDG_RUNTIME_DIR": str(tmp_path)}).returncode == 0

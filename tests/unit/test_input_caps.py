@@ -1,14 +1,19 @@
 """Unbounded reads: every file and line we read has a documented cap and a one-line error.
 
 Issue 9, class 3. ``/dev/zero``, ``/dev/urandom`` and a FIFO fed forever end at once with one
-``session-supervisor: ...`` line (docs/configuration.md and docs/taxonomy.md, "Limits").
+``session-supervisor: ...`` line (docs/configuration.md and docs/taxonomy.md, "Limits"). Issue 23,
+point 6: every file the daemon reads is opened ``O_NONBLOCK`` and ``fstat``'d; what is not a
+regular file (a FIFO with or without a writer, a device, a directory, a socket) is refused before a
+byte is read, so no open(2) or read(2) waits on another process.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +24,7 @@ from supervisor.cli import classify_cmd, main
 from supervisor.config import MAX_CREDENTIAL_BYTES, read_secret
 from supervisor.errors import ConfigError
 from supervisor.taxonomy.envelope import MAX_LINE_BYTES
-from supervisor.taxonomy.loader import LimitError, read_capped
+from supervisor.taxonomy.loader import LimitError, NotRegularFile, read_capped
 
 ROOT = Path(__file__).resolve().parents[2]
 ZERO = Path("/dev/zero")
@@ -64,9 +69,49 @@ def test_read_capped_reads_up_to_the_cap_and_refuses_one_byte_more(
 
 @needs_devices
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
-def test_endless_devices_are_refused_at_the_cap(device: str) -> None:
-    with pytest.raises(LimitError, match="larger than the 1 MiB cap"):
+def test_endless_devices_are_refused_before_a_byte_is_read(device: str) -> None:
+    with pytest.raises(NotRegularFile, match=r"^not a regular file \(a character device\)$"):
         read_capped(device, 1024 * 1024)
+
+
+def _read_in_a_thread(path: Path) -> BaseException | bytes | None:
+    """read_capped(path) on a thread; None if it has not returned within 20 s (it blocked)."""
+    outcome: list[BaseException | bytes] = []
+
+    def read() -> None:
+        try:
+            outcome.append(read_capped(path, 1024))
+        except BaseException as exc:  # the outcome is what the test looks at
+            outcome.append(exc)
+
+    # a daemon thread: one stuck in open() does not keep the test process alive
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    return outcome[0] if outcome else None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_nobody_writes_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    """open(2) of a FIFO blocks until a writer comes (fifo(7)); the file is opened O_NONBLOCK and fstat'd."""
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    outcome = _read_in_a_thread(fifo)
+    assert isinstance(outcome, NotRegularFile), outcome
+    assert str(outcome) == "not a regular file (a FIFO)"
+
+
+def test_a_directory_and_a_socket_are_refused_naming_what_they_are(tmp_path: Path) -> None:
+    assert str(_read_in_a_thread(tmp_path)) == "not a regular file (a directory)"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "s"))
+        assert str(_read_in_a_thread(tmp_path / "s")) == "not a regular file (a socket)"
+
+
+def test_a_symlink_to_a_regular_file_is_read(tmp_path: Path) -> None:
+    (tmp_path / "real").write_bytes(b"k = 1\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert read_capped(tmp_path / "link", 1024) == b"k = 1\n"
 
 
 @needs_devices
@@ -99,7 +144,7 @@ def test_taxonomy_check_dev_zero_is_one_line() -> None:
     result = run_cli("taxonomy", "check", "/dev/zero")
     assert result.returncode == 1
     assert stderr_lines(result) == [
-        "session-supervisor: error: /dev/zero: cannot read: larger than the 1 MiB cap"
+        "session-supervisor: error: /dev/zero: cannot read: not a regular file (a character device)"
     ]
 
 
@@ -108,7 +153,7 @@ def test_the_taxonomy_override_pointing_at_dev_zero_is_one_line() -> None:
     result = run_cli("classify", "--sample", env={"SESSION_SUPERVISOR_TAXONOMY": "/dev/zero"})
     assert result.returncode == 1
     assert stderr_lines(result) == [
-        "session-supervisor: error: /dev/zero: cannot read: larger than the 1 MiB cap"
+        "session-supervisor: error: /dev/zero: cannot read: not a regular file (a character device)"
     ]
 
 
@@ -124,7 +169,9 @@ def test_replay_of_dev_zero_is_one_problem_line() -> None:
 def test_run_check_with_an_endless_config_is_one_line(device: str) -> None:
     result = run_cli("run", "--config", device, "--check")
     assert result.returncode == 1
-    assert stderr_lines(result) == [f"session-supervisor: error: {device}: larger than the 1 MiB cap"]
+    assert stderr_lines(result) == [
+        f"session-supervisor: error: {device}: not a regular file (a character device)"
+    ]
 
 
 def config_with_secret(tmp_path: Path, secret_file: str) -> Path:
@@ -142,7 +189,7 @@ def test_run_check_with_an_endless_credential_file_is_one_line(tmp_path: Path) -
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "session-supervisor: error: platforms.cxone.clientSecretFile: credential file /dev/zero is "
-        "larger than the 64 KiB cap"
+        "not a regular file (a character device)"
     ]
 
 
@@ -155,27 +202,44 @@ def test_a_credential_file_of_exactly_the_cap_is_read(tmp_path: Path) -> None:
         read_secret("s", key="k", config_dir=tmp_path, environ={})
 
 
+FEEDER = (
+    "import sys\n"
+    "try:\n"
+    "    with open(sys.argv[1], 'wb') as f:\n"
+    "        while True:\n"
+    "            f.write(b'# forever\\n' * 4096)\n"
+    "except (BrokenPipeError, OSError):\n"
+    "    pass\n"
+)
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_a_fifo_fed_forever_is_refused_at_the_cap(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer", ["nobody", "fed-forever"])
+def test_a_fifo_as_the_configuration_is_refused_in_one_line(tmp_path: Path, writer: str) -> None:
     fifo = tmp_path / "config.toml"
     os.mkfifo(fifo)
-    feeder = (
-        "import sys\n"
-        "try:\n"
-        "    with open(sys.argv[1], 'wb') as f:\n"
-        "        while True:\n"
-        "            f.write(b'# forever\\n' * 4096)\n"
-        "except (BrokenPipeError, OSError):\n"
-        "    pass\n"
-    )
-    writer = subprocess.Popen([sys.executable, "-c", feeder, str(fifo)], stderr=subprocess.DEVNULL)
+    feeder = None
+    if writer == "fed-forever":
+        feeder = subprocess.Popen([sys.executable, "-c", FEEDER, str(fifo)], stderr=subprocess.DEVNULL)
     try:
         result = run_cli("run", "--config", str(fifo), "--check")
     finally:
-        writer.kill()
-        writer.wait(timeout=20)
+        if feeder is not None:
+            feeder.kill()
+            feeder.wait(timeout=20)
     assert result.returncode == 1
-    assert stderr_lines(result) == [f"session-supervisor: error: {fifo}: larger than the 1 MiB cap"]
+    assert stderr_lines(result) == [f"session-supervisor: error: {fifo}: not a regular file (a FIFO)"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_a_credential_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "secret")
+    result = run_cli("run", "--config", str(config_with_secret(tmp_path, "secret")), "--check")
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        "session-supervisor: error: platforms.cxone.clientSecretFile: credential file "
+        f"{tmp_path / 'secret'} is not a regular file (a FIFO)"
+    ]
 
 
 def test_classify_table_holds_a_bounded_number_of_rows(
