@@ -30,7 +30,11 @@ from hypothesis import settings
 # Chosen by --hypothesis-profile NAME, else $HYPOTHESIS_PROFILE, else "ci" when $CI is set (what
 # CI services set; .ci/run sets HYPOTHESIS_PROFILE=ci itself), else "dev".
 PROFILE_VARIABLE: Final = "HYPOTHESIS_PROFILE"
-settings.register_profile("dev", deadline=None, max_examples=100, print_blob=True)
+# parent "default", named: without a parent a profile inherits whatever is loaded, and with $CI set
+# Hypothesis has loaded its own "ci" (too_slow suppressed) before this file runs
+settings.register_profile(
+    "dev", settings.get_profile("default"), deadline=None, max_examples=100, print_blob=True
+)
 settings.register_profile("ci", settings.get_profile("dev"), derandomize=True, database=None)
 settings.register_profile("thorough", settings.get_profile("dev"), max_examples=1000)
 
@@ -43,6 +47,12 @@ def _profile(environ: dict[str, str]) -> str:
 
 
 settings.load_profile(_profile(dict(os.environ)))
+
+#: the profile's settings for a property test that drives a real daemon (its reloads, its sockets):
+#: an eighth of the examples (12 under "dev" and "ci", 125 under "thorough"), since each example
+#: costs a daemon's start and stop, and 100 of them would pass the per-test timeout on a loaded
+#: machine. Use it as the parent: ``@settings(REAL_DAEMON, suppress_health_check=[...])``.
+REAL_DAEMON: Final = settings(settings.default, max_examples=max(4, settings.default.max_examples // 8))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -42,6 +42,7 @@ from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store import DesiredSession, DesiredState, SqliteStore
+from tests.conftest import REAL_DAEMON
 from tests.integration.api_harness import Conn
 from tests.integration.conftest import wait_until
 from tests.integration.daemon_process import CLI, daemon_config, running_daemon
@@ -338,7 +339,7 @@ def sighup_never_kills_the_test_run() -> Iterator[None]:
         signal.signal(signal.SIGHUP, previous)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(REAL_DAEMON, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(
         st.tuples(

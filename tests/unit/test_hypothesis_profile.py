@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.conftest import PROFILE_VARIABLE, _profile
+from tests.conftest import PROFILE_VARIABLE, REAL_DAEMON, _profile
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
@@ -61,6 +61,9 @@ def test_no_profile_has_a_deadline_and_ci_draws_the_same_examples_every_run() ->
         assert not chosen.suppress_health_check
     ci = settings.get_profile("ci")
     assert ci.derandomize and ci.database is None
+    # a property test that drives a real daemon draws an eighth of the loaded profile's examples
+    assert REAL_DAEMON.max_examples == max(4, settings.default.max_examples // 8)
+    assert REAL_DAEMON.deadline is None and not REAL_DAEMON.suppress_health_check
     assert settings.get_profile("dev").max_examples == ci.max_examples == 100
     assert settings.get_profile("thorough").max_examples == 1000
 
