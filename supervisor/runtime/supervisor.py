@@ -44,6 +44,9 @@ class Supervisor:
     def __init__(
         self, wiring: Wiring, book: SessionBook | None = None, *, sessions: SessionTable | None = None
     ) -> None:
+        if book is not None and sessions is None:
+            # a book reads the table it was built over: a second one here would stay empty for it
+            raise TypeError("Supervisor: pass the session table the book was built over (sessions=...)")
         self.wiring = wiring
         # the durable state (issue 13): desired sessions, the session ledger; None keeps nothing
         self.book = book
