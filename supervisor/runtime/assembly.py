@@ -9,21 +9,24 @@ it; a fleet member will pass its shard set (:attr:`DaemonConfig.shard`)::
 
 Who builds what, in order (docs/runtime.md, "The composition root"):
 
-1. the signal receiver: the process's record taken over, so a signal recorded since the imports is
-   acted on; a stop already recorded ends the start here, with nothing built;
-2. the lock (one daemon per configuration file), before any socket or session;
-3. the wiring: taxonomy and classifier, circuits, the retry executor, HTTP clients, token caches;
-4. the event lines on standard output (a service), subscribed before anything can publish;
-5. the durable store (desired sessions, the session ledger, attribute updates);
-6. telemetry on the bus and its exporter service;
-7. the session table, then the store's book over it, then the supervisor (given the table and the
-   book: neither holds the other), and the reload (a configuration file to read again);
-8. the systemd glue (status line, watchdog, state-directory probe; a no-op without $NOTIFY_SOCKET);
-9. the body's sinks and services (the demo's observer and progress display);
-10. the socket API, its board on the bus before any session moves;
-11. the lifecycle: the sockets bound, the sessions handed over, the services started, ready
+1. the event bus, and telemetry when configured (its trace context on the bus);
+2. the signal receiver: the process's record taken over, so a signal recorded since the imports is
+   acted on; a stop already recorded ends the start here, with nothing else built;
+3. the lock (one daemon per configuration file), before any socket or session;
+4. the wiring: taxonomy and classifier, circuits, the retry executor, HTTP clients, token caches;
+5. the event lines on standard output (a service), subscribed before anything can publish;
+6. the session table, then the durable store over it (desired sessions, the session ledger,
+   attribute updates);
+7. the supervisor, given the table and the store as its book: neither holds the other;
+8. telemetry on the bus, and its exporter service;
+9. the systemd glue (status line, watchdog, state-directory probe; a no-op without $NOTIFY_SOCKET);
+10. the reload (a configuration file to read again), between RELOADING=1 and READY=1;
+11. the body's sinks and services (the demo's observer and progress display);
+12. the socket API (socket activation's descriptors taken), its board on the bus before any
+    session moves;
+13. the lifecycle: the sockets bound, the sessions handed over, the services started, ready
     (``DAEMON_STARTED``, ``READY=1``), the body or the signals, the drain;
-12. the sockets and the store closed, ``DAEMON_STOPPED`` (or ``DAEMON_FORCED_EXIT``), standard
+14. the sockets and the store closed, ``DAEMON_STOPPED`` (or ``DAEMON_FORCED_EXIT``), standard
     output flushed.
 
 Each part is given what it uses (supervisor/runtime/sessions.py): the socket API, the systemd glue

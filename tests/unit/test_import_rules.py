@@ -78,7 +78,8 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (8, "the demo", ("supervisor.demo",)),
     (
         7,
-        "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client;"
+        "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
+        " the socket API's board, services, client;"
         " the systemd services (status line, watchdog, probes, the glue run wires in)",
         ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
     ),
