@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -105,9 +106,12 @@ async def test_a_body_reads_the_session_table_and_the_drain_follows_it(sim: Gene
         async def play(view: DaemonView) -> None:
             await wait_until(lambda: view.sessions.states() == {"active": 2}, 20)
             assert (directory / "s.sock").exists() and (directory / "c.sock").exists()
-            # the control socket answers on what it was handed: the same table
+            # the control socket acts on the table the body reads: one session stopped through it
             conn = await Conn.open(directory / "c.sock")
             try:
+                stopped = await conn.call(Method.STOP_SESSION, {"sessionId": "wm-1"})
+                assert stopped.error is None, stopped
+                await wait_until(lambda: view.sessions.states() == {"active": 1, "terminated": 1}, 20)
                 status = await conn.call(Method.STATUS)
             finally:
                 await conn.aclose()
@@ -118,7 +122,7 @@ async def test_a_body_reads_the_session_table_and_the_drain_follows_it(sim: Gene
         with anyio.fail_after(40):
             outcome = await daemon.serve()
         assert outcome == Outcome(served=True, forced=False, stopped_by=None)
-        assert body.played and seen == [{"active": 2}]
+        assert body.played and seen == [{"active": 1, "terminated": 1}]
         assert body.view is not None
         runners = body.view.sessions.runners
         assert sorted(runners) == ["wm-0", "wm-1"]
@@ -154,16 +158,7 @@ async def test_a_shard_set_selects_the_sessions_at_start_and_at_each_reload(sim:
         body = Body(play)
         # the lock (a configuration file: one daemon for it) in the test's directory
         environ = {"RUNTIME_DIRECTORY": str(directory)}
-        options = DaemonConfig.from_file(path, environ=environ)
-        options = DaemonConfig(
-            options.config,
-            options.config_path,
-            options.config_dir,
-            environ=environ,
-            service=False,
-            body=body,
-            shard=even,
-        )
+        options = replace(DaemonConfig.from_file(path, environ=environ), service=False, body=body, shard=even)
         with anyio.fail_after(40):
             outcome = await Daemon(options).serve()
         assert outcome.served and not outcome.forced and body.played
