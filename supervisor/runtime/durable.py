@@ -1,7 +1,7 @@
 """The daemon's durable state: desired sessions, the session ledger, and attribute updates (issue 13).
 
 :class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
-the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
+the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
 
 * **at start**, :meth:`Durable.plan` says which configured sessions run: a session ``ctl stop``
   stopped, or one a fail-fast (or an exhausted reconnection, a graceful close) ended, stays down
