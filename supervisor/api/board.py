@@ -10,6 +10,9 @@ yet (its runner made, its first attempt not yet reported) is seeded from its run
 Snapshots and deltas are consistent by construction: publishing is synchronous, so the board
 has applied exactly the events up to :attr:`seq` whenever anything reads it, and each change
 is handed to ``on_change`` (the fan-out) with the seq of the event that caused it.
+
+It reads the session table and the circuits it is given (supervisor/runtime/sessions.py), never
+the supervisor.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from supervisor.events import (
     SessionTerminated,
     SessionTransition,
 )
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.sessions import CircuitReader, SessionReader
 
 __all__ = ["Row", "StateBoard"]
 
@@ -93,8 +96,11 @@ def _ignore(published: Published, delta: Delta | None) -> None:
 class StateBoard:
     """A bus sink: applies each event to the rows, then hands the change to ``on_change``."""
 
-    def __init__(self, supervisor: Supervisor, clock: Clock) -> None:
-        self._supervisor = supervisor
+    def __init__(
+        self, sessions: SessionReader, circuits: CircuitReader, clock: Clock, *, boot_id: str
+    ) -> None:
+        self._sessions = sessions
+        self._circuits = circuits
         self._clock = clock
         self._rows: dict[str, Row] = {}
         self._endpoints: dict[str, str | None] = {}
@@ -102,7 +108,7 @@ class StateBoard:
         self.started_at = iso_utc(clock.time())
         self.started_monotonic = clock.monotonic()
         self.seq = 0
-        self.boot_id = supervisor.bus.boot_id
+        self.boot_id = boot_id
         self.on_change: Change = _ignore
 
     # ------------------------------------------------------------------ following the bus
@@ -176,10 +182,10 @@ class StateBoard:
 
     def _seed(self, session_id: str) -> Row:
         """A row from the session's runner as it is now (or a bare one for a session without a runner)."""
-        runner = self._supervisor.runners.get(session_id)
+        runner = self._sessions.runners.get(session_id)
         if runner is None:
             # heard of on the bus before (or without) a runner: what the configuration says of it
-            spec = next((s for s in self._supervisor.wiring.config.sessions if s.id == session_id), None)
+            spec = self._sessions.spec(session_id)
             platform, kind = ("", "") if spec is None else (spec.platform, spec.kind.value)
             agent = None if spec is None else spec.agent_id
             return Row(
@@ -217,12 +223,12 @@ class StateBoard:
 
     def rows(self) -> list[Row]:
         """Every supervised session (the runners' order), seeded where the bus has not spoken yet."""
-        for session_id in self._supervisor.runners:
+        for session_id in self._sessions.runners:
             self._row(session_id)
         return list(self._rows.values())
 
     def row(self, session_id: str) -> Row | None:
-        if session_id not in self._rows and session_id not in self._supervisor.runners:
+        if session_id not in self._rows and session_id not in self._sessions.runners:
             return None
         return self._row(session_id)
 
@@ -230,27 +236,20 @@ class StateBoard:
         row = self._rows.get(session_id)
         if row is not None:
             return row.platform
-        runner = self._supervisor.runners.get(session_id)
+        runner = self._sessions.runners.get(session_id)
         return "" if runner is None else runner.context.platform.value
 
     # ------------------------------------------------------------------ circuits
     def endpoint_of(self, session_id: str) -> str | None:
-        """The circuit endpoint a session connects through (Wiring.transport_for), cached."""
+        """The circuit endpoint a session connects through (the session table says), cached."""
         if session_id not in self._endpoints:
-            endpoint: str | None = None
-            wiring = self._supervisor.wiring
-            for spec in wiring.config.sessions:
-                if spec.id == session_id:
-                    # builds a transport object and drops it: no I/O happens before open()
-                    endpoint = wiring.transport_for(spec)[1]
-                    break
-            self._endpoints[session_id] = endpoint
+            self._endpoints[session_id] = self._sessions.endpoint_of(session_id)
         return self._endpoints[session_id]
 
     def circuit_of(self, row: Row) -> dict[str, str] | None:
         if row.endpoint is None:
             return None
-        circuit = self._supervisor.wiring.circuits.all().get(row.endpoint)
+        circuit = self._circuits.all().get(row.endpoint)
         # a circuit is made on first use: none yet means nothing has been refused (closed)
         state = "closed" if circuit is None else circuit.state.value
         return {"endpoint": row.endpoint, "state": state}
@@ -258,7 +257,7 @@ class StateBoard:
     def circuits(self) -> list[dict[str, str]]:
         return [
             {"endpoint": endpoint, "circuitId": circuit.circuit_id, "state": circuit.state.value}
-            for endpoint, circuit in sorted(self._supervisor.wiring.circuits.all().items())
+            for endpoint, circuit in sorted(self._circuits.all().items())
         ]
 
     # ------------------------------------------------------------------ views

@@ -12,6 +12,10 @@ error (protocol.ErrorName); every verb that changes something is published as
   off the event loop), validated completely before it replaces the classifier's taxonomy
   (``TAXONOMY_SWITCHED``); a file that does not validate is refused and nothing changes.
 * ``Reload``: the reload function of the daemon (issue 9); ``Unsupported`` until one is given.
+
+What the verbs act on is handed over at construction (supervisor/runtime/sessions.py): the session
+table to read, the control operations, the taxonomy switch, the desired sessions and the attribute
+service of the store; never the supervisor itself.
 """
 
 from __future__ import annotations
@@ -47,10 +51,11 @@ from supervisor.api.protocol import (
 )
 from supervisor.api.roles import ControlRoles, Role, permission_denied, required_role
 from supervisor.api.signatures import check_parameters
+from supervisor.attributes import AttributeService
+from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
-from supervisor.runtime.durable import Durable
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 
 __all__ = ["ControlService", "Reload"]
@@ -100,19 +105,26 @@ class ControlService:
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        sessions: SessionReader,
+        operations: SessionControl,
         board: StateBoard,
         *,
+        bus: EventBus,
+        taxonomy: TaxonomySwitch,
         clock: Clock,
         handshake_timeout: float,
         idle_timeout: float = 60.0,
         stop: anyio.Event | None = None,
         reload: Reload | None = None,
         sockets: Callable[[], dict[str, Any]] = dict,
-        durable: Durable | None = None,
+        desired: DesiredSessions | None = None,
+        attributes: AttributeService | None = None,
         roles: ControlRoles | None = None,
     ) -> None:
-        self.supervisor = supervisor
+        self.sessions = sessions
+        self.operations = operations
+        self._bus = bus
+        self._taxonomy = taxonomy
         # who may do what (supervisor/api/roles.py); None: every peer let in is an administrator
         self.roles = roles
         # calls refused for the caller's role (Status: sockets.control.deniedCalls)
@@ -125,8 +137,8 @@ class ControlService:
         self.reload = reload
         self._sockets = sockets
         # desired sessions and attribute updates (issue 13); None: a daemon without a store
-        self.durable = durable
-        self.attribute_verbs = AttributeVerbs(None if durable is None else durable.attributes)
+        self.desired = desired
+        self.attribute_verbs = AttributeVerbs(attributes)
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
@@ -259,7 +271,7 @@ class ControlService:
         required: str | None = None,
     ) -> Callable[[ApiError | None], None]:
         def publish(error: ApiError | None) -> None:
-            self.supervisor.bus.publish(
+            self._bus.publish(
                 ControlCommand(
                     verb,
                     peer,
@@ -284,7 +296,7 @@ class ControlService:
             "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),
             "startedAt": board.started_at,
             "version": __version__,
-            "taxonomy": self.supervisor.wiring.classifier.taxonomy.version,
+            "taxonomy": self._taxonomy.taxonomy.version,
             "draining": self._stop is not None and self._stop.is_set(),
             "seq": board.seq,
             "sessions": {"total": len(rows), "byState": dict(sorted(by_state.items()))},
@@ -309,10 +321,10 @@ class ControlService:
         session_id = _session_id(parameters)
         publish = self._published("start", peer, session_id=session_id)
         try:
-            spec = next((s for s in self.supervisor.wiring.config.sessions if s.id == session_id), None)
+            spec = self.sessions.spec(session_id)
             if spec is None:
                 raise _no_such_session(session_id)
-            previous = self.supervisor.runners.get(session_id)
+            previous = self.sessions.runners.get(session_id)
             if previous is not None and not previous.core.terminated:
                 state = previous.state.value
                 raise ApiError(
@@ -324,7 +336,7 @@ class ControlService:
                     },
                 )
             try:
-                runner = self.supervisor.start(spec)
+                runner = self.operations.start(spec)
             except ConfigError as exc:
                 raise ApiError(ErrorName.NOT_ACCEPTING, {"problem": str(exc)}) from None
         except ApiError as error:
@@ -332,7 +344,7 @@ class ControlService:
             raise
         publish(None)
         # after a restart, a session stopped or ended by a fail-fast has no runner yet: still a re-authentication
-        down = self.durable is not None and self.durable.was_down(session_id)
+        down = self.desired is not None and self.desired.was_down(session_id)
         return {
             "sessionId": session_id,
             "state": runner.state.value,
@@ -342,17 +354,17 @@ class ControlService:
     async def stop_session(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
         session_id = _session_id(parameters)
         publish = self._published("stop", peer, session_id=session_id)
-        runner = self.supervisor.runners.get(session_id)
+        runner = self.sessions.runners.get(session_id)
         if runner is None:
             error = _no_such_session(session_id)
             publish(error)
             raise error
         publish(None)
         # published first: subscribers see who asked before the transitions it causes
-        await self.supervisor.stop(session_id, 1000)
-        if self.durable is not None:
+        await self.operations.stop(session_id, 1000)
+        if self.desired is not None:
             # it stays stopped across a restart, until `ctl start`
-            await self.durable.desire(session_id, runner.context.platform.value, False, "ctl stop")
+            await self.desired.desire(session_id, runner.context.platform.value, False, "ctl stop")
         return {"sessionId": session_id, "state": runner.state.value}
 
     async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,12 +394,11 @@ class ControlService:
         except ApiError as error:
             publish(error)
             raise
-        classifier = self.supervisor.wiring.classifier
-        previous = classifier.taxonomy.version
+        previous = self._taxonomy.taxonomy.version
         # one assignment: every classification from now on uses the new version, none sees half of it
-        self.supervisor.wiring.use_taxonomy(taxonomy)
+        self._taxonomy.use_taxonomy(taxonomy)
         publish(None)
-        self.supervisor.bus.publish(
+        self._bus.publish(
             TaxonomySwitched(previous, taxonomy.version, taxonomy.origin, peer, iso_utc(self._clock.time()))
         )
         return {"previous": previous, "version": taxonomy.version, "origin": taxonomy.origin}

@@ -1,10 +1,13 @@
 """The socket API of one daemon: the state board, the fan-out and the two socket services.
 
-Build it before :func:`~supervisor.runtime.main.run_daemon` (its board must be on the bus before
-the first session moves) and pass :attr:`SocketApi.services` to it::
+The composition root (supervisor/runtime/assembly.py) builds it before the lifecycle runs (its
+board must be on the bus before the first session moves), with what it serves: the session table
+to read, the control operations, the circuits, the taxonomy switch, the store's desired sessions
+and attribute service (supervisor/runtime/sessions.py). The lifecycle binds it (:meth:`bind`)
+before any session starts and starts :attr:`SocketApi.services`::
 
-    api = SocketApi(supervisor, config.sockets, stop=stop)
-    await run_daemon(supervisor, grace_s=..., services=api.services, stop=stop)
+    api = SocketApi(sessions, supervisor, config.sockets, bus=bus, clock=clock, circuits=..., ...)
+    await run_daemon(supervisor, grace_s=..., bind=[api], services=api.services, stop=stop)
 
 Its one service binds both sockets, publishes ``SOCKET_API_LISTENING`` and only then reports
 started, so readiness (``DAEMON_STARTED``, ``READY=1`` later) means the sockets answer. When
@@ -29,11 +32,18 @@ from supervisor.api.events import SocketApiListening
 from supervisor.api.fanout import Hub
 from supervisor.api.listen import policies, resolve_group, socket_paths
 from supervisor.api.subscribe import SubscribeService
+from supervisor.attributes import AttributeService
+from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
-from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import Service
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.sessions import (
+    CircuitReader,
+    DesiredSessions,
+    SessionControl,
+    SessionReader,
+    TaxonomySwitch,
+)
 
 __all__ = ["SocketApi"]
 
@@ -43,21 +53,25 @@ class SocketApi:
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        sessions: SessionReader,
+        operations: SessionControl,
         config: SocketsConfig,
         *,
+        bus: EventBus,
+        clock: Clock,
+        circuits: CircuitReader,
+        taxonomy: TaxonomySwitch,
         environ: Mapping[str, str],
-        clock: Clock | None = None,
         stop: anyio.Event | None = None,
         reload: Reload | None = None,
         paths: tuple[Path, Path] | None = None,
         listeners: Mapping[str, socket.socket] | None = None,
-        durable: Durable | None = None,
+        desired: DesiredSessions | None = None,
+        attributes: AttributeService | None = None,
     ) -> None:
-        self.supervisor = supervisor
-        self.bus = supervisor.bus
-        self.clock: Clock = clock if clock is not None else supervisor.wiring.clock
-        self.board = StateBoard(supervisor, self.clock)
+        self.bus = bus
+        self.clock = clock
+        self.board = StateBoard(sessions, circuits, clock, boot_id=bus.boot_id)
         self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now)
         self.bus.subscribe(self.board)
         resolved = paths if paths is not None else socket_paths(config, environ)
@@ -80,15 +94,19 @@ class SocketApi:
             handshake_timeout=config.handshake_timeout,
         )
         self.control_service = ControlService(
-            supervisor,
+            sessions,
+            operations,
             self.board,
+            bus=bus,
+            taxonomy=taxonomy,
             clock=self.clock,
             handshake_timeout=config.handshake_timeout,
             idle_timeout=config.control_idle_timeout,
             stop=stop,
             reload=reload,
             sockets=self.stats,
-            durable=durable,
+            desired=desired,
+            attributes=attributes,
             roles=control_policy,
         )
         common: dict[str, Any] = {

@@ -7,15 +7,17 @@ import signal
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 import click
 
-from supervisor.bus import EventBus
-from supervisor.config import SocketsConfig, load_config
+from supervisor.config import SocketsConfig
 from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
 from supervisor.taxonomy.gaps import gaps
+
+if TYPE_CHECKING:
+    from supervisor.runtime.assembly import DaemonConfig
 
 
 def taxonomy_warnings(configured: str, taxonomy: Taxonomy, environ: Mapping[str, str]) -> list[str]:
@@ -78,174 +80,45 @@ def run(config_path: Path, check: bool) -> None:
     else:
         _stopped_before_serving(PROCESS.take_stop())  # during the imports: nothing read, nothing started
 
-    from supervisor.api.server import SocketApi
-    from supervisor.errors import ConfigError
-    from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
-    from supervisor.runtime.durable import Durable
-    from supervisor.runtime.lock import DaemonLock, default_lock_path
-    from supervisor.runtime.main import daemon_signals, run_daemon
-    from supervisor.runtime.reload import Reloader, ReloadRequests, answer
-    from supervisor.runtime.signals import SignalReceiver
-    from supervisor.runtime.stdout import StdoutEvents
-    from supervisor.runtime.supervisor import Supervisor
-    from supervisor.runtime.wiring import Wiring
-    from supervisor.systemd.activation import activated_paths, listen_fds
-    from supervisor.systemd.service import Systemd
-    from supervisor.telemetry import resolve_settings
+    from supervisor.runtime.assembly import Daemon, DaemonConfig
 
-    config = load_config(config_path)
-    config_dir = config_path.resolve().parent
-    grace_s = config.daemon.shutdown_grace
-    bus = EventBus()
-    # off unless configured; reads telemetry.headersFile like the platforms' credentials and checks
-    # the OTEL_* variables the SDK would read; the SDK itself is imported only when it is on
-    settings = resolve_settings(config.telemetry, os.environ, config_dir=config_dir)
+    # the file read and validated, the telemetry settings resolved (ConfigError: one line, exit 1)
+    options = DaemonConfig.from_file(config_path, environ=os.environ, say=_say)
     if check:
-        # the settings and the collector's credential file are checked; nothing is exported
-
-        async def check_credentials() -> None:
-            async with Wiring(config, bus=bus, config_dir=config_dir, hooks=[]) as wiring:
-                # a version that loads but cannot work against a platform (v1: no Genesys attribute
-                # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
-                for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, os.environ):
-                    click.echo(f"session-supervisor: warning: {line}", err=True)
-
-        anyio.run(check_credentials, backend="asyncio")
-        _check_socket_paths(config_path, config.sockets, os.environ)
-        click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
+        _check(options, config_path)
         return
-    telemetry = None
-    if settings is not None:
-        from supervisor.telemetry import Telemetry, configured_secrets, shapes_of
-
-        telemetry = Telemetry(
-            settings,
-            boot_id=bus.boot_id,
-            shapes=shapes_of(config),
-            secrets=configured_secrets(config, environ=os.environ, config_dir=config_dir),
-        )
-        bus.trace_context = telemetry.trace_context
-    lock_file = config.daemon.lock_file
-    lock = DaemonLock(Path(lock_file) if lock_file else default_lock_path(config_path, os.environ))
-    served = False
-    stopped_by: signal.Signals | None = None
-
-    async def main() -> int:
-        nonlocal stopped_by
-        with daemon_signals() as signals:
-            try:
-                return await serve(signals)
-            finally:
-                lock.release()
-                stopped_by = signals.stopped_by
-        return 0  # pragma: no cover - the with block always returns
-
-    async def serve(signals: SignalReceiver) -> int:
-        if signals.take_stop() is not None:
-            return 0  # stopped before anything started: nothing to drain
-        # before any socket is bound or session started: a second daemon changes nothing
-        lock.acquire()
-        hooks = telemetry.hooks if telemetry is not None else []
-        async with Wiring(config, bus=bus, config_dir=config_dir, hooks=hooks) as wiring:
-            stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
-            bus.subscribe(stdout)
-            stop = anyio.Event()
-            stdout.on_broken = stop.set
-            # desired sessions, the session ledger and attribute updates; a store that cannot be
-            # opened is said in one line, and the sessions run without it (issue 13)
-            durable = await Durable.open(
-                config,
-                environ=os.environ,
-                bus=bus,
-                clock=wiring.clock,
-                warn=lambda line: click.echo(f"session-supervisor: {line}", err=True),
-            )
-            services = [stdout.serve]
-            if telemetry is not None:
-                bus.subscribe(telemetry)
-                telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
-                services.append(telemetry.service(grace_s))
-            supervisor = Supervisor(wiring, durable)
-            reloader = Reloader(supervisor, lambda: load_config(config_path))
-            # READY=1, STATUS=, STOPPING=1, RELOADING=1, the watchdog: no-ops without $NOTIFY_SOCKET;
-            # a variable systemd never sends is a warning and its feature off (docs/systemd.md)
-            systemd = Systemd(
-                supervisor,
-                environ=os.environ,
-                grace_s=grace_s,
-                outbox=durable.outbox_depth,
-                store_problem=durable.degraded,
-                warn=_warning,
-            )
-            reload = systemd.reloading(reloader.reload)
-            # SIGHUP's reloads run in a task of their own: the signal loop never waits for one
-            requests = ReloadRequests(reload)
-            services.append(requests.serve)
-
-            async def reload_for_api() -> Mapping[str, Any]:
-                return answer(await reload())
-
-            # sockets systemd handed over (socket activation), else {} and the API binds its own
-            listeners = listen_fds(os.environ, enabled=config.sockets.enabled, warn=_warning)
-            # the control socket's drain verb sets `stop`: the same drain as SIGTERM
-            api = SocketApi(
-                supervisor,
-                config.sockets,
-                environ=os.environ,
-                stop=stop,
-                reload=reload_for_api,
-                paths=activated_paths(listeners),
-                listeners=listeners,
-                durable=durable,
-            )
-            # bound before any session starts: a path held by a live daemon ends the start here
-            api.bind()
-            if telemetry is not None:
-                hub = api.hub
-                telemetry.observe_subscribers(
-                    subscribers=lambda: len(hub.subscribers),
-                    lagged=lambda: hub.lagged_notices,
-                    disconnected=lambda: hub.lag_disconnects,
-                )
-
-            def ready() -> None:
-                nonlocal served
-                served = True
-                bus.publish(DaemonStarted(len(supervisor.config.sessions), str(config_path)))
-                systemd.ready()
-
-            def stopping() -> None:
-                bus.publish(DaemonStopping(grace_s))
-                systemd.stopping()
-
-            try:
-                forced = await run_daemon(
-                    supervisor,
-                    grace_s=grace_s,
-                    services=[*services, *api.services, *systemd.services],
-                    on_ready=ready,
-                    on_stopping=stopping,
-                    on_reload=requests.request,
-                    stop=stop,
-                    signals=signals,
-                )
-            finally:
-                api.close()
-                await durable.aclose()
-            bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
-            await stdout.flush(within_s=2.0)
-            if stdout.broken is not None:
-                raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
-            return 1 if forced else 0
-
     from supervisor.runtime.collector import tuned_collector
 
+    daemon = Daemon(options)
     with tuned_collector():  # this process holds the sessions: fewer, larger collections
-        code = anyio.run(main, backend="asyncio")
+        outcome = anyio.run(daemon.serve, backend="asyncio")
     # the process's record stays installed: a signal from here to the exit changes nothing
-    if not served:
-        _stopped_before_serving(stopped_by)
-    click.get_current_context().exit(code)
+    if not outcome.served:
+        _stopped_before_serving(outcome.stopped_by)
+    click.get_current_context().exit(outcome.exit_code)
+
+
+def _check(options: DaemonConfig, config_path: Path) -> None:
+    """``run --check``: the credentials read, the taxonomy's gaps said, the socket paths checked."""
+    from supervisor.runtime.wiring import Wiring
+
+    config = options.config
+    # the telemetry settings and the collector's credential file were checked; nothing is exported
+
+    async def check_credentials() -> None:
+        async with Wiring(config, config_dir=options.config_dir, environ=options.environ) as wiring:
+            # a version that loads but cannot work against a platform (v1: no Genesys attribute
+            # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
+            for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, options.environ):
+                _warning(line)
+
+    anyio.run(check_credentials, backend="asyncio")
+    _check_socket_paths(config_path, config.sockets, options.environ)
+    click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
+
+
+def _say(line: str) -> None:
+    click.echo(f"session-supervisor: {line}", err=True)
 
 
 def _warning(line: str) -> None:

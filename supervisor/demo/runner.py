@@ -1,8 +1,9 @@
 """The demo's orchestration: simulators, daemon, faults, outcome, summary.
 
 1. start both simulators in-process on loopback (free ports);
-2. build the daemon's config (credential files in a temporary directory) and run the
-   :class:`~supervisor.runtime.supervisor.Supervisor` under the daemon's lifecycle (run_daemon);
+2. build the daemon's config (credential files in a temporary directory) and run the daemon
+   ``run`` assembles (supervisor/runtime/assembly.py: the same parts, the same lifecycle) with the
+   scenario as its body;
 3. wait until every session is active;
 4. inject the scenario's faults through the simulators' Python API;
 5. wait, with a bounded deadline, until the outcome settles: every counted fault spent,
@@ -25,10 +26,9 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-from supervisor.api.server import SocketApi
-from supervisor.bus import EventBus
+from supervisor.attributes import AttributeService
 from supervisor.clock import SystemClock
-from supervisor.config import Config, SocketsConfig, TelemetrySettings
+from supervisor.config import TelemetrySettings
 from supervisor.demo.attributes_play import AttributesPlay
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
@@ -43,15 +43,14 @@ from supervisor.demo.wiring import (
     write_credentials,
 )
 from supervisor.errors import ConfigError, SupervisorError
-from supervisor.runtime.durable import Durable
-from supervisor.runtime.main import Service, run_daemon
-from supervisor.runtime.supervisor import Supervisor
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.assembly import Daemon, DaemonConfig, DaemonView, SocketsAt
+from supervisor.runtime.main import Service
+from supervisor.runtime.sessions import SessionReader
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 
 if TYPE_CHECKING:
-    from supervisor.telemetry import ExportSettings, Telemetry
+    from supervisor.telemetry import ExportSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,118 +110,35 @@ class _Run:
                 conversations=None if self.play is None else self.play.conversations,
                 store=None if self.play is None else workdir / "store.sqlite3",
             )
-            bus = EventBus()
-            telemetry = demo_telemetry(opts.otlp, config, bus, workdir)
-            async with Wiring(
-                config,
-                bus=bus,
-                clock=self.clock,
-                rng=random.Random(opts.seed),
-                config_dir=workdir,
-                environ={},
-                hooks=[] if telemetry is None else telemetry.hooks,
-            ) as wiring:
-                # the durable store (issue 13), in the run's temporary directory: the attributes scenario
-                durable = None
-                if self.play is not None:
-                    durable = await Durable.open(config, environ={}, bus=bus, clock=self.clock)
-                supervisor = Supervisor(wiring, durable)
-                observer = Observer(self.clock, lambda sid: _connects(supervisor, sid))
-                bus.subscribe(observer)
-                services: list[Service] = []
-                if telemetry is not None:
-                    bus.subscribe(telemetry)
-                    telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
-                    services.append(telemetry.service(_GRACE_S))
-                summary: dict[str, Any] | None = None
-
-                async def play() -> None:
-                    nonlocal summary
-                    baseline: Baseline | None = None
-                    limit = (
-                        opts.timeout_s if opts.timeout_s is not None else timing.deadline_for(opts.sessions)
-                    )
-                    # the drain and the simulators' shutdown fit in the rest of --timeout
-                    deadline = max(limit - reserve_s(limit), limit / 2)
-                    with anyio.move_on_after(deadline) as scope:
-                        await self._wait(observer, lambda: _started(supervisor, self.fleet.sessions))
-                        if supervisor.states().get("terminated"):
-                            self.problems.append("a session terminated before the scenario started")
-                        else:
-                            self.phase = "fault injected"
-                            baseline = Baseline.take(genesys, cxone)
-                            observer.mark_fault()
-                            self._inject(genesys, cxone)
-                            injected_at = self.clock.monotonic()
-                            async with anyio.create_task_group() as acts:
-                                if self.play is not None and durable is not None:
-                                    acts.start_soon(self._play, self.play, durable, genesys)
-                                await self._wait(
-                                    observer, lambda: self._settled(observer, genesys, cxone, injected_at)
-                                )
-                    if scope.cancelled_caught:
-                        self.problems.append(f"timed out after {limit:g} s while {self.phase}")
-                    # the summary is taken, then the daemon drains (what a hard bound may still cut)
-                    self.phase = "draining"
-                    # taken before the drain: shutdown stops everyone
-                    summary = collect(
-                        scenario=scenario,
-                        fleet=self.fleet,
-                        seed=opts.seed,
-                        fast=timing.fast,
-                        supervisor=supervisor,
-                        genesys=genesys,
-                        cxone=cxone,
-                        observer=observer,
-                        baseline=baseline,
-                        admission=None
-                        if scenario.admission is None
-                        else scenario.admission(self.fleet, timing),
-                        elapsed_s=self.clock.monotonic() - started,
-                        faults=self._faults(genesys, cxone),
-                    )
-                    if self.play is not None and durable is not None:
-                        summary["attributes"] = await self.play.summary(durable.attributes, genesys)
-                    self.final = (summary["states"], summary["openCircuits"])
-
-                # the socket API, in the run's temporary directory: `watch` attaches from another terminal
-                stop = anyio.Event()
-                subscribe_path, control_path = workdir / "subscribe.sock", workdir / "control.sock"
-                api = SocketApi(
-                    supervisor,
-                    SocketsConfig(),
+            scene = _Scene(self, genesys, cxone, progress, started)
+            # the daemon `run` assembles (supervisor/runtime/assembly.py), with the simulators' URLs,
+            # the scenario as its body, its sockets in the run's temporary directory (`watch` attaches
+            # from another terminal), and no service parts: no event lines, no systemd, no lock
+            await Daemon(
+                DaemonConfig(
+                    config,
+                    config_dir=workdir,
                     environ={},
-                    paths=(subscribe_path, control_path),
-                    stop=stop,
-                    durable=durable,
+                    clock=self.clock,
+                    rng=random.Random(opts.seed),
+                    grace_s=_GRACE_S,
+                    telemetry=None if opts.otlp is None else demo_settings(opts.otlp, workdir),
+                    sockets=SocketsAt(workdir / "subscribe.sock", workdir / "control.sock", on_sockets),
+                    # the durable store (issue 13), in the run's temporary directory: the attributes scenario
+                    durable=self.play is not None,
+                    service=False,
+                    body=scene,
                 )
-                try:
-                    api.bind()
-                except ConfigError as exc:
-                    # a $TMPDIR too long for a socket path: the demo runs on without its sockets
-                    if on_sockets is not None:
-                        on_sockets(str(exc))
-                else:
-                    services.extend(api.services)
-                    if on_sockets is not None:
-                        on_sockets((subscribe_path, control_path))
-                if progress is not None:
-                    services.append(self._progress_service(progress, supervisor, observer))
-                # the daemon's own lifecycle: every session stopped and closed with 1001, bounded
-                try:
-                    await run_daemon(supervisor, grace_s=_GRACE_S, services=services, body=play, stop=stop)
-                finally:
-                    api.close()
-                    if durable is not None:
-                        await durable.aclose()
+            ).serve()
+        summary = scene.summary
         if summary is None:
             return None
         problems = self.problems + (scenario.check(summary) if not self.problems else [])
         summary["outcome"] = {"ok": not problems, "problems": problems}
         return summary
 
-    def _progress_service(self, console: Console, supervisor: Supervisor, observer: Observer) -> Service:
-        display = Progress(console, self.clock, self._sampler(supervisor, observer), self.scenario.name)
+    def _progress_service(self, console: Console, daemon: DaemonView, observer: Observer) -> Service:
+        display = Progress(console, self.clock, self._sampler(daemon, observer), self.scenario.name)
 
         async def serve(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             task_status.started()
@@ -236,9 +152,11 @@ class _Run:
         while not condition():
             await observer.changed(0.25)
 
-    async def _play(self, play: AttributesPlay, durable: Durable, genesys: GenesysSimulator) -> None:
+    async def _play(
+        self, play: AttributesPlay, attributes: AttributeService, genesys: GenesysSimulator
+    ) -> None:
         self.phase = "attribute burst"
-        await play.run(durable.attributes, genesys, fast=self.timing.fast)
+        await play.run(attributes, genesys, fast=self.timing.fast)
         self.phase = "fault injected"
 
     def _inject(self, genesys: GenesysSimulator, cxone: CxoneSimulator) -> None:
@@ -291,17 +209,94 @@ class _Run:
         return out
 
     def _sampler(
-        self, supervisor: Supervisor, observer: Observer
+        self, daemon: DaemonView, observer: Observer
     ) -> Callable[[], tuple[str, dict[str, int], list[str], int]]:
         def sample() -> tuple[str, dict[str, int], list[str], int]:
             if self.final is not None:
                 return self.phase, self.final[0], self.final[1], observer.events
-            circuits = sorted(
-                c for c, b in supervisor.wiring.circuits.all().items() if b.state.value != "closed"
-            )
-            return self.phase, supervisor.states(), circuits, observer.events
+            circuits = sorted(c for c, b in daemon.circuits.all().items() if b.state.value != "closed")
+            return self.phase, daemon.sessions.states(), circuits, observer.events
 
         return sample
+
+
+class _Scene:
+    """The demo's body for the daemon (a :class:`~supervisor.runtime.assembly.Body`): the observer on
+    the bus, the progress display, then the scenario itself (steps 3 to 6 of the module docstring)."""
+
+    def __init__(
+        self,
+        run: _Run,
+        genesys: GenesysSimulator,
+        cxone: CxoneSimulator,
+        progress: Console | None,
+        started: float,
+    ) -> None:
+        self.run = run
+        self.genesys = genesys
+        self.cxone = cxone
+        self.progress = progress
+        self.started = started
+        self.daemon: DaemonView | None = None
+        self.observer: Observer | None = None
+        #: taken before the drain (shutdown stops everyone); None when a stop signal came first
+        self.summary: dict[str, Any] | None = None
+
+    def attach(self, daemon: DaemonView) -> list[Service]:
+        self.daemon = daemon
+        sessions = daemon.sessions
+        self.observer = Observer(self.run.clock, lambda sid: _connects(sessions, sid))
+        daemon.bus.subscribe(self.observer)
+        if self.progress is None:
+            return []
+        return [self.run._progress_service(self.progress, daemon, self.observer)]
+
+    async def __call__(self) -> None:
+        run, daemon, observer = self.run, self.daemon, self.observer
+        assert daemon is not None and observer is not None  # attached before the daemon serves
+        opts, scenario, timing = run.options, run.scenario, run.timing
+        genesys, cxone = self.genesys, self.cxone
+        baseline: Baseline | None = None
+        limit = opts.timeout_s if opts.timeout_s is not None else timing.deadline_for(opts.sessions)
+        # the drain and the simulators' shutdown fit in the rest of --timeout
+        deadline = max(limit - reserve_s(limit), limit / 2)
+        with anyio.move_on_after(deadline) as scope:
+            await run._wait(observer, lambda: _started(daemon.sessions, run.fleet.sessions))
+            if daemon.sessions.states().get("terminated"):
+                run.problems.append("a session terminated before the scenario started")
+            else:
+                run.phase = "fault injected"
+                baseline = Baseline.take(genesys, cxone)
+                observer.mark_fault()
+                run._inject(genesys, cxone)
+                injected_at = run.clock.monotonic()
+                async with anyio.create_task_group() as acts:
+                    if run.play is not None and daemon.attributes is not None:
+                        acts.start_soon(run._play, run.play, daemon.attributes, genesys)
+                    await run._wait(observer, lambda: run._settled(observer, genesys, cxone, injected_at))
+        if scope.cancelled_caught:
+            run.problems.append(f"timed out after {limit:g} s while {run.phase}")
+        # the summary is taken, then the daemon drains (what a hard bound may still cut)
+        run.phase = "draining"
+        # taken before the drain: shutdown stops everyone
+        summary = collect(
+            scenario=scenario,
+            fleet=run.fleet,
+            seed=opts.seed,
+            fast=timing.fast,
+            daemon=daemon,
+            genesys=genesys,
+            cxone=cxone,
+            observer=observer,
+            baseline=baseline,
+            admission=None if scenario.admission is None else scenario.admission(run.fleet, timing),
+            elapsed_s=run.clock.monotonic() - self.started,
+            faults=run._faults(genesys, cxone),
+        )
+        if run.play is not None and daemon.attributes is not None:
+            summary["attributes"] = await run.play.summary(daemon.attributes, genesys)
+        run.final = (summary["states"], summary["openCircuits"])
+        self.summary = summary
 
 
 _GRACE_S = 5.0
@@ -324,31 +319,13 @@ def demo_settings(otlp: str, workdir: Path | None) -> ExportSettings:
     return settings
 
 
-def demo_telemetry(otlp: str | None, config: Config, bus: EventBus, workdir: Path) -> Telemetry | None:
-    """``demo --otlp URL``: the run's traces and metrics to that collector (every operation traced)."""
-    if otlp is None:
-        return None
-    settings = demo_settings(otlp, workdir)
-    # imported only when asked for, and after the check: the OpenTelemetry SDK is not free to load
-    from supervisor.telemetry import Telemetry, configured_secrets, shapes_of
-
-    telemetry = Telemetry(
-        settings,
-        boot_id=bus.boot_id,
-        shapes=shapes_of(config),
-        secrets=configured_secrets(config, environ={}, config_dir=workdir),
-    )
-    bus.trace_context = telemetry.trace_context
-    return telemetry
+def _started(sessions: SessionReader, count: int) -> bool:
+    states = sessions.states()
+    return states.get("active", 0) == count or states.get("terminated", 0) > 0
 
 
-def _started(supervisor: Supervisor, sessions: int) -> bool:
-    states = supervisor.states()
-    return states.get("active", 0) == sessions or states.get("terminated", 0) > 0
-
-
-def _connects(supervisor: Supervisor, session_id: str) -> int:
-    runner = supervisor.runners.get(session_id)
+def _connects(sessions: SessionReader, session_id: str) -> int:
+    runner = sessions.runners.get(session_id)
     return 0 if runner is None else runner.connects
 
 

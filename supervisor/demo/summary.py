@@ -16,7 +16,7 @@ from rich.table import Table
 
 from supervisor.demo.observe import Observer
 from supervisor.demo.scenarios import Fleet, Scenario
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.assembly import DaemonView
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.recorder import Recorder
@@ -55,7 +55,7 @@ def collect(
     fleet: Fleet,
     seed: int,
     fast: bool,
-    supervisor: Supervisor,
+    daemon: DaemonView,
     genesys: GenesysSimulator,
     cxone: CxoneSimulator,
     observer: Observer,
@@ -79,7 +79,7 @@ def collect(
         starts_refused -= baseline.cxone_starts[1]
     terminated: list[dict[str, Any]] = []
     after = 0
-    for session_id, runner in sorted(supervisor.runners.items()):
+    for session_id, runner in sorted(daemon.sessions.runners.items()):
         ended = runner.termination
         if ended is None:
             continue
@@ -96,13 +96,13 @@ def collect(
     return {
         "scenario": scenario.name,
         "sessions": fleet.sessions,
-        "states": dict(sorted(supervisor.states().items())),
+        "states": dict(sorted(daemon.sessions.states().items())),
         "terminated": terminated,
         "connectAttempts": ws_accepted + ws_refused + starts,
         "rejectedAttempts": ws_refused + starts_refused,
         "peakAttemptsPerSecond": peak,
         "recoverySeconds": observer.recovery_seconds(),
-        "tokenRefreshes": sum(t.refreshes for t in supervisor.wiring.tokens.values()),
+        "tokenRefreshes": sum(t.refreshes for t in daemon.tokens.values()),
         "admissionRatePerSecond": admission,
         "reconnectsAfterTermination": after,
         "rateLimit": {
@@ -121,9 +121,7 @@ def collect(
             "genesysNotifications": fleet.notifications,
             "cxoneAgentSessions": fleet.cxone,
         },
-        "openCircuits": sorted(
-            c for c, b in supervisor.wiring.circuits.all().items() if b.state.value != "closed"
-        ),
+        "openCircuits": sorted(c for c, b in daemon.circuits.all().items() if b.state.value != "closed"),
         "faults": faults,
         "events": observer.events,
         "elapsedSeconds": round(elapsed_s, 3),

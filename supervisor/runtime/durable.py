@@ -1,7 +1,7 @@
 """The daemon's durable state: desired sessions, the session ledger, and attribute updates (issue 13).
 
 :class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
-the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
+the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
 
 * **at start**, :meth:`Durable.plan` says which configured sessions run: a session ``ctl stop``
   stopped, or one a fail-fast (or an exhausted reconnection, a graceful close) ended, stays down
@@ -15,6 +15,10 @@ the supervisor's :class:`~supervisor.runtime.supervisor.SessionBook`:
 * it runs the :class:`~supervisor.attributes.AttributeService` and answers its questions about
   sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
 
+It is given the session table (supervisor/runtime/sessions.py) and the wiring at construction: it
+reads which sessions run and what they are, and ends orphans through the platforms' clients. It
+never holds the supervisor (which is given this book in turn).
+
 A store that cannot be opened (corrupt, unreadable, a read-only or full state directory) does not
 stop the daemon: ``STORE_DEGRADED`` names the file and the problem, and attribute updates are
 refused (nothing is acknowledged that cannot be persisted). A store that can be read but not
@@ -25,10 +29,9 @@ as it says (issue 23); any other leaves the sessions to run from the configurati
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -41,15 +44,14 @@ from supervisor.errors import StoreError
 from supervisor.events import Published, SessionTransition, TerminationReason
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.sessions import Plan, SessionReader
 from supervisor.runtime.targets import SessionTargets
+from supervisor.runtime.wiring import Wiring
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import CrashPoints
 from supervisor.taxonomy import Channel
-
-if TYPE_CHECKING:
-    from supervisor.runtime.supervisor import Supervisor
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -66,15 +68,6 @@ def store_path(config: Config, environ: Mapping[str, str]) -> Path | None:
         return Path(config.store.path)
     state = environ.get("STATE_DIRECTORY", "").split(":")[0]
     return Path(state) / STORE_FILE if state else None
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """Whether a configured session runs at start, and what it resumes."""
-
-    start: bool
-    resume: Mapping[str, str] | None = None
-    reason: str | None = None
 
 
 def _settings(config: Config) -> Settings:
@@ -96,6 +89,8 @@ class Durable:
         config: Config,
         store: Store | None,
         *,
+        sessions: SessionReader,
+        wiring: Wiring,
         bus: EventBus,
         clock: Clock,
         problem: str | None = None,
@@ -112,7 +107,9 @@ class Durable:
         self.clock = clock
         self.desired = dict(desired or {})
         self.server = dict(server or {})
-        self.targets = SessionTargets(self._down_reason)
+        self.sessions = sessions
+        self.wiring = wiring
+        self.targets = SessionTargets(sessions, wiring, self._down_reason)
         self.attributes = AttributeService(
             store, self.targets, _settings(config), bus=bus, clock=clock, crash=crash, unavailable=problem
         )
@@ -127,6 +124,8 @@ class Durable:
         cls,
         config: Config,
         *,
+        sessions: SessionReader,
+        wiring: Wiring,
         environ: Mapping[str, str],
         bus: EventBus,
         clock: Clock,
@@ -136,10 +135,16 @@ class Durable:
         """Open the store named by ``config`` (never raises for the store: a degraded one is reported)."""
         path = store_path(config, environ)
         crash = CrashPoints(environ)
+        common: dict[str, Any] = {
+            "sessions": sessions,
+            "wiring": wiring,
+            "bus": bus,
+            "clock": clock,
+            "crash": crash,
+            "background": background,
+        }
         if path is None:
-            return cls(
-                config, None, bus=bus, clock=clock, problem=NO_STORE, crash=crash, background=background
-            )
+            return cls(config, None, problem=NO_STORE, **common)
         health = _Health(str(path), bus, clock, warn)
         try:
             store = await SqliteStore.open(
@@ -154,32 +159,18 @@ class Durable:
             return cls(
                 config,
                 None,
-                bus=bus,
-                clock=clock,
                 problem=f"{exc.path}: {problem}",
                 desired=None if snapshot is None else snapshot.desired,
                 server=None if snapshot is None else snapshot.server,
-                crash=crash,
-                background=background,
+                **common,
             )
         try:
             desired = await store.desired_sessions()
             server = await store.server_sessions()
         except StoreError as exc:
             await store.aclose()
-            return cls(
-                config, None, bus=bus, clock=clock, problem=str(exc), crash=crash, background=background
-            )
-        return cls(
-            config,
-            store,
-            bus=bus,
-            clock=clock,
-            desired=desired,
-            server=server,
-            crash=crash,
-            background=background,
-        )
+            return cls(config, None, problem=str(exc), **common)
+        return cls(config, store, desired=desired, server=server, **common)
 
     @property
     def degraded(self) -> str | None:
@@ -217,11 +208,8 @@ class Durable:
             return Plan(True, resume={"guestToken": row.guest_token})
         return Plan(True)
 
-    async def serve(
-        self, supervisor: Supervisor, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the attribute service and end the orphans a crash left; started at once."""
-        self.targets.supervisor = supervisor
         self._planned = anyio.Event()
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -233,7 +221,7 @@ class Durable:
                         await self.attributes.load()
                     if self.background:
                         tg.start_soon(self.attributes.serve)
-                    tg.start_soon(self._reconcile, supervisor)
+                    tg.start_soon(self._reconcile)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
@@ -245,12 +233,12 @@ class Durable:
         if self._planned is not None:
             self._planned.set()
 
-    async def _reconcile(self, supervisor: Supervisor) -> None:
+    async def _reconcile(self) -> None:
         store = self.store
         if store is None or self._planned is None:
             return
         await self._planned.wait()
-        configured = {spec.id for spec in supervisor.config.sessions}
+        configured = {spec.id for spec in self.sessions.config.sessions}
         for session_id in list(self.desired):
             if session_id not in configured:
                 await self._quietly(store.forget_desired(session_id))
@@ -260,7 +248,7 @@ class Durable:
             if row.state is not ServerState.CLOSED and row.session_id not in self._started
         ]
         if orphans:
-            self.reconciled.update(await reconcile(store, orphans, supervisor.wiring, self.bus, self.clock))
+            self.reconciled.update(await reconcile(store, orphans, self.wiring, self.bus, self.clock))
 
     async def opening(self, runner: SessionRunner, resumed: bool) -> None:
         """Before the first connection attempt: the session is desired, its server side about to open."""
@@ -329,7 +317,7 @@ class Durable:
         if self.store is not None:
             await self.store.set_desired(desired)
 
-    async def _quietly(self, call: Any) -> None:
+    async def _quietly(self, call: Awaitable[object]) -> None:
         """A session-book write that fails is not the session's failure: the store reports its health."""
         with contextlib.suppress(StoreError):
             await call
@@ -344,8 +332,7 @@ class Durable:
             or store is None
         ):
             return
-        supervisor = self.targets.supervisor
-        runner = supervisor.runners.get(event.session_id) if supervisor is not None else None
+        runner = self.sessions.runners.get(event.session_id)
         if runner is None:
             return
         record = _record_of(runner)

@@ -2,12 +2,14 @@
 
 Structured concurrency from one root task group (anyio; uvicorn's phases)::
 
+    binding.bind() ...                    # the sockets, in order, before any session starts
     await tg.start(supervisor.serve)      # every configured session handed over
     await tg.start(service) ...           # the socket API, telemetry, the watchdog, ...
     on_ready()                            # the readiness moment: READY=1 hooks in here
     await body()                          # `run`: until a signal or a stop request; `demo`: the scenario
     on_stopping(); supervisor.shutdown()  # drain: close every session with 1001, bounded
     tg.cancel_scope.cancel()
+    binding.close() ...                   # whatever happened: the listeners closed, our files removed
 
 SIGTERM or SIGINT ends ``body`` early and starts the drain, as does setting ``stop`` (the control
 socket's ``drain`` verb); a second signal during the drain cancels it at once (the result says the
@@ -20,7 +22,10 @@ moment (during the imports, the configuration's reading, the start) ends the sta
 ``on_ready`` (no READY=1), the drain at once for whatever was started. SIGHUPs recorded before it
 are one reload once the daemon serves. Services are callables that accept anyio's ``task_status``
 and call ``task_status.started()`` once they are usable (a socket bound, an exporter ready); each
-is started in order, so readiness means all of them are.
+is started in order, so readiness means all of them are. Bindings (the socket API) are bound in
+order before the supervisor starts any session: one that cannot bind (a path held by a live daemon)
+raises and ends the start there, with nothing started; each bound one is closed when the lifecycle
+ends, however it ends. supervisor/runtime/assembly.py builds what goes in here.
 """
 
 from __future__ import annotations
@@ -28,17 +33,28 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from supervisor.runtime.signals import HANDLED, SignalReceiver, receiving
 from supervisor.runtime.supervisor import Supervisor
 
-__all__ = ["DAEMON_SIGNALS", "Service", "daemon_signals", "run_daemon"]
+__all__ = ["DAEMON_SIGNALS", "Binding", "Service", "daemon_signals", "run_daemon"]
 
 # a long-running task that calls ``task_status.started()`` when it is usable
 Service = Callable[..., Coroutine[Any, Any, Any]]
+
+
+class Binding(Protocol):
+    """What the lifecycle binds before any session starts (the socket API's two sockets)."""
+
+    def bind(self) -> None:
+        """Bind now; raises (ConfigError naming the path) to end the start."""
+
+    def close(self) -> None:
+        """Close what :meth:`bind` opened, if still open (idempotent)."""
+
 
 #: SIGTERM/SIGINT stop (drain); SIGHUP reloads the configuration (systemd's ExecReload convention)
 DAEMON_SIGNALS = HANDLED
@@ -58,6 +74,7 @@ async def run_daemon(
     supervisor: Supervisor,
     *,
     grace_s: float,
+    bind: Sequence[Binding] = (),
     services: Sequence[Service] = (),
     body: Callable[[], Awaitable[None]] | None = None,
     on_ready: Callable[[], object] | None = None,
@@ -71,11 +88,16 @@ async def run_daemon(
     ``signals`` is a receiver opened earlier with :func:`daemon_signals` (None: open one now).
     SIGHUP calls ``on_reload`` and the daemon goes on. Returns True when a second stop signal
     forced the exit before the drain completed. A stop signal already recorded at the readiness
-    moment skips ``on_ready`` and ``body``: the drain starts at once.
+    moment skips ``on_ready`` and ``body``: the drain starts at once. ``bind`` is bound in order
+    before any session starts, and closed when the lifecycle ends.
     """
     with contextlib.ExitStack() as stack:
         if signals is None:
             signals = stack.enter_context(daemon_signals())
+        for binding in bind:
+            # bound before any session starts: a path held by a live daemon ends the start here
+            binding.bind()
+            stack.callback(binding.close)
         return await _lifecycle(
             supervisor, grace_s, services, body, on_ready, on_stopping, on_reload, stop, signals
         )

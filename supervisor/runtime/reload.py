@@ -234,8 +234,7 @@ class Reloader:
         removed = tuple(i for i in before if i not in after)
         changed = tuple(i for i in after if i in before and after[i] != before[i])
         unchanged = tuple(i for i in after if i in before and after[i] == before[i])
-        retired = wiring.reconfigure(new, read.secrets)
-        supervisor.config = new
+        retired = supervisor.reconfigure(new, read.secrets)
         restarted: list[str] = []
         kept_down: list[str] = []
         try:

@@ -8,57 +8,51 @@ moment is what the lifecycle (supervisor/runtime/main.py) waits for before it sa
 is ready.
 
 The supervisor fronts what callers do with sessions: start one (a full authentication cycle),
-stop one, drain all, a REST call or a message on a session's behalf, and a status summary.
+stop one, drain all, a REST call or a message on a session's behalf, and a status summary. It
+writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or makes one); readers
+(the socket API, the systemd glue, the store, the demo) are handed the table, not the supervisor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import httpx
 from anyio.abc import TaskGroup, TaskStatus
 
-from supervisor.config import SessionSpec
+from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
 from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, SdkErrorEvent
 
-__all__ = ["SessionBook", "Supervisor"]
+__all__ = ["Supervisor", "session_table"]
 
 
-class SessionBook(Protocol):
-    """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
-
-    def plan(self, spec: SessionSpec) -> Any:
-        """``.start`` (run it now) and ``.resume`` (what its transport resumes) for a configured session."""
-
-    def planned(self) -> None:
-        """Every session that runs has been handed over (what is left open on a server is orphaned)."""
-
-    async def serve(self, supervisor: Supervisor, *, task_status: TaskStatus[None]) -> None: ...
-
-    async def opening(self, runner: SessionRunner, resumed: bool) -> None: ...
-
-    async def ended(self, runner: SessionRunner, *, draining: bool) -> None: ...
-
-    async def forget(self, session_id: str) -> None: ...
-
-    def draining(self) -> None: ...
+def session_table(wiring: Wiring) -> SessionTable:
+    """An empty table for ``wiring``'s configuration; the endpoint of a session is the circuit its
+    transport connects through (Wiring.transport_for; no I/O happens before a transport opens)."""
+    return SessionTable(wiring.config, endpoint_for=lambda spec: wiring.transport_for(spec)[1])
 
 
 class Supervisor:
     """Every supervised session, under one task group of its own."""
 
-    def __init__(self, wiring: Wiring, book: SessionBook | None = None) -> None:
+    def __init__(
+        self, wiring: Wiring, book: SessionBook | None = None, *, sessions: SessionTable | None = None
+    ) -> None:
+        if book is not None and sessions is None:
+            # a book reads the table it was built over: a second one here would stay empty for it
+            raise TypeError("Supervisor: pass the session table the book was built over (sessions=...)")
         self.wiring = wiring
         # the durable state (issue 13): desired sessions, the session ledger; None keeps nothing
         self.book = book
         self.bus = wiring.bus
-        self.config = wiring.config
-        self.runners: dict[str, SessionRunner] = {}
+        #: the runners by session id and the configuration in force; this supervisor alone writes it
+        self.sessions = sessions if sessions is not None else session_table(wiring)
         # set when each runner's task has ended (its close sent, its DELETE made), keyed by the
         # runner itself: a session id may have an old runner still closing and a new one starting
         self._done: dict[SessionRunner, anyio.Event] = {}
@@ -66,6 +60,27 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+
+    @property
+    def config(self) -> Config:
+        return self.sessions.config
+
+    @property
+    def runners(self) -> Mapping[str, SessionRunner]:
+        """Every session with a runner (read-only: the table is written through this supervisor)."""
+        return self.sessions.runners
+
+    def reconfigure(
+        self, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+    ) -> list[httpx.AsyncClient]:
+        """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
+
+        Returns the HTTP clients no longer used, for the caller to close once the sessions that used
+        them are stopped (Wiring.reconfigure).
+        """
+        retired = self.wiring.reconfigure(config, secrets)
+        self.sessions.configure(config)
+        return retired
 
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -75,7 +90,7 @@ class Supervisor:
             try:
                 book = self.book
                 if book is not None:
-                    await tg.start(book.serve, self)
+                    await tg.start(book.serve)
                 for spec in self.config.sessions:
                     plan = book.plan(spec) if book is not None else None
                     if plan is None:
@@ -100,7 +115,7 @@ class Supervisor:
         if previous is not None and not previous.core.terminated:
             raise ConfigError(f"session '{spec.id}' is already supervised")
         runner = self.wiring.runner_for(spec, resume)
-        self.runners[spec.id] = runner
+        self.sessions.put(runner)
         done = self._done[runner] = anyio.Event()
         tg.start_soon(self._run_runner, runner, done, resume is not None, name=f"session:{spec.id}")
         return runner
@@ -153,8 +168,7 @@ class Supervisor:
         runner = self.runners.get(session_id)
         if runner is not None:
             await self._stop_and_wait(runner, 1000)
-            if self.runners.get(session_id) is runner:
-                del self.runners[session_id]
+            self.sessions.discard(runner)
         if self.book is not None and session_id not in self.runners:
             await self.book.forget(session_id)
 
@@ -224,11 +238,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ status
     def states(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for runner in self.runners.values():
-            key = runner.state.value
-            out[key] = out.get(key, 0) + 1
-        return out
+        return self.sessions.states()
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -9,44 +9,41 @@
   conversation outlives the guest connection: post-call wrap-up is when these are written).
 * :meth:`SessionTargets.failed`: a fail-fast met while writing (QUEUE_FULL, a revoked token) goes to
   the session's machine, as for any REST call made for a session.
+
+It reads the session table and the wiring it is given at construction (the Genesys pipeline and
+client credential may change with a reload: they are read at each call).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from supervisor.attributes import Accepted, Refused
 from supervisor.attributes.platform import Target
 from supervisor.boundary import SessionContext
-from supervisor.config import SessionSpec
+from supervisor.runtime.sessions import SessionReader
+from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
-
-if TYPE_CHECKING:
-    from supervisor.runtime.supervisor import Supervisor
 
 __all__ = ["SessionTargets"]
 
 
 class SessionTargets:
-    """The attribute service's questions about sessions, answered from the supervisor."""
+    """The attribute service's questions about sessions, answered from the session table."""
 
-    def __init__(self, down_reason: Callable[[str], str | None]) -> None:
+    def __init__(
+        self, sessions: SessionReader, wiring: Wiring, down_reason: Callable[[str], str | None]
+    ) -> None:
+        self._sessions = sessions
+        self._wiring = wiring
         # why the store says a session is down (stopped, or ended by a fail-fast before a restart)
         self._down_reason = down_reason
-        self.supervisor: Supervisor | None = None
-
-    def _spec(self, session_id: str) -> SessionSpec | None:
-        sup = self.supervisor
-        if sup is None:
-            return None
-        return next((s for s in sup.wiring.config.sessions if s.id == session_id), None)
 
     def accept(self, session_id: str) -> Accepted:
-        sup = self.supervisor
-        spec = self._spec(session_id)
-        runner = sup.runners.get(session_id) if sup is not None else None
-        if sup is None or (spec is None and runner is None):
+        sessions = self._sessions
+        spec = sessions.spec(session_id)
+        runner = sessions.runners.get(session_id)
+        if spec is None and runner is None:
             raise Refused("NoSuchSession", f"no configured session '{session_id}'", sessionId=session_id)
         platform = spec.platform if spec is not None else runner.context.platform.value  # type: ignore[union-attr]
         if platform != Platform.GENESYS.value:
@@ -64,7 +61,7 @@ class SessionTargets:
                 f"session '{session_id}' is terminated ({why or 'not running'}): start it again first (ctl start)",
                 sessionId=session_id,
             )
-        gen = sup.wiring.config.platforms.genesys
+        gen = sessions.config.platforms.genesys
         if gen is None or gen.client_id is None:
             raise Refused(
                 "Unsupported",
@@ -81,14 +78,11 @@ class SessionTargets:
         return Accepted(f"genesys:{gen.client_id}", conversation)
 
     def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
-        sup = self.supervisor
-        if sup is None:
-            return None
-        pipeline = sup.wiring.pipelines.get("genesys")
-        gen = sup.wiring.config.platforms.genesys
+        pipeline = self._wiring.pipelines.get("genesys")
+        gen = self._sessions.config.platforms.genesys
         if pipeline is None or gen is None:
             return None
-        runner = sup.runners.get(session_id)
+        runner = self._sessions.runners.get(session_id)
         agent = runner.context.agent_id if runner is not None else None
         ctx = SessionContext(
             session_id, Platform.GENESYS, Channel.REST, agent_id=agent, conversation_id=conversation_id
@@ -96,7 +90,6 @@ class SessionTargets:
         return Target(pipeline, gen.api_url, ctx)
 
     def failed(self, session_id: str, event: SdkErrorEvent) -> None:
-        sup = self.supervisor
-        runner = sup.runners.get(session_id) if sup is not None else None
+        runner = self._sessions.runners.get(session_id)
         if runner is not None:
             runner.operation_failed(event)

@@ -1,8 +1,9 @@
-"""What ``run`` wires into :func:`~supervisor.runtime.main.run_daemon` for systemd (issue 12).
+"""What the composition root wires into :func:`~supervisor.runtime.main.run_daemon` for systemd (issue 12).
 
-::
+It reads the session table and the circuits it is given (supervisor/runtime/sessions.py), never
+the supervisor (supervisor/runtime/assembly.py builds it)::
 
-    glue = Systemd(supervisor, environ=os.environ, grace_s=grace_s)
+    glue = Systemd(sessions, circuits, bus=bus, clock=clock, environ=os.environ, grace_s=grace_s)
     await run_daemon(
         supervisor,
         services=[..., *glue.services],       # status line, watchdog, state-directory probe
@@ -33,9 +34,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TypeVar
 
+from supervisor.bus import EventBus
 from supervisor.clock import Clock
 from supervisor.runtime.main import Service
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.sessions import CircuitReader, SessionReader
 from supervisor.systemd.conditions import (
     CircuitConditions,
     StateDirectoryProbe,
@@ -60,23 +62,26 @@ class Systemd:
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        sessions: SessionReader,
+        circuits: CircuitReader,
         *,
+        bus: EventBus,
+        clock: Clock,
         environ: MutableMapping[str, str],
         grace_s: float,
-        clock: Clock | None = None,
         notifier: Notifier | None = None,
         outbox: Callable[[], int | None] | None = None,
         store_problem: str | None = None,
         warn: Callable[[str], object] | None = None,
     ) -> None:
-        bus = supervisor.bus
-        self._clock: Clock = clock if clock is not None else supervisor.wiring.clock
+        self._clock = clock
         self._grace_s = grace_s
         self._stopping = False
         self.notifier = notifier if notifier is not None else Notifier.from_environ(environ)
         self.degraded = Degraded(bus, self._clock)
-        self.status = StatusLine(supervisor, self.degraded, self.notifier, clock=self._clock, outbox=outbox)
+        self.status = StatusLine(
+            sessions, circuits, self.degraded, self.notifier, clock=self._clock, outbox=outbox
+        )
         self.degraded.on_change = self.status.touch
         bus.subscribe(self.status)
         bus.subscribe(CircuitConditions(self.degraded))

@@ -21,7 +21,7 @@ from anyio.abc import TaskStatus
 
 from supervisor.clock import Clock
 from supervisor.events import Published
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.sessions import CircuitReader, SessionReader
 from supervisor.systemd.degraded import Degraded
 from supervisor.systemd.notify import Notifier
 
@@ -63,7 +63,8 @@ class StatusLine:
 
     def __init__(
         self,
-        supervisor: Supervisor,
+        sessions: SessionReader,
+        circuits: CircuitReader,
         degraded: Degraded,
         notifier: Notifier,
         *,
@@ -71,7 +72,8 @@ class StatusLine:
         outbox: Callable[[], int | None] | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
     ) -> None:
-        self._supervisor = supervisor
+        self._sessions = sessions
+        self._circuits = circuits
         self._degraded = degraded
         self._notifier = notifier
         self._clock = clock
@@ -85,10 +87,9 @@ class StatusLine:
         self.sent = 0
 
     def text(self) -> str:
-        supervisor = self._supervisor
-        open_circuits = sum(1 for c in supervisor.wiring.circuits.all().values() if c.state.value != "closed")
+        open_circuits = sum(1 for c in self._circuits.all().values() if c.state.value != "closed")
         return compose(
-            supervisor.states(),
+            self._sessions.states(),
             open_circuits=open_circuits,
             degraded=self._degraded.active,
             outbox=self._outbox() if self._outbox is not None else None,

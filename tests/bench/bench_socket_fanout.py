@@ -48,10 +48,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from supervisor.api.protocol import Method, encode_call
-from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.config import SocketsConfig, parse_config
 from supervisor.events import Correlation, SessionTransition
+from supervisor.runtime.assembly import socket_api
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
 from tests.bench.runtime_harness import wait_for
@@ -191,7 +191,7 @@ async def daemon(subscribers: int, rate: int, seconds: float, rounds: int) -> di
         config = parse_config(CONFIG, "bench.toml")
         async with Wiring(config, bus=EventBus(), environ={}) as wiring:
             supervisor = Supervisor(wiring)
-            api = SocketApi(supervisor, SocketsConfig(), environ={}, paths=paths)
+            api = socket_api(supervisor, SocketsConfig(), environ={}, paths=paths)
             async with anyio.create_task_group() as tg:
                 await tg.start(api.serve)
                 # every session on the board before anyone subscribes (a full snapshot each)

@@ -45,9 +45,9 @@ GET_INFO = encode_call(Method.GET_INFO)
 def serve_ours(path: str) -> None:
     import anyio
 
-    from supervisor.api.server import SocketApi
     from supervisor.bus import EventBus
     from supervisor.config import SocketsConfig, parse_config
+    from supervisor.runtime.assembly import socket_api
     from supervisor.runtime.supervisor import Supervisor
     from supervisor.runtime.wiring import Wiring
 
@@ -57,7 +57,7 @@ def serve_ours(path: str) -> None:
 
     async def main() -> None:
         async with Wiring(config, bus=EventBus(), environ={}) as wiring:
-            api = SocketApi(
+            api = socket_api(
                 Supervisor(wiring), SocketsConfig(), environ={}, paths=(Path(path + ".s"), Path(path))
             )
             async with anyio.create_task_group() as tg:

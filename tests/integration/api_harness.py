@@ -1,7 +1,7 @@
 """The socket API over real Unix sockets, in front of a supervisor wired to the simulators.
 
-:func:`api_daemon` starts the supervisor and the :class:`~supervisor.api.server.SocketApi` the
-way ``run_daemon`` does (the board on the bus before any session moves, the sockets bound
+:func:`api_daemon` starts the supervisor and the :class:`~supervisor.api.server.SocketApi` (as the
+composition root wires it: supervisor/runtime/assembly.py, ``socket_api``) the way ``run_daemon`` does (the board on the bus before any session moves, the sockets bound
 before they are used); :class:`Conn` is a small async client speaking the wire protocol, and
 :class:`Watcher` a subscriber that reads everything into a list as it arrives.
 """
@@ -29,6 +29,7 @@ from supervisor.api.protocol import FrameDecoder, Method, Reply, encode_call, pa
 from supervisor.api.server import SocketApi
 from supervisor.clock import Clock
 from supervisor.config import SocketsConfig
+from supervisor.runtime.assembly import socket_api
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.runtime_harness import Harness, supervised
@@ -68,7 +69,7 @@ async def api_daemon(
     with short_dir() as directory:
         paths = (directory / "subscribe.sock", directory / "control.sock")
         async with supervised(config_text, tmp, genesys=genesys, cxone=cxone, start=False) as daemon:
-            api = SocketApi(
+            api = socket_api(
                 daemon.supervisor,
                 sockets or SocketsConfig(),
                 environ={},

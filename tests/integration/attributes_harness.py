@@ -23,7 +23,7 @@ from supervisor.clock import Clock, FakeClock
 from supervisor.config import parse_config
 from supervisor.rest.executor import Sleep
 from supervisor.runtime.durable import Durable
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import Wiring
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store import UpdateOutcome
@@ -119,10 +119,17 @@ async def durable_daemon(
     ) as wiring:
         if prepare is not None:
             prepare(wiring)
+        sessions = session_table(wiring)
         durable = await Durable.open(
-            config, environ=environ or {}, bus=bus, clock=clock, background=background
+            config,
+            sessions=sessions,
+            wiring=wiring,
+            environ=environ or {},
+            bus=bus,
+            clock=clock,
+            background=background,
         )
-        supervisor = Supervisor(wiring, durable)
+        supervisor = Supervisor(wiring, durable, sessions=sessions)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(supervisor.serve)

@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from supervisor.api.protocol import Method, encode_call
-from supervisor.api.server import SocketApi
 from supervisor.clock import FakeClock
 from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
+from supervisor.runtime.assembly import socket_api
 from supervisor.sim.genesys import GenesysSimulator
 from tests.integration.api_harness import Conn, api_daemon, cli_as
 from tests.integration.conftest import wait_until
@@ -141,7 +141,7 @@ async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
 ) -> None:
     async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
         inodes = [h.subscribe.lstat().st_ino, h.control.lstat().st_ino]
-        second = SocketApi(h.daemon.supervisor, SocketsConfig(), environ={}, paths=(h.subscribe, h.control))
+        second = socket_api(h.daemon.supervisor, SocketsConfig(), environ={}, paths=(h.subscribe, h.control))
         with pytest.raises(ConfigError, match="another daemon is listening on this socket"):
             second.bind()
         # the first still answers on both

@@ -29,14 +29,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from supervisor.api.protocol import Method
-from supervisor.api.server import SocketApi
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import Config, SocketsConfig, load_config, parse_config
+from supervisor.runtime.assembly import socket_api
 from supervisor.runtime.durable import Durable
 from supervisor.runtime.main import run_daemon
 from supervisor.runtime.reload import Reloader, ReloadRequests, answer
-from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import Wiring
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
@@ -218,8 +218,11 @@ async def test_a_session_the_store_kept_down_is_removed_or_changed_without_an_er
     recorded = Recorded(SystemClock())
     bus.subscribe(recorded)
     async with Wiring(config, bus=bus, config_dir=tmp_path, environ={}) as wiring:
-        durable = await Durable.open(config, environ={}, bus=bus, clock=wiring.clock)
-        supervisor = Supervisor(wiring, durable)
+        sessions = session_table(wiring)
+        durable = await Durable.open(
+            config, sessions=sessions, wiring=wiring, environ={}, bus=bus, clock=wiring.clock
+        )
+        supervisor = Supervisor(wiring, durable, sessions=sessions)
         reloader = Reloader(supervisor, lambda: load_config(config_path))
         async with anyio.create_task_group() as tg:
             await tg.start(supervisor.serve)
@@ -260,8 +263,9 @@ BROKEN = "[daemon]\nshutdownGrace = -1\n"  # refused: the daemon keeps what it h
 
 @dataclass
 class InProcess:
-    """The daemon assembled as ``run`` assembles it, in this process: the real lifecycle
-    (run_daemon: real signals), SIGHUP's reload requests and the control socket's Reload verb."""
+    """The daemon's reload paths as ``run`` assembles them (supervisor/runtime/assembly.py), in this
+    process: the real lifecycle (run_daemon: real signals, the sockets bound in it), SIGHUP's reload
+    requests and the control socket's Reload verb; the parts held here so the test can see them."""
 
     supervisor: Supervisor
     reloader: Reloader
@@ -298,7 +302,7 @@ async def in_process_daemon(config_path: Path, workdir: Path) -> AsyncIterator[I
         async def reload_for_api() -> Any:
             return answer(await reloader.reload())
 
-        api = SocketApi(supervisor, SocketsConfig(), environ={}, paths=paths, reload=reload_for_api)
+        api = socket_api(supervisor, SocketsConfig(), environ={}, paths=paths, reload=reload_for_api)
         stop = anyio.Event()
         daemon = InProcess(supervisor, reloader, requests, recorded, paths[1])
 
@@ -310,6 +314,7 @@ async def in_process_daemon(config_path: Path, workdir: Path) -> AsyncIterator[I
             forced = await run_daemon(
                 supervisor,
                 grace_s=2.0,
+                bind=[api],
                 services=[requests.serve, *api.services],
                 on_reload=on_reload,
                 stop=stop,

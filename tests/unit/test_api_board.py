@@ -51,7 +51,7 @@ async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: P
     bus = EventBus()
     async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
         supervisor = Supervisor(wiring)
-        board = StateBoard(supervisor, clock)
+        board = StateBoard(supervisor.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
         changes: list[tuple[Published, object]] = []
         board.on_change = lambda published, delta: changes.append((published, delta))
         bus.subscribe(board)

@@ -282,7 +282,7 @@ async def socket_frames(examples: Sequence[Example]) -> list[list[bytes]]:
         ours, theirs = socket.socketpair(socket.AF_UNIX)
         with ours, theirs:
             for example in examples:
-                board = StateBoard(daemon, clock)
+                board = StateBoard(daemon.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
                 hub = Hub(board, publish=bus.publish, timestamp=lambda: T0)
                 subscriber = Subscriber(
                     Connection(ours, PEER),

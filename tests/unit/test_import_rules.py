@@ -9,6 +9,12 @@
    no I/O library (direct imports, ``importlib.import_module`` and ``__import__`` with a
    constant name). machines/ may import from ``supervisor`` only the pure decision core.
 3. The simulators are imported by nothing in the daemon but the ``sim`` and ``demo`` commands.
+4. **No reach through the supervisor** (issue 24, point 2): the daemon's edges (the socket API,
+   the systemd glue, the demo) are handed typed interfaces by the composition root
+   (supervisor/runtime/sessions.py, supervisor/runtime/assembly.py). They import from the runtime
+   only those interfaces, the lifecycle's ``Service`` (and the demo the assembly), never the
+   supervisor, its wiring or the store's class; and no attribute chain goes through a supervisor
+   (``supervisor.x``, ``self._supervisor.x``) or a wiring (``x.wiring``).
 
 Transitively, importing the taxonomy and the retry policy loads no I/O module either
 (checked in a fresh interpreter). machines/ is exempt from that second check only because
@@ -72,7 +78,8 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (8, "the demo", ("supervisor.demo",)),
     (
         7,
-        "the runtime: lifecycle, supervisor, session runners, sinks; the socket API's board, services, client;"
+        "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
+        " the socket API's board, services, client;"
         " the systemd services (status line, watchdog, probes, the glue run wires in)",
         ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
     ),
@@ -363,3 +370,93 @@ def test_the_floor_check_catches_what_it_should(module: str, imported: str, bad:
 
 def test_every_module_is_on_a_floor() -> None:
     assert [m for m in map(_module_name, _our_files()) if floor_of(m) is None] == []
+
+
+# -- no reach through the supervisor (issue 24, point 2) ------------------------------------------------
+
+# the daemon's edges and what each may import of the runtime (the composition root hands them the rest)
+EDGE_RUNTIME: dict[str, tuple[str, ...]] = {
+    "supervisor.api": ("supervisor.runtime.sessions", "supervisor.runtime.main"),
+    "supervisor.systemd": ("supervisor.runtime.sessions", "supervisor.runtime.main"),
+    "supervisor.demo": (
+        "supervisor.runtime.sessions",
+        "supervisor.runtime.main",
+        "supervisor.runtime.assembly",
+    ),
+}
+# names that hold the supervisor (``supervisor.x``, ``self.supervisor.x``, ``self._supervisor.x``)
+SUPERVISOR_NAMES = frozenset({"supervisor", "_supervisor"})
+# an attribute that is the supervisor's wiring, whatever holds it (``x.wiring.y``)
+WIRING_NAMES = frozenset({"wiring", "_wiring"})
+
+
+def _edge_of(module: str) -> str | None:
+    return next((edge for edge in EDGE_RUNTIME if _matches(module, edge)), None)
+
+
+def reach_throughs(source: str, module: str, is_package: bool = False) -> list[str]:
+    """``line N: ...`` for every import of the runtime's internals and every attribute chain through
+    a supervisor or a wiring in a module of the daemon's edges (nothing for other modules)."""
+    edge = _edge_of(module)
+    if edge is None:
+        return []
+    allowed = EDGE_RUNTIME[edge]
+    found = []
+    for line, imported in imported_modules(source, module, is_package):
+        internal = _matches(imported, "supervisor.runtime") and imported != "supervisor.runtime"
+        if internal and not any(_matches(imported, ok) for ok in allowed):
+            found.append(f"line {line}: {module} imports {imported} (take the interface instead)")
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = node.value
+        held = holder.id if isinstance(holder, ast.Name) else getattr(holder, "attr", None)
+        if held in SUPERVISOR_NAMES:
+            found.append(f"line {node.lineno}: {module} reaches through the supervisor ({held}.{node.attr})")
+        elif node.attr in WIRING_NAMES:
+            found.append(f"line {node.lineno}: {module} reaches into a wiring (.{node.attr})")
+    return found
+
+
+def _edge_files() -> list[Path]:
+    return [path for path in _our_files() if _edge_of(_module_name(path)) is not None]
+
+
+def test_the_edges_exist() -> None:
+    names = {_module_name(p) for p in _edge_files()}
+    assert {"supervisor.api.server", "supervisor.systemd.service", "supervisor.demo.runner"} <= names
+
+
+@pytest.mark.parametrize("path", _edge_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_edges_do_not_reach_through_the_supervisor(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    assert reach_throughs(source, _module_name(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "bad"),
+    [
+        # what the edges did before the composition root (issue 24): each of these fails
+        ("supervisor.api.board", "from supervisor.runtime.supervisor import Supervisor", True),
+        ("supervisor.api.control", "from supervisor.runtime.durable import Durable", True),
+        ("supervisor.demo.runner", "from supervisor.runtime.wiring import Wiring", True),
+        ("supervisor.demo.runner", "from supervisor.runtime import supervisor", True),
+        ("supervisor.api.board", "x = self._supervisor.wiring.circuits.all()", True),
+        ("supervisor.api.control", "self.supervisor.bus.publish(event)", True),
+        ("supervisor.systemd.service", "clock = supervisor.wiring.clock", True),
+        ("supervisor.demo.summary", "n = sum(t.refreshes for t in daemon.wiring.tokens.values())", True),
+        ("supervisor.demo.runner", "runner = supervisor.runners.get(sid)", True),
+        # what they do now: interfaces handed in
+        ("supervisor.api.board", "from supervisor.runtime.sessions import SessionReader", False),
+        ("supervisor.systemd.service", "from supervisor.runtime.main import Service", False),
+        ("supervisor.demo.runner", "from supervisor.runtime.assembly import Daemon", False),
+        ("supervisor.api.board", "runner = self._sessions.runners.get(sid)", False),
+        ("supervisor.demo.summary", "n = sum(t.refreshes for t in daemon.tokens.values())", False),
+        # the assembly may: only the edges are held to it
+        ("supervisor.api.server", "from supervisor.runtime.assembly import Daemon", True),
+        ("supervisor.runtime.assembly", "tokens = supervisor.wiring.tokens", False),
+        ("supervisor.cli.run_cmd", "from supervisor.runtime.wiring import Wiring", False),
+    ],
+)
+def test_the_reach_check_catches_what_it_should(module: str, source: str, bad: bool) -> None:
+    assert bool(reach_throughs(source, module)) is bad

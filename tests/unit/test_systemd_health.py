@@ -170,7 +170,9 @@ async def test_ready_reload_and_stopping_in_order_and_the_status_throttled_on_th
         async with Wiring(parse_config(CONFIG, "t.toml"), rng=random.Random(1), environ={}) as wiring:
             supervisor = Supervisor(wiring)
             glue = Systemd(
-                supervisor,
+                supervisor.sessions,
+                wiring.circuits,
+                bus=wiring.bus,
                 environ={"NOTIFY_SOCKET": notify.path},
                 grace_s=10.0,
                 clock=clock,

@@ -1,0 +1,199 @@
+"""The session table, and the typed interfaces the daemon's parts are given instead of the supervisor.
+
+The composition root (supervisor/runtime/assembly.py) builds one :class:`SessionTable` first and hands
+it to whoever needs it at construction: the :class:`~supervisor.runtime.supervisor.Supervisor` writes
+it (a runner started, replaced, removed; the configuration a reload adopted), everyone else reads it
+through :class:`SessionReader`. That breaks the old knot where the store needed the supervisor (and got
+it late, through a back-reference set once the supervisor served) and the supervisor needed the store.
+
+The other interfaces are what one part needs of another, named by that need (issue 24, point 2):
+
+* :class:`SessionBook`: what the supervisor asks of the durable store (which sessions run at start,
+  what they resume; the write-ahead and the end of each runner);
+* :class:`SessionControl`: the control operations (start a configured session, stop one);
+* :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
+* :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
+* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries).
+
+The socket API, the systemd glue and the demo import these, never the supervisor, its wiring or the
+store's class (``tests/unit/test_import_rules.py`` holds them to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from machines.circuit import Circuit
+from supervisor.config import Config, SessionSpec
+from supervisor.runtime.session_runner import SessionRunner
+from supervisor.taxonomy import Taxonomy
+
+__all__ = [
+    "CircuitReader",
+    "DesiredSessions",
+    "Plan",
+    "SessionBook",
+    "SessionControl",
+    "SessionReader",
+    "SessionTable",
+    "TaxonomySwitch",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Whether a configured session runs at start, and what it resumes (the store's answer)."""
+
+    start: bool
+    resume: Mapping[str, str] | None = None
+    reason: str | None = None
+
+
+class SessionReader(Protocol):
+    """The supervised sessions, read: their runners by id and the configuration they come from."""
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force (the last one a reload adopted)."""
+
+    @property
+    def runners(self) -> Mapping[str, SessionRunner]:
+        """Every session with a runner, in the order they were started (read-only)."""
+
+    def spec(self, session_id: str) -> SessionSpec | None:
+        """The configured entry of a session, None when the configuration does not name it."""
+
+    def endpoint_of(self, session_id: str) -> str | None:
+        """The circuit endpoint a configured session connects through (None: not configured)."""
+
+    def states(self) -> dict[str, int]:
+        """How many sessions are in each state."""
+
+
+class SessionControl(Protocol):
+    """The control operations on sessions (the control socket's start and stop)."""
+
+    def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
+        """A new runner for a configured session (a full authentication cycle); raises ConfigError when
+        the daemon takes no session (draining) or the session is still supervised."""
+
+    async def stop(self, session_id: str, code: int = 1000) -> None:
+        """End one session on purpose; unknown ids raise SessionError."""
+
+
+class TaxonomySwitch(Protocol):
+    """The taxonomy every classification uses, and switching it at run time (seed section 1)."""
+
+    @property
+    def taxonomy(self) -> Taxonomy: ...
+
+    def use_taxonomy(self, taxonomy: Taxonomy) -> None: ...
+
+
+class DesiredSessions(Protocol):
+    """What should be alive after a restart (the durable store's desired sessions)."""
+
+    def was_down(self, session_id: str) -> bool:
+        """The store says the session was stopped or terminated (a start re-authenticates it)."""
+
+    async def desire(self, session_id: str, platform: str, running: bool, reason: str | None = None) -> None:
+        """``ctl start`` / ``ctl stop``: kept across restarts."""
+
+
+class CircuitReader(Protocol):
+    """Every endpoint's circuit breaker made so far (a circuit is made on first use)."""
+
+    def all(self) -> Mapping[str, Circuit]: ...
+
+
+class SessionBook(Protocol):
+    """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
+
+    def plan(self, spec: SessionSpec) -> Plan:
+        """Whether a configured session runs now, and what its transport resumes."""
+
+    def planned(self) -> None:
+        """Every session that runs has been handed over (what is left open on a server is orphaned)."""
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The book's own work (attribute updates, ending orphans); started at once."""
+
+    async def opening(self, runner: SessionRunner, resumed: bool) -> None:
+        """Before a runner's first connection attempt (write-ahead)."""
+
+    async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
+        """A runner's task ended (its close sent)."""
+
+    async def forget(self, session_id: str) -> None:
+        """The session left the configuration."""
+
+    def draining(self) -> None:
+        """The drain began."""
+
+
+class SessionTable:
+    """The runners by session id and the configuration in force; a :class:`SessionReader`.
+
+    Only the supervisor writes it (:meth:`put`, :meth:`discard`, :meth:`configure`). ``endpoint_for``
+    says which circuit endpoint a configured session connects through (the wiring decides it).
+    """
+
+    def __init__(self, config: Config, *, endpoint_for: Callable[[SessionSpec], str]) -> None:
+        self._runners: dict[str, SessionRunner] = {}
+        self._view: Mapping[str, SessionRunner] = MappingProxyType(self._runners)
+        self._endpoint_for = endpoint_for
+        self._config = config
+        self._specs = _specs(config)
+
+    # ------------------------------------------------------------------ read
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def runners(self) -> Mapping[str, SessionRunner]:
+        return self._view
+
+    def spec(self, session_id: str) -> SessionSpec | None:
+        return self._specs.get(session_id)
+
+    def endpoint_of(self, session_id: str) -> str | None:
+        spec = self._specs.get(session_id)
+        return None if spec is None else self._endpoint_for(spec)
+
+    def states(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for runner in self._runners.values():
+            key = runner.state.value
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    # ------------------------------------------------------------------ write (the supervisor's)
+    def put(self, runner: SessionRunner) -> None:
+        """``runner`` now serves its session (a runner it replaces is no longer in the table)."""
+        self._runners[runner.session_id] = runner
+
+    def discard(self, runner: SessionRunner) -> bool:
+        """Take ``runner`` out, only if it still serves its session; True when it did."""
+        if self._runners.get(runner.session_id) is not runner:
+            return False
+        del self._runners[runner.session_id]
+        return True
+
+    def configure(self, config: Config) -> None:
+        """The configuration a reload adopted."""
+        self._config = config
+        self._specs = _specs(config)
+
+
+def _specs(config: Config) -> dict[str, SessionSpec]:
+    out: dict[str, SessionSpec] = {}
+    for spec in config.sessions:
+        out.setdefault(spec.id, spec)  # the first entry of an id, as a scan of the list found it
+    return out
