@@ -201,5 +201,14 @@ def main(argv: list[str] | None = None) -> None:
         _io_error(exc)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ImportError as exc:
+        # one of our modules hidden by supervisord's, which shares the import name 'supervisor'
+        # (supervisor/cli/import_name.py): one line saying so; any other failed import is a bug
+        from supervisor.cli.import_name import import_name_warning
+
+        clash = import_name_warning()
+        if clash is None:
+            raise
+        _fail(f"cannot import {exc.name or 'a module'}: {clash}")
     # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
     sys.exit(result if isinstance(result, int) else 0)

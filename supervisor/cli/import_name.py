@@ -7,20 +7,22 @@ Installed into one environment the two break each other:
 * one ``site-packages/supervisor/`` directory holds both; the last one installed owns
   ``__init__.py`` (supervisord's defines ``read_file``, ours the re-exports), and uninstalling
   either removes files the other needs;
-* beside an editable install (``./dev``) a supervisord installed into the same environment hides
-  this package completely: ``session-supervisor`` then fails before any of our code runs;
+* beside an editable install (``./dev``), supervisord's directory in the same environment comes
+  first: its ``__init__.py`` is the package's, our modules are still found (setuptools' editable
+  finder comes after the path), but where both have a module supervisord's wins (its
+  ``events.py`` over our ``events/``), and an import of ours fails;
 * a virtual environment made with ``--system-site-packages`` on a host where supervisord is a
   system package sees supervisord's metadata (and its modules, behind ours).
 
-Our code cannot speak in the second case; in the others ``run --check`` says so in one warning line
-(:func:`import_name_warning`). The cure is the one the README and docs/systemd.md give: a virtual
-environment of its own.
+``run --check`` says so in one warning line (:func:`import_name_warning`) before it reads anything,
+and any command whose import of ours fails for it ends with one error line saying so, not a
+traceback (supervisor/cli/__init__.py). The cure is the one the README and docs/systemd.md give: a
+virtual environment of its own.
 """
 
 from __future__ import annotations
 
 import sys
-from importlib import metadata
 
 from supervisor.distribution import DISTRIBUTION, IMPORT_NAME, SUPERVISORD_DISTRIBUTION
 
@@ -29,6 +31,8 @@ ADVICE = 'install session-supervisor into a virtual environment of its own (READ
 
 def _supervisord() -> str | None:
     """``supervisord 4.2.5 (in /path)`` when supervisord's distribution is visible to this interpreter."""
+    from importlib import metadata  # here: it costs a short command ~30 ms, and only the check needs it
+
     try:
         found = metadata.distribution(SUPERVISORD_DISTRIBUTION)
     except metadata.PackageNotFoundError:

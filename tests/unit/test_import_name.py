@@ -10,7 +10,11 @@ directory and a ``supervisor/__init__.py`` of its own; nothing is installed or d
 * behind ours on ``sys.path`` (a venv with ``--system-site-packages`` on a host where supervisord
   is a system package): our package is imported; supervisord's metadata is visible;
 * in the same directory, supervisord installed last (one ``site-packages/supervisor/`` holding both
-  packages' files, supervisord's ``__init__.py``): the imported package is not ours.
+  packages' files, supervisord's ``__init__.py``): the imported package is not ours;
+* ahead of an editable install (``./dev``'s): supervisord's directory is the package, our modules
+  are still found through setuptools' editable finder, but supervisord's ``events.py`` hides our
+  ``events/``: the warning, then one error line naming the module that could not be imported
+  (exit 1), not a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor.cli import main
 from supervisor.cli.import_name import import_name_warning
 from supervisor.distribution import DISTRIBUTION, VERSION
 
@@ -30,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "supervisor"
 # supervisord's own __init__.py is a helper function and a comment (Supervisor/supervisor); a stand-in
 SUPERVISORD_INIT = "# supervisord's package (a stand-in)\n\n\ndef read_file(filename, mode='r'):\n    pass\n"
+# supervisord ships a module supervisor/events.py (its event notifications); ours is a package
+SUPERVISORD_EVENTS = "# supervisord's events module (a stand-in)\n"
 
 
 def _supervisord_metadata(site: Path, version: str = "4.2.5") -> None:
@@ -116,6 +123,33 @@ def test_supervisords_init_in_a_shared_directory_is_one_warning_line(tmp_path: P
     )
     assert "virtual environment of its own" in line
     assert result.stdout.startswith("ok: ")
+
+
+def test_supervisord_ahead_of_an_editable_install_ends_in_one_error_line(tmp_path: Path) -> None:
+    if not any(getattr(f, "__module__", "").startswith("__editable__") for f in sys.meta_path):
+        pytest.skip("this case is an editable install's (./dev makes one); this environment has none")
+    ahead = tmp_path / "site-packages"
+    (ahead / "supervisor").mkdir(parents=True)
+    (ahead / "supervisor" / "__init__.py").write_text(SUPERVISORD_INIT)
+    (ahead / "supervisor" / "events.py").write_text(SUPERVISORD_EVENTS)
+    _supervisord_metadata(ahead)
+    result = _check(tmp_path, [ahead])
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    warning, error = result.stderr.splitlines()
+    not_ours = f"the 'supervisor' package imported from {ahead / 'supervisor' / '__init__.py'} is not session-supervisor's"
+    assert warning.startswith(f"session-supervisor: warning: {not_ours}")
+    assert error.startswith(f"session-supervisor: error: cannot import supervisor.events: {not_ours}")
+
+
+def test_a_failed_import_without_a_clash_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only supervisord's shadow is turned into one line: any other failed import is a bug, raised."""
+    from supervisor.cli import cli
+    from supervisor.cli.lazy_group import LazyCommand
+
+    monkeypatch.setitem(cli.lazy, "broken", LazyCommand("supervisor.cli.no_such_module", "broken", "Broken."))
+    with pytest.raises(ModuleNotFoundError, match=r"supervisor\.cli\.no_such_module"):
+        main(["broken"])
 
 
 def test_the_marker_and_version_are_this_distributions() -> None:
