@@ -31,7 +31,6 @@ import anyio
 from anyio import to_thread
 
 from machines.session import SessionState
-from supervisor import __version__
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
@@ -54,6 +53,7 @@ from supervisor.api.signatures import check_parameters
 from supervisor.attributes import AttributeService
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
+from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
 from supervisor.taxonomy import Taxonomy, load_taxonomy
@@ -295,7 +295,7 @@ class ControlService:
             "bootId": board.boot_id,
             "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),
             "startedAt": board.started_at,
-            "version": __version__,
+            "version": VERSION,
             "taxonomy": self._taxonomy.taxonomy.version,
             "draining": self._stop is not None and self._stop.is_set(),
             "seq": board.seq,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from supervisor import __version__
 from supervisor.api.protocol import CONTROL, PROTOCOL, SERVICE, STATE, Call, ErrorName, Method
+from supervisor.distribution import VERSION
 from supervisor.errors import ApiError
 
 __all__ = ["DESCRIPTIONS", "service_reply"]
@@ -165,7 +165,7 @@ def service_reply(call: Call, interfaces: Iterable[str]) -> dict[str, Any]:
         return {
             "vendor": "session-supervisor",
             "product": "session-supervisor",
-            "version": __version__,
+            "version": VERSION,
             # no public home yet: varlink allows an empty url
             "url": "",
             "interfaces": served,

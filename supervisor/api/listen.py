@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from supervisor.api.events import Peer
+from supervisor.api.paths import default_paths
 from supervisor.api.roles import ControlRoles
 from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
@@ -48,16 +49,6 @@ __all__ = [
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _CRED = struct.Struct("3i")
 _MAX_GROUPS = 256
-DIRECTORY = "session-supervisor"
-
-
-def default_paths(environ: Mapping[str, str]) -> tuple[Path, Path] | None:
-    """``$XDG_RUNTIME_DIR/session-supervisor/{subscribe,control}.sock``; None when the variable is unset."""
-    runtime = environ.get("XDG_RUNTIME_DIR", "").strip()
-    if not runtime or not os.path.isabs(runtime):
-        return None
-    base = Path(runtime) / DIRECTORY
-    return base / "subscribe.sock", base / "control.sock"
 
 
 def socket_paths(config: SocketsConfig, environ: Mapping[str, str]) -> tuple[Path, Path] | str:

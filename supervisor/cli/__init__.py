@@ -1,6 +1,9 @@
 """The ``session-supervisor`` command line.
 
 Exit codes (design.md, Contracts): 0 success, 1 a handled failure, 2 bad usage.
+The commands are imported when one is run (:class:`LazyGroup`, :data:`COMMANDS`): a short
+command such as ``ctl status`` loads no simulator, demo, aiohttp or OpenTelemetry module
+(tests/unit/test_cli_imports.py, tests/bench/bench_cli_start.py).
 Bad input never prints a traceback: :func:`main` turns every :class:`SupervisorError`
 into one ``session-supervisor: error: ...`` line on stderr.
 
@@ -20,7 +23,8 @@ from typing import NoReturn
 
 import click
 
-from supervisor import __version__
+from supervisor.cli.lazy_group import LazyCommand, LazyGroup
+from supervisor.distribution import VERSION
 from supervisor.errors import SupervisorError
 from supervisor.runtime.signals import PROCESS
 
@@ -31,8 +35,49 @@ DAEMON_COMMANDS = frozenset({"run", "demo", "sim"})
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, prog_name="session-supervisor")
+#: every command: its module, and the summary the top-level ``--help`` lists without importing it
+#: (the first paragraph of its docstring; tests/unit/test_cli_imports.py holds the two together)
+COMMANDS: dict[str, LazyCommand] = {
+    "classify": LazyCommand(
+        "supervisor.cli.classify_cmd", "classify", "Classify RawError envelopes (NDJSON) into SdkErrorEvents."
+    ),
+    "taxonomy": LazyCommand(
+        "supervisor.cli.taxonomy_cmd",
+        "taxonomy",
+        "Check taxonomy files and compare versions before switching.",
+    ),
+    "policy": LazyCommand(
+        "supervisor.cli.policy_cmd",
+        "policy",
+        "Inspect retry policies (budgets, backoff, Retry-After handling).",
+    ),
+    "sim": LazyCommand(
+        "supervisor.cli.sim_cmd",
+        "sim",
+        "Run a loopback simulator of Genesys Cloud or NICE CXone in the foreground.",
+    ),
+    "run": LazyCommand(
+        "supervisor.cli.run_cmd", "run", "Supervise the configured sessions until SIGTERM or SIGINT."
+    ),
+    "demo": LazyCommand(
+        "supervisor.cli.demo_cmd",
+        "demo",
+        "Supervise --sessions sessions against in-process Genesys and CXone simulators and play a scenario.",
+    ),
+    "watch": LazyCommand(
+        "supervisor.cli.watch_cmd",
+        "watch",
+        "Follow the daemon's sessions over its subscribe socket, until the daemon stops.",
+    ),
+    # with the attribute verbs (issue 13: ctl attributes set|status, ctl mismatches, ctl resolve)
+    "ctl": LazyCommand(
+        "supervisor.cli.ctl_cmd", "ctl", "Control the running daemon over its control socket."
+    ),
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT_SETTINGS)
+@click.version_option(VERSION, prog_name="session-supervisor")
 def cli() -> None:
     """Keep Genesys Cloud and NICE CXone sessions alive and honest.
 
@@ -50,33 +95,6 @@ def cli() -> None:
     Follow and steer a running daemon: watch, ctl.
     Look inside the decision core: classify, taxonomy, policy.
     """
-
-
-def _register() -> None:
-    # imported here so `--help` of one command does not pay for the others' imports
-    from supervisor.cli import (
-        classify_cmd,
-        ctl_attributes,
-        ctl_cmd,
-        demo_cmd,
-        policy_cmd,
-        run_cmd,
-        sim_cmd,
-        taxonomy_cmd,
-        watch_cmd,
-    )
-
-    cli.add_command(classify_cmd.classify)
-    cli.add_command(taxonomy_cmd.taxonomy)
-    cli.add_command(policy_cmd.policy)
-    cli.add_command(sim_cmd.sim)
-    cli.add_command(run_cmd.run)
-    cli.add_command(demo_cmd.demo)
-    cli.add_command(watch_cmd.watch)
-    cli.add_command(ctl_cmd.ctl)
-    # attribute updates (issue 13): ctl attributes set|status, ctl mismatches, ctl resolve
-    for command in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
-        ctl_cmd.ctl.add_command(command)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -137,7 +155,6 @@ def _command(argv: list[str] | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI, map our errors to exit 1 with one line (``supervisor.__main__`` calls it)."""
-    _register()
     if sys.stdout is None:
         # fd 1 was closed before we started: every command writes its result there, and
         # click.echo would drop it silently
@@ -184,5 +201,14 @@ def main(argv: list[str] | None = None) -> None:
         _io_error(exc)
     except KeyboardInterrupt:
         sys.exit(130)
+    except ImportError as exc:
+        # one of our modules hidden by supervisord's, which shares the import name 'supervisor'
+        # (supervisor/cli/import_name.py): one line saying so; any other failed import is a bug
+        from supervisor.cli.import_name import import_name_warning
+
+        clash = import_name_warning()
+        if clash is None:
+            raise
+        _fail(f"cannot import {exc.name or 'a module'}: {clash}")
     # standalone_mode=False returns ctx.exit(n)'s code instead of exiting
     sys.exit(result if isinstance(result, int) else 0)

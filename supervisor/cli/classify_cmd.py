@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
 import msgspec
 from click.core import ParameterSource
-from rich.table import Table
 
-from supervisor.cli.common import (
-    InputFile,
-    NdjsonLines,
-    active_taxonomy,
-    stderr_console,
-    stdout_console,
-    taxonomy_option,
-)
+from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.inputs import InputFile, NdjsonLines, active_taxonomy, taxonomy_option
 from supervisor.errors import EnvelopeError
 from supervisor.taxonomy import Classifier, SdkErrorEvent
 from supervisor.taxonomy.samples import sample_envelopes
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _encoder = msgspec.json.Encoder()
 #: --format table keeps every event for the table: past this many, the input is not read further
@@ -29,6 +25,8 @@ TABLE_MAX_ROWS = 10_000
 
 
 def _render_table(events: list[SdkErrorEvent]) -> None:
+    from rich.table import Table  # here: the default JSON output never pays for rich
+
     table = Table(
         title="Classified raw errors (taxonomy " + (events[0].taxonomy_version if events else "?") + ")"
     )
@@ -108,7 +106,14 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
     errors = 0
     events: list[SdkErrorEvent] = []
     out = sys.stdout.buffer
-    err = stderr_console()
+    err: Console | None = None
+
+    def complain(line: str) -> None:
+        nonlocal err
+        if err is None:  # made on the first bad line: a clean input never imports rich
+            err = stderr_console()
+        err.print(f"session-supervisor: {line}", markup=False)
+
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -116,15 +121,14 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
             event = classifier.classify_json(line)
         except EnvelopeError as exc:
             errors += 1
-            err.print(f"session-supervisor: line {number}: {exc}", markup=False)
+            complain(f"line {number}: {exc}")
             continue
         if fmt == "table":
             if len(events) == TABLE_MAX_ROWS:
                 errors += 1
-                err.print(
-                    f"session-supervisor: line {number}: --format table holds at most {TABLE_MAX_ROWS} "
-                    "envelopes; the input is not read past it (--format json streams any number)",
-                    markup=False,
+                complain(
+                    f"line {number}: --format table holds at most {TABLE_MAX_ROWS} "
+                    "envelopes; the input is not read past it (--format json streams any number)"
                 )
                 break
             events.append(event)
@@ -132,7 +136,7 @@ def classify(source: IO[bytes], taxonomy_ref: str | None, sample: bool, fmt: str
             out.write(_encoder.encode(event.as_json()) + b"\n")
     if reader.cut_line is not None:
         errors += 1
-        err.print(f"session-supervisor: {reader.cut_message()}", markup=False)
+        complain(reader.cut_message())
     out.flush()
     if fmt == "table":
         _render_table(events)

@@ -11,6 +11,7 @@ import msgspec
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
+from supervisor.cli import ctl_attributes
 from supervisor.cli.common import stdout_console
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 
@@ -229,3 +230,8 @@ def reload_summary(result: Any) -> str:
     if isinstance(unchanged, int):
         parts.append(f"{unchanged} unchanged")
     return "reloaded: " + ", ".join(parts)
+
+
+# attribute updates (issue 13): ctl attributes set|status, ctl mismatches, ctl resolve
+for _verb in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
+    ctl.add_command(_verb)

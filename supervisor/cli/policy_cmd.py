@@ -9,7 +9,8 @@ import click
 import msgspec
 from rich.table import Table
 
-from supervisor.cli.common import active_taxonomy, stdout_console, taxonomy_option
+from supervisor.cli.common import stdout_console
+from supervisor.cli.inputs import active_taxonomy, taxonomy_option
 from supervisor.taxonomy import Taxonomy
 
 

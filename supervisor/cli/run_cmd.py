@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import click
 
+from supervisor.cli.import_name import import_name_warning
 from supervisor.config import SocketsConfig
 from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
 from supervisor.taxonomy.gaps import gaps
@@ -39,7 +40,8 @@ def taxonomy_warnings(configured: str, taxonomy: Taxonomy, environ: Mapping[str,
     "--check",
     is_flag=True,
     help="Validate the configuration, the credentials and where the sockets go, then exit; a warning "
-    "line on stderr says what the active taxonomy version cannot do (v1: update Genesys attributes).",
+    "line on stderr says what the active taxonomy version cannot do (v1: update Genesys attributes), "
+    "and one when supervisord (import name 'supervisor' too) is installed in the same environment.",
 )
 def run(config_path: Path, check: bool) -> None:
     """Supervise the configured sessions until SIGTERM or SIGINT.
@@ -77,6 +79,10 @@ def run(config_path: Path, check: bool) -> None:
     if check:
         # validating is a short command, not the daemon: the default actions (SIGINT: exit 130)
         PROCESS.release()
+        # first, whatever the configuration says: supervisord sharing our import name (issue 25)
+        clash = import_name_warning()
+        if clash is not None:
+            _warning(clash)
     else:
         _stopped_before_serving(PROCESS.take_stop())  # during the imports: nothing read, nothing started
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 
 from supervisor.api.client import encode
-from supervisor.api.listen import default_paths
+from supervisor.api.paths import default_paths
 from supervisor.errors import CallNotSent
 
 F = TypeVar("F", bound=Callable[..., Any])

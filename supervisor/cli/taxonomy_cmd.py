@@ -8,7 +8,8 @@ from typing import IO
 import click
 import msgspec
 
-from supervisor.cli.common import InputFile, NdjsonLines, stderr_console, stdout_console
+from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.inputs import InputFile, NdjsonLines
 from supervisor.taxonomy import load_taxonomy, shipped_versions
 from supervisor.taxonomy.diff import ReplayReport, diff_codes, diff_responses, diff_tables, replay
 

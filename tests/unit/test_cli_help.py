@@ -6,11 +6,10 @@ import json
 
 from click.testing import CliRunner
 
-from supervisor.cli import _register, cli
+from supervisor.cli import cli
 
 
 def test_top_level_help_leads_with_demo_and_run() -> None:
-    _register()
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
     text = result.output
@@ -20,7 +19,6 @@ def test_top_level_help_leads_with_demo_and_run() -> None:
 
 def test_classify_speaks_json_as_the_other_commands_do() -> None:
     """`classify --json` is `--format json` (issue 8, point 8); with `--format table` it is bad usage."""
-    _register()
     line = '{"platform":"genesys","channel":"rest","status":429,"headers":{"Retry-After":"3"}}\n'
     runner = CliRunner()
     as_json = runner.invoke(cli, ["classify", "--json"], input=line)

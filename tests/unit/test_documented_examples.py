@@ -15,7 +15,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from supervisor.cli import _register, cli
+from supervisor.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = f"{sys.executable} -m supervisor"
@@ -43,7 +43,6 @@ def test_the_readme_classify_example_classifies_one_envelope() -> None:
 
 
 def test_the_classify_help_example_classifies_one_envelope() -> None:
-    _register()
     text = CliRunner().invoke(cli, ["classify", "--help"], terminal_width=400).output
     (example,) = [line.strip() for line in text.splitlines() if re.match(r"\s*echo ", line)]
     command = example.replace("session-supervisor", ENTRY)

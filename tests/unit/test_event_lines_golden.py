@@ -62,7 +62,7 @@ from supervisor.api.connection import Connection
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.messages import parse_subscription
 from supervisor.bus import EventBus
-from supervisor.cli import _register, cli
+from supervisor.cli import cli
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
 from supervisor.events import Event, RetryKind, RolloverReason, TerminationReason
@@ -303,7 +303,6 @@ async def socket_frames(examples: Sequence[Example]) -> list[list[bytes]]:
 
 def classify_lines(envelopes: Sequence[tuple[str, str]]) -> list[bytes]:
     """``session-supervisor classify --taxonomy v1`` over the envelopes: one line each, newline included."""
-    _register()
     stdin = "".join(envelope + "\n" for _, envelope in envelopes)
     result = CliRunner().invoke(cli, ["classify", "--taxonomy", CLASSIFY_TAXONOMY], input=stdin)
     assert result.exit_code == 0, result.output

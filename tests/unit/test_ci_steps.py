@@ -1,0 +1,208 @@
+"""CI in steps (issue 25, point 5): lint and types, the default suite, then each heavy suite.
+
+``.ci/run`` runs each step with its own time budget and summary, every step whatever the others
+did, and fails when any step fails, finds no test, or runs past its budget. The steps are checked
+against a stand-in virtual environment whose programs record how they were called and answer as
+told (``FAKE_EXIT_<step>``, ``FAKE_SLEEP_<step>``), as tests/unit/test_dev_script.py does for
+``./dev``: nothing is installed and no real suite runs. The heavy suites' markers are held to
+pyproject.toml: registered, left out of the default run, and used by a test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# every program records "name args" (python also the Hypothesis profile it was given); pytest
+# (python -m pytest [-m MARKER]) sleeps and exits as FAKE_SLEEP_<marker|default>/FAKE_EXIT_... say
+FAKE_PYTHON = """#!/bin/sh
+echo "python $* [HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-}]" >> "$CALLS"
+[ "$1 $2" = "-m pytest" ] || exit 0
+shift 2
+step=default
+if [ "${1:-}" = "-m" ]; then step=$2; fi
+eval "nap=\\${FAKE_SLEEP_$step:-0}; code=\\${FAKE_EXIT_$step:-0}"
+sleep "$nap"
+echo "==== fake pytest summary: $step ===="
+exit "$code"
+"""
+FAKE_TOOL = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$CALLS"
+eval "code=\\${FAKE_EXIT_$(basename "$0"):-0}"
+exit "$code"
+"""
+
+
+@pytest.fixture
+def fake_venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for program, text in (("python", FAKE_PYTHON), ("ruff", FAKE_TOOL), ("mypy", FAKE_TOOL)):
+        path = venv / "bin" / program
+        path.write_text(text)
+        path.chmod(0o755)
+    return venv
+
+
+def run(
+    venv: Path, script: str, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    calls = venv / "calls"
+    environ = {k: v for k, v in os.environ.items() if k not in ("HYPOTHESIS_PROFILE", "CI_HEAVY_SUITES")}
+    environ.update(VENV=str(venv), CALLS=str(calls), **env)
+    result = subprocess.run(
+        ["bash", str(ROOT / script), *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+    )
+    recorded = calls.read_text().splitlines() if calls.exists() else []
+    return result, [c for c in recorded if " -m pip " not in f" {c} "]
+
+
+def ci_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("ci: ")]
+
+
+def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path) -> None:
+    result, calls = run(fake_venv, ".ci/run")
+    assert result.returncode == 0, result.stderr
+    assert calls == [
+        "ruff check supervisor machines tests",
+        "ruff format --check supervisor machines tests",
+        "mypy ",
+        "python -m pytest [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]",
+    ]
+    lines = ci_lines(result)
+    assert lines[0] == "ci: step 1/3: lint and types (budget 300 s): ./dev lint"
+    assert "ci: step 2/3: default suite (budget 1200 s): ./dev pytest" in lines
+    assert "ci: step 3/3: heavy suite signal_sweep (budget 240 s): ./dev pytest -m signal_sweep" in lines
+    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-4:]] == [
+        "ci: summary",
+        "ci:   lint and types: passed",
+        "ci:   default suite: passed",
+        "ci:   heavy suite signal_sweep: passed",
+    ]
+    # each pytest step prints its own summary
+    assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == ["default", "signal_sweep"]
+
+
+def test_the_budgets_stay_under_thirty_minutes_in_all() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    fixed = [int(n) for n in re.findall(r"^(?:LINT|DEFAULT)_BUDGET_S=(\d+)", script, re.MULTILINE)]
+    assert len(fixed) == 2
+    assert sum(fixed) + sum(heavy_suites().values()) < 30 * 60
+
+
+@pytest.mark.parametrize(
+    ("env", "failed"),
+    [
+        ({"FAKE_EXIT_mypy": "1"}, "lint and types: FAILED (exit 1)"),
+        ({"FAKE_EXIT_default": "1"}, "default suite: FAILED (exit 1)"),
+        ({"FAKE_EXIT_signal_sweep": "1"}, "heavy suite signal_sweep: FAILED (exit 1)"),
+    ],
+    ids=["lint", "default", "heavy"],
+)
+def test_a_failing_step_fails_the_run_and_every_other_step_still_runs(
+    fake_venv: Path, env: dict[str, str], failed: str
+) -> None:
+    result, calls = run(fake_venv, ".ci/run", **env)
+    assert result.returncode == 1
+    assert [c for c in calls if c.startswith("python -m pytest")] == [
+        "python -m pytest [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]",
+    ]
+    summary = ci_lines(result)[-3:]
+    assert [line for line in summary if "FAILED" in line] == [
+        f"ci:   {failed} in {line_seconds(summary, failed)} s"
+    ]
+
+
+def line_seconds(lines: list[str], text: str) -> str:
+    (line,) = [line for line in lines if text in line]
+    return line.rsplit(" ", 2)[-2]
+
+
+@pytest.mark.parametrize("step", ["default", "signal_sweep"])
+def test_a_step_that_finds_no_test_fails(fake_venv: Path, step: str) -> None:
+    result, _ = run(fake_venv, ".ci/run", **{f"FAKE_EXIT_{step}": "5"})
+    assert result.returncode == 1
+    assert "dev: pytest collected no tests; that is a failure here" in result.stderr
+    assert sum("FAILED (exit 1)" in line for line in ci_lines(result)[-3:]) == 1
+
+
+def test_a_step_past_its_budget_is_ended_and_fails(fake_venv: Path, tmp_path: Path) -> None:
+    suites = tmp_path / "suites"
+    suites.write_text("# a suite that takes longer than it may\nslow_suite 1  # one second\n")
+    start = time.monotonic()
+    result, calls = run(fake_venv, ".ci/run", CI_HEAVY_SUITES=str(suites), FAKE_SLEEP_slow_suite="50")
+    assert time.monotonic() - start < 40  # ended at its budget, not waited for
+    assert result.returncode == 1
+    assert "python -m pytest -m slow_suite [HYPOTHESIS_PROFILE=ci]" in calls
+    assert re.fullmatch(
+        r"ci:   heavy suite slow_suite: FAILED: exceeded its budget of 1 s in \d+ s", ci_lines(result)[-1]
+    )
+
+
+@pytest.mark.parametrize(
+    "line", ["signal_sweep soon", "signal_sweep", "signal_sweep 0", "signal-sweep 60", "signal_sweep 60 more"]
+)
+def test_a_malformed_suites_line_is_one_error_line(fake_venv: Path, tmp_path: Path, line: str) -> None:
+    suites = tmp_path / "suites"
+    suites.write_text(f"# heavy suites\n\n{line}\n")
+    result, calls = run(fake_venv, ".ci/run", CI_HEAVY_SUITES=str(suites))
+    assert result.returncode == 2 and calls == []
+    assert result.stderr.splitlines() == [
+        f"ci: {suites} line 3: expected a pytest marker and a budget in whole seconds, got: {line}"
+    ]
+
+
+def test_dev_lint_and_dev_pytest_run_their_halves_of_dev_test(fake_venv: Path) -> None:
+    result, calls = run(fake_venv, "dev", "lint")
+    assert result.returncode == 0
+    assert calls == [
+        "ruff check supervisor machines tests",
+        "ruff format --check supervisor machines tests",
+        "mypy ",
+    ]
+    result, calls = run(fake_venv, "dev", "pytest", "-x", "tests/unit")
+    assert result.returncode == 0
+    assert calls[len(["ruff", "ruff", "mypy"]) :] == ["python -m pytest -x tests/unit [HYPOTHESIS_PROFILE=]"]
+    result, _ = run(fake_venv, "dev", "lint", "--fix")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["dev: lint takes no arguments (got: --fix)"]
+
+
+# -- the heavy suites, held to pyproject.toml ----------------------------------------------------------
+
+
+def heavy_suites() -> dict[str, int]:
+    """marker -> budget, from .ci/heavy-suites (comments and blank lines skipped, as .ci/run reads it)."""
+    suites: dict[str, int] = {}
+    for raw in (ROOT / ".ci" / "heavy-suites").read_text().splitlines():
+        fields = raw.split("#", 1)[0].split()
+        if fields:
+            marker, budget = fields
+            suites[marker] = int(budget)
+    return suites
+
+
+def test_every_heavy_suite_is_registered_left_out_of_the_default_run_and_used() -> None:
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    registered = {m.split(":", 1)[0] for m in options["markers"]}
+    addopts: list[str] = options["addopts"]
+    expression = addopts[addopts.index("-m") + 1]
+    excluded = {term.removeprefix("not ").strip() for term in expression.split(" and ")}
+    suites = heavy_suites()
+    assert suites, "no heavy suite: .ci/heavy-suites is empty"
+    assert set(suites) <= registered
+    assert set(suites) == excluded  # every heavy suite left out of the default run, and only those
+    sources = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
+    for marker in suites:
+        assert f"pytest.mark.{marker}" in sources, f"no test is marked {marker}"
