@@ -134,6 +134,8 @@ class PacerReport:
     previous: float | None
     reason: str
     paused_for_s: float = 0.0
+    # what the endpoint admits: "connect" (handshakes, session starts) or "rest" (REST calls)
+    kind: str = "rest"
 
 
 _NO_RATE: Final = math.inf
@@ -162,10 +164,15 @@ class Pacer:
         "_tat",
         "endpoint",
         "generation",
+        "kind",
     )
 
-    def __init__(self, endpoint: str, clock: Clock, config: PacingConfig | None = None) -> None:
+    def __init__(
+        self, endpoint: str, clock: Clock, config: PacingConfig | None = None, *, kind: str = "rest"
+    ) -> None:
         self.endpoint = endpoint
+        #: what it paces, said in its reports (PACING_CHANGED ``kind``): "connect" or "rest"
+        self.kind = kind
         self._clock = clock
         self._config = config if config is not None else PacingConfig()
         cfg = self._config
@@ -312,7 +319,7 @@ class Pacer:
         if published is None or self._rate >= 2.0 * published:
             # bounded event volume: a rate change is reported each time it doubles
             self._published_rate = self._rate
-            return PacerReport(self.endpoint, self._rate, published, "probe")
+            return PacerReport(self.endpoint, self._rate, published, "probe", kind=self.kind)
         return None
 
     def lost(self) -> PacerReport | None:
@@ -336,7 +343,7 @@ class Pacer:
         self._published_rate = initial
         # the platform that dropped its connections may be another one now (a failover)
         self._min_rtt = math.inf
-        return PacerReport(self.endpoint, initial, rate, "restart")
+        return PacerReport(self.endpoint, initial, rate, "restart", kind=self.kind)
 
     def echoes(self, sent_at: float) -> bool:
         """Is the refusal of an attempt sent at ``sent_at`` (monotonic) an echo of the last throttle?
@@ -364,7 +371,9 @@ class Pacer:
             self.generation += 1
         if now - self._last_cut < cfg.episode_s:
             # in-flight refusals of the same burst: the rate was cut already
-            return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause) if paused_more else None
+            if not paused_more:
+                return None
+            return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause, self.kind)
         self._last_cut = now
         self.generation += 1
         previous = self._rate
@@ -385,7 +394,7 @@ class Pacer:
         self._published_rate = cut
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
-        return PacerReport(self.endpoint, cut, previous, "throttled", pause)
+        return PacerReport(self.endpoint, cut, previous, "throttled", pause, self.kind)
 
     def _admitted_per_s(self, second: int) -> int:
         """Attempts admitted in the last whole second (or in this one, when more already)."""

@@ -29,9 +29,6 @@ from tests.integration.runtime_harness import cxone_config, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-# the probes of the double counting, written before the fix: they fail on the code they describe
-FAILS_TODAY = pytest.mark.xfail(strict=True, reason="issue 24 point 1: the same attempt is decided twice")
-
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -71,7 +68,6 @@ def classifications(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
     return asked
 
 
-@FAILS_TODAY
 async def test_a_cxone_start_refused_three_times_counts_three_failures_on_the_one_endpoint_that_gated_it(
     clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]]
 ) -> None:
@@ -116,7 +112,6 @@ async def genesys(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
         yield simulator
 
 
-@FAILS_TODAY
 async def test_three_attribute_responses_are_classified_three_times(
     genesys: GenesysSimulator, clock: FakeClock, tmp_path: Path, classifications: list[int | None]
 ) -> None:
@@ -144,7 +139,6 @@ async def test_three_attribute_responses_are_classified_three_times(
         assert len(h.recorded.named("SDK_ERROR_CLASSIFIED")) - published == 3
 
 
-@FAILS_TODAY
 async def test_a_retry_after_is_held_once_by_the_endpoint_and_the_attribute_tenant_waits_on_that_hold(
     genesys: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
