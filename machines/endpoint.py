@@ -157,6 +157,7 @@ class Endpoint:
         "_in_flight",
         "_pacer",
         "_waiting",
+        "keeps_places",
         "kind",
         "name",
     )
@@ -177,6 +178,8 @@ class Endpoint:
         self._circuit = circuit
         self._pacer = pacer
         self._budget = budget
+        #: whether attempts may ever wait for a place in flight (a connect endpoint's pacer caps them)
+        self.keeps_places = pacer is not None and pacer.caps_in_flight
         # attempts holding a place in flight, and attempts waiting for one
         self._in_flight = 0
         self._waiting = 0

@@ -206,6 +206,11 @@ class Pacer:
         """Attempts per second admitted now; None while the endpoint is unpaced."""
         return self._rate
 
+    @property
+    def caps_in_flight(self) -> bool:
+        """Whether :meth:`in_flight_cap` may ever be a number (a floor is configured)."""
+        return self._config.in_flight_floor is not None
+
     def paused_for(self) -> float:
         """Seconds the endpoint is still paused by a Retry-After (0 when it is not)."""
         return max(0.0, self._paused_until - self._clock.monotonic())

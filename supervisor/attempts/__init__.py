@@ -4,6 +4,6 @@
 executor and the attribute sender make every attempt through it.
 """
 
-from supervisor.attempts.shell import SILENT, Attempts, Flight, Gate, Late, Refused, Reports, Sleep
+from supervisor.attempts.shell import SILENT, Attempts, Flight, Gate, Late, Pending, Refused, Reports, Sleep
 
-__all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Refused", "Reports", "Sleep"]
+__all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Pending", "Refused", "Reports", "Sleep"]

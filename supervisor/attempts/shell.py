@@ -26,7 +26,6 @@ A later issue adds a library's sync and async shells over the same core.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,9 +41,11 @@ from supervisor.clock import Clock
 from supervisor.errors import CircuitOpenError
 from supervisor.taxonomy import SdkErrorEvent
 
-__all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Refused", "Reports", "Sleep"]
+__all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Pending", "Refused", "Reports", "Sleep"]
 
 Sleep = Callable[[float], Awaitable[None]]
+#: what the endpoint answered an attempt that may not go at once (to wait on, or a refusal)
+Pending = Wait | Refused
 
 
 class Reports(Protocol):
@@ -93,7 +94,8 @@ class Attempts:
 
     def get(self, name: str) -> Gate:
         """The gate of ``name`` as made before, else of a REST endpoint."""
-        return self._gate(name, self.endpoints.get)
+        gate = self._gates.get(name)
+        return gate if gate is not None else self._gate(name, self.endpoints.get)
 
     def _gate(self, name: str, made: Callable[[str], Endpoint]) -> Gate:
         gate = self._gates.get(name)
@@ -127,6 +129,16 @@ class Gate:
 
     # -- admission --------------------------------------------------------------------------
 
+    def at_once(self, reports: Reports, sleep: Sleep) -> Flight | Pending:
+        """The attempt's :class:`Flight` when the endpoint admits it now (the hot path: nothing
+        awaited), else what to hand :meth:`flight` (a wait or a refusal, already decided)."""
+        answer = self._endpoint.ask()
+        if isinstance(answer, Ticket):
+            if answer.effects:
+                reports.circuit(answer.effects)
+            return Flight(self, answer, reports, sleep)
+        return answer
+
     async def ask(
         self,
         reports: Reports,
@@ -134,15 +146,17 @@ class Gate:
         *,
         deadline: float | None = None,
         stopped: Callable[[], bool] | None = None,
+        pending: Pending | None = None,
     ) -> Flight | Refused | Late | None:
         """Wait for the endpoint's next slot (when paced), then ask its circuit.
 
         A :class:`Flight` when admitted; :class:`Refused` when the circuit is open; :class:`Late`
         when the slot falls past ``deadline`` (monotonic; nothing waited for); None when
-        ``stopped()`` turned true during a wait (``sleep`` returns early on a stop).
+        ``stopped()`` turned true during a wait (``sleep`` returns early on a stop). ``pending``:
+        what :meth:`at_once` answered, to go on from.
         """
         endpoint = self._endpoint
-        answer = endpoint.ask()
+        answer = endpoint.ask() if pending is None else pending
         while isinstance(answer, Wait):
             if answer.slot and deadline is not None and answer.booking.due > deadline:
                 return Late(answer.seconds)
@@ -156,9 +170,9 @@ class Gate:
             return answer
         return Flight(self, answer, reports, sleep)
 
-    async def flight(self, reports: Reports, sleep: Sleep) -> Flight:
+    async def flight(self, reports: Reports, sleep: Sleep, pending: Pending | None = None) -> Flight:
         """:meth:`ask` for an operation's attempt: raises :class:`CircuitOpenError` when refused."""
-        answer = await self.ask(reports, sleep)
+        answer = await self.ask(reports, sleep, pending=pending)
         if isinstance(answer, Flight):
             return answer
         assert isinstance(answer, Refused)  # no deadline and no stop: admitted or refused
@@ -220,10 +234,10 @@ class Gate:
             waiter.event.set()
 
 
-class _Stage(enum.Enum):
-    ADMITTED = enum.auto()
-    LEFT = enum.auto()
-    DONE = enum.auto()
+# a Flight's stages (plain ints: they are compared on every call's hot path)
+_ADMITTED: Final = 0
+_LEFT: Final = 1
+_DONE: Final = 2
 
 
 class Flight:
@@ -241,7 +255,7 @@ class Flight:
         self.ticket = ticket
         self._reports = reports
         self._sleep = sleep
-        self._stage = _Stage.ADMITTED
+        self._stage = _ADMITTED
         self._placed = False
         #: when the attempt left (monotonic); its round trip runs from here
         self.sent_at = 0.0
@@ -253,18 +267,27 @@ class Flight:
     @property
     def admitted(self) -> bool:
         """Admitted and not yet left: the attempt it stands for is still to be made."""
-        return self._stage is _Stage.ADMITTED
+        return self._stage == _ADMITTED
 
     @property
     def left(self) -> bool:
         """Left and not yet answered (nor abandoned)."""
-        return self._stage is _Stage.LEFT
+        return self._stage == _LEFT
+
+    def leave_at_once(self) -> bool:
+        """The attempt leaves now when its endpoint keeps no places in flight (the hot path: nothing
+        awaited); False: :meth:`leave` it."""
+        if self._stage != _ADMITTED or self._gate._endpoint.keeps_places:
+            return False
+        self.sent_at = self._gate._clock.monotonic()
+        self._stage = _LEFT
+        return True
 
     async def leave(self) -> None:
         """The attempt is about to be made: take a place in flight (waiting for one when the
         endpoint is full), wait out a Retry-After that came back meanwhile (nobody may go), and
         be spaced again at the rate when the place took 20 ms or more to come (``respace``)."""
-        if self._stage is not _Stage.ADMITTED:
+        if self._stage != _ADMITTED:
             raise RuntimeError(f"an attempt on {self._gate.name!r} left twice")
         gate = self._gate
         endpoint, clock = gate._endpoint, gate._clock
@@ -280,14 +303,17 @@ class Flight:
                 self.abandon()
                 raise
         self.sent_at = clock.monotonic()
-        self._stage = _Stage.LEFT
+        self._stage = _LEFT
 
     def answered(self, failure: SdkErrorEvent | None, reports: Reports | None = None) -> None:
         """The attempt was answered: ``failure`` None when the endpoint answered it (success, or a
         success judged incomplete), else its classified failure. Told once; later calls do nothing."""
-        if self._stage is not _Stage.LEFT:
+        if self._stage != _LEFT:
             return
-        self._give_place_back()
+        self._stage = _DONE
+        if self._placed:
+            self._placed = False
+            self._gate._release()
         moves = self._gate._endpoint.answered(self.ticket, failure, self.sent_at)
         if moves is QUIET:
             return
@@ -305,13 +331,13 @@ class Flight:
     def settle(self, failure: SdkErrorEvent | None) -> None:
         """What the caller that admitted it knows at the end: answered when it left and nobody told
         its answer yet, abandoned when it never left, nothing when it was answered already."""
-        if self._stage is _Stage.LEFT:
+        if self._stage == _LEFT:
             self.answered(failure)
         else:
             self.abandon()
 
     def _give_place_back(self) -> None:
-        self._stage = _Stage.DONE
+        self._stage = _DONE
         if self._placed:
             self._placed = False
             self._gate._release()

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from supervisor.attempts import Flight
+from supervisor.attempts import Flight, Gate
 from supervisor.boundary import SessionContext
 from supervisor.errors import ConnectionLost, OperationError
 from supervisor.events import RetryAttempt, RetryKind, RetrySuccess
@@ -72,17 +72,6 @@ class _Failure:
     kind: _Kind
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """What one operation is, for its loop."""
-
-    operation: str
-    circuit: str | None
-    tokens: TokenCache | None
-    idempotent: bool
-    admitted: Flight | None
-
-
 class RetryExecutor(ExecutorSteps):
     """Retries, token rotation and circuit gating for the operations of every platform."""
 
@@ -118,9 +107,13 @@ class RetryExecutor(ExecutorSteps):
         asked of the same endpoint.
         """
         hooks = self._hooks
-        run = _Run(operation, circuit, tokens, idempotent, admitted)
+        gate = None
+        if admitted is not None:
+            gate = admitted.gate
+        elif circuit is not None:
+            gate = self.attempts.get(circuit)
         if hooks is None:
-            return await self._run(attempt_once, ctx, run, None)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None)
         details = OperationDetails(
             operation,
             ctx,
@@ -132,21 +125,24 @@ class RetryExecutor(ExecutorSteps):
         )
         scope = hooks.operation(details)
         if scope is None:
-            return await self._run(attempt_once, ctx, run, details)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
         with scope:
-            return await self._run(attempt_once, ctx, run, details)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
 
     async def _run(
-        self, attempt_once: Attempt[T], ctx: SessionContext, run: _Run, details: OperationDetails | None
+        self,
+        attempt_once: Attempt[T],
+        ctx: SessionContext,
+        operation: str,
+        gate: Gate | None,
+        tokens: TokenCache | None,
+        idempotent: bool,
+        admitted: Flight | None,
+        details: OperationDetails | None,
     ) -> T:
         hooks = self._hooks
         reports = self._reports
-        operation, tokens, admitted = run.operation, run.tokens, run.admitted
-        gate = None
-        if admitted is not None:
-            gate = admitted.gate
-        elif run.circuit is not None:
-            gate = self.attempts.get(run.circuit)
+        sleep = self._sleep
         if gate is not None:
             gate.called()
         token = None
@@ -164,16 +160,20 @@ class RetryExecutor(ExecutorSteps):
                 if admitted is not None and admitted.admitted:
                     flight = admitted  # its slot and circuit were asked by the caller
                 else:
-                    flight = await gate.flight(reports, self._sleep)
+                    answer = gate.at_once(reports, sleep)
+                    flight = (
+                        answer if isinstance(answer, Flight) else await gate.flight(reports, sleep, answer)
+                    )
                 admitted = None
-                await flight.leave()
+                if not flight.leave_at_once():
+                    await flight.leave()
             try:
                 if details is None:
-                    outcome = await self._try(attempt_once, token, ctx, None, run.idempotent)
+                    outcome = await self._try(attempt_once, token, ctx, None, idempotent)
                 else:
                     details.attempts = resends + 1
                     outcome = await self._observed(
-                        attempt_once, token, ctx, AttemptDetails(details, resends, reason), run.idempotent
+                        attempt_once, token, ctx, AttemptDetails(details, resends, reason), idempotent
                     )
             except BaseException:
                 if flight is not None:
