@@ -21,14 +21,15 @@ machines/retry_budget.py.
   one timestamp): an attempt gets a wait, never a refusal, and waits in the order it asked.
   A pacer may start disabled (``initial_rate=None``): then it only engages at the first throttle
   (botocore's adaptive mode does so), which suits REST calls that are rarely throttled.
-  A pacer may also cap the attempts *in flight* (:meth:`Pacer.in_flight_cap`; the runtime holds
-  each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
+  A pacer may also cap the attempts *in flight* (:meth:`Pacer.in_flight_cap`; its endpoint,
+  machines/endpoint.py, counts the places and holds each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
   client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
   the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
 * :func:`echo_of_throttle` tells a throttle's echoes (refusals of attempts already in flight when
   it cut the pace) from new failures, for the circuit.
 
 The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals that trip it rare.
+Both are driven by one endpoint's :class:`~machines.endpoint.Endpoint` (issue 24), nothing else.
 """
 
 from __future__ import annotations
@@ -420,6 +421,6 @@ def echo_of_throttle(pacer: Pacer | None, throttled: bool, probe_id: int, sent_a
 
     A refusal for load (``throttled``) of an attempt sent at ``sent_at``, before the endpoint's
     last cut (:meth:`Pacer.echoes`). Never a half-open probe (``probe_id`` != 0): the circuit must
-    hear how its probe went. Shared by the session runner (handshakes) and the REST executor.
+    hear how its probe went. Asked by :meth:`machines.endpoint.Endpoint.answered`, for every attempt.
     """
     return throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)
