@@ -296,7 +296,7 @@ class Wiring:
                 on_event=None if sink is None else partial(sink, spec.id),
             )
             return nt, "genesys:streaming"
-        from supervisor.transports.cxone import AgentSessionTransport
+        from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
 
         cx = platforms.cxone
         assert cx is not None
@@ -313,7 +313,7 @@ class Wiring:
             clock=self.clock,
             sleep=self.sleep,
         )
-        return at, "cxone:agent-sessions"
+        return at, CONNECT_ENDPOINT
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption

@@ -76,10 +76,6 @@ async def test_a_cxone_start_refused_three_times_counts_three_failures_on_the_on
     exactly three failures and no other circuit of any; each refusal cuts that endpoint's pacer once
     and no other pacer; each is classified once. The session then starts (the fourth answer)."""
 
-    async def sleep(seconds: float) -> None:
-        clock.advance(max(0.0, seconds))
-        await anyio.lowlevel.checkpoint()
-
     async with CxoneSimulator(seed=4, clock=clock) as sim:
         sim.faults.inject(
             Fault(
@@ -90,7 +86,7 @@ async def test_a_cxone_start_refused_three_times_counts_three_failures_on_the_on
             )
         )
         config = cxone_config(sim.urls, 1, poll_timeout=1)
-        async with supervised(config, tmp_path, cxone=sim, clock=clock, sleep=sleep) as h:
+        async with supervised(config, tmp_path, cxone=sim, clock=clock, sleep=advancing(clock)) as h:
             await h.wait(lambda: h.all_in("active"), 20.0)
             assert sim.recorder.request_count(method="POST", status=429) == 3
             assert failures_recorded == [("circuit:cxone:agent-sessions", "RATE_LIMITED")] * 3
@@ -109,15 +105,11 @@ async def test_cxone_start_up_is_paced_on_the_sessions_connect_endpoint(
     """Forty CXone sessions start at once: their starts leave at the connect endpoint's pace, from its
     initial 20/s (slow start), as a WebSocket storm's handshakes do; none goes unpaced."""
 
-    async def sleep(seconds: float) -> None:
-        clock.advance(max(0.0, seconds))
-        await anyio.lowlevel.checkpoint()
-
     n = 40
     async with CxoneSimulator(seed=4, clock=clock) as sim:
         config = cxone_config(sim.urls, n, poll_timeout=1)
         started = clock.monotonic()
-        async with supervised(config, tmp_path, cxone=sim, clock=clock, sleep=sleep) as h:
+        async with supervised(config, tmp_path, cxone=sim, clock=clock, sleep=advancing(clock)) as h:
             await h.wait(lambda: len(h.runners) == n and h.all_in("active"), 30.0)
             # forty starts at 20/s growing by one per admitted start: about a second and a half
             assert clock.monotonic() - started >= 1.0
@@ -135,10 +127,6 @@ async def test_a_notifications_channel_refused_for_load_is_told_to_genesys_api_a
     (its retries spent: the session reconnects) is told to ``genesys:api`` three times and to
     ``genesys:streaming`` never, and only ``genesys:api``'s pace is cut."""
 
-    async def sleep(seconds: float) -> None:
-        clock.advance(max(0.0, seconds))
-        await anyio.lowlevel.checkpoint()
-
     async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as sim:
         sim.faults.inject(
             Fault(
@@ -149,7 +137,7 @@ async def test_a_notifications_channel_refused_for_load_is_told_to_genesys_api_a
             )
         )
         config = genesys_config(sim.urls, 0, notifications=1)
-        async with supervised(config, tmp_path, genesys=sim, clock=clock, sleep=sleep) as h:
+        async with supervised(config, tmp_path, genesys=sim, clock=clock, sleep=advancing(clock)) as h:
             await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
             assert sim.recorder.request_count(method="POST", status=429) == 3
             assert failures_recorded == [("circuit:genesys:api", "RATE_LIMITED")] * 3
@@ -166,10 +154,6 @@ async def test_a_notifications_handshake_refused_for_load_is_told_to_genesys_str
     endpoint's connect pace; the channels created for it were answered, so ``genesys:api`` hears of
     no failure."""
 
-    async def sleep(seconds: float) -> None:
-        clock.advance(max(0.0, seconds))
-        await anyio.lowlevel.checkpoint()
-
     async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as sim:
         sim.faults.inject(
             Fault(
@@ -180,7 +164,7 @@ async def test_a_notifications_handshake_refused_for_load_is_told_to_genesys_str
             )
         )
         config = genesys_config(sim.urls, 0, notifications=1)
-        async with supervised(config, tmp_path, genesys=sim, clock=clock, sleep=sleep) as h:
+        async with supervised(config, tmp_path, genesys=sim, clock=clock, sleep=advancing(clock)) as h:
             await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
             assert failures_recorded == [("circuit:genesys:streaming", "RATE_LIMITED")] * 2
             cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]

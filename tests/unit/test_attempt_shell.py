@@ -9,7 +9,7 @@ import pytest
 
 from machines.circuit import CircuitConfig
 from machines.effects import CircuitEffect
-from machines.endpoint import Refused
+from machines.endpoint import Endpoint, Refused
 from machines.pacing import PacerReport, PacingConfig
 from machines.registry import CircuitRegistry, Endpoints
 from supervisor.attempts import Attempts, Flight, Gate, Late, Sleep
@@ -42,11 +42,17 @@ class Seen:
         self.reports.append(report)
 
 
-def gate_of(clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5) -> Gate:
+def gate_and_endpoint(
+    clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5
+) -> tuple[Gate, Endpoint]:
+    """The shell's gate of the connect endpoint "ep", and that endpoint (to look at its counts)."""
     circuits = CircuitRegistry(clock, CircuitConfig(failure_threshold=threshold))
-    return Attempts(
-        Endpoints(clock, circuits, connect=PacingConfig(initial_rate=rate, in_flight_floor=floor))
-    ).connect("ep")
+    endpoints = Endpoints(clock, circuits, connect=PacingConfig(initial_rate=rate, in_flight_floor=floor))
+    return Attempts(endpoints).connect("ep"), endpoints.connect("ep")
+
+
+def gate_of(clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5) -> Gate:
+    return gate_and_endpoint(clock, rate=rate, floor=floor, threshold=threshold)[0]
 
 
 def advancing(clock: FakeClock, slept: list[float] | None = None) -> Sleep:
@@ -66,8 +72,7 @@ async def admitted(gate: Gate, clock: FakeClock) -> Flight:
 
 
 async def test_a_waiter_cancelled_before_its_place_came_gives_its_turn_up(clock: FakeClock) -> None:
-    gate = gate_of(clock)
-    endpoint = gate._endpoint
+    gate, endpoint = gate_and_endpoint(clock)
     first, second = await admitted(gate, clock), await admitted(gate, clock)
     await first.leave()
     async with anyio.create_task_group() as tg:
@@ -81,8 +86,7 @@ async def test_a_waiter_cancelled_before_its_place_came_gives_its_turn_up(clock:
 
 
 async def test_a_place_handed_to_a_waiter_stopped_before_it_ran_goes_to_the_next(clock: FakeClock) -> None:
-    gate = gate_of(clock)
-    endpoint = gate._endpoint
+    gate, endpoint = gate_and_endpoint(clock)
     first, second, third = [await admitted(gate, clock) for _ in range(3)]
     await first.leave()
     left: list[Flight] = []
