@@ -30,8 +30,9 @@ Per attempt::
   and a Retry-After held for the whole endpoint.
 * the retry budget across calls (:meth:`called`, :meth:`may_retry`), asked when a retry comes due.
 
-The hot path (a closed circuit, an unpaced endpoint) allocates nothing here: :meth:`ask` answers
-the shared :data:`GO` ticket and :meth:`answered` the shared :data:`QUIET` moves.
+On the hot path (a closed circuit, the pace not holding anyone) a successful attempt makes no
+machine transition and no object of the endpoint's own: :meth:`ask` answers the shared :data:`GO`
+ticket and :meth:`answered` the shared :data:`QUIET` moves (tests/unit/test_endpoint.py).
 """
 
 from __future__ import annotations
@@ -237,20 +238,19 @@ class Endpoint:
 
     def _paced(self, pacer: Pacer, booking: Booking | None) -> Wait | None:
         """The slot: a wait for it, or None once the attempt may go (the send check passed)."""
-        while True:
-            if booking is not None and booking.booked and pacer.generation == booking.generation:
-                # booked: spaced again at the rate if a stall left many slots due at once
-                extra = pacer.send(booking.due)
-                return Wait(extra, booking, slot=False) if extra > 0 else None
-            # (no booking yet, none could be made, or a throttle voided it meanwhile)
-            generation = pacer.generation
-            wait, booked = pacer.reserve()
-            if wait > 0:
-                return Wait(wait, Booking(self._clock.monotonic() + wait, generation, booked), slot=True)
-            # due now (so booked): the send check, as for any booked slot
-            now = self._clock.monotonic()
-            extra = pacer.send(now)
-            return Wait(extra, Booking(now, generation, True), slot=False) if extra > 0 else None
+        if booking is not None and booking.booked and pacer.generation == booking.generation:
+            # booked: spaced again at the rate if a stall left many slots due at once
+            extra = pacer.send(booking.due)
+            return Wait(extra, booking, slot=False) if extra > 0 else None
+        # (no booking yet, none could be made, or a throttle voided it meanwhile)
+        generation = pacer.generation
+        wait, booked = pacer.reserve()
+        now = self._clock.monotonic()
+        if wait > 0:
+            return Wait(wait, Booking(now + wait, generation, booked), slot=True)
+        # due now (so booked): the send check, as for any booked slot
+        extra = pacer.send(now)
+        return Wait(extra, Booking(now, generation, True), slot=False) if extra > 0 else None
 
     def place(self) -> bool | None:
         """A place in flight for an attempt about to leave: True taken, False queued (wait for
