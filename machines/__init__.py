@@ -5,17 +5,19 @@ Nothing here does I/O (tests/unit/test_import_rules.py enforces it): inputs are
 outputs are effects as plain data (:mod:`machines.effects`), most of them the typed events of
 :mod:`supervisor.events` that the runtime publishes. Clock and RNG are injected.
 
-How a runtime drives one session and its endpoint's circuit::
+How a runtime drives one session and its connect endpoint (the endpoint's circuit, pace and places
+are driven by its :class:`~machines.endpoint.Endpoint` alone, through the attempt shell,
+supervisor/attempts/shell.py)::
 
     session = SessionCore(session_id, clock, rng)          # state: connecting
     run(session.session_response(validation_error_or_None))
     run(session.failure(event))                            # any classified failure
     # on ScheduleReconnect(at=...): at that time
-    admission = circuit.admit()
-    run(admission.effects)
-    run(session.reconnect_due(None if admission.allowed else admission.retry_in_s))
-    # on Reconnect(attempt): connect; report the outcome to both machines
-    run(circuit.record_success(admission.probe_id))        # or record_failure(event, probe_id)
+    answer = endpoint.ask()                                # (after any Wait it answers)
+    run(answer.effects)
+    run(session.reconnect_due(answer.retry_in_s if refused else None))
+    # on Reconnect(attempt): connect; tell the endpoint the outcome, and the session
+    run(endpoint.answered(ticket, failure_or_None, sent_at).effects)
     run(session.session_response(...))                     # or session.failure(event)
     run(session.stop())                                    # explicit stop / shutdown
 

@@ -40,9 +40,10 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
     ),
     (
         "Circuit",
-        "One per endpoint. `trip`: 5 consecutive TRANSIENT failures within 10 s; `probe`: the first "
-        "`admit()` after the 30 s open period hands out the single half-open probe; `probe_failed` "
-        "covers a failed or timed-out probe (all numbers from `CircuitConfig`).",
+        "One per endpoint, driven by that endpoint's `Endpoint` alone (below). `trip`: 5 consecutive "
+        "TRANSIENT failures within 10 s; `probe`: the first `admit()` after the 30 s open period hands "
+        "out the single half-open probe; `probe_failed` covers a failed or timed-out probe (all "
+        "numbers from `CircuitConfig`).",
         CircuitMachine,
     ),
 )
@@ -74,6 +75,27 @@ def mermaid(machine_cls: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+_FOOTER = """
+## Endpoint (`machines/endpoint.py`, not a state machine)
+
+One per endpoint (issue 24): the one place an attempt to it is decided. It holds the endpoint's
+`Circuit`, its `Pacer` (beyond the seed, issue 15: connect endpoints paced from the start with
+places in flight, REST endpoints from the first throttle, token endpoints not at all) and its
+`RetryBudget`, and answers:
+
+```
+ask()                          -> Wait(seconds, booking) | Refused(retry_in_s) | Ticket(probe_id)
+place() / hand_over()          -> a place in flight (connect endpoints), first come, first served
+held_for(), respace(queued_at) -> what a waiter for a place still waits (a Retry-After, a send slot)
+answered(ticket, failure, sent_at) -> the circuit's effects and the pacer's report, once
+lost(), called(), may_retry()
+```
+
+Only the attempt shell (`supervisor/attempts/shell.py`) calls it, and nothing else calls the
+circuit's `admit()` or `record_*()` or a pacer (tests/unit/test_import_rules.py).
+"""
+
+
 def render_markdown() -> str:
     """The whole of docs/machines.md."""
     parts = [_HEADER]
@@ -81,6 +103,7 @@ def render_markdown() -> str:
         parts.append(f"\n## {title} (`{machine_cls.__name__}`)\n\n{blurb}\n\n```mermaid\n")
         parts.append(mermaid(machine_cls))
         parts.append("```\n")
+    parts.append(_FOOTER)
     return "".join(parts)
 
 

@@ -21,14 +21,15 @@ machines/retry_budget.py.
   one timestamp): an attempt gets a wait, never a refusal, and waits in the order it asked.
   A pacer may start disabled (``initial_rate=None``): then it only engages at the first throttle
   (botocore's adaptive mode does so), which suits REST calls that are rarely throttled.
-  A pacer may also cap the attempts *in flight* (:meth:`Pacer.in_flight_cap`; the runtime holds
-  each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
+  A pacer may also cap the attempts *in flight* (:meth:`Pacer.in_flight_cap`; its endpoint,
+  machines/endpoint.py, counts the places and holds each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
   client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
   the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
 * :func:`echo_of_throttle` tells a throttle's echoes (refusals of attempts already in flight when
   it cut the pace) from new failures, for the circuit.
 
 The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals that trip it rare.
+Both are driven by one endpoint's :class:`~machines.endpoint.Endpoint` (issue 24), nothing else.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class PacerReport:
     previous: float | None
     reason: str
     paused_for_s: float = 0.0
+    # what the endpoint admits: "connect" (handshakes, session starts) or "rest" (REST calls)
+    kind: str = "rest"
 
 
 _NO_RATE: Final = math.inf
@@ -162,10 +165,15 @@ class Pacer:
         "_tat",
         "endpoint",
         "generation",
+        "kind",
     )
 
-    def __init__(self, endpoint: str, clock: Clock, config: PacingConfig | None = None) -> None:
+    def __init__(
+        self, endpoint: str, clock: Clock, config: PacingConfig | None = None, *, kind: str = "rest"
+    ) -> None:
         self.endpoint = endpoint
+        #: what it paces, said in its reports (PACING_CHANGED ``kind``): "connect" or "rest"
+        self.kind = kind
         self._clock = clock
         self._config = config if config is not None else PacingConfig()
         cfg = self._config
@@ -198,6 +206,11 @@ class Pacer:
     def rate(self) -> float | None:
         """Attempts per second admitted now; None while the endpoint is unpaced."""
         return self._rate
+
+    @property
+    def caps_in_flight(self) -> bool:
+        """Whether :meth:`in_flight_cap` may ever be a number (a floor is configured)."""
+        return self._config.in_flight_floor is not None
 
     def paused_for(self) -> float:
         """Seconds the endpoint is still paused by a Retry-After (0 when it is not)."""
@@ -312,7 +325,7 @@ class Pacer:
         if published is None or self._rate >= 2.0 * published:
             # bounded event volume: a rate change is reported each time it doubles
             self._published_rate = self._rate
-            return PacerReport(self.endpoint, self._rate, published, "probe")
+            return PacerReport(self.endpoint, self._rate, published, "probe", kind=self.kind)
         return None
 
     def lost(self) -> PacerReport | None:
@@ -336,7 +349,7 @@ class Pacer:
         self._published_rate = initial
         # the platform that dropped its connections may be another one now (a failover)
         self._min_rtt = math.inf
-        return PacerReport(self.endpoint, initial, rate, "restart")
+        return PacerReport(self.endpoint, initial, rate, "restart", kind=self.kind)
 
     def echoes(self, sent_at: float) -> bool:
         """Is the refusal of an attempt sent at ``sent_at`` (monotonic) an echo of the last throttle?
@@ -364,7 +377,9 @@ class Pacer:
             self.generation += 1
         if now - self._last_cut < cfg.episode_s:
             # in-flight refusals of the same burst: the rate was cut already
-            return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause) if paused_more else None
+            if not paused_more:
+                return None
+            return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause, self.kind)
         self._last_cut = now
         self.generation += 1
         previous = self._rate
@@ -385,7 +400,7 @@ class Pacer:
         self._published_rate = cut
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
-        return PacerReport(self.endpoint, cut, previous, "throttled", pause)
+        return PacerReport(self.endpoint, cut, previous, "throttled", pause, self.kind)
 
     def _admitted_per_s(self, second: int) -> int:
         """Attempts admitted in the last whole second (or in this one, when more already)."""
@@ -406,6 +421,6 @@ def echo_of_throttle(pacer: Pacer | None, throttled: bool, probe_id: int, sent_a
 
     A refusal for load (``throttled``) of an attempt sent at ``sent_at``, before the endpoint's
     last cut (:meth:`Pacer.echoes`). Never a half-open probe (``probe_id`` != 0): the circuit must
-    hear how its probe went. Shared by the session runner (handshakes) and the REST executor.
+    hear how its probe went. Asked by :meth:`machines.endpoint.Endpoint.answered`, for every attempt.
     """
     return throttled and probe_id == 0 and pacer is not None and pacer.echoes(sent_at)

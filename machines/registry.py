@@ -1,10 +1,12 @@
-"""One circuit breaker per endpoint, shared by every session that talks to it."""
+"""One circuit breaker per endpoint, and one :class:`~machines.endpoint.Endpoint` per endpoint, shared
+by every session that talks to it."""
 
 from __future__ import annotations
 
 import random
 
 from machines.circuit import Circuit, CircuitConfig
+from machines.endpoint import Endpoint, EndpointKind
 from machines.pacing import Pacer, PacingConfig
 from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock, Rng
@@ -37,59 +39,66 @@ class CircuitRegistry:
         return dict(self._circuits)
 
 
-class Admission:
-    """Per-endpoint admission beyond the seed (issue 15): connect pacers, REST pacers, retry budgets.
+class Endpoints:
+    """One :class:`~machines.endpoint.Endpoint` per endpoint, made on first use (issue 24, point 1).
 
-    ``connect`` paces connection attempts (handshakes, session starts) and starts in slow start
-    (start-up is a storm too); ``rest`` paces REST calls and engages only at the first throttle;
-    ``budget`` caps retries across calls. With ``adaptive`` off there are no pacers at all.
+    Its circuit comes from :class:`CircuitRegistry` (``circuit:<endpoint>``, what status reports
+    read); beyond the seed (issue 15) a connect endpoint paces connection attempts (handshakes,
+    session starts) from ``connect`` and starts in slow start (start-up is a storm too), a REST
+    endpoint paces REST calls from ``rest`` and engages only at the first throttle, and both
+    cap retries across calls with ``budget`` (ratio, minimum per second). A token endpoint has its
+    circuit only. With admission not adaptive (``connect`` and ``rest`` None) there are no pacers.
     """
 
-    __slots__ = ("_budget", "_budgets", "_clock", "_connect", "_connects", "_rest", "_rests")
+    __slots__ = ("_budget", "_connect", "_endpoints", "_rest", "circuits", "clock")
 
     def __init__(
         self,
         clock: Clock,
+        circuits: CircuitRegistry | None = None,
         *,
-        connect: PacingConfig | None,
-        rest: PacingConfig | None,
-        budget: tuple[float, float] | None,
+        connect: PacingConfig | None = None,
+        rest: PacingConfig | None = None,
+        budget: tuple[float, float] | None = None,
     ) -> None:
-        self._clock = clock
+        self.clock = clock
+        self.circuits = circuits if circuits is not None else CircuitRegistry(clock)
         self._connect = connect
         self._rest = rest
         self._budget = budget
-        self._connects: dict[str, Pacer] = {}
-        self._rests: dict[str, Pacer] = {}
-        self._budgets: dict[str, RetryBudget] = {}
+        self._endpoints: dict[str, Endpoint] = {}
 
-    def connect(self, endpoint: str) -> Pacer | None:
-        if self._connect is None:
-            return None
-        pacer = self._connects.get(endpoint)
-        if pacer is None:
-            pacer = self._connects[endpoint] = Pacer(endpoint, self._clock, self._connect)
-        return pacer
+    def connect(self, name: str) -> Endpoint:
+        """The endpoint of a session's connection attempts (its WebSocket handshakes, its CXone starts)."""
+        return self._made(name, EndpointKind.CONNECT)
 
-    def rest(self, endpoint: str) -> Pacer | None:
-        if self._rest is None:
-            return None
-        pacer = self._rests.get(endpoint)
-        if pacer is None:
-            pacer = self._rests[endpoint] = Pacer(endpoint, self._clock, self._rest)
-        return pacer
+    def token(self, name: str) -> Endpoint:
+        """A credential's token endpoint (``<credential>:oauth``)."""
+        return self._made(name, EndpointKind.TOKEN)
 
-    def budget(self, endpoint: str) -> RetryBudget | None:
-        if self._budget is None:
-            return None
-        budget = self._budgets.get(endpoint)
-        if budget is None:
-            ratio, min_per_s = self._budget
-            budget = self._budgets[endpoint] = RetryBudget(self._clock, ratio=ratio, min_per_s=min_per_s)
-        return budget
+    def get(self, name: str) -> Endpoint:
+        """The endpoint ``name`` as made before, else a REST endpoint."""
+        endpoint = self._endpoints.get(name)
+        return endpoint if endpoint is not None else self._made(name, EndpointKind.REST)
 
-    def pacers(self) -> dict[str, Pacer]:
-        """Every pacer made so far, by ``connect:<endpoint>`` / ``rest:<endpoint>``."""
-        out = {f"connect:{k}": v for k, v in self._connects.items()}
-        out.update({f"rest:{k}": v for k, v in self._rests.items()})
-        return out
+    def all(self) -> dict[str, Endpoint]:
+        return dict(self._endpoints)
+
+    def _made(self, name: str, kind: EndpointKind) -> Endpoint:
+        endpoint = self._endpoints.get(name)
+        if endpoint is not None:
+            if endpoint.kind is not kind:
+                raise ValueError(f"endpoint {name!r} is a {endpoint.kind.value} endpoint, not {kind.value}")
+            return endpoint
+        pacer = budget = None
+        if kind is not EndpointKind.TOKEN:
+            pacing = self._connect if kind is EndpointKind.CONNECT else self._rest
+            if pacing is not None:
+                pacer = Pacer(name, self.clock, pacing, kind=kind.value)
+            if self._budget is not None:
+                ratio, min_per_s = self._budget
+                budget = RetryBudget(self.clock, ratio=ratio, min_per_s=min_per_s)
+        endpoint = self._endpoints[name] = Endpoint(
+            name, kind, self.clock, self.circuits.get(name), pacer=pacer, budget=budget
+        )
+        return endpoint

@@ -14,18 +14,18 @@
   read-back 3 s later does.
 
 Both go through :meth:`~supervisor.rest.pipeline.RequestPipeline.call`, so the executor decides
-retries (429 + Retry-After as the minimum delay, seconds or HTTP-date; 5xx with backoff), the
-circuit ``genesys:api`` gates them and the token is refreshed as everywhere else. Two things only
-this module can know are reported as they happen:
+retries (429 + Retry-After as the minimum delay, seconds or HTTP-date; 5xx with backoff) and
+classifies each answer (once: nothing here classifies), the endpoint ``genesys:api`` admits them
+and holds a Retry-After for everyone (the tenant waits on that hold: :meth:`GenesysAttributes.gate`),
+and the token is refreshed as everywhere else. What only this module knows:
 
-* a throttle (429, or a 5xx with Retry-After) is handed to ``on_throttle`` at once, so the whole
-  tenant waits its Retry-After, not only the request that met it;
-* a request that may have reached the platform and got no answer (the connection failed after
-  the request was written, or the taxonomy flags the failure ``reconcileBeforeRetry``) ends the
-  operation unretried: its outcome is unknown, and the caller reads the conversation back
-  before anything is sent again (reliability.md §6). A failure before the request left (connect,
-  pool) is retried as usual. Every request carries the ledger's ``Idempotency-Key``, and every
-  request after the first is counted in the ledger (and committed) before it leaves.
+* a write that may have reached the platform and got no answer (the connection failed after
+  the request was written, or the taxonomy flags the failure ``reconcileBeforeRetry``: the
+  executor ends a non-idempotent operation there) ends unretried: its outcome is unknown, and the
+  caller reads the conversation back before anything is sent again (reliability.md §6). A
+  failure before the request left (connect, pool) is retried as usual. Every request carries the
+  ledger's ``Idempotency-Key``, and every request after the first is counted in the ledger (and
+  committed) before it leaves.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Any
 
 import httpx
 
+from supervisor.attempts import Gate
 from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
-from supervisor.errors import ConnectionLost
-from supervisor.rest.executor import throttles
+from supervisor.errors import ConnectionLost, OperationError
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import Token
 from supervisor.store.testhooks import CrashPoint, CrashPoints
@@ -75,22 +75,23 @@ class OutcomeUnknown(Exception):
     """The request may have been applied and no answer came: read back, never re-send blindly."""
 
 
-OnThrottle = Callable[[float | None], None]
-
-
 class GenesysAttributes:
     """Reads and writes of participant attributes for the attribute service."""
 
     def __init__(self, crash: CrashPoints) -> None:
         self._crash = crash
 
-    async def read(self, target: Target, conversation_id: str, on_throttle: OnThrottle) -> Conversation:
+    def gate(self, target: Target) -> Gate:
+        """The endpoint the reads and writes go through: its Retry-After hold is the tenant's."""
+        return target.pipeline.gate(CIRCUIT)
+
+    async def read(self, target: Target, conversation_id: str) -> Conversation:
         """The conversation's customer participant and its attributes. Raises OperationError, CircuitOpenError."""
         url = f"{target.api_url.rstrip('/')}/api/v2/conversations/{conversation_id}"
         # seed section 3: a read that lacks the conversation's anchors (or names another one)
         # must not decide anything: judged on it, every attribute would look silently dropped
         check = ResponseCheck(kind=CONVERSATION, expected_conversation_id=conversation_id)
-        response = await self._call(target, "GET", url, READ, on_throttle, check=check)
+        response = await self._call(target, "GET", url, READ, check=check)
         try:
             body = response.json()
         except (ValueError, RecursionError):
@@ -106,7 +107,6 @@ class GenesysAttributes:
         *,
         idempotency_key: str,
         count_attempt: Callable[[], Awaitable[object]],
-        on_throttle: OnThrottle,
     ) -> int:
         """PATCH the attributes; the answer's status. Raises OutcomeUnknown, OperationError, CircuitOpenError."""
         url = (
@@ -118,7 +118,6 @@ class GenesysAttributes:
             "PATCH",
             url,
             UPDATE,
-            on_throttle,
             json={"attributes": dict(payload)},
             idempotency_key=idempotency_key,
             count_attempt=count_attempt,
@@ -131,7 +130,6 @@ class GenesysAttributes:
         method: str,
         url: str,
         operation: str,
-        on_throttle: OnThrottle,
         *,
         json: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
@@ -173,21 +171,22 @@ class GenesysAttributes:
                     if problem is not None:
                         return problem  # MALFORMED_RESPONSE, INCOMPLETE_RESPONSE or STATE_DRIFT
                 return response
-            raw = raw_from_response(
+            # (classified by the executor, once; a write it flags reconcileBeforeRetry ends there)
+            return raw_from_response(
                 response, ctx=ctx, channel=Channel.REST, endpoint=path, token_age=pipeline.token_age(token)
             )
-            event = pipeline.classifier.classify(raw)
-            if throttles(event) and event.retry_after_ms is not None:
-                on_throttle(event.retry_after_ms / 1000.0)
-            if json is not None and event.reconcile_before_retry:
-                unknown = True
-                raise ConnectionLost(raw)
-            return raw
 
         try:
             result: httpx.Response = await pipeline.call(
-                attempt_once, ctx=ctx, circuit=CIRCUIT, operation=operation
+                attempt_once, ctx=ctx, circuit=CIRCUIT, operation=operation, idempotent=json is None
             )
+        except OperationError as failure:
+            event = failure.event
+            if json is not None and isinstance(event, SdkErrorEvent) and event.reconcile_before_retry:
+                unknown = True
+            if unknown:
+                raise OutcomeUnknown() from None
+            raise
         except Exception:
             if unknown:
                 raise OutcomeUnknown() from None

@@ -3,9 +3,10 @@
 Work is per conversation: *send* its queued writes, or *check* one send (the verification 3 s
 after the platform accepted it, or the read-back of a send whose answer never came). A
 conversation has at most one piece of work under way, so its sends go out in order and a
-verification never races the next send of the same conversation. A tenant that met a
-Retry-After is paused until it passes (seed edge case 2: "apply it as the minimum delay"):
-nothing of that tenant is due before.
+verification never races the next send of the same conversation. A tenant held by a
+Retry-After (its endpoint's hold, which ``held`` reads: the endpoint keeps it once, for every
+caller) is paused until it passes (seed edge case 2: "apply it as the minimum delay"): nothing
+of that tenant is due before.
 
 :meth:`Scheduler.run_due` runs everything due *now* on up to ``concurrency`` workers and returns
 when nothing more is; tests call it after moving a fake clock, so whether the verification ran is a
@@ -19,6 +20,7 @@ import enum
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -43,18 +45,29 @@ class Work:
 
 
 Handler = Callable[[Work], Awaitable[None]]
+#: seconds a tenant is still held by a Retry-After
+Held = Callable[[str], float]
+
+
+def _never_held(tenant: str) -> float:
+    return 0.0
+
+
+NEVER_HELD: Final[Held] = _never_held
 
 
 class Scheduler:
     """Due times of work, tenant pauses, and the workers that run what is due."""
 
-    def __init__(self, clock: Clock, handler: Handler, *, concurrency: int = 4) -> None:
+    def __init__(
+        self, clock: Clock, handler: Handler, *, concurrency: int = 4, held: Held = NEVER_HELD
+    ) -> None:
         self._clock = clock
         self._handler = handler
         self._concurrency = max(1, concurrency)
         self._due: dict[Work, float] = {}
         self._busy: set[str] = set()
-        self._paused: dict[str, float] = {}
+        self._held = held
         self._wake: anyio.Event | None = None
         self.stopped = False
         self.failures = 0
@@ -70,20 +83,16 @@ class Scheduler:
     def after(self, work: Work, seconds: float) -> None:
         self.at(work, self._clock.monotonic() + max(0.0, seconds))
 
-    def pause(self, tenant: str, seconds: float) -> None:
-        """Nothing of ``tenant`` before ``seconds`` from now (a longer pause already set stays)."""
-        until = self._clock.monotonic() + max(0.0, seconds)
-        if until > self._paused.get(tenant, -math.inf):
-            self._paused[tenant] = until
-
     def paused_for(self, tenant: str) -> float:
-        return max(0.0, self._paused.get(tenant, -math.inf) - self._clock.monotonic())
+        """Seconds nothing of ``tenant`` is due for: a Retry-After still holding it."""
+        return max(0.0, self._held(tenant))
 
     def pending(self) -> int:
         return len(self._due)
 
     def _effective(self, work: Work, due: float) -> float:
-        return max(due, self._paused.get(work.tenant, -math.inf))
+        held = self._held(work.tenant)
+        return due if held <= 0 else max(due, self._clock.monotonic() + held)
 
     def next_due(self) -> float | None:
         """The monotonic time the next piece of work becomes due (pauses included), or None."""

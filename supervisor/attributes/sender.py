@@ -20,6 +20,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from supervisor.attempts import Gate
 from supervisor.attributes.events import AttributeMismatch
 from supervisor.attributes.model import Settings
 from supervisor.attributes.platform import Conversation, GenesysAttributes, OutcomeUnknown, Target
@@ -92,6 +93,8 @@ class Sender:
         #: "before" without another read (a verification's read-back is the next send's pre-read)
         self._reads: dict[str, Conversation] = {}
         self._answered: deque[float] = deque(maxlen=256)
+        #: tenant -> the endpoint its writes go through (whose Retry-After hold is the tenant's)
+        self._gates: dict[str, Gate] = {}
 
     async def handle(self, work: Work) -> None:
         try:
@@ -103,12 +106,17 @@ class Sender:
             # nothing was decided that the store did not keep: try again once it may persist
             self.scheduler.after(work, max(self.settings.failure_backoff_s, 5.0))
 
-    def _throttled(self, tenant: str) -> Callable[[float | None], None]:
-        def pause(seconds: float | None) -> None:
-            if seconds is not None:
-                self.scheduler.pause(tenant, seconds)
-
-        return pause
+    def held_for(self, tenant: str) -> float:
+        """Seconds the tenant's writes wait for a Retry-After: its endpoint's hold (the one record
+        of it, whichever call met it), not a copy kept here."""
+        gate = self._gates.get(tenant)
+        if gate is None:
+            found = next(((sid, cid) for cid, (t, sid) in self.owner.items() if t == tenant), None)
+            target = None if found is None else self._target_of(tenant, found[0], found[1])
+            if target is None:
+                return 0.0
+            gate = self._gates[tenant] = self._api.gate(target)
+        return gate.held_for()
 
     def _target(self, work: Work) -> tuple[str, Target] | None:
         owner = self.owner.get(work.conversation_id)
@@ -130,7 +138,7 @@ class Sender:
         conv = self._reads.pop(cid, None)
         if conv is None:
             try:
-                conv = await self._api.read(target, cid, self._throttled(work.tenant))
+                conv = await self._api.read(target, cid)
             except CircuitOpenError as refused:
                 self.scheduler.after(work, refused.retry_in_s)
                 return
@@ -192,7 +200,6 @@ class Sender:
                 payload,
                 idempotency_key=entry.idempotency_key,
                 count_attempt=lambda: store.count_attempt(request_id),
-                on_throttle=self._throttled(work.tenant),
             )
         except (OutcomeUnknown, StoreError):
             # it may have been applied: read back before anything is sent again
@@ -314,7 +321,7 @@ class Sender:
             return
         session_id, target = found
         try:
-            conv = await self._api.read(target, work.conversation_id, self._throttled(work.tenant))
+            conv = await self._api.read(target, work.conversation_id)
             # a read of the server as it is: the next send's "before" (until a write of ours lands)
             self._reads[work.conversation_id] = conv
         except CircuitOpenError as refused:

@@ -101,7 +101,7 @@ class AttributeService:
         self._crash = crash if crash is not None else CrashPoints({})
         # why there is no store (it could not be opened): said in every refusal
         self._unavailable = unavailable
-        self.scheduler = Scheduler(clock, self._handle, concurrency=settings.concurrency)
+        self.scheduler = Scheduler(clock, self._handle, concurrency=settings.concurrency, held=self._held)
         self._episodes = Episodes(settings.queue_depth, settings.resume_at)
         self.sender: Sender | None = None
         self._owner: dict[str, tuple[str, str]] = {}
@@ -121,6 +121,9 @@ class AttributeService:
             self._owner = self.sender.owner
         self._accepting = True
         self.counters = {"submitted": 0, "acknowledged": 0, "refused": 0, "rejected": 0}
+
+    def _held(self, tenant: str) -> float:
+        return 0.0 if self.sender is None else self.sender.held_for(tenant)
 
     # ------------------------------------------------------------------ intake
     async def submit(self, session_id: str, attributes: Mapping[str, object]) -> SubmitAnswer:

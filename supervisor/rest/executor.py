@@ -4,11 +4,14 @@ REST calls (through :class:`~supervisor.rest.pipeline.RequestPipeline`) and in-b
 requests (a Web Messaging ``onMessage``) alike. Per attempt (design.md, "Decisions already
 taken"):
 
-1. the endpoint's circuit, when the operation has one, must admit the attempt (else
-   :class:`CircuitOpenError`); an in-band request has none: its connection gates it;
+1. the endpoint, when the operation has one, must admit the attempt: its pace, its circuit (else
+   :class:`CircuitOpenError`), its places in flight (a connect endpoint's), all decided by its
+   :class:`~machines.endpoint.Endpoint` through the attempt shell (supervisor/attempts/); an
+   in-band request has none: its connection gates it;
 2. the attempt carries the current token (refreshed 5 minutes early), when the operation
    has a token cache;
-3. a failure comes back as a RawError, the taxonomy classifies it, the circuit records it;
+3. a failure comes back as a RawError, the taxonomy classifies it (once: the only
+   classification of that answer), the endpoint is told (once: circuit, pace, Retry-After hold);
 4. a code flagged ``replayWithFreshToken`` (a 401 on a token at the end of its life by our
    clock: docs/taxonomy.md, "The 401 rule") is replayed once with a fresh token, at once; a
    code flagged ``circuitNeutral`` is not recorded on the circuit (the circuit machine);
@@ -30,9 +33,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from machines.pacing import echo_of_throttle
+from supervisor.attempts import Flight, Gate
 from supervisor.boundary import SessionContext
-from supervisor.errors import CircuitOpenError, ConnectionLost, OperationError
+from supervisor.errors import ConnectionLost, OperationError
 from supervisor.events import RetryAttempt, RetryKind, RetrySuccess
 from supervisor.rest.hooks import AttemptDetails, OperationDetails, ResendReason
 from supervisor.rest.steps import (
@@ -41,14 +44,12 @@ from supervisor.rest.steps import (
     Sleep,
     ensure_from,
     refresh_from,
-    seconds_of,
-    throttles,
     unknown_raw,
 )
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import RawError, SdkErrorEvent
 
-__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep", "throttles"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
 
 T = TypeVar("T")
 # one attempt: given the current token, the result, or a description of the failure
@@ -56,11 +57,12 @@ Attempt = Callable[[Token | None], Awaitable[T | RawError | SdkErrorEvent]]
 
 
 class _Kind(enum.Enum):
-    # a classified RawError: the circuit records it, the policy may retry it
+    # a classified RawError: the endpoint is told, the policy may retry it
     FAILED = enum.auto()
     # a success that failed validation: the endpoint answered (healthy), the operation is over
     ANSWERED = enum.auto()
-    # the connection under an in-band request is gone: over, and the transport reports the end
+    # no answer to rely on: the connection under an in-band request is gone (the transport
+    # reports the end), or a write's outcome is unknown; over, and the endpoint is told nothing
     LOST = enum.auto()
 
 
@@ -84,6 +86,8 @@ class RetryExecutor(ExecutorSteps):
         route: str | None = None,
         server: tuple[str, int | None] | None = None,
         method: str | None = None,
+        idempotent: bool = True,
+        admitted: Flight | None = None,
     ) -> T:
         """Run one logical operation; return its result or raise.
 
@@ -94,10 +98,22 @@ class RetryExecutor(ExecutorSteps):
         :class:`~supervisor.errors.ConnectionLost` when the connection it rode on is gone:
         that failure is classified and ends the operation unretried (the transport reports
         the connection's end itself). Raises :class:`OperationError`, :class:`CircuitOpenError`.
+
+        ``idempotent`` False: a failure the taxonomy flags ``reconcileBeforeRetry`` (a 504 on a
+        write: it may have been applied) ends the operation unretried, as a lost connection does;
+        the caller reads back before anything is sent again. ``admitted``: a connect attempt the
+        caller already admitted on its endpoint (a session's CXone start: the runner waited for its
+        slot and asked the circuit); it is the operation's first attempt, and its retries are
+        asked of the same endpoint.
         """
         hooks = self._hooks
+        gate = None
+        if admitted is not None:
+            gate = admitted.gate
+        elif circuit is not None:
+            gate = self.attempts.get(circuit)
         if hooks is None:
-            return await self._run(attempt_once, ctx, operation, circuit, tokens, None)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None)
         details = OperationDetails(
             operation,
             ctx,
@@ -109,26 +125,26 @@ class RetryExecutor(ExecutorSteps):
         )
         scope = hooks.operation(details)
         if scope is None:
-            return await self._run(attempt_once, ctx, operation, circuit, tokens, details)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
         with scope:
-            return await self._run(attempt_once, ctx, operation, circuit, tokens, details)
+            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
 
     async def _run(
         self,
         attempt_once: Attempt[T],
         ctx: SessionContext,
         operation: str,
-        circuit: str | None,
+        gate: Gate | None,
         tokens: TokenCache | None,
+        idempotent: bool,
+        admitted: Flight | None,
         details: OperationDetails | None,
     ) -> T:
         hooks = self._hooks
-        breaker = self.circuits.get(circuit) if circuit is not None else None
-        admission = self.admission if circuit is not None else None
-        pacer = admission.rest(circuit) if admission is not None and circuit is not None else None
-        budget = admission.budget(circuit) if admission is not None and circuit is not None else None
-        if budget is not None:
-            budget.call()
+        reports = self._reports
+        sleep = self._sleep
+        if gate is not None:
+            gate.called()
         token = None
         if tokens is not None:
             # the cached token without an await; a fetch is an operation of its own (token())
@@ -139,29 +155,33 @@ class RetryExecutor(ExecutorSteps):
         replayed = False
         reason: ResendReason | None = None
         while True:
-            if pacer is not None:
-                await self._paced(pacer)
-            probe_id = 0
-            if breaker is not None:
-                admitted = breaker.admit()
-                if admitted.effects:
-                    self._circuit(admitted.effects)
-                if not admitted.allowed:
-                    raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
-                probe_id = admitted.probe_id
-            sent_at = self._clock.monotonic()
-            if details is None:
-                outcome = await self._try(attempt_once, token, ctx, None)
-            else:
-                details.attempts = resends + 1
-                outcome = await self._observed(
-                    attempt_once, token, ctx, AttemptDetails(details, resends, reason)
-                )
+            flight = None
+            if gate is not None:
+                if admitted is not None and admitted.admitted:
+                    flight = admitted  # its slot and circuit were asked by the caller
+                else:
+                    answer = gate.at_once(reports, sleep)
+                    flight = (
+                        answer if isinstance(answer, Flight) else await gate.flight(reports, sleep, answer)
+                    )
+                admitted = None
+                if not flight.leave_at_once():
+                    await flight.leave()
+            try:
+                if details is None:
+                    outcome = await self._try(attempt_once, token, ctx, None, idempotent)
+                else:
+                    details.attempts = resends + 1
+                    outcome = await self._observed(
+                        attempt_once, token, ctx, AttemptDetails(details, resends, reason), idempotent
+                    )
+            except BaseException:
+                if flight is not None:
+                    flight.abandon()
+                raise
             if not isinstance(outcome, _Failure):
-                if breaker is not None:
-                    self._circuit(breaker.record_success(probe_id))
-                if pacer is not None:
-                    self._pacing(pacer.admitted())
+                if flight is not None:
+                    flight.answered(None, reports)
                 if hooks is not None and details is not None:
                     retried = None
                     if resends:
@@ -174,19 +194,17 @@ class RetryExecutor(ExecutorSteps):
             if details is not None:
                 details.outcome = event
             if outcome.kind is not _Kind.FAILED:
-                if breaker is not None and outcome.kind is _Kind.ANSWERED:
-                    self._circuit(breaker.record_success(probe_id))
+                if flight is not None:
+                    if outcome.kind is _Kind.ANSWERED:
+                        flight.answered(None, reports)  # the endpoint answered: healthy
+                    else:
+                        flight.abandon()  # no answer came (a lost connection, an unknown outcome)
                 if hooks is not None and details is not None:
                     hooks.gave_up(details, None)
                 raise OperationError(event, published=hooks is not None)
-            throttled = pacer is not None and throttles(event)
-            if breaker is not None and not echo_of_throttle(pacer, throttled, probe_id, sent_at):
-                # (a refusal of a call in flight when the endpoint's throttle came back echoes
-                # that throttle: counted once toward the circuit)
-                self._circuit(breaker.record_failure(event, probe_id))
-            if throttled and pacer is not None:
-                # the platform said "slower" for the endpoint: everyone waits its Retry-After
-                self._pacing(pacer.throttled(seconds_of(event.retry_after_ms)))
+            if flight is not None:
+                # the echo rule, the circuit, the cut and the endpoint's Retry-After hold: once
+                flight.answered(event, reports)
             if event.replay_with_fresh_token and not replayed and tokens is not None:
                 # seed edge case 3: replay once with a fresh token, never with the stale one
                 replayed = True
@@ -209,7 +227,7 @@ class RetryExecutor(ExecutorSteps):
                     hooks.retry_scheduled(details, retry)
                 continue
             previous_delay_ms, skipped = await self._backoff(
-                operation, ctx, event, attempt, previous_delay_ms, details, budget
+                operation, ctx, event, attempt, previous_delay_ms, details, gate
             )
             attempt += 1 + skipped  # the retries the endpoint's budget skipped were spent
             resends += 1
@@ -221,15 +239,20 @@ class RetryExecutor(ExecutorSteps):
                 )
 
     async def _observed(
-        self, attempt_once: Attempt[T], token: Token | None, ctx: SessionContext, details: AttemptDetails
+        self,
+        attempt_once: Attempt[T],
+        token: Token | None,
+        ctx: SessionContext,
+        details: AttemptDetails,
+        idempotent: bool,
     ) -> T | _Failure:
         hooks = self._hooks
         assert hooks is not None
         scope = hooks.attempt(details)
         if scope is None:
-            return await self._try(attempt_once, token, ctx, details)
+            return await self._try(attempt_once, token, ctx, details, idempotent)
         with scope:
-            return await self._try(attempt_once, token, ctx, details)
+            return await self._try(attempt_once, token, ctx, details, idempotent)
 
     async def _try(
         self,
@@ -237,6 +260,7 @@ class RetryExecutor(ExecutorSteps):
         token: Token | None,
         ctx: SessionContext,
         details: AttemptDetails | None,
+        idempotent: bool,
     ) -> T | _Failure:
         """One attempt, its failure classified here so the attempt's scope sees it."""
         try:
@@ -251,7 +275,10 @@ class RetryExecutor(ExecutorSteps):
                     self._hooks.classified(outcome)
                 failure = _Failure(outcome, _Kind.ANSWERED)
             elif isinstance(outcome, RawError):
-                failure = _Failure(self._classify(outcome), _Kind.FAILED)
+                event = self._classify(outcome)
+                # a write that may have been applied is read back, never sent again blindly
+                unknown = not idempotent and event.reconcile_before_retry
+                failure = _Failure(event, _Kind.LOST if unknown else _Kind.FAILED)
                 if details is not None:
                     details.status = outcome.status
             else:

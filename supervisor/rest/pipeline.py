@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from supervisor.attempts import Flight, Gate
 from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
 from supervisor.rest.executor import Attempt, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
@@ -56,10 +57,27 @@ class RequestPipeline:
     def classifier(self) -> Classifier:
         return self.executor.classifier
 
-    async def call(self, attempt_once: Attempt[T], *, ctx: SessionContext, circuit: str, operation: str) -> T:
+    def gate(self, circuit: str) -> Gate:
+        """The attempt shell's gate of the endpoint ``circuit`` (its Retry-After hold, for one)."""
+        return self.executor.attempts.get(circuit)
+
+    async def call(
+        self,
+        attempt_once: Attempt[T],
+        *,
+        ctx: SessionContext,
+        circuit: str,
+        operation: str,
+        idempotent: bool = True,
+    ) -> T:
         """Run one logical operation with this platform's token cache (see RetryExecutor.call)."""
         return await self.executor.call(
-            attempt_once, ctx=ctx, operation=operation, circuit=circuit, tokens=self.tokens
+            attempt_once,
+            ctx=ctx,
+            operation=operation,
+            circuit=circuit,
+            tokens=self.tokens,
+            idempotent=idempotent,
         )
 
     async def request(
@@ -74,12 +92,15 @@ class RequestPipeline:
         check: ResponseCheck | None = None,
         ok_statuses: frozenset[int] = frozenset(),
         route: str | None = None,
+        admitted: Flight | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
         """Send one logical HTTP request; return the successful response.
 
         ``ok_statuses`` are non-2xx statuses that are answers, not failures (CXone's 304).
         ``route`` is our own template of the URL's path (``url.template`` in telemetry).
+        ``admitted``: a connect attempt its caller admitted, the request's first attempt (a
+        session's CXone start; RetryExecutor.call).
         Raises :class:`~supervisor.errors.OperationError` or :class:`~supervisor.errors.CircuitOpenError`.
         """
         parsed = _parsed(url)
@@ -116,6 +137,7 @@ class RequestPipeline:
             route=route or path,
             server=(parsed.host, parsed.port),
             method=method,
+            admitted=admitted,
         )
 
     def token_age(self, token: Token | None) -> TokenAge | None:

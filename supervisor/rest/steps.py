@@ -1,9 +1,10 @@
 """The steps every operation of the retry executor shares (supervisor/rest/executor.py).
 
-Classifying a failure, telling the hooks about circuit and pacing moves, waiting for a paced
-slot, the backoff that says "retry after this long" or "stop" (the one place a retry decision
-is made: the class policy, a server's Retry-After as its minimum, the endpoint's retry budget),
-and the token fetch, a logical operation of its own (``oauth.token``) behind its own circuit.
+Classifying a failure, the backoff that says "retry after this long" or "stop" (the one place a
+retry decision is made: the class policy, a server's Retry-After as its minimum, the endpoint's
+retry budget), and the token fetch, a logical operation of its own (``oauth.token``) behind its
+own circuit. Admission (pace, circuit, places, the echo rule) is the endpoint's, through the
+attempt shell (supervisor/attempts/): nothing here decides it.
 :class:`RetryExecutor` builds its loop (:meth:`~supervisor.rest.executor.RetryExecutor.call`)
 on these.
 """
@@ -16,19 +17,16 @@ from typing import NoReturn
 
 import anyio
 
-from machines.effects import CircuitEffect
-from machines.pacing import Pacer, PacerReport
-from machines.registry import Admission, CircuitRegistry
-from machines.retry_budget import RetryBudget
+from supervisor.attempts import SILENT, Attempts, Gate, Reports
 from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng, iso_utc
-from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.errors import OperationError, TransportFailure
 from supervisor.events import RetryAttempt, RetryExhausted, RetryKind, RetrySuccess
 from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetails, ResendReason
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
 from supervisor.retry.backoff import GiveUpReason, RetryDecision
-from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent, TaxonomyClass
+from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
 
 __all__ = [
     "TOKEN_OPERATION",
@@ -36,8 +34,6 @@ __all__ = [
     "Sleep",
     "ensure_from",
     "refresh_from",
-    "seconds_of",
-    "throttles",
     "unknown_raw",
 ]
 
@@ -48,27 +44,27 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class ExecutorSteps:
-    """Classification, reports, pacing, backoff and token fetches (the module docstring)."""
+    """Classification, backoff and token fetches (the module docstring)."""
 
     def __init__(
         self,
         classifier: Classifier,
-        circuits: CircuitRegistry,
+        attempts: Attempts,
         clock: Clock,
         *,
         rng: Rng | None = None,
         hooks: ExecutorHooks | None = None,
         sleep: Sleep = anyio.sleep,
         refresh_before_retry_s: float = 60.0,
-        admission: Admission | None = None,
     ) -> None:
         self.classifier = classifier
-        self.circuits = circuits
-        # beyond the seed (issue 15): REST pacing per endpoint and a retry budget across calls
-        self.admission = admission
+        # every endpoint's admission (circuit; beyond the seed, issue 15: pacing and a retry budget)
+        self.attempts = attempts
         self._clock = clock
         self._rng: Rng = rng if rng is not None else random.Random()
         self._hooks = hooks
+        # where the endpoints' circuit and pacing moves go: the hooks, else nowhere
+        self._reports: Reports = hooks if hooks is not None else SILENT
         self._sleep = sleep
         self._refresh_before_retry = refresh_before_retry_s
 
@@ -77,29 +73,6 @@ class ExecutorSteps:
         if self._hooks is not None:
             self._hooks.classified(event)
         return event
-
-    def _circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
-        if effects and self._hooks is not None:
-            self._hooks.circuit(effects)
-
-    def _pacing(self, report: PacerReport | None) -> None:
-        if report is not None and self._hooks is not None:
-            self._hooks.pacing(report)
-
-    async def _paced(self, pacer: Pacer) -> None:
-        """Wait for the endpoint's next slot; reserve again when a throttle voided it meanwhile."""
-        while True:
-            generation = pacer.generation
-            wait, booked = pacer.reserve()
-            due = self._clock.monotonic() + wait
-            if wait > 0:
-                await self._sleep(wait)
-            if booked and pacer.generation == generation:
-                # booked; spaced again at the rate if a stall left many slots due at once
-                while pacer.generation == generation and (extra := pacer.send(due)) > 0:
-                    await self._sleep(extra)
-                if pacer.generation == generation:
-                    return
 
     def _now(self) -> str:
         return iso_utc(self._clock.time())
@@ -112,7 +85,7 @@ class ExecutorSteps:
         attempt: int,
         previous_delay_ms: float | None,
         details: OperationDetails | None,
-        budget: RetryBudget | None = None,
+        gate: Gate | None = None,
     ) -> tuple[float, int]:
         """Wait before the next retry as the event's class policy says; raise when it says stop.
 
@@ -156,7 +129,7 @@ class ExecutorSteps:
                 )
                 self._hooks.retry_scheduled(details, retry)
             await self._sleep(delay_s)
-            if budget is None or budget.allow_retry():
+            if gate is None or gate.may_retry():
                 return decision.delay_ms, skipped
             # skipped: not sent, one of the policy's retries spent all the same
             skipped += 1
@@ -230,32 +203,33 @@ class ExecutorSteps:
         details: OperationDetails | None,
     ) -> Token:
         hooks = self._hooks
-        breaker = self.circuits.get(f"{tokens.name}:oauth") if tokens.name else None
+        gate = self.attempts.token(f"{tokens.name}:oauth") if tokens.name else None
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
-            probe_id = 0
-            if breaker is not None:
-                admitted = breaker.admit()
-                if admitted.effects:
-                    self._circuit(admitted.effects)
-                if not admitted.allowed:
-                    raise CircuitOpenError(breaker.circuit_id, admitted.retry_in_s)
-                probe_id = admitted.probe_id
-            if hooks is None or details is None:
-                outcome = await self._token_attempt(ctx, fetch, None)
-            else:
-                details.attempts = attempt + 1
-                observed = AttemptDetails(details, attempt, ResendReason.RETRY if attempt else None)
-                scope = hooks.attempt(observed)
-                if scope is None:
-                    outcome = await self._token_attempt(ctx, fetch, observed)
+            flight = None
+            if gate is not None:
+                flight = await gate.flight(self._reports, self._sleep)
+                await flight.leave()
+            try:
+                if hooks is None or details is None:
+                    outcome = await self._token_attempt(ctx, fetch, None)
                 else:
-                    with scope:
+                    details.attempts = attempt + 1
+                    observed = AttemptDetails(details, attempt, ResendReason.RETRY if attempt else None)
+                    scope = hooks.attempt(observed)
+                    if scope is None:
                         outcome = await self._token_attempt(ctx, fetch, observed)
+                    else:
+                        with scope:
+                            outcome = await self._token_attempt(ctx, fetch, observed)
+            except BaseException:
+                if flight is not None:
+                    flight.abandon()
+                raise
             if isinstance(outcome, Token):
-                if breaker is not None:
-                    self._circuit(breaker.record_success(probe_id))
+                if flight is not None:
+                    flight.answered(None)
                 if hooks is not None and details is not None:
                     retried = None
                     if attempt:
@@ -264,8 +238,8 @@ class ExecutorSteps:
                         )
                     hooks.succeeded(details, retried)
                 return outcome
-            if breaker is not None:
-                self._circuit(breaker.record_failure(outcome, probe_id))
+            if flight is not None:
+                flight.answered(outcome)
             if details is not None:
                 details.outcome = outcome
             previous_delay_ms, _ = await self._backoff(
@@ -290,24 +264,6 @@ class ExecutorSteps:
 
 def ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Awaitable[Token]]:
     return lambda: tokens.ensure(min_validity_s)
-
-
-def throttles(event: SdkErrorEvent) -> bool:
-    """The platform refused for load: a 429, or a 5xx that says when to come back (Retry-After).
-
-    In the taxonomy's terms (a TRANSIENT code whose policy honours Retry-After, never a code's
-    name), and the answer either carried a Retry-After or is the rate-limit status itself
-    (429, RFC 6585 section 4). A 5xx without Retry-After is a back end failing (a brownout), not
-    a request to slow down: retries, their budget and the circuit answer it. Cutting the whole
-    endpoint's pace for it starved the healthy calls to ~1/s (docs/benchmarks.md, "Brownout").
-    """
-    if event.taxonomy_class is not TaxonomyClass.TRANSIENT or not event.policy.honors_retry_after:
-        return False
-    return event.retry_after_ms is not None or event.raw_status == 429
-
-
-def seconds_of(ms: int | None) -> float | None:
-    return None if ms is None else ms / 1000.0
 
 
 def refresh_from(tokens: TokenCache, stale: Token | None) -> Callable[[], Awaitable[Token]]:

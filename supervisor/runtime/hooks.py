@@ -13,7 +13,10 @@ from supervisor.taxonomy import SdkErrorEvent
 
 
 class BusHooks(NoHooks):
-    """SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT / RETRY_SUCCESS / RETRY_EXHAUSTED and circuit events.
+    """SDK_ERROR_CLASSIFIED, RETRY_ATTEMPT / RETRY_SUCCESS / RETRY_EXHAUSTED, circuit and pacing events.
+
+    Also what the session runner publishes its connect endpoint's moves with (the attempt shell's
+    reports: supervisor/attempts/shell.py).
 
     It opens no scopes (``operation``/``attempt`` stay None): the bus needs only the outcomes.
     """
@@ -42,4 +45,4 @@ class BusHooks(NoHooks):
         publish_effects(self._bus, effects)
 
     def pacing(self, report: PacerReport) -> None:
-        publish_pacing(self._bus, report, "rest", self._clock.time())
+        publish_pacing(self._bus, report, self._clock.time())

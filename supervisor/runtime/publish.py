@@ -23,11 +23,18 @@ def publish_effects(
             bus.publish(effect, correlation)
 
 
-def publish_pacing(bus: EventBus, report: PacerReport, kind: str, now_epoch: float) -> None:
-    """PACING_CHANGED: an endpoint's pacing moved (beyond the seed, issue 15)."""
+def publish_pacing(bus: EventBus, report: PacerReport, now_epoch: float) -> None:
+    """PACING_CHANGED: an endpoint's pacing moved (beyond the seed, issue 15); ``kind`` is the
+    endpoint's (``connect``: handshakes and session starts; ``rest``: REST calls)."""
     stamp = iso_utc(now_epoch)
     bus.publish(
         PacingChanged(
-            report.endpoint, kind, report.rate, report.previous, report.reason, report.paused_for_s, stamp
+            report.endpoint,
+            report.kind,
+            report.rate,
+            report.previous,
+            report.reason,
+            report.paused_for_s,
+            stamp,
         )
     )

@@ -3,10 +3,15 @@
     connecting ──open()+validate──► active ──serve() ends──► reconnecting ──timer──► connecting
          └──────────────── fail-fast / exhausted / graceful close ─────────► terminated
 
-* The endpoint's circuit gates every connection attempt; a due reconnection it refuses is
-  deferred without counting (RECONNECTION_THROTTLED, seed edge case 1). Only attempts
-  (handshakes, REST calls) are recorded on the circuit, never the drop of an established
-  connection: a mass drop must not trip the breaker and delay everyone's recovery.
+* The session's connect endpoint admits every connection attempt, through the attempt shell
+  (supervisor/attempts/; its :class:`~machines.endpoint.Endpoint` decides): the slot of its pace
+  while the session waits to reconnect, then its circuit; a due reconnection it refuses is
+  deferred without counting (RECONNECTION_THROTTLED, seed edge case 1). The admitted attempt
+  (:class:`~supervisor.attempts.Flight`) goes with ``transport.open`` to where it is made (a
+  WebSocket handshake, a CXone session start) and is answered there or here, once. Only attempts
+  (handshakes, session starts, REST calls) are told to an endpoint, never the drop of an
+  established connection: a mass drop must not trip the breaker and delay everyone's recovery.
+  The runner keeps effects and timers only.
 * Every response is validated before the session may go active: missing required fields
   (INCOMPLETE_RESPONSE) or another conversationId than ours (CONVERSATION_STATE_DRIFT).
 * The runner is the one owner of what the session learns (its conversation, the platform's
@@ -30,19 +35,17 @@ from typing import Any
 import anyio
 import msgspec
 
-from machines.circuit import Circuit
-from machines.effects import CircuitEffect, Effect, Reconnect, ScheduleReconnect, SessionTerminated
-from machines.pacing import Pacer, PacerReport, echo_of_throttle
+from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
 from machines.session import SessionConfig, SessionCore, SessionState
+from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
 from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
-from supervisor.rest.executor import throttles
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.in_flight import InFlight
-from supervisor.runtime.publish import publish_effects, publish_pacing
+from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.publish import publish_effects
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
@@ -77,7 +80,7 @@ class SessionRunner:
         transport: Transport,
         *,
         classifier: Classifier,
-        circuit: Circuit,
+        gate: Gate,
         bus: EventBus,
         clock: Clock,
         rng: Rng,
@@ -85,30 +88,25 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
-        pacer: Pacer | None = None,
-        in_flight: InFlight | None = None,
     ) -> None:
         self.transport = transport
-        # beyond the seed (issue 15): the endpoint's adaptive pacing of connection attempts, and
-        # the places for attempts in flight to it
-        self._pacer = pacer
-        self._in_flight = in_flight
+        # the session's connect endpoint (its circuit; beyond the seed, issue 15: its pace and its
+        # places in flight), and where its moves are published
+        self._gate = gate
+        self._reports = BusHooks(bus, clock)
         # what the session is: configured ids, then what it learned (merged here only)
         self._context: SessionContext = transport.context
         self.session_id = self._context.session_id
         self.core = SessionCore(self.session_id, clock, rng, config)
         self._classifier = classifier
-        self._circuit = circuit
         self._bus = bus
         self._clock = clock
         self._store = store
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
-        # when the current connection attempt left (monotonic)
-        self._sent_at = 0.0
-        self._probe_id = 0
-        self._admitted = False
+        # the connection attempt admitted while the session waited to reconnect
+        self._flight: Flight | None = None
         self._connection: Connection | None = None
         self._serve_scope: anyio.CancelScope | None = None
         self._wait_scope: anyio.CancelScope | None = None
@@ -148,6 +146,9 @@ class SessionRunner:
                 else:
                     await self._connect_and_serve()
         finally:
+            flight, self._flight = self._flight, None
+            if flight is not None:
+                flight.abandon()  # admitted, then stopped before it was made
             connection, self._connection = self._connection, None
             if connection is not None:
                 with anyio.CancelScope(shield=True):
@@ -201,47 +202,24 @@ class SessionRunner:
             await self._sleep(seconds)
         self._wait_scope = None
 
-    async def _paced(self) -> bool:
-        """Wait for the endpoint's next connection slot; False when the session ended meanwhile.
+    def _stopped(self) -> bool:
+        return self.core.terminated
 
-        A slot reserved before a throttle is void (the endpoint's pace was cut and it may be
-        paused): the session reserves again. A slot past the reconnection horizon ends the
-        session there (the machine gives up: HORIZON).
+    async def _admitted(self) -> Flight | Refused | None:
+        """Wait for the connect endpoint's next slot, then ask its circuit: the admitted attempt,
+        or the circuit's refusal; None when the session ended meanwhile.
+
+        A slot past the reconnection horizon ends the session there (the machine gives up:
+        HORIZON) instead of waiting for it.
         """
-        pacer = self._pacer
-        if pacer is None:
-            return True
-        while True:
-            generation = pacer.generation
-            wait, booked = pacer.reserve()
-            due = self._clock.monotonic() + wait
-            if wait > 0:
-                deadline = self.core.horizon_deadline
-                if deadline is not None and due > deadline:
-                    if self.core.state is SessionState.RECONNECTING:
-                        self._execute(self.core.reconnect_due(wait))
-                    return False
-                await self._pause(wait)
-                if self.core.terminated:
-                    return False
-            if booked and pacer.generation == generation:
-                if await self._sent(pacer, generation, due):
-                    return True
-                if self.core.terminated:
-                    return False
-
-    async def _sent(self, pacer: Pacer, generation: int, due: float) -> bool:
-        """Wait until the booked attempt may go out (spaced again after a stall); False when a
-        throttle voided the slot meanwhile (the caller reserves again)."""
-        while (extra := pacer.send(due)) > 0:
-            await self._pause(extra)
-            if pacer.generation != generation or self.core.terminated:
-                return False
-        return True
-
-    def _pacing(self, report: PacerReport | None) -> None:
-        if report is not None:
-            publish_pacing(self._bus, report, "connect", self._clock.time())
+        answer = await self._gate.ask(
+            self._reports, self._pause, deadline=self.core.horizon_deadline, stopped=self._stopped
+        )
+        if isinstance(answer, Late):
+            if self.core.state is SessionState.RECONNECTING:
+                self._execute(self.core.reconnect_due(answer.wait_s))
+            return None
+        return answer
 
     async def _await_reconnect(self) -> None:
         due = self._due if self._due is not None else self._clock.monotonic()
@@ -250,32 +228,27 @@ class SessionRunner:
             await self._pause(wait)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
-        if not await self._paced():
+        answer = await self._admitted()
+        if answer is None:
             return  # stopped, or the endpoint's next slot falls past the horizon
-        admission = self._circuit.admit()
-        self._record(admission.effects)
-        if admission.allowed:
-            self._probe_id = admission.probe_id
-            self._admitted = True
-            self._execute(self.core.reconnect_due(None))
-        else:
+        if isinstance(answer, Refused):
             # seed edge case 1: the circuit is open: defer, not counted, RECONNECTION_THROTTLED
-            self._execute(self.core.reconnect_due(max(admission.retry_in_s, 0.001)))
+            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001)))
+            return
+        self._flight = answer
+        self._execute(self.core.reconnect_due(None))
 
     async def _connect_and_serve(self) -> None:
-        if not self._admitted:
-            if not await self._paced():
+        flight, self._flight = self._flight, None
+        if flight is None:
+            answer = await self._admitted()
+            if answer is None:
                 return
-            admission = self._circuit.admit()
-            self._record(admission.effects)
-            if not admission.allowed:
-                self._execute(self.core.connect_refused(max(admission.retry_in_s, 0.001)))
+            if isinstance(answer, Refused):
+                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001)))
                 return
-            self._probe_id = admission.probe_id
-        self._admitted = False
-        probe_id, self._probe_id = self._probe_id, 0
+            flight = answer
         self.connects += 1
-        self._sent_at = self._clock.monotonic()
         connection: Connection | None = None
         deadline = self.core.horizon_deadline
         try:
@@ -286,7 +259,7 @@ class SessionRunner:
                 self._wait_scope = scope
                 if deadline is not None:
                     scope.deadline = anyio.current_time() + max(deadline - self._clock.monotonic(), 0.0)
-                connection = await self._open()
+                connection = await self.transport.open(flight)
             self._wait_scope = None
             if connection is None:
                 if scope.cancelled_caught and not self.core.terminated:
@@ -296,30 +269,33 @@ class SessionRunner:
                         channel=self._context.channel,
                         exception="TimeoutError",
                     )
-                    self._connect_failed(self._classify(raw), probe_id, self._sent_at)
-                return  # stopped while connecting
+                    self._connect_failed(self._classify(raw), flight)
+                else:
+                    flight.abandon()  # stopped while connecting
+                return
             if self.core.terminated:
                 # stopped just as the connection opened: close it, never serve it
+                flight.abandon()
                 with anyio.CancelScope(shield=True):
                     await connection.close(self._close_code)
                 return
         except TransportFailure as failure:
             raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
-            self._connect_failed(self._classify(raw), probe_id, self._sent_at)
+            self._connect_failed(self._classify(raw), flight)
             return
         except OperationError as failure:
-            self._connect_failed(self._unpublished(failure), probe_id, self._sent_at)
+            self._connect_failed(self._unpublished(failure), flight)
             return
         except CircuitOpenError as refused:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
-            # counted, within the horizon; no handshake happened, so this circuit learns nothing
-            # (a lost probe times out by itself)
+            # counted, within the horizon; the attempt was not made, so its endpoint learns
+            # nothing (a lost probe times out by itself)
+            flight.abandon()
             if not self.core.terminated:
                 self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
             return
-        self._record(self._circuit.record_success(probe_id))
-        if self._pacer is not None:
-            self._pacing(self._pacer.admitted(self._clock.monotonic() - self._sent_at))
+        # the endpoint answered (unless the transport told it already, where the attempt was made)
+        flight.settle(None)
         context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
@@ -341,38 +317,11 @@ class SessionRunner:
             connection.on_rolled_over = self._rolled_over
         await self._serve(connection)
 
-    async def _open(self) -> Connection:
-        """Open the transport, holding one of the endpoint's places in flight meanwhile.
-
-        A session that waited for a place may find the endpoint paused by a Retry-After that
-        came back meanwhile: it waits that out too, place held (nobody else may go either); and
-        it is spaced again at the rate (``Pacer.respace``), so the waiters that answers handled
-        in one batch let go do not leave in one burst. ``_sent_at`` is when the attempt left.
-        """
-        in_flight, pacer = self._in_flight, self._pacer
-        if in_flight is None or pacer is None:
-            return await self.transport.open()
-        queued_at = self._clock.monotonic()
-        async with in_flight.place():
-            while (paused := pacer.paused_for()) > 0:
-                await self._sleep(paused)
-            while (extra := pacer.respace(queued_at)) > 0:
-                await self._sleep(extra)
-            self._sent_at = self._clock.monotonic()
-            return await self.transport.open()
-
-    def _connect_failed(self, event: SdkErrorEvent, probe_id: int, sent_at: float) -> None:
-        pacer = self._pacer
-        throttled = pacer is not None and throttles(event)
-        if not echo_of_throttle(pacer, throttled, probe_id, sent_at):
-            # (a refusal of an attempt in flight when the endpoint's throttle came back is that
-            # throttle's echo: counted once toward the circuit)
-            self._record(self._circuit.record_failure(event, probe_id))
-        if throttled and pacer is not None:
-            # the platform refused the attempt for load: slower for everyone, and nobody before
-            # its Retry-After (the whole endpoint waits, not only this session)
-            retry_after = None if event.retry_after_ms is None else event.retry_after_ms / 1000.0
-            self._pacing(pacer.throttled(retry_after))
+    def _connect_failed(self, event: SdkErrorEvent, flight: Flight) -> None:
+        # the connect endpoint hears of the failure when the attempt was made and nobody told it
+        # yet (a CXone start's answers were told by the retry executor, a notifications channel
+        # that could not be created never reached its handshake): each attempt once
+        flight.settle(event)
         if self.core.terminated:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))
@@ -414,10 +363,10 @@ class SessionRunner:
         if self.core.terminated:
             return  # stopped (ctl stop, drain, a fail-fast elsewhere) while the connection closed
         lost = connection_lost(failure)
-        if self._pacer is not None and lost.reconnect:
+        if lost.reconnect:
             # the platform dropped the connection: the pace learned before it is stale (a drop
             # right after a start-up of thousands would meet the restarted platform at that pace)
-            self._pacing(self._pacer.lost())
+            self._gate.lost(self._reports)
         self._execute(self.core.failure(lost))
 
     async def _refused_while_serving(self, connection: Connection, refused: CircuitOpenError) -> None:
@@ -492,10 +441,6 @@ class SessionRunner:
         for scope in (self._serve_scope, self._wait_scope):
             if scope is not None:
                 scope.cancel()
-
-    def _record(self, effects: tuple[CircuitEffect, ...]) -> None:
-        if effects:
-            publish_effects(self._bus, effects)
 
     # ------------------------------------------------------------------ classification
     def _classify(self, raw: RawError) -> SdkErrorEvent:

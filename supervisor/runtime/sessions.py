@@ -29,13 +29,14 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from machines.circuit import Circuit
+from machines.circuit import CircuitState
 from supervisor.config import Config, SessionSpec
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Taxonomy
 
 __all__ = [
     "CircuitReader",
+    "CircuitView",
     "DesiredSessions",
     "Plan",
     "SessionBook",
@@ -106,10 +107,21 @@ class DesiredSessions(Protocol):
         """``ctl start`` / ``ctl stop``: kept across restarts."""
 
 
+class CircuitView(Protocol):
+    """What a reader sees of one circuit: its id and state. Only an endpoint drives a circuit
+    (machines/endpoint.py); the edges read, never admit or record (tests/unit/test_import_rules.py)."""
+
+    @property
+    def circuit_id(self) -> str: ...
+
+    @property
+    def state(self) -> CircuitState: ...
+
+
 class CircuitReader(Protocol):
     """Every endpoint's circuit breaker made so far (a circuit is made on first use)."""
 
-    def all(self) -> Mapping[str, Circuit]: ...
+    def all(self) -> Mapping[str, CircuitView]: ...
 
 
 class SessionBook(Protocol):

@@ -24,8 +24,9 @@ import httpx
 
 from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
-from machines.registry import Admission, CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
@@ -37,7 +38,6 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
-from supervisor.runtime.in_flight import InFlightLimits
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
@@ -79,20 +79,19 @@ class Wiring:
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
-        self.admission = _admission(config, self.clock)
-        self.in_flight = InFlightLimits()
+        # every endpoint's admission (issue 24: decided once, by its Endpoint, through one shell)
+        self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
         self.session_config = _session_config(config)
         self.store = SessionStore()
         bus_hooks = BusHooks(self.bus, self.clock)
         self.executor = RetryExecutor(
             self.classifier,
-            self.circuits,
+            self.attempts,
             self.clock,
             rng=self.rng,
             hooks=HookChain([bus_hooks, *hooks]) if hooks else bus_hooks,
             sleep=sleep,
             refresh_before_retry_s=config.tokens.refresh_before_retry,
-            admission=self.admission,
         )
         self.tokens: dict[str, TokenCache] = {}
         # where the CXone credential's agent API is (apiUrl, or discovered after each login)
@@ -243,7 +242,8 @@ class Wiring:
     def transport_for(
         self, spec: SessionSpec, resume: Mapping[str, str] | None = None
     ) -> tuple[Transport, str]:
-        """The transport of one configured session and the circuit its connections go through.
+        """The transport of one configured session and its connect endpoint (where its connection
+        attempts are admitted).
 
         ``resume``: what the durable store kept of the session's server side (the Web Messaging
         guest token after a planned restart: the same guest session is resumed, newSession:false).
@@ -296,7 +296,7 @@ class Wiring:
                 on_event=None if sink is None else partial(sink, spec.id),
             )
             return nt, "genesys:streaming"
-        from supervisor.transports.cxone import AgentSessionTransport
+        from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
 
         cx = platforms.cxone
         assert cx is not None
@@ -313,17 +313,17 @@ class Wiring:
             clock=self.clock,
             sleep=self.sleep,
         )
-        return at, "cxone:agent-sessions"
+        return at, CONNECT_ENDPOINT
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption
         of the server session a restart left, ``resume``)."""
-        transport, circuit = self.transport_for(spec, resume)
-        pacer = self.admission.connect(circuit)
+        transport, endpoint = self.transport_for(spec, resume)
         return SessionRunner(
             transport,
             classifier=self.classifier,
-            circuit=self.circuits.get(circuit),
+            # its connection attempts' endpoint (beyond the seed, issue 15: paced to what it admits)
+            gate=self.attempts.connect(endpoint),
             bus=self.bus,
             clock=self.clock,
             rng=self.rng,
@@ -333,9 +333,6 @@ class Wiring:
             tokens=self.tokens.get(spec.platform),
             config=self.session_config,
             sleep=self.sleep,
-            # beyond the seed (issue 15): connection attempts to the endpoint are paced to what it admits
-            pacer=pacer,
-            in_flight=self.in_flight.for_pacer(pacer),
         )
 
 
@@ -349,7 +346,7 @@ def _circuit_config(config: Config) -> CircuitConfig:
     )
 
 
-def _admission(config: Config, clock: Clock) -> Admission:
+def _endpoints(config: Config, clock: Clock, circuits: CircuitRegistry) -> Endpoints:
     settings = config.admission
     connect = rest = None
     if settings.adaptive:
@@ -360,8 +357,9 @@ def _admission(config: Config, clock: Clock) -> Admission:
             initial_rate=settings.initial_rate, probe=probe, in_flight_floor=settings.connects_in_flight
         )
         rest = PacingConfig(initial_rate=None, probe=probe)
-    return Admission(
+    return Endpoints(
         clock,
+        circuits,
         connect=connect,
         rest=rest,
         budget=(settings.retry_budget_ratio, settings.retry_budget_min_per_second),

@@ -2,12 +2,19 @@
 
 Lifecycle driven by the runtime (supervisor/runtime/session_runner.py)::
 
-    connection = await transport.open()          # TransportFailure / OperationError on failure
+    connection = await transport.open(flight)    # TransportFailure / OperationError on failure
     # the runtime validates connection.session_response and takes connection.learned
     raw = await connection.serve(report)          # runs until the connection ends: why it ended
     await connection.close(1001)                  # on shutdown (going away) or 1000 on stop
 
 Failures are described with the mappers of :mod:`supervisor.boundary`, never decided here.
+``flight`` is the connection attempt the runtime admitted on the session's connect endpoint
+(supervisor/attempts/): the transport makes it leave right before the attempt it stands for is
+made (:meth:`~supervisor.attempts.Flight.leave`: a WebSocket handshake; a CXone session start goes
+through the retry executor with it), and may tell its answer there; the runtime tells what is left
+untold. What the transport does before (a token, a notifications channel created over REST) goes
+through its own endpoints and is not this attempt.
+
 A transport's :class:`~supervisor.boundary.SessionContext` is immutable: what a connection
 learns about its session (a conversation, the platform's session id, the agent) it reports
 through ``learned``, and the runtime, the one owner of session state, merges it.
@@ -24,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.events import RolloverReason
 from supervisor.taxonomy import RawError
@@ -73,8 +81,11 @@ class Transport(Protocol):
     # carry before the session may go active, and where it names its conversation (docs/taxonomy.md)
     response_kind: str
 
-    async def open(self) -> Connection:
-        """Connect and obtain the session response. Raises TransportFailure or OperationError."""
+    async def open(self, flight: Flight | None = None) -> Connection:
+        """Connect and obtain the session response. Raises TransportFailure or OperationError.
+
+        ``flight``: the admitted connection attempt (None: not gated, a transport used on its own).
+        """
 
     async def aclose(self) -> None:
         """Release what the transport holds (HTTP clients, ...)."""

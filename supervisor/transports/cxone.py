@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
+from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
 from supervisor.clock import Clock
 from supervisor.errors import OperationError, TransportFailure
@@ -66,6 +67,7 @@ from supervisor.taxonomy.headers import parse_max_age_ms
 
 __all__ = [
     "CIRCUIT",
+    "CONNECT_ENDPOINT",
     "MAX_AGE_CEILING_S",
     "POLL_READ_GRACE_S",
     "AgentSessionConnection",
@@ -78,6 +80,8 @@ EventSink = Callable[[list[dict[str, Any]]], None]
 
 #: the circuit every Agent Session API call goes through (one per CXone API endpoint)
 CIRCUIT = "cxone:api"
+#: the session's connect endpoint: its starts and joins, paced and gated as connection attempts
+CONNECT_ENDPOINT = "cxone:agent-sessions"
 #: the httpx read timeout of a poll is the server's hold time plus this (the server holds up to N s)
 POLL_READ_GRACE_S = 10.0
 #: a Cache-Control max-age longer than the longest hold CXone allows (60 s) is clamped to it
@@ -171,19 +175,26 @@ class AgentSessionTransport:
         # apiUrl, or the API the credential's last login discovered (raises as open() may)
         return await self.api.base(self.context) + "agent-sessions"
 
-    async def open(self) -> AgentSessionConnection:
+    async def open(self, flight: Flight | None = None) -> AgentSessionConnection:
         """Start a platform session, then run its first poll; see the module docstring.
 
         Raises :class:`OperationError` (a classified failure, a malformed or incomplete
         poll or discovery, a login that gave up), :class:`CircuitOpenError`, or
         :class:`TransportFailure` (the first poll's watchdog).
+
+        The start (and a join after a 409) is the session's connection attempt, on its connect
+        endpoint ``cxone:agent-sessions`` only: ``flight``, admitted by the runtime, is the start's
+        first attempt, and the retry executor asks that endpoint for every retry and for the join,
+        so start-up is paced there as a WebSocket storm is, and each refusal is told to it once.
+        The login before it and the first poll after it go through their own endpoints.
         """
         sessions = await self._sessions_url()
         response = await self.pipeline.request(
             "POST",
             sessions,
             ctx=self.context,
-            circuit=CIRCUIT,
+            circuit=CONNECT_ENDPOINT,
+            admitted=flight,
             operation=_START,
             check=ResponseCheck(),  # a body that does not parse is MALFORMED_RESPONSE
             # 409: the agent already has a live session, one a crashed daemon (or a desktop) left
@@ -197,7 +208,9 @@ class AgentSessionTransport:
                 "POST",
                 f"{sessions}/join",
                 ctx=self.context,
-                circuit=CIRCUIT,
+                circuit=CONNECT_ENDPOINT,
+                # (its flight was the start's: the join asks the same endpoint anew)
+                admitted=flight,
                 operation=_JOIN,
                 check=ResponseCheck(),
                 json=self._join,

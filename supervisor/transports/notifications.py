@@ -41,6 +41,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from websockets.asyncio.client import connect
 
+from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
@@ -142,10 +143,16 @@ class NotificationsTransport:
     def pipeline(self) -> RequestPipeline:
         return self._pipeline
 
-    async def open(self) -> NotificationsConnection:
-        """Create a channel, connect, subscribe; raises OperationError (REST) or TransportFailure."""
+    async def open(self, flight: Flight | None = None) -> NotificationsConnection:
+        """Create a channel, connect, subscribe; raises OperationError (REST) or TransportFailure.
+
+        ``flight`` is the WebSocket handshake's attempt on ``genesys:streaming``: it leaves right
+        before the handshake and is answered as soon as the handshake succeeds (the runtime tells a
+        failed one). The channel's creation and subscription are REST calls on ``genesys:api``,
+        decided there once; a channel that could not be created never made the handshake.
+        """
         place = await self.quota.reserve()
-        link = await self.establish(self.context, place)
+        link = await self.establish(self.context, place, flight=flight)
         conn = NotificationsConnection(self, link)
         self._live = conn
         return conn
@@ -164,14 +171,20 @@ class NotificationsTransport:
         place: Place,
         deliver: Callable[[ChannelLink, Mapping[str, Any]], None] | None = None,
         on_heartbeat: Callable[[], None] | None = None,
+        *,
+        flight: Flight | None = None,
     ) -> ChannelLink:
-        """A new channel, connected and subscribed to every topic; ``place`` is released on failure."""
+        """A new channel, connected and subscribed to every topic; ``place`` is released on failure.
+
+        ``flight``: the handshake's admitted attempt (None for a rollover's new channel, whose
+        socket is not gated: docs/runtime.md, "Known limits").
+        """
         try:
             channel = await self._create(ctx)
             tokens = self.tokens
             # the token the channel was just created with (the pipeline signed with the cache's)
             token = tokens.current if tokens is not None else None
-            link = await self._connect(channel, ctx, place, token, deliver, on_heartbeat)
+            link = await self._connect(channel, ctx, place, token, deliver, on_heartbeat, flight)
         except BaseException:
             place.release()
             raise
@@ -207,12 +220,15 @@ class NotificationsTransport:
         token: Token | None,
         deliver: Callable[[ChannelLink, Mapping[str, Any]], None] | None,
         on_heartbeat: Callable[[], None] | None,
+        flight: Flight | None,
     ) -> ChannelLink:
         channel_id, connect_uri = str(channel["id"]), str(channel["connectUri"])
         # the channel id is the session's platform id (correlation only: it is not a credential)
         link_ctx = ctx.learned(Learned(platform_session_id=channel_id))
         endpoint = urlsplit(connect_uri).path or "/channels"
         ka = self._keepalive
+        if flight is not None:
+            await flight.leave()
         try:
             ws = await connect(
                 connect_uri,
@@ -226,7 +242,9 @@ class NotificationsTransport:
             )
         except (wsx.WebSocketException, OSError) as exc:
             raw = raw_from_exception(exc, ctx=link_ctx, method="CONNECT", endpoint=endpoint)
-            raise TransportFailure(raw) from None
+            raise TransportFailure(raw) from None  # (the runtime tells the endpoint, classified)
+        if flight is not None:
+            flight.answered(None)  # the handshake went through: its endpoint hears so now
         now = self.clock.monotonic()
         expires = _epoch(channel.get("expires"))
         channel_expires_at = None if expires is None else now + (expires - self.clock.time())

@@ -42,6 +42,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 from websockets.typing import Origin
 
+from supervisor.attempts import Flight
 from supervisor.boundary import (
     Learned,
     Reporter,
@@ -142,10 +143,17 @@ class WebMessagingTransport:
         self.guest_token = str(uuid.uuid4())
         self._configured = False
 
-    async def open(self) -> WebMessagingConnection:
-        """Connect, configure the session, return the connection; raises :class:`TransportFailure`."""
+    async def open(self, flight: Flight | None = None) -> WebMessagingConnection:
+        """Connect, configure the session, return the connection; raises :class:`TransportFailure`.
+
+        The attempt is the handshake and the ``configureSession`` it carries (a ``connected:
+        false`` answer counts against the endpoint like a refused handshake): ``flight`` leaves
+        right before the handshake, and the runtime tells its answer.
+        """
         ctx = self.context
         ka = self._keepalive
+        if flight is not None:
+            await flight.leave()
         try:
             ws = await connect(
                 self._uri,

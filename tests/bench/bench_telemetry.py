@@ -46,7 +46,8 @@ import pytest
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
@@ -147,7 +148,7 @@ async def wrapper(calls: int, url: str) -> dict[str, float]:
         return await op()
 
     def executor(hooks: ExecutorHooks) -> Callable[[], Awaitable[object]]:
-        ex = RetryExecutor(classifier, CircuitRegistry(clock), clock, hooks=hooks)
+        ex = RetryExecutor(classifier, Attempts(Endpoints(clock, CircuitRegistry(clock))), clock, hooks=hooks)
 
         async def call() -> object:
             return await ex.call(once, ctx=ctx, circuit="bench:endpoint", operation="bench", route="/bench")

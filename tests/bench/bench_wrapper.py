@@ -39,7 +39,8 @@ import tenacity
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import SystemClock
 from supervisor.rest.executor import RetryExecutor
@@ -105,8 +106,10 @@ async def measure(calls: int) -> dict[str, float]:
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"ok": True}))
     classifier = Classifier(load_taxonomy("v1"), clock)
     async with httpx.AsyncClient(transport=transport) as client:
-        executor = RetryExecutor(classifier, CircuitRegistry(clock), clock)
-        hooked = RetryExecutor(classifier, CircuitRegistry(clock), clock, hooks=NoHooks())
+        executor = RetryExecutor(classifier, Attempts(Endpoints(clock, CircuitRegistry(clock))), clock)
+        hooked = RetryExecutor(
+            classifier, Attempts(Endpoints(clock, CircuitRegistry(clock))), clock, hooks=NoHooks()
+        )
         pipeline = RequestPipeline(client, executor)
         out: dict[str, float] = {"bare": await best_us(op, calls)}
         out["ours: executor, no hooks"] = await best_us(ours_call(executor), calls)

@@ -152,8 +152,14 @@ def taxonomy_variant(
     delay_scale: float = 1.0,
     honor_retry_after: bool = True,
 ) -> str:
-    """Taxonomy v1 with another jitter, scaled delays or Retry-After ignored; returns its path."""
-    text = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
+    """Taxonomy v2 (the default) with another jitter, scaled delays or Retry-After ignored; returns its path.
+
+    v2, not v1: the simulator answers a resumed guest as Genesys does, without ``newSession`` and
+    ``readOnly``, which v1 requires (docs/taxonomy.md): under v1 every reconnection of the storm
+    ended INCOMPLETE_RESPONSE. The two route the storm's own failures (a 1006 drop, 429/503 + Retry-After
+    on the upgrade) alike (``session-supervisor taxonomy diff v1 v2``).
+    """
+    text = (resources.files("supervisor.taxonomy") / "data" / "v2.toml").read_text(encoding="utf-8")
     if jitter is not None:
         text = re.sub(r'^jitter = "\w+"', f'jitter = "{jitter}"', text, flags=re.MULTILINE)
     if delay_scale != 1.0:
@@ -170,7 +176,7 @@ def webmessaging_config(
     sessions: int,
     *,
     first_delay: tuple[float, float] = (2.0, 8.0),
-    taxonomy: str = "v1",
+    taxonomy: str = "v2",
     seed: int = 1,
     echo_interval: float = 30.0,
     adaptive: bool = True,

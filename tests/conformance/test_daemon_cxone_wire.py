@@ -20,8 +20,9 @@ import anyio
 import httpx
 import pytest
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionState
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus, Published
 from supervisor.clock import FakeClock
@@ -72,7 +73,11 @@ class Daemon:
     def __post_init__(self) -> None:
         self.classifier = Classifier(load_taxonomy(self.version), self.clock)
         self.executor = RetryExecutor(
-            self.classifier, CircuitRegistry(self.clock), self.clock, rng=random.Random(3), sleep=self.sleep
+            self.classifier,
+            Attempts(Endpoints(self.clock, CircuitRegistry(self.clock))),
+            self.clock,
+            rng=random.Random(3),
+            sleep=self.sleep,
         )
         self.login = CxoneLogin(
             self.http,
@@ -380,7 +385,7 @@ def _runner(daemon: Daemon, transport: AgentSessionTransport) -> SessionRunner:
     return SessionRunner(
         transport,
         classifier=daemon.classifier,
-        circuit=daemon.executor.circuits.get("cxone:agent-sessions"),
+        gate=daemon.executor.attempts.connect("cxone:agent-sessions"),
         bus=daemon.bus,
         clock=daemon.clock,
         rng=random.Random(5),

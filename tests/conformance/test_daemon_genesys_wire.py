@@ -20,8 +20,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock, SystemClock
@@ -220,7 +221,10 @@ def wm(
 ) -> WebMessagingTransport:
     classifier = Classifier(load_taxonomy(taxonomy))
     executor = RetryExecutor(
-        classifier, CircuitRegistry(SystemClock()), SystemClock(), sleep=waits or Waits()
+        classifier,
+        Attempts(Endpoints(SystemClock(), CircuitRegistry(SystemClock()))),
+        SystemClock(),
+        sleep=waits or Waits(),
     )
     timers = timers or FakeTimers()
     return WebMessagingTransport(
@@ -273,7 +277,7 @@ class Runner:
         self.runner = SessionRunner(
             transport,
             classifier=classifier_of(transport),
-            circuit=CircuitRegistry(clock).get("genesys:webmessaging"),
+            gate=Attempts(Endpoints(clock)).connect("genesys:webmessaging"),
             bus=self.bus,
             clock=clock,
             rng=random.Random(1),

@@ -24,7 +24,8 @@ import httpx
 import pytest
 from aiohttp import WSMsgType, web
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import SystemClock
 from supervisor.config import Keepalive, Secret
@@ -207,7 +208,9 @@ async def test_the_daemon_rolls_over_with_py269s_requests_and_closes_the_old_cha
     async with httpx.AsyncClient(timeout=10.0) as http:
         clock = SystemClock()
         tokens = TokenCache(GenesysClientCredentials(http, recorder.url, "client", Secret("secret")), clock)
-        pipeline = RequestPipeline(http, RetryExecutor(V2, CircuitRegistry(clock), clock), tokens=tokens)
+        pipeline = RequestPipeline(
+            http, RetryExecutor(V2, Attempts(Endpoints(clock, CircuitRegistry(clock))), clock), tokens=tokens
+        )
         transport = NotificationsTransport(
             SessionContext("conformance", Platform.GENESYS, Channel.NOTIFICATIONS),
             pipeline=pipeline,

@@ -153,10 +153,9 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
     async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
-        budget = h.supervisor.wiring.admission.budget("genesys:api")
-        assert budget is not None
+        endpoint = h.supervisor.wiring.attempts.endpoints.get("genesys:api")
         clock.advance(math.ceil(clock.monotonic()) - clock.monotonic())  # T: a whole second
-        assert budget.allow_retry()  # the window's one retry, spent at T
+        assert endpoint.may_retry()  # the window's one retry, spent at T
         clock.advance(4.0)
         sim.faults.inject(
             Fault(
@@ -221,9 +220,8 @@ async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_
     n = 40
     async with supervised(genesys_config(sim.urls, n), tmp_path, genesys=sim, clock=clock, sleep=sleep) as h:
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
-        pacer = h.supervisor.wiring.admission.connect("genesys:webmessaging")
-        assert pacer is not None
-        grown = pacer.rate
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect("genesys:webmessaging")
+        grown = endpoint.rate
         assert grown is not None and grown > 40.0
         assert not [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]
         clock.advance(3.0)  # quiet: every session is up (idle restart is 10 s away)

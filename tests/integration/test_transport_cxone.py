@@ -20,7 +20,8 @@ import anyio
 import httpx
 import pytest
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock, SystemClock
 from supervisor.config import Secret
@@ -140,7 +141,7 @@ async def rig(sim_config: CxoneSimConfig, version: str) -> AsyncIterator[Rig]:
         rig = Rig(sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
         executor = RetryExecutor(
             classifier,
-            CircuitRegistry(SystemClock()),
+            Attempts(Endpoints(SystemClock(), CircuitRegistry(SystemClock()))),
             SystemClock(),
             rng=random.Random(7),
             sleep=rig.fake_sleep,

@@ -21,7 +21,8 @@ import msgspec
 import pytest
 
 from machines.circuit import CircuitConfig
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.config import Keepalive, Secret
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
@@ -92,7 +93,9 @@ def make(
     tokens = TokenCache(
         GenesysClientCredentials(g.http, g.sim.urls["login"], "client", Secret("secret")), g.clock
     )
-    executor = RetryExecutor(classifier, CircuitRegistry(g.clock, circuits), g.clock, sleep=no_sleep)
+    executor = RetryExecutor(
+        classifier, Attempts(Endpoints(g.clock, CircuitRegistry(g.clock, circuits))), g.clock, sleep=no_sleep
+    )
     pipeline = RequestPipeline(g.http, executor, tokens=tokens)
     sleep = ClockSleep(g.clock)
     events: list[Mapping[str, Any]] = []

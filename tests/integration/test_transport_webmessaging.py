@@ -17,7 +17,8 @@ import msgspec
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import SystemClock
 from supervisor.config import Keepalive
@@ -85,7 +86,12 @@ class Waits:
 
 
 def executor(g: Genesys, classifier: Classifier = CLASSIFIER) -> RetryExecutor:
-    return RetryExecutor(classifier, CircuitRegistry(SystemClock()), SystemClock(), sleep=Waits(g))
+    return RetryExecutor(
+        classifier,
+        Attempts(Endpoints(SystemClock(), CircuitRegistry(SystemClock()))),
+        SystemClock(),
+        sleep=Waits(g),
+    )
 
 
 def transport(g: Genesys, keepalive: Keepalive = QUIET, **kwargs: Any) -> WebMessagingTransport:

@@ -143,7 +143,11 @@ async def test_work_is_due_on_the_clock_and_a_tenant_pause_holds_it() -> None:
     async def record(work: Work) -> None:
         ran.append((clock.monotonic(), work))
 
-    scheduler = Scheduler(clock, record, concurrency=2)
+    # the tenant's endpoint holds it by a Retry-After until ``held_until`` (none yet)
+    held_until = {"t": 0.0}
+    scheduler = Scheduler(
+        clock, record, concurrency=2, held=lambda tenant: held_until[tenant] - clock.monotonic()
+    )
     verify = Work(Kind.CHECK, "t", "c1", 7)
     scheduler.after(verify, 3.0)
     await scheduler.run_due()
@@ -156,7 +160,7 @@ async def test_work_is_due_on_the_clock_and_a_tenant_pause_holds_it() -> None:
     assert ran == [(103.0, verify)]
     # Retry-After pauses the whole tenant, whatever its work was due at
     send = Work(Kind.SEND, "t", "c2")
-    scheduler.pause("t", 5.0)
+    held_until["t"] = clock.monotonic() + 5.0
     scheduler.after(send, 0.0)
     assert scheduler.next_due() == 108.0
     clock.advance(4.0)

@@ -15,6 +15,12 @@
    only those interfaces, the lifecycle's ``Service`` (and the demo the assembly), never the
    supervisor, its wiring or the store's class; and no attribute chain goes through a supervisor
    (``supervisor.x``, ``self._supervisor.x``) or a wiring (``x.wiring``).
+5. **One attempt path** (issue 24, point 1; docs/runtime.md, "Admission"): only the shell modules
+   of :data:`ENDPOINT_SHELLS` call an endpoint's :class:`~machines.endpoint.Endpoint` (they alone
+   import ``machines.endpoint``; ``machines.registry`` makes them); circuits, pacers and retry
+   budgets are driven inside ``Endpoint`` only: nothing else imports ``Circuit``, ``Pacer``,
+   ``RetryBudget`` or ``echo_of_throttle``, and ``Circuit.admit`` and ``record_*`` have one call
+   site each, in ``machines/endpoint.py``.
 
 Transitively, importing the taxonomy and the retry policy loads no I/O module either
 (checked in a fresh interpreter). machines/ is exempt from that second check only because
@@ -91,7 +97,11 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "transports; attribute updates (they send through the REST client); telemetry (executor hooks, bus sinks)",
         ("supervisor.transports", "supervisor.attributes", "supervisor.telemetry"),
     ),
-    (5, "the REST client: the one retry executor, pipeline, tokens", ("supervisor.rest",)),
+    (
+        5,
+        "the attempt shell; the REST client: the one retry executor, pipeline, tokens",
+        ("supervisor.attempts", "supervisor.rest"),
+    ),
     (4, "machines", ("machines",)),
     (
         3,
@@ -487,3 +497,107 @@ def test_the_edges_do_not_reach_through_the_supervisor(path: Path) -> None:
 )
 def test_the_reach_check_catches_what_it_should(module: str, source: str, bad: bool) -> None:
     assert bool(reach_throughs(source, module)) is bad
+
+
+# -- one attempt path --------------------------------------------------------------------------------
+
+#: the shells, the only modules that call an Endpoint (a library's sync and async shells join later)
+ENDPOINT_SHELLS = ("supervisor.attempts.shell",)
+#: who may make (not call) Endpoints and the machines inside them
+ENDPOINT_MAKERS = ("machines.registry",)
+#: the machines an Endpoint drives, by the module that defines them
+DRIVEN = {
+    "machines.circuit": ("Circuit",),
+    "machines.pacing": ("Pacer", "echo_of_throttle"),
+    "machines.retry_budget": ("RetryBudget",),
+}
+#: Circuit's inputs: each called in machines/endpoint.py alone (machines/circuit.py calls its own)
+CIRCUIT_INPUTS = ("admit", "record_success", "record_failure", "probe_timed_out")
+#: other methods named like a circuit input, by module and receiver (not circuits)
+NOT_CIRCUITS = {("supervisor.transports.notifications", "self._dedupe", "admit")}
+
+
+def _daemon_files() -> list[Path]:
+    # the simulators stand in for the platforms: they have admission of their own
+    return [f for f in _our_files() if not _module_name(f).startswith("supervisor.sim")]
+
+
+def attempt_path_violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """What ``module`` does that only the endpoint, its makers and its shells may do."""
+    found = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(node.module, node.level, module, is_package)
+            if base == "machines.endpoint" and module not in (*ENDPOINT_SHELLS, *ENDPOINT_MAKERS):
+                found.append(
+                    f"line {node.lineno}: {module} imports machines.endpoint (only the shells call it)"
+                )
+            for alias in node.names:
+                for home, names in DRIVEN.items():
+                    allowed = ("machines.endpoint", *ENDPOINT_MAKERS, home, "machines")
+                    if alias.name in names and base in (home, "machines") and module not in allowed:
+                        found.append(
+                            f"line {node.lineno}: {module} imports {alias.name} (driven by Endpoint only)"
+                        )
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "machines.endpoint" and module not in (*ENDPOINT_SHELLS, *ENDPOINT_MAKERS):
+                    found.append(
+                        f"line {node.lineno}: {module} imports machines.endpoint (only the shells call it)"
+                    )
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name not in CIRCUIT_INPUTS or module in ("machines.endpoint", "machines.circuit"):
+                continue
+            receiver = ast.unparse(node.func.value)
+            if (module, receiver, name) not in NOT_CIRCUITS:
+                found.append(f"line {node.lineno}: {module} calls {receiver}.{name}() (a circuit input)")
+    return found
+
+
+@pytest.mark.parametrize("path", _daemon_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_shells_call_an_endpoint_and_only_an_endpoint_drives_its_machines(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    assert attempt_path_violations(source, _module_name(path), path.name == "__init__.py") == []
+
+
+def test_circuit_admit_has_one_call_site() -> None:
+    sites = []
+    for path in _daemon_files():
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "admit"
+            ):
+                receiver = ast.unparse(node.func.value)
+                if (module, receiver, "admit") not in NOT_CIRCUITS:
+                    sites.append((module, receiver))
+    assert sites == [("machines.endpoint", "self._circuit")]
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "bad"),
+    [
+        ("from machines.endpoint import Endpoint", "supervisor.runtime.session_runner", True),
+        ("import machines.endpoint", "supervisor.rest.executor", True),
+        ("from machines.endpoint import Endpoint", "supervisor.attempts.shell", False),
+        ("from machines.circuit import Circuit", "supervisor.rest.steps", True),
+        ("from machines import Circuit", "supervisor.runtime.wiring", True),
+        ("from machines.circuit import CircuitConfig, CircuitState", "supervisor.runtime.wiring", False),
+        ("from machines.pacing import Pacer", "supervisor.runtime.session_runner", True),
+        ("from machines.pacing import echo_of_throttle", "supervisor.rest.executor", True),
+        ("from machines.pacing import PacingConfig, PacerReport", "supervisor.runtime.hooks", False),
+        ("from machines.retry_budget import RetryBudget", "supervisor.rest.steps", True),
+        ("from machines.pacing import Pacer", "machines.registry", False),
+        ("breaker.admit()", "supervisor.rest.executor", True),
+        ("self._circuit.record_failure(event, 0)", "supervisor.runtime.session_runner", True),
+        ("circuits.get(e).record_success()", "supervisor.attributes.sender", True),
+        ("self._circuit.admit()", "machines.endpoint", False),
+        ("self._dedupe.admit(channel, message)", "supervisor.transports.notifications", False),
+    ],
+)
+def test_the_attempt_path_check_catches_what_it_should(source: str, module: str, bad: bool) -> None:
+    assert bool(attempt_path_violations(source, module)) is bad

@@ -1,4 +1,5 @@
-"""Places in flight per endpoint (issue 15; supervisor/runtime/in_flight.py), with in-memory
+"""Places in flight per endpoint (issue 15; machines/endpoint.py decides, the attempt shell
+supervisor/attempts/shell.py waits), through the session runner with in-memory
 transports (a unit test: tests/bench/bench_storm.py measures the effect over real sockets)."""
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from machines.pacing import Pacer, PacingConfig
-from machines.registry import CircuitRegistry
+from machines.pacing import PacingConfig
+from machines.registry import Endpoints
 from machines.session import SessionConfig
+from supervisor.attempts import Attempts, Flight, Gate
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, FakeClock
 from supervisor.errors import TransportFailure
-from supervisor.runtime.in_flight import InFlight, InFlightLimits
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
@@ -65,7 +66,9 @@ class PlaceTransport:
         self.outcome = outcome
         self.gate.set()
 
-    async def open(self) -> GatedConnection:
+    async def open(self, flight: Flight | None = None) -> GatedConnection:
+        if flight is not None:
+            await flight.leave()  # a place in flight, waiting for one when the endpoint is full
         ep = self.endpoint
         ep.inside += 1
         ep.most = max(ep.most, ep.inside)
@@ -97,13 +100,15 @@ class PlaceTransport:
         pass
 
 
+def connect_gate(clock: Clock, pacing: PacingConfig) -> Gate:
+    """The connect endpoint "ep", paced by ``pacing``, behind the attempt shell."""
+    return Attempts(Endpoints(clock, connect=pacing)).connect("ep")
+
+
 def runners(
-    n: int, clock: Clock, pacer: Pacer, sleeps: list[Callable[[float], Awaitable[None]]] | None = None
+    n: int, clock: Clock, gate: Gate, sleeps: list[Callable[[float], Awaitable[None]]] | None = None
 ) -> tuple[Endpoint, list[SessionRunner]]:
     endpoint = Endpoint()
-    in_flight = InFlightLimits().for_pacer(pacer)
-    assert isinstance(in_flight, InFlight)
-    circuit = CircuitRegistry(clock).get("test")
     classifier = Classifier(load_taxonomy("v1"), clock)
     out = []
     for i in range(n):
@@ -112,14 +117,12 @@ def runners(
             SessionRunner(
                 PlaceTransport(f"s-{i}", endpoint),
                 classifier=classifier,
-                circuit=circuit,
+                gate=gate,
                 bus=EventBus(),
                 clock=clock,
                 rng=random.Random(i),
                 store=SessionStore(),
                 config=SessionConfig(first_delay_s=(0.01, 0.02)),
-                pacer=pacer,
-                in_flight=in_flight,
                 **extra,
             )
         )
@@ -143,8 +146,8 @@ async def test_an_endpoint_holds_its_cap_in_flight_and_every_outcome_gives_the_p
     each give it back, so the next session gets in; never two at once. A place lost on any of
     these paths would leave the others waiting for ever (the test's timeout)."""
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
-    endpoint, sessions = runners(3, clock, pacer, [fake_sleep(clock)] * 3)
+    gate = connect_gate(clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
+    endpoint, sessions = runners(3, clock, gate, [fake_sleep(clock)] * 3)
     by_transport = {id(r.transport): r for r in sessions}
     async with anyio.create_task_group() as tg:
         for runner in sessions:
@@ -172,8 +175,8 @@ async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_c
     and waits the pause out before it leaves (the platform said when it will be ready)."""
     clock = FakeClock()
     slept: list[list[float]] = [[], []]
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
-    endpoint, sessions = runners(2, clock, pacer, [fake_sleep(clock, slept[0]), fake_sleep(clock, slept[1])])
+    gate = connect_gate(clock, PacingConfig(initial_rate=1000.0, in_flight_floor=1))
+    endpoint, sessions = runners(2, clock, gate, [fake_sleep(clock, slept[0]), fake_sleep(clock, slept[1])])
     async with anyio.create_task_group() as tg:
         for runner in sessions:
             tg.start_soon(runner.run)
@@ -184,7 +187,7 @@ async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_c
         first.end("throttle")
         second = await endpoint.next_in()
         assert second is sessions[waiting].transport
-        assert pacer.paused_for() == 0
+        assert gate.held_for() == 0
         assert slept[waiting][before:] == [pytest.approx(1.0)]  # the Retry-After, nothing else
         second.end("ok")
         for runner in sessions:
@@ -198,8 +201,8 @@ async def test_waiters_released_together_by_one_batch_of_answers_leave_a_send_sl
     (Pacer.respace) instead of leaving in the same instant. Without the respacing neither waits."""
     clock = FakeClock()
     slept: list[list[float]] = [[] for _ in range(4)]
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, in_flight_floor=2))
-    endpoint, sessions = runners(4, clock, pacer, [fake_sleep(clock, slept[i]) for i in range(4)])
+    gate = connect_gate(clock, PacingConfig(initial_rate=10.0, growth=1.0001, in_flight_floor=2))
+    endpoint, sessions = runners(4, clock, gate, [fake_sleep(clock, slept[i]) for i in range(4)])
     async with anyio.create_task_group() as tg:
         for runner in sessions:
             tg.start_soon(runner.run)

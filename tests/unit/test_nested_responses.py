@@ -9,7 +9,8 @@ import anyio
 import httpx
 import pytest
 
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
@@ -25,7 +26,10 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 def test_a_deep_success_body_is_malformed_response() -> None:
     clock = FakeClock()
     executor = RetryExecutor(
-        Classifier(load_taxonomy("v1"), clock), CircuitRegistry(clock), clock, rng=random.Random(1)
+        Classifier(load_taxonomy("v1"), clock),
+        Attempts(Endpoints(clock, CircuitRegistry(clock))),
+        clock,
+        rng=random.Random(1),
     )
 
     async def main() -> Any:

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from machines.circuit import CircuitConfig
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
@@ -68,7 +69,7 @@ class Rig:
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         self.executor = RetryExecutor(
             Classifier(load_taxonomy("v1"), self.clock),
-            self.circuits,
+            Attempts(Endpoints(self.clock, self.circuits)),
             self.clock,
             rng=random.Random(3),
             sleep=sleep,

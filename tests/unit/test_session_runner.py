@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from machines.registry import CircuitRegistry
+from machines.registry import Endpoints
 from machines.session import SessionConfig
+from supervisor.attempts import Attempts, Flight
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
@@ -61,7 +62,9 @@ class GatedTransport:
         self.fail = fail
         self.connection = GatedConnection()
 
-    async def open(self) -> GatedConnection:
+    async def open(self, flight: Flight | None = None) -> GatedConnection:
+        if flight is not None:
+            await flight.leave()  # the attempt is made here
         self.entered.set()
         with anyio.CancelScope(shield=True):  # a transport that finishes its attempt regardless
             await self.gate.wait()
@@ -80,7 +83,7 @@ def runner_for(transport: GatedTransport) -> SessionRunner:
     return SessionRunner(
         transport,
         classifier=Classifier(load_taxonomy("v1"), clock),
-        circuit=CircuitRegistry(clock).get("test"),
+        gate=Attempts(Endpoints(clock)).connect("test"),
         bus=EventBus(),
         clock=clock,
         rng=random.Random(1),
@@ -179,9 +182,9 @@ class OpenTransport(GatedTransport):
         self.opens = 0
         self.connection = RefusedConnection()
 
-    async def open(self) -> GatedConnection:
+    async def open(self, flight: Flight | None = None) -> GatedConnection:
         self.opens += 1
-        return await super().open()
+        return await super().open(flight)
 
 
 async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_failure() -> None:
@@ -208,7 +211,7 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
     runner = SessionRunner(
         transport,
         classifier=Classifier(load_taxonomy("v2"), clock),
-        circuit=CircuitRegistry(clock).get("test"),
+        gate=Attempts(Endpoints(clock)).connect("test"),
         bus=bus,
         clock=clock,
         rng=random.Random(1),

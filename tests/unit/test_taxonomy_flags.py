@@ -20,9 +20,10 @@ import httpx
 import pytest
 
 from machines.circuit import CircuitConfig
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
 from machines.routing import Route, route
 from machines.session import SessionCore
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
@@ -143,7 +144,10 @@ def test_a_401_on_an_expired_token_is_replayed_once_whatever_its_name(taxonomy: 
     async def main() -> None:
         tokens = TokenCache(_Source(), clock, early_refresh_s=0.0)
         executor = RetryExecutor(
-            Classifier(taxonomy, clock), CircuitRegistry(clock, CircuitConfig()), clock, rng=random.Random(1)
+            Classifier(taxonomy, clock),
+            Attempts(Endpoints(clock, CircuitRegistry(clock, CircuitConfig()))),
+            clock,
+            rng=random.Random(1),
         )
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             pipeline = RequestPipeline(client, executor, tokens=tokens)
@@ -259,7 +263,11 @@ def _expiry_storm(taxonomy: Taxonomy, sessions: int) -> tuple[list[int], str]:
         await tokens.get()
         circuits = CircuitRegistry(clock, CircuitConfig())
         executor = RetryExecutor(
-            Classifier(taxonomy, clock), circuits, clock, rng=random.Random(1), hooks=hooks
+            Classifier(taxonomy, clock),
+            Attempts(Endpoints(clock, circuits)),
+            clock,
+            rng=random.Random(1),
+            hooks=hooks,
         )
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
             pipeline = RequestPipeline(client, executor, tokens=tokens)

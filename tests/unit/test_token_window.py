@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from machines.circuit import CircuitConfig
-from machines.registry import CircuitRegistry
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext, TokenAge, raw_from_response
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
@@ -183,7 +184,11 @@ class _Rig:
             self.clock.advance(seconds)
 
         self.executor = RetryExecutor(
-            Classifier(V2, self.clock), self.circuits, self.clock, rng=random.Random(3), sleep=sleep
+            Classifier(V2, self.clock),
+            Attempts(Endpoints(self.clock, self.circuits)),
+            self.clock,
+            rng=random.Random(3),
+            sleep=sleep,
         )
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         self.pipeline = RequestPipeline(self.client, self.executor, tokens=self.tokens)

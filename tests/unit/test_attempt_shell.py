@@ -1,0 +1,157 @@
+"""The async attempt shell (issue 24, point 1; supervisor/attempts/shell.py): it waits on the
+endpoint's answers and never loses a place in flight, whichever way an attempt ends."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from machines.circuit import CircuitConfig
+from machines.effects import CircuitEffect
+from machines.endpoint import Endpoint, Refused
+from machines.pacing import PacerReport, PacingConfig
+from machines.registry import CircuitRegistry, Endpoints
+from supervisor.attempts import Attempts, Flight, Gate, Late, Sleep
+from supervisor.clock import FakeClock
+from supervisor.errors import CircuitOpenError
+from tests.unit.test_endpoint import BROWNOUT
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1000.0)
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.effects: list[CircuitEffect] = []
+        self.reports: list[PacerReport] = []
+
+    def circuit(self, effects: tuple[CircuitEffect, ...]) -> None:
+        self.effects.extend(effects)
+
+    def pacing(self, report: PacerReport) -> None:
+        self.reports.append(report)
+
+
+def gate_and_endpoint(
+    clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5
+) -> tuple[Gate, Endpoint]:
+    """The shell's gate of the connect endpoint "ep", and that endpoint (to look at its counts)."""
+    circuits = CircuitRegistry(clock, CircuitConfig(failure_threshold=threshold))
+    endpoints = Endpoints(clock, circuits, connect=PacingConfig(initial_rate=rate, in_flight_floor=floor))
+    return Attempts(endpoints).connect("ep"), endpoints.connect("ep")
+
+
+def gate_of(clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5) -> Gate:
+    return gate_and_endpoint(clock, rate=rate, floor=floor, threshold=threshold)[0]
+
+
+def advancing(clock: FakeClock, slept: list[float] | None = None) -> Sleep:
+    async def sleep(seconds: float) -> None:
+        if slept is not None:
+            slept.append(seconds)
+        await anyio.lowlevel.checkpoint()
+        clock.advance(seconds)
+
+    return sleep
+
+
+async def admitted(gate: Gate, clock: FakeClock) -> Flight:
+    flight = await gate.ask(Seen(), advancing(clock))
+    assert isinstance(flight, Flight)
+    return flight
+
+
+async def test_a_waiter_cancelled_before_its_place_came_gives_its_turn_up(clock: FakeClock) -> None:
+    gate, endpoint = gate_and_endpoint(clock)
+    first, second = await admitted(gate, clock), await admitted(gate, clock)
+    await first.leave()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(second.leave)
+        await anyio.wait_all_tasks_blocked()
+        assert (endpoint.in_flight, endpoint.waiting) == (1, 1)
+        tg.cancel_scope.cancel()
+    assert (endpoint.in_flight, endpoint.waiting) == (1, 0)
+    first.answered(None)
+    assert (endpoint.in_flight, endpoint.waiting) == (0, 0)
+
+
+async def test_a_place_handed_to_a_waiter_stopped_before_it_ran_goes_to_the_next(clock: FakeClock) -> None:
+    gate, endpoint = gate_and_endpoint(clock)
+    first, second, third = [await admitted(gate, clock) for _ in range(3)]
+    await first.leave()
+    left: list[Flight] = []
+    scopes: dict[int, anyio.CancelScope] = {}
+
+    async def leave(flight: Flight) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[id(flight)] = scope
+            await flight.leave()
+            left.append(flight)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leave, second)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(leave, third)
+        await anyio.wait_all_tasks_blocked()
+        assert endpoint.waiting == 2
+        # the second waiter is stopped, and before it runs again the first gives its place back
+        # (no answer will come): the place is handed to the second, which passes it on
+        scopes[id(second)].cancel()
+        first.abandon()
+        assert endpoint.waiting == 1  # (handed to the second, on its behalf)
+    assert left == [third] and (endpoint.in_flight, endpoint.waiting) == (1, 0)
+    third.answered(None)
+    assert (endpoint.in_flight, endpoint.waiting) == (0, 0)
+
+
+async def test_an_attempt_answered_or_abandoned_twice_is_told_once(clock: FakeClock) -> None:
+    gate = gate_of(clock, floor=None, threshold=1)
+    seen = Seen()
+    flight = await gate.ask(seen, advancing(clock))
+    assert isinstance(flight, Flight)
+    await flight.leave()
+    flight.answered(BROWNOUT)
+    flight.answered(BROWNOUT)
+    flight.settle(BROWNOUT)
+    assert [type(e).__name__ for e in seen.effects].count("CircuitOpened") == 1
+    other = gate_of(clock, floor=None, threshold=1)
+    quiet = Seen()
+    never_left = await other.ask(quiet, advancing(clock))
+    assert isinstance(never_left, Flight)
+    never_left.answered(BROWNOUT)  # it never left: nothing to tell
+    never_left.settle(BROWNOUT)  # ...so it is abandoned, and its circuit heard nothing
+    assert quiet.effects == [] and isinstance(await other.ask(Seen(), advancing(clock)), Flight)
+
+
+async def test_a_slot_past_the_deadline_is_late_and_nothing_is_waited_for(clock: FakeClock) -> None:
+    gate = gate_of(clock, rate=1.0, floor=None)
+    await admitted(gate, clock)
+    slept: list[float] = []
+    answer = await gate.ask(Seen(), advancing(clock, slept), deadline=clock.monotonic() + 0.5)
+    assert isinstance(answer, Late) and answer.wait_s == pytest.approx(1.0) and slept == []
+    stopped = await gate.ask(Seen(), advancing(clock, slept), stopped=lambda: True)
+    assert stopped is None and slept == [pytest.approx(1.0)]
+
+
+async def test_an_operations_attempt_refused_by_the_circuit_raises_with_its_wait(clock: FakeClock) -> None:
+    gate = gate_of(clock, floor=None, threshold=1)
+    flight = await admitted(gate, clock)
+    await flight.leave()
+    flight.answered(BROWNOUT)
+    answer = await gate.ask(Seen(), advancing(clock))
+    assert isinstance(answer, Refused)
+    with pytest.raises(CircuitOpenError) as refused:
+        await gate.flight(Seen(), advancing(clock))
+    assert refused.value.circuit_id == "circuit:ep" and refused.value.retry_in_s == pytest.approx(
+        30.0, abs=0.01
+    )
