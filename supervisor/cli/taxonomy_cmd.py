@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, Any
 
 import click
 import msgspec
@@ -110,34 +110,26 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
         if not (codes or tables or responses or replayed):
             out.print("no routing differences", markup=False)
         for c in codes:
-            if c.change == "changed" and c.before and c.after:
-                fields = ", ".join(
-                    f"{k}: {c.before[k]} → {c.after[k]}" for k in c.before if c.before[k] != c.after[k]
-                )
-                out.print(f"code {c.code}: {fields}", markup=False)
-            else:
-                out.print(f"code {c.code}: {c.change}", markup=False)
+            out.print(f"code {c.code}: {_changed(c.change, c.before, c.after)}", markup=False)
         for t in tables:
             out.print(f"{t.table} {t.key}: {t.before} → {t.after}", markup=False)
         for rc in responses:
-            if rc.change == "changed" and rc.before and rc.after:
-                fields = ", ".join(
-                    f"{k}: {rc.before[k]} → {rc.after[k]}" for k in rc.before if rc.before[k] != rc.after[k]
-                )
-                out.print(f"response {rc.response}: {fields}", markup=False)
-            else:
-                out.print(f"response {rc.response}: {rc.change}", markup=False)
+            out.print(f"response {rc.response}: {_changed(rc.change, rc.before, rc.after)}", markup=False)
         for r in replayed:
-            fields = ", ".join(
-                f"{k}: {r.before[k]} → {r.after[k]}" for k in r.before if r.before[k] != r.after[k]
-            )
-            out.print(f"replay line {r.line}: {fields}", markup=False)
+            out.print(f"replay line {r.line}: {_changed('changed', r.before, r.after)}", markup=False)
         if report.changed_total > len(replayed):
             out.print(
                 f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False
             )
     if problems or (fail_on_diff and (codes or tables or responses or replayed)):
         raise SystemExit(1)
+
+
+def _changed(change: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """``key: old → new, ...`` for the keys that changed, else the kind of change (added, removed)."""
+    if change != "changed" or not before or not after:
+        return change
+    return ", ".join(f"{k}: {before[k]} → {after[k]}" for k in before if before[k] != after[k])
 
 
 @taxonomy.command("list")

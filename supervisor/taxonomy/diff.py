@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -49,17 +49,31 @@ def _check(spec: ResponseSpec) -> dict[str, Any]:
     return {"required": list(spec.required), "conversationField": spec.conversation_field}
 
 
-def diff_responses(a: Taxonomy, b: Taxonomy) -> list[ResponseChange]:
-    """Responses whose required fields or conversation field differ, or that one version lacks."""
-    out: list[ResponseChange] = []
-    for name in sorted(set(a.responses) | set(b.responses)):
-        before = _check(a.responses[name]) if name in a.responses else None
-        after = _check(b.responses[name]) if name in b.responses else None
+_Spec = TypeVar("_Spec")
+_Change = TypeVar("_Change")
+
+
+def _diff_entries(
+    a: Mapping[str, _Spec],
+    b: Mapping[str, _Spec],
+    view: Callable[[_Spec], dict[str, Any]],
+    change: Callable[[str, str, dict[str, Any] | None, dict[str, Any] | None], _Change],
+) -> list[_Change]:
+    """Entries (by name) whose ``view`` differs between two versions, or that one version lacks."""
+    out: list[_Change] = []
+    for name in sorted(set(a) | set(b)):
+        before = view(a[name]) if name in a else None
+        after = view(b[name]) if name in b else None
         if before == after:
             continue
-        change = "added" if before is None else "removed" if after is None else "changed"
-        out.append(ResponseChange(name, change, before, after))
+        kind = "added" if before is None else "removed" if after is None else "changed"
+        out.append(change(name, kind, before, after))
     return out
+
+
+def diff_responses(a: Taxonomy, b: Taxonomy) -> list[ResponseChange]:
+    """Responses whose required fields or conversation field differ, or that one version lacks."""
+    return _diff_entries(a.responses, b.responses, _check, ResponseChange)
 
 
 def _routing(spec: CodeSpec) -> dict[str, Any]:
@@ -102,15 +116,7 @@ def _event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
 
 def diff_codes(a: Taxonomy, b: Taxonomy) -> list[CodeChange]:
     """Semantic codes added, removed, or routed differently (class, scope, trigger, flags, policy)."""
-    out: list[CodeChange] = []
-    for code in sorted(set(a.codes) | set(b.codes)):
-        before = _routing(a.codes[code]) if code in a.codes else None
-        after = _routing(b.codes[code]) if code in b.codes else None
-        if before == after:
-            continue
-        change = "added" if before is None else "removed" if after is None else "changed"
-        out.append(CodeChange(code, change, before, after))
-    return out
+    return _diff_entries(a.codes, b.codes, _routing, CodeChange)
 
 
 def diff_tables(a: Taxonomy, b: Taxonomy) -> list[TableChange]:
