@@ -10,7 +10,7 @@ Half-Open. Success returns to Closed. Failure returns to Open."
   ``probe_timed_out()``. Open → half_open happens lazily inside ``admit()`` once the open
   period has passed: machines hold no timers.
 
-Choices beyond the seed (reference/resilience.md):
+Choices beyond the seed, each taken from a library that made it:
 
 * half-open admits exactly one probe (Polly v8); everyone else is refused at once and told
   how long remains (``retry_in_s``, Polly's ``BrokenCircuitException.RetryAfter``);

@@ -26,7 +26,7 @@ Rules (seed sections in brackets):
 * a graceful end (close 1000) terminates without reconnecting [section 2, "graceful closes"];
 * a trigger, STATE_CORRUPTING, or a session-scoped PERMANENT terminates at once with
   SESSION_TERMINATED and never reconnects [section 3]; a failure scoped to one operation
-  leaves the session as it is [design.md, "Scope"]: retrying that operation is the one retry
+  leaves the session as it is [docs/architecture.md, "Scope"]: retrying that operation is the one retry
   executor's job (supervisor/rest/executor.py), not the machine's;
 * a Retry-After past the policy's ceiling on a reconnection gives up at once with
   RETRY_EXHAUSTED (the platform said "not today", the Genesys Java SDK's 180 s rule);

@@ -10,8 +10,8 @@ REST layer (supervisor/rest/) and the transports (supervisor/transports/). It ho
 * the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
   and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
 
-A transport or the REST layer *describes* failures, it never decides (design.md, "Data flows
-one way"): no httpx or websockets exception is raised past this boundary.
+A transport or the REST layer *describes* failures, it never decides (docs/architecture.md, "Data
+flows one way"): no httpx or websockets exception is raised past this boundary.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from supervisor.taxonomy.loader import DEFAULT_VERSION, LimitError, parse_toml, 
 
 #: the largest configuration file read (about 7,000 sessions)
 MAX_CONFIG_BYTES = 1024 * 1024
-#: Genesys allows 20 notification channels per user and app (platforms.md §2); every
+#: Genesys allows 20 notification channels per user and app (docs/platforms.md, "Genesys Cloud notifications"); every
 #: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
 GENESYS_CHANNELS_PER_CLIENT = 20
 
@@ -57,7 +57,7 @@ class SessionKind(enum.StrEnum):
 
 
 class Keepalive(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    # Genesys SDKs ping every 15 s (platforms.md section 1); a missing pong is 1011/1006
+    # Genesys SDKs ping every 15 s (docs/platforms.md, "Genesys Cloud Web Messaging"); a missing pong is 1011/1006
     ping_interval: _PositiveSeconds = 15.0
     ping_timeout: _PositiveSeconds = 10.0
     # app-level `echo` health check (GMT HealthCheckProvider: 30 s cooldown); 0 disables it
@@ -89,7 +89,7 @@ class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     # the access key: its id and (in the file) its secret, the password grant's username and password
     username: _Id | None = None
     password_file: str | None = None
-    # get-next-event?timeout= (0..60 s, platforms.md section 6)
+    # get-next-event?timeout= (0..60 s, docs/platforms.md, "NICE CXone")
     poll_timeout: Annotated[int, msgspec.Meta(ge=0, le=60)] = 30
     # restart a poll that never returns (core-sdk watchdog: 90 s)
     poll_watchdog: _PositiveSeconds = 90.0

@@ -48,7 +48,7 @@ __all__ = [
     "parse_reply",
 ]
 
-#: the largest message the daemon reads (reliability.md §2: "Maximum 64 KiB per message")
+#: the largest message the daemon reads (docs/robustness.md, "Local sockets": 64 KiB, closed on overflow)
 MAX_MESSAGE_BYTES: Final = 64 * 1024
 #: the largest message a client reads: a snapshot grows with the number of sessions (~250 bytes each)
 CLIENT_MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024

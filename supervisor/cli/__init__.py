@@ -1,6 +1,6 @@
 """The ``session-supervisor`` command line.
 
-Exit codes (design.md, Contracts): 0 success, 1 a handled failure, 2 bad usage.
+Exit codes (docs/architecture.md, "Contracts"): 0 success, 1 a handled failure, 2 bad usage.
 The commands are imported when one is run (:class:`LazyGroup`, :data:`COMMANDS`): a short
 command such as ``ctl status`` loads no simulator, demo, aiohttp or OpenTelemetry module
 (tests/unit/test_cli_imports.py, tests/bench/bench_cli_start.py).

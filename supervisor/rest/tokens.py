@@ -206,7 +206,10 @@ def _lifetime(payload: dict[str, Any]) -> float:
 
 
 class GenesysClientCredentials:
-    """``POST {login}/oauth/token`` with Basic auth, ``grant_type=client_credentials`` (platforms.md 4)."""
+    """``POST {login}/oauth/token``: Basic auth, form ``grant_type=client_credentials``.
+
+    docs/platforms.md, "Genesys Cloud Platform REST".
+    """
 
     def __init__(self, client: httpx.AsyncClient, login_url: str, client_id: str, secret: Secret) -> None:
         self._client = client

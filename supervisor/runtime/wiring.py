@@ -232,7 +232,7 @@ class Wiring:
         limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
         clients = []
         for _ in range(shards):
-            # design.md "One retry layer": the transport never retries on its own
+            # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
             transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
             clients.append(httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False))
         self._clients[platform] = clients
@@ -280,7 +280,7 @@ class Wiring:
             gen = platforms.genesys
             assert gen is not None
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
-            # platforms.md section 2: the agent's conversation topic (the config requires an agentId)
+            # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = self.notification_sink
             nt = NotificationsTransport(

@@ -91,7 +91,7 @@ FIELD_RULES = {
     "count": f"must be an integer from 1 to {MAX_COUNT}, or null (unlimited)",
 }
 
-# RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (platforms.md §9)
+# RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (docs/platforms.md, "WebSocket close codes")
 _CLOSE_CODES = (1000, 1001, 1008, 1011, 1012, 1013)
 
 

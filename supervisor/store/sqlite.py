@@ -2,7 +2,7 @@
 
 * **WAL** (readers never wait for the writer; a crash leaves the last committed transaction) and
   ``synchronous=FULL`` by default: the WAL is synced at every commit, so an acknowledgement
-  survives a ``kill -9`` *and* an OS crash or power loss (reliability.md §6; ``NORMAL`` survives
+  survives a ``kill -9`` *and* an OS crash or power loss (SQLite "PRAGMA synchronous"; ``NORMAL`` survives
   ``kill -9`` only; docs/store.md, "Durability"). Commits are grouped to share the sync.
 * **One writer, off the event loop.** Every call queues a job; whoever holds the store's lock
   runs every queued job in a worker thread (``anyio.to_thread``), in order, each in its own

@@ -1,8 +1,8 @@
 """Degraded conditions: what a restart cannot cure, shown in ``STATUS=`` and on the bus, never fatal.
 
 A full disk, a read-only state directory, a platform that is down: restarting the daemon cures
-none of them, and a restart drops every session (reliability.md §3, test matrix row 21: "STATUS=
-degraded; no crash loop; restarts = 0"). So such a condition never stops the watchdog pings;
+none of them, and a restart drops every session (docs/robustness.md, "Fault matrix", row 21:
+``STATUS=`` degraded, no crash loop, no restart). So such a condition never stops the watchdog pings;
 it is *raised* here by name with a one-line reason, shown in the live status line, and published
 as ``DAEMON_DEGRADED``; when it clears, ``DAEMON_RECOVERED``.
 

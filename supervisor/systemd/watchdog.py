@@ -3,12 +3,12 @@
 With ``WatchdogSec=`` in the unit, systemd sets ``$WATCHDOG_USEC`` (and ``$WATCHDOG_PID``) and
 expects a ping at least that often; sd_watchdog_enabled(3) advises sending at half the interval.
 A missed deadline fails the unit, systemd sends ``WatchdogSignal=`` (SIGABRT), and
-``Restart=on-failure`` brings the daemon back, within ``StartLimitBurst=`` (reliability.md §3,
-test matrix row 17).
+``Restart=on-failure`` brings the daemon back, within ``StartLimitBurst=`` (systemd.service(5);
+docs/robustness.md, "Fault matrix", row 17).
 
 * **A task, never a thread**: the pings come from this coroutine on the daemon's one event loop,
   so a loop wedged by a blocking call stops them (a helper thread would keep pinging a daemon
-  that serves nobody; style.md, anti-patterns).
+  that serves nobody; docs/robustness.md, "systemd").
 * **Only while healthy**, judged at each ping from what the task saw since the last one:
 
   - *event-loop lag*: the task wakes every quarter period and measures how late it woke; when

@@ -1,8 +1,8 @@
 """OpenTelemetry traces and metrics, exported over OTLP/HTTP to a collector (docs/telemetry.md).
 
 Off unless configured (supervisor/telemetry/settings.py). When on, :class:`Telemetry` is wired
-into the daemon at four points and nowhere else (design.md: nothing calls a tracer from
-business code):
+into the daemon at four points and nowhere else (docs/architecture.md: nothing calls a
+tracer from business code):
 
 * ``hooks``: executor hooks, given to ``Wiring(..., hooks=...)``: operation and attempt spans;
 * the bus sink (``bus.subscribe(telemetry)``): session segments, circuit periods, metrics;

@@ -1,6 +1,6 @@
 """Retry-wrapper overhead on a successful async call: ours beside tenacity and stamina, one run (issue 5).
 
-Target (design.md): <= 5 us per successful call, beside tenacity (~31 us) and stamina (~24 us).
+Target (docs/architecture.md, "Targets"): <= 5 us per successful call, beside tenacity (~31 us) and stamina (~24 us).
 
 Ours is measured three ways, all the real code (the one retry executor, issue 8):
 

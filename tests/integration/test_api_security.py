@@ -1,4 +1,5 @@
-"""Who may connect: peer credentials on accept, before any byte (issue 10; reliability.md §2 and (a) row 15).
+"""Who may connect: peer credentials on accept, before any byte (docs/robustness.md,
+"Local sockets" and "Fault matrix" row 15).
 
 A client with another uid is a forked child that drops its privileges with ``os.setuid`` (these
 machines run the tests as root) and reports, through a pipe, how many bytes the daemon sent it.

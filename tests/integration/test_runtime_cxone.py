@@ -34,7 +34,7 @@ async def sim() -> AsyncIterator[CxoneSimulator]:
 
 
 async def test_rolling_session_id_is_followed_across_polls(sim: CxoneSimulator, tmp_path: Path) -> None:
-    """platforms.md section 6: every get-next-event answer carries the id the next poll must use."""
+    """docs/platforms.md, "NICE CXone": every get-next-event answer carries the id the next poll must use."""
     async with supervised(cxone_config(sim.urls, 1, poll_timeout=0), tmp_path, cxone=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["cx-0"]

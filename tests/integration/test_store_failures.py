@@ -1,6 +1,6 @@
 """A store the daemon cannot use: corrupt, unreadable, a full disk, a read-only state directory (issue 13).
 
-reliability.md row 21: updates are refused clearly, no crash loop, the error is surfaced to callers.
+docs/robustness.md, "Fault matrix", row 21: updates are refused clearly, no crash loop, the error is surfaced to callers.
 In every case the daemon (a child process) keeps its sessions running, says once on stderr which
 file and what is wrong, publishes ``STORE_DEGRADED``, and ``ctl attributes set`` exits 1 with one line
 naming the file: nothing is acknowledged that could not be persisted.

@@ -1,7 +1,7 @@
 """WebMessagingTransport against the Genesys simulator (issue 5): open, resume, faults -> RawError -> code.
 
 Every failure the transport meets must come out as a RawError that the v1 taxonomy classifies
-as the fault's documented code (platforms.md §1, §9; docs/taxonomy.md). Waits are protocol
+as the fault's documented code (docs/platforms.md, "Genesys Cloud Web Messaging", "WebSocket close codes"; docs/taxonomy.md). Waits are protocol
 waits (a frame, a close); ``anyio.fail_after`` only bounds a test that would otherwise hang.
 """
 

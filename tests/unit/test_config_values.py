@@ -1,7 +1,7 @@
 """Values that validate but cannot work are refused by ``run --check`` with one located line.
 
 Issue 9, class 4: URLs (scheme per key, host, port), non-finite numbers, and more Genesys
-notifications sessions than the platform's 20 channels per user and app (platforms.md §2).
+notifications sessions than the platform's 20 channels per user and app (docs/platforms.md, "Genesys Cloud notifications").
 Issue 23: socket paths `run` could not bind (a missing directory, a file in the way).
 """
 

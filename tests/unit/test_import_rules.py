@@ -4,7 +4,7 @@
    one floor of :data:`FLOORS` and may import only modules on its own floor or below; modules
    of one floor import each other without a cycle. Checked on the source with ``ast``, imports
    inside functions included; an upward import fails CI.
-2. **No I/O in the decision core** (design.md, "Data flows one way"): machines/,
+2. **No I/O in the decision core** (docs/architecture.md, "Data flows one way"): machines/,
    supervisor/taxonomy/, supervisor/retry/, supervisor/events/ and supervisor/clock.py import
    no I/O library (direct imports, ``importlib.import_module`` and ``__import__`` with a
    constant name). machines/ may import from ``supervisor`` only the pure decision core.

@@ -1,4 +1,4 @@
-"""The Web Messaging guest WebSocket ``/v1?deploymentId=..`` (platforms.md §1, SIMULATOR SPEC 6).
+"""The Web Messaging guest WebSocket ``/v1?deploymentId=..`` (docs/platforms.md, "Genesys Cloud Web Messaging").
 
 Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","class","code","body",
 "tracingId"?}``. Actions:

@@ -117,7 +117,7 @@ def inbound_body(msg_id: str, time: str, message: dict[str, Any]) -> dict[str, A
 
 
 def disconnect_body(msg_id: str, time: str, read_only: bool) -> dict[str, Any]:
-    """The agent ended the conversation: a Presence Disconnect event (platforms.md §1).
+    """The agent ended the conversation: a Presence Disconnect event (docs/platforms.md, "Genesys Cloud Web Messaging").
 
     GMT ``MessagingClientImpl`` goes to ``State.ReadOnly`` only when ``metadata.readOnly`` is the
     string ``"true"``; with ``"false"`` it reports ``Event.ConversationDisconnect`` and stays
