@@ -23,7 +23,7 @@ Only TRANSIENT failures count; a NONE outcome (an empty poll) is a success; PERM
 STATE_CORRUPTING are the caller's business, not the endpoint's health, and so is a TRANSIENT
 failure the taxonomy flags ``circuitNeutral`` (a 401 on a token our clock let lapse: 1,000 sessions
 sharing a credential whose token just ran out would otherwise open the circuit for everyone, and
-refuse the very replays that recover them; issue 22, point 9).
+refuse the very replays that recover them; docs/taxonomy.md, "The 401 rule").
 """
 
 from __future__ import annotations

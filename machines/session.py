@@ -262,7 +262,7 @@ class SessionCore:
         Not counted as an attempt (seed edge case 1); the session waits in ``reconnecting``
         and the horizon runs from now if it was not already running. Accepted while connecting,
         and while active: a live connection whose own next request (a CXone poll) the circuit
-        refused has not failed either, it cannot go on (issue 22: no failure is made up for it).
+        refused has not failed either, it cannot go on (no failure is made up for it).
         """
         if self.state is not SessionState.ACTIVE:
             self._require(SessionState.CONNECTING, "connect_refused")

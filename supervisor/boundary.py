@@ -125,7 +125,7 @@ def _safe_headers(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
 class TokenAge:
     """How near its end, by our clock, the bearer token of an answered request was.
 
-    What a 401 is judged by (issue 22, point 9; docs/taxonomy.md, "The 401 rule"): both platforms
+    What a 401 is judged by (docs/taxonomy.md, "The 401 rule"): both platforms
     answer an expired and a revoked token alike, so the time the token had left decides. It goes
     into the RawError's context, where the taxonomy's rules match it:
 

@@ -133,13 +133,13 @@ class TokenSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
 
 
 class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    # beyond the seed (issue 15): pace connection attempts and REST calls to what each endpoint
+    # beyond the seed (docs/runtime.md, "Admission"): pace connection attempts and REST calls to what each endpoint
     # admits (slow start, then a cut on 429/503 and a gentle probe up); false turns pacing off
     adaptive: bool = True
     # connection attempts per second per endpoint to start from (start-up and storms alike)
     initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
     # how the rate grows back after a cut: "aimd" (additive) or "cubic" (RFC 9438, botocore's);
-    # docs/benchmarks.md "Admission at a binding limit (issue 15)" measures both
+    # docs/benchmarks.md "Admission at a binding limit" measures both
     probe: Literal["aimd", "cubic"] = "aimd"
     # connection attempts in flight to one endpoint at once: at least this many, more when twice
     # the attempts admitted per second times the shortest handshake calls for more (a long round
@@ -187,7 +187,7 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # unless a role list below names them (docs/socket-api.md, "Roles")
     control_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
     control_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
-    # control socket roles (issue 23): observers read, operators act on sessions and attributes;
+    # control socket roles: observers read, operators act on sessions and attributes;
     # each list a subset of the subscribe socket's (the control socket is never wider)
     observer_uids: list[_Uid] = msgspec.field(default_factory=list)
     observer_gids: list[_Uid] = msgspec.field(default_factory=list)
@@ -199,7 +199,7 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     lagged_disconnect_after: _Seconds = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     handshake_timeout: _PositiveSeconds = 5.0
-    # a control connection with no call this long after its last answer is closed (issue 23: idle
+    # a control connection with no call this long after its last answer is closed (idle
     # connections held every slot of maxConnections)
     control_idle_timeout: _PositiveSeconds = 60.0
 
@@ -268,7 +268,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
-    # the durable store and attribute updates (issue 13; supervisor/config_durable.py)
+    # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 

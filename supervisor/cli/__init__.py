@@ -69,7 +69,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "watch",
         "Follow the daemon's sessions over its subscribe socket, until the daemon stops.",
     ),
-    # with the attribute verbs (issue 13: ctl attributes set|status, ctl mismatches, ctl resolve)
+    # with the attribute verbs (docs/attributes.md: ctl attributes set|status, ctl mismatches, ctl resolve)
     "ctl": LazyCommand(
         "supervisor.cli.ctl_cmd", "ctl", "Control the running daemon over its control socket."
     ),

@@ -101,7 +101,7 @@ class TokenCache:
     def within_refresh_window(self, token: Token) -> bool:
         """Is ``token`` left with at most its early-refresh window, by our clock?
 
-        The judge of a 401 (issue 22, point 9): both platforms answer an expired and a revoked
+        The judge of a 401 (docs/taxonomy.md, "The 401 rule"): both platforms answer an expired and a revoked
         token alike (``invalid_token``, ``bad.credentials``), and their clock is not ours: a token
         they expire a little before the lifetime they announced fails while we still hold it
         valid. A 401 on a token this close to its end is taken for its expiry; one on a token

@@ -79,7 +79,7 @@ class Wiring:
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
-        # every endpoint's admission (issue 24: decided once, by its Endpoint, through one shell)
+        # every endpoint's admission (docs/runtime.md, "One attempt path": decided once, by its Endpoint, through one shell)
         self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
         self.session_config = _session_config(config)
         self.store = SessionStore()
@@ -322,7 +322,7 @@ class Wiring:
         return SessionRunner(
             transport,
             classifier=self.classifier,
-            # its connection attempts' endpoint (beyond the seed, issue 15: paced to what it admits)
+            # its connection attempts' endpoint (beyond the seed, docs/runtime.md, "Admission": paced to what it admits)
             gate=self.attempts.connect(endpoint),
             bus=self.bus,
             clock=self.clock,

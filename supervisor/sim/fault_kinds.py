@@ -52,7 +52,7 @@ class FaultKind(enum.StrEnum):
     SESSION_EXPIRED = "session_expired"
     CONNECTION_CLOSED_EVENT = "connection_closed_event"
     SOCKET_CLOSING = "socket_closing"
-    # Genesys notifications: one of the other v2.system topics PY269 names (issue 22, point 8)
+    # Genesys notifications: one of the other v2.system topics PY269 names (docs/runtime.md, "Notifications rollover")
     SYSTEM_TOPIC = "system_topic"
     SESSION_ENDED = "session_ended"
     STALE_SESSION = "stale_session"

@@ -159,7 +159,7 @@ class Migration:
 
 #: every schema version, in order; add the next one, never edit a released one
 MIGRATIONS: Final[tuple[Migration, ...]] = (
-    Migration(1, "the first schema (issue 13): sessions, outbox, ledger, mismatches, meta", _V1),
+    Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

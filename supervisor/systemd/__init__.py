@@ -1,4 +1,4 @@
-"""The systemd glue (issue 12): notify, watchdog, status, socket activation, degraded conditions.
+"""The systemd glue (docs/systemd.md): notify, watchdog, status, socket activation, degraded conditions.
 
 No module here is imported by this ``__init__`` on purpose: the message builder, the socket
 activation reader and the degraded conditions sit low (floor 3, beside the bus) so any component

@@ -8,7 +8,7 @@
   test matrix row 21 ("state dir full or read-only: STATUS= degraded; no crash loop"). Checked
   with ``statvfs`` and ``access`` every :data:`PROBE_INTERVAL_S`, which read metadata only.
 
-* ``store`` while the durable store of issue 13 refuses writes (``STORE_DEGRADED`` until
+* ``store`` while the durable store (docs/store.md) refuses writes (``STORE_DEGRADED`` until
   ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
   state-directory probe tells the operator before the first write fails.
 """

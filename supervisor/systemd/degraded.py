@@ -6,7 +6,7 @@ none of them, and a restart drops every session (docs/robustness.md, "Fault matr
 it is *raised* here by name with a one-line reason, shown in the live status line, and published
 as ``DAEMON_DEGRADED``; when it clears, ``DAEMON_RECOVERED``.
 
-Any component may hold a condition: the durable store (issue 13) raises ``store`` when the disk
+Any component may hold a condition: the durable store (docs/store.md) raises ``store`` when the disk
 refuses a write and clears it when a write succeeds again; the daemon itself raises
 ``circuit:<endpoint>`` while an endpoint's breaker is open and ``state-directory`` when
 ``$STATE_DIRECTORY`` is full or read-only (:mod:`supervisor.systemd.conditions`)::

@@ -57,7 +57,7 @@ MAX_LAG_S = 5.0
 #: wake-ups per ping period (lag samples)
 SAMPLES_PER_PERIOD = 4
 #: the shortest ping period. Half of ``WATCHDOG_USEC=1`` is half a microsecond: the task woke every
-#: eighth of one and took 81 % of a CPU on an idle daemon (issue 23). At this floor it wakes every 25 ms;
+#: eighth of one and took 81 % of a CPU on an idle daemon. At this floor it wakes every 25 ms;
 #: any WatchdogSec= of 0.2 s or more is still honoured, a shorter one cannot be by a Python daemon
 MIN_PING_PERIOD_S = 0.1
 #: USEC_INFINITY (systemd's time-util.h): "no watchdog", never exported

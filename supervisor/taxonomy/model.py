@@ -114,7 +114,7 @@ class CodeSpec(msgspec.Struct, frozen=True):
     # revokesCredential: the failure condemns the shared credential's token: drop it (seed section 3)
     revokes_credential: bool = False
     # circuitNeutral: a TRANSIENT failure that says nothing of the endpoint's health (a token our
-    # clock let lapse): never counted toward its circuit (issue 22, point 9)
+    # clock let lapse): never counted toward its circuit (docs/taxonomy.md, "The 401 rule")
     circuit_neutral: bool = False
     description: str = ""
 

@@ -16,7 +16,7 @@ runtime's entry points (the CLI, the demo) import it.
 (standard library); the names that need the OpenTelemetry SDK (:class:`Telemetry` and its kin,
 ``daemon.py``) load on first use, and only after :func:`~supervisor.telemetry.environment.check_sdk_reads`
 passed: the SDK reads ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` when it is imported and raised on a value it
-refuses, even with telemetry off (issue 23). With telemetry off, ``run`` never gets that far.
+refuses, even with telemetry off. With telemetry off, ``run`` never gets that far.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NICE CXone Agent Session transport: REST long polling through the request pipeline (issue 5).
+"""NICE CXone Agent Session transport: REST long polling through the request pipeline (docs/runtime.md).
 
 Wire protocol (docs/platforms.md, "NICE CXone")::
 

@@ -90,7 +90,7 @@ class WebMessagingTransport:
 
     # taxonomy [responses."genesys.webmessaging.SessionResponse"]: v2 `connected` (GMT and WMJ
     # require only it), v1 connected, newSession, readOnly. The guest protocol names no
-    # conversation (GMT SessionResponse.kt, WMJ, PY269: issue 14), so a guest session learns none
+    # conversation (GMT SessionResponse.kt, WMJ, PY269; docs/taxonomy.md), so a guest session learns none
     # and is not checked for drift on it; see docs/taxonomy.md.
     response_kind = "genesys.webmessaging.SessionResponse"
 
@@ -183,7 +183,7 @@ class WebMessagingTransport:
         except BaseException:
             # cancelled while configuring (the runner was stopped: a reload removed the session, the
             # drain): the socket goes with the attempt, or its keepalive pings hold it open at the
-            # platform with nobody serving it (issue 23). An abort: nothing awaited while cancelled.
+            # platform with nobody serving it. An abort: nothing awaited while cancelled.
             abort_socket(ws)
             raise
         else:
@@ -297,7 +297,7 @@ class WebMessagingConnection:
     @property
     def learned(self) -> Learned:
         """Nothing: no guest-facing frame names the conversation, the agent or a platform session id
-        (GMT SessionResponse.kt and StructuredMessage.kt, WMJ models; issue 14)."""
+        (GMT SessionResponse.kt and StructuredMessage.kt, WMJ models; docs/taxonomy.md, "What the daemon can and cannot verify")."""
         return Learned()
 
     @property

@@ -1,4 +1,4 @@
-"""Decision-core cost: classify per envelope and backoff per decision (issue 2 targets).
+"""Decision-core cost: classify per envelope and backoff per decision (docs/architecture.md, "Targets").
 
 Run: ``./dev bench -k decision`` or ``.venv/bin/python tests/bench/bench_decision.py``.
 Targets: classify ≤ 20 µs per envelope (docs/architecture.md, "Targets"); backoff ≤ 2 µs per decision (ours).

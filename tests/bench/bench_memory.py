@@ -1,4 +1,4 @@
-"""Daemon memory per supervised session at 1,000 and 5,000 sessions (issue 5; target <= 80 KiB),
+"""Daemon memory per supervised session at 1,000 and 5,000 sessions (docs/architecture.md, "Targets": <= 80 KiB),
 and the daemon's idle CPU with those sessions' keepalives running (docs/architecture.md, "Targets": <= 10 % of one core).
 
 Each size runs in a fresh child process (so one size's heap does not flatter the other):

@@ -30,7 +30,7 @@ def conv_id() -> str:
 
 
 def seeded(g: Genesys) -> str:
-    """A conversation that exists (the simulator invents none: issue 14)."""
+    """A conversation that exists (the simulator invents none: docs/taxonomy.md)."""
     return g.sim.create_conversation().id
 
 

@@ -1,4 +1,4 @@
-"""The CXone Agent Session transport against the CXone simulator over loopback (issue 5).
+"""The CXone Agent Session transport against the CXone simulator over loopback (docs/runtime.md).
 
 A real :class:`RequestPipeline` (httpx, taxonomy v1, circuits, the CXone token cache with
 :class:`CxoneLogin`, the API found by :class:`CxoneApi`) drives the simulator. The pipeline's backoff and the transport's

@@ -1,6 +1,6 @@
 """Configuration of the CXone fake (:class:`CxoneSimConfig`), a frozen msgspec Struct.
 
-Defaults accept any client, secret and user (issue 4: "By default the simulators accept
+Defaults accept any client, secret and user (docs/simulators.md: by default the simulators accept
 any client id, secret, user"); setting a tuple or a value restricts them.
 """
 
@@ -34,7 +34,7 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         token_ttl_s: ``expires_in`` of issued access tokens (docs/platforms.md, "Errors, event shapes and limits": "expire after an hour").
         token_early_expiry_s: tokens stop working this many seconds before the ``expires_in`` (and
             ``exp``) they were issued with: a platform whose clock runs ahead of ours, or that ends a
-            token a little early (issue 22, point 9). 0 (the default): exactly when announced.
+            token a little early (docs/taxonomy.md, "The 401 rule"). 0 (the default): exactly when announced.
         client_ids: accepted client ids (``app@vendor`` in legacy Basic auth, the OpenID client id at
             ``/auth/token``, ``{clientId}`` of the v1 exchange's ``{clientId}@cxone``); empty accepts any.
         client_secret: when set, the ``/auth/token`` client secret must equal it.

@@ -1,4 +1,4 @@
-"""A loopback simulator of Genesys Cloud with fault injection (issue 4, part 1).
+"""A loopback simulator of Genesys Cloud with fault injection (docs/simulators.md).
 
 ::
 
@@ -214,7 +214,7 @@ class GenesysSimulator:
         return self.state.conversations.create(agent_user_id=agent_user_id, attributes=attributes)
 
     def conversation_of(self, guest_token: str) -> Conversation | None:
-        """The conversation of a Web Messaging guest session (a guest cannot learn it: issue 14)."""
+        """The conversation of a Web Messaging guest session (a guest cannot learn it: docs/taxonomy.md)."""
         sess = self.state.sessions.get(guest_token)
         return self.state.conversations.get(sess.conversation_id) if sess is not None else None
 

@@ -1,7 +1,7 @@
 """Conversations of the Genesys simulator: participants, their communications, and who may create them.
 
 Pure data plus small decisions; no I/O. A conversation exists only once something created it,
-as on the platform (issue 14): a Web Messaging ``configureSession`` that starts a session, the
+as on the platform (docs/taxonomy.md, "What the daemon can and cannot verify"): a Web Messaging ``configureSession`` that starts a session, the
 admin API's ``POST {admin}/conversations``, or the Python API
 (:meth:`~supervisor.sim.genesys.GenesysSimulator.create_conversation`). Every lookup of an unknown
 id answers None, and the routes turn that into 404 ``not.found`` (docs/platforms.md, "Errors, limits and ids").

@@ -29,7 +29,7 @@ by :meth:`NotificationsHub.publish`; a subscribe naming a rejected topic gets
 ``v2.system.socket_closing`` then closes after the lead time.
 
 A channel the platform drops says why on its socket, then is closed with 1001 [I: the close]
-(issue 22, point 8; docs/platforms.md, "Genesys Cloud notifications"):
+(docs/runtime.md, "Notifications rollover"; docs/platforms.md, "Genesys Cloud notifications"):
 
 - past its lifetime, or its creating token expired: ``{"result":"404","message":..}`` (GN3P
   ``channel.py``: a 404 means the channel expired, was displaced over the quota, or "the auth token

@@ -7,7 +7,7 @@ The bodies are the fields of the guest SDKs' models (GMT = genesys-messenger-tra
   maxCustomDataBytes, clearedExistingSession`` plus the optional ``durationSeconds, expirationDate``
   for a new session (GMT ``Response.kt`` ``configureSuccess``); a resumed one is
   ``{connected, newSession}`` only (``configureSuccessWithNewSessionFalse``). There is no
-  conversation id, agent or status anywhere in the guest protocol (issue 14).
+  conversation id, agent or status anywhere in the guest protocol (docs/taxonomy.md, "What the daemon can and cannot verify").
 - ``StructuredMessage`` (GMT ``StructuredMessage.kt``): ``id, type, text, direction,
   channel{time,messageId}, content, metadata, events, originatingEntity``.
 
