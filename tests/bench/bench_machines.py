@@ -1,4 +1,4 @@
-"""Benchmark of the issue-3 machines: cost per transition and memory per machine at 10,000.
+"""Benchmark of the machines (docs/machines.md): cost per transition and memory per machine at 10,000.
 
 Run as a script (figures go to docs/benchmarks.md, section "Machines")::
 
