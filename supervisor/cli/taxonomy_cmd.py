@@ -8,7 +8,7 @@ from typing import IO, Any
 import click
 import msgspec
 
-from supervisor.cli.common import stderr_console, stdout_console
+from supervisor.cli.common import stderr_console
 from supervisor.cli.inputs import InputFile, NdjsonLines
 from supervisor.taxonomy import load_taxonomy, shipped_versions
 from supervisor.taxonomy.diff import ReplayReport, diff_codes, diff_responses, diff_tables, replay
@@ -105,22 +105,20 @@ def diff(a: str, b: str, replay_file: IO[bytes] | None, as_json: bool, fail_on_d
         }
         sys.stdout.buffer.write(msgspec.json.encode(doc) + b"\n")
     else:
-        out = stdout_console()
-        out.print(f"taxonomy diff {ta.origin} ({ta.version}) → {tb.origin} ({tb.version})", markup=False)
+        # one difference per line, never folded: scripts grep and diff these lines
+        click.echo(f"taxonomy diff {ta.origin} ({ta.version}) → {tb.origin} ({tb.version})")
         if not (codes or tables or responses or replayed):
-            out.print("no routing differences", markup=False)
+            click.echo("no routing differences")
         for c in codes:
-            out.print(f"code {c.code}: {_changed(c.change, c.before, c.after)}", markup=False)
+            click.echo(f"code {c.code}: {_changed(c.change, c.before, c.after)}")
         for t in tables:
-            out.print(f"{t.table} {t.key}: {t.before} → {t.after}", markup=False)
+            click.echo(f"{t.table} {t.key}: {t.before} → {t.after}")
         for rc in responses:
-            out.print(f"response {rc.response}: {_changed(rc.change, rc.before, rc.after)}", markup=False)
+            click.echo(f"response {rc.response}: {_changed(rc.change, rc.before, rc.after)}")
         for r in replayed:
-            out.print(f"replay line {r.line}: {_changed('changed', r.before, r.after)}", markup=False)
+            click.echo(f"replay line {r.line}: {_changed('changed', r.before, r.after)}")
         if report.changed_total > len(replayed):
-            out.print(
-                f"… and {report.changed_total - len(replayed)} more lines routed differently", markup=False
-            )
+            click.echo(f"… and {report.changed_total - len(replayed)} more lines routed differently")
     if problems or (fail_on_diff and (codes or tables or responses or replayed)):
         raise SystemExit(1)
 

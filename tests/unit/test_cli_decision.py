@@ -204,3 +204,22 @@ def test_python_dash_m_supervisor_runs_the_same_cli() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["code"] == "SERVER_ERROR"
+
+
+def test_taxonomy_diff_piped_keeps_one_difference_per_line() -> None:
+    """A script reads `taxonomy diff` line by line: a long difference (v1 → v2's SOCKET_CLOSING, a
+    re-routed replay line) stays one line when stdout is a pipe, however long it is."""
+    samples = resources.files("supervisor.taxonomy") / "data" / "samples.ndjson"
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "taxonomy", "diff", "v1", "v2", "--replay", str(samples)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    prefixes = ("taxonomy diff ", "code ", "response ", "replay line ", "… and ")
+    assert lines and all(line.startswith(prefixes) for line in lines), lines
+    assert any(len(line) > 160 for line in lines)  # the case that was folded at 160 columns
+    socket_closing = next(line for line in lines if line.startswith("code SOCKET_CLOSING:"))
+    assert socket_closing.endswith("maxDelayMs: 16000 → 0")
