@@ -1,4 +1,4 @@
-"""The explicit state machines (issue 3): pure, synchronous, driven by classified events.
+"""The explicit state machines (docs/machines.md): pure, synchronous, driven by classified events.
 
 Nothing here does I/O (tests/unit/test_import_rules.py enforces it): inputs are
 :class:`~supervisor.taxonomy.model.SdkErrorEvent` objects and calls from the runtime,

@@ -10,7 +10,7 @@ Half-Open. Success returns to Closed. Failure returns to Open."
   ``probe_timed_out()``. Open → half_open happens lazily inside ``admit()`` once the open
   period has passed: machines hold no timers.
 
-Choices beyond the seed (reference/resilience.md):
+Choices beyond the seed, each taken from a library that made it:
 
 * half-open admits exactly one probe (Polly v8); everyone else is refused at once and told
   how long remains (``retry_in_s``, Polly's ``BrokenCircuitException.RetryAfter``);
@@ -23,7 +23,7 @@ Only TRANSIENT failures count; a NONE outcome (an empty poll) is a success; PERM
 STATE_CORRUPTING are the caller's business, not the endpoint's health, and so is a TRANSIENT
 failure the taxonomy flags ``circuitNeutral`` (a 401 on a token our clock let lapse: 1,000 sessions
 sharing a credential whose token just ran out would otherwise open the circuit for everyone, and
-refuse the very replays that recover them; issue 22, point 9).
+refuse the very replays that recover them; docs/taxonomy.md, "The 401 rule").
 """
 
 from __future__ import annotations

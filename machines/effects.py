@@ -4,7 +4,7 @@ The machines never act. Each input returns a list of these; the runtime executes
 commands (:class:`ScheduleReconnect`, :class:`Reconnect`) and the termination, and publishes
 every effect that is also an event (supervisor/events.py: transitions, the seed's telemetry,
 SESSION_TERMINATED) on the bus. Keeping them as data is what lets the decision core be tested
-on a fake clock with no I/O at all (design.md, "Data flows one way").
+on a fake clock with no I/O at all (docs/architecture.md, "Data flows one way").
 
 Times: ``at`` fields are *monotonic* seconds of the injected clock (deadlines), and
 ``timestamp`` fields are its wall time rendered by :func:`supervisor.clock.iso_utc`, the

@@ -1,4 +1,4 @@
-"""One endpoint's admission, decided once (issue 24, point 1): circuit, pacer, retry budget, places.
+"""One endpoint's admission, decided once (docs/runtime.md, "One attempt path"): circuit, pacer, retry budget, places.
 
 Pure, synchronous and clock-driven, like the machines it holds. Every attempt to an endpoint (a
 WebSocket handshake, a CXone session start, a REST call, a token fetch) is decided by the

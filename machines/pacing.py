@@ -1,4 +1,4 @@
-"""Admission control beyond the seed (issue 15): adaptive pacing per endpoint.
+"""Admission control beyond the seed (docs/runtime.md, "Admission"): adaptive pacing per endpoint.
 
 Pure and clock-driven, like the circuit; its companion, the retry budget across calls, is
 machines/retry_budget.py.
@@ -14,7 +14,7 @@ machines/retry_budget.py.
   of the rate per second's worth of admitted attempts; relative, so the time between two probing
   refusals does not depend on the limit), or ``CUBIC`` (RFC 9438; botocore's adaptive retry mode):
   the rate is a cubic function of the time since the cut, flat near the rate that was refused and
-  steeper away from it. docs/benchmarks.md measures both ("Admission at a binding limit (issue 15)"). Nothing is
+  steeper away from it. docs/benchmarks.md measures both ("Admission at a binding limit"). Nothing is
   tuned to a particular limit: the pacer discovers it. A throttle answer that
   carries Retry-After pauses the *whole endpoint* for that window (beyond the seed: the platform
   said when it is ready, so nobody asks before). Slots are handed out by virtual scheduling (GCRA,
@@ -29,7 +29,7 @@ machines/retry_budget.py.
   it cut the pace) from new failures, for the circuit.
 
 The circuit (machines/circuit.py) is unchanged: pacing only makes the refusals that trip it rare.
-Both are driven by one endpoint's :class:`~machines.endpoint.Endpoint` (issue 24), nothing else.
+Both are driven by one endpoint's :class:`~machines.endpoint.Endpoint` (docs/runtime.md, "One attempt path"), nothing else.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Probe(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PacingConfig:
-    """The pacer's numbers (defaults measured in docs/benchmarks.md, "Admission at a binding limit (issue 15)")."""
+    """The pacer's numbers (defaults measured in docs/benchmarks.md, "Admission at a binding limit")."""
 
     # attempts per second to start from; None: unpaced until the platform first throttles
     initial_rate: float | None = 20.0
@@ -68,7 +68,7 @@ class PacingConfig:
     # CUBIC's 0.7 because the basis is measured: what the platform admitted is its limit, not a
     # window that includes queues. Each probe that finds the limit costs the endpoint a
     # Retry-After pause, so a shallow cut and a slow probe lose less than a deep cut and a fast
-    # one (docs/benchmarks.md, "Admission at a binding limit (issue 15)": 0.7 and 5 % missed the
+    # one (docs/benchmarks.md, "Admission at a binding limit": 0.7 and 5 % missed the
     # 5,000-session targets)
     backoff: float = 0.85
     # congestion avoidance: the share of the rate added for each second's worth of admitted attempts
@@ -98,7 +98,7 @@ class PacingConfig:
     # 2 x the bandwidth-delay product, its cwnd_gain of 2 in draft-ietf-ccwg-bbr; a long round trip needs
     # more in flight for the same rate). Sends are then clocked by answers, like TCP's ACK clock
     # (RFC 5681 section 2), and a throttle comes back with at most about this many attempts behind
-    # it. None: no cap (REST calls; docs/benchmarks.md "Admission at a binding limit (issue 15)")
+    # it. None: no cap (REST calls; docs/benchmarks.md "Admission at a binding limit")
     in_flight_floor: int | None = None
 
     def __post_init__(self) -> None:
@@ -361,7 +361,7 @@ class Pacer:
         count it as one more failure toward the endpoint's circuit: at a limit crossed at
         hundreds of attempts a second, the attempts in flight (and a garbage collection's worth
         of queued answers) are refused together, and five of them opened the circuit for 30 s
-        on a platform that was admitting at its limit (docs/benchmarks.md, issue 15).
+        on a platform that was admitting at its limit (docs/benchmarks.md, "Admission at a binding limit").
         """
         return sent_at < self._last_cut
 

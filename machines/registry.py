@@ -40,10 +40,10 @@ class CircuitRegistry:
 
 
 class Endpoints:
-    """One :class:`~machines.endpoint.Endpoint` per endpoint, made on first use (issue 24, point 1).
+    """One :class:`~machines.endpoint.Endpoint` per endpoint, made on first use (docs/runtime.md, "One attempt path").
 
     Its circuit comes from :class:`CircuitRegistry` (``circuit:<endpoint>``, what status reports
-    read); beyond the seed (issue 15) a connect endpoint paces connection attempts (handshakes,
+    read); beyond the seed (docs/runtime.md, "Admission") a connect endpoint paces connection attempts (handshakes,
     session starts) from ``connect`` and starts in slow start (start-up is a storm too), a REST
     endpoint paces REST calls from ``rest`` and engages only at the first throttle, and both
     cap retries across calls with ``budget`` (ratio, minimum per second). A token endpoint has its

@@ -1,4 +1,4 @@
-"""A retry budget across calls to one endpoint, beyond the seed (issue 15).
+"""A retry budget across calls to one endpoint, beyond the seed (docs/runtime.md, "Admission").
 
 Pure and clock-driven, like the pacer (machines/pacing.py) beside it. :class:`RetryBudget` caps
 retries across calls to one endpoint (Finagle's TokenRetryBudget, Envoy's retry budget, gRPC's

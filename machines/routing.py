@@ -1,6 +1,6 @@
 """Which session rule a classified failure falls under, independent of the session's state.
 
-design.md, "Scope": PERMANENT fails the operation; it ends the session only when
+docs/architecture.md, "Scope": PERMANENT fails the operation; it ends the session only when
 session-scoped; STATE_CORRUPTING and the fail-fast triggers always end it (seed section 3).
 A graceful end (the taxonomy's ``graceful`` flag: WebSocket close 1000) ends it without
 reconnecting (seed section 2); NONE signals such as a CXone empty poll are not failures.

@@ -26,7 +26,7 @@ Rules (seed sections in brackets):
 * a graceful end (close 1000) terminates without reconnecting [section 2, "graceful closes"];
 * a trigger, STATE_CORRUPTING, or a session-scoped PERMANENT terminates at once with
   SESSION_TERMINATED and never reconnects [section 3]; a failure scoped to one operation
-  leaves the session as it is [design.md, "Scope"]: retrying that operation is the one retry
+  leaves the session as it is [docs/architecture.md, "Scope"]: retrying that operation is the one retry
   executor's job (supervisor/rest/executor.py), not the machine's;
 * a Retry-After past the policy's ceiling on a reconnection gives up at once with
   RETRY_EXHAUSTED (the platform said "not today", the Genesys Java SDK's 180 s rule);
@@ -262,7 +262,7 @@ class SessionCore:
         Not counted as an attempt (seed edge case 1); the session waits in ``reconnecting``
         and the horizon runs from now if it was not already running. Accepted while connecting,
         and while active: a live connection whose own next request (a CXone poll) the circuit
-        refused has not failed either, it cannot go on (issue 22: no failure is made up for it).
+        refused has not failed either, it cannot go on (no failure is made up for it).
         """
         if self.state is not SessionState.ACTIVE:
             self._require(SessionState.CONNECTING, "connect_refused")

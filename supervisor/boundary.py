@@ -10,8 +10,8 @@ REST layer (supervisor/rest/) and the transports (supervisor/transports/). It ho
 * the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
   and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
 
-A transport or the REST layer *describes* failures, it never decides (design.md, "Data flows
-one way"): no httpx or websockets exception is raised past this boundary.
+A transport or the REST layer *describes* failures, it never decides (docs/architecture.md, "Data
+flows one way"): no httpx or websockets exception is raised past this boundary.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _safe_headers(headers: Mapping[str, str] | httpx.Headers) -> dict[str, str]:
 class TokenAge:
     """How near its end, by our clock, the bearer token of an answered request was.
 
-    What a 401 is judged by (issue 22, point 9; docs/taxonomy.md, "The 401 rule"): both platforms
+    What a 401 is judged by (docs/taxonomy.md, "The 401 rule"): both platforms
     answer an expired and a revoked token alike, so the time the token had left decides. It goes
     into the RawError's context, where the taxonomy's rules match it:
 

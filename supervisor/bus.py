@@ -4,7 +4,7 @@ Publishers hand the bus a typed event (supervisor/events/) and, for a session's 
 :class:`~supervisor.events.Correlation`. The bus stamps each with a strictly rising ``seq``
 and the process's ``bootId`` (a subscriber that sees a new bootId knows the daemon restarted)
 and calls every sink synchronously. Sinks render the wire form themselves, at the edge: the
-JSON lines on stdout today, socket subscribers and OpenTelemetry next (design.md, Roadmap).
+JSON lines on stdout today, socket subscribers and OpenTelemetry next (docs/architecture.md, "Roadmap").
 Publishing never blocks and never raises into the publisher: a failing sink is counted and
 skipped. A bus given a trace-context provider (OpenTelemetry, supervisor/telemetry/) asks it,
 once per event, which span the event belongs to, and stamps those ids too.

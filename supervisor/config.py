@@ -39,7 +39,7 @@ from supervisor.taxonomy.loader import DEFAULT_VERSION, LimitError, parse_toml, 
 
 #: the largest configuration file read (about 7,000 sessions)
 MAX_CONFIG_BYTES = 1024 * 1024
-#: Genesys allows 20 notification channels per user and app (platforms.md §2); every
+#: Genesys allows 20 notification channels per user and app (docs/platforms.md, "Genesys Cloud notifications"); every
 #: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
 GENESYS_CHANNELS_PER_CLIENT = 20
 
@@ -57,7 +57,7 @@ class SessionKind(enum.StrEnum):
 
 
 class Keepalive(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    # Genesys SDKs ping every 15 s (platforms.md section 1); a missing pong is 1011/1006
+    # Genesys SDKs ping every 15 s (docs/platforms.md, "Genesys Cloud Web Messaging"); a missing pong is 1011/1006
     ping_interval: _PositiveSeconds = 15.0
     ping_timeout: _PositiveSeconds = 10.0
     # app-level `echo` health check (GMT HealthCheckProvider: 30 s cooldown); 0 disables it
@@ -89,7 +89,7 @@ class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     # the access key: its id and (in the file) its secret, the password grant's username and password
     username: _Id | None = None
     password_file: str | None = None
-    # get-next-event?timeout= (0..60 s, platforms.md section 6)
+    # get-next-event?timeout= (0..60 s, docs/platforms.md, "NICE CXone")
     poll_timeout: Annotated[int, msgspec.Meta(ge=0, le=60)] = 30
     # restart a poll that never returns (core-sdk watchdog: 90 s)
     poll_watchdog: _PositiveSeconds = 90.0
@@ -133,13 +133,13 @@ class TokenSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
 
 
 class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    # beyond the seed (issue 15): pace connection attempts and REST calls to what each endpoint
+    # beyond the seed (docs/runtime.md, "Admission"): pace connection attempts and REST calls to what each endpoint
     # admits (slow start, then a cut on 429/503 and a gentle probe up); false turns pacing off
     adaptive: bool = True
     # connection attempts per second per endpoint to start from (start-up and storms alike)
     initial_rate: Annotated[float, msgspec.Meta(gt=0.0, le=100_000.0)] = 20.0
     # how the rate grows back after a cut: "aimd" (additive) or "cubic" (RFC 9438, botocore's);
-    # docs/benchmarks.md "Admission at a binding limit (issue 15)" measures both
+    # docs/benchmarks.md "Admission at a binding limit" measures both
     probe: Literal["aimd", "cubic"] = "aimd"
     # connection attempts in flight to one endpoint at once: at least this many, more when twice
     # the attempts admitted per second times the shortest handshake calls for more (a long round
@@ -187,7 +187,7 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # unless a role list below names them (docs/socket-api.md, "Roles")
     control_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
     control_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
-    # control socket roles (issue 23): observers read, operators act on sessions and attributes;
+    # control socket roles: observers read, operators act on sessions and attributes;
     # each list a subset of the subscribe socket's (the control socket is never wider)
     observer_uids: list[_Uid] = msgspec.field(default_factory=list)
     observer_gids: list[_Uid] = msgspec.field(default_factory=list)
@@ -199,7 +199,7 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     lagged_disconnect_after: _Seconds = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     handshake_timeout: _PositiveSeconds = 5.0
-    # a control connection with no call this long after its last answer is closed (issue 23: idle
+    # a control connection with no call this long after its last answer is closed (idle
     # connections held every slot of maxConnections)
     control_idle_timeout: _PositiveSeconds = 60.0
 
@@ -268,7 +268,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
-    # the durable store and attribute updates (issue 13; supervisor/config_durable.py)
+    # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 

@@ -32,7 +32,7 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     # "full": the WAL is synced at every commit (an acknowledged update survives power loss);
-    # "normal": it survives kill -9 but not an OS crash (reliability.md §6)
+    # "normal": it survives kill -9 but not an OS crash (SQLite "PRAGMA synchronous"; docs/store.md)
     synchronous: Literal["full", "normal"] = "full"
 
 

@@ -1,4 +1,4 @@
-"""Which distribution this ``supervisor`` package is: session-supervisor, not supervisord (issue 25).
+"""Which distribution this ``supervisor`` package is: session-supervisor, not supervisord.
 
 The import name ``supervisor`` is also supervisord's (PyPI distribution ``supervisor``). Installed
 into one environment, the two write into one ``site-packages/supervisor/`` directory and the last

@@ -51,7 +51,7 @@ class SessionError(SupervisorError):
 class TransportFailure(SessionError):
     """A transport met a failure; ``raw`` is the RawError envelope the runtime classifies.
 
-    Transports decide nothing (design.md, "Data flows one way"): they only describe.
+    Transports decide nothing (docs/architecture.md, "Data flows one way"): they only describe.
     """
 
     def __init__(self, raw: object, message: str = "") -> None:

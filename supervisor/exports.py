@@ -1,7 +1,7 @@
 """Names a package re-exports, imported when first used (PEP 562: a module's ``__getattr__``).
 
 ``supervisor`` and ``supervisor.taxonomy`` re-export names from their modules; importing the package
-imports none of those modules, so a command imports only what it touches (issue 25, point 1:
+imports none of those modules, so a command imports only what it touches (docs/runtime.md, "Floors":
 ``watch`` needs one enum of the taxonomy, not its classifier and loader). A package keeps its
 ``import`` statements under ``TYPE_CHECKING`` for mypy, and a table ``name -> module`` that
 :func:`resolve` reads at run time; tests/unit/test_cli_imports.py holds the two equal.

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import settings
 
 # -- Hypothesis ------------------------------------------------------------------------------------
-# One profile for every property test (issue 23, point 11): tests set no deadline and no example
+# One profile for every property test: tests set no deadline and no example
 # count of their own (tests/unit/test_hypothesis_profile.py holds them to it).
 #
 # * no deadline: the suite runs on machines shared by several jobs (2 cores, up to 8 engineers);
@@ -62,7 +62,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     one of them the first time a draw asks for a constant (cached under ``.hypothesis/constants``).
     With the whole suite imported that costs 0.7 s on a fresh clone of an idle machine, several
     seconds on a loaded one: inside a random test's first draws, enough to fail its too_slow
-    health check (issue 23, point 11). After collection every test module is imported, so one
+    health check. After collection every test module is imported, so one
     scan here covers them; an older or newer Hypothesis without the function skips it.
     """
     del session

@@ -4,8 +4,7 @@ Text is drawn from :data:`ALPHABET`, never from ``st.text()``'s default alphabet
 one makes Hypothesis build a table of every code point its codec can encode (1.1 million
 ``chr(i).encode()`` calls, cached under ``.hypothesis/unicode_data``): on a fresh clone that costs
 seconds *inside the first draw* of whichever test draws text first, which fails Hypothesis'
-``too_slow`` health check ("only generated 1 valid inputs after 2.36 seconds", issue 23, point
-11). The alphabet below keeps what our parsers care about: ASCII, JSON's escapes, control
+``too_slow`` health check ("only generated 1 valid inputs after 2.36 seconds"). The alphabet below keeps what our parsers care about: ASCII, JSON's escapes, control
 characters, two- three- and four-byte UTF-8, a combining mark, a right-to-left mark and a BOM.
 """
 

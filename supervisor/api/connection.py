@@ -153,7 +153,7 @@ class UnixService:
         self._refusals = RefusalLog(refusal_interval)
         self._refusal_interval = refusal_interval
         self._create_directory = create_directory
-        # a descriptor handed over by systemd socket activation (issue 12) instead of binding
+        # a descriptor handed over by systemd socket activation (docs/systemd.md) instead of binding
         self._listener = listener
         # (device, inode, ctime) of the file we bound, removed at exit only if still ours; None if handed over
         self._ours: Identity | None = None

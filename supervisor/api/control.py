@@ -11,7 +11,7 @@ error (protocol.ErrorName); every verb that changes something is published as
 * ``UseTaxonomy``: a shipped version or an absolute path to a regular file (at most 1 MiB, read
   off the event loop), validated completely before it replaces the classifier's taxonomy
   (``TAXONOMY_SWITCHED``); a file that does not validate is refused and nothing changes.
-* ``Reload``: the reload function of the daemon (issue 9); ``Unsupported`` until one is given.
+* ``Reload``: the reload function of the daemon; ``Unsupported`` until one is given.
 
 What the verbs act on is handed over at construction (supervisor/runtime/sessions.py): the session
 table to read, the control operations, the taxonomy switch, the desired sessions and the attribute
@@ -60,7 +60,7 @@ from supervisor.taxonomy import Taxonomy, load_taxonomy
 
 __all__ = ["ControlService", "Reload"]
 
-#: the daemon's reload function (issue 9): re-read config and credentials, return a summary
+#: the daemon's reload function: re-read config and credentials, return a summary
 Reload = Callable[[], Awaitable[Mapping[str, Any]]]
 
 _KNOWN = {
@@ -136,7 +136,7 @@ class ControlService:
         self._stop = stop
         self.reload = reload
         self._sockets = sockets
-        # desired sessions and attribute updates (issue 13); None: a daemon without a store
+        # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
         self.attribute_verbs = AttributeVerbs(attributes)
 

@@ -1,4 +1,4 @@
-"""The control socket's attribute verbs (issue 13): set, list mismatches, resolve one, status.
+"""The control socket's attribute verbs (docs/attributes.md): set, list mismatches, resolve one, status.
 
 * ``SetAttributes``: answered only once the update is committed to the outbox (the caller may
   rely on it: it survives ``kill -9``). A full tenant queue answers ``Backpressure`` with

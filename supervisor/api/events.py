@@ -3,8 +3,8 @@
 Every control verb that changes something is published (``CONTROL_COMMAND``, with the peer's
 uid, gid and pid, whether it succeeded, and the error name when not), so subscribers and the
 journal see who changed what; a taxonomy switch is also published as ``TAXONOMY_SWITCHED``.
-A refused peer and a disconnected slow subscriber are published too (the "log line" of
-reliability.md §2; the counters are in the control socket's ``Status``).
+A refused peer and a disconnected slow subscriber are published too (the audit line of
+docs/robustness.md, "Local sockets"; the counters are in the control socket's ``Status``).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ method Drain() -> (draining: bool)
 # A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
-# Attribute updates of a session's conversation (issue 13). Answered once the update is durably in
+# Attribute updates of a session's conversation (docs/attributes.md). Answered once the update is durably in
 # the outbox (acknowledged); a full queue answers Backpressure (try again after retryAfterSeconds).
 method SetAttributes(sessionId: string, attributes: [string]string) -> (accepted: bool, updateId: string,
   sessionId: string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)

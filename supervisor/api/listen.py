@@ -1,6 +1,6 @@
 """Socket files and who may connect: paths, binding with a mode, stale files, peer credentials.
 
-* Filesystem sockets only: the abstract namespace has no permissions (reliability.md §2).
+* Filesystem sockets only: the abstract namespace has no permissions (unix(7), "Abstract sockets"; docs/robustness.md, "Local sockets").
 * A socket file is bound under a temporary name in the same directory, given its mode, then
   renamed over the final path: no moment exists where the final path has the umask's mode.
 * A path already there is replaced only when it is a socket nobody listens on (a killed

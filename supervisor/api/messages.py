@@ -46,11 +46,11 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
     ),
     "retries": frozenset({"RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}),
     "throttling": frozenset({"RECONNECTION_THROTTLED"}),
-    # a connection replaced in place, the session still active (issue 22: a notifications rollover)
+    # a connection replaced in place, the session still active (a notifications rollover: docs/runtime.md, "Notifications rollover")
     "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
     "terminations": frozenset({"SESSION_TERMINATED"}),
     "errors": frozenset({"SDK_ERROR_CLASSIFIED"}),
-    # attribute updates (issue 13): a tenant's queue full, and drained again
+    # attribute updates (docs/attributes.md): a tenant's queue full, and drained again
     "backpressure": frozenset({"RATE_LIMIT_BACKPRESSURE", "RATE_LIMIT_BACKPRESSURE_RELEASED"}),
     "attributes": frozenset({"ATTRIBUTE_MISMATCH", "ATTRIBUTE_MISMATCH_RESOLVED"}),
     "control": frozenset({"CONTROL_COMMAND", "TAXONOMY_SWITCHED"}),

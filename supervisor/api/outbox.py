@@ -1,7 +1,7 @@
 """One subscriber's pending messages: ordered, conflated per session while backlogged, capped in bytes. Pure.
 
 The publisher (a bus sink, synchronous) pushes; the subscriber's writer task takes. Nothing here
-waits or does I/O, so the publisher never awaits a socket (reliability.md §2):
+waits or does I/O, so the publisher never awaits a socket (docs/robustness.md, "Local sockets"):
 
 * **in order**: messages leave in the order they were pushed, so ``seq`` rises on every stream;
 * **conflated while backlogged**: once the socket has pushed back (the writer could not hand

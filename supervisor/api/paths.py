@@ -2,7 +2,7 @@
 
 Apart from :mod:`supervisor.api.listen` (binding, peer credentials, the access policies) so that the
 clients (``watch``, ``ctl``) find the default paths without importing what only the daemon needs
-(issue 25, point 1: a short command imports what it uses).
+(docs/runtime.md, "Floors": a short command imports what it uses).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ __all__ = [
     "parse_reply",
 ]
 
-#: the largest message the daemon reads (reliability.md §2: "Maximum 64 KiB per message")
+#: the largest message the daemon reads (docs/robustness.md, "Local sockets": 64 KiB, closed on overflow)
 MAX_MESSAGE_BYTES: Final = 64 * 1024
 #: the largest message a client reads: a snapshot grows with the number of sessions (~250 bytes each)
 CLIENT_MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
@@ -79,7 +79,7 @@ class Method(enum.StrEnum):
     DRAIN = f"{CONTROL}.Drain"
     USE_TAXONOMY = f"{CONTROL}.UseTaxonomy"
     RELOAD = f"{CONTROL}.Reload"
-    # attribute updates (issue 13): supervisor/api/control_attributes.py
+    # attribute updates (docs/attributes.md): supervisor/api/control_attributes.py
     SET_ATTRIBUTES = f"{CONTROL}.SetAttributes"
     LIST_MISMATCHES = f"{CONTROL}.ListMismatches"
     RESOLVE_MISMATCH = f"{CONTROL}.ResolveMismatch"
@@ -111,7 +111,7 @@ class ErrorName(enum.StrEnum):
     INVALID_TAXONOMY = f"{CONTROL}.InvalidTaxonomy"
     UNSUPPORTED = f"{CONTROL}.Unsupported"
     RELOAD_FAILED = f"{CONTROL}.ReloadFailed"
-    # attribute updates (issue 13)
+    # attribute updates (docs/attributes.md)
     BACKPRESSURE = f"{CONTROL}.Backpressure"
     STORE_UNAVAILABLE = f"{CONTROL}.StoreUnavailable"
     SESSION_TERMINATED = f"{CONTROL}.SessionTerminated"
@@ -119,7 +119,7 @@ class ErrorName(enum.StrEnum):
     NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
     ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
     NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
-    # roles (issue 23): the caller's role does not include the method's
+    # roles: the caller's role does not include the method's
     PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
 
 

@@ -2,7 +2,7 @@
 
 A peer the check refuses is closed without a byte; it can reconnect as fast as the kernel lets
 it. Published one event per refusal, 3,000 refusals in 4 s were 3,000 lines on stdout and on every
-subscriber's stream (issue 23, point 10). So each socket keeps a window per peer (uid and gid):
+subscriber's stream. So each socket keeps a window per peer (uid and gid):
 
 * the first refusal of a peer with no open window is reported at once (``count`` 1) and opens a
   window of ``interval_s``;

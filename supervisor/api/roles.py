@@ -1,6 +1,6 @@
 """Who may do what on the control socket: three roles, one verb -> role table, peers mapped to roles. Pure.
 
-Whoever could open the control socket used to get every verb (issue 23, point 9; the docker.sock
+Whoever could open the control socket used to get every verb (the docker.sock
 lesson). Now each peer has a role, decided on accept from its credentials (``SO_PEERCRED``,
 ``SO_PEERGROUPS``), and each method needs one:
 

@@ -6,7 +6,7 @@ are the one statement of every method's parameters. This module parses them (var
 ``[string]T``, enums, structs and named types) and checks a call's parameters against its
 method's before the method runs. So a parameter of the wrong type, in any method, including a
 method added to a description later, is answered ``InvalidParameter`` naming it, never an
-exception inside the verb (issue 23, point 1: a ``resolution`` that was a list, a ``mismatchId``
+exception inside the verb (a ``resolution`` that was a list, a ``mismatchId``
 past 64 bits).
 
 * ``int`` is a signed 64-bit integer: varlink leaves its size to the implementation, "usually

@@ -1,4 +1,4 @@
-"""The attempt shells: the only callers of :class:`machines.endpoint.Endpoint` (issue 24, point 1).
+"""The attempt shells: the only callers of :class:`machines.endpoint.Endpoint` (docs/runtime.md, "One attempt path").
 
 :mod:`supervisor.attempts.shell` is the runtime's async shell; the session runner, the retry
 executor and the attribute sender make every attempt through it.

@@ -1,7 +1,7 @@
 """The runtime's async attempt shell: every attempt to an endpoint goes through a :class:`Gate`.
 
 The decisions are :class:`machines.endpoint.Endpoint`'s (pure, one per endpoint); this module only
-waits on its answers and tells it what happened, once (issue 24, point 1). It is the one caller of
+waits on its answers and tells it what happened, once (docs/runtime.md, "One attempt path"). It is the one caller of
 ``Endpoint`` (tests/unit/test_import_rules.py names the shell modules allowed to call it). Its
 callers, each for its own attempts:
 

@@ -1,7 +1,7 @@
 """Attribute updates as data: settings, validation, refusals, redaction. Pure: no I/O.
 
 An update sets one or more participant attributes of one session's conversation (Genesys
-``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes``, platforms.md §5; string
+``PATCH /api/v2/conversations/{cid}/participants/{pid}/attributes``, docs/platforms.md, "Genesys Cloud Platform REST"; string
 keys and values). Keys listed in ``[attributes] sensitive`` are sent, stored until verified and
 compared by hash, but their values never appear in an event, a log line, a mismatch listing or a
 control answer.

@@ -1,4 +1,4 @@
-"""Genesys participant attributes over REST, through the one retry executor (platforms.md §5).
+"""Genesys participant attributes over REST, through the one retry executor (docs/platforms.md, "Genesys Cloud Platform REST").
 
 * :meth:`GenesysAttributes.read` is ``GET /api/v2/conversations/{cid}`` (PY269 ``Conversation``): the
   customer participant's id and attributes. Flows and agents write participant data there; it is
@@ -22,7 +22,7 @@ and the token is refreshed as everywhere else. What only this module knows:
 * a write that may have reached the platform and got no answer (the connection failed after
   the request was written, or the taxonomy flags the failure ``reconcileBeforeRetry``: the
   executor ends a non-idempotent operation there) ends unretried: its outcome is unknown, and the
-  caller reads the conversation back before anything is sent again (reliability.md §6). A
+  caller reads the conversation back before anything is sent again (docs/robustness.md, "Durability"). A
   failure before the request left (connect, pool) is retried as usual. Every request carries the
   ledger's ``Idempotency-Key``, and every request after the first is counted in the ledger (and
   committed) before it leaves.

@@ -12,7 +12,7 @@ reconciliation." For each attribute a send carried, the server now holds:
   flag it for manual reconciliation.
 
 A send whose answer never came (ledger ``unknown``) is judged the same way before anything is
-sent again: it is read back, never re-sent blindly (reliability.md §6).
+sent again: it is read back, never re-sent blindly (docs/robustness.md, "Durability").
 """
 
 from __future__ import annotations

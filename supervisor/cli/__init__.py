@@ -1,6 +1,6 @@
 """The ``session-supervisor`` command line.
 
-Exit codes (design.md, Contracts): 0 success, 1 a handled failure, 2 bad usage.
+Exit codes (docs/architecture.md, "Contracts"): 0 success, 1 a handled failure, 2 bad usage.
 The commands are imported when one is run (:class:`LazyGroup`, :data:`COMMANDS`): a short
 command such as ``ctl status`` loads no simulator, demo, aiohttp or OpenTelemetry module
 (tests/unit/test_cli_imports.py, tests/bench/bench_cli_start.py).
@@ -69,7 +69,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "watch",
         "Follow the daemon's sessions over its subscribe socket, until the daemon stops.",
     ),
-    # with the attribute verbs (issue 13: ctl attributes set|status, ctl mismatches, ctl resolve)
+    # with the attribute verbs (docs/attributes.md: ctl attributes set|status, ctl mismatches, ctl resolve)
     "ctl": LazyCommand(
         "supervisor.cli.ctl_cmd", "ctl", "Control the running daemon over its control socket."
     ),

@@ -1,7 +1,7 @@
 """Helpers shared by the CLI commands: the consoles they print on, the command for another terminal.
 
 rich is imported when a console is made, not with this module: ``ctl status`` prints plain lines
-and never pays for it (issue 25, point 1). What the decision-core commands read (the taxonomy
+and never pays for it (docs/runtime.md, "Floors"). What the decision-core commands read (the taxonomy
 option, NDJSON input) is in :mod:`supervisor.cli.inputs`.
 """
 

@@ -1,4 +1,4 @@
-"""``session-supervisor ctl attributes set|status``, ``ctl mismatches`` and ``ctl resolve`` (issue 13).
+"""``session-supervisor ctl attributes set|status``, ``ctl mismatches`` and ``ctl resolve`` (docs/attributes.md).
 
 ``attributes set SESSION_ID KEY=VALUE [KEY=VALUE ...] [--json]`` exits 0 only once the daemon has
 the update durably in its outbox ("acknowledged"), 75 when it refused it for backpressure (try

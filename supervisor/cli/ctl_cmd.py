@@ -232,6 +232,6 @@ def reload_summary(result: Any) -> str:
     return "reloaded: " + ", ".join(parts)
 
 
-# attribute updates (issue 13): ctl attributes set|status, ctl mismatches, ctl resolve
+# attribute updates (docs/attributes.md): ctl attributes set|status, ctl mismatches, ctl resolve
 for _verb in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
     ctl.add_command(_verb)

@@ -1,4 +1,4 @@
-"""Whether the ``supervisor`` this process imports is session-supervisor's alone (issue 25, point 2).
+"""Whether the ``supervisor`` this process imports is session-supervisor's alone.
 
 The top-level package ``supervisor`` is also supervisord's import name (PyPI distribution
 ``supervisor``; Supervisor/supervisor, setup.py: ``name='supervisor'``, ``packages=find_packages()``).

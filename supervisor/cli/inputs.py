@@ -1,7 +1,7 @@
 """What the decision-core commands (classify, taxonomy, policy) read: the taxonomy option, NDJSON input.
 
 Apart from :mod:`supervisor.cli.common` because it imports the taxonomy, which the commands that
-talk to the daemon (``ctl``, ``watch``) never need (issue 25, point 1).
+talk to the daemon (``ctl``, ``watch``) never need (docs/runtime.md, "Floors").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A click group whose commands are imported when one is run, not when the program starts (issue 25).
+"""A click group whose commands are imported when one is run, not when the program starts (docs/runtime.md, "Floors").
 
 Each command's module is imported only when that command is the one invoked (or its ``--help`` is
 asked for): ``ctl status`` does not pay for the simulators, the demo or aiohttp, which only ``sim``

@@ -79,7 +79,7 @@ def run(config_path: Path, check: bool) -> None:
     if check:
         # validating is a short command, not the daemon: the default actions (SIGINT: exit 130)
         PROCESS.release()
-        # first, whatever the configuration says: supervisord sharing our import name (issue 25)
+        # first, whatever the configuration says: supervisord sharing our import name
         clash = import_name_warning()
         if clash is not None:
             _warning(clash)
@@ -114,7 +114,7 @@ def _check(options: DaemonConfig, config_path: Path) -> None:
     async def check_credentials() -> None:
         async with Wiring(config, config_dir=options.config_dir, environ=options.environ) as wiring:
             # a version that loads but cannot work against a platform (v1: no Genesys attribute
-            # update, issue 22) is said once, on stderr; a warning, not a refusal (exit 0)
+            # update, docs/taxonomy.md, "Response validation") is said once, on stderr; a warning, not a refusal (exit 0)
             for line in taxonomy_warnings(config.daemon.taxonomy_version, wiring.taxonomy, options.environ):
                 _warning(line)
 
@@ -140,7 +140,7 @@ def _stopped_before_serving(sig: signal.Signals | None) -> None:
 
 
 def _check_socket_paths(config_path: Path, sockets: SocketsConfig, environ: Mapping[str, str]) -> None:
-    """What ``run`` would fail on when it binds the socket API, said by ``--check`` (issue 23).
+    """What ``run`` would fail on when it binds the socket API, said by ``--check``.
 
     A configured path is bound in its directory, which the daemon never creates (only the default
     ``$XDG_RUNTIME_DIR/session-supervisor/`` is); the path must fit sun_path and must not be

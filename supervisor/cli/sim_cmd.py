@@ -1,4 +1,4 @@
-"""``session-supervisor sim genesys|cxone``: run a loopback simulator in the foreground (issue 4).
+"""``session-supervisor sim genesys|cxone``: run a loopback simulator in the foreground (docs/simulators.md).
 
 The first stdout line is one JSON object with the base URLs bound, keyed
 ``login, api, webmessaging, streaming, admin`` (Genesys) or ``auth, api, admin`` (CXone); the

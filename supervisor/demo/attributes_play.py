@@ -10,7 +10,7 @@ every write, slowly, and silently drops 20 of them past the 15th (``silent_drop_
 Expected: every drop detected by the read-back and repaired or flagged, no acknowledged update lost,
 the queue's backpressure visible (some submissions refused, then taken).
 
-429 storms are not part of the demo: after a throttle the endpoint's adaptive pacing (issue 15)
+429 storms are not part of the demo: after a throttle the endpoint's adaptive pacing (docs/runtime.md, "Admission")
 slows every REST call for tens of seconds, longer than a demo; the acceptance test
 (tests/integration/test_attributes_burst.py) runs the storms on a fake clock.
 """

@@ -124,7 +124,7 @@ class _Run:
                     grace_s=_GRACE_S,
                     telemetry=None if opts.otlp is None else demo_settings(opts.otlp, workdir),
                     sockets=SocketsAt(workdir / "subscribe.sock", workdir / "control.sock", on_sockets),
-                    # the durable store (issue 13), in the run's temporary directory: the attributes scenario
+                    # the durable store (docs/attributes.md), in the run's temporary directory: the attributes scenario
                     durable=self.play is not None,
                     service=False,
                     body=scene,

@@ -101,7 +101,7 @@ FAST = Timing(
 )
 
 
-# Genesys keeps at most 20 notification channels per client (platforms.md section 2; the
+# Genesys keeps at most 20 notification channels per client (docs/platforms.md, "Genesys Cloud notifications"; the
 # simulator evicts the oldest): with one channel per session, more would evict each other
 MAX_NOTIFICATIONS = 20
 

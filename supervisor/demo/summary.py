@@ -156,7 +156,7 @@ def render(console: Console, summary: dict[str, Any]) -> None:
     ]
     attributes = summary.get("attributes")
     if attributes is not None:
-        # the attributes scenario (issue 13): what became of the burst
+        # the attributes scenario (docs/attributes.md): what became of the burst
         names = ("submitted", "acknowledged", "refused", "sent", "verified", "repaired", "flagged", "lost")
         rows.append(("attribute updates", ", ".join(f"{n} {attributes[n]}" for n in names)))
         rows.append(("silently dropped (simulator)", str(attributes["silentlyDropped"])))

@@ -33,7 +33,7 @@ class TerminationReason(enum.StrEnum):
     FAIL_FAST_TRIGGER = "FAIL_FAST_TRIGGER"
     # a STATE_CORRUPTING failure without a named trigger (e.g. a session id mismatch)
     STATE_CORRUPTING = "STATE_CORRUPTING"
-    # a PERMANENT failure scoped to the session (design.md, "Scope")
+    # a PERMANENT failure scoped to the session (docs/architecture.md, "Scope")
     PERMANENT_SESSION_ERROR = "PERMANENT_SESSION_ERROR"
     # the reconnection budget of the class policy is spent (seed section 2, RETRY_EXHAUSTED)
     RETRY_EXHAUSTED = "RETRY_EXHAUSTED"

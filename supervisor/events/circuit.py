@@ -1,5 +1,5 @@
 """An endpoint's events: its circuit's transitions (seed section 2, CIRCUIT_BREAKER_*) and its
-adaptive pacing (issue 15, PACING_CHANGED).
+adaptive pacing (PACING_CHANGED; docs/runtime.md, "Admission").
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ CircuitEvent = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitCl
 
 @dataclass(frozen=True, slots=True)
 class PacingChanged(Event):
-    """Beyond the seed (issue 15): an endpoint's adaptive pacing changed its rate, or paused it.
+    """Beyond the seed (docs/runtime.md, "Admission"): an endpoint's adaptive pacing changed its rate, or paused it.
 
     ``reason`` is ``throttled`` (the platform refused for rate: the rate was cut), ``probe``
     (the rate grew; reported each time it doubles), ``pause`` (a further Retry-After lengthened

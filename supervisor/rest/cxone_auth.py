@@ -1,4 +1,4 @@
-"""CXone's back-end login, its refresh, and where the tenant's agent API is (issue 22, points 1-3).
+"""CXone's back-end login, its refresh, and where the tenant's agent API is (docs/platforms.md).
 
 On the real platform (``authUrl`` = ``https://cxone.niceincontact.com``) a back-end application logs
 in with OpenID Connect, as NICE's agent SDK and independent CXone clients do (docs/platforms.md,

@@ -1,8 +1,8 @@
 """The one retry executor: every operation that may be retried goes through :meth:`RetryExecutor.call`.
 
 REST calls (through :class:`~supervisor.rest.pipeline.RequestPipeline`) and in-band socket
-requests (a Web Messaging ``onMessage``) alike. Per attempt (design.md, "Decisions already
-taken"):
+requests (a Web Messaging ``onMessage``) alike. Per attempt (docs/architecture.md, "Decisions the
+code relies on"):
 
 1. the endpoint, when the operation has one, must admit the attempt: its pace, its circuit (else
    :class:`CircuitOpenError`), its places in flight (a connect endpoint's), all decided by its

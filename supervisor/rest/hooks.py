@@ -108,7 +108,7 @@ class ExecutorHooks(Protocol):
         """The endpoint's circuit moved (transitions, CIRCUIT_BREAKER_* events)."""
 
     def pacing(self, report: PacerReport) -> None:
-        """The endpoint's REST pacing changed its rate or paused it (beyond the seed, issue 15)."""
+        """The endpoint's REST pacing changed its rate or paused it (beyond the seed, docs/runtime.md, "Admission")."""
 
 
 class NoHooks:

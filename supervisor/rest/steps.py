@@ -58,7 +58,7 @@ class ExecutorSteps:
         refresh_before_retry_s: float = 60.0,
     ) -> None:
         self.classifier = classifier
-        # every endpoint's admission (circuit; beyond the seed, issue 15: pacing and a retry budget)
+        # every endpoint's admission (circuit; beyond the seed, docs/runtime.md, "Admission": pacing and a retry budget)
         self.attempts = attempts
         self._clock = clock
         self._rng: Rng = rng if rng is not None else random.Random()
@@ -91,7 +91,7 @@ class ExecutorSteps:
 
         Returns the delay it last waited, in ms (decorrelated jitter grows from it), and how many
         of the policy's retries the endpoint's retry budget skipped on the way. The budget is
-        asked when a retry comes due, not when the failure comes back (issue 15): a retry it
+        asked when a retry comes due, not when the failure comes back (docs/runtime.md, "Admission"): a retry it
         refuses is not sent but counts against the policy's retries, and the operation waits for
         its next scheduled one, when the budget may have room again. A brownout spends the
         budget on calls that fail again; asking late leaves the retries that come due after the

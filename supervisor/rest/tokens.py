@@ -101,7 +101,7 @@ class TokenCache:
     def within_refresh_window(self, token: Token) -> bool:
         """Is ``token`` left with at most its early-refresh window, by our clock?
 
-        The judge of a 401 (issue 22, point 9): both platforms answer an expired and a revoked
+        The judge of a 401 (docs/taxonomy.md, "The 401 rule"): both platforms answer an expired and a revoked
         token alike (``invalid_token``, ``bad.credentials``), and their clock is not ours: a token
         they expire a little before the lifetime they announced fails while we still hold it
         valid. A 401 on a token this close to its end is taken for its expiry; one on a token
@@ -206,7 +206,10 @@ def _lifetime(payload: dict[str, Any]) -> float:
 
 
 class GenesysClientCredentials:
-    """``POST {login}/oauth/token`` with Basic auth, ``grant_type=client_credentials`` (platforms.md 4)."""
+    """``POST {login}/oauth/token``: Basic auth, form ``grant_type=client_credentials``.
+
+    docs/platforms.md, "Genesys Cloud Platform REST".
+    """
 
     def __init__(self, client: httpx.AsyncClient, login_url: str, client_id: str, secret: Secret) -> None:
         self._client = client

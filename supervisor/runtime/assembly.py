@@ -1,4 +1,4 @@
-"""The one composition root: the configuration and a command's options in, a daemon run (issue 24).
+"""The one composition root: the configuration and a command's options in, a daemon run (docs/runtime.md, "The composition root").
 
 uvicorn's model (``Config`` → ``Server``): :class:`DaemonConfig` says what to run, built from the
 parsed configuration and the command's options; :class:`Daemon` builds every part from it in one
@@ -255,7 +255,7 @@ class Daemon:
             durable: Durable | None = None
             if options.durable:
                 # desired sessions, the session ledger and attribute updates; a store that cannot be
-                # opened is said in one line, and the sessions run without it (issue 13)
+                # opened is said in one line, and the sessions run without it (docs/store.md)
                 durable = await Durable.open(
                     config,
                     sessions=sessions,

@@ -8,7 +8,7 @@ handshakes a second, full collections of 0.2-1.0 s came every second or two, too
 the daemon's CPU, and each one stalled every session (the pacer then spaces the attempts that fell
 due during the stall instead of bursting them, so the time is lost, not made up). With
 :data:`THRESHOLDS` the same storm ran without a full collection: CPU 15 to 7 s, recovery 21.5-24.7
-to 19.1-19.6 s (docs/benchmarks.md, "Admission at a binding limit (issue 15)").
+to 19.1-19.6 s (docs/benchmarks.md, "Admission at a binding limit").
 
 Reference cycles are still collected, just in larger batches: a young collection every 50,000
 net allocations, a middle one every 20 young ones, a full one after 100 middle ones (and then

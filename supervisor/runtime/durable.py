@@ -1,4 +1,4 @@
-"""The daemon's durable state: desired sessions, the session ledger, and attribute updates (issue 13).
+"""The daemon's durable state: desired sessions, the session ledger, and attribute updates (docs/attributes.md).
 
 :class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
 the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
@@ -23,7 +23,7 @@ A store that cannot be opened (corrupt, unreadable, a read-only or full state di
 stop the daemon: ``STORE_DEGRADED`` names the file and the problem, and attribute updates are
 refused (nothing is acknowledged that cannot be persisted). A store that can be read but not
 written (a full disk, a read-only state directory) is read without writing, so the sessions start
-as it says (issue 23); any other leaves the sessions to run from the configuration alone.
+as it says; any other leaves the sessions to run from the configuration alone.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class Durable:
             )
         except StoreError as exc:
             # a file that cannot be written (a full disk, a read-only state directory) is still
-            # read: a session stopped or ended stays down, a guest session resumes (issue 23)
+            # read: a session stopped or ended stays down, a guest session resumes
             snapshot = await _read_only(path)
             problem = exc.problem if snapshot is None else f"{exc.problem}; {READ_ONLY}"
             health(problem)

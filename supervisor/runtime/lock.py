@@ -1,4 +1,4 @@
-"""One daemon per configuration: an exclusive lock taken before anything is started (issue 9).
+"""One daemon per configuration: an exclusive lock taken before anything is started.
 
 Two daemons on one configuration would hold every session twice (two guest connections
 knocking each other off, two CXone agent sessions). ``run`` takes an exclusive ``flock`` on a
@@ -6,7 +6,7 @@ lock file before it binds a socket or starts a session; a second daemon refuses 
 naming the holder's pid. The lock dies with the process (kill -9 included), so a stale file
 never blocks a restart: only a live holder does.
 
-**The file goes with its daemon (issue 23).** Lock files piled up (227 from test runs). The daemon
+**The file goes with its daemon.** Lock files piled up (227 from test runs). The daemon
 now removes its lock file when it stops, and only while it still holds the lock: unlink first,
 close (which drops the flock) after. A daemon starting meanwhile may have opened the old file
 before it was unlinked and then get its lock on that unlinked inode, where nobody else can see it;

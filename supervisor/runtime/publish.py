@@ -24,7 +24,7 @@ def publish_effects(
 
 
 def publish_pacing(bus: EventBus, report: PacerReport, now_epoch: float) -> None:
-    """PACING_CHANGED: an endpoint's pacing moved (beyond the seed, issue 15); ``kind`` is the
+    """PACING_CHANGED: an endpoint's pacing moved (beyond the seed, docs/runtime.md, "Admission"); ``kind`` is the
     endpoint's (``connect``: handshakes and session starts; ``rest``: REST calls)."""
     stamp = iso_utc(now_epoch)
     bus.publish(

@@ -17,7 +17,7 @@ the credential files, validate everything first, and only then apply the differe
 Any error (the file, a credential, the taxonomy) leaves the daemon running on the old
 configuration and publishes ``CONFIG_RELOAD_FAILED`` with the located one-line error.
 
-**One at a time (issue 23).** A ``ctl reload`` and a SIGHUP at once used to interleave: the second
+**One at a time.** A ``ctl reload`` and a SIGHUP at once used to interleave: the second
 re-added a session the first was removing, the first's removal then took the new runner out of
 the table, and the session ran unsupervised. Reloads are serialised (:class:`Reloader` holds one
 lock for the whole read-compare-apply), each in the order it asked; SIGHUP's run in a task of
@@ -218,7 +218,7 @@ class Reloader:
             return self._failed(str(exc))
         try:
             return await self._apply(read)
-        except Exception as exc:  # no step of a reload may end the daemon (issue 23)
+        except Exception as exc:  # no step of a reload may end the daemon
             return self._failed(
                 f"the reload failed while applying the configuration: {type(exc).__name__}: {exc}"
             )

@@ -90,7 +90,7 @@ class SessionRunner:
         sleep: Sleep = anyio.sleep,
     ) -> None:
         self.transport = transport
-        # the session's connect endpoint (its circuit; beyond the seed, issue 15: its pace and its
+        # the session's connect endpoint (its circuit; beyond the seed, docs/runtime.md, "Admission": its pace and its
         # places in flight), and where its moves are published
         self._gate = gate
         self._reports = BusHooks(bus, clock)
@@ -373,8 +373,8 @@ class SessionRunner:
         """The connection's own next request (a CXone poll) found its endpoint's circuit open.
 
         Nothing failed on this session: the endpoint is paused for everyone. So nothing is
-        classified (a made-up CONNECTION_FAILED / OSError with no endpoint was published here,
-        issue 22); the connection is closed and the session waits for the circuit like a refused
+        classified (a made-up CONNECTION_FAILED / OSError with no endpoint was published here
+        once); the connection is closed and the session waits for the circuit like a refused
         reconnection (RECONNECTION_THROTTLED, not counted as an attempt, within the horizon).
         """
         self._remember(self._context.learned(connection.learned))
@@ -401,7 +401,7 @@ class SessionRunner:
 
     def _rolled_over(self, rollover: Rollover) -> None:
         """The live connection replaced its platform side in place: keep what the new side is (its
-        platform id) and say so; the session stays active (issue 22, point 8)."""
+        platform id) and say so; the session stays active (docs/runtime.md, "Notifications rollover")."""
         connection = self._connection
         if connection is None or self.core.terminated:
             return

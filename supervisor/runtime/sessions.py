@@ -6,7 +6,7 @@ it (a runner started, replaced, removed; the configuration a reload adopted), ev
 through :class:`SessionReader`. That breaks the old knot where the store needed the supervisor (and got
 it late, through a back-reference set once the supervisor served) and the supervisor needed the store.
 
-The other interfaces are what one part needs of another, named by that need (issue 24, point 2):
+The other interfaces are what one part needs of another, named by that need (docs/runtime.md, "One attempt path"):
 
 * :class:`SessionBook`: what the supervisor asks of the durable store (which sessions run at start,
   what they resume; the write-ahead and the end of each runner);

@@ -1,4 +1,4 @@
-"""The process's signals, recorded from its first line until it exits (issue 23).
+"""The process's signals, recorded from its first line until it exits.
 
 Python's default actions do not suit a daemon at any moment: SIGTERM and SIGHUP kill the process
 (exit 143, 129) and SIGINT raises ``KeyboardInterrupt`` wherever the main thread happens to be (a

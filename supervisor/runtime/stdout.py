@@ -1,4 +1,4 @@
-"""Event lines on standard output that never block the event loop (issue 9).
+"""Event lines on standard output that never block the event loop.
 
 A pipe nobody reads (or a journald applying backpressure) used to block the loop in a
 ``write``: keepalives stopped, sessions dropped, SIGTERM went unheard. Now the bus sink only

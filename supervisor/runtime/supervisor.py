@@ -48,7 +48,7 @@ class Supervisor:
             # a book reads the table it was built over: a second one here would stay empty for it
             raise TypeError("Supervisor: pass the session table the book was built over (sessions=...)")
         self.wiring = wiring
-        # the durable state (issue 13): desired sessions, the session ledger; None keeps nothing
+        # the durable state (docs/attributes.md): desired sessions, the session ledger; None keeps nothing
         self.book = book
         self.bus = wiring.bus
         #: the runners by session id and the configuration in force; this supervisor alone writes it

@@ -1,4 +1,4 @@
-"""The attribute service's questions about sessions, answered from the supervisor (issue 13).
+"""The attribute service's questions about sessions, answered from the supervisor (docs/attributes.md).
 
 * :meth:`SessionTargets.accept`: may this session take an update now, and where does it go? A
   Genesys session that runs and knows its conversation (configured ``conversationId``, or one it

@@ -3,7 +3,7 @@
 * ``SESSION_SUPERVISOR_TEST_BLOCK_LOOP_ON_RELOAD=PATH``: every reload first reads the FIFO at
   ``PATH`` on the event loop, blocking it until a writer has written and closed it. Nothing else the
   daemon reads can block its loop any more (every file is opened ``O_NONBLOCK`` and refused unless
-  it is a regular file, issue 23); the watchdog test (tests/integration/test_systemd_notify.py)
+  it is a regular file); the watchdog test (tests/integration/test_systemd_notify.py)
   needs a loop that is really stuck while the process and its threads live on, to show that the
   pings come from the loop and stop with it.
 

@@ -79,7 +79,7 @@ class Wiring:
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
-        # every endpoint's admission (issue 24: decided once, by its Endpoint, through one shell)
+        # every endpoint's admission (docs/runtime.md, "One attempt path": decided once, by its Endpoint, through one shell)
         self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
         self.session_config = _session_config(config)
         self.store = SessionStore()
@@ -232,7 +232,7 @@ class Wiring:
         limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
         clients = []
         for _ in range(shards):
-            # design.md "One retry layer": the transport never retries on its own
+            # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
             transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
             clients.append(httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False))
         self._clients[platform] = clients
@@ -280,7 +280,7 @@ class Wiring:
             gen = platforms.genesys
             assert gen is not None
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
-            # platforms.md section 2: the agent's conversation topic (the config requires an agentId)
+            # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = self.notification_sink
             nt = NotificationsTransport(
@@ -322,7 +322,7 @@ class Wiring:
         return SessionRunner(
             transport,
             classifier=self.classifier,
-            # its connection attempts' endpoint (beyond the seed, issue 15: paced to what it admits)
+            # its connection attempts' endpoint (beyond the seed, docs/runtime.md, "Admission": paced to what it admits)
             gate=self.attempts.connect(endpoint),
             bus=self.bus,
             clock=self.clock,

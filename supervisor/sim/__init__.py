@@ -1,4 +1,4 @@
-"""Loopback simulators of Genesys Cloud and NICE CXone with fault injection (issue 4).
+"""Loopback simulators of Genesys Cloud and NICE CXone with fault injection (docs/simulators.md).
 
 Shared modules: :mod:`supervisor.sim.faults` (what can go wrong; kinds and params in
 :mod:`supervisor.sim.fault_kinds`, re-exported), :mod:`supervisor.sim.recorder` (what the

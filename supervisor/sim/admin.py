@@ -1,4 +1,4 @@
-"""The admin HTTP API of a simulator, on its own listener (issue 4, parts 3 and 4).
+"""The admin HTTP API of a simulator, on its own listener (docs/simulators.md).
 
 ``make_admin_app(controller, recorder, *, name="genesys", urls=None)`` returns an
 :class:`aiohttp.web.Application` with these endpoints (all JSON; errors are one line,

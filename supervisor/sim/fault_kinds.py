@@ -52,7 +52,7 @@ class FaultKind(enum.StrEnum):
     SESSION_EXPIRED = "session_expired"
     CONNECTION_CLOSED_EVENT = "connection_closed_event"
     SOCKET_CLOSING = "socket_closing"
-    # Genesys notifications: one of the other v2.system topics PY269 names (issue 22, point 8)
+    # Genesys notifications: one of the other v2.system topics PY269 names (docs/runtime.md, "Notifications rollover")
     SYSTEM_TOPIC = "system_topic"
     SESSION_ENDED = "session_ended"
     STALE_SESSION = "stale_session"
@@ -91,7 +91,7 @@ FIELD_RULES = {
     "count": f"must be an integer from 1 to {MAX_COUNT}, or null (unlimited)",
 }
 
-# RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (platforms.md §9)
+# RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (docs/platforms.md, "WebSocket close codes")
 _CLOSE_CODES = (1000, 1001, 1008, 1011, 1012, 1013)
 
 

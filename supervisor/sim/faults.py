@@ -1,4 +1,4 @@
-"""Fault injection shared by the Genesys and CXone simulators (issue 4, part 3).
+"""Fault injection shared by the Genesys and CXone simulators (docs/simulators.md).
 
 A :class:`Fault` is data (a msgspec Struct, so the admin API decodes it straight from JSON);
 a :class:`FaultController` holds the injected faults, schedules them on an injected

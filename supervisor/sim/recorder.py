@@ -1,4 +1,4 @@
-"""What a simulator saw (issue 4, part 4), shared by the Genesys and CXone simulators.
+"""What a simulator saw (docs/simulators.md), shared by the Genesys and CXone simulators.
 
 Benchmarks and tests assert on these counts, never on client logs. Nothing secret is kept:
 tokens are counted, never stored; idempotency keys and message ids are client-chosen

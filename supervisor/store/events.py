@@ -4,7 +4,7 @@
 or unreadable file, a full disk, a read-only state directory); from then on the daemon refuses
 to acknowledge attribute updates, and its sessions keep running. ``STORE_RECOVERED`` says a
 later commit succeeded. The systemd glue can turn the first into ``STATUS=`` (degraded) and the
-second back (reliability.md (a), row 21).
+second back (docs/robustness.md, "Fault matrix", row 21).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The durable store's interface: what survives a restart, and the small protocol behind it.
 
-The daemon keeps here what a ``kill -9`` must not lose (reliability.md §6, "Tables"):
+The daemon keeps here what a ``kill -9`` must not lose (docs/robustness.md, "Durability"; docs/store.md, "Tables"):
 
 * **desired sessions**: which sessions should be alive (config plus ``ctl start/stop``), and the
   ones a fail-fast ended, which stay ended across a restart until someone re-authenticates them;
@@ -14,7 +14,7 @@ The daemon keeps here what a ``kill -9`` must not lose (reliability.md §6, "Tab
 
 :class:`Store` is the protocol the runtime and the attribute service use; SQLite
 (:mod:`supervisor.store.sqlite`) is the embedded implementation, and a second one (PostgreSQL, for
-several daemon instances: design.md, roadmap) implements the same methods. Everything here is data.
+several daemon instances: docs/architecture.md, "Roadmap") implements the same methods. Everything here is data.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ QUEUED = (RowStatus.PENDING, RowStatus.SENDING)
 
 
 class Outcome(enum.StrEnum):
-    """A send's outcome (reliability.md §6, ``ledger.outcome``)."""
+    """A send's outcome (docs/store.md, "Tables": ``ledger.outcome``)."""
 
     OK = "ok"
     # answered 2xx, but the read-back found only part of the payload (seed section 3: partial success)

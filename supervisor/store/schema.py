@@ -15,7 +15,7 @@ open (:func:`identify` says :attr:`Identity.LEGACY`).
 **What is refused, untouched.** Everything else: another application's database (another id, or
 no id and not exactly our tables), a negative version, a version without its tables, a version
 newer than :data:`SCHEMA_VERSION` (a newer session-supervisor wrote it: an older daemon cannot know
-what it means; reliability.md §6). :func:`identify` decides on a connection that has written
+what it means; docs/store.md, "Schema versions and migrations"). :func:`identify` decides on a connection that has written
 nothing (it only reads the header and ``sqlite_master``): the caller refuses before its first write,
 the switch to WAL included.
 
@@ -159,7 +159,7 @@ class Migration:
 
 #: every schema version, in order; add the next one, never edit a released one
 MIGRATIONS: Final[tuple[Migration, ...]] = (
-    Migration(1, "the first schema (issue 13): sessions, outbox, ledger, mismatches, meta", _V1),
+    Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -2,8 +2,8 @@
 
 Every function here is one step of a transaction the writer opened (``BEGIN IMMEDIATE``): a
 submission's depth check, coalescing and inserts happen together, so the acknowledgement the
-caller hears is exactly what was committed (reliability.md §6: "inserted in the same transaction
-as the ack; depth ≤ 50 enforced here; same (session, attribute) coalesced").
+caller hears is exactly what was committed (docs/robustness.md, "Durability": inserted in the
+same transaction as the acknowledgement; docs/attributes.md: depth ≤ 50, one update per session and key).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _LEDGER = (
     "attempts, sent_at, outcome, owner_epoch, answered_at, status, error_code"
 )
 _QUEUED = tuple(s.value for s in QUEUED)
-#: a settled row keeps no value: payloads are limited to what reconciliation needs (reliability.md (b))
+#: a settled row keeps no value: payloads are limited to what reconciliation needs (docs/robustness.md, "Security checklist")
 _WIPED = frozenset({RowStatus.VERIFIED, RowStatus.REPAIRED, RowStatus.SUPERSEDED, RowStatus.RESOLVED})
 
 

@@ -2,7 +2,7 @@
 
 * **WAL** (readers never wait for the writer; a crash leaves the last committed transaction) and
   ``synchronous=FULL`` by default: the WAL is synced at every commit, so an acknowledgement
-  survives a ``kill -9`` *and* an OS crash or power loss (reliability.md §6; ``NORMAL`` survives
+  survives a ``kill -9`` *and* an OS crash or power loss (SQLite "PRAGMA synchronous"; ``NORMAL`` survives
   ``kill -9`` only; docs/store.md, "Durability"). Commits are grouped to share the sync.
 * **One writer, off the event loop.** Every call queues a job; whoever holds the store's lock
   runs every queued job in a worker thread (``anyio.to_thread``), in order, each in its own
@@ -180,7 +180,7 @@ class SqliteStore:
         A commit refused for a full disk is tried once more after a checkpoint that truncates the
         WAL: when the disk is full of the store's own WAL (it grows until a commit crosses SQLite's
         1,000-page mark, and on a nearly full disk no commit ever does), moving its pages into the
-        file frees the space and the batch commits (issue 23). A disk full of something else
+        file frees the space and the batch commits. A disk full of something else
         stays full: the second try fails the same way and the batch is refused.
         """
         try:
@@ -379,7 +379,7 @@ def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection
         raise StoreError(str(path), describe(exc)) from None
     try:
         conn.execute("PRAGMA busy_timeout = 5000")
-        # whose file it is, decided before anything is written (issue 23): the WAL switch, the
+        # whose file it is, decided before anything is written: the WAL switch, the
         # mode, a migration and the epoch all come after, and only for the store's own file
         identity, version = identify(conn)
         if identity is not Identity.NEW:
@@ -432,7 +432,7 @@ class Snapshot:
 
 
 async def read_only(path: str | Path) -> Snapshot:
-    """Read the desired sessions and the session ledger without writing a byte (issue 23).
+    """Read the desired sessions and the session ledger without writing a byte.
 
     For a start where the store cannot be written (a full disk, a read-only state directory): the
     sessions still start as the store says (a stopped or ended session stays down, a guest session

@@ -10,7 +10,7 @@ The daemon's two sockets are named ``subscribe`` and ``control``
 (systemd/session-supervisor-subscribe.socket and -control.socket). Taken descriptors get
 ``FD_CLOEXEC`` and the three variables are removed from the environment, as
 ``sd_listen_fds(unset_environment=1)`` does. Each must be a listening ``AF_UNIX`` stream socket
-with a path (never the abstract namespace, which has no permissions: reliability.md §2); anything
+with a path (never the abstract namespace, which has no permissions: unix(7)); anything
 else, an unknown or repeated name, or only one of the two is a :class:`ConfigError` naming it,
 before any session starts. The socket API's peer check applies to handed-over sockets exactly
 as to the ones the daemon binds itself.

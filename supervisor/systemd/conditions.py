@@ -2,13 +2,13 @@
 
 * ``circuit:<endpoint>`` while an endpoint's breaker is open or half-open: the platform (or that
   part of it) is down or refusing. A restart would only repeat the handshakes the breaker is
-  holding back (design.md: no reconnection storms), so this is degraded, never unhealthy.
+  holding back (docs/architecture.md: no reconnection storms), so this is degraded, never unhealthy.
 * ``state-directory`` while ``$STATE_DIRECTORY`` (systemd's ``StateDirectory=``, where the durable
   store keeps its file) is read-only, or has less than :data:`MIN_FREE_BYTES` or no inode left:
   test matrix row 21 ("state dir full or read-only: STATUS= degraded; no crash loop"). Checked
   with ``statvfs`` and ``access`` every :data:`PROBE_INTERVAL_S`, which read metadata only.
 
-* ``store`` while the durable store of issue 13 refuses writes (``STORE_DEGRADED`` until
+* ``store`` while the durable store (docs/store.md) refuses writes (``STORE_DEGRADED`` until
   ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
   state-directory probe tells the operator before the first write fails.
 """

@@ -1,12 +1,12 @@
 """Degraded conditions: what a restart cannot cure, shown in ``STATUS=`` and on the bus, never fatal.
 
 A full disk, a read-only state directory, a platform that is down: restarting the daemon cures
-none of them, and a restart drops every session (reliability.md §3, test matrix row 21: "STATUS=
-degraded; no crash loop; restarts = 0"). So such a condition never stops the watchdog pings;
+none of them, and a restart drops every session (docs/robustness.md, "Fault matrix", row 21:
+``STATUS=`` degraded, no crash loop, no restart). So such a condition never stops the watchdog pings;
 it is *raised* here by name with a one-line reason, shown in the live status line, and published
 as ``DAEMON_DEGRADED``; when it clears, ``DAEMON_RECOVERED``.
 
-Any component may hold a condition: the durable store (issue 13) raises ``store`` when the disk
+Any component may hold a condition: the durable store (docs/store.md) raises ``store`` when the disk
 refuses a write and clears it when a write succeeds again; the daemon itself raises
 ``circuit:<endpoint>`` while an endpoint's breaker is open and ``state-directory`` when
 ``$STATE_DIRECTORY`` is full or read-only (:mod:`supervisor.systemd.conditions`)::

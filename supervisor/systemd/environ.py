@@ -1,4 +1,4 @@
-"""The variables systemd sets for a service, read as systemd writes them (issue 23).
+"""The variables systemd sets for a service, read as systemd writes them.
 
 systemd writes ``WATCHDOG_USEC``, ``WATCHDOG_PID``, ``LISTEN_PID`` and ``LISTEN_FDS`` as plain
 decimal numbers (``usec_t``, ``pid_t``, ``int``: src/core/service.c, ``service_set_exec_env``

@@ -2,7 +2,7 @@
 
 Why our own and not libsystemd or a package: the protocol is one ``AF_UNIX`` datagram of
 newline-separated assignments, stable since systemd 209; the systemd maintainers advise services
-to reimplement it instead of linking libsystemd (reliability.md §3, after the xz backdoor), and
+to reimplement it instead of linking libsystemd (after the xz backdoor; docs/robustness.md, "systemd"), and
 the PyPI ``sdnotify`` package has not changed since 2017. gunicorn's ``systemd.py`` does the same.
 
 * ``$NOTIFY_SOCKET`` is a filesystem path (``/run/systemd/notify``) or, with a leading ``@``, a

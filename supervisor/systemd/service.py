@@ -1,4 +1,4 @@
-"""What the composition root wires into :func:`~supervisor.runtime.main.run_daemon` for systemd (issue 12).
+"""What the composition root wires into :func:`~supervisor.runtime.main.run_daemon` for systemd (docs/systemd.md).
 
 It reads the session table and the circuits it is given (supervisor/runtime/sessions.py), never
 the supervisor (supervisor/runtime/assembly.py builds it)::

@@ -1,9 +1,9 @@
 """The one live ``STATUS=`` line: what ``systemctl status`` shows under the unit's name.
 
-``1834/2000 active · 3 reconnecting · circuits open: 1 · outbox 12`` (reliability.md §3), plus
+``1834/2000 active · 3 reconnecting · circuits open: 1 · outbox 12`` (docs/systemd.md), plus
 ``degraded: <condition> (<reason>)`` while a degraded condition is raised, and a leading phase
 (``reloading``, ``draining``) while one is under way. The outbox part appears once a durable
-store exists and hands over a depth function (issue 13).
+store exists and hands over a depth function (docs/store.md).
 
 Sent at most once a second (sd_notify(3) asks for no flood; a storm moves thousands of sessions a
 second): every bus event marks the line dirty, and the service recomputes and sends it when it

@@ -3,12 +3,12 @@
 With ``WatchdogSec=`` in the unit, systemd sets ``$WATCHDOG_USEC`` (and ``$WATCHDOG_PID``) and
 expects a ping at least that often; sd_watchdog_enabled(3) advises sending at half the interval.
 A missed deadline fails the unit, systemd sends ``WatchdogSignal=`` (SIGABRT), and
-``Restart=on-failure`` brings the daemon back, within ``StartLimitBurst=`` (reliability.md §3,
-test matrix row 17).
+``Restart=on-failure`` brings the daemon back, within ``StartLimitBurst=`` (systemd.service(5);
+docs/robustness.md, "Fault matrix", row 17).
 
 * **A task, never a thread**: the pings come from this coroutine on the daemon's one event loop,
   so a loop wedged by a blocking call stops them (a helper thread would keep pinging a daemon
-  that serves nobody; style.md, anti-patterns).
+  that serves nobody; docs/robustness.md, "systemd").
 * **Only while healthy**, judged at each ping from what the task saw since the last one:
 
   - *event-loop lag*: the task wakes every quarter period and measures how late it woke; when
@@ -57,7 +57,7 @@ MAX_LAG_S = 5.0
 #: wake-ups per ping period (lag samples)
 SAMPLES_PER_PERIOD = 4
 #: the shortest ping period. Half of ``WATCHDOG_USEC=1`` is half a microsecond: the task woke every
-#: eighth of one and took 81 % of a CPU on an idle daemon (issue 23). At this floor it wakes every 25 ms;
+#: eighth of one and took 81 % of a CPU on an idle daemon. At this floor it wakes every 25 ms;
 #: any WatchdogSec= of 0.2 s or more is still honoured, a shorter one cannot be by a Python daemon
 MIN_PING_PERIOD_S = 0.1
 #: USEC_INFINITY (systemd's time-util.h): "no watchdog", never exported

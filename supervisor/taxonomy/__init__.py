@@ -4,7 +4,7 @@ Pure decision code: imports no I/O library (tests/unit/test_import_rules.py enfo
 
 The names below are re-exported lazily (:mod:`supervisor.exports`, PEP 562): importing the package,
 or one of its modules, does not import the others. ``watch`` needs :class:`Platform` (its filter),
-not the classifier and the loader (issue 25, point 1). For a type checker the same names are imported
+not the classifier and the loader (docs/runtime.md, "Floors"). For a type checker the same names are imported
 under ``TYPE_CHECKING``; tests/unit/test_cli_imports.py holds that list and :data:`_EXPORTS` equal.
 """
 

@@ -282,7 +282,7 @@ class Classifier:
         """STATE_CORRUPTING SESSION_ID_MISMATCH (seed section 1: "Session ID mismatch").
 
         CXone answers a poll on a stale sessionId with an AgentSessionStart replay
-        (platforms.md section 6): our view of the session must be rebuilt, not advanced.
+        (docs/platforms.md, "NICE CXone"): our view of the session must be rebuilt, not advanced.
         """
         return self._synthetic(
             "SESSION_ID_MISMATCH",

@@ -37,7 +37,7 @@ class TableChange(msgspec.Struct, frozen=True):
 class ResponseChange(msgspec.Struct, frozen=True):
     """A ``[responses.NAME]`` whose check changed: what a response must carry decides whether a
     session goes active or an update goes out (seed section 3), so a change there is a routing
-    change as much as a re-routed code (v2 requires less of Genesys' reads than v1, issue 22)."""
+    change as much as a re-routed code (v2 requires less of Genesys' reads than v1, docs/platforms.md)."""
 
     response: str
     change: str  # added | removed | changed

@@ -67,7 +67,7 @@ class LimitError(ValueError):
 
 
 class NotRegularFile(LimitError):
-    """The path names a FIFO, a device, a directory or a socket: never read (issue 23)."""
+    """The path names a FIFO, a device, a directory or a socket: never read."""
 
 
 # what st_mode says a path is, for the one-line refusal
@@ -93,7 +93,7 @@ def read_capped(path: str | Path, cap: int) -> bytes:
 
     Nothing here waits on another process. A FIFO's open(2) blocks until a writer comes (fifo(7)),
     and a daemon reading its configuration on its event loop then answers nobody, keeps no session
-    alive and ignores SIGTERM (issue 23). So the path is checked with stat(2) first (a device is
+    alive and ignores SIGTERM. So the path is checked with stat(2) first (a device is
     never even opened), then opened ``O_NONBLOCK`` (a FIFO's open returns at once) and checked
     again with fstat(2) on what was opened (the path may have been replaced in between); only a
     regular file is read, with one bounded read of ``cap + 1`` bytes.

@@ -34,7 +34,7 @@ class TaxonomyClass(enum.StrEnum):
 
 
 class Scope(enum.StrEnum):
-    """What a failure ends: only the operation, or the whole session (design.md, "Scope")."""
+    """What a failure ends: only the operation, or the whole session (docs/architecture.md, "Scope")."""
 
     OPERATION = "operation"
     SESSION = "session"
@@ -53,7 +53,7 @@ class Trigger(enum.StrEnum):
 
 
 class Jitter(enum.StrEnum):
-    """Backoff strategies (reference/resilience.md section 6).
+    """Backoff strategies (Brooker, "Exponential Backoff and Jitter", AWS Architecture Blog, 2015).
 
     ADDITIVE is the seed's ``base*2^attempt + U(0, base)``, capped; FULL is
     ``U(0, min(cap, base*2^attempt))``; DECORRELATED is ``min(cap, U(base, 3*previous))``.
@@ -114,7 +114,7 @@ class CodeSpec(msgspec.Struct, frozen=True):
     # revokesCredential: the failure condemns the shared credential's token: drop it (seed section 3)
     revokes_credential: bool = False
     # circuitNeutral: a TRANSIENT failure that says nothing of the endpoint's health (a token our
-    # clock let lapse): never counted toward its circuit (issue 22, point 9)
+    # clock let lapse): never counted toward its circuit (docs/taxonomy.md, "The 401 rule")
     circuit_neutral: bool = False
     description: str = ""
 

@@ -1,7 +1,7 @@
 """Platform normalizers: every documented wire shape → (rawStatus, rawCode, Retry-After, details).
 
 Pure functions over a :class:`RawError`. Wire shapes are those of
-reference/platforms.md (cited per branch). The normalizers extract; they never decide:
+docs/platforms.md (cited per branch). The normalizers extract; they never decide:
 routing is the taxonomy's (data) job.
 """
 
@@ -15,7 +15,7 @@ from supervisor.taxonomy.envelope import RawError
 from supervisor.taxonomy.headers import parse_retry_after_ms
 from supervisor.taxonomy.model import Channel, Platform
 
-# Web Messaging message codes (GMT ErrorCode.kt, platforms.md section 1)
+# Web Messaging message codes (GMT ErrorCode.kt, docs/platforms.md, "Genesys Cloud Web Messaging")
 WEB_MESSAGING_CODES: dict[int, str] = {
     4000: "FeatureUnavailable",
     4001: "FileTypeInvalid",
@@ -148,7 +148,7 @@ def _int_or_none(value: object) -> int | None:
 
 def _oauth_or_error_body(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     """Genesys ErrorBody (``code``/``message``), OAuth (``error``/``description``) or
-    CXone (``error_code``/``error_message``) → (rawCode, details). platforms.md sections 3, 4, 7."""
+    CXone (``error_code``/``error_message``) → (rawCode, details). docs/platforms.md, "Errors, limits and ids", "Errors, event shapes and limits"."""
     if "error_code" in obj:
         return _str_or_none(obj.get("error_code")), _text(obj.get("error_message"))
     if "error" in obj and isinstance(obj.get("error"), str):
@@ -162,7 +162,7 @@ def _oauth_or_error_body(obj: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 def _web_messaging(raw: RawError, obj: dict[str, Any] | None) -> Signal:
-    """``{"type","class","code","body"}`` envelopes (platforms.md section 1)."""
+    """``{"type","class","code","body"}`` envelopes (docs/platforms.md, "Genesys Cloud Web Messaging")."""
     status = raw.status
     if obj is None or "class" not in obj:
         if obj is not None:
@@ -212,7 +212,7 @@ def _system_code(topic: str, event_body: object) -> str:
 
 
 def _notifications(raw: RawError, obj: dict[str, Any] | None) -> Signal:
-    """Channel socket messages: ``{"result":"404",...}`` and system topics (platforms.md section 2)."""
+    """Channel socket messages: ``{"result":"404",...}`` and system topics (docs/platforms.md, "Genesys Cloud notifications")."""
     if obj is None:
         return Signal(raw.status, None, None, _text(raw.body))
     topic = obj.get("topicName")
@@ -237,7 +237,7 @@ def _http_like(raw: RawError, obj: dict[str, Any] | None) -> Signal:
         if status is None and isinstance(obj.get("status"), int) and not isinstance(obj.get("status"), bool):
             status = obj["status"]  # a Genesys ErrorBody carries its own status
         return Signal(status, raw_code, None, details)
-    # CXone often answers with an empty body: the status line is all there is (platforms.md 7)
+    # CXone often answers with an empty body: the status line is all there is (docs/platforms.md, "Errors, event shapes and limits")
     return Signal(raw.status, None, None, _text(raw.body))
 
 

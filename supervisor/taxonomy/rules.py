@@ -1,7 +1,7 @@
 """The compiled form of a taxonomy: rule matching and operation detection.
 
 Rules are bucketed by status at compile time, so classifying one envelope scans only the
-few rules that can match its status (classify must stay under 20 µs: design.md targets).
+few rules that can match its status (classify must stay under 20 µs: docs/architecture.md, "Targets").
 """
 
 from __future__ import annotations

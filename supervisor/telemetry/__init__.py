@@ -1,8 +1,8 @@
 """OpenTelemetry traces and metrics, exported over OTLP/HTTP to a collector (docs/telemetry.md).
 
 Off unless configured (supervisor/telemetry/settings.py). When on, :class:`Telemetry` is wired
-into the daemon at four points and nowhere else (design.md: nothing calls a tracer from
-business code):
+into the daemon at four points and nowhere else (docs/architecture.md: nothing calls a
+tracer from business code):
 
 * ``hooks``: executor hooks, given to ``Wiring(..., hooks=...)``: operation and attempt spans;
 * the bus sink (``bus.subscribe(telemetry)``): session segments, circuit periods, metrics;
@@ -16,7 +16,7 @@ runtime's entry points (the CLI, the demo) import it.
 (standard library); the names that need the OpenTelemetry SDK (:class:`Telemetry` and its kin,
 ``daemon.py``) load on first use, and only after :func:`~supervisor.telemetry.environment.check_sdk_reads`
 passed: the SDK reads ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`` when it is imported and raised on a value it
-refuses, even with telemetry off (issue 23). With telemetry off, ``run`` never gets that far.
+refuses, even with telemetry off. With telemetry off, ``run`` never gets that far.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One daemon's telemetry: what the entry points wire in (docs/telemetry.md).
 
-:class:`Telemetry` is wired into the daemon at four points and nowhere else (design.md: nothing
-calls a tracer from business code): executor hooks, the bus sink, the trace-context provider, the
+:class:`Telemetry` is wired into the daemon at four points and nowhere else (docs/architecture.md:
+nothing calls a tracer from business code): executor hooks, the bus sink, the trace-context provider, the
 exporter service. Import it through the package (``from supervisor.telemetry import Telemetry``):
 the package checks what the OpenTelemetry SDK reads at import before this module loads it.
 """
@@ -51,7 +51,7 @@ from supervisor.telemetry.spans import SessionShape, SpanFactory
 __all__ = ["FLUSH_CAP_S", "Telemetry", "configured_secrets", "shapes_of"]
 
 
-# reliability.md §5: force_flush with ~2 s; a healthy collector takes a few hundred ms for 5,000 spans
+# docs/robustness.md, "Telemetry": force_flush with ~2 s; a healthy collector takes a few hundred ms for 5,000 spans
 FLUSH_CAP_S = 2.0
 
 

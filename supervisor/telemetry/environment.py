@@ -1,4 +1,4 @@
-"""The OTEL_* variables the OpenTelemetry SDK reads, read and checked before it does (issue 23).
+"""The OTEL_* variables the OpenTelemetry SDK reads, read and checked before it does.
 
 The SDK (opentelemetry-sdk and the OTLP/HTTP exporter, 1.45.2) reads the process environment in
 the constructors of the objects the daemon builds, and one value at import time; a value it refuses

@@ -121,7 +121,7 @@ class Metrics:
             unit="{export}",
             description="Telemetry exports that failed (collector down, refusing, too slow)",
         )
-        # adaptive pacing (issue 15, beyond the seed): the rate each endpoint is paced at, and why it moved
+        # adaptive pacing (beyond the seed, docs/runtime.md, "Admission"): the rate each endpoint is paced at, and why it moved
         meter.create_observable_gauge(
             A.M_PACING_RATE,
             [self._observe_pacing],

@@ -2,7 +2,7 @@
 
 The SDK's samplers decide when a span *starts*, before anyone knows whether the operation
 will fail; a sampled-out operation span plus its attempt span still cost 14.4 µs through
-``ParentBased(TraceIdRatio(0))`` (issue 11). We decide when the outcome is known instead:
+``ParentBased(TraceIdRatio(0))`` (docs/telemetry.md). We decide when the outcome is known instead:
 
 * a successful operation that took one attempt is traced with probability ``ratio``
   (a coin per operation tree), and when it is not, nothing reaches the SDK at all;

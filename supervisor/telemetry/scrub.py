@@ -2,7 +2,7 @@
 
 Every span (name, attributes, events, links, status text) and every metric label goes through
 :class:`Scrubber` inside the exporter wrappers below, on the batch worker's thread, just before
-the OTLP exporter encodes it (reliability.md §4: ``on_end`` gets an immutable span, so redact
+the OTLP exporter encodes it (opentelemetry-sdk: ``on_end`` gets an immutable span, so redact
 in a wrapping exporter). What it removes, wherever it appears in a string value:
 
 * ``Bearer …`` and ``Basic …`` credentials (an Authorization header's value);

@@ -1,6 +1,6 @@
-"""NICE CXone Agent Session transport: REST long polling through the request pipeline (issue 5).
+"""NICE CXone Agent Session transport: REST long polling through the request pipeline (docs/runtime.md).
 
-Wire protocol (reference/platforms.md section 6)::
+Wire protocol (docs/platforms.md, "NICE CXone")::
 
     POST   {base}/services/{v}/agent-sessions {"stationId"|"stationPhoneNumber", "asAgentId"?} -> {"sessionId": S0}
     POST   {base}/services/{v}/agent-sessions/join {"asAgentId"}                        -> {"sessionId"}
@@ -11,15 +11,15 @@ Wire protocol (reference/platforms.md section 6)::
 
 The start, join and end parameters go in a JSON body, as NICE's agent SDK sends them
 (``@nice-devone/core-sdk`` ``acd-session-manager.js`` ``startSession``/``joinSession``/``endSession``,
-``StartSessionRequest``); the generated CXone client's query-string spelling (platforms.md section
-6) is not used, so a platform that reads only the SDK's form understands every request.
+``StartSessionRequest``); the generated CXone client's query-string spelling (docs/platforms.md,
+"Errors, event shapes and limits") is not used, so a platform that reads only the SDK's form understands every request.
 
 ``{base}/services/{v}/`` is the agent API base :class:`~supervisor.rest.cxone_auth.CxoneApi` gives:
 ``apiUrl`` when configured, else discovered after each login (the id_token's tenant, then
 ``/.well-known/cxone-configuration``'s ``api_endpoint``; docs/platforms.md "NICE CXone"). Every request
 goes through :class:`~supervisor.rest.pipeline.RequestPipeline` (the one retry layer: token, circuit
 ``cxone:api``, classification, retries, Retry-After), so this module only *describes* what the
-platform answered (design.md, "Data flows one way"):
+platform answered (docs/architecture.md, "Data flows one way"):
 
 * a failed request raises the pipeline's :class:`OperationError` / :class:`CircuitOpenError`
   unchanged (a 409 on a poll is AGENT_SESSION_ENDED, taxonomy v1);
@@ -103,7 +103,7 @@ class AgentSessionTransport:
 
     ``required_fields``: ``sessionId`` is the session's server-side anchor (the start
     answer); ``agentId`` is the seed's required field (section 3) and CXone documents it
-    in ``AgentSessionStart`` (platforms.md section 6), the first event of a session; the
+    in ``AgentSessionStart`` (docs/platforms.md, "NICE CXone"), the first event of a session; the
     agent the login's id_token names (``icAgentId``, NICE ``cxone-user.js``; rest/cxone_auth.py)
     stands in when the first poll has no such event. ``status`` is not required: it is the agent state (``AgentState.CurrentState``),
     which the platform need not send on the first poll, and is reported when it does.
@@ -130,7 +130,7 @@ class AgentSessionTransport:
     ) -> None:
         if not 0 <= poll_timeout <= 60:
             raise ValueError(
-                f"poll_timeout must be within 0..60 s (platforms.md section 6), got {poll_timeout!r}"
+                f"poll_timeout must be within 0..60 s (docs/platforms.md, NICE CXone), got {poll_timeout!r}"
             )
         if not poll_watchdog > poll_timeout:
             # the server may hold a poll for poll_timeout: a shorter watchdog abandons every idle poll
@@ -203,7 +203,7 @@ class AgentSessionTransport:
         )
         if response.status_code in _EXISTS:
             # take it over rather than fail: join gives us our own sessionId chain on the agent's
-            # live session (platforms.md section 6, POST agent-sessions/join; NICE's SDK joins so)
+            # live session (docs/platforms.md, "NICE CXone", POST agent-sessions/join; NICE's SDK joins so)
             response = await self.pipeline.request(
                 "POST",
                 f"{sessions}/join",
@@ -339,7 +339,7 @@ class AgentSessionConnection:
         # the pipeline's check guarantees a JSON object with a sessionId (else INCOMPLETE_RESPONSE)
         body = _json_object(response) or {}
         new_id = str(body["sessionId"])
-        # platforms.md section 6: every 200 carries a new sessionId to use on the next poll
+        # docs/platforms.md, "NICE CXone": every 200 carries a new sessionId to use on the next poll
         self.session_id = new_id
         ctx = self._ctx
         raw_events = body.get("events")
@@ -426,7 +426,7 @@ class AgentSessionConnection:
         return out
 
     async def serve(self, report: Reporter) -> RawError:
-        """The long-poll loop (platforms.md section 6); returns only when the watchdog fires.
+        """The long-poll loop (docs/platforms.md, "NICE CXone"); returns only when the watchdog fires.
 
         Every other end raises: the pipeline's :class:`OperationError` (409 =
         AGENT_SESSION_ENDED, QUEUE_FULL, OAUTH_TOKEN_INVALID, exhausted retries, ...) or

@@ -1,4 +1,4 @@
-"""Genesys Web Messaging guest WebSocket (platforms.md §1): a :class:`~supervisor.transports.base.Transport`.
+"""Genesys Web Messaging guest WebSocket (docs/platforms.md, "Genesys Cloud Web Messaging"): a :class:`~supervisor.transports.base.Transport`.
 
 Wire (docs/platforms.md, "Genesys Cloud Web Messaging"): ``wss://webmessaging.<domain>/v1?deploymentId=D
 &application=A``; client frames ``{"action", "token", "tracingId", ...}`` as GMT's requests encode them
@@ -21,7 +21,7 @@ Wire (docs/platforms.md, "Genesys Cloud Web Messaging"): ``wss://webmessaging.<d
   guest's own message rate (only that message fails), so the request has no circuit; its
   ``retryAfter`` is the executor's minimum delay; a refusal for good (4011, 4013) is not re-sent.
 
-The transport decides nothing (design.md, "Data flows one way"): every failure becomes a RawError, or
+The transport decides nothing (docs/architecture.md, "Data flows one way"): every failure becomes a RawError, or
 an event of a code the taxonomy defines and the transport names (drift, NOT_CONNECTED, ...).
 The guest token is a bearer credential for the conversation: it is never put in a RawError (server
 text that echoes it is scrubbed) nor in ``SessionContext``.
@@ -90,7 +90,7 @@ class WebMessagingTransport:
 
     # taxonomy [responses."genesys.webmessaging.SessionResponse"]: v2 `connected` (GMT and WMJ
     # require only it), v1 connected, newSession, readOnly. The guest protocol names no
-    # conversation (GMT SessionResponse.kt, WMJ, PY269: issue 14), so a guest session learns none
+    # conversation (GMT SessionResponse.kt, WMJ, PY269; docs/taxonomy.md), so a guest session learns none
     # and is not checked for drift on it; see docs/taxonomy.md.
     response_kind = "genesys.webmessaging.SessionResponse"
 
@@ -158,7 +158,7 @@ class WebMessagingTransport:
             ws = await connect(
                 self._uri,
                 origin=self._origin,
-                compression=None,  # per-connection deflate state costs memory (design.md targets)
+                compression=None,  # per-connection deflate state costs memory (docs/architecture.md, "Targets")
                 proxy=self._proxy,
                 open_timeout=ka.open_timeout,
                 # RFC 6455 §5.5.2 pings: a missing pong ends the connection (seed section 2: 1011/1006)
@@ -183,7 +183,7 @@ class WebMessagingTransport:
         except BaseException:
             # cancelled while configuring (the runner was stopped: a reload removed the session, the
             # drain): the socket goes with the attempt, or its keepalive pings hold it open at the
-            # platform with nobody serving it (issue 23). An abort: nothing awaited while cancelled.
+            # platform with nobody serving it. An abort: nothing awaited while cancelled.
             abort_socket(ws)
             raise
         else:
@@ -297,7 +297,7 @@ class WebMessagingConnection:
     @property
     def learned(self) -> Learned:
         """Nothing: no guest-facing frame names the conversation, the agent or a platform session id
-        (GMT SessionResponse.kt and StructuredMessage.kt, WMJ models; issue 14)."""
+        (GMT SessionResponse.kt and StructuredMessage.kt, WMJ models; docs/taxonomy.md, "What the daemon can and cannot verify")."""
         return Learned()
 
     @property

@@ -1,4 +1,4 @@
-"""Brownout (issue 15): REST calls while the endpoint fails half of them with 503 for 60 s.
+"""Brownout (docs/runtime.md, "Admission"): REST calls while the endpoint fails half of them with 503 for 60 s.
 
 1,000 sessions each GET their own conversation every 5 s through the daemon's request pipeline
 (the one retry executor: class policy ``server_error``, 3 retries, Retry-After honoured) against

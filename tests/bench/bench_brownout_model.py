@@ -1,4 +1,4 @@
-"""The brownout on a model (issue 15, what is left): which retry budget keeps the share that succeeds
+"""The brownout on a model (docs/runtime.md, "Admission"): which retry budget keeps the share that succeeds
 within 5 points of unlimited retries?
 
 No sockets: the open-loop workload of ``bench_brownout.py`` (1,000 sessions, a call every 5 s each,

@@ -1,4 +1,4 @@
-"""How long a short command takes to start and end, beside ``python -c pass`` (issue 25, point 1).
+"""How long a short command takes to start and end, beside ``python -c pass`` (docs/runtime.md, "Floors").
 
 A monitoring script runs ``ctl status`` every few seconds: what it pays is the interpreter's start
 plus what the command imports. Each command runs in a fresh process, as a script runs it

@@ -1,4 +1,4 @@
-"""Crash benchmark (issue 13; reliability.md row 16): ``kill -9`` at random moments, 200 runs or more.
+"""Crash benchmark (docs/robustness.md, "Fault matrix", row 16): ``kill -9`` at random moments, 200 runs or more.
 
 One daemon process supervises three Web Messaging sessions bound to conversations on the Genesys
 simulator (in this process, loopback). Each run drives attribute updates through the control

@@ -1,7 +1,7 @@
-"""Decision-core cost: classify per envelope and backoff per decision (issue 2 targets).
+"""Decision-core cost: classify per envelope and backoff per decision (docs/architecture.md, "Targets").
 
 Run: ``./dev bench -k decision`` or ``.venv/bin/python tests/bench/bench_decision.py``.
-Targets (design.md): classify ≤ 20 µs per envelope; backoff ≤ 2 µs per decision.
+Targets: classify ≤ 20 µs per envelope (docs/architecture.md, "Targets"); backoff ≤ 2 µs per decision (ours).
 """
 
 from __future__ import annotations

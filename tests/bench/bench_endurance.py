@@ -1,4 +1,4 @@
-"""Endurance (issue 9): one daemon holding 5,000 Web Messaging and 2,000 CXone sessions for ten minutes.
+"""Endurance: one daemon holding 5,000 Web Messaging and 2,000 CXone sessions for ten minutes.
 
 Two runs, each against both simulators in their own processes (so the daemon's CPU and memory
 are its own), sessions at the default settings (pings every 15 s, echo every 30 s, CXone long

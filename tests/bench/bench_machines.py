@@ -1,13 +1,13 @@
-"""Benchmark of the issue-3 machines: cost per transition and memory per machine at 10,000.
+"""Benchmark of the machines (docs/machines.md): cost per transition and memory per machine at 10,000.
 
-Run as a script (figures go to docs/benchmarks.md, section "Machines (issue 3)")::
+Run as a script (figures go to docs/benchmarks.md, section "Machines")::
 
     python tests/bench/bench_machines.py                     # the installed python-statemachine
     python tests/bench/bench_machines.py --compare /tmp/sm26/bin/python
                                                               # side by side with another interpreter
                                                               # (e.g. a venv with python-statemachine 2.6)
 
-or through pytest, which asserts issue 3's targets (<= 100 us per transition,
+or through pytest, which asserts our targets (<= 100 us per transition,
 <= 12 KiB per session machine)::
 
     pytest tests/bench/bench_machines.py -m bench -p no:cacheprovider

@@ -1,5 +1,5 @@
-"""Daemon memory per supervised session at 1,000 and 5,000 sessions (issue 5; target <= 80 KiB),
-and the daemon's idle CPU with those sessions' keepalives running (design.md: <= 10 % of one core).
+"""Daemon memory per supervised session at 1,000 and 5,000 sessions (docs/architecture.md, "Targets": <= 80 KiB),
+and the daemon's idle CPU with those sessions' keepalives running (docs/architecture.md, "Targets": <= 10 % of one core).
 
 Each size runs in a fresh child process (so one size's heap does not flatter the other):
 the child starts the Genesys simulator in its own subprocess, imports everything, measures

@@ -1,4 +1,4 @@
-"""AIMD or CUBIC (issue 15: "measure which recovers faster here"), on the pacer's model alone.
+"""AIMD or CUBIC (docs/benchmarks.md, "AIMD or CUBIC, and the pacer's numbers": which recovers faster here), on the pacer's model alone.
 
 Also the defaults against TCP's textbook numbers: slow start x 1.5 a second, a cut to 0.7, a 5 %
 probe (the pacer's first defaults, which missed the 5,000-session storm targets) beside x 2, 0.85

@@ -1,4 +1,4 @@
-"""Genesys simulator capacity: handshakes per second, 5,000 held sessions, memory per connection (issue 4).
+"""Genesys simulator capacity: handshakes per second, 5,000 held sessions, memory per connection (docs/simulators.md).
 
 Run: ``./dev bench tests/bench/bench_sim_genesys.py`` or
 ``.venv/bin/python tests/bench/bench_sim_genesys.py [--sessions 5000] [--concurrency 100]``.
@@ -7,7 +7,7 @@ The simulator runs in its own process (``session-supervisor sim genesys``), as i
 benchmark; this process opens the Web Messaging WebSockets with the plain websockets client
 (no compression, no pings), then sends ``configureSession`` on each, holds them all, checks
 an echo on a sample, and reads the simulator's ``VmRSS`` from ``/proc/<pid>/status`` before
-and after, and its CPU use over 3 s of idle holding. Targets (issue 4): >= 300 handshakes/s accepted and 5,000 concurrent sessions.
+and after, and its CPU use over 3 s of idle holding. Targets (docs/benchmarks.md, "Genesys simulator"): >= 300 handshakes/s accepted and 5,000 concurrent sessions.
 The handshake rate is the simulator's own count (``GET /stats`` peak accepted per second)
 and the client-side average over the whole ramp.
 """

@@ -1,4 +1,4 @@
-"""Socket API fan-out benchmark (issue 10): 100 subscribers, 1,000 transitions/s, then one stalled subscriber.
+"""Socket API fan-out benchmark (docs/socket-api.md): 100 subscribers, 1,000 transitions/s, then one stalled subscriber.
 
 The daemon side is this process: the real bus, state board, hub, per-subscriber outboxes and
 writer tasks, and the subscribe socket (``SocketApi``), fed by a publisher that puts one

@@ -1,4 +1,4 @@
-"""The protocol decision, measured (issue 10): our plain varlink framing against the ``asyncvarlink`` package.
+"""The protocol decision, measured (docs/socket-api.md): our plain varlink framing against the ``asyncvarlink`` package.
 
 Both serve ``org.varlink.service.GetInfo`` on a Unix socket from their own process (ours: the
 control socket of ``SocketApi``; asyncvarlink 0.3: its ``VarlinkServiceInterface``), and the

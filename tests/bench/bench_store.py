@@ -1,4 +1,4 @@
-"""Acknowledged attribute updates per second, and what an acknowledgement adds (issue 13).
+"""Acknowledged attribute updates per second, and what an acknowledgement adds (docs/attributes.md).
 
 An update is acknowledged once it is committed to the outbox (WAL). Two measurements, each with
 ``synchronous=FULL`` (the default: the WAL is synced at every commit, an acknowledgement survives

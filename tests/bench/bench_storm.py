@@ -1,13 +1,13 @@
-"""Storm benchmark (seed edge case 1; issue 15): N sessions dropped at once, the platform admitting R/s.
+"""Storm benchmark (seed edge case 1; docs/runtime.md, "Admission"): N sessions dropped at once, the platform admitting R/s.
 
 Four clients side by side in one run, each against a fresh simulator subprocess
 (``session-supervisor sim genesys``, refusing handshakes past R per second with 503 +
 Retry-After: 1) so each client's CPU is measured alone:
 
 * ``ours``: this daemon as configured by default: the seed's first delay U(2 s, 8 s), taxonomy
-  v1, the circuit, and adaptive pacing with the endpoint-wide Retry-After (issue 15);
-* ``ours-cubic``: the same with ``[admission] probe = "cubic"`` (issue 15 asks which probe
-  recovers faster; tests/bench/bench_probe.py compares them on the model alone);
+  v1, the circuit, and adaptive pacing with the endpoint-wide Retry-After (docs/runtime.md, "Admission");
+* ``ours-cubic``: the same with ``[admission] probe = "cubic"`` (which probe recovers
+  faster; tests/bench/bench_probe.py compares them on the model alone);
 * ``ours-uncapped``: ``ours`` with ``[admission] connectsInFlight`` at its maximum (100,000), so
   nothing but the rate holds the attempts in flight: the daemon before the in-flight cap;
 * ``full``: first delay U(0 s, 8 s), every v1 policy with ``full`` jitter, no pacing;

@@ -1,4 +1,4 @@
-"""Telemetry's cost (issue 11): the wrapper on a successful call, and a 1,000-session storm, off / sampling 0 / 1.
+"""Telemetry's cost (docs/telemetry.md): the wrapper on a successful call, and a 1,000-session storm, off / sampling 0 / 1.
 
 **Wrapper.** ``RetryExecutor.call`` around a trivial coroutine, best of 7 × ``--calls``, µs per
 call, with the hooks the daemon really installs:
@@ -10,7 +10,7 @@ call, with the hooks the daemon really installs:
   queued; a collector process (``--collector``, a bare 200 answerer) takes the exports.
 
 Targets: a sampled-out successful call adds ≤ 2 µs over ``off``; ``off`` itself adds nothing
-measurable (compare ``bench_wrapper.py`` on the tree before issue 11).
+measurable (compare ``bench_wrapper.py`` on a tree without telemetry).
 
 **Storm.** 1,000 Web Messaging sessions dropped at once, the simulator (its own process)
 admitting 200 handshakes/s, the collector **down** (a refused port): per mode the event-loop

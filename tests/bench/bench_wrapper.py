@@ -1,8 +1,8 @@
-"""Retry-wrapper overhead on a successful async call: ours beside tenacity and stamina, one run (issue 5).
+"""Retry-wrapper overhead on a successful async call: ours beside tenacity and stamina, one run (docs/runtime.md).
 
-Target (design.md): <= 5 us per successful call, beside tenacity (~31 us) and stamina (~24 us).
+Target (docs/architecture.md, "Targets"): <= 5 us per successful call, beside tenacity (~31 us) and stamina (~24 us).
 
-Ours is measured three ways, all the real code (the one retry executor, issue 8):
+Ours is measured three ways, all the real code (the one retry executor):
 
 * ``ours: executor, no hooks`` -- ``RetryExecutor.call`` around a trivial coroutine: circuit
   lookup and ``admit()``, the call, the outcome check, ``record_success()``, the loop (no token

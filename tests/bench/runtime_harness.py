@@ -1,4 +1,4 @@
-"""Shared plumbing of the runtime benchmarks (issue 5): a simulator subprocess and a daemon config.
+"""Shared plumbing of the runtime benchmarks (docs/runtime.md): a simulator subprocess and a daemon config.
 
 The simulator runs in its own process (``session-supervisor sim genesys``) so that the
 daemon's CPU time and memory are measured alone; faults and stats go through its admin

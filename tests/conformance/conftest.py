@@ -1,7 +1,7 @@
 """Fixtures of the conformance suite: the loopback simulators, driven by the vendors' own clients.
 
 Genesys: ``PureCloudPlatformClientV2`` 269.0.0 (a test-only dependency, pyproject ``test`` extra),
-pointed at the simulator as issue 14's research found works: the token from ``ApiClient(host=login)``
+pointed at the simulator in the way that works: the token from ``ApiClient(host=login)``
 (``get_client_credentials_token`` posts to ``get_conf_url("login", host)``, which only rewrites
 ``//api.`` to ``//login.``, so on loopback it is the host itself), then ``client.host = api`` for
 every API call. ``Configuration`` is a process-wide singleton, so the host is set per client.

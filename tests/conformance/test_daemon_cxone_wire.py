@@ -1,4 +1,5 @@
-"""The daemon's own CXone transport and token cache, held against the vendors' wire shapes (issue 22, 1-4).
+"""The daemon's own CXone transport and token cache, held against the vendors' wire shapes
+(docs/platforms.md, "NICE CXone").
 
 A loopback server (:mod:`tests.conformance.cxone_platform`) answers from fixtures that restate NICE's
 agent SDK and an independent client (Cognigy's CXone extension), and records every request. The

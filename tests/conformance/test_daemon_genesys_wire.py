@@ -1,4 +1,4 @@
-"""The daemon's Genesys transports held against the vendors' wire shapes (issue 22, points 5-7).
+"""The daemon's Genesys transports held against the vendors' wire shapes (docs/platforms.md).
 
 Not our simulators: a loopback server (:mod:`tests.conformance.genesys_wire`) answers from fixtures
 that restate the vendors' own shapes (PY269 models, GMT 2.14.0 ``Response.kt``) and records what the

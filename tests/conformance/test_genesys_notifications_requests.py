@@ -1,5 +1,5 @@
-"""What the daemon sends to roll a notifications session over, held against what PY269 sends (issue 22,
-point 8): create the channel, subscribe every topic in one request, close the old channel.
+"""What the daemon sends to roll a notifications session over, held against what PY269 sends (docs/runtime.md,
+"Notifications rollover"): create the channel, subscribe every topic in one request, close the old channel.
 
 A loopback recorder answers from ``fixtures/genesys_notifications.json`` (the shapes PY269's
 ``NotificationsApi`` sends and reads, restated) and records every request: method, path, query,

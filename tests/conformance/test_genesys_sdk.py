@@ -1,7 +1,7 @@
 """Genesys Platform REST and notifications, driven by Genesys' own Python SDK (PY269 = PureCloudPlatformClientV2
 269.0.0): real SDK methods, answers deserialised into the SDK's models, errors as its ``ApiException``.
 
-Each test names the issue 14 item it holds the simulator to (GR-n, GN-n in /work/notes' research).
+Each test names the behaviour it holds the simulator to: GR-n for Genesys REST, GN-n for notifications.
 """
 
 from __future__ import annotations

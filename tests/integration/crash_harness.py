@@ -1,5 +1,5 @@
 """The crash harness: drive attribute updates through the control socket, record every acknowledgement,
-``kill -9`` the daemon, restart it, and check what survived (reliability.md §6, "Crash testing").
+``kill -9`` the daemon, restart it, and check what survived (docs/robustness.md, "Durability").
 
 Used by the CI test (named crash points, tests/integration/test_store_crash.py) and the benchmark
 (random moments, tests/bench/bench_crash.py). After each restart:

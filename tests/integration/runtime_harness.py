@@ -115,7 +115,7 @@ def genesys_config(urls: dict[str, str], sessions: int, **overrides: Any) -> str
             'kind = "webmessaging"',
             f'agentId = "a-{i}"',
         ]
-        # a guest learns no conversation (issue 14): the configuration names the one it is on
+        # a guest learns no conversation (docs/taxonomy.md): the configuration names the one it is on
         conversations = overrides.get("conversations", ())
         if i < len(conversations):
             lines.append(f'conversationId = "{conversations[i]}"')

@@ -1,4 +1,4 @@
-"""systemd's side of the protocols, for tests that run the daemon as a child process (issue 12).
+"""systemd's side of the protocols, for tests that run the daemon as a child process (docs/systemd.md).
 
 * :class:`NotifyReceiver`: a datagram socket the test binds (a path, or a name in the abstract
   namespace) and hands to the child as ``$NOTIFY_SOCKET``, as systemd does. ``SO_PASSCRED``

@@ -1,5 +1,5 @@
-"""A real systemd manager for the unit tests that need one (issue 12, "If systemd-run or a user manager
-can run the unit on the machine, add that test").
+"""A real systemd manager for the unit tests that need one (docs/systemd.md,
+"Tested for real").
 
 PID 1 on these machines is not systemd, so there is no system manager and ``systemd-run`` has nobody
 to talk to. What does run is systemd's own manager binary (``/lib/systemd/systemd``, 252) in *user*

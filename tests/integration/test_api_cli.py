@@ -1,4 +1,4 @@
-"""``watch`` and ``ctl`` as a script runs them: subprocesses against ``run`` as a subprocess (issue 10).
+"""``watch`` and ``ctl`` as a script runs them: subprocesses against ``run`` as a subprocess (docs/socket-api.md).
 
 The names asserted here are the interface scripts rely on: ``watch --socket PATH --json``
 prints one object per line, each with a ``type`` (snapshot, delta, event, lagged), and exits 0
@@ -224,7 +224,7 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
         (["ctl", "--socket", "/tmp/x.sock", "start"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "explode"], 2, "usage error"),
         (["ctl", "--socket", "/tmp/x.sock", "taxonomy", "use"], 2, "usage error"),
-        # issue 23, point 10: both resolutions at once used to send the last one given
+        # both resolutions at once used to send the last one given
         (
             ["ctl", "--socket", "/tmp/x.sock", "resolve", "3", "--resend", "--accept-server"],
             2,
@@ -348,7 +348,7 @@ async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
         tg.start_soon(daemon.pump)
         await wait_until(lambda: active(daemon, 1), 20)
         directory = sockets / "session-supervisor"
-        # beside the sockets, the daemon's lock on this configuration (issue 9)
+        # beside the sockets, the daemon's lock on this configuration
         names = sorted(p.name for p in directory.iterdir())
         assert names[:2] == ["control.sock", "subscribe.sock"]
         assert len(names) == 3 and re.fullmatch(r"supervisor-[0-9a-f]{12}\.lock", names[2])
@@ -358,7 +358,7 @@ async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
         await anyio.run_process([*CLI, "ctl", "drain"], env=env, check=False)
         with anyio.fail_after(20):
             assert await process.wait() == 0
-    # it removed its own socket files, and its lock file while it still held the lock (issue 23: a
+    # it removed its own socket files, and its lock file while it still held the lock (a
     # daemon starting meanwhile checks that the path still names what it locked, else opens it again)
     assert list(directory.iterdir()) == []
 
@@ -423,7 +423,7 @@ def connections(server: socket.socket) -> int:
 async def test_a_byte_that_is_not_utf8_in_an_argument_is_one_usage_line(
     listener: socket.socket, args: list[str | bytes], named: str
 ) -> None:
-    """Issue 23, point 2: the client used to connect, then die in the JSON encoder with a traceback."""
+    """The client used to connect, then die in the JSON encoder with a traceback."""
     command = [*CLI, args[0], "--socket", listener.getsockname(), *args[1:]]
     done = await anyio.run_process(command, check=False)
     err = done.stderr.decode()
@@ -434,7 +434,7 @@ async def test_a_byte_that_is_not_utf8_in_an_argument_is_one_usage_line(
 
 
 async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener: socket.socket) -> None:
-    """Issue 23, point 10: 50 values of 4,096 characters are within the per-key limits but not within
+    """50 values of 4,096 characters are within the per-key limits but not within
     the 64 KiB message: `ctl attributes set` says so (exit 2) instead of the daemon closing on it."""
     pairs = [f"k{i}={'v' * 4096}" for i in range(50)]
     done = await anyio.run_process(
@@ -461,7 +461,7 @@ async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener:
 async def test_reload_prints_what_changed_and_its_json_for_scripts(
     sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
-    """Issue 23: `ctl reload` printed a Python dict; now a line a person reads, and --json for scripts."""
+    """`ctl reload` used to print a Python dict; now a line a person reads, and --json for scripts."""
     config = write_config(sim, tmp_path, sockets, sessions=2)
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:

@@ -1,4 +1,4 @@
-"""The control socket end to end, the daemon against the Genesys simulator (issue 10).
+"""The control socket end to end, the daemon against the Genesys simulator (docs/socket-api.md).
 
 Every verb over a real Unix socket: answered with a result or a typed error, and every verb
 that changes something published as CONTROL_COMMAND with the caller's uid and pid.

@@ -1,4 +1,4 @@
-"""Fuzzed and malformed input on both sockets never crashes the daemon or reaches another client (issue 10).
+"""Fuzzed and malformed input on both sockets never crashes the daemon or reaches another client (docs/socket-api.md).
 
 The daemon (against the Genesys simulator) runs on an event loop in its own thread, so that
 hypothesis can drive plain blocking sockets against it: every example opens a connection,

@@ -80,7 +80,7 @@ async def test_past_the_connection_cap_a_client_is_told_and_closed(
 async def test_control_connections_idle_after_their_last_answer_are_closed_and_free_their_slots(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 23, point 10: 128 connections that asked once and then said nothing held every slot."""
+    """Formerly 128 connections that asked once and then said nothing held every slot."""
     sockets = SocketsConfig(max_connections=2, control_idle_timeout=0.3)
     async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
         held = [await Conn.open(h.control) for _ in range(2)]

@@ -1,4 +1,4 @@
-"""Every parameter of every method, with every wrong type, is a typed InvalidParameter (issue 23, point 1).
+"""Every parameter of every method, with every wrong type, is a typed InvalidParameter.
 
 The cases are generated from what the daemon itself says it takes: the test asks each socket for
 ``GetInfo`` and ``GetInterfaceDescription``, parses the descriptions, and for each parameter of

@@ -1,4 +1,4 @@
-"""Roles on the control socket, with real peer credentials (issue 23, point 9).
+"""Roles on the control socket, with real peer credentials.
 
 Each client is a forked child that drops root for another uid (``os.setuid``), so the daemon reads
 its real ``SO_PEERCRED`` and ``SO_PEERGROUPS``. The socket files belong to a group every child is in

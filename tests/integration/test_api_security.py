@@ -1,4 +1,5 @@
-"""Who may connect: peer credentials on accept, before any byte (issue 10; reliability.md §2 and (a) row 15).
+"""Who may connect: peer credentials on accept, before any byte (docs/robustness.md,
+"Local sockets" and "Fault matrix" row 15).
 
 A client with another uid is a forked child that drops its privileges with ``os.setuid`` (these
 machines run the tests as root) and reports, through a pipe, how many bytes the daemon sent it.
@@ -155,7 +156,7 @@ async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
 async def test_a_socket_file_the_user_may_not_open_is_exit_1_for_ctl_and_watch(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 23, point 10: README says 1 when the daemon refuses us; click's readable check made it 2."""
+    """README says 1 when the daemon refuses us; click's readable check made it 2."""
     async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
         open_directory(h.subscribe)
         # 0660 root:root, and the user is in neither: the file's mode refuses it
@@ -211,7 +212,7 @@ async def refused_as(path: Path, uid: int, times: int) -> str:
 async def test_a_peer_refused_thousands_of_times_is_one_line_per_interval(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 23, point 10: 3,000 refusals in a few seconds were 3,000 SOCKET_PEER_REFUSED lines."""
+    """3,000 refusals in a few seconds used to be 3,000 SOCKET_PEER_REFUSED lines."""
     clock = FakeClock()
     async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
         open_directory(h.control)

@@ -1,4 +1,4 @@
-"""The subscribe socket over real Unix sockets, the daemon against the Genesys simulator (issue 10).
+"""The subscribe socket over real Unix sockets, the daemon against the Genesys simulator (docs/socket-api.md).
 
 What is compared is always the stream against what the bus published: every transition, in
 order, with the bus seq; snapshots consistent with the deltas after them; a stalled reader
@@ -339,7 +339,7 @@ async def test_subscribe_needs_more_and_the_service_methods_answer(
 async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 23, point 10 (chosen: documented as designed, docs/socket-api.md "Idle subscribers").
+    """Idle subscribers stay (documented as designed, docs/socket-api.md "Idle subscribers").
 
     A subscriber that reads nothing while nothing changes holds its connection past
     laggedDisconnectAfter: it is not behind, there was nothing to read. The same subscriber is cut

@@ -1,4 +1,4 @@
-"""``watch`` in a real terminal: started in tmux, the pane captured before and after a fault (issue 10).
+"""``watch`` in a real terminal: started in tmux, the pane captured before and after a fault (docs/socket-api.md).
 
 tmux runs on a private server socket (``-L``), so the test neither sees nor touches anyone else's
 sessions; the daemon is ``run`` as a subprocess against the Genesys simulator.

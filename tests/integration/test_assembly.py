@@ -1,4 +1,4 @@
-"""The one composition root (supervisor/runtime/assembly.py, issue 24 point 2), run in this process.
+"""The one composition root (supervisor/runtime/assembly.py; docs/runtime.md, "The composition root"), run in this process.
 
 ``run`` and ``demo`` both build their daemon here; these tests drive :class:`Daemon` directly with a
 body (what the demo passes) against the simulator on loopback, over real Unix sockets:

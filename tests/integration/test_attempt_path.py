@@ -1,4 +1,4 @@
-"""One attempt path (issue 24, point 1): each attempt is decided once, on the one endpoint that gated it.
+"""One attempt path (docs/runtime.md): each attempt is decided once, on the one endpoint that gated it.
 
 Before, the session runner, the retry executor and the attribute sender each ran their own admission,
 and where one wrapped the other the same refusal was counted twice: a CXone start refused for load

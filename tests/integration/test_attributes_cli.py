@@ -1,4 +1,4 @@
-"""``ctl attributes set``, ``ctl mismatches`` and ``ctl resolve`` as a script runs them (issue 13).
+"""``ctl attributes set``, ``ctl mismatches`` and ``ctl resolve`` as a script runs them (docs/attributes.md).
 
 The names and exit codes asserted here are the interface scripts rely on:
 ``session-supervisor ctl --socket PATH attributes set SESSION_ID KEY=VALUE ... --json`` exits 0 only

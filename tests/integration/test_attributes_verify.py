@@ -131,7 +131,7 @@ async def test_a_newer_value_is_never_clobbered_it_is_flagged_and_resolved_by_ha
 async def test_an_unanswered_send_is_read_back_never_blindly_resent(
     sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """reliability.md row 3: unknown in the ledger, read back before any resend, no key applied twice.
+    """docs/robustness.md, "Fault matrix", row 3: unknown in the ledger, read back before any resend, no key applied twice.
 
     The request is answered only after the daemon stopped waiting for it (a latency past
     ``daemon.requestTimeout``). Whether it then lands depends on the platform (here: whether the

@@ -123,7 +123,7 @@ def test_graceful_close(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_attributes(capsys: pytest.CaptureFixture[str]) -> None:
-    """Seed edge case 2 (issue 13): a burst after wrap-up, silent drops repaired or flagged, none lost."""
+    """Seed edge case 2 (docs/attributes.md): a burst after wrap-up, silent drops repaired or flagged, none lost."""
     s = demo_json(capsys, "attributes")
     assert s["terminated"] == [] and s["states"] == {"active": SESSIONS}
     a = s["attributes"]
@@ -133,7 +133,7 @@ def test_attributes(capsys: pytest.CaptureFixture[str]) -> None:
     assert a["submitted"] == a["acknowledged"] + a["refused"]
     assert a["verified"] + a["repaired"] + a["flagged"] == a["acknowledged"]
     assert a["silentlyDropped"] >= 1 and a["repaired"] + a["flagged"] >= 1
-    # the updates really went out and landed: only a silent drop past repair may be flagged (issue 22:
+    # the updates really went out and landed: only a silent drop past repair may be flagged (docs/platforms.md:
     # a conversation read carries no state, so a check requiring one flagged every update)
     assert a["verified"] >= 1 and a["flagged"] <= a["silentlyDropped"]
     assert a["refused"] >= 1  # the queue's backpressure showed

@@ -1,4 +1,4 @@
-"""Reloads that race, files that are not files, a SIGTERM during a reload (issue 23, points 6, 7, 10).
+"""Reloads that race, files that are not files, a SIGTERM during a reload.
 
 * A FIFO put where the configuration or a credential file was: the reload is refused in one line
   (``CONFIG_RELOAD_FAILED``) while the daemon goes on answering its control socket, the FIFO still
@@ -106,7 +106,7 @@ def replace(path: Path, text: str) -> None:
 async def test_a_fifo_in_place_of_a_file_is_one_line_and_the_daemon_goes_on_answering(
     sim: GenesysSimulator, which: str
 ) -> None:
-    """Before issue 23 the reload blocked the event loop in open(2) (a FIFO's open waits for a
+    """Formerly the reload blocked the event loop in open(2) (a FIFO's open waits for a
     writer): no control answer, no keepalive, SIGTERM ignored. Now: one line, and the daemon answers
     while the FIFO is still there and nobody writes it."""
     conv = sim.create_conversation()
@@ -464,7 +464,7 @@ async def ctl_reload(control: Path) -> None:
 async def test_a_sigterm_during_a_reload_starts_the_drain_at_once(sim: GenesysSimulator) -> None:
     """The reload removes a CXone session whose DELETE the platform never answers (the close waits
     up to its bound). A SIGTERM then drains at once: DAEMON_STOPPING comes before the reload has an
-    outcome, and the reload reports that the drain interrupted it (before issue 23 the signal loop
+    outcome, and the reload reports that the drain interrupted it (formerly the signal loop
     waited for the reload to finish, then the reload reported CONFIG_RELOADED, then the drain)."""
     conv = sim.create_conversation()
     async with CxoneSimulator(seed=23) as cxone:

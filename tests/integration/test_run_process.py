@@ -1,4 +1,4 @@
-"""`session-supervisor run` as users run it (issue 9): an unread stdout, signals at awkward moments,
+"""`session-supervisor run` as users run it: an unread stdout, signals at awkward moments,
 SIGHUP reload, one daemon per configuration. Each test runs the daemon as a real child process
 against an in-process simulator over loopback."""
 

@@ -1,4 +1,4 @@
-"""Admission beyond the seed (issue 15), end to end against the Genesys simulator.
+"""Admission beyond the seed (docs/runtime.md, "Admission"), end to end against the Genesys simulator.
 
 A Retry-After on one session's REST call holds every call to that endpoint; a retry budget
 across calls stops retries past its share; start-up is paced like a storm. The 4029 half (a
@@ -143,7 +143,7 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
     """The endpoint's one retry per 10 s is spent at second T; a call at T + 4 fails once. Its
     first two retries come due before T + 10 (within 1-2 s, then 2-3 s more) and are skipped; the
     third (4-5 s more, after T + 10) finds the budget free again, goes out and succeeds: asked
-    when a retry comes due, the budget lets an operation outlast a spent window (issue 15)."""
+    when a retry comes due, the budget lets an operation outlast a spent window (docs/runtime.md, "Admission")."""
 
     async def sleep(seconds: float) -> None:
         clock.advance(seconds)

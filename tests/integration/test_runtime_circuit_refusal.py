@@ -1,4 +1,4 @@
-"""No SDK_ERROR_CLASSIFIED for a failure that did not happen (issue 22), against the CXone simulator.
+"""No SDK_ERROR_CLASSIFIED for a failure that did not happen, against the CXone simulator.
 
 When the ``cxone:api`` circuit opens, the other sessions' next polls are refused by it before
 anything is sent. Those sessions did not fail: the runner used to publish a made-up

@@ -1,4 +1,4 @@
-"""CXone agent sessions through the runtime, against the CXone simulator (issue 5)."""
+"""CXone agent sessions through the runtime, against the CXone simulator (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ async def sim() -> AsyncIterator[CxoneSimulator]:
 
 
 async def test_rolling_session_id_is_followed_across_polls(sim: CxoneSimulator, tmp_path: Path) -> None:
-    """platforms.md section 6: every get-next-event answer carries the id the next poll must use."""
+    """docs/platforms.md, "NICE CXone": every get-next-event answer carries the id the next poll must use."""
     async with supervised(cxone_config(sim.urls, 1, poll_timeout=0), tmp_path, cxone=sim) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["cx-0"]
@@ -83,7 +83,7 @@ START = "/inContactAPI/services/v{N}.0/agent-sessions"
 
 
 async def test_an_outage_ends_no_cxone_session_and_all_come_back(sim: CxoneSimulator, tmp_path: Path) -> None:
-    """Polls and starts black-holed past the network budget: nobody terminates (issue 9)."""
+    """Polls and starts black-holed past the network budget: nobody terminates."""
     config = cxone_config(sim.urls, 2, poll_timeout=1, watchdog=3.0, horizon=45.0, open_for=1.0)
     async with supervised(config, tmp_path, cxone=sim) as h:
         await h.wait(lambda: h.all_in("active"))

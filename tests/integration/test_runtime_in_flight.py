@@ -1,4 +1,4 @@
-"""Connection attempts in flight per endpoint (issue 15, `[admission] connectsInFlight`), end to
+"""Connection attempts in flight per endpoint (`[admission] connectsInFlight`, docs/runtime.md, "Admission"), end to
 end: the Genesys simulator counts the WebSocket upgrades it is answering at once.
 
 Every handshake takes 1 s (a LATENCY fault on the upgrade) and four sessions start at the pacer's

@@ -1,4 +1,4 @@
-"""A Genesys notifications session supervised end to end (issues 5 and 22, point 8).
+"""A Genesys notifications session supervised end to end (docs/runtime.md, "Notifications rollover").
 
 Taxonomy v2 (the default): the session outlives every channel it rides on. Channels are renewed
 before they expire or their creating token does, rolled over make-before-break on socket_closing,

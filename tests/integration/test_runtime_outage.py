@@ -1,4 +1,4 @@
-"""Sessions survive a platform outage up to the reconnection horizon, and not past it (issue 9).
+"""Sessions survive a platform outage up to the reconnection horizon, and not past it.
 
 The outage is what a client sees when a platform restarts or its edge goes down: every socket
 dropped, new handshakes accepted but never answered (they hang until the client's open timeout),

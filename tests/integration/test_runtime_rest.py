@@ -1,4 +1,4 @@
-"""REST calls made for supervised sessions, end to end against the Genesys simulator (issue 5).
+"""REST calls made for supervised sessions, end to end against the Genesys simulator (docs/runtime.md).
 
 Token rotation (seed edge case 3), fail-fast triggers on operations (QUEUE_FULL, 409 on
 message creation, a revoked token), and what the simulator recorded.
@@ -39,7 +39,7 @@ async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
 
 async def active_session(h: Harness, sim: GenesysSimulator) -> str:
     """The conversation of the active guest session wm-0, as the agent side knows it: a guest
-    cannot learn it (issue 14), so the test asks the simulator, as an agent desktop would ask
+    cannot learn it (docs/taxonomy.md, "What the daemon can and cannot verify"), so the test asks the simulator, as an agent desktop would ask
     Genesys."""
     await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
     transport = h.runners["wm-0"].transport

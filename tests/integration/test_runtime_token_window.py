@@ -1,4 +1,4 @@
-"""A 401 just past a token's expiry keeps the session (issue 22, point 9), over loopback.
+"""A 401 just past a token's expiry keeps the session (docs/taxonomy.md, "The 401 rule"), over loopback.
 
 The platform's clock is not ours: it may end a token a few seconds before the ``expires_in`` it
 announced, and it answers an expired and a revoked token alike (CXone ``invalid_token``, Genesys

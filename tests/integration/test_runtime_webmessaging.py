@@ -1,4 +1,4 @@
-"""The runtime end to end against the Genesys simulator: Web Messaging sessions (issue 5 acceptance)."""
+"""The runtime end to end against the Genesys simulator: Web Messaging sessions (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulat
         assert h.terminations() == {}
         assert attempts(sim) - before == n  # one handshake each: nobody was refused or retried
         # seed section 2: telemetry is correlated with the ids the session knows; a Web Messaging
-        # guest never learns its conversation (issue 14), so none is claimed
+        # guest never learns its conversation (docs/taxonomy.md, "What the daemon can and cannot verify"), so none is claimed
         for event in h.recorded.named("SDK_ERROR_CLASSIFIED"):
             assert {"sessionId", "agentId"} <= set(event["context"])
             assert event["context"].get("conversationId") is None
@@ -158,7 +158,7 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
 async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_circuit(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 15: the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
+    """Beyond the seed (docs/runtime.md, "Admission"): the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
     pauses it for the Retry-After, so the reconnections queue at the rate the platform admits
     instead of failing five in a row: every session comes back, the circuit stays closed, and
     no attempt reached the endpoint inside a pause it had been given."""
@@ -181,7 +181,7 @@ async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_cir
 
 
 async def test_start_up_is_paced_like_a_storm(sim: GenesysSimulator, tmp_path: Path) -> None:
-    """Issue 15: starting many sessions is the same storm. The platform admits 3 handshakes a
+    """Beyond the seed: starting many sessions is the same storm. The platform admits 3 handshakes a
     second (503 beyond); the daemon starts 20 sessions at its initial 20/s, is refused, cuts its
     rate and waits out the pauses: every session comes up, the circuit never opens, and most
     first attempts were admitted (an unpaced start sends all 20 in the first second)."""
@@ -202,7 +202,7 @@ async def test_start_up_is_paced_like_a_storm(sim: GenesysSimulator, tmp_path: P
 async def test_refusals_already_in_flight_at_the_first_count_once_toward_the_circuit(
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Issue 15: every handshake takes 0.5 s and the platform admits 3 a second (503 beyond).
+    """Beyond the seed: every handshake takes 0.5 s and the platform admits 3 a second (503 beyond).
     Twelve sessions start at the pacer's 20/s, so about ten attempts are in flight when the first
     refusal comes back and cuts the rate: their refusals echo it (machines/pacing.py,
     Pacer.echoes; RFC 6582 section 3.2) and count once, not as the five in a row that open the
@@ -283,7 +283,7 @@ async def test_a_terminated_session_comes_back_only_through_a_new_start(
         assert old.state.value == "terminated"
 
 
-# -- in-band requests go through the one retry executor (issue 8, point 1) --------------------------
+# -- in-band requests go through the one retry executor --------------------------
 
 
 def conversation_of(sim: GenesysSimulator, runner: SessionRunner) -> str:
@@ -305,7 +305,7 @@ async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrive
 ) -> None:
     """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once.
 
-    The 4029 is the guest's own message limit (issue 15): while wm-0 waits it out, wm-1's message
+    The 4029 is the guest's own message limit (docs/runtime.md, "Admission"): while wm-0 waits it out, wm-1's message
     goes at once, and no endpoint pacing changes.
     """
     waits: list[float] = []

@@ -1,4 +1,4 @@
-"""Signals at every moment of a process's life (issue 23, point 5): ``run`` and ``sim`` as real child
+"""Signals at every moment of a process's life: ``run`` and ``sim`` as real child
 processes, SIGTERM, SIGINT and SIGHUP sent at moments from 0.05 s after the exec to after the drain.
 
 What each signal does at each moment is docs/runtime.md's "Signals at every moment" table; every case
@@ -7,7 +7,7 @@ really landed in. The moments are found by what the process shows (its signal ha
 /proc/PID/status, the lock file it takes, its event lines), not by sleeping; only the earliest two
 are times: 0.05 s after the exec (or the moment the handlers exist, if later: before that the
 interpreter is still starting and no Python code can catch anything) and 0.1 s into the imports.
-Since the CLI imports only what its command needs (issue 25), the imports end about 0.3-0.4 s
+Since the CLI imports only what its command needs (docs/runtime.md, "Floors"), the imports end about 0.3-0.4 s
 after the exec for ``run`` (its lock taken) and ``sim`` (its URLs printed) on the 2-core machine;
 0.3 s, aimed at the 1.2 s they used to take, now landed at their end or after it.
 

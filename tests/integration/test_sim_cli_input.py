@@ -1,4 +1,4 @@
-"""``session-supervisor sim`` with input it cannot use: one line, never a traceback (issue 9)."""
+"""``session-supervisor sim`` with input it cannot use: one line, never a traceback."""
 
 from __future__ import annotations
 

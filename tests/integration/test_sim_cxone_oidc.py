@@ -1,4 +1,4 @@
-"""The CXone simulator's login as the real platform answers it (issue 22, point 1 and 2), over loopback.
+"""The CXone simulator's login as the real platform answers it (docs/platforms.md), over loopback.
 
 The back-end login is OpenID Connect: the discovery document names the token endpoint, which takes a
 form-encoded ``password`` grant (access key id and secret) or ``refresh_token`` grant with the client

@@ -1,4 +1,4 @@
-"""CXone simulator wire shapes, driven by plain httpx over loopback (platforms.md §6–7, issue 4).
+"""CXone simulator wire shapes, driven by plain httpx over loopback (docs/platforms.md, "NICE CXone", docs/simulators.md).
 
 Each test checks what the client sees and what the simulator recorded. Time-dependent
 behaviour (token expiry, inactivity) uses a FakeClock; long polls are woken by pushed

@@ -1,4 +1,4 @@
-"""Genesys simulator, HTTP faults (issue 4 part 3): what the httpx client sees and what was recorded."""
+"""Genesys simulator, HTTP faults (docs/simulators.md, "Faults"): what the httpx client sees and what was recorded."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ATTRS = "/api/v2/conversations/{conversationId}/participants/{participantId}/att
 
 
 def cid(g: Genesys) -> str:
-    """A conversation that exists: the simulator invents none (issue 14), so each test seeds one."""
+    """A conversation that exists: the simulator invents none (docs/taxonomy.md, "What the daemon can and cannot verify"), so each test seeds one."""
     return g.sim.create_conversation().id
 
 

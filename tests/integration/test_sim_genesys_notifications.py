@@ -1,4 +1,4 @@
-"""Genesys simulator, Notifications API (platforms.md §2): channel REST and the channel WebSocket."""
+"""Genesys simulator, Notifications API (docs/platforms.md, "Genesys Cloud notifications"): channel REST and the channel WebSocket."""
 
 from __future__ import annotations
 

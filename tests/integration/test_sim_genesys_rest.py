@@ -1,4 +1,4 @@
-"""Genesys simulator, HTTP side: OAuth and Platform REST wire shapes (platforms.md §3-5), driven by httpx.
+"""Genesys simulator, HTTP side: OAuth and Platform REST wire shapes (docs/platforms.md, "Genesys Cloud Platform REST"), driven by httpx.
 
 Each test checks what the client sees and what the simulator recorded.
 """
@@ -30,7 +30,7 @@ def conv_id() -> str:
 
 
 def seeded(g: Genesys) -> str:
-    """A conversation that exists (the simulator invents none: issue 14)."""
+    """A conversation that exists (the simulator invents none: docs/taxonomy.md)."""
     return g.sim.create_conversation().id
 
 

@@ -1,4 +1,4 @@
-"""Genesys simulator, Web Messaging guest WebSocket (platforms.md §1), driven by a plain websockets client."""
+"""Genesys simulator, Web Messaging guest WebSocket (docs/platforms.md, "Genesys Cloud Web Messaging"), driven by a plain websockets client."""
 
 from __future__ import annotations
 

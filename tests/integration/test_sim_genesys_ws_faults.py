@@ -1,4 +1,4 @@
-"""Genesys simulator, WebSocket faults (issue 4 part 3): drop, close codes, black hole, admission limit."""
+"""Genesys simulator, WebSocket faults (docs/simulators.md, "Faults"): drop, close codes, black hole, admission limit."""
 
 from __future__ import annotations
 

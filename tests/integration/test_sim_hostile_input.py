@@ -1,4 +1,4 @@
-"""Hostile input to both simulators over real loopback sockets (issue 9, classes 1 and 7).
+"""Hostile input to both simulators over real loopback sockets.
 
 Deeply nested bodies and frames, non-UTF-8 forms, NaN/Infinity/absurd fault values, half-sent
 requests and shutdown: every answer is the platform's own error shape, never a 500, a 1011 or

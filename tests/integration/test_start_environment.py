@@ -1,4 +1,4 @@
-"""What the environment hands ``run`` at start-up (issue 23, points 3, 4 and 10), as a real child process:
+"""What the environment hands ``run`` at start-up, as a real child process:
 values systemd never sends (a warning, the feature off) and hand-overs gone wrong (one located line,
 exit 1); never a traceback. The platform is the in-process Genesys simulator over loopback."""
 

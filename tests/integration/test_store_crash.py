@@ -1,4 +1,4 @@
-"""Crash test (CI): ``kill -9`` at each named crash point, restart, check what survived (issue 13).
+"""Crash test (CI): ``kill -9`` at each named crash point, restart, check what survived (docs/store.md).
 
 The daemon runs as a child process against the Genesys simulator (in this process, on loopback);
 a test-only hook (``SESSION_SUPERVISOR_TEST_CRASH_AT``) makes it SIGKILL itself exactly:

@@ -1,12 +1,12 @@
-"""A store the daemon cannot use: corrupt, unreadable, a full disk, a read-only state directory (issue 13).
+"""A store the daemon cannot use: corrupt, unreadable, a full disk, a read-only state directory (docs/store.md).
 
-reliability.md row 21: updates are refused clearly, no crash loop, the error is surfaced to callers.
+docs/robustness.md, "Fault matrix", row 21: updates are refused clearly, no crash loop, the error is surfaced to callers.
 In every case the daemon (a child process) keeps its sessions running, says once on stderr which
 file and what is wrong, publishes ``STORE_DEGRADED``, and ``ctl attributes set`` exits 1 with one line
 naming the file: nothing is acknowledged that could not be persisted.
 
 A full disk is a small tmpfs mounted for the test when this machine allows it (root and mount);
-the disk filled by the store's own WAL and the start on a full disk need one (issue 23) and are
+the disk filled by the store's own WAL and the start on a full disk need one and are
 skipped elsewhere;
 elsewhere the daemon's test-only hook makes every commit fail as SQLite fails on a full disk
 (``SESSION_SUPERVISOR_TEST_STORE_FULL_WHEN``). A read-only directory is a tmpfs mounted read-only,
@@ -193,12 +193,12 @@ async def test_a_read_only_state_directory_refuses_updates_and_the_sessions_run(
             assert await daemon.stop() == 0
 
 
-# -- issue 23, point 10: a WAL that filled the disk; a start on a full disk --------------------------------
+# -- a WAL that filled the disk; a start on a full disk --------------------------------
 
 
 async def test_a_disk_filled_by_the_stores_own_wal_is_checkpointed_and_the_store_recovers() -> None:
     """The WAL grows with every commit until a commit crosses SQLite's 1,000-page checkpoint mark; on
-    a disk with less room than that, the WAL fills it first, and before issue 23 every commit failed
+    a disk with less room than that, the WAL fills it first, and formerly every commit failed
     from then on (no commit ever got to the checkpoint). Now a commit refused for a full disk
     checkpoints (the WAL's pages move into the file, the WAL is truncated) and is tried again."""
     with tmpfs(1024) as small:
@@ -228,7 +228,7 @@ async def test_a_start_on_a_full_disk_reads_the_store_and_reports_it_degraded(
 ) -> None:
     """The store cannot be opened for writing (no room even for its shared-memory file): the daemon
     reads it without writing, so a session `ctl stop` stopped stays down, publishes STORE_DEGRADED,
-    refuses attribute updates, and the file is left as it was. Before issue 23 the store was simply
+    refuses attribute updates, and the file is left as it was. Formerly the store was simply
     dropped: every configured session started, the stopped one too."""
     conv = sim.create_conversation()
     with tmpfs(640) as small:

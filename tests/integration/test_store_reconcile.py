@@ -1,4 +1,4 @@
-"""Takeover and reconciliation after a ``kill -9``; resumption after a planned restart (issue 13).
+"""Takeover and reconciliation after a ``kill -9``; resumption after a planned restart (docs/store.md).
 
 The daemon (a child process) supervises two Genesys Web Messaging guests and two CXone agent
 sessions; it is killed with SIGKILL, and restarted with a configuration that no longer has one of

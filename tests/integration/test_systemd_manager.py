@@ -1,4 +1,4 @@
-"""The shipped units under a real systemd manager (issue 12): systemd 252's own manager, in user mode,
+"""The shipped units under a real systemd manager (docs/systemd.md): systemd 252's own manager, in user mode,
 confined (tests/integration/systemd_manager.py), runs systemd/session-supervisor.service and its two
 socket units as shipped, hardening included, with drop-ins only for what this machine differs in:
 

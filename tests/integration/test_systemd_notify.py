@@ -1,4 +1,4 @@
-"""``run`` under systemd's protocols, for real (issue 12): the daemon is a child process, the test plays
+"""``run`` under systemd's protocols, for real (docs/systemd.md): the daemon is a child process, the test plays
 systemd: a datagram ``NOTIFY_SOCKET`` it binds (a path, or an abstract name), ``WATCHDOG_USEC``, and
 listening sockets passed as descriptors 3 and 4 with ``LISTEN_FDS``/``LISTEN_FDNAMES``/``LISTEN_PID``
 naming the daemon's own pid. The platform is the in-process Genesys simulator over loopback.
@@ -120,7 +120,7 @@ async def arrived(
     Event lines and notifications travel by different channels (the daemon's stdout writer thread
     and a pipe; a datagram socket): at the moment a notice is read, a line published at the same
     instant, or before it, may still be on its way. Asserting on ``lines`` right after a notice
-    failed 2 runs in 4 on a loaded machine (issue 23, point 11); every read of a line waits for it.
+    failed 2 runs in 4 on a loaded machine; every read of a line waits for it.
     """
     await wait_until(lambda: len([e for e in lines.named(event) if where(e)]) >= n, 30)
     return [e for e in lines.named(event) if where(e)]
@@ -226,7 +226,7 @@ async def test_the_watchdog_pings_from_the_loop_stops_while_it_is_wedged_and_res
     sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """A real wedge: the loop blocked in a read while the process, and its stdout thread, live on.
-    Nothing the daemon reads can block its loop any more (issue 23: files are opened O_NONBLOCK and
+    Nothing the daemon reads can block its loop any more (files are opened O_NONBLOCK and
     a FIFO is refused), so the wedge is the runtime's test hook: on SIGHUP the reload reads a FIFO
     on the event loop and blocks there until it is written (supervisor/runtime/testhooks.py).
     The pings stop (they come from a task on that loop, not from a thread); once the FIFO is
@@ -372,7 +372,7 @@ async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash
 
 @needs_mounts
 async def test_a_full_store_refuses_acknowledgements_and_the_pings_go_on(sim: GenesysSimulator) -> None:
-    """The durable store (issue 13) in $STATE_DIRECTORY on a 4 MiB tmpfs: STATUS counts the outbox;
+    """The durable store (docs/store.md) in $STATE_DIRECTORY on a 4 MiB tmpfs: STATUS counts the outbox;
     filled, `ctl attributes set` is refused (exit 1, StoreUnavailable), DAEMON_DEGRADED names the
     `store` condition, STATUS shows it, and the watchdog keeps pinging: a restart cures no full disk."""
     conv = sim.create_conversation()

@@ -1,4 +1,4 @@
-"""Telemetry through the entry points (issue 11): ``run`` with [telemetry] or OTEL_* alone, ``demo --otlp``.
+"""Telemetry through the entry points (docs/telemetry.md): ``run`` with [telemetry] or OTEL_* alone, ``demo --otlp``.
 
 ``run`` is a real process against the Genesys simulator, exporting to the loopback receiver:
 its JSON lines gain traceId/spanId that name spans the receiver got, the collector's auth

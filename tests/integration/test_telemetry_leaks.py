@@ -1,4 +1,4 @@
-"""No secret leaves in telemetry (issue 11): a full storm-plus-token-rotation run, scanned on the wire.
+"""No secret leaves in telemetry (docs/telemetry.md): a full storm-plus-token-rotation run, scanned on the wire.
 
 Genesys Web Messaging sessions and a CXone agent session (client secrets, a password, a
 collector API key configured) go through a mass drop, a token rotation with a replay, a
@@ -103,7 +103,7 @@ def config_text(g: dict[str, str], c: dict[str, str], conversation: str) -> str:
     ]
     for i in range(3):
         lines += ["[[sessions]]", f'id = "wm-{i}"', 'platform = "genesys"', 'kind = "webmessaging"']
-        if i == 0:  # a guest learns no conversation (issue 14): the configuration names it
+        if i == 0:  # a guest learns no conversation (docs/taxonomy.md): the configuration names it
             lines.append(f'conversationId = "{conversation}"')
     lines += [
         "[[sessions]]",

@@ -1,4 +1,4 @@
-"""Metrics over real OTLP/HTTP after a scenario (issue 11): storm, rate-limited call, a fail-fast.
+"""Metrics over real OTLP/HTTP after a scenario (docs/telemetry.md): storm, rate-limited call, a fail-fast.
 
 The scenario: Web Messaging sessions dropped at once under a handshake admission limit (the
 circuit opens, reconnections are throttled), a REST call rate-limited twice, an attribute

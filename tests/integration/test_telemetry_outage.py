@@ -1,4 +1,4 @@
-"""A collector that is down, hanging or answering 429 never holds sessions up (issue 11, "never harmful").
+"""A collector that is down, hanging or answering 429 never holds sessions up (docs/telemetry.md).
 
 The daemon exports to the loopback receiver while it misbehaves. Sessions are dropped and must
 all come back while the exporter fails or is stuck; the exporter's failures are counted; the

@@ -1,4 +1,4 @@
-"""A reconnection storm over real OTLP/HTTP (issue 11): one segment span per reconnection, circuit periods.
+"""A reconnection storm over real OTLP/HTTP (docs/telemetry.md): one segment span per reconnection, circuit periods.
 
 Web Messaging sessions are dropped at once (1006) while the simulator refuses every handshake
 (503 + Retry-After) until the test lets them in again, so sessions reconnect more than once and

@@ -1,4 +1,4 @@
-"""Span trees over real OTLP/HTTP (issue 11): a retried call, a token rotation, sampling, a fail-fast.
+"""Span trees over real OTLP/HTTP (docs/telemetry.md): a retried call, a token rotation, sampling, a fail-fast.
 
 The daemon runs against the Genesys simulator on loopback and exports to the test's OTLP
 receiver, which decodes the protobuf payloads; every assertion reads what crossed the wire.
@@ -148,7 +148,7 @@ async def test_retries_the_retry_budget_refused_are_told_on_the_span_and_not_sen
 ) -> None:
     """One retry per 10 s and backoffs that take no time: a call failing with 503 sends two
     attempts; its third and last scheduled retry says the second was refused, and the span ends
-    with give-up RETRY_BUDGET_EXHAUSTED (issue 15)."""
+    with give-up RETRY_BUDGET_EXHAUSTED (docs/runtime.md, "Admission")."""
 
     async def backoff(seconds: float) -> None:  # the clock stands still: the budget's window never moves
         pass

@@ -1,4 +1,4 @@
-"""The CXone Agent Session transport against the CXone simulator over loopback (issue 5).
+"""The CXone Agent Session transport against the CXone simulator over loopback (docs/runtime.md).
 
 A real :class:`RequestPipeline` (httpx, taxonomy v1, circuits, the CXone token cache with
 :class:`CxoneLogin`, the API found by :class:`CxoneApi`) drives the simulator. The pipeline's backoff and the transport's
@@ -273,7 +273,7 @@ async def test_rolling_session_id_is_followed_across_polls(rig: Rig) -> None:
 
     assert _event(outcome).code == "AGENT_SESSION_ENDED"
     handle = rig.handle(start_id)
-    # every 200 handed out the next id and the next poll used it (platforms.md section 6)
+    # every 200 handed out the next id and the next poll used it (docs/platforms.md, "NICE CXone")
     chain = [*handle.stale, handle.current_id]
     polled = rig.polled_ids()
     assert len(chain) >= 6  # start, first poll, three contacts, the final AgentSessionEnd
@@ -543,7 +543,7 @@ async def test_token_expiring_mid_poll_is_refreshed_and_replayed(rig: Rig) -> No
 
 
 async def test_server_side_expiry_unknown_to_our_clock_fails_fast(rig: Rig) -> None:
-    # by design.md only a token expired *by our clock* is refreshed; otherwise a 401
+    # by the 401 rule (docs/taxonomy.md) only a token expired *by our clock* is refreshed; otherwise a 401
     # invalid_token is the seed's OAUTH_TOKEN_INVALID trigger (even "Token expired")
     conn = await rig.transport().open()
     rig.sim.faults.inject(Fault(kind=FaultKind.TOKEN_EXPIRE))

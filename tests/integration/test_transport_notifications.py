@@ -1,4 +1,4 @@
-"""NotificationsTransport against the Genesys simulator (issues 5 and 22): the channel, its rollover, faults.
+"""NotificationsTransport against the Genesys simulator (docs/runtime.md, "Notifications rollover"): the channel, its rollover, faults.
 
 The channel is created and subscribed through the real RequestPipeline (token cache, circuit
 ``genesys:api``); retry waits are skipped with an injected no-op sleep. The transport's renewal

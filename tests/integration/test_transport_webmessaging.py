@@ -1,7 +1,7 @@
-"""WebMessagingTransport against the Genesys simulator (issue 5): open, resume, faults -> RawError -> code.
+"""WebMessagingTransport against the Genesys simulator (docs/runtime.md): open, resume, faults -> RawError -> code.
 
 Every failure the transport meets must come out as a RawError that the v1 taxonomy classifies
-as the fault's documented code (platforms.md §1, §9; docs/taxonomy.md). Waits are protocol
+as the fault's documented code (docs/platforms.md, "Genesys Cloud Web Messaging", "WebSocket close codes"; docs/taxonomy.md). Waits are protocol
 waits (a frame, a close); ``anyio.fail_after`` only bounds a test that would otherwise hang.
 """
 
@@ -133,7 +133,7 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
         response, platform=Platform.GENESYS, channel=Channel.WEBMESSAGING, kind=t.response_kind
     )
     assert event is None
-    # no guest frame names the conversation (issue 14): the transport learns none
+    # no guest frame names the conversation (docs/taxonomy.md, "What the daemon can and cannot verify"): the transport learns none
     assert conn.learned.conversation_id is None and "conversationId" not in response
     await conn.close(1000)  # a stop ends the server session too
     rec = genesys.sim.recorder

@@ -157,7 +157,7 @@ def test_wrongly_typed_calls_only_ever_raise_typed_errors(obj: dict[str, object]
     """Each field of a call with a value of any JSON type: a call, or a typed error.
 
     Drawn from fixed pools (tests/strategies.py): the strategy is cheap, so it never trips the
-    too_slow health check on a fresh clone (issue 23, point 11).
+    too_slow health check on a fresh clone.
     """
     try:
         call = parse_call(msgspec.json.encode(obj))

@@ -1,4 +1,4 @@
-"""Refused peers reported once per peer per interval with a count (supervisor/api/refusals.py; issue 23, point 10)."""
+"""Refused peers reported once per peer per interval with a count (supervisor/api/refusals.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Roles on the control socket (supervisor/api/roles.py): the verb table, and peers mapped to roles (issue 23, point 9)."""
+"""Roles on the control socket (supervisor/api/roles.py): the verb table, and peers mapped to roles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Method signatures parsed from the interface descriptions, and parameters checked against them (issue 23, point 1)."""
+"""Method signatures parsed from the interface descriptions, and parameters checked against them."""
 
 from __future__ import annotations
 

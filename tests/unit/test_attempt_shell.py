@@ -1,4 +1,4 @@
-"""The async attempt shell (issue 24, point 1; supervisor/attempts/shell.py): it waits on the
+"""The async attempt shell (docs/runtime.md, "One attempt path"; supervisor/attempts/shell.py): it waits on the
 endpoint's answers and never loses a place in flight, whichever way an attempt ends."""
 
 from __future__ import annotations

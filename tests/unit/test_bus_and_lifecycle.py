@@ -126,7 +126,7 @@ kind = "webmessaging"
 
 
 async def test_ready_only_after_every_service_started_and_every_session_handed_over(tmp_path: Path) -> None:
-    """The readiness moment (issue 8, point 2): services started in order, sessions handed over."""
+    """The readiness moment: services started in order, sessions handed over."""
     config = parse_config(CONFIG, "test.toml")
     order: list[str] = []
     gate = anyio.Event()

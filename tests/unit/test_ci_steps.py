@@ -1,4 +1,4 @@
-"""CI in steps (issue 25, point 5): lint and types, the default suite, then each heavy suite.
+"""CI in steps: lint and types, the default suite, then each heavy suite.
 
 ``.ci/run`` runs each step with its own time budget and summary, every step whatever the others
 did, and fails when any step fails, finds no test, or runs past its budget. The steps are checked

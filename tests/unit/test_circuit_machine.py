@@ -1,4 +1,4 @@
-"""The circuit machine's rules (issue 3, part 2), on a fake clock: seed section 2's breaker."""
+"""The circuit machine's rules (docs/machines.md), on a fake clock: seed section 2's breaker."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ FAIL = make_event()
 PERMANENT = make_event(T.PERMANENT, "NOT_FOUND")
 EMPTY_POLL = make_event(T.NONE, "EMPTY_POLL")
 # a 401 on a token our clock let lapse (taxonomy v2's TOKEN_EXPIRED): TRANSIENT, but no sign of
-# the endpoint's health (issue 22, point 9)
+# the endpoint's health (docs/taxonomy.md, "The 401 rule")
 LAPSED = msgspec.structs.replace(make_event(T.TRANSIENT, "TOKEN_EXPIRED"), circuit_neutral=True)
 
 

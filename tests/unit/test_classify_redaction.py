@@ -1,4 +1,4 @@
-"""Secrets never leave ``classify``: by key name in dicts and lists, and by shape anywhere (issue 9, class 6)."""
+"""Secrets never leave ``classify``: by key name in dicts and lists, and by shape anywhere."""
 
 from __future__ import annotations
 

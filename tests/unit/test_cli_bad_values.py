@@ -1,4 +1,4 @@
-"""Options that parse but cannot work are bad usage: exit 2 with one line (issue 9, class 4)."""
+"""Options that parse but cannot work are bad usage: exit 2 with one line."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def test_taxonomy_diff_shows_a_changed_response_check_and_gates_on_it(
 
 
 def test_shipped_v2_requires_less_of_genesys_than_v1(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    """Issue 22: v2 requires only what the vendors' models require of a conversation read and of a
+    """v2 requires only what the vendors' models require of a conversation read and of a
     Web Messaging SessionResponse; `taxonomy diff v1 v2` says so."""
     code, out, _ = run(["taxonomy", "diff", "v1", "v2", "--json"], capsysbinary)
     changed = {r["response"]: r["after"]["required"] for r in json.loads(out)["responses"]}

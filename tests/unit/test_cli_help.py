@@ -1,4 +1,4 @@
-"""The top-level --help sends a newcomer to `demo` and `run` (issue 8, point 8)."""
+"""The top-level --help sends a newcomer to `demo` and `run`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_top_level_help_leads_with_demo_and_run() -> None:
 
 
 def test_classify_speaks_json_as_the_other_commands_do() -> None:
-    """`classify --json` is `--format json` (issue 8, point 8); with `--format table` it is bad usage."""
+    """`classify --json` is `--format json`; with `--format table` it is bad usage."""
     line = '{"platform":"genesys","channel":"rest","status":429,"headers":{"Retry-After":"3"}}\n'
     runner = CliRunner()
     as_json = runner.invoke(cli, ["classify", "--json"], input=line)

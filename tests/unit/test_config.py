@@ -128,7 +128,7 @@ def test_run_check_reads_credentials_without_printing_them(
         (tmp_path / name).write_text(value)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
     # the example's sockets are under /run/session-supervisor/, which systemd's socket units make:
-    # here they go to a directory that exists (run --check says when it does not, issue 23)
+    # here they go to a directory that exists (run --check says when it does not)
     example = tmp_path / "supervisor.toml"
     example.write_text(EXAMPLE.read_text().replace("/run/session-supervisor/", f"{tmp_path}/"))
     with pytest.raises(SystemExit) as info:

@@ -1,8 +1,8 @@
 """Values that validate but cannot work are refused by ``run --check`` with one located line.
 
-Issue 9, class 4: URLs (scheme per key, host, port), non-finite numbers, and more Genesys
-notifications sessions than the platform's 20 channels per user and app (platforms.md §2).
-Issue 23: socket paths `run` could not bind (a missing directory, a file in the way).
+Among them: URLs (scheme per key, host, port), non-finite numbers, and more Genesys
+notifications sessions than the platform's 20 channels per user and app (docs/platforms.md, "Genesys Cloud notifications").
+And socket paths `run` could not bind (a missing directory, a file in the way).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def test_store_and_attribute_defaults_are_the_seeds_when_the_tables_are_left_out
     assert "resumeAt must be below queueDepth" in str(caught.value)
 
 
-# -- issue 23: the socket directory `run` binds in -------------------------------------------------------
+# -- the socket directory `run` binds in ----------------------------------------------------------------
 
 
 def run_check(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -272,7 +272,7 @@ def with_sockets(tmp_path: Path, table: str) -> Path:
 
 @pytest.mark.parametrize("case", ["missing", "a-file", "not-a-socket", "too-long", "xdg-missing"])
 def test_run_check_says_what_run_would_fail_on_when_it_binds_its_sockets(tmp_path: Path, case: str) -> None:
-    """Before issue 23 `run --check` passed these and `run` then failed at the bind."""
+    """Formerly `run --check` passed these and `run` then failed at the bind."""
     (tmp_path / "plain").write_text("not a directory")
     (tmp_path / "sockets").mkdir()
     (tmp_path / "sockets" / "control.sock").write_text("not a socket")

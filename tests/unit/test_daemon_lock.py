@@ -1,4 +1,4 @@
-"""One daemon per configuration, and lock files that do not pile up (issues 9 and 23).
+"""One daemon per configuration, and lock files that do not pile up.
 
 The daemon removes its lock file when it stops, only while it holds the lock; a daemon that locked
 the file just before it was removed sees that the path no longer names what it locked and opens

@@ -1,4 +1,4 @@
-"""One endpoint's admission (issue 24, point 1; machines/endpoint.py), synchronous, on a fake clock.
+"""One endpoint's admission (docs/runtime.md, "One attempt path"; machines/endpoint.py), synchronous, on a fake clock.
 
 Each attempt is asked, leaves and is answered through one :class:`Endpoint`: the echo rule, the
 cut once per episode, the Retry-After hold, places in flight and the respacing of waiters, the

@@ -1,6 +1,6 @@
 """Golden test of every event line: each event the daemon can publish, byte for byte as it goes out.
 
-Issue 24 refactors the runtime under one rule, "no wire format changes"; this test holds it to that.
+Refactors of the runtime keep one rule, "no wire format changes"; this test holds it to that.
 The examples (tests/golden/event_examples.py: one or more per concrete Event subclass, fixed seq,
 bootId, ids and timestamps) go through the daemon's own sinks, never through a copy of them:
 

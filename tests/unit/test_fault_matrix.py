@@ -30,12 +30,12 @@ POLL = "/inContactAPI/services/v23.0/agent-sessions/s-1/get-next-event?timeout=3
 
 
 def gen_error(status: int, code: str, message: str = "m") -> dict[str, Any]:
-    """A Genesys ErrorBody (platforms.md section 3)."""
+    """A Genesys ErrorBody (docs/platforms.md, "Errors, limits and ids")."""
     return {"message": message, "code": code, "status": status, "contextId": "c", "details": [], "errors": []}
 
 
 def wm(cls: str, code: int, body: Any) -> dict[str, Any]:
-    """A Web Messaging server envelope (platforms.md section 1)."""
+    """A Web Messaging server envelope (docs/platforms.md, "Genesys Cloud Web Messaging")."""
     return {"type": "response", "class": cls, "code": code, "body": body}
 
 

@@ -1,6 +1,6 @@
 """The property tests run under one settings profile, with strategies cheap to draw on a fresh clone.
 
-Issue 23, point 11: ``test_wrongly_typed_calls_only_ever_raise_typed_errors`` failed 2 CI runs in
+``test_wrongly_typed_calls_only_ever_raise_typed_errors`` failed 2 CI runs in
 6 (and 6 times in 6 alone from a clean ``.hypothesis``) on Hypothesis' too_slow health check: its
 ``st.text()`` made Hypothesis build its Unicode codec table inside the first draw. The cure is in
 the strategies (tests/strategies.py) and in one profile (tests/conftest.py); these tests hold both.

@@ -1,4 +1,4 @@
-"""One import name, said plainly (issue 25, point 2): supervisord's ``supervisor`` beside ours.
+"""One import name, said plainly: supervisord's ``supervisor`` beside ours.
 
 The layout's top-level package ``supervisor`` is also supervisord's (PyPI distribution
 ``supervisor``). ``run --check`` warns in one line, exit 0, when supervisord is installed where this

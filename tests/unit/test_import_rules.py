@@ -4,18 +4,18 @@
    one floor of :data:`FLOORS` and may import only modules on its own floor or below; modules
    of one floor import each other without a cycle. Checked on the source with ``ast``, imports
    inside functions included; an upward import fails CI.
-2. **No I/O in the decision core** (design.md, "Data flows one way"): machines/,
+2. **No I/O in the decision core** (docs/architecture.md, "Data flows one way"): machines/,
    supervisor/taxonomy/, supervisor/retry/, supervisor/events/ and supervisor/clock.py import
    no I/O library (direct imports, ``importlib.import_module`` and ``__import__`` with a
    constant name). machines/ may import from ``supervisor`` only the pure decision core.
 3. The simulators are imported by nothing in the daemon but the ``sim`` and ``demo`` commands.
-4. **No reach through the supervisor** (issue 24, point 2): the daemon's edges (the socket API,
+4. **No reach through the supervisor** (docs/runtime.md, "Floors"): the daemon's edges (the socket API,
    the systemd glue, the demo) are handed typed interfaces by the composition root
    (supervisor/runtime/sessions.py, supervisor/runtime/assembly.py). They import from the runtime
    only those interfaces, the lifecycle's ``Service`` (and the demo the assembly), never the
    supervisor, its wiring or the store's class; and no attribute chain goes through a supervisor
    (``supervisor.x``, ``self._supervisor.x``) or a wiring (``x.wiring``).
-5. **One attempt path** (issue 24, point 1; docs/runtime.md, "Admission"): only the shell modules
+5. **One attempt path** (docs/runtime.md, "One attempt path"): only the shell modules
    of :data:`ENDPOINT_SHELLS` call an endpoint's :class:`~machines.endpoint.Endpoint` (they alone
    import ``machines.endpoint``; ``machines.registry`` makes them); circuits, pacers and retry
    budgets are driven inside ``Endpoint`` only: nothing else imports ``Circuit``, ``Pacer``,
@@ -114,7 +114,7 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             # the socket API's pure part: framing, messages, the conflating outbox, its events
             *PURE_API,
             # systemd's low part: the sd_notify datagram, sd_listen_fds, the degraded conditions any
-            # component may raise (the store of issue 13 among them)
+            # component may raise (the durable store among them)
             "supervisor.systemd.notify",
             "supervisor.systemd.activation",
             "supervisor.systemd.environ",
@@ -137,7 +137,7 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     ),
     (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
 )
-# the names the package root re-exports lazily, and their modules (issue 25: `import supervisor` imports none)
+# the names the package root re-exports lazily, and their modules (docs/runtime.md, "Floors": `import supervisor` imports none)
 ROOT_EXPORTS: dict[str, str] = supervisor._EXPORTS
 # who may import the simulators (they stand in for the platforms; the daemon never needs them)
 SIM_USERS = ("supervisor.sim", "supervisor.demo", "supervisor.cli")
@@ -409,7 +409,7 @@ def test_every_module_is_on_a_floor() -> None:
     assert [m for m in map(_module_name, _our_files()) if floor_of(m) is None] == []
 
 
-# -- no reach through the supervisor (issue 24, point 2) ------------------------------------------------
+# -- no reach through the supervisor (docs/runtime.md, "Floors") --------------------------------------------------------
 
 # the daemon's edges and what each may import of the runtime (the composition root hands them the rest)
 EDGE_RUNTIME: dict[str, tuple[str, ...]] = {
@@ -473,7 +473,7 @@ def test_the_edges_do_not_reach_through_the_supervisor(path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "source", "bad"),
     [
-        # what the edges did before the composition root (issue 24): each of these fails
+        # what the edges did before the composition root (docs/runtime.md, "The composition root"): each of these fails
         ("supervisor.api.board", "from supervisor.runtime.supervisor import Supervisor", True),
         ("supervisor.api.control", "from supervisor.runtime.durable import Durable", True),
         ("supervisor.demo.runner", "from supervisor.runtime.wiring import Wiring", True),

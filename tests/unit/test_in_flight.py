@@ -1,4 +1,4 @@
-"""Places in flight per endpoint (issue 15; machines/endpoint.py decides, the attempt shell
+"""Places in flight per endpoint (docs/runtime.md, "Admission"; machines/endpoint.py decides, the attempt shell
 supervisor/attempts/shell.py waits), through the session runner with in-memory
 transports (a unit test: tests/bench/bench_storm.py measures the effect over real sockets)."""
 

@@ -1,8 +1,7 @@
 """Unbounded reads: every file and line we read has a documented cap and a one-line error.
 
-Issue 9, class 3. ``/dev/zero``, ``/dev/urandom`` and a FIFO fed forever end at once with one
-``session-supervisor: ...`` line (docs/configuration.md and docs/taxonomy.md, "Limits"). Issue 23,
-point 6: every file the daemon reads is opened ``O_NONBLOCK`` and ``fstat``'d; what is not a
+``/dev/zero``, ``/dev/urandom`` and a FIFO fed forever end at once with one
+``session-supervisor: ...`` line (docs/configuration.md and docs/taxonomy.md, "Limits"). Every file the daemon reads is opened ``O_NONBLOCK`` and ``fstat``'d; what is not a
 regular file (a FIFO with or without a writer, a device, a directory, a socket) is refused before a
 byte is read, so no open(2) or read(2) waits on another process.
 """

@@ -1,6 +1,6 @@
 """Output that cannot be written and input that cannot be read: one stderr line, exit 1, no traceback.
 
-Issue 9, class 2. These need real file descriptors (``/dev/full``, a closed or read-only fd 1,
+These need real file descriptors (``/dev/full``, a closed or read-only fd 1,
 a closed fd 0), so every test runs the CLI in a subprocess through ``sh`` redirections.
 """
 

@@ -1,6 +1,6 @@
 """Deeply nested JSON and TOML, anywhere it is read: one located error, never a RecursionError.
 
-Issue 9, class 1. Every JSON and TOML document the project reads may nest at most 64 levels
+Every JSON and TOML document the project reads may nest at most 64 levels
 (``MAX_NESTING``); deeper is an error naming the cap, whatever stack happens to be left.
 """
 

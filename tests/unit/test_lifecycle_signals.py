@@ -1,4 +1,4 @@
-"""The lifecycle and the signals recorded before it ran (issue 23, point 5): a stop recorded before the
+"""The lifecycle and the signals recorded before it ran: a stop recorded before the
 readiness moment is never ready and drains what started; SIGHUPs recorded before it are one reload
 once it serves. Real signals to this process, through a record of the test's own."""
 

@@ -1,6 +1,6 @@
 """Stateful property tests (hypothesis RuleBasedStateMachine) over random input sequences.
 
-Invariants (issue 3 acceptance): terminated is absorbing; no reconnection is ever scheduled
+Invariants (docs/machines.md): terminated is absorbing; no reconnection is ever scheduled
 after a fail-fast; every termination carries a reason; at most one half-open probe in flight.
 """
 

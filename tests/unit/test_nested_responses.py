@@ -1,4 +1,4 @@
-"""A server answer nested thousands deep is a malformed response, never a RecursionError (issue 9)."""
+"""A server answer nested thousands deep is a malformed response, never a RecursionError."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The parts of a notifications rollover that decide without I/O (issue 22, point 8): which event of
+"""The parts of a notifications rollover that decide without I/O (docs/runtime.md, "Notifications rollover"): which event of
 an overlap is a duplicate, when a channel is renewed, and how many channels one OAuth client holds."""
 
 from __future__ import annotations

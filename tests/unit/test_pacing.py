@@ -1,4 +1,4 @@
-"""Adaptive pacing and the retry budget (issue 15), on a fake clock."""
+"""Adaptive pacing and the retry budget (docs/runtime.md, "Admission"), on a fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session machine's rules (issue 3, part 1), each on a fake clock with a seeded RNG."""
+"""The session machine's rules (docs/machines.md), each on a fake clock with a seeded RNG."""
 
 from __future__ import annotations
 
@@ -394,7 +394,7 @@ def test_a_permanent_failure_that_lost_the_link_ends_the_session(clock: FakeCloc
 
 
 def test_operation_scoped_transient_leaves_the_session_to_the_retry_executor(clock: FakeClock) -> None:
-    """The machine only answers whether a failure ends or moves the session (issue 8, point 1)."""
+    """The machine only answers whether a failure ends or moves the session."""
     core = active_core(clock)
     event = make_event("RATE_LIMITED", T.TRANSIENT, scope=Scope.OPERATION, policy=RATE, retry_after_ms=5000)
     assert core.failure(event) == []
@@ -406,7 +406,7 @@ def test_operation_scoped_transient_leaves_the_session_to_the_retry_executor(clo
 
 
 def test_reconnection_outlives_the_class_budget_within_the_horizon(clock: FakeClock) -> None:
-    """The class budget bounds an operation; a session keeps reconnecting until the horizon (issue 9)."""
+    """The class budget bounds an operation; a session keeps reconnecting until the horizon."""
     two = RetryPolicy(name="two", max_retries=2, base_delay_ms=1000, max_delay_ms=16_000)
     core = active_core(clock, config=SessionConfig(horizon_s=600.0))
     for attempt in range(1, 11):
@@ -583,7 +583,7 @@ def test_session_config_rejects_nonsense(kwargs: dict[str, Any]) -> None:
 
 
 def test_a_connect_refused_by_an_open_circuit_waits_uncounted_within_the_horizon(clock: FakeClock) -> None:
-    """The token endpoint or REST API is down: no attempt is made, the session waits (issue 9)."""
+    """The token endpoint or REST API is down: no attempt is made, the session waits."""
     core = new_core(clock, config=SessionConfig(horizon_s=100.0))
     effects = core.connect_refused(30.0)
     assert core.state is SessionState.RECONNECTING and core.attempts == 0
@@ -602,7 +602,7 @@ def test_a_connect_refused_by_an_open_circuit_waits_uncounted_within_the_horizon
 
 
 def test_a_live_connection_refused_by_an_open_circuit_waits_uncounted_from_now(clock: FakeClock) -> None:
-    """Its own next request (a CXone poll) met the open circuit: nothing failed (issue 22)."""
+    """Its own next request (a CXone poll) met the open circuit: nothing failed."""
     core = active_core(clock, config=SessionConfig(horizon_s=100.0))
     effects = core.connect_refused(30.0)
     assert core.state is SessionState.RECONNECTING and core.attempts == 0

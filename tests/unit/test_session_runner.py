@@ -188,7 +188,7 @@ class OpenTransport(GatedTransport):
 
 
 async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_failure() -> None:
-    """Issue 22, point 9: nothing failed on this session, so nothing is classified.
+    """The 401 rule (docs/taxonomy.md): nothing failed on this session, so nothing is classified.
 
     A CXone session's poll refused by the open ``cxone:api`` circuit used to be published as
     SDK_ERROR_CLASSIFIED CONNECTION_FAILED / OSError / endpoint null, a failure that never

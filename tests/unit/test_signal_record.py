@@ -1,4 +1,4 @@
-"""The process's signal record (supervisor/runtime/signals.py, issue 23): real signals to this process.
+"""The process's signal record (supervisor/runtime/signals.py): real signals to this process.
 
 Every test puts the handlers it found back (the ``record`` fixture), so pytest's own are intact.
 """
@@ -155,7 +155,7 @@ def test_the_entry_point_records_signals_before_it_imports_the_cli() -> None:
     loaded = ast.literal_eval(loaded_line)
     ours = {m for m in loaded if m.split(".")[0] == "supervisor"}
     # the package root imports its two ground modules (the distribution's name, the lazy re-exports:
-    # standard library only, issue 25), the entry point the signal record; nothing else of ours
+    # standard library only, docs/runtime.md, "Floors"), the entry point the signal record; nothing else of ours
     assert ours == {
         "supervisor",
         "supervisor.distribution",

@@ -1,4 +1,4 @@
-"""The CXone simulator's ``token_early_expiry_s`` (issue 22, point 9): a token that stops working a
+"""The CXone simulator's ``token_early_expiry_s`` (docs/taxonomy.md, "The 401 rule"): a token that stops working a
 few seconds before the lifetime it announced, as a platform whose clock runs ahead of ours does."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the simulators parse, property-tested: bodies, frames, fault values, configs (issue 9)."""
+"""What the simulators parse, property-tested: bodies, frames, fault values, configs."""
 
 from __future__ import annotations
 

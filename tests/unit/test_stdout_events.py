@@ -1,4 +1,4 @@
-"""The stdout sink over a real pipe: a reader that goes away costs lines, never a loop (issue 9)."""
+"""The stdout sink over a real pipe: a reader that goes away costs lines, never a loop."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which files the store may take, and which it must leave exactly as it found them (issue 23, point 8).
+"""Which files the store may take, and which it must leave exactly as it found them.
 
 The store's files carry SQLite's ``application_id`` (:data:`APPLICATION_ID`). A file without one is
 the project's only when it is what the release before the stamp wrote: ``user_version`` 1 and
@@ -219,7 +219,7 @@ async def test_a_database_with_another_application_id_is_refused_untouched(tmp_p
 
 @pytest.mark.parametrize("stamped", [False, True])
 async def test_a_negative_schema_version_is_refused_untouched(tmp_path: Path, stamped: bool) -> None:
-    """Before issue 23 a negative user_version ran the migrations in place, then every start refused it."""
+    """Formerly a negative user_version ran the migrations in place, then every start refused it."""
     path = tmp_path / "store.sqlite3"
     stamp = f"PRAGMA application_id = {APPLICATION_ID};" if stamped else ""
     plain(path, f"{stamp} PRAGMA user_version = -1; CREATE TABLE t (x);")
@@ -231,7 +231,7 @@ async def test_a_negative_schema_version_is_refused_untouched(tmp_path: Path, st
 async def test_a_file_claiming_schema_1_without_its_tables_is_refused_untouched(
     tmp_path: Path, stamped: bool
 ) -> None:
-    """Before issue 23 such a file opened, was never reported, and refused every update."""
+    """Formerly such a file opened, was never reported, and refused every update."""
     path = tmp_path / "store.sqlite3"
     stamp = f"PRAGMA application_id = {APPLICATION_ID};" if stamped else ""
     plain(
@@ -244,7 +244,7 @@ async def test_a_file_claiming_schema_1_without_its_tables_is_refused_untouched(
 
 
 async def test_a_newer_schema_in_rollback_journal_mode_is_refused_untouched(tmp_path: Path) -> None:
-    """Before issue 23 the store switched the file to WAL (its header changed) before refusing it."""
+    """Formerly the store switched the file to WAL (its header changed) before refusing it."""
     path = tmp_path / "store.sqlite3"
     opened = await SqliteStore.open(path, synchronous="normal")
     await opened.aclose()

@@ -1,4 +1,4 @@
-"""systemd's variables as systemd writes them (issue 23, points 3, 4 and 10): values it never sends are
+"""systemd's variables as systemd writes them: values it never sends are
 a warning and the feature off (WATCHDOG_*, LISTEN_PID, NOTIFY_SOCKET) or, for a hand-over meant for
 this process, a located error (LISTEN_FDS); the watchdog never pings more often than its floor."""
 

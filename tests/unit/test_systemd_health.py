@@ -1,4 +1,4 @@
-"""Degraded conditions, the status line's text and throttle, the watchdog's health verdict (issue 12).
+"""Degraded conditions, the status line's text and throttle, the watchdog's health verdict (docs/systemd.md).
 
 Time is a FakeClock: the throttle and the conditions' durations are decided on it, nothing sleeps.
 """

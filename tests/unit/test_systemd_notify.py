@@ -1,4 +1,4 @@
-"""sd_notify in the project (issue 12): real datagrams to a real socket, path and abstract; activation's env rules."""
+"""sd_notify in the project (docs/systemd.md): real datagrams to a real socket, path and abstract; activation's env rules."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""The unit files pass ``systemd-analyze verify`` and keep their exposure score (issue 12, "Checked in CI").
+"""The unit files pass ``systemd-analyze verify`` and keep their exposure score (docs/systemd.md).
 
 Each unit under systemd/ is copied with ``ExecStart=`` pointed at the console script this test
 environment installed (the shipped ``/usr/bin/session-supervisor`` does not exist here, and verify
 checks that the program exists), then verified; the services are scored by
 ``systemd-analyze security --offline=true`` and the run fails when the overall exposure rises above
-:data:`EXPOSURE_GATE`, the score recorded in docs/systemd.md (it was 1.8 before issue 12).
+:data:`EXPOSURE_GATE`, the score recorded in docs/systemd.md (it was 1.8 before the sandbox was tightened).
 Where ``systemd-analyze`` is absent the tests skip and say so; on these machines it is systemd 252.
 """
 

@@ -2,7 +2,7 @@
 
 ``Taxonomy.rules_for(status)`` must be every rule that can match the status (those naming it and
 the wildcard rules), in file order: the first match wins, so the order is the routing. The buckets
-are built in one pass over the rules (issue 25: a pass per status cost a classify about 6 ms).
+are built in one pass over the rules (a pass per status cost a classify about 6 ms).
 """
 
 from __future__ import annotations

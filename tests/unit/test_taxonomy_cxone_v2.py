@@ -1,4 +1,4 @@
-"""Taxonomy v2's CXone routing (issue 22, points 1-4): the OIDC token endpoint, discovery, the resync.
+"""Taxonomy v2's CXone routing (docs/taxonomy.md, "CXone in taxonomy v2"): the OIDC token endpoint, discovery, the resync.
 
 v2 only: v1 stays byte-identical and keeps its routing, so a configuration that pins v1 still ends a
 session on a replayed AgentSessionStart (SESSION_ID_MISMATCH), as v1 documented.

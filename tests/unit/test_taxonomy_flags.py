@@ -1,9 +1,9 @@
-"""Behaviour keyed on taxonomy data, never on code names (issue 8, point 5).
+"""Behaviour keyed on taxonomy data, never on code names.
 
 The runtime reads four flags of a code instead of its name: ``graceful`` (end without
 reconnecting), ``replayWithFreshToken`` (the seed's 401 replay, edge case 3),
 ``revokesCredential`` (drop the shared token on a fail-fast) and ``circuitNeutral`` (not counted
-toward the endpoint's circuit: v2's TOKEN_EXPIRED, issue 22 point 9). A taxonomy that renames the
+toward the endpoint's circuit: v2's TOKEN_EXPIRED, docs/taxonomy.md, "The 401 rule"). A taxonomy that renames the
 codes must keep the behaviour; one that sets a flag where it makes no sense must not load.
 """
 
@@ -212,7 +212,7 @@ def test_a_long_replay_keeps_a_bounded_sample_and_counts_the_rest() -> None:
     assert report.changed_total == total and report.lines == total
 
 
-# ------------------------------------------------------------------ circuitNeutral (issue 22, point 9)
+# ------------------------------------------------------------------ circuitNeutral (docs/taxonomy.md, "The 401 rule")
 
 
 class _Counting(NoHooks):

@@ -1,4 +1,4 @@
-"""``run --check`` warns that taxonomy v1 cannot update Genesys attributes (issue 22, "A new taxonomy version").
+"""``run --check`` warns that taxonomy v1 cannot update Genesys attributes (docs/taxonomy.md, "Response validation").
 
 v1 stays shipped, byte-identical, for configurations that pin it; but it requires ``state`` on a
 Genesys conversation read, which Genesys never sends (PureCloudPlatformClientV2 269,

@@ -1,4 +1,4 @@
-"""Endpoint patterns match in time linear in the path, whatever the pattern (issue 9, class 5).
+"""Endpoint patterns match in time linear in the path, whatever the pattern.
 
 A pattern like ``/**/a/**/a/**/a/**/b`` used to compile to a regular expression with nested
 unbounded repetitions: ``taxonomy check`` passed it, then classifying one envelope took

@@ -143,7 +143,7 @@ def test_environment_override_wins_for_staged_rollout() -> None:
     assert resolve_version("v3", {ENV_VAR: "  "}) == "v3"
 
 
-# -- [responses]: what each platform's response must carry (issue 14) ------------------------------------
+# -- [responses]: what each platform's response must carry (docs/taxonomy.md, "Response validation") ------------------------------------
 
 _HDR = '[responses."genesys.webmessaging.SessionResponse"]'
 _REQ = 'required = ["connected", "newSession", "readOnly"]'

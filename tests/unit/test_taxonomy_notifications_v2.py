@@ -1,4 +1,4 @@
-"""How taxonomy v2 routes what a Genesys notifications channel says (issue 22, point 8), and that a
+"""How taxonomy v2 routes what a Genesys notifications channel says (docs/runtime.md, "Notifications rollover"), and that a
 pinned v1 routes it as v1 always did.
 
 v2: a channel that ends ({"result":"404"}, v2.system.socket_closing, v2.system.token_revoked,

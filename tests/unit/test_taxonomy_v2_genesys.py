@@ -1,4 +1,4 @@
-"""Taxonomy v2's Genesys response checks and Web Messaging codes (issue 22, points 5 and 6), against v1.
+"""Taxonomy v2's Genesys response checks and Web Messaging codes (docs/platforms.md), against v1.
 
 v2 requires of a response only what the vendor's own model requires (docs/platforms.md): a
 conversation read carries no top-level ``state`` (PY269 ``Conversation``: "When reading

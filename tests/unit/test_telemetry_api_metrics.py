@@ -1,4 +1,4 @@
-"""The socket API's metrics (issue 11): subscribers, lagged notices and lagged disconnects.
+"""The socket API's metrics (docs/telemetry.md): subscribers, lagged notices and lagged disconnects.
 
 Read through an in-memory reader of the OpenTelemetry SDK, as the exporter's reader reads them.
 """

@@ -1,4 +1,4 @@
-"""The OTEL_* variables the OpenTelemetry SDK reads, read and checked first (issue 23, point 3):
+"""The OTEL_* variables the OpenTelemetry SDK reads, read and checked first:
 supervisor/telemetry/environment.py, and the pipeline handing the values over so the SDK reads none."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_what_the_sdk_reads_by_itself_is_checked(name: str, value: str, problem:
 
 @pytest.fixture
 def hostile_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What made the SDK's constructors raise (or look up a provider by name) before issue 23."""
+    """What made the SDK's constructors raise (or look up a provider by name) before they were checked first."""
     for name, value in {
         "OTEL_BSP_MAX_QUEUE_SIZE": "-1",
         "OTEL_BSP_SCHEDULE_DELAY": "0",

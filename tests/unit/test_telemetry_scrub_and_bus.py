@@ -1,4 +1,4 @@
-"""The scrubber's patterns, and the bus stamping traceId/spanId on the JSON lines (issue 11)."""
+"""The scrubber's patterns, and the bus stamping traceId/spanId on the JSON lines (docs/telemetry.md)."""
 
 from __future__ import annotations
 

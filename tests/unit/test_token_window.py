@@ -1,4 +1,4 @@
-"""The 401 rule by time left (issue 22, point 9): decided by the taxonomy from an envelope flag.
+"""The 401 rule by time left (docs/taxonomy.md, "The 401 rule"): decided by the taxonomy from an envelope flag.
 
 Both platforms answer an expired and a revoked token alike (CXone ``invalid_token``, Genesys
 ``bad.credentials``), and a platform may end a token a little before the ``expires_in`` it

@@ -1,6 +1,6 @@
 """NICE CXone loopback simulator: token endpoints, Agent Session API with long polling, faults.
 
-See ``docs/simulators-cxone.md`` and platforms.md §6–7. Public API: :class:`CxoneSimulator`
+See ``docs/simulators-cxone.md`` and docs/platforms.md, "NICE CXone". Public API: :class:`CxoneSimulator`
 and :class:`CxoneSimConfig`; the pure session model is :mod:`supervisor.sim.cxone.state`.
 """
 

@@ -1,9 +1,9 @@
-"""CXone Agent Session API routes (platforms.md §6) on the simulator's ``api`` listener.
+"""CXone Agent Session API routes (docs/platforms.md, "NICE CXone") on the simulator's ``api`` listener.
 
 Every route lives under ``/inContactAPI/services/v{N}.0/`` for any ``N`` (unless
 :attr:`CxoneSimConfig.api_versions` restricts it), in any case and with ``//`` tolerated
 (:mod:`.routing`), and needs ``Authorization: Bearer``. Parameters come from the query string
-(the generated client's spelling, platforms.md §6) or a JSON body whatever its Content-Type (NICE's
+(the generated client's spelling, docs/platforms.md, "NICE CXone") or a JSON body whatever its Content-Type (NICE's
 agent SDK sends ``JSON.stringify`` with no Content-Type: ``acd-session-manager.js``,
 ``agent-state-service.js``); the body wins on a conflict [I], and ``""`` or ``null`` count as absent:
 
@@ -19,8 +19,9 @@ agent SDK sends ``JSON.stringify`` with no Content-Type: ``acd-session-manager.j
 ``POST agent-sessions/{sessionId}/keep-alive``                 202, no body
 ===========================================================  =====================================
 
-202 is "accepted, the outcome arrives as events" (platforms.md §6, FAQ). Errors are
-``{"error", "error_description"}`` (platforms.md §7); 401s may be empty (config).
+202 is "accepted, the outcome arrives as events" (docs/platforms.md,
+"Errors, event shapes and limits"). Errors are
+``{"error", "error_description"}`` (docs/platforms.md, "Errors, event shapes and limits"); 401s may be empty (config).
 The route-specific faults live here: SESSION_ENDED (the session is gone: 409 at once),
 STALE_SESSION (the poll answers with an AgentSessionStart replay), plus MISSING_FIELDS /
 MALFORMED_BODY on the 2xx bodies (via :meth:`FaultGate.rewrite`).
@@ -133,7 +134,7 @@ def _session_faults(ctx: CxoneContext, request: web.Request, session_id: str) ->
 
 
 async def start_session(request: web.Request) -> web.Response:
-    """``POST agent-sessions``: log in; 202 ``{"sessionId"}`` (platforms.md §6, SIMULATOR SPEC 2 [I])."""
+    """``POST agent-sessions``: log in; 202 ``{"sessionId"}`` (docs/platforms.md, "NICE CXone"; the 202 is [I])."""
     ctx, agent = _prelude(request)
     if isinstance(agent, web.Response):
         return agent
@@ -219,13 +220,14 @@ async def keep_alive(request: web.Request) -> web.Response:
 
 
 def _poll_headers(ctx: CxoneContext) -> dict[str, str]:
-    # RFC 9111 §5.2.2.1; a re-poll hint (platforms.md §10 [I]); allowed on a 304 (RFC 9110 §15.4.5)
+    # RFC 9111 §5.2.2.1; a re-poll hint (docs/platforms.md, "HTTP semantics" [I]); allowed on a 304 (RFC 9110 §15.4.5)
     max_age = ctx.config.max_age_s
     return {} if max_age is None else {"Cache-Control": f"max-age={max_age}"}
 
 
 async def get_next_event(request: web.Request) -> web.Response:
-    """``GET .../get-next-event?timeout=0..60``: the long poll (platforms.md §6, SIMULATOR SPEC 3).
+    """``GET .../get-next-event?timeout=0..60``: the long poll (docs/platforms.md, "NICE CXone";
+    docs/simulators-cxone.md, "get-next-event").
 
     Holds up to ``timeout`` seconds (real time) for events. 200 ``{"sessionId": next, "events"}``;
     304 with no body when idle at the deadline; 409 once the session ended and its

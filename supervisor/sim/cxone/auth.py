@@ -1,4 +1,4 @@
-"""CXone token endpoints (platforms.md §7) on the simulator's ``auth`` listener.
+"""CXone token endpoints (docs/platforms.md, "NICE CXone") on the simulator's ``auth`` listener.
 
 * The OpenID Connect login, discovery and tenant discovery, the real platform's back-end login
   (``/.well-known/openid-configuration``, ``POST /auth/token``,
@@ -13,7 +13,7 @@
 * ``POST /InContactAuthorizationServer/Token``: legacy (an extension kept for older clients).
   ``Authorization: basic base64(app@vendor:BU)``, JSON body
   ``{"grant_type":"password","username","password","scope"}``; ``grant_type=refresh_token`` with
-  ``refresh_token`` is accepted too. Answered as AcdToken (platforms.md §7)::
+  ``refresh_token`` is accepted too. Answered as AcdToken (docs/platforms.md, "Errors, event shapes and limits")::
 
     {"access_token": <JWT-shaped>, "token_type": "bearer", "expires_in": 3600, "refresh_token",
      "id_token", "issued_token_type", "refresh_token_server_uri",
@@ -103,7 +103,7 @@ def _camel_body(ctx: CxoneContext, token: Token) -> dict[str, object]:
 
 
 def _resource_base(ctx: CxoneContext) -> str:
-    # real CXone hands out the base with a trailing slash (platforms.md §6)
+    # real CXone hands out the base with a trailing slash (docs/platforms.md, "Errors, event shapes and limits")
     return ctx.urls.get("api", "") + "/inContactAPI/"
 
 

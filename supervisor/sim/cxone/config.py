@@ -1,6 +1,6 @@
 """Configuration of the CXone fake (:class:`CxoneSimConfig`), a frozen msgspec Struct.
 
-Defaults accept any client, secret and user (issue 4: "By default the simulators accept
+Defaults accept any client, secret and user (docs/simulators.md: by default the simulators accept
 any client id, secret, user"); setting a tuple or a value restricts them.
 """
 
@@ -21,7 +21,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 
 class ErrorBody(enum.StrEnum):
-    """Body of 401 answers on API routes: platforms.md §7 says both forms occur [I]."""
+    """Body of 401 answers on API routes: docs/platforms.md, "Errors, event shapes and limits" says both forms occur [I]."""
 
     JSON = "json"  # {"error":"invalid_token","error_description":...}
     EMPTY = "empty"  # status line only
@@ -31,20 +31,20 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Knobs of the CXone fake. Every field has a working default.
 
     Attributes:
-        token_ttl_s: ``expires_in`` of issued access tokens (platforms.md §7: "expire after an hour").
+        token_ttl_s: ``expires_in`` of issued access tokens (docs/platforms.md, "Errors, event shapes and limits": "expire after an hour").
         token_early_expiry_s: tokens stop working this many seconds before the ``expires_in`` (and
             ``exp``) they were issued with: a platform whose clock runs ahead of ours, or that ends a
-            token a little early (issue 22, point 9). 0 (the default): exactly when announced.
+            token a little early (docs/taxonomy.md, "The 401 rule"). 0 (the default): exactly when announced.
         client_ids: accepted client ids (``app@vendor`` in legacy Basic auth, the OpenID client id at
             ``/auth/token``, ``{clientId}`` of the v1 exchange's ``{clientId}@cxone``); empty accepts any.
         client_secret: when set, the ``/auth/token`` client secret must equal it.
         users: accepted usernames for the password grant (CXone access key ids); empty accepts any.
         password: when set, the password grant's ``password`` (the access key secret) must equal it.
         max_age_s: when set, every get-next-event answer carries ``Cache-Control: max-age=N``
-            (RFC 9111 §5.2.2.1; a re-poll hint, platforms.md §10 [I]).
+            (RFC 9111 §5.2.2.1; a re-poll hint, docs/platforms.md, "HTTP semantics" [I]).
         inactivity_timeout_s: session inactivity timeout when the start request gives none.
         api_versions: accepted ``v{N}.0`` major versions; empty accepts any.
-        max_poll_timeout_s: upper bound of ``get-next-event?timeout=`` (platforms.md §6: 0–60).
+        max_poll_timeout_s: upper bound of ``get-next-event?timeout=`` (docs/platforms.md, "NICE CXone": 0–60).
         bus_no: business unit number put in tokens and events.
         team_id: ``team_id`` put in tokens.
         first_agent_id: agent ids are given to new usernames from this number upwards.

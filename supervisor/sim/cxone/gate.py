@@ -5,7 +5,7 @@ BLACKHOLE (hold the request unanswered until the fault ends), LATENCY (delay),
 RATE_LIMIT_STORM (429), QUEUE_FULL (429 ``QUEUE_FULL``), SERVER_ERROR_BURST (5xx). Then,
 on the way out, MALFORMED_BODY and MISSING_FIELDS rewrite 2xx JSON bodies.
 
-Body shapes of the error faults: CXone documents none for throttling (platforms.md §7 [I]),
+Body shapes of the error faults: CXone documents none for throttling (docs/platforms.md, "Errors, event shapes and limits" [I]),
 so both are offered: ``{"error_code", "error_message"}`` for 429s and
 ``{"error", "error_description"}`` for 5xx, or an empty body. The choice comes from the
 fault's ``body`` param when the shared fault schema has one (see NOTES_FOR_GENESYS.txt),

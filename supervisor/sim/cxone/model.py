@@ -1,7 +1,7 @@
 """Data of the CXone Agent Session fake: enums, records and the wire shapes of events.
 
 Event payloads are ``dict[str, Any]``: PascalCase keys, string values with booleans as ``"True"`` /
-``"False"`` as on the wire (platforms.md §6, "Event shapes"), except ``AgentState.NextStates``, a
+``"False"`` as on the wire (docs/platforms.md, "Errors, event shapes and limits"), except ``AgentState.NextStates``, a
 list of ``{"State", "OutReason"}`` objects. The field names are the ones NICE's agent SDK reads
 (``@nice-devone/common-sdk`` ``model/agent/agent-state-event.js``, ``agent-session-start-event.js``,
 ``agent-session-end-event.js``, ``model/contact/call-contact-event.js``). Pure; no I/O.
@@ -22,7 +22,7 @@ STALE_HISTORY = 64
 
 
 class AgentStateName(enum.StrEnum):
-    """Agent states a client may request with ``POST .../state`` (platforms.md §6)."""
+    """Agent states a client may request with ``POST .../state`` (docs/platforms.md, "NICE CXone")."""
 
     AVAILABLE = "Available"
     UNAVAILABLE = "Unavailable"
@@ -141,8 +141,8 @@ class PollResult:
 
 
 def session_start_event(session: AgentSession) -> Event:
-    """``AgentSessionStart`` (platforms.md §6)."""
-    # platforms.md §6: this SessionId is the platform's id, not the API sessionId
+    """``AgentSessionStart`` (docs/platforms.md, "NICE CXone")."""
+    # docs/platforms.md, "NICE CXone": this SessionId is the platform's id, not the API sessionId
     return {
         "Type": "AgentSessionStart",
         "BusNo": session.bus_no,

@@ -4,7 +4,7 @@ Order: tag the endpoint template → find the share key (agent id) → ADMISSION
 as an accepted/refused attempt) → the route-independent faults of :class:`FaultGate` → the
 route → record ``method, template, status``, echo ``CorrelationId``. Any unexpected
 exception becomes a 500 ``{"error":"server_error"}``: malformed requests never see a
-stack trace (issue 4, part 5).
+stack trace (docs/simulators.md).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ LISTENERS = ("auth", "api", "admin")
 
 
 class CxoneSimulator:
-    """A NICE CXone fake (platforms.md §6–7) with fault injection and a recorder.
+    """A NICE CXone fake (docs/platforms.md, "NICE CXone") with fault injection and a recorder.
 
     Attributes:
         config: the :class:`CxoneSimConfig` in force.

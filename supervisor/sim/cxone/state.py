@@ -5,7 +5,7 @@ turns the results into HTTP. Time comes from an injected :class:`~supervisor.clo
 and ids from a seeded :class:`random.Random`, so unit tests drive everything with a
 :class:`~supervisor.clock.FakeClock` and never sleep.
 
-Model (platforms.md §6, "SIMULATOR SPEC / CXone fake"):
+Model (docs/platforms.md, "NICE CXone"; docs/simulators-cxone.md):
 
 * An :class:`AgentSession` is one agent's logged-in session (started with
   ``POST agent-sessions``). Its *key* is the first sessionId handed out; it never changes

@@ -9,7 +9,7 @@ store stays keyed by the whole string. Refresh tokens are opaque. The id_token c
 claims ``cxone-user.js`` ``setUserDetails`` decodes (``icAgentId``, ``icBUId``, ``icClusterId``,
 ``teamId``, ``name``, ``given_name``, ``family_name``, ``sub`` = ``user:<uuid>``). Ids come from the simulator's
 seeded RNG; lifetimes use the injected clock's ``monotonic()``. Nothing here logs or returns a token except to the
-caller that asked for it (issue 4: secrets and tokens never in logs or stats).
+caller that asked for it (docs/simulators.md: secrets and tokens never in logs or stats).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Wire helpers of the CXone fake: JSON and error responses, headers, the error middleware.
 
-Error shapes (platforms.md §7):
+Error shapes (docs/platforms.md, "Errors, event shapes and limits"):
 
 * token endpoints: OAuth ``{"error": .., "error_description": ..}`` (RFC 6749 §5.2);
 * REST resources: the same pair, or an empty body with the error only in the status line;
@@ -70,7 +70,7 @@ def endpoint_of(request: web.Request) -> str:
 
 
 def correlation_headers(request: web.Request) -> dict[str, str]:
-    """Echo the optional ``CorrelationId`` request header (platforms.md §6 [D])."""
+    """Echo the optional ``CorrelationId`` request header (docs/platforms.md, "NICE CXone" [D])."""
     value = request.headers.get("CorrelationId")
     if value is None or len(value) > 200:
         return {}

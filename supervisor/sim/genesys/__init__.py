@@ -1,4 +1,4 @@
-"""A loopback simulator of Genesys Cloud with fault injection (issue 4, part 1).
+"""A loopback simulator of Genesys Cloud with fault injection (docs/simulators.md).
 
 ::
 
@@ -8,7 +8,7 @@
         sim.faults    # FaultController: sim.faults.inject(Fault(kind=FaultKind.DROP)) / .clear() / .active()
         sim.recorder  # Recorder: what the simulator saw (also GET {admin}/stats)
 
-Listeners mirror the real hosts (platforms.md §1-4): ``login`` (``POST /oauth/token``), ``api``
+Listeners mirror the real hosts (docs/platforms.md, "Genesys Cloud Web Messaging", "Genesys Cloud notifications", "Genesys Cloud Platform REST"): ``login`` (``POST /oauth/token``), ``api``
 (``/api/v2/...``), ``webmessaging`` (``/v1?deploymentId=``), ``streaming`` (``/channels/{id}``),
 and ``admin`` (faults and stats, :mod:`supervisor.sim.admin`). With ``port=0`` each binds a free
 port; with ``port=P`` they bind P, P+1, P+2, P+3, P+4 in that key order.
@@ -214,7 +214,7 @@ class GenesysSimulator:
         return self.state.conversations.create(agent_user_id=agent_user_id, attributes=attributes)
 
     def conversation_of(self, guest_token: str) -> Conversation | None:
-        """The conversation of a Web Messaging guest session (a guest cannot learn it: issue 14)."""
+        """The conversation of a Web Messaging guest session (a guest cannot learn it: docs/taxonomy.md)."""
         sess = self.state.sessions.get(guest_token)
         return self.state.conversations.get(sess.conversation_id) if sess is not None else None
 

@@ -1,6 +1,6 @@
 """Configuration of the Genesys Cloud simulator (:class:`GenesysSimConfig`), a frozen msgspec Struct.
 
-Values marked [I] in platforms.md (inferred, undocumented) are knobs here. Defaults accept any
+Values marked [I] in docs/platforms.md (inferred, undocumented) are knobs here. Defaults accept any
 client id, secret and deployment id, so a newcomer can point a client at the simulator at once;
 ``clients`` / ``deployments`` restrict them. A TOML file with the same keys loads through
 :func:`load_config`::

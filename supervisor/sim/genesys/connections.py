@@ -174,7 +174,7 @@ class WsListener:
                     conn.transport.resume_reading()
 
     def enforce_limits(self, idle_s: float | None, lifetime_s: float | None) -> int:
-        """Close (1001, platforms.md §1 [I]) connections idle or open for too long; at most once a second."""
+        """Close (1001, docs/platforms.md, "Genesys Cloud Web Messaging" [I]) connections idle or open for too long; at most once a second."""
         now = self.ctx.clock.monotonic()
         if (idle_s is None and lifetime_s is None) or now < self._next_sweep:
             return 0

@@ -1,8 +1,8 @@
-"""Conversation routes of the API host (platforms.md §5), shaped as ``PureCloudPlatformClientV2`` 269.0.0
+"""Conversation routes of the API host (docs/platforms.md, "Genesys Cloud Platform REST"), shaped as ``PureCloudPlatformClientV2`` 269.0.0
 (PY269, ``apis/conversations_api.py``) calls and deserialises them.
 
 Nothing is created here: an unknown conversation, participant or communication answers 404
-``not.found`` and an id that is not a UUID 400 ``bad.request`` (ErrorBody, platforms.md §3; the exact
+``not.found`` and an id that is not a UUID 400 ``bad.request`` (ErrorBody, docs/platforms.md, "Errors, limits and ids"; the exact
 message text is [I]). Conversations come from Web Messaging sessions, the admin API or the Python
 API (:mod:`.conversations`).
 
@@ -53,7 +53,7 @@ __all__ = ["CONVERSATION_ROUTES", "disconnect"]
 def _id(req: Request, name: str) -> str:
     value = req.http.match_info[name]
     if not well_formed_id(value):
-        # [I] Genesys ids are UUIDs (platforms.md §5): a malformed one cannot name anything
+        # [I] Genesys ids are UUIDs (docs/platforms.md, "Errors, limits and ids"): a malformed one cannot name anything
         raise BadRequest(f"{name} is not a valid id.", ErrorCode.BAD_REQUEST, 400)
     return value
 

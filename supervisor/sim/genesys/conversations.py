@@ -1,10 +1,10 @@
 """Conversations of the Genesys simulator: participants, their communications, and who may create them.
 
 Pure data plus small decisions; no I/O. A conversation exists only once something created it,
-as on the platform (issue 14): a Web Messaging ``configureSession`` that starts a session, the
+as on the platform (docs/taxonomy.md, "What the daemon can and cannot verify"): a Web Messaging ``configureSession`` that starts a session, the
 admin API's ``POST {admin}/conversations``, or the Python API
 (:meth:`~supervisor.sim.genesys.GenesysSimulator.create_conversation`). Every lookup of an unknown
-id answers None, and the routes turn that into 404 ``not.found`` (platforms.md §3).
+id answers None, and the routes turn that into 404 ``not.found`` (docs/platforms.md, "Errors, limits and ids").
 
 Shapes follow ``PureCloudPlatformClientV2`` 269.0.0 (PY269):
 
@@ -39,7 +39,7 @@ __all__ = [
     "well_formed_id",
 ]
 
-#: Genesys ids (conversation, participant, communication, user) are UUIDs (platforms.md §5)
+#: Genesys ids (conversation, participant, communication, user) are UUIDs (docs/platforms.md, "Errors, limits and ids")
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 #: PY269 models/message.py allowed ``state`` values
 COMMUNICATION_STATES = ("alerting", "connected", "parked", "disconnected")

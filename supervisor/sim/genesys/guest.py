@@ -1,4 +1,5 @@
-"""Guest REST on the API host: ``GET /api/v2/webmessaging/messages`` with the guest JWT (§1, SIMULATOR SPEC 6).
+"""Guest REST on the API host: ``GET /api/v2/webmessaging/messages`` with the guest JWT
+(docs/platforms.md, "Keepalive, lifetime and error codes").
 
 The JWT comes from the Web Messaging ``getJwt`` action. The answer is the conversation's
 guest-visible messages, newest first, as a paged listing

@@ -1,6 +1,6 @@
 """Notifications: channel REST on the API host and the channel WebSocket on the streaming host.
 
-REST (platforms.md §2, SIMULATOR SPEC 3):
+REST (docs/platforms.md, "Genesys Cloud notifications"; docs/simulators.md):
 
 - ``POST /api/v2/notifications/channels`` -> ``{"connectUri":"ws://127.0.0.1:P/channels/<id>","id","expires"}``;
   the 21st channel of a client evicts one (unconnected first, then oldest last-used); an evicted
@@ -11,13 +11,13 @@ REST (platforms.md §2, SIMULATOR SPEC 3):
   ``{"entities":[ChannelTopic{"id","state"}]}`` (DELETE: 204). A topic that fits no documented
   template, or one ``denied_topics`` refuses, is ``Rejected`` (:mod:`.topics`): without
   ``?ignoreErrors=true`` the whole request fails (400 ``bad.request`` for an unknown topic, 403
-  ``missing.permissions`` otherwise, platforms.md §2) and nothing is stored; with it the permitted
+  ``missing.permissions`` otherwise, docs/platforms.md, "Genesys Cloud notifications") and nothing is stored; with it the permitted
   topics are stored and the answer lists the others as ``Rejected`` with ``rejectionReason`` and
   ``missingPermissions``. Subscribing extends the channel lifetime (``channel_ttl_s`` after the
   last subscribe);
 - ``GET /api/v2/notifications/availabletopics`` -> ``AvailableTopicEntityListing`` (the templates).
 
-WebSocket ``/channels/{id}`` (SIMULATOR SPEC 4): a heartbeat
+WebSocket ``/channels/{id}`` (docs/platforms.md, "The channel's WebSocket"): a heartbeat
 ``{"topicName":"channel.metadata","eventBody":{"message":"WebSocket Heartbeat"}}`` every
 ``heartbeat_interval_s``; ``{"message":"ping"}`` -> pong; ``{"message":"subscribe","topics":[..],
 "correlationId":C}`` -> ``{"result":"200","status":"subscribed","correlationId":C}`` (bad request ->
@@ -29,7 +29,7 @@ by :meth:`NotificationsHub.publish`; a subscribe naming a rejected topic gets
 ``v2.system.socket_closing`` then closes after the lead time.
 
 A channel the platform drops says why on its socket, then is closed with 1001 [I: the close]
-(issue 22, point 8; docs/platforms.md, "Genesys Cloud notifications"):
+(docs/runtime.md, "Notifications rollover"; docs/platforms.md, "Genesys Cloud notifications"):
 
 - past its lifetime, or its creating token expired: ``{"result":"404","message":..}`` (GN3P
   ``channel.py``: a 404 means the channel expired, was displaced over the quota, or "the auth token
@@ -142,7 +142,7 @@ def _verdicts(req: Request, topics: list[str]) -> tuple[list[str], list[TopicVer
     if rejected and req.http.query.get("ignoreErrors", "").lower() != "true":
         first = rejected[0]
         if first.missing:
-            # platforms.md §2 [D]: an unpermitted topic makes the whole request a 403
+            # docs/platforms.md, "Genesys Cloud notifications" [D]: an unpermitted topic makes the whole request a 403
             raise BadRequest(first.reason, ErrorCode.MISSING_PERMISSIONS, 403)
         raise BadRequest(first.reason, ErrorCode.BAD_REQUEST, 400)  # [I] status of an unknown topic
     return [v.id for v in verdicts if v.permitted], rejected

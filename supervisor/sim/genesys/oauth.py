@@ -1,4 +1,4 @@
-"""The login host: ``POST /oauth/token`` (platforms.md §4, SIMULATOR SPEC 1).
+"""The login host: ``POST /oauth/token`` (docs/platforms.md, "Genesys Cloud Platform REST").
 
 - ``grant_type=client_credentials`` with HTTP Basic ``client_id:client_secret`` (RFC 6749 §4.4)
   -> ``{"access_token","token_type":"bearer","expires_in", "refresh_token"?}``;

@@ -1,4 +1,4 @@
-"""The API host: Platform REST under ``/api/v2`` (platforms.md §3, §5; SIMULATOR SPEC 2, 5).
+"""The API host: Platform REST under ``/api/v2`` (docs/platforms.md, "Genesys Cloud Platform REST"; docs/simulators.md).
 
 Every route goes through :func:`route`, which in order: takes or makes ``ININ-Correlation-Id``;
 checks ``Authorization: Bearer`` (401 ``authentication.required`` / ``bad.credentials``, or a
@@ -60,7 +60,7 @@ class BadRequest(Exception):
 
 
 def not_found() -> BadRequest:
-    """404 ``not.found``: an id the platform never issued (platforms.md §3, ErrorBody example)."""
+    """404 ``not.found``: an id the platform never issued (docs/platforms.md, "Errors, limits and ids", ErrorBody example)."""
     return BadRequest("The requested resource was not found.", ErrorCode.NOT_FOUND, 404)
 
 

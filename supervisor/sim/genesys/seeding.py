@@ -2,7 +2,7 @@
 
 Real Genesys has no such routes: conversations exist because a customer or a flow started them.
 Tests and the demo need a conversation without running a guest, so the admin API (never the
-platform API) can make one; nothing on the platform API invents one (issue 14).
+platform API) can make one; nothing on the platform API invents one (docs/taxonomy.md, "What the daemon can and cannot verify").
 
 - ``POST {admin}/conversations`` with an optional ``{"agentUserId": "...", "attributes": {...}}``
   -> 201, the new conversation as ``GET /api/v2/conversations/{id}`` shows it;

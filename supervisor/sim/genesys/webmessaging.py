@@ -1,4 +1,4 @@
-"""The Web Messaging guest WebSocket ``/v1?deploymentId=..`` (platforms.md §1, SIMULATOR SPEC 6).
+"""The Web Messaging guest WebSocket ``/v1?deploymentId=..`` (docs/platforms.md, "Genesys Cloud Web Messaging").
 
 Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","class","code","body",
 "tracingId"?}``. Actions:
@@ -8,7 +8,7 @@ Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","cl
   ``Response.kt`` ``configureSuccess``), a resumed one ``{"connected":true,"newSession":false}``
   (``configureSuccessWithNewSessionFalse``; plus ``readOnly:true`` when it is [I]); the full body on
   a resume too with ``wm_full_session_response`` (an extension). No conversation id reaches a guest
-  (issue 14). A known token resumes; ``startNew:true`` after the agent disconnected starts a new
+  (docs/taxonomy.md, "What the daemon can and cannot verify"). A known token resumes; ``startNew:true`` after the agent disconnected starts a new
   conversation. Opening the same token on another connection pushes ``ConnectionClosedEvent`` to
   the older one and closes it (1000).
 - ``onMessage`` -> the message echoed as ``type:"message"`` StructuredMessage (Inbound) with the

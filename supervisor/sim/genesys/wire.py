@@ -1,6 +1,6 @@
 """Wire shapes of the Genesys simulator: ErrorBody, OAuth errors, Web Messaging envelopes.
 
-Every shape cites its platforms.md section. Nothing here does I/O.
+Every shape cites its section of docs/platforms.md. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _ENCODER = msgspec.json.Encoder()
 
 
 class ErrorCode(enum.StrEnum):
-    """Platform REST ``code`` values with their statuses (platforms.md §3)."""
+    """Platform REST ``code`` values with their statuses (docs/platforms.md, "Errors, limits and ids")."""
 
     BAD_REQUEST = "bad.request"
     INVALID_VALUE = "invalid.value"

@@ -7,7 +7,7 @@ The bodies are the fields of the guest SDKs' models (GMT = genesys-messenger-tra
   maxCustomDataBytes, clearedExistingSession`` plus the optional ``durationSeconds, expirationDate``
   for a new session (GMT ``Response.kt`` ``configureSuccess``); a resumed one is
   ``{connected, newSession}`` only (``configureSuccessWithNewSessionFalse``). There is no
-  conversation id, agent or status anywhere in the guest protocol (issue 14).
+  conversation id, agent or status anywhere in the guest protocol (docs/taxonomy.md, "What the daemon can and cannot verify").
 - ``StructuredMessage`` (GMT ``StructuredMessage.kt``): ``id, type, text, direction,
   channel{time,messageId}, content, metadata, events, originatingEntity``.
 
@@ -117,7 +117,7 @@ def inbound_body(msg_id: str, time: str, message: dict[str, Any]) -> dict[str, A
 
 
 def disconnect_body(msg_id: str, time: str, read_only: bool) -> dict[str, Any]:
-    """The agent ended the conversation: a Presence Disconnect event (platforms.md §1).
+    """The agent ended the conversation: a Presence Disconnect event (docs/platforms.md, "Genesys Cloud Web Messaging").
 
     GMT ``MessagingClientImpl`` goes to ``State.ReadOnly`` only when ``metadata.readOnly`` is the
     string ``"true"``; with ``"false"`` it reports ``Event.ConversationDisconnect`` and stays

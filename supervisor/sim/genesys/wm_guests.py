@@ -3,7 +3,7 @@
 ``StructuredMessage`` pushes (agent messages, the agent's Presence Disconnect), ``SessionExpiredEvent``
 (lifetime or fault), ``ConnectionClosedEvent`` then close 1000 (the same session opened
 elsewhere, ``closeSession``, a fault). Pushes are ``type:"message"`` and carry no ``tracingId``
-(platforms.md §1). :class:`~supervisor.sim.genesys.webmessaging.WebMessagingServer` adds the
+(docs/platforms.md, "Genesys Cloud Web Messaging"). :class:`~supervisor.sim.genesys.webmessaging.WebMessagingServer` adds the
 handshake and the request frames.
 """
 
@@ -92,7 +92,7 @@ class GuestConnections:
         return sent
 
     async def end_conversation(self, conversation_id: str) -> int:
-        """The agent left (platforms.md §1): a Presence Disconnect to the guest's connections, with
+        """The agent left (docs/platforms.md, "Genesys Cloud Web Messaging"): a Presence Disconnect to the guest's connections, with
         ``metadata.readOnly``; with ``wm_disconnect_read_only`` the sessions turn read-only (a
         reconfigure says ``readOnly:true``; onMessage is refused). Returns the frames sent."""
         read_only = self.ctx.config.wm_disconnect_read_only
