@@ -39,7 +39,6 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
@@ -82,7 +81,6 @@ class Wiring:
         # every endpoint's admission (docs/runtime.md, "One attempt path": decided once, by its Endpoint, through one shell)
         self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
         self.session_config = _session_config(config)
-        self.store = SessionStore()
         bus_hooks = BusHooks(self.bus, self.clock)
         self.executor = RetryExecutor(
             self.classifier,
@@ -310,7 +308,6 @@ class Wiring:
             station_phone_number=spec.station_phone_number,
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
-            clock=self.clock,
             sleep=self.sleep,
         )
         return at, CONNECT_ENDPOINT
@@ -327,7 +324,6 @@ class Wiring:
             bus=self.bus,
             clock=self.clock,
             rng=self.rng,
-            store=self.store,
             # the platform credential's cache: REST calls made for the session use it, so a
             # fail-fast that condemns the token revokes it (the next user re-authenticates once)
             tokens=self.tokens.get(spec.platform),
