@@ -234,3 +234,8 @@ def raw_from_close(code: int, *, ctx: SessionContext) -> RawError:
     return RawError(
         platform=ctx.platform, channel=ctx.channel, close_code=code, context=ctx.envelope_context()
     )
+
+
+def unknown_raw(ctx: SessionContext, channel: Channel | None = None) -> RawError:
+    """A RawError for a failure that said nothing of itself (a transport error without a RawError)."""
+    return RawError(platform=ctx.platform, channel=channel or ctx.channel, exception="OSError")

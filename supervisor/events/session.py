@@ -68,7 +68,7 @@ class RetryAttempt(Event):
     # a 401 on a token at the end of its life by our clock: replayed at once with a fresh token
     token_refreshed: bool = False
     # the retry scheduled before this one came due while the endpoint's retry budget was spent:
-    # not sent, one of the policy's retries all the same (docs/runtime.md, "Admission"; supervisor/rest/steps.py)
+    # not sent, one of the policy's retries all the same (docs/runtime.md, "Admission"; supervisor/rest/backoff.py)
     budget_refused: bool = False
 
     def fields(self) -> dict[str, Any]:
