@@ -225,7 +225,7 @@ class RetryExecutor:
                     retried = None
                     if resends:
                         retried = RetrySuccess(
-                            ctx.session_id, RetryKind.OPERATION, resends, self._now(), operation
+                            ctx.session_id, RetryKind.OPERATION, resends, operation, timestamp=self._now()
                         )
                     hooks.succeeded(details, retried)
                 return outcome

@@ -120,8 +120,8 @@ class TokenFetch:
                             ctx.session_id,
                             RetryKind.OPERATION,
                             attempt,
-                            iso_utc(self._clock.time()),
                             TOKEN_OPERATION,
+                            timestamp=iso_utc(self._clock.time()),
                         )
                     hooks.succeeded(details, retried)
                 return outcome

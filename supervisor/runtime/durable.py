@@ -364,9 +364,9 @@ class _Health:
     def __call__(self, problem: str | None) -> None:
         now = iso_utc(self._clock.time())
         if problem is None:
-            self._bus.publish(StoreRecovered(self._path, now))
+            self._bus.publish(StoreRecovered(self._path, timestamp=now))
             return
-        self._bus.publish(StoreDegraded(self._path, problem, now))
+        self._bus.publish(StoreDegraded(self._path, problem, timestamp=now))
         if self._warn is not None:
             self._warn(
                 f"store: {self._path}: {problem} (attribute updates are refused; sessions keep running)"
