@@ -221,9 +221,9 @@ class Wiring:
         """One HTTP client per :data:`SESSIONS_PER_CLIENT` sessions of the platform (at least one).
 
         httpcore's pool scans every connection it holds for each request it assigns: with a long
-        poll per CXone session, one pool for 2,000 sessions spent milliseconds of CPU per request
-        (measured: 143 us per session-second at 600 CXone sessions). Small pools keep that scan
-        short. Each session may hold its long poll and one other call (a start, a DELETE) at once.
+        poll per CXone session, one pool for thousands of sessions spends its CPU there
+        (docs/benchmarks.md, "Brownout", has the measurements). Small pools keep that scan short.
+        Each session may hold its long poll and one other call (a start, a DELETE) at once.
         """
         shards = max(1, -(-sessions // SESSIONS_PER_CLIENT))
         per = -(-max(sessions, 1) // shards)
