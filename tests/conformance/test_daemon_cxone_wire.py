@@ -50,11 +50,6 @@ FORM = "application/x-www-form-urlencoded"
 SESSIONS = "/inContactAPI/services/v23.0/agent-sessions"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Daemon:
     """The daemon's CXone objects, wired as runtime/wiring.py wires them."""

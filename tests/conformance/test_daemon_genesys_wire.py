@@ -57,9 +57,10 @@ from tests.conformance.genesys_wire import (
     message_echo,
     session_response,
 )
-from tests.fake_timers import FakeTimers
-from tests.integration.attributes_harness import attributes_config, durable_daemon
-from tests.integration.conftest import wait_until
+from tests.harness.clocks import FakeTimers
+from tests.harness.config import attributes_config
+from tests.harness.waits import wait_until
+from tests.integration.attributes_harness import durable_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -20,16 +20,6 @@ from tests.unit.test_endpoint import BROWNOUT
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
-
-
 class Seen:
     def __init__(self) -> None:
         self.effects: list[CircuitEffect] = []

@@ -28,11 +28,6 @@ from tests.unit.test_session_runner import GatedConnection
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Endpoint:
     """What the platform sees: attempts inside at once, the most ever, and who came in last."""
 

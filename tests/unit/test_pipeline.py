@@ -31,11 +31,6 @@ pytestmark = pytest.mark.anyio
 URL = "http://api.test/api/v2/conversations/c-1"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Source:
     """A token endpoint: hands out tok-1, tok-2, ... with a lifetime, or fails as told."""
 

@@ -28,12 +28,6 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 V1 = load_taxonomy("v1")
 V2 = load_taxonomy("v2")
 
