@@ -57,7 +57,7 @@ from tests.conformance.genesys_wire import (
     message_echo,
     session_response,
 )
-from tests.harness.clocks import FakeTimers
+from tests.harness.clocks import FakeTimers, advancing
 from tests.harness.config import attributes_config
 from tests.harness.waits import wait_until
 from tests.integration.attributes_harness import durable_daemon
@@ -267,11 +267,6 @@ class Runner:
 
     def __init__(self, transport: WebMessagingTransport) -> None:
         clock = FakeClock(start=5000.0)
-
-        async def advancing(seconds: float) -> None:
-            clock.advance(max(0.0, seconds))
-            await anyio.lowlevel.checkpoint()
-
         self.bus = EventBus()
         self.events: list[Published] = []
         self.bus.subscribe(self.events.append)
@@ -284,7 +279,7 @@ class Runner:
             rng=random.Random(1),
             store=SessionStore(),
             config=SessionConfig(first_delay_s=(2.0, 8.0)),
-            sleep=advancing,
+            sleep=advancing(clock),
         )
 
     @property

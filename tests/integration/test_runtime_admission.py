@@ -20,6 +20,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
 
@@ -137,10 +138,7 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
     first two retries come due before T + 10 (within 1-2 s, then 2-3 s more) and are skipped; the
     third (4-5 s more, after T + 10) finds the budget free again, goes out and succeeds: asked
     when a retry comes due, the budget lets an operation outlast a spent window (issue 15)."""
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await anyio.lowlevel.checkpoint()
+    sleep = advancing(clock)
 
     config = genesys_config(genesys_sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
     async with supervised(config, tmp_path, clock=clock) as h:
@@ -208,10 +206,7 @@ async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_
     """A start-up of 40 sessions grows the connect pace from its initial 20/s; three quiet seconds
     later the platform drops every connection: the pace starts again from 20/s (RFC 5681 section
     3.1), once, and everyone comes back. Waits run on the fake clock (each advances it)."""
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await anyio.lowlevel.checkpoint()
+    sleep = advancing(clock)
 
     n = 40
     async with supervised(genesys_config(genesys_sim.urls, n), tmp_path, clock=clock, sleep=sleep) as h:

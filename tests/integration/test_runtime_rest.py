@@ -15,6 +15,7 @@ from supervisor.errors import OperationError, SessionError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
+from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
 
@@ -161,10 +162,7 @@ async def test_rate_limited_call_waits_at_least_retry_after(
 ) -> None:
     """A 429 with Retry-After is never retried earlier than it says (seed edge case 2)."""
     waits: list[float] = []
-
-    async def backoff(seconds: float) -> None:
-        waits.append(seconds)
-        clock.advance(seconds)
+    backoff = advancing(clock, waits)
 
     async with supervised(genesys_config(genesys_sim.urls, 1), tmp_path, clock=clock) as h:
         cid = await active_session(h, genesys_sim)
@@ -182,9 +180,7 @@ async def test_an_operation_that_spends_its_retries_leaves_the_session_alone(
     genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """Only a fail-fast reaches the session: a REST call out of retries fails that call, nothing else."""
-
-    async def backoff(seconds: float) -> None:
-        clock.advance(seconds)
+    backoff = advancing(clock)
 
     async with supervised(genesys_config(genesys_sim.urls, 1), tmp_path, clock=clock) as h:
         cid = await active_session(h, genesys_sim)

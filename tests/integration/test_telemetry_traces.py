@@ -17,6 +17,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness
 from tests.integration.otlp_receiver import OtlpReceiver, Span
@@ -59,9 +60,7 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
     genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """429 twice with Retry-After: 7, then 200: resend counts 0, 1, 2; retry.scheduled from Retry-After."""
-
-    async def backoff(seconds: float) -> None:
-        clock.advance(seconds)
+    backoff = advancing(clock)
 
     # sampling 0: a retried operation is traced regardless
     async with traced(
