@@ -15,6 +15,9 @@
   the test moves that clock).
 * ``start_genesys`` / ``start_cxone``: factories, for a test that needs a simulator configured in its
   body, or more than one: ``sim = await start_genesys(config, seed=9)``; each is closed after the test.
+  A test that asserts on what happens when the simulator closes (its log, its sockets' close codes),
+  a fixed port, or one simulator per Hypothesis example still opens it in its body
+  (``async with GenesysSimulator(...)``): a fixture's would close too late, or once for all examples.
 * ``genesys``: the Genesys simulator on the test's fake clock with a plain httpx client and a login
   helper (:class:`Genesys`), for the tests of the simulator and of the transports; the same
   ``genesys_sim`` marker configures it (its seed defaults to 7).

@@ -19,13 +19,13 @@ import pytest
 
 from machines.circuit import Circuit
 from supervisor.clock import FakeClock
-from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
 from tests.harness.clocks import advancing
 from tests.harness.config import attributes_config, cxone_config, genesys_config
 from tests.harness.in_process import supervised
+from tests.harness.simulators import StartCxone, StartGenesys
 from tests.integration.attributes_harness import durable_daemon
 
 pytestmark = [
@@ -64,108 +64,108 @@ def classifications(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
 
 
 async def test_a_cxone_start_refused_three_times_counts_three_failures_on_the_one_endpoint_that_gated_it(
-    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]]
+    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]], start_cxone: StartCxone
 ) -> None:
     """``POST agent-sessions`` answered 429 + Retry-After: 2 three times: the start is gated on the
     session's connect endpoint (``cxone:agent-sessions``) alone, so that endpoint's circuit hears of
     exactly three failures and no other circuit of any; each refusal cuts that endpoint's pacer once
     and no other pacer; each is classified once. The session then starts (the fourth answer)."""
 
-    async with CxoneSimulator(seed=4, clock=clock) as sim:
-        sim.faults.inject(
-            Fault(
-                kind=FaultKind.RATE_LIMIT_STORM,
-                count=3,
-                endpoint="POST */agent-sessions",
-                params={"retry_after": "2"},
-            )
+    sim = await start_cxone(seed=4, clock=clock)
+    sim.faults.inject(
+        Fault(
+            kind=FaultKind.RATE_LIMIT_STORM,
+            count=3,
+            endpoint="POST */agent-sessions",
+            params={"retry_after": "2"},
         )
-        config = cxone_config(sim.urls, 1, poll_timeout=1)
-        async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
-            await h.wait(lambda: h.all_in("active"), 20.0)
-            assert sim.recorder.request_count(method="POST", status=429) == 3
-            assert failures_recorded == [("circuit:cxone:agent-sessions", "RATE_LIMITED")] * 3
-            cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
-            assert [(p["endpoint"], p["kind"], p["pausedForS"]) for p in cuts] == [
-                ("cxone:agent-sessions", "connect", 2.0)
-            ] * 3
-            classified = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
-            assert classified == ["RATE_LIMITED"] * 3
-            assert h.terminations() == {}
+    )
+    config = cxone_config(sim.urls, 1, poll_timeout=1)
+    async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
+        await h.wait(lambda: h.all_in("active"), 20.0)
+        assert sim.recorder.request_count(method="POST", status=429) == 3
+        assert failures_recorded == [("circuit:cxone:agent-sessions", "RATE_LIMITED")] * 3
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert [(p["endpoint"], p["kind"], p["pausedForS"]) for p in cuts] == [
+            ("cxone:agent-sessions", "connect", 2.0)
+        ] * 3
+        classified = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
+        assert classified == ["RATE_LIMITED"] * 3
+        assert h.terminations() == {}
 
 
 async def test_cxone_start_up_is_paced_on_the_sessions_connect_endpoint(
-    clock: FakeClock, tmp_path: Path
+    clock: FakeClock, tmp_path: Path, start_cxone: StartCxone
 ) -> None:
     """Forty CXone sessions start at once: their starts leave at the connect endpoint's pace, from its
     initial 20/s (slow start), as a WebSocket storm's handshakes do; none goes unpaced."""
 
     n = 40
-    async with CxoneSimulator(seed=4, clock=clock) as sim:
-        config = cxone_config(sim.urls, n, poll_timeout=1)
-        started = clock.monotonic()
-        async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
-            await h.wait(lambda: len(h.runners) == n and h.all_in("active"), 30.0)
-            # forty starts at 20/s growing by one per admitted start: about a second and a half
-            assert clock.monotonic() - started >= 1.0
-            endpoint = h.supervisor.wiring.attempts.endpoints.connect("cxone:agent-sessions")
-            assert endpoint.rate is not None and endpoint.rate > 20.0  # admitted: slow start grew it
-            assert endpoint.in_flight == 0  # every start gave its place back
-            assert h.terminations() == {}
+    sim = await start_cxone(seed=4, clock=clock)
+    config = cxone_config(sim.urls, n, poll_timeout=1)
+    started = clock.monotonic()
+    async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"), 30.0)
+        # forty starts at 20/s growing by one per admitted start: about a second and a half
+        assert clock.monotonic() - started >= 1.0
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect("cxone:agent-sessions")
+        assert endpoint.rate is not None and endpoint.rate > 20.0  # admitted: slow start grew it
+        assert endpoint.in_flight == 0  # every start gave its place back
+        assert h.terminations() == {}
 
 
 async def test_a_notifications_channel_refused_for_load_is_told_to_genesys_api_alone(
-    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]]
+    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]], start_genesys: StartGenesys
 ) -> None:
     """The channel's creation is a REST call on ``genesys:api``; the session's connect endpoint
     (``genesys:streaming``) gates the WebSocket handshake only, so a creation refused three times
     (its retries spent: the session reconnects) is told to ``genesys:api`` three times and to
     ``genesys:streaming`` never, and only ``genesys:api``'s pace is cut."""
 
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as sim:
-        sim.faults.inject(
-            Fault(
-                kind=FaultKind.RATE_LIMIT_STORM,
-                count=3,
-                endpoint="POST /api/v2/notifications/channels",
-                params={"retry_after": "2"},
-            )
+    sim = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock)
+    sim.faults.inject(
+        Fault(
+            kind=FaultKind.RATE_LIMIT_STORM,
+            count=3,
+            endpoint="POST /api/v2/notifications/channels",
+            params={"retry_after": "2"},
         )
-        config = genesys_config(sim.urls, 0, notifications=1)
-        async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
-            await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
-            assert sim.recorder.request_count(method="POST", status=429) == 3
-            assert failures_recorded == [("circuit:genesys:api", "RATE_LIMITED")] * 3
-            cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
-            assert {(p["endpoint"], p["kind"]) for p in cuts} == {("genesys:api", "rest")}
-            assert h.terminations() == {}
+    )
+    config = genesys_config(sim.urls, 0, notifications=1)
+    async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
+        assert sim.recorder.request_count(method="POST", status=429) == 3
+        assert failures_recorded == [("circuit:genesys:api", "RATE_LIMITED")] * 3
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert {(p["endpoint"], p["kind"]) for p in cuts} == {("genesys:api", "rest")}
+        assert h.terminations() == {}
 
 
 async def test_a_notifications_handshake_refused_for_load_is_told_to_genesys_streaming_once(
-    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]]
+    clock: FakeClock, tmp_path: Path, failures_recorded: list[tuple[str, str]], start_genesys: StartGenesys
 ) -> None:
     """The WebSocket handshake is the session's connection attempt, gated where it is made: refused
     twice (429 + Retry-After: 2 on the upgrade), it is told to ``genesys:streaming`` twice and cuts that
     endpoint's connect pace; the channels created for it were answered, so ``genesys:api`` hears of
     no failure."""
 
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as sim:
-        sim.faults.inject(
-            Fault(
-                kind=FaultKind.ADMISSION_LIMIT,
-                count=2,
-                endpoint="WS /channels/*",
-                params={"rate_per_s": 0, "retry_after": "2"},
-            )
+    sim = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock)
+    sim.faults.inject(
+        Fault(
+            kind=FaultKind.ADMISSION_LIMIT,
+            count=2,
+            endpoint="WS /channels/*",
+            params={"rate_per_s": 0, "retry_after": "2"},
         )
-        config = genesys_config(sim.urls, 0, notifications=1)
-        async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
-            await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
-            assert failures_recorded == [("circuit:genesys:streaming", "RATE_LIMITED")] * 2
-            cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
-            assert [(p["endpoint"], p["kind"]) for p in cuts] == [("genesys:streaming", "connect")] * 2
-            assert h.supervisor.wiring.attempts.endpoints.connect("genesys:streaming").in_flight == 0
-            assert h.terminations() == {}
+    )
+    config = genesys_config(sim.urls, 0, notifications=1)
+    async with supervised(config, tmp_path, clock=clock, sleep=advancing(clock)) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"), 20.0)
+        assert failures_recorded == [("circuit:genesys:streaming", "RATE_LIMITED")] * 2
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert [(p["endpoint"], p["kind"]) for p in cuts] == [("genesys:streaming", "connect")] * 2
+        assert h.supervisor.wiring.attempts.endpoints.connect("genesys:streaming").in_flight == 0
+        assert h.terminations() == {}
 
 
 TOPICS = "/api/v2/notifications/availabletopics"

@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.config import daemon_config
 from tests.harness.process import CLI, Daemon, running_daemon
+from tests.harness.simulators import StartCxone
 from tests.harness.waits import wait_until
 
 pytestmark = [
@@ -156,25 +156,27 @@ async def test_mismatches_and_resolve_never_show_a_sensitive_value(
         assert SECRET not in json.dumps(daemon.records) and SECRET not in daemon.err
 
 
-async def test_a_cxone_session_is_refused_naming_why(genesys_sim: GenesysSimulator, workdir: Path) -> None:
+async def test_a_cxone_session_is_refused_naming_why(
+    genesys_sim: GenesysSimulator, workdir: Path, start_cxone: StartCxone
+) -> None:
     """The daemon writes no CXone contact data (docs/attributes.md, "CXone"): `ctl attributes set`
     on a CXone session is refused in one line (Unsupported, exit 1), nothing is queued or sent."""
-    async with CxoneSimulator(seed=52) as cxone:
-        config = daemon_config(
-            genesys_sim.urls,
-            workdir,
-            [],
-            store=workdir / "store.sqlite3",
-            cxone=cxone.urls,
-            cxone_sessions=[("cx-0", "100052")],
-        )
-        async with running_daemon(config) as daemon:
-            await daemon.wait_ready(1)
-            code, answer, err = await ctl(daemon, "attributes", "set", "cx-0", "survey=yes", "--json")
-            assert code == 1 and err.count("\n") == 1, err
-            assert "Unsupported" in err and "writes no CXone contact data" in err
-            assert answer is None or answer.get("accepted") is False
-            code, status, _ = await ctl(daemon, "attributes", "status", "--json")
-            assert code == 0 and status is not None
-            assert (status["attributes"]["acknowledged"], status["attributes"]["scheduled"]) == (0, 0)
-            assert await daemon.stop() == 0
+    cxone = await start_cxone(seed=52)
+    config = daemon_config(
+        genesys_sim.urls,
+        workdir,
+        [],
+        store=workdir / "store.sqlite3",
+        cxone=cxone.urls,
+        cxone_sessions=[("cx-0", "100052")],
+    )
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        code, answer, err = await ctl(daemon, "attributes", "set", "cx-0", "survey=yes", "--json")
+        assert code == 1 and err.count("\n") == 1, err
+        assert "Unsupported" in err and "writes no CXone contact data" in err
+        assert answer is None or answer.get("accepted") is False
+        code, status, _ = await ctl(daemon, "attributes", "status", "--json")
+        assert code == 0 and status is not None
+        assert (status["attributes"]["acknowledged"], status["attributes"]["scheduled"]) == (0, 0)
+        assert await daemon.stop() == 0

@@ -46,6 +46,7 @@ from tests.conftest import REAL_DAEMON
 from tests.harness.config import cxone_config, daemon_config, genesys_config
 from tests.harness.in_process import Recorded, supervised
 from tests.harness.process import CLI, running_daemon
+from tests.harness.simulators import StartCxone
 from tests.harness.waits import wait_until
 from tests.integration.api_harness import Conn
 
@@ -460,38 +461,40 @@ async def ctl_reload(control: Path) -> None:
 # -- point 10: a SIGTERM during a reload -----------------------------------------------------------------
 
 
-async def test_a_sigterm_during_a_reload_starts_the_drain_at_once(genesys_sim: GenesysSimulator) -> None:
+async def test_a_sigterm_during_a_reload_starts_the_drain_at_once(
+    genesys_sim: GenesysSimulator, start_cxone: StartCxone
+) -> None:
     """The reload removes a CXone session whose DELETE the platform never answers (the close waits
     up to its bound). A SIGTERM then drains at once: DAEMON_STOPPING comes before the reload has an
     outcome, and the reload reports that the drain interrupted it (before issue 23 the signal loop
     waited for the reload to finish, then the reload reported CONFIG_RELOADED, then the drain)."""
     conv = genesys_sim.create_conversation()
-    async with CxoneSimulator(seed=23) as cxone:
-        with short_dir() as workdir:
-            config = daemon_config(
-                genesys_sim.urls,
-                workdir,
-                [("wm-0", conv.id)],
-                cxone=cxone.urls,
-                cxone_sessions=[("cx-0", "100001")],
-            )
-            async with running_daemon(config) as daemon:
-                await daemon.wait_ready(2)
-                held = cxone.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
-                assert held.id is not None
-                held_id = held.id
-                replace(config, config.read_text().split('[[sessions]]\nid = "cx-0"')[0])
-                daemon.process.send_signal(signal.SIGHUP)
-                await wait_until(lambda: cxone.recorder.fault_hits(held_id) == 1, 20)
-                daemon.process.send_signal(signal.SIGTERM)
-                await wait_until(lambda: bool(daemon.named("DAEMON_STOPPED")), 20)
-                with anyio.fail_after(20):
-                    code = await daemon.process.wait()
-            names = [r["event"] for r in daemon.records]
-            stopping = names.index("DAEMON_STOPPING")
-            assert "CONFIG_RELOADED" not in names
-            (interrupted,) = daemon.named("CONFIG_RELOAD_FAILED")
-            assert names.index("CONFIG_RELOAD_FAILED") > stopping
-            assert "interrupted by the drain" in interrupted["error"]
-            assert code == 0
-            cxone.faults.clear(held_id)
+    cxone = await start_cxone(seed=23)
+    with short_dir() as workdir:
+        config = daemon_config(
+            genesys_sim.urls,
+            workdir,
+            [("wm-0", conv.id)],
+            cxone=cxone.urls,
+            cxone_sessions=[("cx-0", "100001")],
+        )
+        async with running_daemon(config) as daemon:
+            await daemon.wait_ready(2)
+            held = cxone.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
+            assert held.id is not None
+            held_id = held.id
+            replace(config, config.read_text().split('[[sessions]]\nid = "cx-0"')[0])
+            daemon.process.send_signal(signal.SIGHUP)
+            await wait_until(lambda: cxone.recorder.fault_hits(held_id) == 1, 20)
+            daemon.process.send_signal(signal.SIGTERM)
+            await wait_until(lambda: bool(daemon.named("DAEMON_STOPPED")), 20)
+            with anyio.fail_after(20):
+                code = await daemon.process.wait()
+        names = [r["event"] for r in daemon.records]
+        stopping = names.index("DAEMON_STOPPING")
+        assert "CONFIG_RELOADED" not in names
+        (interrupted,) = daemon.named("CONFIG_RELOAD_FAILED")
+        assert names.index("CONFIG_RELOAD_FAILED") > stopping
+        assert "interrupted by the drain" in interrupted["error"]
+        assert code == 0
+        cxone.faults.clear(held_id)

@@ -23,6 +23,7 @@ from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
+from tests.harness.simulators import StartGenesys
 
 pytestmark = [
     pytest.mark.integration,
@@ -168,36 +169,34 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
 
 
 async def test_rest_refusals_already_in_flight_at_the_first_count_once_toward_the_circuit(
-    tmp_path: Path,
+    tmp_path: Path, start_genesys: StartGenesys
 ) -> None:
     """Six calls to one endpoint leave at once and each is answered 429 (Retry-After: 1) after
     0.3 s: the first refusal cuts the endpoint's pace, the five in flight with it echo it and
     count once toward the circuit (Pacer.echoes; RFC 6582 section 3.2), not as five in a row that
     open it. Every call succeeds on its retry. Real clock: the echo is told by send times."""
     endpoint = "GET /api/v2/notifications/availabletopics"
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5) as sim:
-        config = genesys_config(sim.urls, 1, open_for=30.0)
-        async with supervised(config, tmp_path) as h:
-            await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-            sim.faults.inject(
-                Fault(kind=FaultKind.LATENCY, endpoint=endpoint, count=6, params={"latency_ms": 300})
-            )
-            sim.faults.inject(
-                Fault(
-                    kind=FaultKind.RATE_LIMIT_STORM, endpoint=endpoint, count=6, params={"retry_after": "1"}
-                )
-            )
-            statuses: list[int] = []
+    sim = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5)
+    config = genesys_config(sim.urls, 1, open_for=30.0)
+    async with supervised(config, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        sim.faults.inject(
+            Fault(kind=FaultKind.LATENCY, endpoint=endpoint, count=6, params={"latency_ms": 300})
+        )
+        sim.faults.inject(
+            Fault(kind=FaultKind.RATE_LIMIT_STORM, endpoint=endpoint, count=6, params={"retry_after": "1"})
+        )
+        statuses: list[int] = []
 
-            async def call() -> None:
-                statuses.append((await h.supervisor.request("wm-0", "GET", topics(sim))).status_code)
+        async def call() -> None:
+            statuses.append((await h.supervisor.request("wm-0", "GET", topics(sim))).status_code)
 
-            async with anyio.create_task_group() as tg:
-                for _ in range(6):
-                    tg.start_soon(call)
-            assert statuses == [200] * 6
-            assert sim.recorder.request_count(method="GET", endpoint=endpoint.split(" ")[1], status=429) == 6
-            assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(call)
+        assert statuses == [200] * 6
+        assert sim.recorder.request_count(method="GET", endpoint=endpoint.split(" ")[1], status=429) == 6
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
 
 
 async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_rate(

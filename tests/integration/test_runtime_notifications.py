@@ -24,6 +24,7 @@ from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.clocks import FakeTimers
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
+from tests.harness.simulators import StartGenesys
 
 pytestmark = [
     pytest.mark.integration,
@@ -96,11 +97,13 @@ async def test_socket_closing_rolls_over_in_place_and_the_session_stays_active(
         assert h.terminations() == {}
 
 
-async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(tmp_path: Path) -> None:
+async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """{"result":"404"} (here: displaced over the channel quota by the same OAuth client)."""
     sink = Delivered()
+    sim = await start_genesys(GenesysSimConfig(max_channels=1), seed=9)
     async with (
-        GenesysSimulator(GenesysSimConfig(max_channels=1), seed=9) as sim,
         supervised(notifications_config(sim.urls), tmp_path, notification_sink=sink) as h,
         httpx.AsyncClient() as http,
     ):
@@ -128,10 +131,12 @@ async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(tmp_pat
         await h.wait(lambda: sink.bodies() == [{"after": "404"}])
 
 
-async def test_a_pinned_v1_still_ends_the_session_on_a_404(tmp_path: Path) -> None:
+async def test_a_pinned_v1_still_ends_the_session_on_a_404(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """v1 stays as released: a `result: 404` meant the subscriptions are gone, STATE_CORRUPTING."""
+    sim = await start_genesys(GenesysSimConfig(max_channels=1), seed=9)
     async with (
-        GenesysSimulator(GenesysSimConfig(max_channels=1), seed=9) as sim,
         supervised(notifications_config(sim.urls, "v1"), tmp_path) as h,
         httpx.AsyncClient() as http,
     ):
@@ -200,12 +205,14 @@ async def test_no_longer_subscribed_and_subscription_changed(
         assert left_active(h) == [] and h.terminations() == {}
 
 
-async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(tmp_path: Path) -> None:
+async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     clock = FakeClock(start=5000.0)
     sleep = FakeTimers(clock)
     config = GenesysSimConfig(token_ttl_s=3600)
+    sim = await start_genesys(config, seed=9, clock=clock)
     async with (
-        GenesysSimulator(config, seed=9, clock=clock) as sim,
         supervised(notifications_config(sim.urls), tmp_path, clock=clock, sleep=sleep) as h,
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
@@ -228,7 +235,9 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
         assert left_active(h) == [] and h.terminations() == {}
 
 
-async def test_a_session_stays_active_for_days_with_every_event_delivered_once(tmp_path: Path) -> None:
+async def test_a_session_stays_active_for_days_with_every_event_delivered_once(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """Three days of 24-hour channels and 36-hour tokens: each channel is renewed before it expires
     and before its token does, make-before-break; an event published every step (and one inside
     each overlap, when both channels carry it) is delivered exactly once, in order."""
@@ -236,8 +245,8 @@ async def test_a_session_stays_active_for_days_with_every_event_delivered_once(t
     sleep = FakeTimers(clock)
     sink = Delivered()
     config = GenesysSimConfig(token_ttl_s=int(1.5 * DAY), channel_ttl_s=DAY)
+    sim = await start_genesys(config, seed=9, clock=clock)
     async with (
-        GenesysSimulator(config, seed=9, clock=clock) as sim,
         supervised(
             notifications_config(sim.urls),
             tmp_path,

@@ -20,6 +20,7 @@ import pytest
 
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
+from tests.harness.simulators import StartCxone
 
 TOKEN = "/auth/token"
 SECRET = "s+cr/t=%2B"  # every character RFC 6749 section 2.3.1's form-encoding changes
@@ -211,18 +212,18 @@ async def test_refresh_refusals(cxone_sim: CxoneSimulator, http: httpx.AsyncClie
     assert unknown.status_code == 400 and unknown.json()["error"] == "invalid_grant"
 
 
-async def test_a_refresh_token_is_the_clients_own(http: httpx.AsyncClient) -> None:
-    async with CxoneSimulator(seed=1) as sim:
-        r = await http.post(
-            sim.urls["auth"] + TOKEN,
-            data={"grant_type": "password", "username": "u", "password": "p"},
-            headers=basic("one", "s"),
-        )
-        other = await http.post(
-            sim.urls["auth"] + TOKEN,
-            data={"grant_type": "refresh_token", "refresh_token": r.json()["refresh_token"]},
-            headers=basic("another", "s"),
-        )
+async def test_a_refresh_token_is_the_clients_own(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
+    sim = await start_cxone(seed=1)
+    r = await http.post(
+        sim.urls["auth"] + TOKEN,
+        data={"grant_type": "password", "username": "u", "password": "p"},
+        headers=basic("one", "s"),
+    )
+    other = await http.post(
+        sim.urls["auth"] + TOKEN,
+        data={"grant_type": "refresh_token", "refresh_token": r.json()["refresh_token"]},
+        headers=basic("another", "s"),
+    )
     assert other.status_code == 400 and other.json()["error"] == "invalid_grant"
 
 

@@ -23,6 +23,7 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.errors import SimulatorError
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator, ErrorBody
+from tests.harness.simulators import StartCxone
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=3, fake_clock=True)]
 
@@ -158,31 +159,31 @@ async def test_token_errors_are_oauth_shaped(
     assert cxone_sim.recorder.tokens()["rejected"] == 1
 
 
-async def test_restricted_credentials(http: httpx.AsyncClient) -> None:
+async def test_restricted_credentials(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """A config restricting clients/users refuses others (the FAQ's 401 wording for clients)."""
     config = CxoneSimConfig(client_ids=("good@vendor",), users=("alice",), password="pw")
-    async with CxoneSimulator(config) as sim:
-        url = sim.urls["auth"] + LEGACY
-        body = {"grant_type": "password", "username": "alice", "password": "pw"}
-        bad_client = await http.post(url, headers={"Authorization": basic("evil@vendor", "1")}, json=body)
-        assert bad_client.status_code == 401
-        assert bad_client.json() == {
-            "error": "invalid_client",
-            "error_description": "Client application 'evil@vendor' not authorized for user",
-        }
-        headers = {"Authorization": basic("good@vendor", "1")}
-        bad_user = await http.post(url, headers=headers, json={**body, "password": "nope"})
-        assert bad_user.status_code == 400
-        assert bad_user.json()["error"] == "invalid_grant"
-        ok = await http.post(url, headers=headers, json=body)
-        assert ok.status_code == 200
-        assert sim.recorder.tokens() == {
-            "issued": 1,
-            "refreshed": 0,
-            "rejected": 2,
-            "expired": 0,
-            "revoked": 0,
-        }
+    sim = await start_cxone(config)
+    url = sim.urls["auth"] + LEGACY
+    body = {"grant_type": "password", "username": "alice", "password": "pw"}
+    bad_client = await http.post(url, headers={"Authorization": basic("evil@vendor", "1")}, json=body)
+    assert bad_client.status_code == 401
+    assert bad_client.json() == {
+        "error": "invalid_client",
+        "error_description": "Client application 'evil@vendor' not authorized for user",
+    }
+    headers = {"Authorization": basic("good@vendor", "1")}
+    bad_user = await http.post(url, headers=headers, json={**body, "password": "nope"})
+    assert bad_user.status_code == 400
+    assert bad_user.json()["error"] == "invalid_grant"
+    ok = await http.post(url, headers=headers, json=body)
+    assert ok.status_code == 200
+    assert sim.recorder.tokens() == {
+        "issued": 1,
+        "refreshed": 0,
+        "rejected": 2,
+        "expired": 0,
+        "revoked": 0,
+    }
 
 
 # ------------------------------------------------------------------------------ bearer checks
@@ -207,12 +208,12 @@ async def test_api_needs_a_valid_bearer(
     assert cxone_sim.recorder.request_count("GET", POLL, 401) == 1
 
 
-async def test_empty_401_body_when_configured(http: httpx.AsyncClient) -> None:
+async def test_empty_401_body_when_configured(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """auth_error_body=empty: the 401 has no body (the error is in the status line only)."""
-    async with CxoneSimulator(CxoneSimConfig(auth_error_body=ErrorBody.EMPTY)) as sim:
-        r = await http.post(sim.urls["api"] + "/inContactAPI/services/v23.0/agent-sessions?stationId=1")
-        assert r.status_code == 401
-        assert r.content == b""
+    sim = await start_cxone(CxoneSimConfig(auth_error_body=ErrorBody.EMPTY))
+    r = await http.post(sim.urls["api"] + "/inContactAPI/services/v23.0/agent-sessions?stationId=1")
+    assert r.status_code == 401
+    assert r.content == b""
 
 
 # ---------------------------------------------------------------------------- agent sessions
@@ -238,17 +239,17 @@ async def test_start_join_and_any_version(cxone_sim: CxoneSimulator, http: httpx
     assert cxone_sim.recorder.request_count("POST", START + "/join", 202) == 1
 
 
-async def test_api_version_restriction(http: httpx.AsyncClient) -> None:
+async def test_api_version_restriction(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """api_versions=(23,) answers 404 for v31.0."""
-    async with CxoneSimulator(CxoneSimConfig(api_versions=(23,))) as sim:
-        a = Agent(sim, http)
-        await a.login()
-        r = await http.post(
-            sim.urls["api"] + "/inContactAPI/services/v31.0/agent-sessions?stationId=1", headers=a.auth
-        )
-        assert r.status_code == 404
-        assert r.json()["error"] == "not_found"
-        await a.start()
+    sim = await start_cxone(CxoneSimConfig(api_versions=(23,)))
+    a = Agent(sim, http)
+    await a.login()
+    r = await http.post(
+        sim.urls["api"] + "/inContactAPI/services/v31.0/agent-sessions?stationId=1", headers=a.auth
+    )
+    assert r.status_code == 404
+    assert r.json()["error"] == "not_found"
+    await a.start()
 
 
 async def test_poll_rotates_session_id_and_304_when_idle(cxone_sim: CxoneSimulator, agent: Agent) -> None:
@@ -382,18 +383,20 @@ async def test_inactivity_timeout_ends_the_session(
     assert (await a.poll()).status_code == 409
 
 
-async def test_cache_control_hint_and_correlation_id(http: httpx.AsyncClient) -> None:
+async def test_cache_control_hint_and_correlation_id(
+    http: httpx.AsyncClient, start_cxone: StartCxone
+) -> None:
     """max_age_s adds Cache-Control: max-age=N to 200 and 304 polls; CorrelationId is echoed."""
-    async with CxoneSimulator(CxoneSimConfig(max_age_s=2)) as sim:
-        a = Agent(sim, http)
-        await a.login()
-        await a.start()
-        r = await a.poll(CorrelationId="corr-1")
-        assert r.headers["Cache-Control"] == "max-age=2"
-        assert r.headers["CorrelationId"] == "corr-1"
-        idle = await a.poll()
-        assert idle.status_code == 304
-        assert idle.headers["Cache-Control"] == "max-age=2"
+    sim = await start_cxone(CxoneSimConfig(max_age_s=2))
+    a = Agent(sim, http)
+    await a.login()
+    await a.start()
+    r = await a.poll(CorrelationId="corr-1")
+    assert r.headers["Cache-Control"] == "max-age=2"
+    assert r.headers["CorrelationId"] == "corr-1"
+    idle = await a.poll()
+    assert idle.status_code == 304
+    assert idle.headers["Cache-Control"] == "max-age=2"
 
 
 async def test_unknown_routes_and_ids_get_json_errors(cxone_sim: CxoneSimulator, agent: Agent) -> None:

@@ -24,7 +24,7 @@ from supervisor.sim.bodies import MAX_JSON_DEPTH
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.harness.simulators import Genesys
+from tests.harness.simulators import Genesys, StartCxone
 from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=3, fake_clock=True)]
@@ -309,15 +309,15 @@ async def test_genesys_half_sent_body_is_a_408_in_the_platform_shape(
     assert shape in strict_json(rest.partition(b"\r\n\r\n")[2].decode())
 
 
-async def test_cxone_half_sent_requests_are_dropped_or_408() -> None:
-    async with CxoneSimulator(CxoneSimConfig(read_timeout_s=SLOW), clock=FakeClock()) as sim:
-        for listener in ("auth", "api", "admin"):
-            assert await exchange(sim.urls[listener], b"GET / HTTP/1.1\r\nHost: x\r\n") == b""
-        chunked = (
-            f"POST {V1_TOKEN} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":'
-        )
-        answer = await exchange(sim.urls["auth"], chunked.encode())
+async def test_cxone_half_sent_requests_are_dropped_or_408(start_cxone: StartCxone) -> None:
+    sim = await start_cxone(CxoneSimConfig(read_timeout_s=SLOW), clock=FakeClock())
+    for listener in ("auth", "api", "admin"):
+        assert await exchange(sim.urls[listener], b"GET / HTTP/1.1\r\nHost: x\r\n") == b""
+    chunked = (
+        f"POST {V1_TOKEN} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":'
+    )
+    answer = await exchange(sim.urls["auth"], chunked.encode())
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert answer.endswith(
         b'{"error":"invalid_request","error_description":"the request body did not arrive in time"}'
@@ -341,9 +341,9 @@ async def test_a_cxone_client_gone_mid_body_is_recorded_499_without_a_traceback(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-async def test_a_request_within_the_read_timeout_is_served() -> None:
+async def test_a_request_within_the_read_timeout_is_served(start_cxone: StartCxone) -> None:
+    sim = await start_cxone(CxoneSimConfig(read_timeout_s=5), clock=FakeClock())
     async with (
-        CxoneSimulator(CxoneSimConfig(read_timeout_s=5), clock=FakeClock()) as sim,
         httpx.AsyncClient(timeout=10) as http,
     ):
         r = await http.post(

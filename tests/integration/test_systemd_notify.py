@@ -38,6 +38,7 @@ from tests.harness.config import (
     sockets_table,
 )
 from tests.harness.process import CLI, Output
+from tests.harness.simulators import StartGenesys
 from tests.harness.waits import wait_until
 from tests.integration.api_harness import Conn, Watcher
 from tests.integration.systemd_harness import Notice, NotifyReceiver, listening_unix, notify_receiver, spawn
@@ -273,35 +274,33 @@ async def _drain(notify: NotifyReceiver) -> None:
         await anyio.sleep(0.005)
 
 
-async def test_a_platform_outage_is_degraded_shown_in_status_and_the_pings_go_on(tmp_path: Path) -> None:
+async def test_a_platform_outage_is_degraded_shown_in_status_and_the_pings_go_on(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """Handshakes refused: the endpoint's circuit opens, DAEMON_DEGRADED names it, STATUS shows it,
     and the watchdog keeps pinging (a restart would only repeat the storm)."""
-    async with GenesysSimulator(seed=4) as sim:
-        text = genesys_config(sim.urls, 2, open_for=60.0).replace(
-            "[circuit]\n", "[circuit]\nfailureThreshold = 2\n"
-        )
-        config = write_config(tmp_path, text)
-        async with notify_receiver("abstract") as notify:
-            process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
-            async with reading(process) as lines:
-                await notify.wait_for(lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2)
-                # every handshake refused with 503, then both connections dropped
-                sim.faults.inject(
-                    Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503})
-                )
-                sim.faults.inject(Fault(kind=FaultKind.DROP, count=2))
-                at, _ = await notify.wait_for(
-                    lambda m: "degraded: circuit:genesys:webmessaging" in (m.get("STATUS") or "")
-                )
-                await notify.count("WATCHDOG", 5, since=at)  # degraded, not unhealthy: the pings go on
-                (raised,) = (
-                    await arrived(
-                        lines, "DAEMON_DEGRADED", where=lambda e: e["condition"].startswith("circuit:")
-                    )
-                )[:1]
-                assert raised["condition"] == "circuit:genesys:webmessaging"
-                assert not lines.named("WATCHDOG_WITHHELD")
-                assert await stop(process) == 0
+    sim = await start_genesys(seed=4)
+    text = genesys_config(sim.urls, 2, open_for=60.0).replace(
+        "[circuit]\n", "[circuit]\nfailureThreshold = 2\n"
+    )
+    config = write_config(tmp_path, text)
+    async with notify_receiver("abstract") as notify:
+        process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
+        async with reading(process) as lines:
+            await notify.wait_for(lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2)
+            # every handshake refused with 503, then both connections dropped
+            sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503}))
+            sim.faults.inject(Fault(kind=FaultKind.DROP, count=2))
+            at, _ = await notify.wait_for(
+                lambda m: "degraded: circuit:genesys:webmessaging" in (m.get("STATUS") or "")
+            )
+            await notify.count("WATCHDOG", 5, since=at)  # degraded, not unhealthy: the pings go on
+            (raised,) = (
+                await arrived(lines, "DAEMON_DEGRADED", where=lambda e: e["condition"].startswith("circuit:"))
+            )[:1]
+            assert raised["condition"] == "circuit:genesys:webmessaging"
+            assert not lines.named("WATCHDOG_WITHHELD")
+            assert await stop(process) == 0
 
 
 needs_mounts = pytest.mark.skipif(
