@@ -4,7 +4,7 @@ Not our simulators: a loopback server (:mod:`tests.conformance.genesys_wire`) an
 that restate the vendors' own shapes (PY269 models, GMT 2.14.0 ``Response.kt``) and records what the
 daemon sent. Compared: method, path and query, content type, form or JSON fields, the Authorization
 scheme and principal; not compared: header order, User-Agent, telemetry headers. Time is injected
-(:class:`~tests.fake_timers.FakeTimers`, the retry executor's recorded waits): nothing sleeps for a
+(:class:`~tests.harness.clocks.FakeTimers`, the retry executor's recorded waits): nothing sleeps for a
 timer.
 """
 
