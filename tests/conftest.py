@@ -1,4 +1,5 @@
-"""Suite-wide guards, and the one Hypothesis settings profile every property test runs under."""
+"""Suite-wide guards, the one Hypothesis settings profile every property test runs under, the one
+``anyio_backend``, and the shared fixtures (tests/harness/: the clock, the simulators)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def _profile(environ: dict[str, str]) -> str:
 
 
 settings.load_profile(_profile(dict(os.environ)))
+
+# -- shared fixtures -------------------------------------------------------------------------------
+# the clock and the simulators, for every directory (tests/harness/__init__.py says what is where)
+pytest_plugins = ("tests.harness.clocks", "tests.harness.simulators")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Every async test runs on asyncio: the daemon's backend (docs/runtime.md)."""
+    return "asyncio"
+
 
 #: the profile's settings for a property test that drives a real daemon (its reloads, its sockets):
 #: an eighth of the examples (12 under "dev" and "ci", 125 under "thorough"), since each example

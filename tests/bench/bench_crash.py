@@ -37,8 +37,9 @@ if __package__ in (None, ""):
 
 from supervisor.api.protocol import Method
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.config import daemon_config
+from tests.harness.process import kill9, running_daemon
 from tests.integration.crash_harness import Driver, duplicates, flagged_keys, integrity_ok, problems
-from tests.integration.daemon_process import daemon_config, kill9, running_daemon
 
 SESSIONS = 3
 
@@ -65,7 +66,7 @@ async def crash_runs(runs: int, seed: int, synchronous: str) -> dict[str, Any]:
             conversations = [sim.create_conversation().id for _ in range(SESSIONS)]
             sessions = [(f"wm-{i}", c) for i, c in enumerate(conversations)]
             store = workdir / "store.sqlite3"
-            config = daemon_config(sim, workdir, sessions, store=store, synchronous=synchronous)
+            config = daemon_config(sim.urls, workdir, sessions, store=store, synchronous=synchronous)
             driver = Driver(sessions)
             victim_cm = running_daemon(config)
             victim = await victim_cm.__aenter__()

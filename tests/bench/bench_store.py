@@ -39,7 +39,8 @@ from supervisor.api.protocol import Method
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import SqliteStore, Submission
-from tests.integration.daemon_process import daemon_config, running_daemon
+from tests.harness.config import daemon_config
+from tests.harness.process import running_daemon
 
 LEVELS = ("full", "normal")
 
@@ -140,7 +141,7 @@ async def daemon_acks(synchronous: str, seconds: float) -> list[dict[str, Any]]:
             workdir = Path(d)
             sessions = [(f"wm-{i}", sim.create_conversation().id) for i in range(3)]
             config = daemon_config(
-                sim,
+                sim.urls,
                 workdir,
                 sessions,
                 store=workdir / "store.sqlite3",

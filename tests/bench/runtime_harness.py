@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import re
 import resource
 import select
@@ -232,22 +231,16 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 @contextlib.asynccontextmanager
 async def running_supervisor(config: Config, *, bus: Any, seed: int, clock: Any = None) -> AsyncIterator[Any]:
-    """A Supervisor serving ``config`` (every session handed over), cancelled on exit.
+    """A Supervisor serving ``config`` (every session handed over), cancelled on exit: the tests'
+    in-process daemon (tests/harness/in_process.py), without recording its events.
 
     The collector is tuned as the daemon's process tunes it (supervisor/runtime/collector.py).
     """
     from supervisor.runtime.collector import tuned_collector
-    from supervisor.runtime.supervisor import Supervisor
-    from supervisor.runtime.wiring import Wiring
+    from tests.harness.in_process import supervised
 
     with tuned_collector():
-        async with (
-            Wiring(config, bus=bus, clock=clock, rng=random.Random(seed), environ={}) as wiring,
-            anyio.create_task_group() as tg,
-        ):
-            supervisor = Supervisor(wiring)
-            await tg.start(supervisor.serve)
-            try:
-                yield supervisor
-            finally:
-                tg.cancel_scope.cancel()
+        async with supervised(
+            config, None, bus=bus, clock=clock, rng_seed=seed, drain_s=None, record=False
+        ) as harness:
+            yield harness.supervisor

@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from tests.integration.conftest import Genesys, anyio_backend, genesys, sim_config
+from tests.harness.simulators import Genesys
 
 G = pytest.importorskip("PureCloudPlatformClientV2")
 
-__all__ = ["G", "Genesys", "anyio_backend", "genesys", "sdk", "sim_config"]
+__all__ = ["G", "sdk"]
 
 T = TypeVar("T")
 

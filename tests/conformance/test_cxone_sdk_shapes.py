@@ -12,46 +12,18 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
 from supervisor.clock import FakeClock
-from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
+from supervisor.sim.cxone import CxoneSimulator
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=3, fake_clock=True)]
 
 TEXT = {"Content-Type": "text/plain;charset=UTF-8"}  # what a browser sends for a string body
 JSON = {"Content-Type": "application/json"}  # http-util-service.js initHeader('', 'application/json')
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def sim_config() -> CxoneSimConfig:
-    return CxoneSimConfig()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1_800_000_000.0)
-
-
-@pytest.fixture
-async def sim(sim_config: CxoneSimConfig, clock: FakeClock) -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(sim_config, seed=3, clock=clock) as simulator:
-        yield simulator
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        yield client
 
 
 def jwt_claims(token: str) -> dict[str, Any]:
@@ -136,8 +108,8 @@ class Sdk:
 
 
 @pytest.fixture
-async def nice(sim: CxoneSimulator, http: httpx.AsyncClient) -> Sdk:
-    client = Sdk(sim, http)
+async def nice(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> Sdk:
+    client = Sdk(cxone_sim, http)
     await client.login()
     return client
 
@@ -153,7 +125,9 @@ async def start(nice: Sdk) -> None:
     nice.session = r.json()["sessionId"]  # the SDK rejects an answer without it
 
 
-async def test_start_join_state_and_events_as_the_sdk_reads_them(nice: Sdk, sim: CxoneSimulator) -> None:
+async def test_start_join_state_and_events_as_the_sdk_reads_them(
+    nice: Sdk, cxone_sim: CxoneSimulator
+) -> None:
     await start(nice)
     first = (await nice.poll()).json()["events"]
     start_event = next(e for e in first if e["Type"] == "AgentSessionStart")
@@ -173,30 +147,30 @@ async def test_start_join_state_and_events_as_the_sdk_reads_them(nice: Sdk, sim:
     assert state["CurrentState"] == "Unavailable" and state["CurrentOutReason"] == "Break"
     assert state["IsAcw"] in ("True", "False") and state["NextIsAcw"] in ("True", "False")
     assert isinstance(state["NextStates"], list) and state["AcwTimeout"].isdigit()
-    session = sim.state.sessions()[0]
+    session = cxone_sim.state.sessions()[0]
     assert session.station_phone == "5551234" and session.inactivity_timeout == 45
 
 
 async def test_join_as_another_agent_reaches_that_agents_session_or_404(
-    nice: Sdk, sim: CxoneSimulator
+    nice: Sdk, cxone_sim: CxoneSimulator
 ) -> None:
     """joinSession({asAgentId}): a supervisor's token joins the named agent's live session (a chain
     of its own on the same session); an agent with no live session is a 404."""
     await start(nice)
     await nice.poll()
-    (live,) = sim.state.sessions()
+    (live,) = cxone_sim.state.sessions()
     joined = await nice.call(
         "POST", "/InContactAPI/services/v23.0/agent-sessions/join", {"asAgentId": int(live.agent_id)}
     )
     assert joined.status_code == 202, joined.text
-    assert joined.json()["sessionId"] and sim.state.sessions() == [live]  # no second session
+    assert joined.json()["sessionId"] and cxone_sim.state.sessions() == [live]  # no second session
     nobody = await nice.call(
         "POST", "/InContactAPI/services/v23.0/agent-sessions/join", {"asAgentId": 999_999}
     )
     assert nobody.status_code == 404
 
 
-async def test_every_sdk_path_spelling_reaches_the_route(nice: Sdk, sim: CxoneSimulator) -> None:
+async def test_every_sdk_path_spelling_reaches_the_route(nice: Sdk, cxone_sim: CxoneSimulator) -> None:
     await start(nice)
     await nice.poll()
     sid = nice.session
@@ -211,17 +185,17 @@ async def test_every_sdk_path_spelling_reaches_the_route(nice: Sdk, sim: CxoneSi
         assert r.status_code == 202, (path, r.text)
     # the canonical template is what faults and stats name
     assert (
-        sim.recorder.request_count(
+        cxone_sim.recorder.request_count(
             "POST", "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/keep-alive", 202
         )
         == 4
     )
 
 
-async def test_end_session_body_and_the_end_event(nice: Sdk, sim: CxoneSimulator) -> None:
+async def test_end_session_body_and_the_end_event(nice: Sdk, cxone_sim: CxoneSimulator) -> None:
     await start(nice)
     await nice.poll()
-    contact = sim.push_contact(agent_id=sim.state.sessions()[0].agent_id)
+    contact = cxone_sim.push_contact(agent_id=cxone_sim.state.sessions()[0].agent_id)
     call = next(e for e in (await nice.poll()).json()["events"] if e["Type"] == "CallContactEvent")
     assert call["OriginalState"] in ("True", "False")  # call-contact-event.js: a boolean
     # acd-session-manager.js endSession: DELETE with EndSessionRequest
@@ -241,12 +215,12 @@ async def test_end_session_body_and_the_end_event(nice: Sdk, sim: CxoneSimulator
 
 
 async def test_v1_token_exchange_refresh_and_jwt_claims(
-    nice: Sdk, sim: CxoneSimulator, http: httpx.AsyncClient, clock: FakeClock
+    nice: Sdk, cxone_sim: CxoneSimulator, http: httpx.AsyncClient, clock: FakeClock
 ) -> None:
     # cxone-auth.js getRegionalAccessTokenByToken: Basic base64("{clientId}@cxone"), no colon, no secret
     basic = {"Authorization": "Basic " + base64.b64encode(b"my-client@cxone").decode()}
     r = await http.post(
-        sim.urls["auth"] + "/public/authentication/v1/token",
+        cxone_sim.urls["auth"] + "/public/authentication/v1/token",
         content=json.dumps({"accessToken": nice.token["access_token"]}),
         headers={**basic, "Content-Type": "application/json"},
     )
@@ -260,7 +234,7 @@ async def test_v1_token_exchange_refresh_and_jwt_claims(
     assert jwt_claims(nice.token["id_token"])["icBUId"] == 4600001  # cxone-user.js setUserDetails
     # the regional refresh: same Basic header, {"token"}; refresh tokens are single-use
     refresh = {"token": exchanged["refreshToken"]}
-    url = sim.urls["auth"] + "/public/authentication/v1/refresh"
+    url = cxone_sim.urls["auth"] + "/public/authentication/v1/refresh"
     first = await http.post(
         url, content=json.dumps(refresh), headers={**basic, "Content-Type": "application/json"}
     )
@@ -272,21 +246,21 @@ async def test_v1_token_exchange_refresh_and_jwt_claims(
 
 
 async def test_oidc_refresh_as_the_sdk_sends_it(
-    nice: Sdk, sim: CxoneSimulator, http: httpx.AsyncClient
+    nice: Sdk, cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
     """cxone-auth.js getRefreshToken: `grant_type=refresh_token&scope=openid&refresh_token=…` as text with
     `Content-Type: application/json`, to the discovered tokenEndpoint (the client authenticates here:
     the simulator models confidential back-end clients, not NICE's public browser client)."""
     text = f"grant_type=refresh_token&scope=openid&refresh_token={nice.token['refresh_token']}"
     r = await http.post(
-        sim.urls["auth"] + "/auth/token", content=text.encode(), headers=JSON, auth=("app", "s")
+        cxone_sim.urls["auth"] + "/auth/token", content=text.encode(), headers=JSON, auth=("app", "s")
     )
     assert r.status_code == 200, r.text
     assert r.json()["access_token"] != nice.token["access_token"]
 
 
-async def test_whoami_refuses_an_unknown_token(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_whoami_refuses_an_unknown_token(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     r = await http.post(
-        sim.urls["auth"] + "/InContactAuthorizationServer/Token/whoami", json={"token": "nope"}
+        cxone_sim.urls["auth"] + "/InContactAuthorizationServer/Token/whoami", json={"token": "nope"}
     )
     assert r.status_code == 401 and r.json()["error"] == "invalid_token"

@@ -39,6 +39,7 @@ from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, lo
 from supervisor.telemetry.scrub import Scrubber
 from supervisor.transports.cxone import AgentSessionTransport
 from tests.conformance.cxone_platform import AGENT, TENANT, Answer, CxonePlatform, Seen, token_answer
+from tests.harness.clocks import advancing
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -48,11 +49,6 @@ ACCESS_KEY_ID = "AKIDEXAMPLE0123"
 ACCESS_KEY_SECRET = "ak/S+ecret=="
 FORM = "application/x-www-form-urlencoded"
 SESSIONS = "/inContactAPI/services/v23.0/agent-sessions"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @dataclass
@@ -71,6 +67,7 @@ class Daemon:
     )
 
     def __post_init__(self) -> None:
+        self.sleep = advancing(self.clock, self.slept)
         self.classifier = Classifier(load_taxonomy(self.version), self.clock)
         self.executor = RetryExecutor(
             self.classifier,
@@ -93,11 +90,6 @@ class Daemon:
 
     def _keep(self, published: Published) -> None:
         self.published.append(wire(published))
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.clock.advance(seconds)
-        await anyio.lowlevel.checkpoint()
 
     def api(self, api_url: str | None = None) -> CxoneApi:
         return CxoneApi(self.tokens, RequestPipeline(self.http, self.executor), api_url=api_url)
@@ -124,12 +116,12 @@ def version() -> str:
 
 
 @pytest.fixture
-async def daemon(version: str) -> AsyncIterator[Daemon]:
+async def daemon(version: str, clock: FakeClock) -> AsyncIterator[Daemon]:
     async with (
         CxonePlatform(CLIENT_ID, CLIENT_SECRET, ACCESS_KEY_ID, ACCESS_KEY_SECRET) as platform,
         httpx.AsyncClient(timeout=10.0) as http,
     ):
-        yield Daemon(platform, http, FakeClock(start=1000.0), version)
+        yield Daemon(platform, http, clock, version)
 
 
 def _login_form() -> dict[str, str]:

@@ -4,7 +4,7 @@ Not our simulators: a loopback server (:mod:`tests.conformance.genesys_wire`) an
 that restate the vendors' own shapes (PY269 models, GMT 2.14.0 ``Response.kt``) and records what the
 daemon sent. Compared: method, path and query, content type, form or JSON fields, the Authorization
 scheme and principal; not compared: header order, User-Agent, telemetry headers. Time is injected
-(:class:`~tests.fake_timers.FakeTimers`, the retry executor's recorded waits): nothing sleeps for a
+(:class:`~tests.harness.clocks.FakeTimers`, the retry executor's recorded waits): nothing sleeps for a
 timer.
 """
 
@@ -56,9 +56,10 @@ from tests.conformance.genesys_wire import (
     message_echo,
     session_response,
 )
-from tests.fake_timers import FakeTimers
-from tests.integration.attributes_harness import attributes_config, durable_daemon
-from tests.integration.conftest import wait_until
+from tests.harness.clocks import FakeTimers, advancing
+from tests.harness.config import attributes_config
+from tests.harness.waits import wait_until
+from tests.integration.attributes_harness import durable_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -265,11 +266,6 @@ class Runner:
 
     def __init__(self, transport: WebMessagingTransport) -> None:
         clock = FakeClock(start=5000.0)
-
-        async def advancing(seconds: float) -> None:
-            clock.advance(max(0.0, seconds))
-            await anyio.lowlevel.checkpoint()
-
         self.bus = EventBus()
         self.events: list[Published] = []
         self.bus.subscribe(self.events.append)
@@ -281,7 +277,7 @@ class Runner:
             clock=clock,
             rng=random.Random(1),
             config=SessionConfig(first_delay_s=(2.0, 8.0)),
-            sleep=advancing,
+            sleep=advancing(clock),
         )
 
     @property

@@ -36,7 +36,7 @@ from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_ta
 from supervisor.transports.base import Rollover
 from supervisor.transports.notifications import NotificationsTransport
 from tests.conformance.conftest import G, sdk
-from tests.integration.conftest import wait_until
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

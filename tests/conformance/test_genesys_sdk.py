@@ -14,7 +14,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.conformance.conftest import G, Genesys, sdk
+from tests.conformance.conftest import G, sdk
+from tests.harness.simulators import Genesys
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -219,7 +220,7 @@ def topics(*names: str) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(denied_topics=("v2.routing.*",))])
+@pytest.mark.genesys_sim(GenesysSimConfig(denied_topics=("v2.routing.*",)))
 async def test_unknown_and_unpermitted_topics_are_rejected(genesys: Genesys, api_client: Any) -> None:
     notifications = G.NotificationsApi(api_client)
     channel = await sdk(notifications.post_notifications_channels)

@@ -15,7 +15,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.conformance.conftest import G, Genesys, sdk
+from tests.conformance.conftest import G, sdk
+from tests.harness.simulators import Genesys
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -148,7 +149,7 @@ async def test_error_replies_carry_no_tracing_id(genesys: Genesys, frame: dict[s
     assert reply["type"] == "response" and reply["class"] == "string" and "tracingId" not in reply
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_error_tracing_id=True)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_error_tracing_id=True))
 async def test_error_replies_carry_the_tracing_id_as_an_extension(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
         reply = await ask(ws, {"action": "getJwt", "token": "unknown", "tracingId": "t-1"})
@@ -167,7 +168,7 @@ async def test_a_resumed_session_is_answered_as_the_vendor_fixture(genesys: Gene
     assert resumed["body"] == {"connected": True, "newSession": False}
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_full_session_response=True)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_full_session_response=True))
 async def test_a_full_resumed_session_response_is_an_option(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
         await configure(ws, "tok-f")

@@ -1,9 +1,11 @@
-"""The socket API over real Unix sockets, in front of a supervisor wired to the simulators.
+"""The socket API over real Unix sockets, in front of a daemon wired to the simulators.
 
-:func:`api_daemon` starts the supervisor and the :class:`~supervisor.api.server.SocketApi` (as the
-composition root wires it: supervisor/runtime/assembly.py, ``socket_api``) the way ``run_daemon`` does (the board on the bus before any session moves, the sockets bound
-before they are used); :class:`Conn` is a small async client speaking the wire protocol, and
-:class:`Watcher` a subscriber that reads everything into a list as it arrives.
+:func:`api_daemon` is the in-process daemon of :mod:`tests.harness.in_process` with its
+:class:`~supervisor.api.server.SocketApi` (as the composition root wires it: supervisor/runtime/assembly.py,
+``socket_api``; the board on the bus before any session moves, the sockets bound before they are used);
+:class:`Conn` is a small async client speaking the wire protocol, :class:`Watcher` a subscriber that
+reads everything into a list as it arrives, :func:`calls_as` and :func:`cli_as` a client and the
+command line run as another uid.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import os
 import pkgutil
 import socket
 import sys
-import tempfile
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -25,33 +26,12 @@ from typing import Any, NoReturn
 import anyio
 from anyio.abc import SocketStream
 
+from supervisor.api.control import Reload
 from supervisor.api.protocol import FrameDecoder, Method, Reply, encode_call, parse_reply
-from supervisor.api.server import SocketApi
 from supervisor.clock import Clock
 from supervisor.config import SocketsConfig
-from supervisor.runtime.assembly import socket_api
-from supervisor.sim.cxone import CxoneSimulator
-from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.runtime_harness import Harness, supervised
-
-
-@contextlib.contextmanager
-def short_dir() -> Any:
-    """A directory whose socket paths fit sun_path (pytest's tmp_path may not)."""
-    with tempfile.TemporaryDirectory(prefix="ss-", dir="/tmp") as d:
-        yield Path(d)
-
-
-@dataclass
-class ApiHarness:
-    daemon: Harness
-    api: SocketApi
-    subscribe: Path
-    control: Path
-
-    @property
-    def bus_transitions(self) -> list[dict[str, Any]]:
-        return self.daemon.recorded.named("SESSION_TRANSITION")
+from tests.harness.config import short_dir
+from tests.harness.in_process import ApiSockets, Harness, supervised
 
 
 @contextlib.asynccontextmanager
@@ -59,28 +39,18 @@ async def api_daemon(
     config_text: str,
     tmp: Path,
     *,
-    genesys: GenesysSimulator | None = None,
-    cxone: CxoneSimulator | None = None,
     sockets: SocketsConfig | None = None,
     stop: anyio.Event | None = None,
-    reload: Any = None,
+    reload: Reload | None = None,
     clock: Clock | None = None,
-) -> AsyncIterator[ApiHarness]:
+) -> AsyncIterator[Harness]:
+    """The in-process daemon (:func:`tests.harness.in_process.supervised`) with its socket API at
+    ``subscribe.sock`` and ``control.sock`` in a short directory; ``clock`` is the API's own."""
     with short_dir() as directory:
         paths = (directory / "subscribe.sock", directory / "control.sock")
-        async with supervised(config_text, tmp, genesys=genesys, cxone=cxone, start=False) as daemon:
-            api = socket_api(
-                daemon.supervisor,
-                sockets or SocketsConfig(),
-                environ={},
-                paths=paths,
-                stop=stop,
-                reload=reload,
-                clock=clock,
-            )
-            await daemon.tg.start(daemon.supervisor.serve)
-            await daemon.tg.start(api.serve)
-            yield ApiHarness(daemon, api, *paths)
+        api = ApiSockets(paths, sockets or SocketsConfig(), stop=stop, reload=reload, clock=clock)
+        async with supervised(config_text, tmp, sockets=api) as daemon:
+            yield daemon
 
 
 class Conn:

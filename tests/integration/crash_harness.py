@@ -21,7 +21,7 @@ import anyio
 from supervisor.api.protocol import Method
 from supervisor.errors import ApiError, ApiUnavailable
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.daemon_process import Daemon, integrity, ledger_attempts
+from tests.harness.process import Daemon, integrity, ledger_attempts
 
 
 @dataclass

@@ -4,10 +4,10 @@
   namespace) and hands to the child as ``$NOTIFY_SOCKET``, as systemd does. ``SO_PASSCRED``
   makes the kernel attach the sender's pid to every datagram, so a test can check that the
   notifications come from the daemon itself (``NotifyAccess=main``).
-* :func:`spawn`: ``python -m supervisor run --config ...`` through a small launcher that
-  places the listening sockets on descriptors 3 and 4 and sets ``LISTEN_PID`` (and
-  ``WATCHDOG_PID``) to its own pid before it ``exec``s the daemon, so they name the daemon, as
-  systemd sets them for the process it forks.
+* :func:`spawn`: ``python -m supervisor run --config ...`` (:func:`tests.harness.process.spawn`)
+  through a small launcher that places the listening sockets on descriptors 3 and 4 and sets
+  ``LISTEN_PID`` (and ``WATCHDOG_PID``) to its own pid before it ``exec``s the daemon, so they name
+  the daemon, as systemd sets them for the process it forks.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import os
 import socket
 import struct
 import sys
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,10 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-__all__ = ["Notice", "NotifyReceiver", "listening_unix", "notify_receiver", "short_dir", "spawn"]
+from tests.harness import process
+from tests.harness.config import short_dir
+
+__all__ = ["Notice", "NotifyReceiver", "listening_unix", "notify_receiver", "spawn"]
 
 _CRED = struct.Struct("3i")
 
@@ -48,13 +50,6 @@ if "WATCHDOG_USEC" in os.environ:
     os.environ["WATCHDOG_PID"] = str(os.getpid())
 os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 """
-
-
-@contextlib.contextmanager
-def short_dir() -> Iterator[Path]:
-    """A directory whose socket paths fit sun_path (pytest's tmp_path may not)."""
-    with tempfile.TemporaryDirectory(prefix="ss-sd-", dir="/tmp") as directory:
-        yield Path(directory)
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,7 @@ async def notify_receiver(kind: str = "path") -> AsyncIterator[NotifyReceiver]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     sock.setblocking(False)
-    with short_dir() as directory:
+    with short_dir("ss-sd-") as directory:
         if kind == "path":
             value = str(directory / "notify")
             sock.bind(value)
@@ -162,7 +157,8 @@ async def spawn(
     args: Sequence[str] = (),
     prefix: Sequence[str] = (),
 ) -> Process:
-    """The daemon as a child, launched the way systemd starts a socket-activated service.
+    """The daemon as a child (:func:`tests.harness.process.spawn`), launched the way systemd starts a
+    socket-activated service.
 
     ``listeners`` become descriptors 3, 4, ... with ``LISTEN_FDS``/``LISTEN_PID`` (names go in
     ``env["LISTEN_FDNAMES"]``); ``prefix`` runs before the launcher (``unshare -m ...``).
@@ -172,16 +168,5 @@ async def spawn(
     if fds:
         extra["LAUNCH_FDS"] = ",".join(str(fd) for fd in fds)
         extra.setdefault("LISTEN_FDS", str(len(fds)))
-    command = [
-        *prefix,
-        sys.executable,
-        "-c",
-        LAUNCHER,
-        "-m",
-        "supervisor",
-        "run",
-        "--config",
-        str(config),
-        *args,
-    ]
-    return await anyio.open_process(command, env={**os.environ, **extra}, pass_fds=fds)
+    launcher = [*prefix, sys.executable, "-c", LAUNCHER]
+    return await process.spawn(config, env=extra, args=args, launcher=launcher, pass_fds=fds)

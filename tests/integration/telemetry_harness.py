@@ -1,33 +1,25 @@
-"""A supervisor wired with telemetry, exporting over real OTLP/HTTP to the loopback receiver.
+"""A daemon wired with telemetry, exporting over real OTLP/HTTP to the loopback receiver.
 
-Like :func:`tests.integration.runtime_harness.supervised`, plus: the executor hooks, the bus
+The in-process daemon of :mod:`tests.harness.in_process`, plus: the executor hooks, the bus
 sink and the trace-context provider of :class:`supervisor.telemetry.Telemetry`, exporting to an
 :class:`~tests.integration.otlp_receiver.OtlpReceiver`. Tests flush the exporter (on a worker
-thread, bounded) instead of waiting for the batch delay.
+thread, bounded: :meth:`~tests.harness.in_process.Harness.flush`) instead of waiting for the batch
+delay.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
-
-from supervisor.bus import EventBus
-from supervisor.clock import Clock, SystemClock
-from supervisor.config import Config, parse_config
+from supervisor.clock import Clock
 from supervisor.rest.executor import Sleep
-from supervisor.runtime.supervisor import Supervisor
-from supervisor.runtime.wiring import Wiring
-from supervisor.sim.cxone import CxoneSimulator
-from supervisor.sim.genesys import GenesysSimulator
-from supervisor.telemetry import ExportSettings, Telemetry, shapes_of
+from supervisor.telemetry import ExportSettings
 from supervisor.telemetry.settings import DEFAULT_SERVICE_NAME
+from tests.harness.config import Credentials
+from tests.harness.in_process import Harness, TelemetryExport, supervised
 from tests.integration.otlp_receiver import OtlpReceiver
-from tests.integration.runtime_harness import Harness, Recorded
 
 GENESYS_SECRET = "genesys-client-secret-value-7f3a"
 CXONE_SECRET = "cxone-client-secret-value-91bc"
@@ -49,17 +41,6 @@ def settings_for(
     )
 
 
-@dataclass
-class Traced:
-    harness: Harness
-    telemetry: Telemetry
-    receiver: OtlpReceiver
-    config: Config
-
-    async def flush(self, limit_s: float = 10.0) -> bool:
-        return await self.telemetry.flush(limit_s)
-
-
 @contextlib.asynccontextmanager
 async def traced(
     config_text: str,
@@ -68,47 +49,17 @@ async def traced(
     *,
     ratio: float = 1.0,
     timeout_s: float = 5.0,
-    genesys: GenesysSimulator | None = None,
-    cxone: CxoneSimulator | None = None,
     clock: Clock | None = None,
     sleep: Sleep | None = None,
     url: str | None = None,
-) -> AsyncIterator[Traced]:
-    (tmp / "genesys-secret").write_text(GENESYS_SECRET)
-    (tmp / "cxone-secret").write_text(CXONE_SECRET)
-    config = parse_config(config_text, "test.toml")
-    clock = clock or SystemClock()
-    bus = EventBus()
-    telemetry = Telemetry(
-        settings_for(url or receiver.url, ratio=ratio, timeout_s=timeout_s),
-        boot_id=bus.boot_id,
-        shapes=shapes_of(config),
-        secrets=[GENESYS_SECRET, CXONE_SECRET],
+) -> AsyncIterator[Harness]:
+    """The in-process daemon with telemetry exporting to ``receiver`` (or ``url``), its credential
+    files holding the secrets the leak tests look for."""
+    export = TelemetryExport(
+        settings_for(url or receiver.url, ratio=ratio, timeout_s=timeout_s), [GENESYS_SECRET, CXONE_SECRET]
     )
-    bus.trace_context = telemetry.trace_context
-    recorded = Recorded(clock)
-    bus.subscribe(recorded)
-    bus.subscribe(telemetry)
-    async with (
-        Wiring(
-            config,
-            bus=bus,
-            clock=clock,
-            rng=random.Random(config.daemon.seed or 0),
-            config_dir=tmp,
-            environ={},
-            sleep=sleep or anyio.sleep,
-            hooks=telemetry.hooks,
-        ) as wiring,
-        anyio.create_task_group() as tg,
-    ):
-        telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
-        sup = Supervisor(wiring)
-        await tg.start(sup.serve)
-        harness = Harness(sup, recorded, tg, genesys, cxone)
-        try:
-            yield Traced(harness, telemetry, receiver, config)
-        finally:
-            await sup.shutdown(2.0)
-            await telemetry.close(5.0)
-            tg.cancel_scope.cancel()
+    credentials = Credentials(genesys=GENESYS_SECRET, cxone=CXONE_SECRET, cxone_password=None)
+    async with supervised(
+        config_text, tmp, clock=clock, sleep=sleep, credentials=credentials, telemetry=export
+    ) as harness:
+        yield harness

@@ -17,7 +17,7 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +29,14 @@ from anyio.streams.text import TextReceiveStream
 from supervisor.api.protocol import ErrorName, Method, encode_call, parse_reply
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=21)]
 
 CLI = [sys.executable, "-m", "supervisor"]
 WATCHED = ("--session", "wm-1", "--session", "wm-2", "--events", "terminations")
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=21) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -120,9 +109,9 @@ def active(daemon: Output, n: int) -> bool:
 
 
 async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
-    config = write_config(sim, tmp_path, sockets)
+    config = write_config(genesys_sim, tmp_path, sockets)
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.pump)
@@ -167,7 +156,7 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
             assert session["state"] == "active" and session["platform"] == "genesys"
             assert ISO_UTC.match(session["since"])
 
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await wait_until(lambda: len(watch.typed("delta")) == 6, 20)
         for delta in watch.typed("delta"):
             assert {"seq", "sessionId", "state", "previous", "at", "reason"} <= set(delta)
@@ -242,9 +231,9 @@ async def test_bad_usage_and_no_daemon_are_one_line(args: list[str], code: int, 
 
 
 async def test_refusals_by_the_daemon_are_one_line_with_exit_1(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
-    config = write_config(sim, tmp_path, sockets, sessions=1)
+    config = write_config(genesys_sim, tmp_path, sockets, sessions=1)
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.pump)
@@ -333,13 +322,13 @@ async def test_demo_in_a_tmpdir_too_long_for_a_socket_runs_without_its_sockets(t
 
 
 async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path, monkeypatch: pytest.MonkeyPatch
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A user's daemon: no [sockets] paths, so $XDG_RUNTIME_DIR/session-supervisor/; ctl finds it unaided."""
     # a user's shell has no $RUNTIME_DIRECTORY (the integration tests' conftest sets one for the lock)
     monkeypatch.delenv("RUNTIME_DIRECTORY")
     config = tmp_path / "supervisor.toml"
-    config.write_text(genesys_config(sim.urls, 1))
+    config.write_text(genesys_config(genesys_sim.urls, 1))
     (tmp_path / "genesys-secret").write_text("x")
     env = {**os.environ, "XDG_RUNTIME_DIR": str(sockets)}
     process = await anyio.open_process([*CLI, "run", "--config", str(config)], env=env)
@@ -364,10 +353,10 @@ async def test_without_a_sockets_table_the_sockets_are_under_xdg_runtime_dir(
 
 
 async def test_without_paths_or_xdg_runtime_dir_the_daemon_runs_with_the_api_off(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     config = tmp_path / "supervisor.toml"
-    config.write_text(genesys_config(sim.urls, 1))
+    config.write_text(genesys_config(genesys_sim.urls, 1))
     (tmp_path / "genesys-secret").write_text("x")
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:
@@ -459,20 +448,20 @@ async def test_an_update_past_one_message_is_refused_before_it_is_sent(listener:
 
 
 async def test_reload_prints_what_changed_and_its_json_for_scripts(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
     """`ctl reload` used to print a Python dict; now a line a person reads, and --json for scripts."""
-    config = write_config(sim, tmp_path, sockets, sessions=2)
+    config = write_config(genesys_sim, tmp_path, sockets, sessions=2)
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.pump)
         await wait_until(lambda: active(daemon, 2), 20)
         # one session more: wm-2 is added, wm-0 and wm-1 are not touched
-        config.write_text(write_config(sim, tmp_path, sockets, sessions=3).read_text())
+        config.write_text(write_config(genesys_sim, tmp_path, sockets, sessions=3).read_text())
         code, out, err = await ctl(sockets, "reload")
         assert (code, err) == (0, "")
         assert out == "reloaded: 1 added (wm-2), none removed, none restarted, 2 unchanged\n"
-        config.write_text(write_config(sim, tmp_path, sockets, sessions=1).read_text())
+        config.write_text(write_config(genesys_sim, tmp_path, sockets, sessions=1).read_text())
         code, out, err = await ctl(sockets, "reload", "--json")
         assert (code, err) == (0, "")
         assert json.loads(out) == {
@@ -484,10 +473,12 @@ async def test_reload_prints_what_changed_and_its_json_for_scripts(
 
 
 async def test_control_idle_timeout_from_the_config_file(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
     """`[sockets] controlIdleTimeout`, by its name, in a `run` daemon: a client that asked and went quiet is closed."""
-    config = write_config(sim, tmp_path, sockets, sessions=1, table_extra="controlIdleTimeout = 0.5\n")
+    config = write_config(
+        genesys_sim, tmp_path, sockets, sessions=1, table_extra="controlIdleTimeout = 0.5\n"
+    )
     process, daemon = await start_daemon(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.pump)

@@ -7,7 +7,7 @@ that changes something published as CONTROL_COMMAND with the caller's uid and pi
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,27 +20,17 @@ from supervisor.errors import ConfigError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
-from tests.integration.api_harness import ApiHarness, Conn, Watcher, api_daemon
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
+from tests.harness.waits import wait_until
+from tests.integration.api_harness import Conn, Watcher, api_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=9)]
 
 V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=9) as simulator:
-        yield simulator
-
-
-async def call(h: ApiHarness, method: str, parameters: dict[str, Any] | None = None) -> Any:
+async def call(h: Harness, method: str, parameters: dict[str, Any] | None = None) -> Any:
     conn = await Conn.open(h.control)
     try:
         return await conn.call(method, parameters)
@@ -48,19 +38,19 @@ async def call(h: ApiHarness, method: str, parameters: dict[str, Any] | None = N
         await conn.aclose()
 
 
-def commands(h: ApiHarness) -> list[dict[str, Any]]:
-    return h.daemon.recorded.named("CONTROL_COMMAND")
+def commands(h: Harness) -> list[dict[str, Any]]:
+    return h.recorded.named("CONTROL_COMMAND")
 
 
 def by_us(event: dict[str, Any]) -> bool:
     return event["by"] == {"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}
 
 
-async def test_status_sessions_and_show(sim: GenesysSimulator, tmp_path: Path) -> None:
-    async with api_daemon(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 3 and h.daemon.all_in("active"))
+async def test_status_sessions_and_show(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
+    async with api_daemon(genesys_config(genesys_sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
         status = (await call(h, Method.STATUS)).parameters
-        assert status["bootId"] == h.daemon.supervisor.bus.boot_id
+        assert status["bootId"] == h.supervisor.bus.boot_id
         assert status["uptimeSeconds"] >= 0 and status["taxonomy"] == "v2" and not status["draining"]
         assert status["sessions"] == {"total": 3, "byState": {"active": 3}}
         assert status["circuits"] == [
@@ -75,7 +65,7 @@ async def test_status_sessions_and_show(sim: GenesysSimulator, tmp_path: Path) -
         shown = (await call(h, Method.SHOW_SESSION, {"sessionId": "wm-1"})).parameters["session"]
         assert (
             shown["state"] == "active"
-            and shown["conversationId"] == h.daemon.runners["wm-1"].context.conversation_id
+            and shown["conversationId"] == h.runners["wm-1"].context.conversation_id
         )
         missing = await call(h, Method.SHOW_SESSION, {"sessionId": "nope"})
         assert missing.error == ErrorName.NO_SUCH_SESSION and missing.parameters["sessionId"] == "nope"
@@ -85,17 +75,17 @@ async def test_status_sessions_and_show(sim: GenesysSimulator, tmp_path: Path) -
 
 
 async def test_stop_closes_the_session_with_1000_and_says_who_did_it(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
         watcher = await Watcher.subscribe(h.subscribe, {"streams": ["control"]})
         async with anyio.create_task_group() as tg:
             tg.start_soon(watcher.run)
             await wait_until(lambda: bool(watcher.messages))
             stopped = await call(h, Method.STOP_SESSION, {"sessionId": "wm-1"})
             assert stopped.parameters == {"sessionId": "wm-1", "state": "terminated"}
-            await wait_until(lambda: sim.recorder.events("client_close", code=1000) == 1)
+            await wait_until(lambda: genesys_sim.recorder.events("client_close", code=1000) == 1)
             again = await call(h, Method.STOP_SESSION, {"sessionId": "wm-1"})
             assert again.error is None  # idempotent
             unknown = await call(h, Method.STOP_SESSION, {"sessionId": "wm-9"})
@@ -113,25 +103,25 @@ async def test_stop_closes_the_session_with_1000_and_says_who_did_it(
             assert (delta["sessionId"], delta["state"], delta["reason"]) == ("wm-1", "terminated", "STOPPED")
             assert events[0]["seq"] < delta["seq"]
             tg.cancel_scope.cancel()
-        assert h.daemon.runners["wm-0"].state.value == "active"
+        assert h.runners["wm-0"].state.value == "active"
 
 
 async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """The seed's user-initiated re-authentication: today's only way back without restarting the daemon."""
-    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
         running = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
         assert running.error == ErrorName.SESSION_RUNNING and running.parameters["state"] == "active"
-        old = h.daemon.runners["wm-0"]
+        old = h.runners["wm-0"]
         assert isinstance(old.transport, WebMessagingTransport)
         old_guest = old.transport.guest_token
         # the platform lost both guest sessions: resumed, they are answered `newSession: true`
-        sim.state.sessions.clear()
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
-        await h.daemon.wait(lambda: old.core.terminated and h.daemon.runners["wm-1"].core.terminated)
-        terminated = h.daemon.recorded.named("SESSION_TERMINATED")
+        genesys_sim.state.sessions.clear()
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: old.core.terminated and h.runners["wm-1"].core.terminated)
+        terminated = h.recorded.named("SESSION_TERMINATED")
         assert {(t["sessionId"], t["action"]) for t in terminated} == {
             ("wm-0", "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"),
             ("wm-1", "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"),
@@ -139,16 +129,16 @@ async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
         shown = (await call(h, Method.SHOW_SESSION, {"sessionId": "wm-0"})).parameters["session"]
         assert shown["state"] == "terminated"
         assert shown["termination"]["trigger"] == "CONVERSATION_STATE_DRIFT"
-        sim.faults.clear()
+        genesys_sim.faults.clear()
         watcher = await Watcher.subscribe(h.subscribe, {"filter": {"sessions": ["wm-0"]}})
         async with anyio.create_task_group() as tg:
             tg.start_soon(watcher.run)
             await wait_until(lambda: bool(watcher.messages))
             started = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
             assert started.parameters == {"sessionId": "wm-0", "state": "connecting", "reauthenticated": True}
-            new = h.daemon.runners["wm-0"]
+            new = h.runners["wm-0"]
             assert new is not old
-            await h.daemon.wait(lambda: new.state.value == "active")
+            await h.wait(lambda: new.state.value == "active")
             # a full authentication cycle: a new guest session (a new token), not a resume of the old
             assert isinstance(new.transport, WebMessagingTransport)
             assert new.transport.guest_token and new.transport.guest_token != old_guest
@@ -158,7 +148,7 @@ async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
             tg.cancel_scope.cancel()
         start = [e for e in commands(h) if e["verb"] == "start"]
         assert [(e["sessionId"], e["ok"]) for e in start] == [("wm-0", False), ("wm-0", True)]
-        assert h.daemon.runners["wm-1"].core.terminated  # only what was asked for came back
+        assert h.runners["wm-1"].core.terminated  # only what was asked for came back
 
 
 @pytest.fixture
@@ -171,12 +161,12 @@ def taxonomy_files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 async def test_a_taxonomy_switch_is_validated_first(
-    sim: GenesysSimulator, tmp_path: Path, taxonomy_files: tuple[Path, Path]
+    genesys_sim: GenesysSimulator, tmp_path: Path, taxonomy_files: tuple[Path, Path]
 ) -> None:
     staged, broken = taxonomy_files
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 1 and h.daemon.all_in("active"))
-        classifier = h.daemon.supervisor.wiring.classifier
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        classifier = h.supervisor.wiring.classifier
         refused = await call(h, Method.USE_TAXONOMY, {"version": str(broken)})
         assert refused.error == ErrorName.INVALID_TAXONOMY
         assert "schema" in refused.parameters["problem"] and classifier.taxonomy.version == "v2"
@@ -193,13 +183,11 @@ async def test_a_taxonomy_switch_is_validated_first(
         assert switched.parameters == {"previous": "v2", "version": "v1-staged", "origin": str(staged)}
         assert classifier.taxonomy.version == "v1-staged"
         # every classification from now on is made by the new version
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
-        await h.daemon.wait(
-            lambda: any(
-                e["taxonomyVersion"] == "v1-staged" for e in h.daemon.recorded.named("SDK_ERROR_CLASSIFIED")
-            )
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(
+            lambda: any(e["taxonomyVersion"] == "v1-staged" for e in h.recorded.named("SDK_ERROR_CLASSIFIED"))
         )
-        announced = h.daemon.recorded.named("TAXONOMY_SWITCHED")
+        announced = h.recorded.named("TAXONOMY_SWITCHED")
         assert [(e["previous"], e["version"]) for e in announced] == [("v2", "v1-staged")] and by_us(
             announced[0]
         )
@@ -207,7 +195,7 @@ async def test_a_taxonomy_switch_is_validated_first(
         assert uses[0] == (str(broken), False) and uses[-1] == (str(staged), True)
 
 
-async def test_drain_and_reload(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_drain_and_reload(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
     stop = anyio.Event()
     reloads: list[int] = []
 
@@ -217,7 +205,7 @@ async def test_drain_and_reload(sim: GenesysSimulator, tmp_path: Path) -> None:
             raise ConfigError("supervisor.toml: sessions[0].kind: a cxone session is an 'agent-session'")
         return {"started": [], "stopped": [], "restarted": []}
 
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, stop=stop, reload=reload) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path, stop=stop, reload=reload) as h:
         ok = await call(h, Method.RELOAD)
         assert ok.parameters == {"result": {"started": [], "stopped": [], "restarted": []}}
         failed = await call(h, Method.RELOAD)
@@ -235,9 +223,9 @@ async def test_drain_and_reload(sim: GenesysSimulator, tmp_path: Path) -> None:
 
 
 async def test_reload_is_a_typed_unsupported_until_the_daemon_has_one(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         for method in (Method.RELOAD, Method.DRAIN):
             answer = await call(h, method)
             assert answer.error == ErrorName.UNSUPPORTED and answer.parameters["method"] == method

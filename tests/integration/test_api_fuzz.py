@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, Method, encode_call, parse_reply
 from supervisor.sim.genesys import GenesysSimulator
 from tests import strategies
-from tests.integration.api_harness import ApiHarness, api_daemon
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
+from tests.integration.api_harness import api_daemon
 
 pytestmark = pytest.mark.integration
 
@@ -65,17 +66,17 @@ class Sentinel:
 
 @dataclass
 class Live:
-    h: ApiHarness
+    h: Harness
     sentinel: Sentinel
 
 
 @asynccontextmanager
-async def live_daemon(tmp: Path) -> AsyncIterator[ApiHarness]:
+async def live_daemon(tmp: Path) -> AsyncIterator[Harness]:
     async with (
         GenesysSimulator(seed=13) as sim,
-        api_daemon(genesys_config(sim.urls, SESSIONS), tmp, genesys=sim) as h,
+        api_daemon(genesys_config(sim.urls, SESSIONS), tmp) as h,
     ):
-        await h.daemon.wait(lambda: len(h.daemon.runners) == SESSIONS and h.daemon.all_in("active"))
+        await h.wait(lambda: len(h.runners) == SESSIONS and h.all_in("active"))
         yield h
 
 

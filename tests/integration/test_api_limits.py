@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -19,27 +19,16 @@ from supervisor.config import SocketsConfig
 from supervisor.errors import ApiError, ApiUnavailable
 from supervisor.events import Event
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import Conn, api_daemon, short_dir
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config, short_dir
+from tests.harness.waits import wait_until
+from tests.integration.api_harness import Conn, api_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=8)]
 
 
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=8) as simulator:
-        yield simulator
-
-
-async def test_a_client_that_never_calls_is_timed_out(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_a_client_that_never_calls_is_timed_out(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
     sockets = SocketsConfig(handshake_timeout=0.2)
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path, sockets=sockets) as h:
         for path in (h.subscribe, h.control):
             silent = await Conn.open(path)
             reply = await silent.reply()  # the daemon's answer, whenever its timer fires
@@ -50,10 +39,10 @@ async def test_a_client_that_never_calls_is_timed_out(sim: GenesysSimulator, tmp
 
 
 async def test_past_the_connection_cap_a_client_is_told_and_closed(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     sockets = SocketsConfig(max_connections=2)
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path, sockets=sockets) as h:
         held = [await Conn.open(h.control) for _ in range(2)]
         for conn in held:  # both are in: they answer
             assert (await conn.call(Method.GET_INFO)).error is None
@@ -78,11 +67,11 @@ async def test_past_the_connection_cap_a_client_is_told_and_closed(
 
 
 async def test_control_connections_idle_after_their_last_answer_are_closed_and_free_their_slots(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Formerly 128 connections that asked once and then said nothing held every slot."""
     sockets = SocketsConfig(max_connections=2, control_idle_timeout=0.3)
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, sockets=sockets) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path, sockets=sockets) as h:
         held = [await Conn.open(h.control) for _ in range(2)]
         for conn in held:
             assert (await conn.call(Method.GET_INFO)).error is None

@@ -18,7 +18,7 @@ import json
 import math
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,14 @@ import pytest
 from supervisor.api.protocol import CONTROL, SERVICE, STATE, ErrorName, Method, encode_call, parse_reply
 from supervisor.api.signatures import Interface, Kind, VType, parse_interface
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.daemon_process import CLI, daemon_config, running_daemon
+from tests.harness.config import daemon_config
+from tests.harness.process import CLI, running_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=61),
+]
 
 # one value of every JSON kind, and the integers just past a signed 64-bit one
 POOL: tuple[Any, ...] = (
@@ -51,17 +56,6 @@ POOL: tuple[Any, ...] = (
     {"k": "v"},
     {"k": 1},
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=61) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -194,10 +188,10 @@ def run_cases(line: Line, interface: Interface) -> tuple[int, list[str]]:
 
 
 async def test_every_parameter_of_every_method_refuses_every_wrong_type(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
-    conv = sim.create_conversation()
-    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3")
+    conv = genesys_sim.create_conversation()
+    config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3")
     async with running_daemon(config) as daemon:
         await daemon.wait_ready(active=1)
         control = Line(daemon.control)
@@ -230,11 +224,11 @@ async def test_every_parameter_of_every_method_refuses_every_wrong_type(
 
 
 async def test_resolve_mismatch_with_a_list_or_an_id_past_64_bits_is_answered(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
     """The issue's two cases, from ctl as a script runs it: one line naming the parameter, no peer-check blame."""
-    conv = sim.create_conversation()
-    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3")
+    conv = genesys_sim.create_conversation()
+    config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3")
     async with running_daemon(config) as daemon:
         await daemon.wait_ready(active=1)
         line = Line(daemon.control)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,16 @@ import pytest
 from supervisor.api.protocol import ErrorName, Method
 from supervisor.config import SocketsConfig
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import ApiHarness, Conn, api_daemon, calls_as, cli_as
-from tests.integration.daemon_process import daemon_config, running_daemon
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import daemon_config, genesys_config
+from tests.harness.in_process import Harness
+from tests.harness.process import running_daemon
+from tests.integration.api_harness import Conn, api_daemon, calls_as, cli_as
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.anyio,
     pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root"),
+    pytest.mark.genesys_sim(seed=23),
 ]
 
 FILES_GID = 4250  # the socket files' group
@@ -46,19 +47,8 @@ SOCKETS = SocketsConfig(
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=23) as simulator:
-        yield simulator
-
-
 async def as_uid(
-    h: ApiHarness, uid: int, calls: list[tuple[str, dict[str, Any]]], groups: tuple[int, ...] = ()
+    h: Harness, uid: int, calls: list[tuple[str, dict[str, Any]]], groups: tuple[int, ...] = ()
 ) -> list[tuple[str | None, dict[str, Any]]]:
     replies = await calls_as(h.control, calls, uid=uid, gid=FILES_GID, groups=[FILES_GID, *groups])
     assert not isinstance(replies, str), replies
@@ -75,15 +65,13 @@ def denied(reply: tuple[str | None, dict[str, Any]], needed: str, granted: str) 
 
 
 async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     stop = anyio.Event()
-    async with api_daemon(
-        genesys_config(sim.urls, 3), tmp_path, genesys=sim, sockets=SOCKETS, stop=stop
-    ) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 3 and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 3), tmp_path, sockets=SOCKETS, stop=stop) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
         os.chmod(h.control.parent, 0o711)  # the test's directory: let the other uids reach the files
-        taxonomy = h.daemon.supervisor.wiring.classifier.taxonomy
+        taxonomy = h.supervisor.wiring.classifier.taxonomy
 
         # an observer reads, and may do nothing else
         replies = await as_uid(
@@ -141,17 +129,15 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
         assert refused == "closed after 0 replies"
 
         # what the refusals did: nothing
-        assert h.daemon.runners["wm-0"].state.value == "active"
-        assert (
-            not stop.is_set() and h.daemon.supervisor.wiring.classifier.taxonomy.version == taxonomy.version
-        )
+        assert h.runners["wm-0"].state.value == "active"
+        assert not stop.is_set() and h.supervisor.wiring.classifier.taxonomy.version == taxonomy.version
         conn = await Conn.open(h.control)  # root: an administrator
         status = (await conn.call(Method.STATUS)).parameters
         await conn.aclose()
         assert status["sockets"]["control"]["deniedCalls"] == 8
         assert status["sockets"]["control"]["refusedPeers"] == 1
 
-    commands = h.daemon.recorded.named("CONTROL_COMMAND")
+    commands = h.recorded.named("CONTROL_COMMAND")
     refusals = [
         (c["verb"], c["by"]["uid"], c.get("sessionId"), c.get("required")) for c in commands if not c["ok"]
     ]
@@ -172,12 +158,14 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
     assert done == [("stop", OPERATOR), ("stop", OPS_MEMBER), ("taxonomy.use", LEGACY)]
 
 
-async def test_the_role_keys_in_a_config_file_with_ctl_run_as_other_users(sim: GenesysSimulator) -> None:
+async def test_the_role_keys_in_a_config_file_with_ctl_run_as_other_users(
+    genesys_sim: GenesysSimulator,
+) -> None:
     """The contract as a script meets it: `run` with observerUids / operatorGids, `ctl` as those users."""
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with tempfile.TemporaryDirectory(prefix="ss-roles-", dir="/tmp") as d:
         workdir = Path(d)
-        config = daemon_config(sim, workdir, [("wm-0", conv.id)])
+        config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)])
         roles = (
             f"group = {FILES_GID}\nallowUids = [{OBSERVER}]\nallowGids = [{OPS_GID}]\n"
             f"observerUids = [{OBSERVER}]\noperatorGids = [{OPS_GID}]\n"

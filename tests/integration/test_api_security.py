@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -22,29 +21,19 @@ from supervisor.config import SocketsConfig
 from supervisor.errors import ConfigError
 from supervisor.runtime.assembly import socket_api
 from supervisor.sim.genesys import GenesysSimulator
+from tests.harness.config import genesys_config
+from tests.harness.waits import wait_until
 from tests.integration.api_harness import Conn, api_daemon, cli_as
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.anyio,
     pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root"),
+    pytest.mark.genesys_sim(seed=3),
 ]
 
 OTHER_UID = 12345
 OPS_GID = 4243
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=3) as simulator:
-        yield simulator
 
 
 async def as_other_user(path: Path, *, groups: list[int], gid: int | None = None) -> str:
@@ -94,16 +83,16 @@ def open_directory(h_path: Path) -> None:
 
 
 async def test_a_peer_whose_uid_is_not_allowed_is_refused_with_zero_bytes(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
         open_directory(h.subscribe)
         # the socket files: 0660, our group; the child keeps gid 0, so the file lets it connect and
         # only the peer check stands in its way
         assert stat.S_IMODE(h.subscribe.stat().st_mode) == 0o660
         for path in (h.subscribe, h.control):
             assert await as_other_user(path, groups=[]) == "received 0"
-        refused = h.daemon.recorded.named("SOCKET_PEER_REFUSED")
+        refused = h.recorded.named("SOCKET_PEER_REFUSED")
         assert [(e["socket"], e["peer"]["uid"], e["peer"]["gid"]) for e in refused] == [
             ("subscribe", OTHER_UID, 0),
             ("control", OTHER_UID, 0),
@@ -118,13 +107,13 @@ async def test_a_peer_whose_uid_is_not_allowed_is_refused_with_zero_bytes(
 
 
 async def test_an_ops_group_gets_the_subscribe_socket_but_not_the_control_socket(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """allowGids matches supplementary groups (SO_PEERGROUPS); the control socket stays narrower."""
     # as systemd's SocketGroup= would: the ops group owns the socket files (sockets.group)
     sockets = SocketsConfig(allow_gids=[OPS_GID], group=OPS_GID)
-    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim, sockets=sockets) as h:
-        await h.daemon.wait(lambda: h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path, sockets=sockets) as h:
+        await h.wait(lambda: h.all_in("active"))
         open_directory(h.subscribe)
         assert {path.stat().st_gid for path in (h.subscribe, h.control)} == {OPS_GID}
         # primary group 4242, the ops group only as a supplementary one
@@ -133,16 +122,16 @@ async def test_an_ops_group_gets_the_subscribe_socket_but_not_the_control_socket
         assert await as_other_user(h.control, groups=[OPS_GID], gid=4242) == "received 0"
         # outside the group the socket file's mode stops it before the peer check could
         assert (await as_other_user(h.subscribe, groups=[], gid=4242)).startswith("error PermissionError")
-        refused = [e["socket"] for e in h.daemon.recorded.named("SOCKET_PEER_REFUSED")]
+        refused = [e["socket"] for e in h.recorded.named("SOCKET_PEER_REFUSED")]
         assert refused == ["control"]
 
 
 async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         inodes = [h.subscribe.lstat().st_ino, h.control.lstat().st_ino]
-        second = socket_api(h.daemon.supervisor, SocketsConfig(), environ={}, paths=(h.subscribe, h.control))
+        second = socket_api(h.supervisor, SocketsConfig(), environ={}, paths=(h.subscribe, h.control))
         with pytest.raises(ConfigError, match="another daemon is listening on this socket"):
             second.bind()
         # the first still answers on both
@@ -154,10 +143,10 @@ async def test_a_second_daemon_cannot_take_the_sockets_of_a_live_one(
 
 
 async def test_a_socket_file_the_user_may_not_open_is_exit_1_for_ctl_and_watch(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """README says 1 when the daemon refuses us; click's readable check made it 2."""
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         open_directory(h.subscribe)
         # 0660 root:root, and the user is in neither: the file's mode refuses it
         for args in (
@@ -210,18 +199,17 @@ async def refused_as(path: Path, uid: int, times: int) -> str:
 
 
 async def test_a_peer_refused_thousands_of_times_is_one_line_per_interval(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """3,000 refusals in a few seconds used to be 3,000 SOCKET_PEER_REFUSED lines."""
     clock = FakeClock()
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim, clock=clock) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path, clock=clock) as h:
         open_directory(h.control)
         assert await refused_as(h.control, OTHER_UID, 3000) == "closed 3000"
 
         def lines() -> list[tuple[int, int, int]]:
             return [
-                (e["peer"]["uid"], e["count"], e["refused"])
-                for e in h.daemon.recorded.named("SOCKET_PEER_REFUSED")
+                (e["peer"]["uid"], e["count"], e["refused"]) for e in h.recorded.named("SOCKET_PEER_REFUSED")
             ]
 
         assert lines() == [(OTHER_UID, 1, 1)]  # the first at once, the rest counted

@@ -8,7 +8,6 @@ never costing the others anything, and its own backlog never past its cap.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,39 +19,29 @@ from supervisor.config import SocketsConfig
 from supervisor.events import Published
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import ApiHarness, Conn, Watcher, api_daemon
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
+from tests.harness.waits import wait_until
+from tests.integration.api_harness import Conn, Watcher, api_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=5)]
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def connects(h: Harness) -> int:
+    return sum(r.connects for r in h.runners.values())
 
 
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=5) as simulator:
-        yield simulator
-
-
-def connects(h: ApiHarness) -> int:
-    return sum(r.connects for r in h.daemon.runners.values())
-
-
-async def drop_all_and_recover(h: ApiHarness, sim: GenesysSimulator) -> None:
-    n = len(h.daemon.runners)
+async def drop_all_and_recover(h: Harness, sim: GenesysSimulator) -> None:
+    n = len(h.runners)
     before = connects(h)
     sim.faults.clear()
     sim.faults.inject(Fault(kind=FaultKind.DROP))
-    await h.daemon.wait(lambda: connects(h) >= before + n and h.daemon.all_in("active"), 20)
+    await h.wait(lambda: connects(h) >= before + n and h.all_in("active"), 20)
 
 
-def transitions_after(h: ApiHarness, seq: int) -> list[tuple[int, str, str, str]]:
+def transitions_after(h: Harness, seq: int) -> list[tuple[int, str, str, str]]:
     return [(e["seq"], e["sessionId"], e["from"], e["to"]) for e in h.bus_transitions if e["seq"] > seq]
 
 
@@ -89,11 +78,11 @@ def follow(messages: list[dict[str, Any]]) -> dict[str, str]:
 
 
 async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_drop_in_order(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     n = 12
-    async with api_daemon(genesys_config(sim.urls, n), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == n and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, n), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
         watcher = await Watcher.subscribe(h.subscribe)
         # one that takes every stream too: then every bus seq reaches it, as a delta or an event
         everything = await Watcher.subscribe(h.subscribe, {"streams": ["all"]})
@@ -103,7 +92,7 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
             await wait_until(lambda: bool(watcher.messages) and bool(everything.messages))
             snapshot = watcher.snapshot
             assert snapshot["type"] == "snapshot"
-            assert snapshot["bootId"] == h.daemon.supervisor.bus.boot_id
+            assert snapshot["bootId"] == h.supervisor.bus.boot_id
             assert {s["sessionId"]: s["state"] for s in snapshot["sessions"]} == {
                 f"wm-{i}": "active" for i in range(n)
             }
@@ -112,7 +101,7 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
                 assert session["circuit"] == {"endpoint": "genesys:webmessaging", "state": "closed"}
                 assert session["attempts"] == 0 and session["agentId"] == f"a-{session['sessionId'][3:]}"
 
-            await drop_all_and_recover(h, sim)
+            await drop_all_and_recover(h, genesys_sim)
             expected = transitions_after(h, snapshot["seq"])
             await wait_until(lambda: len(watcher.of("delta")) >= len(expected))
             deltas = watcher.of("delta")
@@ -132,7 +121,7 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
             assert all(ISO_UTC.match(d["at"]) for d in deltas)
             assert replay(snapshot, deltas) == {f"wm-{i}": "active" for i in range(n)}
             # no seq gap at all for the subscriber that asked for everything
-            last = h.daemon.recorded.published[-1].seq
+            last = h.recorded.published[-1].seq
             await wait_until(lambda: everything.messages[-1]["seq"] >= last)
             first = everything.snapshot["seq"]
             assert [m["seq"] for m in everything.messages[1:]] == list(range(first + 1, last + 1))
@@ -140,26 +129,26 @@ async def test_a_subscriber_sees_the_snapshot_then_every_transition_of_a_mass_dr
 
 
 async def test_a_subscriber_joining_mid_storm_gets_a_snapshot_consistent_with_the_deltas_after_it(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     n = 16
-    config = genesys_config(sim.urls, n, first_min=0.3, first_max=1.5)
-    async with api_daemon(config, tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == n and h.daemon.all_in("active"))
+    config = genesys_config(genesys_sim.urls, n, first_min=0.3, first_max=1.5)
+    async with api_daemon(config, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
         before = connects(h)
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         # mid-storm: some sessions are back, some are still on their way
-        await h.daemon.wait(
+        await h.wait(
             lambda: (
-                any(r.state.value == "active" for r in h.daemon.runners.values())
-                and not h.daemon.all_in("active")
+                any(r.state.value == "active" for r in h.runners.values())
+                and not h.all_in("active")
                 and connects(h) > before
             )
         )
         watcher = await Watcher.subscribe(h.subscribe)
         async with anyio.create_task_group() as tg:
             tg.start_soon(watcher.run)
-            await h.daemon.wait(lambda: connects(h) >= before + n and h.daemon.all_in("active"), 20)
+            await h.wait(lambda: connects(h) >= before + n and h.all_in("active"), 20)
             await wait_until(lambda: bool(watcher.messages))
             snapshot = watcher.snapshot
             assert snapshot["type"] == "snapshot"
@@ -181,21 +170,21 @@ async def test_a_subscriber_joining_mid_storm_gets_a_snapshot_consistent_with_th
 
 
 async def test_a_subscriber_that_never_reads_is_lagged_then_cut_off_and_slows_nobody(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """The stalled one conflates, lags, is disconnected; the reader gets every delta and event in order."""
     n = 8
     cap = 16 * 1024
     sockets = SocketsConfig(subscriber_buffer_bytes=cap, lagged_disconnect_after=0.1)
-    config = genesys_config(sim.urls, n, first_min=0.05, first_max=0.2)
-    async with api_daemon(config, tmp_path, genesys=sim, sockets=sockets) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == n and h.daemon.all_in("active"))
+    config = genesys_config(genesys_sim.urls, n, first_min=0.05, first_max=0.2)
+    async with api_daemon(config, tmp_path, sockets=sockets) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
         held: list[int] = []
 
         def measure(published: Published) -> None:
             held.append(max((s.outbox.pending_bytes for s in h.api.hub.subscribers), default=0))
 
-        h.daemon.supervisor.bus.subscribe(measure)
+        h.supervisor.bus.subscribe(measure)
         stalled = await Conn.open(h.subscribe)
         await stalled.send(Method.SUBSCRIBE, {"streams": ["all"]}, more=True)
         reader = await Watcher.subscribe(h.subscribe, {"streams": ["retries"]})
@@ -206,15 +195,15 @@ async def test_a_subscriber_that_never_reads_is_lagged_then_cut_off_and_slows_no
             for _ in range(40):
                 if h.api.hub.lag_disconnects:
                     break
-                await drop_all_and_recover(h, sim)
+                await drop_all_and_recover(h, genesys_sim)
             assert h.api.hub.lag_disconnects == 1
             assert len(h.api.hub.subscribers) == 1  # only the reader is left
-            cut = h.daemon.recorded.named("SUBSCRIBER_DISCONNECTED")
+            cut = h.recorded.named("SUBSCRIBER_DISCONNECTED")
             assert len(cut) == 1 and cut[0]["reason"] == "lagged" and cut[0]["lags"] >= 1
             # the reader: every transition and every retry event, in bus order, nothing conflated or lost
             wanted = {"SESSION_TRANSITION", "RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}
             expected = [
-                e for _, name, e in h.daemon.recorded.events if name in wanted and e["seq"] > snapshot["seq"]
+                e for _, name, e in h.recorded.events if name in wanted and e["seq"] > snapshot["seq"]
             ]
             await wait_until(lambda: len(reader.messages) - 1 >= len(expected))
             got = reader.messages[1:]
@@ -236,26 +225,26 @@ async def test_a_subscriber_that_never_reads_is_lagged_then_cut_off_and_slows_no
 
 
 async def test_a_slow_subscriber_is_told_it_lagged_then_gets_a_fresh_snapshot(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     n = 8
     sockets = SocketsConfig(subscriber_buffer_bytes=4096, lagged_disconnect_after=60.0)
-    config = genesys_config(sim.urls, n, first_min=0.05, first_max=0.2)
-    async with api_daemon(config, tmp_path, genesys=sim, sockets=sockets) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == n and h.daemon.all_in("active"))
+    config = genesys_config(genesys_sim.urls, n, first_min=0.05, first_max=0.2)
+    async with api_daemon(config, tmp_path, sockets=sockets) as h:
+        await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
         slow = await Watcher.subscribe(h.subscribe, {"streams": ["all"]})
         await wait_until(lambda: len(h.api.hub.subscribers) == 1)
         outbox = h.api.hub.subscribers[0].outbox
         for _ in range(40):
             if outbox.lags:
                 break
-            await drop_all_and_recover(h, sim)
+            await drop_all_and_recover(h, genesys_sim)
         assert outbox.lags >= 1
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow.run)  # it reads again
             await wait_until(lambda: bool(slow.of("lagged")))
-            await drop_all_and_recover(h, sim)
-            last = h.daemon.recorded.published[-1].seq
+            await drop_all_and_recover(h, genesys_sim)
+            last = h.recorded.published[-1].seq
             await wait_until(lambda: bool(slow.messages) and slow.messages[-1].get("seq", 0) >= last)
             types = [m["type"] for m in slow.messages]
             at = types.index("lagged")
@@ -267,11 +256,11 @@ async def test_a_slow_subscriber_is_told_it_lagged_then_gets_a_fresh_snapshot(
 
 
 async def test_when_the_daemon_stops_the_stream_ends_with_the_drain_then_closes(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     async with anyio.create_task_group() as tg:
-        async with api_daemon(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
-            await h.daemon.wait(lambda: len(h.daemon.runners) == 3 and h.daemon.all_in("active"))
+        async with api_daemon(genesys_config(genesys_sim.urls, 3), tmp_path) as h:
+            await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
             watcher = await Watcher.subscribe(h.subscribe, {"filter": {"states": ["terminated"]}})
             tg.start_soon(watcher.run)
             await wait_until(lambda: bool(watcher.messages))
@@ -284,10 +273,10 @@ async def test_when_the_daemon_stops_the_stream_ends_with_the_drain_then_closes(
 
 
 async def test_filters_select_sessions_and_a_second_call_on_a_stream_ends_it(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 4), tmp_path, genesys=sim) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 4 and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 4), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 4 and h.all_in("active"))
         one = await Watcher.subscribe(
             h.subscribe, {"filter": {"sessions": ["wm-1"], "platforms": ["genesys"]}}
         )
@@ -295,7 +284,7 @@ async def test_filters_select_sessions_and_a_second_call_on_a_stream_ends_it(
         async with anyio.create_task_group() as tg:
             tg.start_soon(one.run)
             tg.start_soon(cxone_only.run)
-            await drop_all_and_recover(h, sim)
+            await drop_all_and_recover(h, genesys_sim)
             await wait_until(lambda: len(one.of("delta")) == 3)
             assert [s["sessionId"] for s in one.snapshot["sessions"]] == ["wm-1"]
             assert {d["sessionId"] for d in one.of("delta")} == {"wm-1"}
@@ -313,9 +302,9 @@ async def test_filters_select_sessions_and_a_second_call_on_a_stream_ends_it(
 
 
 async def test_subscribe_needs_more_and_the_service_methods_answer(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    async with api_daemon(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         conn = await Conn.open(h.subscribe)
         info = await conn.call(Method.GET_INFO)
         assert "io.sessionsupervisor.state.v1" in info.parameters["interfaces"]
@@ -337,7 +326,7 @@ async def test_subscribe_needs_more_and_the_service_methods_answer(
 
 
 async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Idle subscribers stay (documented as designed, docs/socket-api.md "Idle subscribers").
 
@@ -346,8 +335,8 @@ async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
     once changes pile up past its cap (test_a_subscriber_that_never_reads_is_lagged_then_cut_off_and_slows_nobody).
     """
     sockets = SocketsConfig(lagged_disconnect_after=0.05, handshake_timeout=0.5)
-    async with api_daemon(genesys_config(sim.urls, 2), tmp_path, genesys=sim, sockets=sockets) as h:
-        await h.daemon.wait(lambda: len(h.daemon.runners) == 2 and h.daemon.all_in("active"))
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path, sockets=sockets) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
         idle = await Conn.open(h.subscribe)
         await idle.send(Method.SUBSCRIBE, {}, more=True)
         snapshot = await idle.reply()
@@ -359,7 +348,7 @@ async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
         assert timed_out is not None and timed_out.error == ErrorName.HANDSHAKE_TIMEOUT
         await silent.aclose()
         assert h.api.hub.stats()["subscribers"] == 1 and h.api.hub.lag_disconnects == 0
-        assert h.daemon.recorded.named("SUBSCRIBER_DISCONNECTED") == []
+        assert h.recorded.named("SUBSCRIBER_DISCONNECTED") == []
         # and it is still served: the next change reaches it
         control = await Conn.open(h.control)
         assert (await control.call(Method.STOP_SESSION, {"sessionId": "wm-1"})).error is None

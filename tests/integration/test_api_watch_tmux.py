@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -18,27 +18,17 @@ import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config
+from tests.harness.waits import wait_until
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.anyio,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
+    pytest.mark.genesys_sim(seed=4),
 ]
 
 CLI = [sys.executable, "-m", "supervisor"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=4) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -87,11 +77,11 @@ class Tmux:
 
 
 async def test_watch_shows_the_table_change_after_a_fault(
-    sim: GenesysSimulator, tmp_path: Path, sockets: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path, sockets: Path
 ) -> None:
     config = tmp_path / "supervisor.toml"
     table = f'[sockets]\nsubscribe = "{sockets / "s.sock"}"\ncontrol = "{sockets / "c.sock"}"\n'
-    config.write_text(table + genesys_config(sim.urls, 3))
+    config.write_text(table + genesys_config(genesys_sim.urls, 3))
     (tmp_path / "genesys-secret").write_text("x")
     daemon = await anyio.open_process([*CLI, "run", "--config", str(config)], stdout=None, stderr=None)
     tmux = Tmux([*CLI, "watch", "--socket", str(sockets / "s.sock")], tmp_path / "tmux.conf")
@@ -106,8 +96,8 @@ async def test_watch_shows_the_table_change_after_a_fault(
 
         # the platform lost every guest session: the resumed tokens are answered `newSession: true`,
         # the drift a guest can see (CONVERSATION_STATE_DRIFT)
-        sim.state.sessions.clear()
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.state.sessions.clear()
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         after = await tmux.wait_for("terminated 3", "CONVERSATION_STATE_DRIFT")
         assert "active 3" not in after
         assert "FAIL_FAST_TRIGGER CONVERSATION_STATE_DRIFT" in after  # the recent-events lines

@@ -13,7 +13,7 @@ body (what the demo passes) against the simulator on loopback, over real Unix so
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,22 +26,11 @@ from supervisor.errors import ConfigError
 from supervisor.runtime.assembly import Daemon, DaemonConfig, DaemonView, Outcome
 from supervisor.runtime.main import Service
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.api_harness import Conn, short_dir
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import genesys_config, short_dir
+from tests.harness.waits import wait_until
+from tests.integration.api_harness import Conn
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=31) as simulator:
-        yield simulator
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=31)]
 
 
 class Body:
@@ -75,10 +64,10 @@ def handshakes(sim: GenesysSimulator) -> int:
 
 
 async def test_a_socket_path_a_live_daemon_holds_ends_the_start_before_any_session(
-    sim: GenesysSimulator,
+    genesys_sim: GenesysSimulator,
 ) -> None:
     with short_dir() as directory:
-        config = parse_config(config_text(sim, directory, 2), "t.toml")
+        config = parse_config(config_text(genesys_sim, directory, 2), "t.toml")
         # a live daemon's control socket: listening, so the path is not a leftover to replace
         held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         held.bind(str(directory / "c.sock"))
@@ -93,14 +82,14 @@ async def test_a_socket_path_a_live_daemon_holds_ends_the_start_before_any_sessi
             held.close()
         assert body.view is not None  # built: the bind is the lifecycle's first step
         assert dict(body.view.sessions.runners) == {} and not body.played
-        assert handshakes(sim) == 0
+        assert handshakes(genesys_sim) == 0
         # the subscribe socket bound just before it was closed again and its file removed
         assert not (directory / "s.sock").exists()
 
 
-async def test_a_body_reads_the_session_table_and_the_drain_follows_it(sim: GenesysSimulator) -> None:
+async def test_a_body_reads_the_session_table_and_the_drain_follows_it(genesys_sim: GenesysSimulator) -> None:
     with short_dir() as directory:
-        config = parse_config(config_text(sim, directory, 2), "t.toml")
+        config = parse_config(config_text(genesys_sim, directory, 2), "t.toml")
         seen: list[dict[str, int]] = []
 
         async def play(view: DaemonView) -> None:
@@ -128,13 +117,15 @@ async def test_a_body_reads_the_session_table_and_the_drain_follows_it(sim: Gene
         assert sorted(runners) == ["wm-0", "wm-1"]
         assert {r.termination.reason.value for r in runners.values() if r.termination} == {"STOPPED"}
         assert not (directory / "s.sock").exists() and not (directory / "c.sock").exists()
-        await wait_until(lambda: sim.recorder.connections_open("webmessaging") == 0, 20)
+        await wait_until(lambda: genesys_sim.recorder.connections_open("webmessaging") == 0, 20)
 
 
-async def test_a_shard_set_selects_the_sessions_at_start_and_at_each_reload(sim: GenesysSimulator) -> None:
+async def test_a_shard_set_selects_the_sessions_at_start_and_at_each_reload(
+    genesys_sim: GenesysSimulator,
+) -> None:
     with short_dir() as directory:
         path = directory / "supervisor.toml"
-        path.write_text(config_text(sim, directory, 4))
+        path.write_text(config_text(genesys_sim, directory, 4))
 
         def even(spec: SessionSpec) -> bool:
             return int(spec.id.rsplit("-", 1)[1]) % 2 == 0
@@ -144,7 +135,7 @@ async def test_a_shard_set_selects_the_sessions_at_start_and_at_each_reload(sim:
             assert sorted(view.sessions.runners) == ["wm-0", "wm-2"]
             assert [s.id for s in view.sessions.config.sessions] == ["wm-0", "wm-2"]
             # six configured now: the reload starts wm-4, never wm-3 or wm-5
-            path.write_text(config_text(sim, directory, 6))
+            path.write_text(config_text(genesys_sim, directory, 6))
             conn = await Conn.open(directory / "c.sock")
             try:
                 reloaded = await conn.call(Method.RELOAD)

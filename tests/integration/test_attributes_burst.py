@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import email.utils
 import math
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,34 +30,19 @@ from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import UpdateOutcome
-from tests.integration.attributes_harness import (
-    advancing,
-    attributes_config,
-    customer_attributes,
-    durable_daemon,
-)
+from tests.harness.clocks import advancing
+from tests.harness.config import attributes_config
+from tests.integration.attributes_harness import customer_attributes, durable_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=13, fake_clock=True),
+]
 
 CONVERSATIONS = 20
 UPDATES = 200
 PATCH_RETRY_AFTER_S = 2.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=2000.0)
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=13, clock=clock) as simulator:
-        yield simulator
 
 
 class Requests:
@@ -94,15 +78,17 @@ class Requests:
 
 
 async def test_a_burst_of_200_updates_with_silent_drops_and_429_storms_loses_nothing(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    conversations = [sim.create_conversation(attributes={"survey": "unset"}).id for _ in range(CONVERSATIONS)]
-    text = attributes_config(sim.urls, conversations, store=tmp_path / "store.sqlite3")
+    conversations = [
+        genesys_sim.create_conversation(attributes={"survey": "unset"}).id for _ in range(CONVERSATIONS)
+    ]
+    text = attributes_config(genesys_sim.urls, conversations, store=tmp_path / "store.sqlite3")
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(CONVERSATIONS)
         h.supervisor.wiring.executor._sleep = advancing(clock)  # backoffs move the shared fake clock
         h.service.scheduler._concurrency = 1
-        requests = Requests(sim, clock)
+        requests = Requests(genesys_sim, clock)
         for fault in (
             Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 15}, count=40),
             Fault(
@@ -118,7 +104,7 @@ async def test_a_burst_of_200_updates_with_silent_drops_and_429_storms_loses_not
                 params={"retry_after": "http-date"},
             ),
         ):
-            sim.faults.inject(fault)
+            genesys_sim.faults.inject(fault)
         last: dict[tuple[str, str], str] = {}
         refused: list[Backpressured] = []
         i = 0
@@ -144,18 +130,18 @@ async def test_a_burst_of_200_updates_with_silent_drops_and_429_storms_loses_not
         assert UpdateOutcome.PENDING not in outcomes.values()
         flagged = {(m["conversationId"], m["key"]) for m in await h.service.mismatches()}
         for (conversation, key), value in last.items():
-            held = customer_attributes(sim, conversation).get(key)
+            held = customer_attributes(genesys_sim, conversation).get(key)
             assert held == value or (conversation, key) in flagged, (conversation, key, held, value)
-        assert sum(sim.recorder.attributes_dropped(c) for c in conversations) >= 1
+        assert sum(genesys_sim.recorder.attributes_dropped(c) for c in conversations) >= 1
         assert UpdateOutcome.REPAIRED in outcomes.values()
 
         # the simulator saw no update sent more often than the ledger says
         attempts = {e.idempotency_key: e.attempts for e in (await store.ledger()).values()}
-        seen = sim.recorder.idempotency_keys()
+        seen = genesys_sim.recorder.idempotency_keys()
         assert seen and all(n <= attempts[key] for key, n in seen.items())
 
         # no retry earlier than Retry-After (seconds and HTTP-date)
-        assert sim.recorder.request_count(status=429) >= 10
+        assert genesys_sim.recorder.request_count(status=429) >= 10
         early = requests.early()
         assert early == [], early[:5]
 

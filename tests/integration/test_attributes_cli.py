@@ -12,33 +12,27 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import CLI, Daemon, daemon_config, running_daemon
+from tests.harness.config import daemon_config
+from tests.harness.process import CLI, Daemon, running_daemon
+from tests.harness.simulators import StartCxone
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=51),
+]
 
 SECRET = "123-45-6789"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=51) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -54,14 +48,18 @@ async def ctl(daemon: Daemon, *args: str) -> tuple[int, dict[str, Any] | None, s
 
 
 async def test_attributes_set_exits_0_75_1_2_with_the_json_scripts_rely_on(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
-    conv = sim.create_conversation()
-    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3", queue_depth=3)
+    conv = genesys_sim.create_conversation()
+    config = daemon_config(
+        genesys_sim.urls, workdir, [("wm-0", conv.id)], store=workdir / "store.sqlite3", queue_depth=3
+    )
     async with running_daemon(config) as daemon:
         await daemon.wait_ready(1)
         # hold the sender in its first read, so what is queued stays queued
-        hole = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="GET /api/v2/conversations/*"))
+        hole = genesys_sim.faults.inject(
+            Fault(kind=FaultKind.BLACKHOLE, endpoint="GET /api/v2/conversations/*")
+        )
         code, first, err = await ctl(daemon, "attributes", "set", "wm-0", "survey=a", "--json")
         assert code == 0, err
         assert first is not None and first["accepted"] is True and first["coalesced"] is False
@@ -84,7 +82,7 @@ async def test_attributes_set_exits_0_75_1_2_with_the_json_scripts_rely_on(
             assert err.count("\n") == 1 and "try again in" in err
         await wait_until(lambda: len(daemon.named("RATE_LIMIT_BACKPRESSURE")) == 1, 10)
         # the platform answers again: the queue drains and intake resumes
-        sim.faults.clear(hole.id)
+        genesys_sim.faults.clear(hole.id)
         await wait_until(lambda: bool(daemon.named("RATE_LIMIT_BACKPRESSURE_RELEASED")), 20)
         (released,) = daemon.named("RATE_LIMIT_BACKPRESSURE_RELEASED")
         assert released["refused"] == 2
@@ -114,11 +112,11 @@ async def test_attributes_set_exits_0_75_1_2_with_the_json_scripts_rely_on(
 
 
 async def test_mismatches_and_resolve_never_show_a_sensitive_value(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
     gone = str(uuid.UUID(int=7, version=4))  # a conversation the platform does not know: 404
     config = daemon_config(
-        sim,
+        genesys_sim.urls,
         workdir,
         [("wm-0", gone)],
         store=workdir / "store.sqlite3",
@@ -158,25 +156,27 @@ async def test_mismatches_and_resolve_never_show_a_sensitive_value(
         assert SECRET not in json.dumps(daemon.records) and SECRET not in daemon.err
 
 
-async def test_a_cxone_session_is_refused_naming_why(sim: GenesysSimulator, workdir: Path) -> None:
+async def test_a_cxone_session_is_refused_naming_why(
+    genesys_sim: GenesysSimulator, workdir: Path, start_cxone: StartCxone
+) -> None:
     """The daemon writes no CXone contact data (docs/attributes.md, "CXone"): `ctl attributes set`
     on a CXone session is refused in one line (Unsupported, exit 1), nothing is queued or sent."""
-    async with CxoneSimulator(seed=52) as cxone:
-        config = daemon_config(
-            sim,
-            workdir,
-            [],
-            store=workdir / "store.sqlite3",
-            cxone=cxone.urls,
-            cxone_sessions=[("cx-0", "100052")],
-        )
-        async with running_daemon(config) as daemon:
-            await daemon.wait_ready(1)
-            code, answer, err = await ctl(daemon, "attributes", "set", "cx-0", "survey=yes", "--json")
-            assert code == 1 and err.count("\n") == 1, err
-            assert "Unsupported" in err and "writes no CXone contact data" in err
-            assert answer is None or answer.get("accepted") is False
-            code, status, _ = await ctl(daemon, "attributes", "status", "--json")
-            assert code == 0 and status is not None
-            assert (status["attributes"]["acknowledged"], status["attributes"]["scheduled"]) == (0, 0)
-            assert await daemon.stop() == 0
+    cxone = await start_cxone(seed=52)
+    config = daemon_config(
+        genesys_sim.urls,
+        workdir,
+        [],
+        store=workdir / "store.sqlite3",
+        cxone=cxone.urls,
+        cxone_sessions=[("cx-0", "100052")],
+    )
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        code, answer, err = await ctl(daemon, "attributes", "set", "cx-0", "survey=yes", "--json")
+        assert code == 1 and err.count("\n") == 1, err
+        assert "Unsupported" in err and "writes no CXone contact data" in err
+        assert answer is None or answer.get("accepted") is False
+        code, status, _ = await ctl(daemon, "attributes", "status", "--json")
+        assert code == 0 and status is not None
+        assert (status["attributes"]["acknowledged"], status["attributes"]["scheduled"]) == (0, 0)
+        assert await daemon.stop() == 0

@@ -8,7 +8,6 @@ once the sender has drained the queue to its resume mark (25), submissions are a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,32 +16,21 @@ from supervisor.attributes import Backpressured
 from supervisor.clock import FakeClock
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import UpdateOutcome
-from tests.integration.attributes_harness import attributes_config, customer_attributes, durable_daemon
+from tests.harness.config import attributes_config
+from tests.integration.attributes_harness import customer_attributes, durable_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=3000.0)
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=17, clock=clock) as simulator:
-        yield simulator
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=17, fake_clock=True),
+]
 
 
 async def test_past_depth_50_submissions_are_refused_once_per_episode_and_accepted_once_drained(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    conversations = [sim.create_conversation().id for _ in range(2)]
-    text = attributes_config(sim.urls, conversations, store=tmp_path / "store.sqlite3")
+    conversations = [genesys_sim.create_conversation().id for _ in range(2)]
+    text = attributes_config(genesys_sim.urls, conversations, store=tmp_path / "store.sqlite3")
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(2)
         service = h.service
@@ -68,6 +56,8 @@ async def test_past_depth_50_submissions_are_refused_once_per_episode_and_accept
         assert len(h.recorded.named("RATE_LIMIT_BACKPRESSURE")) == 2
         outcomes = await service.outcomes()
         assert len(outcomes) == 102 and set(outcomes.values()) == {UpdateOutcome.VERIFIED}
-        held = customer_attributes(sim, conversations[0]) | customer_attributes(sim, conversations[1])
+        held = customer_attributes(genesys_sim, conversations[0]) | customer_attributes(
+            genesys_sim, conversations[1]
+        )
         assert len(held) == 102 and "new" not in held  # refused means not taken: the caller was told
         assert service.counters == {"submitted": 108, "acknowledged": 102, "refused": 6, "rejected": 0}

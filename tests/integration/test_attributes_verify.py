@@ -9,7 +9,6 @@ read-back ran is a clock decision (nothing sleeps for the 3 s).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,32 +17,17 @@ from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import Outcome, Resolution, UpdateOutcome
-from tests.integration.attributes_harness import (
-    attributes_config,
-    customer_attributes,
-    durable_daemon,
-)
-from tests.integration.conftest import wait_until
+from tests.harness.config import attributes_config
+from tests.harness.waits import wait_until
+from tests.integration.attributes_harness import customer_attributes, durable_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=11, fake_clock=True),
+]
 
 CONVERSATION = "/api/v2/conversations/{conversationId}"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=11, clock=clock) as simulator:
-        yield simulator
 
 
 def reads(sim: GenesysSimulator) -> int:
@@ -51,63 +35,65 @@ def reads(sim: GenesysSimulator) -> int:
 
 
 async def test_verification_reads_the_conversation_back_three_seconds_after_acceptance(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    conv = sim.create_conversation()
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
+    conv = genesys_sim.create_conversation()
+    text = attributes_config(genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(1)
         answer = await h.service.submit("wm-0", {"survey": "yes", "disposition": "resolved"})
         assert answer.conversation_id == conv.id and answer.queue_depth == 2
         await h.service.run_due()
-        assert customer_attributes(sim, conv.id) == {"survey": "yes", "disposition": "resolved"}
-        before = reads(sim)  # the read right before the write (what the server held)
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes", "disposition": "resolved"}
+        before = reads(genesys_sim)  # the read right before the write (what the server held)
         clock.advance(2.999)
         await h.service.run_due()
-        assert reads(sim) == before
+        assert reads(genesys_sim) == before
         assert (await h.service.outcomes())[answer.update_id] is UpdateOutcome.PENDING
         clock.advance(0.001)
         await h.service.run_due()
-        assert reads(sim) == before + 1
+        assert reads(genesys_sim) == before + 1
         assert (await h.service.outcomes())[answer.update_id] is UpdateOutcome.VERIFIED
         ledger = list((await h.durable.store.ledger()).values())  # type: ignore[union-attr]
         assert [(e.outcome, e.attempts) for e in ledger] == [(Outcome.OK, 1)]
-        assert sim.recorder.idempotency_keys() == {ledger[0].idempotency_key: 1}
+        assert genesys_sim.recorder.idempotency_keys() == {ledger[0].idempotency_key: 1}
 
 
 async def test_a_silently_dropped_update_is_detected_and_repaired(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    conv = sim.create_conversation(attributes={"survey": "unset"})
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
+    conv = genesys_sim.create_conversation(attributes={"survey": "unset"})
+    text = attributes_config(genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(1)
         # seed edge case 2: answered 202, not stored
-        sim.faults.inject(Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 0}, count=1))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 0}, count=1))
         answer = await h.service.submit("wm-0", {"survey": "yes"})
         outcomes = await h.settle()
         assert outcomes == {answer.update_id: UpdateOutcome.REPAIRED}
-        assert customer_attributes(sim, conv.id) == {"survey": "yes"}
-        assert sim.recorder.attributes_dropped(conv.id) == 1
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes"}
+        assert genesys_sim.recorder.attributes_dropped(conv.id) == 1
         ledger = list((await h.durable.store.ledger()).values())  # type: ignore[union-attr]
         assert [e.outcome for e in ledger] == [Outcome.PARTIAL, Outcome.OK]
         assert not h.recorded.named("ATTRIBUTE_MISMATCH")
 
 
 async def test_a_newer_value_is_never_clobbered_it_is_flagged_and_resolved_by_hand(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    conv = sim.create_conversation(attributes={"survey": "unset", "ssn": "000"})
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3", sensitive=("ssn",))
+    conv = genesys_sim.create_conversation(attributes={"survey": "unset", "ssn": "000"})
+    text = attributes_config(
+        genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3", sensitive=("ssn",)
+    )
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(1)
-        sim.faults.inject(Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 0}, count=1))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 0}, count=1))
         answer = await h.service.submit("wm-0", {"survey": "yes", "ssn": "123-45-6789"})
         await h.service.run_due()
         # before the read-back, an agent (or a flow) writes both attributes
         conv.customer().attributes.update({"survey": "agent-said-no", "ssn": "987-65-4321"})
         assert (await h.settle())[answer.update_id] is UpdateOutcome.FLAGGED
-        assert customer_attributes(sim, conv.id) == {"survey": "agent-said-no", "ssn": "987-65-4321"}
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "agent-said-no", "ssn": "987-65-4321"}
         (event,) = h.recorded.named("ATTRIBUTE_MISMATCH")
         assert sorted(event["keys"]) == ["ssn", "survey"] and event["conversationId"] == conv.id
         assert event["values"] == {"survey": {"expected": "yes", "server": "agent-said-no"}}
@@ -120,7 +106,7 @@ async def test_a_newer_value_is_never_clobbered_it_is_flagged_and_resolved_by_ha
         await h.service.resolve(listed["survey"]["id"], Resolution.ACCEPT_SERVER)
         await h.service.resolve(listed["ssn"]["id"], Resolution.RESEND)
         await h.settle()
-        assert customer_attributes(sim, conv.id) == {"survey": "agent-said-no", "ssn": "123-45-6789"}
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "agent-said-no", "ssn": "123-45-6789"}
         assert await h.service.mismatches() == []
         assert [e["resolution"] for e in h.recorded.named("ATTRIBUTE_MISMATCH_RESOLVED")] == [
             "accept-server",
@@ -129,7 +115,7 @@ async def test_a_newer_value_is_never_clobbered_it_is_flagged_and_resolved_by_ha
 
 
 async def test_an_unanswered_send_is_read_back_never_blindly_resent(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """docs/robustness.md, "Fault matrix", row 3: unknown in the ledger, read back before any resend, no key applied twice.
 
@@ -139,11 +125,13 @@ async def test_an_unanswered_send_is_read_back_never_blindly_resent(
     know. It sends nothing until the read-back: found, it is verified and never sent again; not
     found, it goes again under a new idempotency key.
     """
-    conv = sim.create_conversation(attributes={"survey": "unset"})
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3", request_timeout=0.3)
+    conv = genesys_sim.create_conversation(attributes={"survey": "unset"})
+    text = attributes_config(
+        genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3", request_timeout=0.3
+    )
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(1)
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.LATENCY, endpoint="PATCH */attributes", count=1, params={"latency_ms": 1000})
         )
         answer = await h.service.submit("wm-0", {"survey": "yes"})
@@ -153,23 +141,23 @@ async def test_an_unanswered_send_is_read_back_never_blindly_resent(
         (first,) = (await store.ledger()).values()
         assert (first.outcome, first.attempts) == (Outcome.UNKNOWN, 1)
         # nothing goes out again before the read-back
-        patches = sim.recorder.request_count(method="PATCH")
+        patches = genesys_sim.recorder.request_count(method="PATCH")
         await h.service.run_due()
-        assert sim.recorder.request_count(method="PATCH") == patches
+        assert genesys_sim.recorder.request_count(method="PATCH") == patches
         # the abandoned request is settled on the platform's side: stored, or lost with its connection
         await wait_until(
             lambda: (
-                first.idempotency_key in sim.recorder.idempotency_keys()
+                first.idempotency_key in genesys_sim.recorder.idempotency_keys()
                 # lost with its connection: the simulator records a client gone mid-body as 499
-                or sim.recorder.request_count(method="PATCH", status=499) >= 1
+                or genesys_sim.recorder.request_count(method="PATCH", status=499) >= 1
             ),
             10,
         )
-        landed = first.idempotency_key in sim.recorder.idempotency_keys()
+        landed = first.idempotency_key in genesys_sim.recorder.idempotency_keys()
         assert (await h.settle())[answer.update_id] is UpdateOutcome.VERIFIED
-        assert customer_attributes(sim, conv.id) == {"survey": "yes"}
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes"}
         entries = list((await store.ledger()).values())
-        keys = sim.recorder.idempotency_keys()
+        keys = genesys_sim.recorder.idempotency_keys()
         if landed:
             assert [e.outcome for e in entries] == [Outcome.OK] and keys == {first.idempotency_key: 1}
         else:
@@ -177,9 +165,11 @@ async def test_an_unanswered_send_is_read_back_never_blindly_resent(
             assert keys == {entries[1].idempotency_key: 1}
 
 
-async def test_refusals_name_the_reason(sim: GenesysSimulator, clock: FakeClock, tmp_path: Path) -> None:
-    conv = sim.create_conversation()
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
+async def test_refusals_name_the_reason(
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    conv = genesys_sim.create_conversation()
+    text = attributes_config(genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
     text += '[[sessions]]\nid = "wm-bare"\nplatform = "genesys"\nkind = "webmessaging"\n'
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(2)
@@ -201,20 +191,20 @@ async def test_refusals_name_the_reason(sim: GenesysSimulator, clock: FakeClock,
 
 
 async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """Seed section 3 on the read-back: a 200 without ``participants`` (taxonomy v2's
     ``genesys.rest.Conversation`` requires them, as PY269's model does) is INCOMPLETE_RESPONSE. Judged
     as it came, every attribute would look silently dropped and be sent again; it is not judged:
     the taxonomy makes the code fail-fast, so the update is flagged for manual reconciliation."""
-    conv = sim.create_conversation(attributes={"survey": "unset"})
-    text = attributes_config(sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
+    conv = genesys_sim.create_conversation(attributes={"survey": "unset"})
+    text = attributes_config(genesys_sim.urls, [conv.id], store=tmp_path / "store.sqlite3")
     async with durable_daemon(text, tmp_path, clock=clock) as h:
         await h.wait_active(1)
         answer = await h.service.submit("wm-0", {"survey": "yes"})
         await h.service.run_due()
-        assert sim.recorder.request_count(method="PATCH") == 1
-        partial = sim.faults.inject(
+        assert genesys_sim.recorder.request_count(method="PATCH") == 1
+        partial = genesys_sim.faults.inject(
             Fault(
                 kind=FaultKind.MISSING_FIELDS,
                 endpoint="GET /api/v2/conversations/*",
@@ -223,8 +213,8 @@ async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
             )
         )
         outcomes = await h.settle()
-        assert partial.id is not None and sim.recorder.fault_hits(partial.id) == 1
-        assert sim.recorder.request_count(method="PATCH") == 1  # nothing sent again on a partial read
+        assert partial.id is not None and genesys_sim.recorder.fault_hits(partial.id) == 1
+        assert genesys_sim.recorder.request_count(method="PATCH") == 1  # nothing sent again on a partial read
         # not verified, not repaired: flagged for a person, with the taxonomy's code as the reason
         assert outcomes[answer.update_id] is UpdateOutcome.FLAGGED
         (flag,) = await h.service.mismatches()
@@ -235,4 +225,4 @@ async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
         )
         ledger = list((await h.durable.store.ledger()).values())  # type: ignore[union-attr]
         assert [(e.outcome, e.error_code) for e in ledger] == [(Outcome.FAILED, "INCOMPLETE_RESPONSE")]
-        assert customer_attributes(sim, conv.id) == {"survey": "yes"}  # what the write did stands
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes"}  # what the write did stands

@@ -43,29 +43,19 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store import DesiredSession, DesiredState, SqliteStore
 from tests.conftest import REAL_DAEMON
+from tests.harness.config import cxone_config, daemon_config, genesys_config
+from tests.harness.in_process import Recorded, supervised
+from tests.harness.process import CLI, running_daemon
+from tests.harness.simulators import StartCxone
+from tests.harness.waits import wait_until
 from tests.integration.api_harness import Conn
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import CLI, daemon_config, running_daemon
-from tests.integration.runtime_harness import Recorded, cxone_config, genesys_config, supervised
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=23) as simulator:
-        yield simulator
-
-
-@pytest.fixture
-async def cxone() -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=23) as simulator:
-        yield simulator
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(seed=23),
+    pytest.mark.cxone_sim(seed=23),
+]
 
 
 @contextlib.contextmanager
@@ -104,14 +94,14 @@ def replace(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize("which", ["configuration", "credential"])
 async def test_a_fifo_in_place_of_a_file_is_one_line_and_the_daemon_goes_on_answering(
-    sim: GenesysSimulator, which: str
+    genesys_sim: GenesysSimulator, which: str
 ) -> None:
     """Formerly the reload blocked the event loop in open(2) (a FIFO's open waits for a
     writer): no control answer, no keepalive, SIGTERM ignored. Now: one line, and the daemon answers
     while the FIFO is still there and nobody writes it."""
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with short_dir() as workdir:
-        config = daemon_config(sim, workdir, [("wm-0", conv.id)])
+        config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)])
         target = config if which == "configuration" else workdir / "genesys-secret"
         expected = (
             f"{target}: not a regular file (a FIFO)"
@@ -149,23 +139,25 @@ async def test_a_fifo_in_place_of_a_file_is_one_line_and_the_daemon_goes_on_answ
 # -- point 7: one reload at a time -------------------------------------------------------------------
 
 
-async def test_a_removal_takes_out_only_the_runner_it_stopped(cxone: CxoneSimulator, tmp_path: Path) -> None:
+async def test_a_removal_takes_out_only_the_runner_it_stopped(
+    cxone_sim: CxoneSimulator, tmp_path: Path
+) -> None:
     """While a removal waits for its runner's close (a CXone DELETE the platform holds), the session
     is started again (what a second reload re-adding it does): the removal must leave the new
     runner in the table, and stop nothing but its own."""
-    async with supervised(cxone_config(cxone.urls, 1), tmp_path, cxone=cxone) as h:
+    async with supervised(cxone_config(cxone_sim.urls, 1), tmp_path) as h:
         supervisor = h.supervisor
         await h.wait(lambda: h.all_in("active"))
         first = supervisor.runners["cx-0"]
         (spec,) = supervisor.config.sessions
-        held = cxone.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
+        held = cxone_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
         assert held.id is not None
         held_id = held.id
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.remove, "cx-0")
-            await h.wait(lambda: cxone.recorder.fault_hits(held_id) == 1)  # its close is held
+            await h.wait(lambda: cxone_sim.recorder.fault_hits(held_id) == 1)  # its close is held
             second = supervisor.start(spec)
-            cxone.faults.clear(held_id)
+            cxone_sim.faults.clear(held_id)
         assert first.core.terminated and supervisor.runners.get("cx-0") is second
         await h.wait(lambda: second.state.value == "active")
         assert not second.core.terminated
@@ -173,34 +165,34 @@ async def test_a_removal_takes_out_only_the_runner_it_stopped(cxone: CxoneSimula
 
 @pytest.mark.parametrize("kind", ["webmessaging", "notifications"])
 async def test_a_session_removed_while_it_opens_leaves_no_connection_at_the_platform(
-    sim: GenesysSimulator, tmp_path: Path, kind: str
+    genesys_sim: GenesysSimulator, tmp_path: Path, kind: str
 ) -> None:
     """A reload removes a session whose socket is open but whose configureSession (or subscribe)
     is still unanswered: its runner is stopped, which cancels the open. The socket must go with it.
     (Found by the overlapping-reloads property test: the cancelled open left the socket to its
     keepalive pings, connected at the platform with no runner serving it.)"""
     text = genesys_config(
-        sim.urls, 1 if kind == "webmessaging" else 0, notifications=int(kind == "notifications")
+        genesys_sim.urls, 1 if kind == "webmessaging" else 0, notifications=int(kind == "notifications")
     )
     # the socket opens, then nothing it sends is answered (read paused) until the fault is cleared
-    held = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="WS *"))
+    held = genesys_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="WS *"))
     assert held.id is not None
     held_id = held.id
     listener = "webmessaging" if kind == "webmessaging" else "streaming"
     try:
-        async with supervised(text, tmp_path, genesys=sim) as h:
-            await h.wait(lambda: sim.recorder.fault_hits(held_id) == 1, 20)  # its first frame is held
+        async with supervised(text, tmp_path) as h:
+            await h.wait(lambda: genesys_sim.recorder.fault_hits(held_id) == 1, 20)  # its first frame is held
             (session_id,) = h.runners
             await h.supervisor.remove(session_id)
             assert h.runners == {}
-            sim.faults.clear(held_id)  # the platform reads again: a socket still there stays open
-            await h.wait(lambda: sim.recorder.connections_open(listener) == 0, 20)
+            genesys_sim.faults.clear(held_id)  # the platform reads again: a socket still there stays open
+            await h.wait(lambda: genesys_sim.recorder.connections_open(listener) == 0, 20)
     finally:
-        sim.faults.clear(held_id)
+        genesys_sim.faults.clear(held_id)
 
 
 async def test_a_session_the_store_kept_down_is_removed_or_changed_without_an_error(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """A session stopped with `ctl stop` has no runner after a restart (the store keeps it down):
     a reload that changes it keeps it down, one that removes it forgets it; neither raises."""
@@ -210,7 +202,7 @@ async def test_a_session_the_store_kept_down_is_removed_or_changed_without_an_er
     await store.aclose()
     config_path = tmp_path / "supervisor.toml"
     config_path.write_text(
-        sessions_text(sim.urls, {"wm-a": "a", "wm-b": "b"}) + f'[store]\npath = "{store_path}"\n'
+        sessions_text(genesys_sim.urls, {"wm-a": "a", "wm-b": "b"}) + f'[store]\npath = "{store_path}"\n'
     )
     (tmp_path / "genesys-secret").write_text("not-a-real-secret")
     config = load_config(config_path)
@@ -230,13 +222,17 @@ async def test_a_session_the_store_kept_down_is_removed_or_changed_without_an_er
             # wm-b changed (another agent): it stays down, its new settings wait for `ctl start`
             replace(
                 config_path,
-                sessions_text(sim.urls, {"wm-a": "a", "wm-b": "b2"}) + f'[store]\npath = "{store_path}"\n',
+                sessions_text(genesys_sim.urls, {"wm-a": "a", "wm-b": "b2"})
+                + f'[store]\npath = "{store_path}"\n',
             )
             changed = await reloader.reload()
             assert (changed.error, changed.restarted, changed.kept_down) == (None, (), ("wm-b",))
             assert set(supervisor.runners) == {"wm-a"}
             # wm-b removed: forgotten, no runner to stop
-            replace(config_path, sessions_text(sim.urls, {"wm-a": "a"}) + f'[store]\npath = "{store_path}"\n')
+            replace(
+                config_path,
+                sessions_text(genesys_sim.urls, {"wm-a": "a"}) + f'[store]\npath = "{store_path}"\n',
+            )
             removed = await reloader.reload()
             assert (removed.error, removed.removed) == (None, ("wm-b",))
             assert "wm-b" not in await durable.store.desired_sessions()  # type: ignore[union-attr]
@@ -360,16 +356,20 @@ def sighup_never_kills_the_test_run() -> Iterator[None]:
     )
 )
 async def test_overlapping_reloads_leave_the_table_equal_to_the_last_applied_configuration(
-    sim: GenesysSimulator, cxone: CxoneSimulator, steps: list[tuple[str, str, str]]
+    genesys_sim: GenesysSimulator, cxone_sim: CxoneSimulator, steps: list[tuple[str, str, str]]
 ) -> None:
     """Reloads from both paths at once while the file flips. Once they stop: the runner table
     equals the configuration of the last reload that reported CONFIG_RELOADED (and the events
     replayed from the start give the same table), every configured session has exactly one
     runner (and one connection at the platform), and the daemon is alive and answers."""
-    texts = {name: sessions_text(sim.urls, agents, cxone.urls) for name, agents in VARIANTS.items()}
+    texts = {
+        name: sessions_text(genesys_sim.urls, agents, cxone_sim.urls) for name, agents in VARIANTS.items()
+    }
     parsed = {name: parse_config(text, "v.toml") for name, text in texts.items()}
     # a CXone session's DELETE answered 150 ms late: a reload that stops one is at work that long
-    slow = cxone.faults.inject(Fault(kind=FaultKind.LATENCY, endpoint="DELETE *", params={"latency_ms": 150}))
+    slow = cxone_sim.faults.inject(
+        Fault(kind=FaultKind.LATENCY, endpoint="DELETE *", params={"latency_ms": 150})
+    )
     assert slow.id is not None
     with short_dir() as workdir, sighup_never_kills_the_test_run():
         (workdir / "genesys-secret").write_text("not-a-real-secret")
@@ -426,12 +426,12 @@ async def test_overlapping_reloads_leave_the_table_equal_to_the_last_applied_con
                 assert runner.context.agent_id == specs[session_id].agent_id
             await wait_until(lambda: all(r.state.value == "active" for r in supervisor.runners.values()), 20)
             web = {i for i in configured if not i.startswith("c")}
-            await wait_until(lambda: sim.recorder.connections_open("webmessaging") == len(web), 20)
+            await wait_until(lambda: genesys_sim.recorder.connections_open("webmessaging") == len(web), 20)
             # every configured CXone session's agent is logged in. (Not "only those": a session removed
             # while its start request was in flight never learned its platform session id, so nothing
             # ends that agent session; the store's reconciliation reports it not_cleanable, docs/store.md)
             agents = {specs[i].agent_id for i in configured if i.startswith("c")}
-            await wait_until(lambda: agents <= live_agents(cxone), 20)
+            await wait_until(lambda: agents <= live_agents(cxone_sim), 20)
             # alive and answering
             conn = await Conn.open(daemon.control)
             try:
@@ -442,8 +442,8 @@ async def test_overlapping_reloads_leave_the_table_equal_to_the_last_applied_con
             # (the board keeps a removed session's last row: only the active ones are the table's)
             assert status.parameters["sessions"]["byState"].get("active", 0) == len(configured)
         assert daemon.finished == [False]  # drained, not forced
-    cxone.faults.clear(slow.id)
-    await wait_until(lambda: sim.recorder.connections_open("webmessaging") == 0, 20)
+    cxone_sim.faults.clear(slow.id)
+    await wait_until(lambda: genesys_sim.recorder.connections_open("webmessaging") == 0, 20)
 
 
 def live_agents(cxone: CxoneSimulator) -> set[str]:
@@ -461,34 +461,40 @@ async def ctl_reload(control: Path) -> None:
 # -- point 10: a SIGTERM during a reload -----------------------------------------------------------------
 
 
-async def test_a_sigterm_during_a_reload_starts_the_drain_at_once(sim: GenesysSimulator) -> None:
+async def test_a_sigterm_during_a_reload_starts_the_drain_at_once(
+    genesys_sim: GenesysSimulator, start_cxone: StartCxone
+) -> None:
     """The reload removes a CXone session whose DELETE the platform never answers (the close waits
     up to its bound). A SIGTERM then drains at once: DAEMON_STOPPING comes before the reload has an
     outcome, and the reload reports that the drain interrupted it (formerly the signal loop
     waited for the reload to finish, then the reload reported CONFIG_RELOADED, then the drain)."""
-    conv = sim.create_conversation()
-    async with CxoneSimulator(seed=23) as cxone:
-        with short_dir() as workdir:
-            config = daemon_config(
-                sim, workdir, [("wm-0", conv.id)], cxone=cxone.urls, cxone_sessions=[("cx-0", "100001")]
-            )
-            async with running_daemon(config) as daemon:
-                await daemon.wait_ready(2)
-                held = cxone.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
-                assert held.id is not None
-                held_id = held.id
-                replace(config, config.read_text().split('[[sessions]]\nid = "cx-0"')[0])
-                daemon.process.send_signal(signal.SIGHUP)
-                await wait_until(lambda: cxone.recorder.fault_hits(held_id) == 1, 20)
-                daemon.process.send_signal(signal.SIGTERM)
-                await wait_until(lambda: bool(daemon.named("DAEMON_STOPPED")), 20)
-                with anyio.fail_after(20):
-                    code = await daemon.process.wait()
-            names = [r["event"] for r in daemon.records]
-            stopping = names.index("DAEMON_STOPPING")
-            assert "CONFIG_RELOADED" not in names
-            (interrupted,) = daemon.named("CONFIG_RELOAD_FAILED")
-            assert names.index("CONFIG_RELOAD_FAILED") > stopping
-            assert "interrupted by the drain" in interrupted["error"]
-            assert code == 0
-            cxone.faults.clear(held_id)
+    conv = genesys_sim.create_conversation()
+    cxone = await start_cxone(seed=23)
+    with short_dir() as workdir:
+        config = daemon_config(
+            genesys_sim.urls,
+            workdir,
+            [("wm-0", conv.id)],
+            cxone=cxone.urls,
+            cxone_sessions=[("cx-0", "100001")],
+        )
+        async with running_daemon(config) as daemon:
+            await daemon.wait_ready(2)
+            held = cxone.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="DELETE *"))
+            assert held.id is not None
+            held_id = held.id
+            replace(config, config.read_text().split('[[sessions]]\nid = "cx-0"')[0])
+            daemon.process.send_signal(signal.SIGHUP)
+            await wait_until(lambda: cxone.recorder.fault_hits(held_id) == 1, 20)
+            daemon.process.send_signal(signal.SIGTERM)
+            await wait_until(lambda: bool(daemon.named("DAEMON_STOPPED")), 20)
+            with anyio.fail_after(20):
+                code = await daemon.process.wait()
+        names = [r["event"] for r in daemon.records]
+        stopping = names.index("DAEMON_STOPPING")
+        assert "CONFIG_RELOADED" not in names
+        (interrupted,) = daemon.named("CONFIG_RELOAD_FAILED")
+        assert names.index("CONFIG_RELOAD_FAILED") > stopping
+        assert "interrupted by the drain" in interrupted["error"]
+        assert code == 0
+        cxone.faults.clear(held_id)

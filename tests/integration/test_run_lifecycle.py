@@ -2,79 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
-from anyio.streams.text import TextReceiveStream
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
+from tests.harness.config import Credentials, config_file, genesys_config
+from tests.harness.process import Output, spawn
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=2) as simulator:
-        yield simulator
-
-
-class Lines:
-    """JSON lines read from a process's stdout as they arrive."""
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        self.records: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-
-    async def pump(self) -> None:
-        assert self.process.stdout is not None
-        buffer = ""
-        async for chunk in TextReceiveStream(self.process.stdout):
-            buffer += chunk
-            *lines, buffer = buffer.split("\n")
-            for line in lines:
-                self.raw.append(line)
-                self.records.append(json.loads(line))
-
-    async def stderr(self) -> str:
-        assert self.process.stderr is not None
-        chunks = [chunk async for chunk in TextReceiveStream(self.process.stderr)]
-        return "".join(chunks)
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("event") == event]
-
-
-async def start_daemon(config: Path) -> Process:
-    return await anyio.open_process(
-        [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-        stdin=None,
-    )
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=2)]
 
 
 async def test_sigterm_closes_sessions_with_1001_and_exits_zero(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = tmp_path / "supervisor.toml"
-    config.write_text(genesys_config(sim.urls, 3))
-    (tmp_path / "genesys-secret").write_text("s3cr3t-value")
-    process = await start_daemon(config)
-    lines = Lines(process)
+    config = config_file(tmp_path, genesys_config(genesys_sim.urls, 3), Credentials(genesys="s3cr3t-value"))
+    process = await spawn(config, stdin=None)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(
@@ -89,7 +37,7 @@ async def test_sigterm_closes_sessions_with_1001_and_exits_zero(
     stopped = [r for r in lines.named("SESSION_TERMINATED") if r["reason"] == "STOPPED"]
     assert sorted(r["sessionId"] for r in stopped) == ["wm-0", "wm-1", "wm-2"]
     # the simulator saw each session leave with 1001 (going away), not an abrupt drop
-    await wait_until(lambda: sim.recorder.events("client_close", code=1001) == 3)
+    await wait_until(lambda: genesys_sim.recorder.events("client_close", code=1001) == 3)
     # every telemetry line is JSON and no secret leaked into any of them
     assert all("s3cr3t" not in line for line in lines.raw)
     # every line is stamped by the bus: one bootId, seq strictly rising from 1 with no gap
@@ -100,21 +48,19 @@ async def test_sigterm_closes_sessions_with_1001_and_exits_zero(
     assert names.index("DAEMON_STARTED") < names.index("DAEMON_STOPPING") < names.index("DAEMON_STOPPED")
 
 
-async def test_second_signal_forces_the_exit(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_second_signal_forces_the_exit(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
     """While draining (closes wait on a black-holed server), a second SIGTERM exits at once with 1."""
-    config = tmp_path / "supervisor.toml"
     # a long grace period: only the second signal can end the drain early
-    config.write_text(genesys_config(sim.urls, 2).replace("shutdownGrace = 2.0", "shutdownGrace = 60.0"))
-    (tmp_path / "genesys-secret").write_text("x")
-    process = await start_daemon(config)
-    lines = Lines(process)
+    text = genesys_config(genesys_sim.urls, 2).replace("shutdownGrace = 2.0", "shutdownGrace = 60.0")
+    process = await spawn(config_file(tmp_path, text), stdin=None)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(
             lambda: len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"]) == 2, 20
         )
         # the server stops answering: a polite 1001 close now waits for a close frame that never comes
-        sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE))
         process.send_signal(signal.SIGTERM)
         await wait_until(lambda: bool(lines.named("DAEMON_STOPPING")), 10)
         process.send_signal(signal.SIGTERM)

@@ -8,55 +8,25 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import CLI
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.test_run_lifecycle import Lines
+from tests.harness.config import Credentials, config_file, genesys_config, with_daemon
+from tests.harness.process import CLI, Output, spawn
+from tests.harness.waits import wait_until
 
 V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=9)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=9) as simulator:
-        yield simulator
-
-
-def write_config(tmp_path: Path, text: str, name: str = "supervisor.toml") -> Path:
-    config = tmp_path / name
-    config.write_text(text)
-    (tmp_path / "genesys-secret").write_text("s3cr3t-value")
-    return config
-
-
-def with_daemon(text: str, **daemon: Any) -> str:
-    """``text`` with extra keys in its [daemon] table."""
-    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in daemon.items())
-    return text.replace("[daemon]\n", "[daemon]\n" + extra, 1)
-
-
-async def spawn(config: Path, *, env: dict[str, str] | None = None) -> Process:
-    return await anyio.open_process(
-        [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-        env={**os.environ, **(env or {})},
-    )
+#: the secret the lines must never show (the test of a rotated secret checks both)
+CREDENTIALS = Credentials(genesys="s3cr3t-value")
 
 
 def accepted(sim: GenesysSimulator) -> int:
@@ -82,21 +52,23 @@ def caught_signals(pid: int) -> int:
 
 
 async def test_an_unread_stdout_never_stops_the_supervision_and_drops_are_reported(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """More than 1 MB of event lines into a pipe nobody reads: the daemon keeps recovering drops."""
     n = 30
-    config = write_config(tmp_path, with_daemon(genesys_config(sim.urls, n), eventBufferBytes=65536))
+    config = config_file(
+        tmp_path, with_daemon(genesys_config(genesys_sim.urls, n), eventBufferBytes=65536), CREDENTIALS
+    )
     process = await spawn(config)
-    lines = Lines(process)
+    lines = Output(process)
     try:
-        await wait_until(lambda: accepted(sim) == n, 20)
+        await wait_until(lambda: accepted(genesys_sim) == n, 20)
         rounds = 25
         for _ in range(rounds):
-            before = accepted(sim)
-            sim.faults.inject(Fault(kind=FaultKind.DROP, count=n))
+            before = accepted(genesys_sim)
+            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP, count=n))
             # the daemon reconnects every session while its stdout is full: its loop is not blocked
-            await wait_until(lambda b=before: accepted(sim) >= b + n, 20)
+            await wait_until(lambda b=before: accepted(genesys_sim) >= b + n, 20)
         # now read: the writer catches up and says how many lines it had to drop
         async with anyio.create_task_group() as tg:
             tg.start_soon(lines.pump)
@@ -123,9 +95,9 @@ async def test_an_unread_stdout_never_stops_the_supervision_and_drops_are_report
 
 
 async def test_a_stop_signal_during_start_up_exits_zero_not_143(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, genesys_config(sim.urls, 5))
+    config = config_file(tmp_path, genesys_config(genesys_sim.urls, 5), CREDENTIALS)
     process = await spawn(config)
     # the moment the daemon's own handlers are in place (SIGTERM caught): it is starting
     await wait_until(lambda: bool(caught_signals(process.pid) & (1 << (signal.SIGTERM - 1))), 20)
@@ -136,11 +108,13 @@ async def test_a_stop_signal_during_start_up_exits_zero_not_143(
     assert "Traceback" not in await read_all(process.stderr)
 
 
-async def test_a_signal_after_the_drain_changes_nothing(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_a_signal_after_the_drain_changes_nothing(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """The drain completed: a late SIGTERM must not turn exit 0 into 143."""
-    config = write_config(tmp_path, genesys_config(sim.urls, 2))
+    config = config_file(tmp_path, genesys_config(genesys_sim.urls, 2), CREDENTIALS)
     process = await spawn(config)
-    lines = Lines(process)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(
@@ -168,11 +142,13 @@ def sessions_config(urls: dict[str, str], agents: dict[str, str]) -> str:
 
 
 async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, sessions_config(sim.urls, {"wm-a": "a", "wm-b": "b", "wm-c": "c"}))
+    config = config_file(
+        tmp_path, sessions_config(genesys_sim.urls, {"wm-a": "a", "wm-b": "b", "wm-c": "c"}), CREDENTIALS
+    )
     process = await spawn(config)
-    lines = Lines(process)
+    lines = Output(process)
 
     def active(sid: str) -> int:
         return len(
@@ -183,7 +159,7 @@ async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
         tg.start_soon(lines.pump)
         await wait_until(lambda: all(active(s) == 1 for s in ("wm-a", "wm-b", "wm-c")), 20)
         # wm-a removed, wm-b changed (another agent), wm-c untouched, wm-d added
-        config.write_text(sessions_config(sim.urls, {"wm-b": "b2", "wm-c": "c", "wm-d": "d"}))
+        config.write_text(sessions_config(genesys_sim.urls, {"wm-b": "b2", "wm-c": "c", "wm-d": "d"}))
         process.send_signal(signal.SIGHUP)
         await wait_until(lambda: bool(lines.named("CONFIG_RELOADED")), 20)
         (reloaded,) = lines.named("CONFIG_RELOADED")
@@ -209,18 +185,18 @@ async def test_sighup_reloads_added_removed_changed_and_keeps_the_rest(
             code = await process.wait()
     assert code == 0
     # the removed session was ended on the platform (closeSession on a 1000 close)
-    assert sim.recorder.ws_messages("webmessaging", "in", "closeSession") >= 2
+    assert genesys_sim.recorder.ws_messages("webmessaging", "in", "closeSession") >= 2
 
 
 async def test_sighup_rereads_a_rotated_credential_and_restarts_its_sessions(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """The configuration is unchanged, the client secret file rotated: a reload reads it again, and
     the platform's sessions restart on a token fetched with the new secret (never shown).
     Notifications channels: they need the client-credentials token (a guest does not)."""
-    config = write_config(tmp_path, genesys_config(sim.urls, 0, notifications=2))
+    config = config_file(tmp_path, genesys_config(genesys_sim.urls, 0, notifications=2), CREDENTIALS)
     process = await spawn(config)
-    lines = Lines(process)
+    lines = Output(process)
 
     def active() -> int:
         return len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"])
@@ -228,14 +204,14 @@ async def test_sighup_rereads_a_rotated_credential_and_restarts_its_sessions(
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(lambda: active() == 2, 20)
-        fetched = sim.recorder.tokens()
+        fetched = genesys_sim.recorder.tokens()
         (tmp_path / "genesys-secret").write_text("r0tated-s3cr3t")
         process.send_signal(signal.SIGHUP)
         await wait_until(lambda: bool(lines.named("CONFIG_RELOADED")), 20)
         (reloaded,) = lines.named("CONFIG_RELOADED")
         assert sorted(reloaded["restarted"]) == ["nt-0", "nt-1"] and reloaded["unchanged"] == 0
         await wait_until(lambda: active() == 4, 20)
-        assert sim.recorder.tokens()["issued"] > fetched["issued"] >= 1  # fetched again, new secret
+        assert genesys_sim.recorder.tokens()["issued"] > fetched["issued"] >= 1  # fetched again, new secret
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(20):
             code = await process.wait()
@@ -244,7 +220,7 @@ async def test_sighup_rereads_a_rotated_credential_and_restarts_its_sessions(
 
 
 async def test_a_taxonomy_switched_at_run_time_stays_across_a_reload_of_the_same_file(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """`ctl taxonomy use` switches the version; a SIGHUP with a configuration that names the same
     version as before keeps the switched one (only a file naming another version switches it)."""
@@ -252,12 +228,12 @@ async def test_a_taxonomy_switched_at_run_time_stays_across_a_reload_of_the_same
     staged.write_text(V1.replace('version = "v1"', 'version = "v1-staged"', 1))
     sockets = tmp_path / "s"
     sockets.mkdir()
-    text = genesys_config(sim.urls, 1) + (
+    text = genesys_config(genesys_sim.urls, 1) + (
         f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
     )
-    config = write_config(tmp_path, text)
+    config = config_file(tmp_path, text, CREDENTIALS)
     process = await spawn(config)
-    lines = Lines(process)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(lambda: bool(lines.named("DAEMON_STARTED")), 20)
@@ -278,19 +254,19 @@ async def test_a_taxonomy_switched_at_run_time_stays_across_a_reload_of_the_same
 
 
 async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_goes_on(
-    sim: GenesysSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    genesys_sim: GenesysSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sockets = tmp_path / "s"
     sockets.mkdir()
-    text = genesys_config(sim.urls, 2) + (
+    text = genesys_config(genesys_sim.urls, 2) + (
         f'[sockets]\nsubscribe = "{sockets / "sub.sock"}"\ncontrol = "{sockets / "ctl.sock"}"\n'
     )
-    config = write_config(tmp_path, text)
+    config = config_file(tmp_path, text, CREDENTIALS)
     # the lock under $XDG_RUNTIME_DIR, as a user's daemon has it (not the conftest's $RUNTIME_DIRECTORY)
     monkeypatch.delenv("RUNTIME_DIRECTORY")
     env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
     first = await spawn(config, env=env)
-    lines = Lines(first)
+    lines = Output(first)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(
@@ -327,11 +303,13 @@ async def test_a_second_daemon_on_the_same_configuration_refuses_and_the_first_g
         first.send_signal(signal.SIGTERM)
         with anyio.fail_after(20):
             assert await first.wait() == 0
-    assert accepted(sim) == 2  # the second daemon never opened a session
+    assert accepted(genesys_sim) == 2  # the second daemon never opened a session
 
 
-async def test_run_with_stdout_on_dev_full_stops_with_one_line(sim: GenesysSimulator, tmp_path: Path) -> None:
-    config = write_config(tmp_path, genesys_config(sim.urls, 1))
+async def test_run_with_stdout_on_dev_full_stops_with_one_line(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = config_file(tmp_path, genesys_config(genesys_sim.urls, 1), CREDENTIALS)
     full = os.open("/dev/full", os.O_WRONLY)
     try:
         result = await anyio.run_process(

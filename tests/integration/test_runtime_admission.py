@@ -8,7 +8,6 @@ guest's own limit pauses nobody else) is in test_runtime_webmessaging.py.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +20,16 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.runtime_harness import Harness, genesys_config, supervised
+from tests.harness.clocks import advancing
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness, supervised
+from tests.harness.simulators import StartGenesys
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=5000.0)
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5, clock=clock) as simulator:
-        yield simulator
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=3600), seed=5, fake_clock=True),
+]
 
 
 def actives(h: Harness) -> list[dict[str, Any]]:
@@ -51,7 +41,7 @@ def topics(sim: GenesysSimulator) -> str:
 
 
 async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpoint(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """wm-0's call is answered 429 + Retry-After: 7; wm-1 calls the same endpoint while wm-0 waits
     it out, and is held until the window ends: the platform is not asked before it said."""
@@ -63,20 +53,22 @@ async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpo
         waits.append(
             (
                 seconds,
-                sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics"),
+                genesys_sim.recorder.request_count(
+                    method="GET", endpoint="/api/v2/notifications/availabletopics"
+                ),
             )
         )
         if len(waits) == 1:
-            meanwhile.append(await h.supervisor.request("wm-1", "GET", topics(sim)))
+            meanwhile.append(await h.supervisor.request("wm-1", "GET", topics(genesys_sim)))
         clock.advance(seconds)
 
-    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim, clock=clock) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 2), tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "7"}, endpoint="GET *")
         )
-        first = await h.supervisor.request("wm-0", "GET", topics(sim))
+        first = await h.supervisor.request("wm-0", "GET", topics(genesys_sim))
         assert first.status_code == 200 and [r.status_code for r in meanwhile] == [200]
         (backoff, seen_then), *held = waits
         assert backoff >= 7.0 and seen_then == 1  # wm-0's own wait: never before Retry-After
@@ -85,7 +77,7 @@ async def test_a_retry_after_on_one_sessions_call_holds_every_call_to_that_endpo
         assert sum(s for s, _ in held) == pytest.approx(7.0)
         assert {seen for _, seen in held} == {1}
         assert (
-            sim.recorder.request_count(
+            genesys_sim.recorder.request_count(
                 method="GET", endpoint="/api/v2/notifications/availabletopics", status=429
             )
             == 1
@@ -104,7 +96,7 @@ def operation_retries(h: Harness) -> list[tuple[int, bool]]:
 
 
 async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says_why(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """A budget of no share and one retry per 10 s, and backoffs that take no time: the first
     failing call gets its one retry, its next two come due in the same second and are refused
@@ -114,19 +106,22 @@ async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says
     async def sleep(seconds: float) -> None:
         await anyio.lowlevel.checkpoint()  # the clock stands still: the budget's window never moves
 
-    config = genesys_config(sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
-    async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
+    config = genesys_config(genesys_sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
+    async with supervised(config, tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/notifications/availabletopics")
         )
         for _ in range(2):
             with pytest.raises(OperationError) as info:
-                await h.supervisor.request("wm-0", "GET", topics(sim))
+                await h.supervisor.request("wm-0", "GET", topics(genesys_sim))
             assert info.value.exhausted
         # three attempts reached the endpoint: the first call's two, the second call's one
-        assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics") == 3
+        assert (
+            genesys_sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics")
+            == 3
+        )
         # scheduled: (retry, the one before it was refused); the last refusal of each ends the call
         assert operation_retries(h) == [(1, False), (2, False), (3, True), (1, False), (2, True), (3, True)]
         exhausted = [e for e in h.recorded.named("RETRY_EXHAUSTED") if e["kind"] == "operation"]
@@ -138,35 +133,35 @@ async def test_past_the_retry_budget_a_retryable_failure_is_not_retried_and_says
 
 
 async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_scheduled_retry(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """The endpoint's one retry per 10 s is spent at second T; a call at T + 4 fails once. Its
     first two retries come due before T + 10 (within 1-2 s, then 2-3 s more) and are skipped; the
     third (4-5 s more, after T + 10) finds the budget free again, goes out and succeeds: asked
     when a retry comes due, the budget lets an operation outlast a spent window (docs/runtime.md, "Admission")."""
+    sleep = advancing(clock)
 
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await anyio.lowlevel.checkpoint()
-
-    config = genesys_config(sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
-    async with supervised(config, tmp_path, genesys=sim, clock=clock) as h:
+    config = genesys_config(genesys_sim.urls, 1, adaptive=False, retry_budget_ratio=0.0, retry_budget_min=0.1)
+    async with supervised(config, tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
         endpoint = h.supervisor.wiring.attempts.endpoints.get("genesys:api")
         clock.advance(math.ceil(clock.monotonic()) - clock.monotonic())  # T: a whole second
         assert endpoint.may_retry()  # the window's one retry, spent at T
         clock.advance(4.0)
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(
                 kind=FaultKind.SERVER_ERROR_BURST,
                 count=1,
                 endpoint="GET /api/v2/notifications/availabletopics",
             )
         )
-        response = await h.supervisor.request("wm-0", "GET", topics(sim))
+        response = await h.supervisor.request("wm-0", "GET", topics(genesys_sim))
         assert response.status_code == 200
-        assert sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics") == 2
+        assert (
+            genesys_sim.recorder.request_count(method="GET", endpoint="/api/v2/notifications/availabletopics")
+            == 2
+        )
         assert operation_retries(h) == [(1, False), (2, True), (3, True)]
         (success,) = [e for e in h.recorded.named("RETRY_SUCCESS") if e["kind"] == "operation"]
         assert success["attempts"] == 1  # retries sent; the two skipped went nowhere
@@ -174,58 +169,53 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
 
 
 async def test_rest_refusals_already_in_flight_at_the_first_count_once_toward_the_circuit(
-    tmp_path: Path,
+    tmp_path: Path, start_genesys: StartGenesys
 ) -> None:
     """Six calls to one endpoint leave at once and each is answered 429 (Retry-After: 1) after
     0.3 s: the first refusal cuts the endpoint's pace, the five in flight with it echo it and
     count once toward the circuit (Pacer.echoes; RFC 6582 section 3.2), not as five in a row that
     open it. Every call succeeds on its retry. Real clock: the echo is told by send times."""
     endpoint = "GET /api/v2/notifications/availabletopics"
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=3600), seed=5) as sim:
-        config = genesys_config(sim.urls, 1, open_for=30.0)
-        async with supervised(config, tmp_path, genesys=sim) as h:
-            await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-            sim.faults.inject(
-                Fault(kind=FaultKind.LATENCY, endpoint=endpoint, count=6, params={"latency_ms": 300})
-            )
-            sim.faults.inject(
-                Fault(
-                    kind=FaultKind.RATE_LIMIT_STORM, endpoint=endpoint, count=6, params={"retry_after": "1"}
-                )
-            )
-            statuses: list[int] = []
+    sim = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5)
+    config = genesys_config(sim.urls, 1, open_for=30.0)
+    async with supervised(config, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        sim.faults.inject(
+            Fault(kind=FaultKind.LATENCY, endpoint=endpoint, count=6, params={"latency_ms": 300})
+        )
+        sim.faults.inject(
+            Fault(kind=FaultKind.RATE_LIMIT_STORM, endpoint=endpoint, count=6, params={"retry_after": "1"})
+        )
+        statuses: list[int] = []
 
-            async def call() -> None:
-                statuses.append((await h.supervisor.request("wm-0", "GET", topics(sim))).status_code)
+        async def call() -> None:
+            statuses.append((await h.supervisor.request("wm-0", "GET", topics(sim))).status_code)
 
-            async with anyio.create_task_group() as tg:
-                for _ in range(6):
-                    tg.start_soon(call)
-            assert statuses == [200] * 6
-            assert sim.recorder.request_count(method="GET", endpoint=endpoint.split(" ")[1], status=429) == 6
-            assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(call)
+        assert statuses == [200] * 6
+        assert sim.recorder.request_count(method="GET", endpoint=endpoint.split(" ")[1], status=429) == 6
+        assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
 
 
 async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_rate(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """A start-up of 40 sessions grows the connect pace from its initial 20/s; three quiet seconds
     later the platform drops every connection: the pace starts again from 20/s (RFC 5681 section
     3.1), once, and everyone comes back. Waits run on the fake clock (each advances it)."""
-
-    async def sleep(seconds: float) -> None:
-        clock.advance(seconds)
-        await anyio.lowlevel.checkpoint()
+    sleep = advancing(clock)
 
     n = 40
-    async with supervised(genesys_config(sim.urls, n), tmp_path, genesys=sim, clock=clock, sleep=sleep) as h:
+    async with supervised(genesys_config(genesys_sim.urls, n), tmp_path, clock=clock, sleep=sleep) as h:
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
         endpoint = h.supervisor.wiring.attempts.endpoints.connect("genesys:webmessaging")
         grown = endpoint.rate
         assert grown is not None and grown > 40.0
         assert not [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]
         clock.advance(3.0)  # quiet: every session is up (idle restart is 10 s away)
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: len(actives(h)) >= 2 * n and h.all_in("active"))
         restarts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]
         assert [(p["endpoint"], p["kind"], p["rate"]) for p in restarts] == [

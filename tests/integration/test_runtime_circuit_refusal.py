@@ -9,7 +9,6 @@ refused reconnection does: RECONNECTION_THROTTLED, and nothing classified.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -18,41 +17,31 @@ import pytest
 
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
-from tests.integration.runtime_harness import cxone_config, supervised
+from tests.harness.config import cxone_config
+from tests.harness.in_process import supervised
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=4) as simulator:
-        yield simulator
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=4)]
 
 
 async def test_polls_refused_by_the_open_circuit_publish_no_failure(
-    sim: CxoneSimulator, tmp_path: Path
+    cxone_sim: CxoneSimulator, tmp_path: Path
 ) -> None:
     # two 503s in a row open cxone:api (so the sessions' own polls trip it whatever their order);
     # a session whose poll spent its retries waits 20 s or more before reconnecting (off stage)
     config = (
-        cxone_config(sim.urls, 3, poll_timeout=1, open_for=30.0)
+        cxone_config(cxone_sim.urls, 3, poll_timeout=1, open_for=30.0)
         .replace("openFor = 30.0\n", "openFor = 30.0\nfailureThreshold = 2\n")
         .replace("firstDelayMin = 0.2\nfirstDelayMax = 0.8\n", "firstDelayMin = 20.0\nfirstDelayMax = 30.0\n")
     )
     assert "failureThreshold = 2" in config and "firstDelayMin = 20.0" in config
-    async with supervised(config, tmp_path, cxone=sim) as h:
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
 
         async def at_once(seconds: float) -> None:
             await anyio.lowlevel.checkpoint()  # the executor's backoff only: retries go out at once
 
         h.supervisor.wiring.executor._sleep = at_once
-        sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET *get-next-event"))
+        cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET *get-next-event"))
 
         def refused_while_serving() -> list[str]:
             return [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,32 +15,22 @@ from anyio.streams.text import TextReceiveStream
 
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import cxone_config, supervised
+from tests.harness.config import cxone_config
+from tests.harness.in_process import supervised
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=4)]
 
 
-@pytest.fixture
-async def sim() -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=4) as simulator:
-        yield simulator
-
-
-async def test_rolling_session_id_is_followed_across_polls(sim: CxoneSimulator, tmp_path: Path) -> None:
+async def test_rolling_session_id_is_followed_across_polls(cxone_sim: CxoneSimulator, tmp_path: Path) -> None:
     """docs/platforms.md, "NICE CXone": every get-next-event answer carries the id the next poll must use."""
-    async with supervised(cxone_config(sim.urls, 1, poll_timeout=0), tmp_path, cxone=sim) as h:
+    async with supervised(cxone_config(cxone_sim.urls, 1, poll_timeout=0), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["cx-0"]
         seen = [runner.context.platform_session_id]
         for _ in range(3):
             # an event makes the next poll a 200, which carries the next sessionId
-            sim.push_event(
+            cxone_sim.push_event(
                 {"Type": "AgentState", "CurrentState": "Available"}, agent_id=runner.context.agent_id
             )
             await h.wait(lambda: runner.context.platform_session_id != seen[-1])
@@ -53,11 +42,11 @@ async def test_rolling_session_id_is_followed_across_polls(sim: CxoneSimulator, 
         assert h.terminations() == {}
 
 
-async def test_session_ended_by_the_platform_terminates(sim: CxoneSimulator, tmp_path: Path) -> None:
+async def test_session_ended_by_the_platform_terminates(cxone_sim: CxoneSimulator, tmp_path: Path) -> None:
     """A 409 on get-next-event means the platform ended the session: no reconnection."""
-    async with supervised(cxone_config(sim.urls, 1, poll_timeout=0), tmp_path, cxone=sim) as h:
+    async with supervised(cxone_config(cxone_sim.urls, 1, poll_timeout=0), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))
+        cxone_sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))
         await h.wait(lambda: h.all_in("terminated"))
         termination = h.runners["cx-0"].termination
         assert termination is not None
@@ -69,10 +58,12 @@ async def test_session_ended_by_the_platform_terminates(sim: CxoneSimulator, tmp
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
 
 
-async def test_queue_full_on_a_poll_terminates_with_its_trigger(sim: CxoneSimulator, tmp_path: Path) -> None:
-    async with supervised(cxone_config(sim.urls, 2, poll_timeout=0), tmp_path, cxone=sim) as h:
+async def test_queue_full_on_a_poll_terminates_with_its_trigger(
+    cxone_sim: CxoneSimulator, tmp_path: Path
+) -> None:
+    async with supervised(cxone_config(cxone_sim.urls, 2, poll_timeout=0), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
-        sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="GET *get-next-event"))
+        cxone_sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="GET *get-next-event"))
         await h.wait(lambda: h.all_in("terminated"))
         for termination in h.terminations().values():
             assert (termination.reason.value, termination.trigger) == ("FAIL_FAST_TRIGGER", "QUEUE_FULL")
@@ -82,26 +73,28 @@ JOIN = "/inContactAPI/services/v{N}.0/agent-sessions/join"
 START = "/inContactAPI/services/v{N}.0/agent-sessions"
 
 
-async def test_an_outage_ends_no_cxone_session_and_all_come_back(sim: CxoneSimulator, tmp_path: Path) -> None:
+async def test_an_outage_ends_no_cxone_session_and_all_come_back(
+    cxone_sim: CxoneSimulator, tmp_path: Path
+) -> None:
     """Polls and starts black-holed past the network budget: nobody terminates."""
-    config = cxone_config(sim.urls, 2, poll_timeout=1, watchdog=3.0, horizon=45.0, open_for=1.0)
-    async with supervised(config, tmp_path, cxone=sim) as h:
+    config = cxone_config(cxone_sim.urls, 2, poll_timeout=1, watchdog=3.0, horizon=45.0, open_for=1.0)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active"))
-        hole = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE)).id or ""
+        hole = cxone_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE)).id or ""
         await h.wait(lambda: not any(r.state.value == "active" for r in h.runners.values()), 15.0)
         await anyio.sleep(8.0)  # the outage lasts (the scenario), longer than the network budget
         assert h.terminations() == {}
-        sim.faults.clear(hole)
+        cxone_sim.faults.clear(hole)
         await h.wait(lambda: h.all_in("active"), 30.0)
         assert h.terminations() == {}
 
 
 async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
-    sim: CxoneSimulator, tmp_path: Path
+    cxone_sim: CxoneSimulator, tmp_path: Path
 ) -> None:
     """The first daemon dies without a DELETE; the second joins the agents' live sessions (409 -> join)."""
     config = tmp_path / "supervisor.toml"
-    config.write_text(cxone_config(sim.urls, 2, poll_timeout=1))
+    config.write_text(cxone_config(cxone_sim.urls, 2, poll_timeout=1))
     (tmp_path / "cxone-secret").write_text("not-a-real-secret")
     (tmp_path / "cxone-password").write_text("not-a-real-access-key-secret")
     for attempt in ("first", "second"):
@@ -125,7 +118,7 @@ async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
             tg.start_soon(pump)
             await wait_until(lambda: active() >= 2, 20.0)
             if attempt == "first":
-                assert sim.recorder.request_count("POST", START, 202) == 2
+                assert cxone_sim.recorder.request_count("POST", START, 202) == 2
                 process.kill()  # kill -9: no drain, no DELETE; the agent sessions stay on the platform
             else:
                 process.send_signal(signal.SIGTERM)
@@ -133,6 +126,6 @@ async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
                 await process.wait()
             tg.cancel_scope.cancel()
     # the second daemon found the agents' sessions alive and took them over
-    assert sim.recorder.request_count("POST", START, 409) == 2
-    assert sim.recorder.request_count("POST", JOIN, 202) == 2
+    assert cxone_sim.recorder.request_count("POST", START, 409) == 2
+    assert cxone_sim.recorder.request_count("POST", JOIN, 202) == 2
     assert not [r for r in lines if r["event"] == "SESSION_TERMINATED" and r["reason"] != "STOPPED"]

@@ -6,12 +6,12 @@ re-created on a 404, a revoked token or lost subscriptions; the session never le
 each rollover is a CONNECTION_ROLLED_OVER on the bus, and every event is delivered once. A pinned
 v1 still ends the session on a 404. Everything runs against the simulator over loopback; the long
 tests run on a FakeClock shared by the daemon and the simulator (the daemon's sleeps wait for the
-test to move it: :class:`~tests.integration.clock_sleep.ClockSleep`).
+test to move it: :class:`~tests.harness.clocks.FakeTimers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +21,19 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.clock_sleep import ClockSleep
-from tests.integration.runtime_harness import Harness, genesys_config, supervised
+from tests.harness.clocks import FakeTimers
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness, supervised
+from tests.harness.simulators import StartGenesys
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(socket_closing_lead_s=5.0), seed=9),
+]
 
 TOPIC = "v2.users.agent-1.conversations"
 DAY = 86_400.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(socket_closing_lead_s=5.0), seed=9) as simulator:
-        yield simulator
 
 
 def notifications_config(urls: dict[str, str], taxonomy: str | None = None) -> str:
@@ -75,14 +70,14 @@ def channel_of(h: Harness) -> str:
 
 
 async def test_socket_closing_rolls_over_in_place_and_the_session_stays_active(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """The channel is replaced make-before-break: no reconnection, no gap, one rollover event."""
-    async with supervised(notifications_config(sim.urls), tmp_path, genesys=sim) as h:
+    async with supervised(notifications_config(genesys_sim.urls), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         runner = h.runners["n-1"]
         first_channel = channel_of(h)
-        sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING))
         await h.wait(lambda: len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 1)
         (rolled,) = h.recorded.named("CONNECTION_ROLLED_OVER")
         second = channel_of(h)
@@ -98,16 +93,18 @@ async def test_socket_closing_rolls_over_in_place_and_the_session_stays_active(
         assert runner.context.platform_session_id == second
         codes = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
         assert codes == ["SOCKET_CLOSING"]  # the server's own close never had to happen
-        await h.wait(lambda: sim.recorder.connections_open("streaming") == 1)
+        await h.wait(lambda: genesys_sim.recorder.connections_open("streaming") == 1)
         assert h.terminations() == {}
 
 
-async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(tmp_path: Path) -> None:
+async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """{"result":"404"} (here: displaced over the channel quota by the same OAuth client)."""
     sink = Delivered()
+    sim = await start_genesys(GenesysSimConfig(max_channels=1), seed=9)
     async with (
-        GenesysSimulator(GenesysSimConfig(max_channels=1), seed=9) as sim,
-        supervised(notifications_config(sim.urls), tmp_path, genesys=sim, notification_sink=sink) as h,
+        supervised(notifications_config(sim.urls), tmp_path, notification_sink=sink) as h,
         httpx.AsyncClient() as http,
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
@@ -134,11 +131,13 @@ async def test_a_404_mid_session_rolls_over_and_the_session_stays_active(tmp_pat
         await h.wait(lambda: sink.bodies() == [{"after": "404"}])
 
 
-async def test_a_pinned_v1_still_ends_the_session_on_a_404(tmp_path: Path) -> None:
+async def test_a_pinned_v1_still_ends_the_session_on_a_404(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """v1 stays as released: a `result: 404` meant the subscriptions are gone, STATE_CORRUPTING."""
+    sim = await start_genesys(GenesysSimConfig(max_channels=1), seed=9)
     async with (
-        GenesysSimulator(GenesysSimConfig(max_channels=1), seed=9) as sim,
-        supervised(notifications_config(sim.urls, "v1"), tmp_path, genesys=sim) as h,
+        supervised(notifications_config(sim.urls, "v1"), tmp_path) as h,
         httpx.AsyncClient() as http,
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
@@ -159,56 +158,62 @@ async def test_a_pinned_v1_still_ends_the_session_on_a_404(tmp_path: Path) -> No
         assert h.recorded.named("CONNECTION_ROLLED_OVER") == []
 
 
-async def test_a_revoked_token_rolls_over_with_a_fresh_grant(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_a_revoked_token_rolls_over_with_a_fresh_grant(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """TOKEN_REVOKE: the platform tells the channel (v2.system.token_revoked) and drops it; the
     session drops the revoked token, gets a new one and a new channel, and stays active."""
     sink = Delivered()
-    async with supervised(notifications_config(sim.urls), tmp_path, genesys=sim, notification_sink=sink) as h:
+    async with supervised(notifications_config(genesys_sim.urls), tmp_path, notification_sink=sink) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         tokens = h.supervisor.wiring.tokens["genesys"]
         revoked = tokens.current
         first = channel_of(h)
-        fault = sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+        fault = genesys_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
         await h.wait(lambda: len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 1)
-        sim.faults.clear(fault.id)
+        genesys_sim.faults.clear(fault.id)
         (rolled,) = h.recorded.named("CONNECTION_ROLLED_OVER")
         assert (rolled["code"], rolled["previous"]) == ("CHANNEL_TOKEN_REVOKED", first)
         assert tokens.current is not revoked and tokens.refreshes == 0  # a new grant, not a refresh
-        assert sim.recorder.events("channel_token_revoked") == 1
+        assert genesys_sim.recorder.events("channel_token_revoked") == 1
         assert left_active(h) == [] and h.terminations() == {}
-        assert sim.publish(TOPIC, {"after": "revoked"}) == 1
+        assert genesys_sim.publish(TOPIC, {"after": "revoked"}) == 1
         await h.wait(lambda: sink.bodies() == [{"after": "revoked"}])
 
 
-async def test_no_longer_subscribed_and_subscription_changed(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_no_longer_subscribed_and_subscription_changed(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """no_longer_subscribed: a new channel takes the topics back; subscription_changed: the list is
     read back and the missing topic put again on the same channel."""
     sink = Delivered()
-    async with supervised(notifications_config(sim.urls), tmp_path, genesys=sim, notification_sink=sink) as h:
+    async with supervised(notifications_config(genesys_sim.urls), tmp_path, notification_sink=sink) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         first = channel_of(h)
-        sim.faults.inject(Fault(kind=FaultKind.SYSTEM_TOPIC, params={"type": "no_longer_subscribed"}))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SYSTEM_TOPIC, params={"type": "no_longer_subscribed"}))
         await h.wait(lambda: len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 1)
         assert h.recorded.named("CONNECTION_ROLLED_OVER")[0]["code"] == "SUBSCRIPTION_DISPLACED"
         second = channel_of(h)
         assert second != first
-        sim.faults.inject(Fault(kind=FaultKind.SYSTEM_TOPIC, params={"type": "subscription_changed"}))
-        await h.wait(lambda: sim.state.channels[second].topics == [TOPIC])  # put back
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SYSTEM_TOPIC, params={"type": "subscription_changed"}))
+        await h.wait(lambda: genesys_sim.state.channels[second].topics == [TOPIC])  # put back
         assert channel_of(h) == second and len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 1
         codes = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
         assert codes == ["SUBSCRIPTION_DISPLACED", "SUBSCRIPTION_CHANGED"]
-        assert sim.publish(TOPIC, {"n": 1}) == 1
+        assert genesys_sim.publish(TOPIC, {"n": 1}) == 1
         await h.wait(lambda: sink.bodies() == [{"n": 1}])
         assert left_active(h) == [] and h.terminations() == {}
 
 
-async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(tmp_path: Path) -> None:
+async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     clock = FakeClock(start=5000.0)
-    sleep = ClockSleep(clock)
+    sleep = FakeTimers(clock)
     config = GenesysSimConfig(token_ttl_s=3600)
+    sim = await start_genesys(config, seed=9, clock=clock)
     async with (
-        GenesysSimulator(config, seed=9, clock=clock) as sim,
-        supervised(notifications_config(sim.urls), tmp_path, genesys=sim, clock=clock, sleep=sleep) as h,
+        supervised(notifications_config(sim.urls), tmp_path, clock=clock, sleep=sleep) as h,
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         first = channel_of(h)
@@ -230,20 +235,21 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
         assert left_active(h) == [] and h.terminations() == {}
 
 
-async def test_a_session_stays_active_for_days_with_every_event_delivered_once(tmp_path: Path) -> None:
+async def test_a_session_stays_active_for_days_with_every_event_delivered_once(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """Three days of 24-hour channels and 36-hour tokens: each channel is renewed before it expires
     and before its token does, make-before-break; an event published every step (and one inside
     each overlap, when both channels carry it) is delivered exactly once, in order."""
     clock = FakeClock(start=10_000.0)
-    sleep = ClockSleep(clock)
+    sleep = FakeTimers(clock)
     sink = Delivered()
     config = GenesysSimConfig(token_ttl_s=int(1.5 * DAY), channel_ttl_s=DAY)
+    sim = await start_genesys(config, seed=9, clock=clock)
     async with (
-        GenesysSimulator(config, seed=9, clock=clock) as sim,
         supervised(
             notifications_config(sim.urls),
             tmp_path,
-            genesys=sim,
             clock=clock,
             sleep=sleep,
             notification_sink=sink,

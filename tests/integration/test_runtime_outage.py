@@ -9,31 +9,23 @@ The daemon runs with a short horizon (the per-test timeout is 60 s); the benchma
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
-from supervisor.sim.genesys import GenesysSimulator
-from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.runtime_harness import Harness, genesys_config, supervised
-
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness, supervised
 
 TOKEN_TTL_S = 12
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=TOKEN_TTL_S), seed=5) as simulator:
-        yield simulator
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=TOKEN_TTL_S), seed=5),
+]
 
 
 def outage(sim: GenesysSimulator, connections: int) -> list[str]:
@@ -56,14 +48,16 @@ def live_sessions(h: Harness) -> int:
 
 
 async def test_an_outage_longer_than_the_old_budgets_ends_no_session(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Sockets dropped, handshakes hanging, token endpoint down, the token expiring: all come back."""
-    config = genesys_config(sim.urls, 3, notifications=2, horizon=40.0, open_timeout=1.0)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    config = genesys_config(genesys_sim.urls, 3, notifications=2, horizon=40.0, open_timeout=1.0)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: live_sessions(h) == 5)
-        issued_before = sim.recorder.tokens().get("issued", 0) + sim.recorder.tokens().get("refreshed", 0)
-        ids = outage(sim, connections=5)
+        issued_before = genesys_sim.recorder.tokens().get("issued", 0) + genesys_sim.recorder.tokens().get(
+            "refreshed", 0
+        )
+        ids = outage(genesys_sim, connections=5)
         await h.wait(lambda: live_sessions(h) == 0)
         # longer than the seed's network budget (3 retries, ~8 s with these delays) and than the
         # token's lifetime: every session outlives its class budget and its token expires meanwhile
@@ -73,21 +67,21 @@ async def test_an_outage_longer_than_the_old_budgets_ends_no_session(
         assert max(e["attempt"] for e in reconnects) > 3  # past the network policy's 3 retries
         assert h.recorded.named("CIRCUIT_BREAKER_OPEN")  # the circuit paused them meanwhile
         for fid in ids:
-            sim.faults.clear(fid)
+            genesys_sim.faults.clear(fid)
         await h.wait(lambda: live_sessions(h) == 5, limit_s=30.0)
         assert h.terminations() == {}
-        tokens = sim.recorder.tokens()
+        tokens = genesys_sim.recorder.tokens()
         # the expired token was fetched again once when the endpoint returned, for every session
         assert tokens.get("issued", 0) + tokens.get("refreshed", 0) - issued_before == 1
 
 
 async def test_past_the_horizon_sessions_end_retry_exhausted_with_give_up_horizon(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = genesys_config(sim.urls, 3, notifications=1, horizon=6.0, open_timeout=1.0)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    config = genesys_config(genesys_sim.urls, 3, notifications=1, horizon=6.0, open_timeout=1.0)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: live_sessions(h) == 4)
-        outage(sim, connections=4)
+        outage(genesys_sim, connections=4)
         await h.wait(lambda: len(h.terminations()) == 4, limit_s=40.0)
         reasons = {t.reason.value for t in h.terminations().values()}
         assert reasons == {"RETRY_EXHAUSTED"}

@@ -15,7 +15,6 @@ out with it (``refreshBeforeRetry = 1``). No sleep waits for a timer: the clock 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,32 +25,24 @@ from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
-from tests.integration.runtime_harness import Harness, cxone_config, genesys_config, supervised
-
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+from tests.harness.config import cxone_config, genesys_config
+from tests.harness.in_process import Harness, supervised
 
 POLL = "GET *get-next-event"
 # the platform ends tokens this long before the lifetime it announced
 EARLY_S = 5.0
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    # both simulators on the test's fake clock, which the daemon shares
+    pytest.mark.cxone_sim(
+        CxoneSimConfig(token_ttl_s=120, token_early_expiry_s=EARLY_S), seed=4, fake_clock=True
+    ),
+    pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=300), seed=5, fake_clock=True),
+]
 # what the token has left by our clock when the retry goes out: past the platform's end
 LEFT_S = 3.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=5000.0)
-
-
-@pytest.fixture
-async def cxone(clock: FakeClock) -> AsyncIterator[CxoneSimulator]:
-    config = CxoneSimConfig(token_ttl_s=120, token_early_expiry_s=EARLY_S)
-    async with CxoneSimulator(config, seed=4, clock=clock) as simulator:
-        yield simulator
 
 
 def _cxone_daemon(sim: CxoneSimulator) -> str:
@@ -81,22 +72,22 @@ def _backoff_to_the_end(
 
 
 async def test_a_cxone_token_the_platform_ends_early_is_replayed_and_the_session_stays(
-    cxone: CxoneSimulator, clock: FakeClock, tmp_path: Path
+    cxone_sim: CxoneSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
-    async with supervised(_cxone_daemon(cxone), tmp_path, cxone=cxone, clock=clock) as h:
+    async with supervised(_cxone_daemon(cxone_sim), tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         tokens = h.supervisor.wiring.tokens["cxone"]
         waits = _backoff_to_the_end(h, tokens, clock)
-        cxone.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint=POLL))
+        cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint=POLL))
         await h.wait(lambda: tokens.refreshes == 1)
         # the next poll, with the fresh token, goes through: the session never left active
-        polls = cxone.recorder.request_count("GET", status=304) + cxone.recorder.request_count(
+        polls = cxone_sim.recorder.request_count("GET", status=304) + cxone_sim.recorder.request_count(
             "GET", status=200
         )
-        await h.wait(lambda: cxone.recorder.request_count("GET", status=304) > polls, 15.0)
+        await h.wait(lambda: cxone_sim.recorder.request_count("GET", status=304) > polls, 15.0)
         assert len(waits) == 1
         # the platform did refuse the token, as expired, while we held it 3 s from its end
-        assert cxone.recorder.tokens()["expired"] == 1
+        assert cxone_sim.recorder.tokens()["expired"] == 1
         (expired,) = [e for e in h.recorded.named("SDK_ERROR_CLASSIFIED") if e["rawStatus"] == 401]
         assert (expired["code"], expired["rawCode"]) == ("TOKEN_EXPIRED", "invalid_token")
         assert (
@@ -113,15 +104,15 @@ async def test_a_cxone_token_the_platform_ends_early_is_replayed_and_the_session
 
 
 async def test_a_cxone_token_revoked_mid_life_ends_the_session_with_oauth_token_invalid(
-    cxone: CxoneSimulator, clock: FakeClock, tmp_path: Path
+    cxone_sim: CxoneSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """The control: the same 401 on a token with more than its window left (here all of it)."""
-    async with supervised(_cxone_daemon(cxone), tmp_path, cxone=cxone, clock=clock) as h:
+    async with supervised(_cxone_daemon(cxone_sim), tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         tokens = h.supervisor.wiring.tokens["cxone"]
         token = tokens.current
         assert token is not None and token.remaining(clock.monotonic()) > tokens.refresh_window(token)
-        cxone.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+        cxone_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
         await h.wait(lambda: h.all_in("terminated"))
         termination = h.runners["cx-0"].termination
         assert termination is not None
@@ -137,33 +128,27 @@ async def test_a_cxone_token_revoked_mid_life_ends_the_session_with_oauth_token_
 # ---------------------------------------------------------------- a Genesys REST call too
 
 
-@pytest.fixture
-async def genesys(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=300), seed=5, clock=clock) as simulator:
-        yield simulator
-
-
 async def test_a_genesys_call_whose_token_the_platform_ends_early_is_replayed(
-    genesys: GenesysSimulator, clock: FakeClock, tmp_path: Path
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
 ) -> None:
     """Genesys answers 401 bad.credentials; the simulator's TOKEN_EXPIRE fault ends the token
     while we hold it 3 s from its end (within the 100 s window of a 300 s token)."""
-    config = genesys_config(genesys.urls, 1, early_refresh=100.0).replace(
+    config = genesys_config(genesys_sim.urls, 1, early_refresh=100.0).replace(
         "earlyRefresh = 100.0\n", "earlyRefresh = 100.0\nrefreshBeforeRetry = 1.0\n"
     )
-    async with supervised(config, tmp_path, genesys=genesys, clock=clock) as h:
+    async with supervised(config, tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         transport = h.runners["wm-0"].transport
         assert isinstance(transport, WebMessagingTransport)
-        conversation = genesys.conversation_of(transport.guest_token)
+        conversation = genesys_sim.conversation_of(transport.guest_token)
         assert conversation is not None
-        url = genesys.urls["api"] + f"/api/v2/conversations/{conversation.id}"
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{conversation.id}"
         await h.supervisor.request("wm-0", "GET", url)  # signed with the cached token
         tokens = h.supervisor.wiring.tokens["genesys"]
         # count=1: the clock stands still, so the fresh token too is "issued when the fault started"
         expire_it = Fault(kind=FaultKind.TOKEN_EXPIRE, count=1)
-        waits = _backoff_to_the_end(h, tokens, clock, then=lambda: genesys.faults.inject(expire_it))
-        genesys.faults.inject(
+        waits = _backoff_to_the_end(h, tokens, clock, then=lambda: genesys_sim.faults.inject(expire_it))
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint="GET /api/v2/conversations/*")
         )
         response = await h.supervisor.request("wm-0", "GET", url)

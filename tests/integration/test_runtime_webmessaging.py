@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,10 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
-from tests.integration.runtime_harness import genesys_config, supervised
+from tests.harness.config import genesys_config
+from tests.harness.in_process import supervised
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=11) as simulator:
-        yield simulator
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=11)]
 
 
 def attempts(sim: GenesysSimulator) -> int:
@@ -34,13 +23,15 @@ def attempts(sim: GenesysSimulator) -> int:
     return total["accepted"] + total["refused"]
 
 
-async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_mass_drop_recovers_with_spread_first_attempts(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """Seed edge case 1: a mass 1006 drop; first reconnections spread over the window; nobody terminated."""
     n = 24
-    async with supervised(genesys_config(sim.urls, n), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, n), tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
-        before = attempts(sim)
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        before = attempts(genesys_sim)
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: sum(r.connects for r in h.runners.values()) >= 2 * n and h.all_in("active"))
         first = [
             e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect" and e["attempt"] == 1
@@ -52,7 +43,7 @@ async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulat
         # spread, not a wave: the seeded draws cover most of the window
         assert delays[-1] - delays[0] > 0.3
         assert h.terminations() == {}
-        assert attempts(sim) - before == n  # one handshake each: nobody was refused or retried
+        assert attempts(genesys_sim) - before == n  # one handshake each: nobody was refused or retried
         # seed section 2: telemetry is correlated with the ids the session knows; a Web Messaging
         # guest never learns its conversation (docs/taxonomy.md, "What the daemon can and cannot verify"), so none is claimed
         for event in h.recorded.named("SDK_ERROR_CLASSIFIED"):
@@ -64,42 +55,44 @@ async def test_mass_drop_recovers_with_spread_first_attempts(sim: GenesysSimulat
 
 @pytest.mark.parametrize(("code", "expected"), [(1012, "SERVICE_RESTART"), (1001, "GOING_AWAY")])
 async def test_restart_and_going_away_reconnect(
-    sim: GenesysSimulator, tmp_path: Path, code: int, expected: str
+    genesys_sim: GenesysSimulator, tmp_path: Path, code: int, expected: str
 ) -> None:
-    async with supervised(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 3), tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 3)
-        sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": code}))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": code}))
         await h.wait(lambda: sum(r.connects for r in h.runners.values()) >= 6 and h.all_in("active"))
         codes = {e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")}
         assert expected in codes
         assert h.terminations() == {}
 
 
-async def test_graceful_close_terminates_without_reconnecting(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_graceful_close_terminates_without_reconnecting(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
     """Seed section 2: close 1000 ends the session; no reconnection attempt follows."""
-    async with supervised(genesys_config(sim.urls, 3), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 3), tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 3)
-        before = attempts(sim)
-        sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
+        before = attempts(genesys_sim)
+        genesys_sim.faults.inject(Fault(kind=FaultKind.CLOSE, params={"code": 1000}))
         await h.wait(lambda: h.all_in("terminated"))
         reasons = {t.reason.value for t in h.terminations().values()}
         assert reasons == {"GRACEFUL_CLOSE"}
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
-        assert attempts(sim) == before
+        assert attempts(genesys_sim) == before
 
 
 async def test_handshake_429_is_never_retried_before_retry_after(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Seed edge case 2 for reconnections: a refused handshake's Retry-After is a minimum delay."""
-    async with supervised(genesys_config(sim.urls, 4), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 4), tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 4)
         # refuse the first four handshakes with 429 + Retry-After: 1, one per session (each first
         # reconnection is refused once; the rate_limit budget would allow a second refusal)
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.ADMISSION_LIMIT, count=4, params={"rate_per_s": 0, "retry_after": "1"})
         )
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(
             lambda: h.all_in("active") and sum(r.connects for r in h.runners.values()) >= 12, limit_s=20
         )
@@ -120,7 +113,7 @@ async def test_handshake_429_is_never_retried_before_retry_after(
 
 
 async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Five consecutive transient failures open the circuit; reconnections are throttled; one probe closes it.
 
@@ -128,19 +121,19 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     (the next test); the circuit is what is left when pacing is off or not enough.
     """
     n = 12
-    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    config = genesys_config(genesys_sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
         # one handshake admitted per second, the rest refused with 503: the burst of first
         # reconnections (all within 0.1 s) makes well over five consecutive failures
-        refuse = sim.faults.inject(
+        refuse = genesys_sim.faults.inject(
             Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
         )
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
         opened_at = h.recorded.timed("CIRCUIT_BREAKER_OPEN")[0][0]
         await h.wait(lambda: bool(h.recorded.named("RECONNECTION_THROTTLED")))
-        sim.faults.clear(refuse.id)
+        genesys_sim.faults.clear(refuse.id)
         await h.wait(lambda: h.all_in("active"), limit_s=15)
         half_open = h.recorded.timed("CIRCUIT_BREAKER_HALF_OPEN")
         closed = h.recorded.timed("CIRCUIT_BREAKER_CLOSED")
@@ -155,23 +148,23 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
 
 
 async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_circuit(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Beyond the seed (docs/runtime.md, "Admission"): the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
     pauses it for the Retry-After, so the reconnections queue at the rate the platform admits
     instead of failing five in a row: every session comes back, the circuit stays closed, and
     no attempt reached the endpoint inside a pause it had been given."""
     n = 12
-    config = genesys_config(sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    config = genesys_config(genesys_sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
-        refuse = sim.faults.inject(
+        refuse = genesys_sim.faults.inject(
             Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
         )
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("PACING_CHANGED")))
         await h.wait(lambda: h.all_in("active"), limit_s=40)
-        sim.faults.clear(refuse.id)
+        genesys_sim.faults.clear(refuse.id)
         cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
         assert cuts and all(p["endpoint"] == "genesys:webmessaging" for p in cuts)
         assert all(p["kind"] == "connect" and p["rate"] < p["previous"] for p in cuts)
@@ -179,27 +172,27 @@ async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_cir
         assert h.terminations() == {}
 
 
-async def test_start_up_is_paced_like_a_storm(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_start_up_is_paced_like_a_storm(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
     """Beyond the seed: starting many sessions is the same storm. The platform admits 3 handshakes a
     second (503 beyond); the daemon starts 20 sessions at its initial 20/s, is refused, cuts its
     rate and waits out the pauses: every session comes up, the circuit never opens, and most
     first attempts were admitted (an unpaced start sends all 20 in the first second)."""
     n = 20
-    sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
-    config = genesys_config(sim.urls, n, open_for=3.0)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    genesys_sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
+    config = genesys_config(genesys_sim.urls, n, open_for=3.0)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"), limit_s=40)
         cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
         assert cuts and all((p["endpoint"], p["kind"]) == ("genesys:webmessaging", "connect") for p in cuts)
         assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
         assert h.terminations() == {}
-        attempts = sim.recorder.attempts_total("webmessaging")
+        attempts = genesys_sim.recorder.attempts_total("webmessaging")
         # fewer refusals than sessions: the pacer found the limit instead of asking everyone at once
         assert attempts["accepted"] == n and attempts["refused"] < n
 
 
 async def test_refusals_already_in_flight_at_the_first_count_once_toward_the_circuit(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Beyond the seed: every handshake takes 0.5 s and the platform admits 3 a second (503 beyond).
     Twelve sessions start at the pacer's 20/s, so about ten attempts are in flight when the first
@@ -207,24 +200,24 @@ async def test_refusals_already_in_flight_at_the_first_count_once_toward_the_cir
     Pacer.echoes; RFC 6582 section 3.2) and count once, not as the five in a row that open the
     circuit. Every session comes up and the circuit never opens."""
     n = 12
-    sim.faults.inject(Fault(kind=FaultKind.LATENCY, endpoint="WS /*", params={"latency_ms": 500}))
-    sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
-    config = genesys_config(sim.urls, n, open_for=30.0, open_timeout=5.0)
-    async with supervised(config, tmp_path, genesys=sim) as h:
+    genesys_sim.faults.inject(Fault(kind=FaultKind.LATENCY, endpoint="WS /*", params={"latency_ms": 500}))
+    genesys_sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 3, "status": 503}))
+    config = genesys_config(genesys_sim.urls, n, open_for=30.0, open_timeout=5.0)
+    async with supervised(config, tmp_path) as h:
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"), limit_s=40)
-        attempts = sim.recorder.attempts_total("webmessaging")
+        attempts = genesys_sim.recorder.attempts_total("webmessaging")
         assert attempts["refused"] >= 5  # enough refusals in a row to open the circuit, were each counted
         assert not h.recorded.named("CIRCUIT_BREAKER_OPEN")
         assert h.terminations() == {}
 
 
 async def test_session_response_missing_a_field_genesys_sends_terminates(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Seed section 3, per taxonomy v1 [responses."genesys.webmessaging.SessionResponse"]: a 200
     without ``connected`` never goes active: INCOMPLETE_RESPONSE, fail-fast."""
-    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["connected"]}))
-    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+    genesys_sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["connected"]}))
+    async with supervised(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 2 and h.all_in("terminated"))
         for termination in h.terminations().values():
             assert termination.as_json()["reason"] == "FAIL_FAST_TRIGGER"
@@ -241,16 +234,16 @@ async def test_session_response_missing_a_field_genesys_sends_terminates(
 
 
 async def test_a_reconnection_answered_with_another_conversation_terminates_with_drift(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Seed section 3, the drift a guest can see: it resumed its own guest token and Genesys
     answered ``newSession: true`` (the conversation it held is gone): CONVERSATION_STATE_DRIFT."""
-    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         transport = h.runners["wm-0"].transport
         assert isinstance(transport, WebMessagingTransport)
-        del sim.state.sessions[transport.guest_token]  # the platform lost the session
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        del genesys_sim.state.sessions[transport.guest_token]  # the platform lost the session
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: h.all_in("terminated"))
         termination = h.runners["wm-0"].termination
         assert termination is not None
@@ -262,14 +255,14 @@ async def test_a_reconnection_answered_with_another_conversation_terminates_with
 
 
 async def test_a_terminated_session_comes_back_only_through_a_new_start(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Nothing reconnects in the background; starting the session again is a new machine and a new guest session."""
-    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         old = h.runners["wm-0"]
-        old_conversation = conversation_of(sim, old)
-        sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED))
+        old_conversation = conversation_of(genesys_sim, old)
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SESSION_EXPIRED))
         await h.wait(lambda: old.core.terminated)
         assert old.termination is not None and old.termination.code == "SESSION_EXPIRED"
         spec = h.supervisor.config.sessions[0]
@@ -277,7 +270,7 @@ async def test_a_terminated_session_comes_back_only_through_a_new_start(
         assert new is not old and h.runners["wm-0"] is new
         await h.wait(lambda: new.state.value == "active")
         # a full cycle: a new guest token, hence a new conversation, not a resume of the old one
-        assert conversation_of(sim, new) != old_conversation
+        assert conversation_of(genesys_sim, new) != old_conversation
         assert old.state.value == "terminated"
 
 
@@ -299,7 +292,7 @@ def transcript_texts(sim: GenesysSimulator, conversation_id: str) -> list[str]:
 
 
 async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrives_once(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """A 4029 answering onMessage is retried by the executor after its retryAfter; the message lands once.
 
@@ -314,16 +307,18 @@ async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrive
         if len(waits) == 1:
             meanwhile.append(await h.supervisor.send_message("wm-1", "meanwhile"))
 
-    async with supervised(genesys_config(sim.urls, 2), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == 2)
         h.supervisor.wiring.executor._sleep = backoff
-        cid = conversation_of(sim, h.runners["wm-0"])
-        sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "3"}))
+        cid = conversation_of(genesys_sim, h.runners["wm-0"])
+        genesys_sim.faults.inject(
+            Fault(kind=FaultKind.RATE_LIMIT_STORM, count=1, params={"retry_after": "3"})
+        )
         answer = await h.supervisor.send_message("wm-0", "hello")
         assert answer["text"] == "hello"
-        assert transcript_texts(sim, cid).count("hello") == 1  # the simulator stored it once
+        assert transcript_texts(genesys_sim, cid).count("hello") == 1  # the simulator stored it once
         # wm-0's refused then accepted, and wm-1's one
-        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
+        assert genesys_sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
         assert len(waits) == 1 and waits[0] >= 3.0  # never before Retry-After (seed edge case 2)
         assert [m["text"] for m in meanwhile] == ["meanwhile"]  # wm-1 never waited
         assert not h.recorded.named("PACING_CHANGED")
@@ -336,26 +331,26 @@ async def test_in_band_4029_on_a_message_is_retried_after_retry_after_and_arrive
 
 
 async def test_a_persisting_4029_spends_the_message_budget_and_publishes_retry_exhausted(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     async def backoff(seconds: float) -> None:
         del seconds
 
-    async with supervised(genesys_config(sim.urls, 1), tmp_path, genesys=sim) as h:
+    async with supervised(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         await h.wait(lambda: h.all_in("active"))
         h.supervisor.wiring.executor._sleep = backoff
-        cid = conversation_of(sim, h.runners["wm-0"])
-        sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "1"}))
+        cid = conversation_of(genesys_sim, h.runners["wm-0"])
+        genesys_sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": "1"}))
         with pytest.raises(OperationError) as info:
             await h.supervisor.send_message("wm-0", "hello")
         assert info.value.exhausted
         # the rate_limit policy: 2 retries, so 3 attempts, then RETRY_EXHAUSTED
-        assert sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
+        assert genesys_sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 3
         assert len([e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "operation"]) == 2
         (exhausted,) = h.recorded.named("RETRY_EXHAUSTED")
         assert exhausted["kind"] == "operation" and exhausted["operation"] == "message.create"
         assert exhausted["attempts"] == 2 and exhausted["giveUp"] == "BUDGET_EXHAUSTED"
         assert exhausted["sessionId"] == "wm-0"
-        assert "hello" not in transcript_texts(sim, cid)
+        assert "hello" not in transcript_texts(genesys_sim, cid)
         # only the message failed: a guest's own rate limit does not end the session
         assert h.runners["wm-0"].state.value == "active" and h.terminations() == {}

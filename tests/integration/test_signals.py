@@ -33,12 +33,11 @@ from anyio.abc import Process
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.systemd_harness import short_dir
-from tests.integration.test_run_lifecycle import Lines
+from tests.harness.config import genesys_config, short_dir
+from tests.harness.process import Output
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=23)]
 
 SESSIONS = 2
 TERM, INT, HUP = signal.SIGTERM, signal.SIGINT, signal.SIGHUP
@@ -63,17 +62,6 @@ def _cases(moments: tuple[str, ...], default: set[tuple[signal.Signals, str]]) -
         for sig in (TERM, INT, HUP)
         for moment in moments
     ]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=23) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -167,12 +155,12 @@ STOPPED_EARLY = "session-supervisor: {} during start-up: stopped before serving\
 
 @pytest.mark.parametrize(("sig", "moment"), _cases(RUN_MOMENTS, RUN_DEFAULT))
 async def test_run_at_every_moment(
-    sim: GenesysSimulator, workdir: Path, sig: signal.Signals, moment: str
+    genesys_sim: GenesysSimulator, workdir: Path, sig: signal.Signals, moment: str
 ) -> None:
-    config = write_config(workdir, sim.urls)
+    config = write_config(workdir, genesys_sim.urls)
     spawned = time.monotonic()
     async with child("run", "--config", str(config)) as process:
-        lines = Lines(process)
+        lines = Output(process)
 
         def active() -> bool:
             return len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"]) >= SESSIONS
@@ -191,7 +179,7 @@ async def test_run_at_every_moment(
                 await wait_until(active, 30)
                 if moment == "draining":
                     # the server stops answering: the polite 1001 closes wait out the grace period
-                    sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE))
+                    genesys_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE))
                 send(process, TERM)
                 after = "DAEMON_STOPPING" if moment == "draining" else "DAEMON_STOPPED"
                 await wait_until(lambda: bool(lines.named(after)), 30)

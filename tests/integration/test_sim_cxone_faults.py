@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import email.utils
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -21,7 +20,7 @@ from supervisor.clock import FakeClock
 from supervisor.sim.cxone import CxoneSimulator, ErrorBody
 from supervisor.sim.faults import Fault, FaultKind
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=11, fake_clock=True)]
 
 POLL = "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/get-next-event"
 START = "/inContactAPI/services/v{N}.0/agent-sessions"
@@ -85,26 +84,9 @@ class Agent:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=11, clock=clock) as s:
-        yield s
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
-
-
-@pytest.fixture
-async def agent(sim: CxoneSimulator, http: httpx.AsyncClient) -> Agent:
+async def agent(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> Agent:
     """Logged in, session started, first events drained."""
-    a = Agent(sim, http)
+    a = Agent(cxone_sim, http)
     assert (await a.login()).status_code == 200
     assert (await a.start()).status_code == 202
     assert (await a.poll()).status_code == 200
@@ -121,9 +103,9 @@ async def until(predicate: Any) -> None:
 # ----------------------------------------------------------------------------- black hole
 
 
-async def test_blackhole_holds_the_poll_until_cleared(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_blackhole_holds_the_poll_until_cleared(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """BLACKHOLE: the request is never answered while the fault lasts; it completes after clear()."""
-    fault = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="*get-next-event"))
+    fault = cxone_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, endpoint="*get-next-event"))
     assert fault.id is not None
     fault_id = fault.id
     result: list[httpx.Response] = []
@@ -133,22 +115,22 @@ async def test_blackhole_holds_the_poll_until_cleared(sim: CxoneSimulator, agent
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(held)
-        await until(lambda: sim.recorder.fault_hits(fault_id) == 1)
+        await until(lambda: cxone_sim.recorder.fault_hits(fault_id) == 1)
         # matched but unanswered: only the fixture's first poll is recorded; other routes still answer
-        assert sim.recorder.request_count("GET", POLL) == 1
+        assert cxone_sim.recorder.request_count("GET", POLL) == 1
         r = await agent.http.post(f"{agent.base}/{agent.sid}/keep-alive", headers=agent.auth)
         assert r.status_code == 202
         assert result == []
-        sim.faults.clear(fault_id)
+        cxone_sim.faults.clear(fault_id)
     assert result[0].status_code == 304
-    assert sim.recorder.request_count("GET", POLL, 304) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 304) == 1
 
 
 async def test_scheduled_blackhole_ends_with_its_duration(
-    sim: CxoneSimulator, agent: Agent, clock: FakeClock
+    cxone_sim: CxoneSimulator, agent: Agent, clock: FakeClock
 ) -> None:
     """A black hole with duration_s releases held requests when the (fake) clock passes its end."""
-    fault = sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, duration_s=30))
+    fault = cxone_sim.faults.inject(Fault(kind=FaultKind.BLACKHOLE, duration_s=30))
     assert fault.id is not None
     fault_id = fault.id
     result: list[httpx.Response] = []
@@ -158,7 +140,7 @@ async def test_scheduled_blackhole_ends_with_its_duration(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(held)
-        await until(lambda: sim.recorder.fault_hits(fault_id) == 1)
+        await until(lambda: cxone_sim.recorder.fault_hits(fault_id) == 1)
         clock.advance(30)  # the controller's ticker expires it and wakes the held request
     assert result[0].status_code == 304
 
@@ -171,10 +153,12 @@ async def test_scheduled_blackhole_ends_with_its_duration(
     [("7", "7"), (3, "3"), ("http-date", "date"), ("http-date:12", "date:12"), (None, None)],
 )
 async def test_rate_limit_storm(
-    sim: CxoneSimulator, agent: Agent, retry_after: Any, expect: str | None
+    cxone_sim: CxoneSimulator, agent: Agent, retry_after: Any, expect: str | None
 ) -> None:
     """429 with Retry-After as seconds, as an HTTP-date, or absent; JSON body by default."""
-    fault = sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": retry_after}))
+    fault = cxone_sim.faults.inject(
+        Fault(kind=FaultKind.RATE_LIMIT_STORM, params={"retry_after": retry_after})
+    )
     r = await agent.poll()
     assert r.status_code == 429
     assert r.json()["error_code"] == "TooManyRequests"
@@ -184,49 +168,51 @@ async def test_rate_limit_storm(
     elif expect.startswith("date"):
         ahead = int(expect.partition(":")[2] or 5)
         when = email.utils.parsedate_to_datetime(r.headers["Retry-After"])
-        assert when.timestamp() == pytest.approx(sim.clock.time() + ahead, abs=1)
+        assert when.timestamp() == pytest.approx(cxone_sim.clock.time() + ahead, abs=1)
     else:
         assert r.headers["Retry-After"] == expect
-    assert sim.recorder.request_count("GET", POLL, 429) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 429) == 1
     assert fault.id is not None
-    assert sim.recorder.fault_hits(fault.id) == 1
+    assert cxone_sim.recorder.fault_hits(fault.id) == 1
 
 
-async def test_rate_limit_storm_with_empty_body_and_count(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_rate_limit_storm_with_empty_body_and_count(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """The empty-body variant; ``count`` limits the storm, then normal service resumes."""
-    sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"body": "empty"}))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"body": "empty"}))
     statuses = [(await agent.poll()).status_code for _ in range(3)]
     assert statuses == [429, 429, 304]
     r = await agent.poll()
     assert r.status_code == 304
-    assert sim.recorder.request_count("GET", POLL, 429) == 2
+    assert cxone_sim.recorder.request_count("GET", POLL, 429) == 2
 
 
-async def test_queue_full(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_queue_full(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """QUEUE_FULL: 429 with error_code QUEUE_FULL (no Retry-After unless asked)."""
-    sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="*/interactions/*"))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="*/interactions/*"))
     r = await agent.http.post(f"{agent.base}/{agent.sid}/interactions/1/accept", headers=agent.auth)
     assert r.status_code == 429
     assert r.json()["error_code"] == "QUEUE_FULL"
     assert "Retry-After" not in r.headers
     assert (await agent.poll()).status_code == 304  # other endpoints unaffected
-    assert sim.recorder.request_count(status=429) == 1
+    assert cxone_sim.recorder.request_count(status=429) == 1
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
-async def test_server_error_burst(sim: CxoneSimulator, agent: Agent, status: int) -> None:
+async def test_server_error_burst(cxone_sim: CxoneSimulator, agent: Agent, status: int) -> None:
     """5xx bursts, empty body by default, optional Retry-After."""
-    sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": status, "retry_after": "2"}))
+    cxone_sim.faults.inject(
+        Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": status, "retry_after": "2"})
+    )
     r = await agent.poll()
     assert r.status_code == status
     assert r.content == b""
     assert r.headers["Retry-After"] == "2"
-    assert sim.recorder.request_count("GET", POLL, status) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, status) == 1
 
 
-async def test_server_error_with_json_body(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_server_error_with_json_body(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """The {"error","error_description"} variant (param ``body``), without Retry-After."""
-    sim.faults.inject(
+    cxone_sim.faults.inject(
         Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": 502, "body": "json"}, count=1)
     )
     r = await agent.poll()
@@ -234,37 +220,37 @@ async def test_server_error_with_json_body(sim: CxoneSimulator, agent: Agent) ->
     assert r.json() == {"error": "bad_gateway", "error_description": "Bad Gateway"}
     assert "Retry-After" not in r.headers
     # the per-kind default (Python API) when the fault does not say
-    sim.gate.error_bodies[FaultKind.SERVER_ERROR_BURST] = ErrorBody.JSON
-    sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": 500}))
+    cxone_sim.gate.error_bodies[FaultKind.SERVER_ERROR_BURST] = ErrorBody.JSON
+    cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, params={"status": 500}))
     assert (await agent.poll()).json()["error"] == "server_error"
 
 
-async def test_latency(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_latency(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """LATENCY delays the answer (not timed here) and is recorded as a hit."""
-    fault = sim.faults.inject(Fault(kind=FaultKind.LATENCY, params={"latency_ms": 5}, count=1))
+    fault = cxone_sim.faults.inject(Fault(kind=FaultKind.LATENCY, params={"latency_ms": 5}, count=1))
     assert (await agent.poll()).status_code == 304
     assert fault.id is not None
-    assert sim.recorder.fault_hits(fault.id) == 1
+    assert cxone_sim.recorder.fault_hits(fault.id) == 1
 
 
 # ----------------------------------------------------------------------------------- tokens
 
 
-async def test_token_expiry_then_refresh(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_token_expiry_then_refresh(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """TOKEN_EXPIRE: 401 invalid_token "Token expired"; the refresh token still works."""
-    sim.faults.inject(Fault(kind=FaultKind.TOKEN_EXPIRE))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.TOKEN_EXPIRE))
     r = await agent.poll()
     assert r.status_code == 401
     assert r.json() == {"error": "invalid_token", "error_description": "Token expired"}
     assert (await agent.refresh()).status_code == 200
     assert (await agent.poll()).status_code == 304  # tokens issued after the fault started work
-    assert sim.recorder.tokens()["expired"] == 1
-    assert sim.recorder.tokens()["refreshed"] == 1
+    assert cxone_sim.recorder.tokens()["expired"] == 1
+    assert cxone_sim.recorder.tokens()["refreshed"] == 1
 
 
-async def test_token_revocation(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_token_revocation(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """TOKEN_REVOKE: 401 "Token revoked"; the refresh answers invalid_grant; a new login works."""
-    sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
     r = await agent.poll()
     assert r.status_code == 401
     assert r.json()["error_description"] == "Token revoked"
@@ -273,28 +259,28 @@ async def test_token_revocation(sim: CxoneSimulator, agent: Agent) -> None:
     assert refresh.json()["error"] == "invalid_grant"
     assert (await agent.login()).status_code == 200
     assert (await agent.poll()).status_code == 304
-    assert sim.recorder.tokens()["revoked"] == 1
-    assert sim.recorder.tokens()["rejected"] == 1
+    assert cxone_sim.recorder.tokens()["revoked"] == 1
+    assert cxone_sim.recorder.tokens()["rejected"] == 1
 
 
-async def test_token_fault_respects_share(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_token_fault_respects_share(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """share=0.5 hits exactly the agents the controller selects (deterministic per seed)."""
-    agents = [Agent(sim, http, user=f"agent{i}") for i in range(12)]
+    agents = [Agent(cxone_sim, http, user=f"agent{i}") for i in range(12)]
     for a in agents:
         await a.login()
-    fault = sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE, share=0.5))
+    fault = cxone_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE, share=0.5))
     hit = {a.key for a in agents if (await a.start()).status_code == 401}
-    assert hit == {a.key for a in agents if sim.faults.selected(fault, a.key)}
+    assert hit == {a.key for a in agents if cxone_sim.faults.selected(fault, a.key)}
     assert 0 < len(hit) < len(agents)
 
 
 # ---------------------------------------------------------------------------- bad 200s
 
 
-async def test_missing_session_id_in_poll(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_missing_session_id_in_poll(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """MISSING_FIELDS on get-next-event: a 200 without sessionId; the old id then replays."""
-    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["sessionId"]}, count=1))
-    sim.push_contact(agent_id=agent.key)
+    cxone_sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["sessionId"]}, count=1))
+    cxone_sim.push_contact(agent_id=agent.key)
     r = await agent.poll()
     assert r.status_code == 200
     assert "sessionId" not in r.json()
@@ -303,23 +289,23 @@ async def test_missing_session_id_in_poll(sim: CxoneSimulator, agent: Agent) -> 
     assert [e["Type"] for e in replay.json()["events"]][:2] == ["AgentSessionStart", "AgentState"]
 
 
-async def test_missing_default_fields_on_start(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_missing_default_fields_on_start(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """The default field list (conversationId→sessionId/ContactID, agentId, status) strips the start answer."""
-    a = Agent(sim, http)
+    a = Agent(cxone_sim, http)
     await a.login()
-    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, endpoint="POST */agent-sessions", count=1))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, endpoint="POST */agent-sessions", count=1))
     r = await a.start()
     assert r.status_code == 202
     assert r.json() == {}
 
 
-async def test_missing_event_fields(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_missing_event_fields(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """Field names also apply inside events (case-insensitive): ContactID and Status vanish."""
     fields = ["conversationId", "agentId", "status"]  # conversationId stands for sessionId and ContactID
-    sim.faults.inject(
+    cxone_sim.faults.inject(
         Fault(kind=FaultKind.MISSING_FIELDS, endpoint="*get-next-event", count=1, params={"fields": fields})
     )
-    sim.push_contact(agent_id=agent.key)
+    cxone_sim.push_contact(agent_id=agent.key)
     event = (await agent.poll()).json()["events"][0]
     assert "ContactID" not in event
     assert "Status" not in event
@@ -327,19 +313,21 @@ async def test_missing_event_fields(sim: CxoneSimulator, agent: Agent) -> None:
     assert event["Type"] == "CallContactEvent"
 
 
-async def test_missing_fields_on_token(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_missing_fields_on_token(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """A token answer without resource_server_base_uri."""
-    sim.faults.inject(Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["resource_server_base_uri"]}))
-    r = await Agent(sim, http).login()
+    cxone_sim.faults.inject(
+        Fault(kind=FaultKind.MISSING_FIELDS, params={"fields": ["resource_server_base_uri"]})
+    )
+    r = await Agent(cxone_sim, http).login()
     assert r.status_code == 200
     assert "resource_server_base_uri" not in r.json()
     assert "access_token" in r.json()
 
 
-async def test_malformed_body(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_malformed_body(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """MALFORMED_BODY: a 200 whose body is not JSON."""
-    sim.faults.inject(Fault(kind=FaultKind.MALFORMED_BODY, count=1))
-    sim.push_contact(agent_id=agent.key)
+    cxone_sim.faults.inject(Fault(kind=FaultKind.MALFORMED_BODY, count=1))
+    cxone_sim.push_contact(agent_id=agent.key)
     r = await agent.poll()
     assert r.status_code == 200
     with pytest.raises(ValueError, match=r"."):
@@ -349,20 +337,20 @@ async def test_malformed_body(sim: CxoneSimulator, agent: Agent) -> None:
 # --------------------------------------------------------------------- session faults
 
 
-async def test_session_ended_fault_is_409_at_once(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_session_ended_fault_is_409_at_once(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """SESSION_ENDED: the next poll is 409 (no final AgentSessionEnd), and so is everything after."""
-    sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED, count=1))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED, count=1))
     r = await agent.poll()
     assert r.status_code == 409
     assert r.json()["error"] == "session_ended"
     assert (await agent.poll()).status_code == 409
     state = await agent.http.post(f"{agent.base}/{agent.sid}/state?state=Available", headers=agent.auth)
     assert state.status_code == 409
-    assert sim.recorder.request_count("GET", POLL, 409) == 2
+    assert cxone_sim.recorder.request_count("GET", POLL, 409) == 2
     assert (await agent.start()).status_code == 202  # a fresh session is possible
 
 
-async def test_session_ended_wakes_a_held_poll(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_session_ended_wakes_a_held_poll(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """A fault that starts while a poll is held answers that poll (409) at once."""
     result: list[httpx.Response] = []
 
@@ -373,15 +361,15 @@ async def test_session_ended_wakes_a_held_poll(sim: CxoneSimulator, agent: Agent
         async with anyio.create_task_group() as tg:
             tg.start_soon(held)
             # start + first poll + the held poll reached the server
-            await until(lambda: sim.recorder.attempts_total("api")["accepted"] == 3)
-            sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))
+            await until(lambda: cxone_sim.recorder.attempts_total("api")["accepted"] == 3)
+            cxone_sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))
     assert result[0].status_code == 409
 
 
-async def test_stale_session_replay(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_stale_session_replay(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """STALE_SESSION: the poll with the current id answers an AgentSessionStart replay and a new id."""
     before = agent.sid
-    sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, count=1))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, count=1))
     r = await agent.poll()
     assert r.status_code == 200
     assert [e["Type"] for e in r.json()["events"]] == ["AgentSessionStart", "AgentState"]
@@ -393,30 +381,34 @@ async def test_stale_session_replay(sim: CxoneSimulator, agent: Agent) -> None:
 
 
 async def test_scheduled_fault_starts_at_its_time(
-    sim: CxoneSimulator, agent: Agent, clock: FakeClock
+    cxone_sim: CxoneSimulator, agent: Agent, clock: FakeClock
 ) -> None:
     """``at`` delays the fault on the injected clock."""
-    sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, at=60))
+    cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, at=60))
     assert (await agent.poll()).status_code == 304
     clock.advance(60)
     assert (await agent.poll()).status_code == 503
 
 
-async def test_admission_limit_refuses_and_records(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_admission_limit_refuses_and_records(
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
+) -> None:
     """ADMISSION_LIMIT: beyond rate_per_s requests in a clock second are refused (429) and counted."""
-    sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, endpoint="*/Token", params={"rate_per_s": 2}))
-    statuses = [(await Agent(sim, http, f"u{i}").login()).status_code for i in range(3)]
+    cxone_sim.faults.inject(
+        Fault(kind=FaultKind.ADMISSION_LIMIT, endpoint="*/Token", params={"rate_per_s": 2})
+    )
+    statuses = [(await Agent(cxone_sim, http, f"u{i}").login()).status_code for i in range(3)]
     assert statuses == [200, 200, 429]
-    assert sim.recorder.attempts_total("auth") == {"accepted": 2, "refused": 1}
-    assert sim.recorder.peak_attempts_per_second("auth", "refused") == 1
+    assert cxone_sim.recorder.attempts_total("auth") == {"accepted": 2, "refused": 1}
+    assert cxone_sim.recorder.peak_attempts_per_second("auth", "refused") == 1
 
 
 # ------------------------------------------------------------------------------- admin API
 
 
-async def test_faults_through_the_admin_api(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_faults_through_the_admin_api(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """POST /faults → effect on the client → GET /faults shows hits → DELETE clears → GET /stats."""
-    admin = sim.urls["admin"]
+    admin = cxone_sim.urls["admin"]
     body = {"kind": "queue_full", "params": {"retry_after": "4"}, "endpoint": "*get-next-event"}
     created = await agent.http.post(admin + "/faults", json=body)
     assert created.status_code == 201

@@ -12,21 +12,30 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote_plus
 
 import httpx
 import pytest
 
-from supervisor.clock import FakeClock
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
-
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+from tests.harness.simulators import StartCxone
 
 TOKEN = "/auth/token"
 SECRET = "s+cr/t=%2B"  # every character RFC 6749 section 2.3.1's form-encoding changes
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.cxone_sim(
+        CxoneSimConfig(
+            client_ids=("my-client",), client_secret=SECRET, users=("AKID1",), password="AKSECRET"
+        ),
+        seed=5,
+        fake_clock=True,
+    ),
+]
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
@@ -42,30 +51,6 @@ def claims(jwt: str) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def sim_config() -> CxoneSimConfig:
-    return CxoneSimConfig(
-        client_ids=("my-client",), client_secret=SECRET, users=("AKID1",), password="AKSECRET"
-    )
-
-
-@pytest.fixture
-async def sim(sim_config: CxoneSimConfig) -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(sim_config, seed=5, clock=FakeClock(start=1_800_000_000.0)) as s:
-        yield s
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        yield client
-
-
 async def login(sim: CxoneSimulator, http: httpx.AsyncClient) -> dict[str, Any]:
     r = await http.post(
         sim.urls["auth"] + TOKEN,
@@ -77,20 +62,20 @@ async def login(sim: CxoneSimulator, http: httpx.AsyncClient) -> dict[str, Any]:
     return body
 
 
-async def test_discovery_names_the_token_endpoint(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
-    r = await http.get(sim.urls["auth"] + "/.well-known/openid-configuration")
+async def test_discovery_names_the_token_endpoint(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+    r = await http.get(cxone_sim.urls["auth"] + "/.well-known/openid-configuration")
     assert r.status_code == 200
     doc = r.json()
-    assert doc["issuer"] == sim.urls["auth"]
-    assert doc["token_endpoint"] == sim.urls["auth"] + TOKEN
+    assert doc["issuer"] == cxone_sim.urls["auth"]
+    assert doc["token_endpoint"] == cxone_sim.urls["auth"] + TOKEN
     assert {"password", "refresh_token"} <= set(doc["grant_types_supported"])
 
 
 async def test_password_grant_answers_oidc_tokens_without_a_resource_base(
-    sim: CxoneSimulator, http: httpx.AsyncClient
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
     r = await http.post(
-        sim.urls["auth"] + TOKEN,
+        cxone_sim.urls["auth"] + TOKEN,
         content=b"grant_type=password&username=AKID1&password=AKSECRET",
         headers={**FORM, **basic("my-client", SECRET)},
     )
@@ -101,18 +86,20 @@ async def test_password_grant_answers_oidc_tokens_without_a_resource_base(
     assert body["expires_in"] == 3600
     # the claims NICE's SDK decodes (cxone-user.js setUserDetails) and the tenant discovery needs
     id_claims = claims(body["id_token"])
-    assert id_claims["tenantId"] == sim.tokens.tenant_id
-    assert id_claims["iss"] == sim.urls["auth"] and id_claims["aud"] == "my-client"
+    assert id_claims["tenantId"] == cxone_sim.tokens.tenant_id
+    assert id_claims["iss"] == cxone_sim.urls["auth"] and id_claims["aud"] == "my-client"
     assert {"icAgentId", "icBUId", "icClusterId", "teamId", "name", "given_name", "family_name"} <= set(
         id_claims
     )
     assert id_claims["sub"].startswith("user:")
-    assert sim.recorder.snapshot()["tokens_by_grant"] == {"password": 1}
+    assert cxone_sim.recorder.snapshot()["tokens_by_grant"] == {"password": 1}
 
 
-async def test_client_secret_may_come_as_form_fields(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_client_secret_may_come_as_form_fields(
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
+) -> None:
     r = await http.post(
-        sim.urls["auth"] + TOKEN,
+        cxone_sim.urls["auth"] + TOKEN,
         data={
             "grant_type": "password",
             "username": "AKID1",
@@ -165,20 +152,22 @@ async def test_client_secret_may_come_as_form_fields(sim: CxoneSimulator, http: 
     ],
 )  # fmt: skip
 async def test_refusals_are_rfc_6749_errors(
-    sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any], status: int, error: str
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any], status: int, error: str
 ) -> None:
-    r = await http.post(sim.urls["auth"] + TOKEN, **kwargs)
+    r = await http.post(cxone_sim.urls["auth"] + TOKEN, **kwargs)
     assert r.status_code == status, r.text
     assert r.json()["error"] == error and set(r.json()) == {"error", "error_description"}
     if status == 401 and "headers" in kwargs:
         assert r.headers["WWW-Authenticate"] == "Basic"  # the client tried Basic (RFC 6749 section 5.2)
-    assert sim.recorder.tokens()["rejected"] == 1 and sim.recorder.tokens()["issued"] == 0
+    assert cxone_sim.recorder.tokens()["rejected"] == 1 and cxone_sim.recorder.tokens()["issued"] == 0
     assert SECRET not in r.text and "AKSECRET" not in r.text
 
 
-async def test_refresh_grant_rotates_and_is_single_use(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
-    first = await login(sim, http)
-    url = sim.urls["auth"] + TOKEN
+async def test_refresh_grant_rotates_and_is_single_use(
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
+) -> None:
+    first = await login(cxone_sim, http)
+    url = cxone_sim.urls["auth"] + TOKEN
     form = {"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "scope": "openid"}
     r = await http.post(url, data=form, headers=basic("my-client", SECRET))
     assert r.status_code == 200, r.text
@@ -186,29 +175,29 @@ async def test_refresh_grant_rotates_and_is_single_use(sim: CxoneSimulator, http
     assert r.json()["access_token"] != first["access_token"]
     again = await http.post(url, data=form, headers=basic("my-client", SECRET))
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
-    assert sim.recorder.tokens()["refreshed"] == 1
+    assert cxone_sim.recorder.tokens()["refreshed"] == 1
 
 
 async def test_nice_sdk_refresh_form_labelled_json_is_answered(
-    sim: CxoneSimulator, http: httpx.AsyncClient
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
     """cxone-auth.js getRefreshToken posts `grant_type=refresh_token&scope=openid&refresh_token=…` as text
     under initHeader's `Content-Type: application/json`: the body is read as the form it is. (NICE's
     browser client is public and authenticates no client on refresh; the simulator's clients are
     confidential, so the client rides in the form here.)"""
-    first = await login(sim, http)
+    first = await login(cxone_sim, http)
     text = f"grant_type=refresh_token&scope=openid&refresh_token={first['refresh_token']}"
     r = await http.post(
-        sim.urls["auth"] + TOKEN,
+        cxone_sim.urls["auth"] + TOKEN,
         content=(text + f"&client_id=my-client&client_secret={quote_plus(SECRET)}").encode(),
         headers={"Content-Type": "application/json"},
     )
     assert r.status_code == 200, r.text
 
 
-async def test_refresh_refusals(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
-    first = await login(sim, http)
-    url = sim.urls["auth"] + TOKEN
+async def test_refresh_refusals(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+    first = await login(cxone_sim, http)
+    url = cxone_sim.urls["auth"] + TOKEN
     wider = await http.post(
         url,
         data={"grant_type": "refresh_token", "refresh_token": first["refresh_token"], "scope": "openid root"},
@@ -223,30 +212,30 @@ async def test_refresh_refusals(sim: CxoneSimulator, http: httpx.AsyncClient) ->
     assert unknown.status_code == 400 and unknown.json()["error"] == "invalid_grant"
 
 
-async def test_a_refresh_token_is_the_clients_own(http: httpx.AsyncClient) -> None:
-    async with CxoneSimulator(seed=1) as sim:
-        r = await http.post(
-            sim.urls["auth"] + TOKEN,
-            data={"grant_type": "password", "username": "u", "password": "p"},
-            headers=basic("one", "s"),
-        )
-        other = await http.post(
-            sim.urls["auth"] + TOKEN,
-            data={"grant_type": "refresh_token", "refresh_token": r.json()["refresh_token"]},
-            headers=basic("another", "s"),
-        )
+async def test_a_refresh_token_is_the_clients_own(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
+    sim = await start_cxone(seed=1)
+    r = await http.post(
+        sim.urls["auth"] + TOKEN,
+        data={"grant_type": "password", "username": "u", "password": "p"},
+        headers=basic("one", "s"),
+    )
+    other = await http.post(
+        sim.urls["auth"] + TOKEN,
+        data={"grant_type": "refresh_token", "refresh_token": r.json()["refresh_token"]},
+        headers=basic("another", "s"),
+    )
     assert other.status_code == 400 and other.json()["error"] == "invalid_grant"
 
 
 async def test_cxone_configuration_needs_the_tokens_tenant(
-    sim: CxoneSimulator, http: httpx.AsyncClient
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
-    tenant = claims((await login(sim, http))["id_token"])["tenantId"]
-    url = sim.urls["auth"] + "/.well-known/cxone-configuration"
+    tenant = claims((await login(cxone_sim, http))["id_token"])["tenantId"]
+    url = cxone_sim.urls["auth"] + "/.well-known/cxone-configuration"
     r = await http.get(url, params={"tenantId": tenant})
     assert r.status_code == 200
     body = r.json()
-    assert body["api_endpoint"] == sim.urls["api"]
+    assert body["api_endpoint"] == cxone_sim.urls["api"]
     # cxone-configuration.js parseData reads these too
     assert {"area", "cluster", "domain", "acdDomain", "uhDomain"} <= set(body)
     missing = await http.get(url)
@@ -255,36 +244,40 @@ async def test_cxone_configuration_needs_the_tokens_tenant(
     assert other.status_code == 404
 
 
-async def test_faults_reach_the_oidc_routes(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_faults_reach_the_oidc_routes(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """MISSING_FIELDS strips a discovery answer's api_endpoint; an endpoint pattern names /auth/token."""
-    token = await login(sim, http)
+    token = await login(cxone_sim, http)
     tenant = claims(token["id_token"])["tenantId"]
-    sim.faults.inject(
+    cxone_sim.faults.inject(
         Fault(
             kind=FaultKind.MISSING_FIELDS,
             endpoint="*cxone-configuration",
             params={"fields": ["api_endpoint"]},
         )
     )
-    sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="POST */auth/token", count=1))
-    conf = await http.get(sim.urls["auth"] + "/.well-known/cxone-configuration", params={"tenantId": tenant})
+    cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="POST */auth/token", count=1))
+    conf = await http.get(
+        cxone_sim.urls["auth"] + "/.well-known/cxone-configuration", params={"tenantId": tenant}
+    )
     assert conf.status_code == 200 and "api_endpoint" not in conf.json() and "area" in conf.json()
     r = await http.post(
-        sim.urls["auth"] + TOKEN,
+        cxone_sim.urls["auth"] + TOKEN,
         data={"grant_type": "password", "username": "AKID1", "password": "AKSECRET"},
         headers=basic("my-client", SECRET),
     )
     assert r.status_code >= 500
-    assert sim.recorder.request_count("POST", TOKEN, r.status_code) == 1
+    assert cxone_sim.recorder.request_count("POST", TOKEN, r.status_code) == 1
 
 
 async def test_the_api_answers_the_oidc_token_at_the_discovered_host(
-    sim: CxoneSimulator, http: httpx.AsyncClient
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
-    token = await login(sim, http)
+    token = await login(cxone_sim, http)
     tenant = claims(token["id_token"])["tenantId"]
     conf = (
-        await http.get(sim.urls["auth"] + "/.well-known/cxone-configuration", params={"tenantId": tenant})
+        await http.get(
+            cxone_sim.urls["auth"] + "/.well-known/cxone-configuration", params={"tenantId": tenant}
+        )
     ).json()
     r = await http.post(
         conf["api_endpoint"] + "/inContactAPI/services/v23.0/agent-sessions",
@@ -298,12 +291,12 @@ async def test_the_api_answers_the_oidc_token_at_the_discovered_host(
 
 
 async def test_v1_token_is_a_token_exchange_answered_in_camel_case(
-    sim: CxoneSimulator, http: httpx.AsyncClient
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient
 ) -> None:
-    token = await login(sim, http)
+    token = await login(cxone_sim, http)
     regional = {"Authorization": "Basic " + base64.b64encode(b"my-client@cxone").decode()}
     r = await http.post(
-        sim.urls["auth"] + "/public/authentication/v1/token",
+        cxone_sim.urls["auth"] + "/public/authentication/v1/token",
         json={"accessToken": token["access_token"]},
         headers=regional,
     )
@@ -312,12 +305,14 @@ async def test_v1_token_is_a_token_exchange_answered_in_camel_case(
     assert set(body) == {"accessToken", "accessTokenExpiry", "refreshToken"}
     assert body["accessTokenExpiry"] == 3600
     r = await http.post(
-        sim.urls["auth"] + "/public/authentication/v1/refresh",
+        cxone_sim.urls["auth"] + "/public/authentication/v1/refresh",
         json={"token": body["refreshToken"]},
         headers=regional,
     )
     assert r.status_code == 200 and set(r.json()) == {"accessToken", "accessTokenExpiry", "refreshToken"}
-    no_basic = await http.post(sim.urls["auth"] + "/public/authentication/v1/refresh", json={"token": "x"})
+    no_basic = await http.post(
+        cxone_sim.urls["auth"] + "/public/authentication/v1/refresh", json={"token": "x"}
+    )
     assert no_basic.status_code == 401 and no_basic.json()["error"] == "invalid_client"
 
 
@@ -333,9 +328,9 @@ async def test_v1_token_is_a_token_exchange_answered_in_camel_case(
     ],
 )  # fmt: skip
 async def test_v1_token_refuses_any_login(
-    sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any]
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any]
 ) -> None:
-    r = await http.post(sim.urls["auth"] + "/public/authentication/v1/token", **kwargs)
+    r = await http.post(cxone_sim.urls["auth"] + "/public/authentication/v1/token", **kwargs)
     assert r.status_code in (400, 401), r.text
     assert r.json()["error"] in ("invalid_request", "invalid_client")
-    assert sim.recorder.tokens()["issued"] == 0
+    assert cxone_sim.recorder.tokens()["issued"] == 0

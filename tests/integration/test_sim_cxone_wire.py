@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,9 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.errors import SimulatorError
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator, ErrorBody
+from tests.harness.simulators import StartCxone
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=3, fake_clock=True)]
 
 POLL = "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/get-next-event"
 START = "/inContactAPI/services/v{N}.0/agent-sessions"
@@ -87,25 +87,8 @@ def types(r: httpx.Response) -> list[str]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=3, clock=clock) as s:
-        yield s
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
-
-
-@pytest.fixture
-async def agent(sim: CxoneSimulator, http: httpx.AsyncClient) -> Agent:
-    a = Agent(sim, http)
+async def agent(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> Agent:
+    a = Agent(cxone_sim, http)
     await a.login()
     await a.start()
     return a
@@ -114,9 +97,9 @@ async def agent(sim: CxoneSimulator, http: httpx.AsyncClient) -> Agent:
 # ------------------------------------------------------------------------------------ tokens
 
 
-async def test_legacy_token_shape(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_legacy_token_shape(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """AcdToken fields; resource_server_base_uri points at the api listener with a trailing slash."""
-    token = await Agent(sim, http).login()
+    token = await Agent(cxone_sim, http).login()
     assert set(token) == {
         "access_token", "token_type", "expires_in", "refresh_token", "refresh_token_server_uri",
         "resource_server_base_uri", "scope", "agent_id", "team_id", "bus_no",
@@ -124,29 +107,29 @@ async def test_legacy_token_shape(sim: CxoneSimulator, http: httpx.AsyncClient) 
     }  # fmt: skip
     assert token["token_type"] == "bearer"
     assert token["expires_in"] == 3600
-    assert token["resource_server_base_uri"] == sim.urls["api"] + "/inContactAPI/"
-    assert token["refresh_token_server_uri"] == sim.urls["auth"] + LEGACY
+    assert token["resource_server_base_uri"] == cxone_sim.urls["api"] + "/inContactAPI/"
+    assert token["refresh_token_server_uri"] == cxone_sim.urls["auth"] + LEGACY
     assert token["scope"] == "AgentApi"
     assert isinstance(token["agent_id"], int)
-    assert sim.recorder.tokens()["issued"] == 1
-    assert sim.recorder.snapshot()["tokens_by_grant"] == {"password": 1}
-    assert sim.recorder.request_count("POST", LEGACY, 200) == 1
+    assert cxone_sim.recorder.tokens()["issued"] == 1
+    assert cxone_sim.recorder.snapshot()["tokens_by_grant"] == {"password": 1}
+    assert cxone_sim.recorder.request_count("POST", LEGACY, 200) == 1
 
 
-async def test_legacy_refresh_grant(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_legacy_refresh_grant(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """Legacy grant_type=refresh_token rotates the pair; a used refresh token is invalid_grant."""
-    token = await Agent(sim, http).login()
+    token = await Agent(cxone_sim, http).login()
     body = {"grant_type": "refresh_token", "refresh_token": token["refresh_token"]}
     headers = {"Authorization": basic("app@vendor", "4600001")}
-    r = await http.post(sim.urls["auth"] + LEGACY, headers=headers, json=body)
+    r = await http.post(cxone_sim.urls["auth"] + LEGACY, headers=headers, json=body)
     assert r.status_code == 200
     assert r.json()["access_token"] != token["access_token"]
     assert r.json()["agent_id"] == token["agent_id"]
-    again = await http.post(sim.urls["auth"] + LEGACY, headers=headers, json=body)
+    again = await http.post(cxone_sim.urls["auth"] + LEGACY, headers=headers, json=body)
     assert again.status_code == 400
     assert again.json()["error"] == "invalid_grant"
-    assert sim.recorder.tokens()["refreshed"] == 1
-    assert sim.recorder.tokens()["rejected"] == 1
+    assert cxone_sim.recorder.tokens()["refreshed"] == 1
+    assert cxone_sim.recorder.tokens()["rejected"] == 1
 
 
 @pytest.mark.parametrize(
@@ -165,49 +148,49 @@ async def test_legacy_refresh_grant(sim: CxoneSimulator, http: httpx.AsyncClient
     ],
 )  # fmt: skip
 async def test_token_errors_are_oauth_shaped(
-    sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any], status: int, error: str
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient, kwargs: dict[str, Any], status: int, error: str
 ) -> None:
     """Malformed token requests get RFC 6749 §5.2 bodies, never a traceback."""
-    r = await http.post(sim.urls["auth"] + LEGACY, **kwargs)
+    r = await http.post(cxone_sim.urls["auth"] + LEGACY, **kwargs)
     assert r.status_code == status
     assert set(r.json()) == {"error", "error_description"}
     assert r.json()["error"] == error
     assert "Traceback" not in r.text
-    assert sim.recorder.tokens()["rejected"] == 1
+    assert cxone_sim.recorder.tokens()["rejected"] == 1
 
 
-async def test_restricted_credentials(http: httpx.AsyncClient) -> None:
+async def test_restricted_credentials(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """A config restricting clients/users refuses others (the FAQ's 401 wording for clients)."""
     config = CxoneSimConfig(client_ids=("good@vendor",), users=("alice",), password="pw")
-    async with CxoneSimulator(config) as sim:
-        url = sim.urls["auth"] + LEGACY
-        body = {"grant_type": "password", "username": "alice", "password": "pw"}
-        bad_client = await http.post(url, headers={"Authorization": basic("evil@vendor", "1")}, json=body)
-        assert bad_client.status_code == 401
-        assert bad_client.json() == {
-            "error": "invalid_client",
-            "error_description": "Client application 'evil@vendor' not authorized for user",
-        }
-        headers = {"Authorization": basic("good@vendor", "1")}
-        bad_user = await http.post(url, headers=headers, json={**body, "password": "nope"})
-        assert bad_user.status_code == 400
-        assert bad_user.json()["error"] == "invalid_grant"
-        ok = await http.post(url, headers=headers, json=body)
-        assert ok.status_code == 200
-        assert sim.recorder.tokens() == {
-            "issued": 1,
-            "refreshed": 0,
-            "rejected": 2,
-            "expired": 0,
-            "revoked": 0,
-        }
+    sim = await start_cxone(config)
+    url = sim.urls["auth"] + LEGACY
+    body = {"grant_type": "password", "username": "alice", "password": "pw"}
+    bad_client = await http.post(url, headers={"Authorization": basic("evil@vendor", "1")}, json=body)
+    assert bad_client.status_code == 401
+    assert bad_client.json() == {
+        "error": "invalid_client",
+        "error_description": "Client application 'evil@vendor' not authorized for user",
+    }
+    headers = {"Authorization": basic("good@vendor", "1")}
+    bad_user = await http.post(url, headers=headers, json={**body, "password": "nope"})
+    assert bad_user.status_code == 400
+    assert bad_user.json()["error"] == "invalid_grant"
+    ok = await http.post(url, headers=headers, json=body)
+    assert ok.status_code == 200
+    assert sim.recorder.tokens() == {
+        "issued": 1,
+        "refreshed": 0,
+        "rejected": 2,
+        "expired": 0,
+        "revoked": 0,
+    }
 
 
 # ------------------------------------------------------------------------------ bearer checks
 
 
 async def test_api_needs_a_valid_bearer(
-    sim: CxoneSimulator, http: httpx.AsyncClient, agent: Agent, clock: FakeClock
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient, agent: Agent, clock: FakeClock
 ) -> None:
     """Missing, unknown and expired tokens → 401 with WWW-Authenticate and an OAuth body."""
     r = await http.post(agent.base + "?stationId=1")
@@ -221,26 +204,26 @@ async def test_api_needs_a_valid_bearer(
     assert r.status_code == 401
     assert r.json() == {"error": "invalid_token", "error_description": "Token expired"}
     assert r.headers["WWW-Authenticate"] == 'Bearer error="invalid_token"'
-    assert sim.recorder.tokens()["expired"] == 1
-    assert sim.recorder.request_count("GET", POLL, 401) == 1
+    assert cxone_sim.recorder.tokens()["expired"] == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 401) == 1
 
 
-async def test_empty_401_body_when_configured(http: httpx.AsyncClient) -> None:
+async def test_empty_401_body_when_configured(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """auth_error_body=empty: the 401 has no body (the error is in the status line only)."""
-    async with CxoneSimulator(CxoneSimConfig(auth_error_body=ErrorBody.EMPTY)) as sim:
-        r = await http.post(sim.urls["api"] + "/inContactAPI/services/v23.0/agent-sessions?stationId=1")
-        assert r.status_code == 401
-        assert r.content == b""
+    sim = await start_cxone(CxoneSimConfig(auth_error_body=ErrorBody.EMPTY))
+    r = await http.post(sim.urls["api"] + "/inContactAPI/services/v23.0/agent-sessions?stationId=1")
+    assert r.status_code == 401
+    assert r.content == b""
 
 
 # ---------------------------------------------------------------------------- agent sessions
 
 
-async def test_start_join_and_any_version(sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
+async def test_start_join_and_any_version(cxone_sim: CxoneSimulator, http: httpx.AsyncClient) -> None:
     """202 {"sessionId"} on start and join, for any v{N}.0; a second start is 409; no station is 400."""
-    a = Agent(sim, http)
+    a = Agent(cxone_sim, http)
     await a.login()
-    api = sim.urls["api"] + "/inContactAPI/services"
+    api = cxone_sim.urls["api"] + "/inContactAPI/services"
     r = await http.post(f"{api}/v2.0/agent-sessions", headers=a.auth)
     assert r.status_code == 400
     assert r.json()["error"] == "invalid_request"
@@ -252,24 +235,24 @@ async def test_start_join_and_any_version(sim: CxoneSimulator, http: httpx.Async
     join = await http.post(f"{api}/v12.0/agent-sessions/join", headers=a.auth)
     assert join.status_code == 202
     assert join.json()["sessionId"] != r.json()["sessionId"]
-    assert sim.recorder.request_count("POST", START, 202) == 1
-    assert sim.recorder.request_count("POST", START + "/join", 202) == 1
+    assert cxone_sim.recorder.request_count("POST", START, 202) == 1
+    assert cxone_sim.recorder.request_count("POST", START + "/join", 202) == 1
 
 
-async def test_api_version_restriction(http: httpx.AsyncClient) -> None:
+async def test_api_version_restriction(http: httpx.AsyncClient, start_cxone: StartCxone) -> None:
     """api_versions=(23,) answers 404 for v31.0."""
-    async with CxoneSimulator(CxoneSimConfig(api_versions=(23,))) as sim:
-        a = Agent(sim, http)
-        await a.login()
-        r = await http.post(
-            sim.urls["api"] + "/inContactAPI/services/v31.0/agent-sessions?stationId=1", headers=a.auth
-        )
-        assert r.status_code == 404
-        assert r.json()["error"] == "not_found"
-        await a.start()
+    sim = await start_cxone(CxoneSimConfig(api_versions=(23,)))
+    a = Agent(sim, http)
+    await a.login()
+    r = await http.post(
+        sim.urls["api"] + "/inContactAPI/services/v31.0/agent-sessions?stationId=1", headers=a.auth
+    )
+    assert r.status_code == 404
+    assert r.json()["error"] == "not_found"
+    await a.start()
 
 
-async def test_poll_rotates_session_id_and_304_when_idle(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_poll_rotates_session_id_and_304_when_idle(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """200 {"sessionId": new, "events": [...]} then 304 with no body; the 304 keeps the id."""
     first = agent.sid
     r = await agent.poll()
@@ -284,8 +267,8 @@ async def test_poll_rotates_session_id_and_304_when_idle(sim: CxoneSimulator, ag
     assert idle.status_code == 304
     assert idle.content == b""  # RFC 9110 §15.4.5
     assert "Cache-Control" not in idle.headers
-    assert sim.recorder.request_count("GET", POLL, 200) == 1
-    assert sim.recorder.request_count("GET", POLL, 304) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 200) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 304) == 1
 
 
 @pytest.mark.parametrize("value", ["61", "-1", "abc", "1.5"])
@@ -308,7 +291,7 @@ async def test_stale_id_replays_session_start(agent: Agent) -> None:
     assert r.json()["sessionId"] not in (old, agent.sid)
 
 
-async def test_long_poll_is_woken_by_a_pushed_contact(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_long_poll_is_woken_by_a_pushed_contact(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """A held poll answers as soon as an event arrives (no sleeping in the test)."""
     await agent.poll()
     result: list[httpx.Response] = []
@@ -320,7 +303,7 @@ async def test_long_poll_is_woken_by_a_pushed_contact(sim: CxoneSimulator, agent
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold)
             await anyio.wait_all_tasks_blocked()  # the poll is most likely held by now (either way works)
-            contact = sim.push_contact(agent_id=agent.token["agent_id"])
+            contact = cxone_sim.push_contact(agent_id=agent.token["agent_id"])
     r = result[0]
     assert r.status_code == 200
     event = r.json()["events"][0]
@@ -344,10 +327,10 @@ async def test_agent_state_changes(agent: Agent) -> None:
     assert bad.status_code == 400
 
 
-async def test_interactions(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_interactions(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """accept / hold / resume / end move the contact and emit CallContactEvents; unknown ids 404."""
     await agent.poll()
-    contact = sim.push_contact(agent_id=agent.token["agent_id"])
+    contact = cxone_sim.push_contact(agent_id=agent.token["agent_id"])
     await agent.poll()
     for action, status in [
         ("accept", "Active"),
@@ -365,7 +348,7 @@ async def test_interactions(sim: CxoneSimulator, agent: Agent) -> None:
     assert r.json()["error"] == "not_found"
 
 
-async def test_end_then_409(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_end_then_409(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """DELETE → 202; the final 200 carries AgentSessionEnd; then 409 on every poll and on DELETE."""
     await agent.poll()
     r = await agent.http.delete(f"{agent.base}/{agent.sid}", headers=agent.auth)
@@ -378,14 +361,14 @@ async def test_end_then_409(sim: CxoneSimulator, agent: Agent) -> None:
     assert gone.json()["error"] == "session_ended"
     again = await agent.http.delete(f"{agent.base}/{agent.sid}", headers=agent.auth)
     assert again.status_code == 409
-    assert sim.recorder.request_count("GET", POLL, 409) == 1
+    assert cxone_sim.recorder.request_count("GET", POLL, 409) == 1
 
 
 async def test_inactivity_timeout_ends_the_session(
-    sim: CxoneSimulator, http: httpx.AsyncClient, clock: FakeClock
+    cxone_sim: CxoneSimulator, http: httpx.AsyncClient, clock: FakeClock
 ) -> None:
     """No request for inactivityTimeout seconds → AgentSessionEnd, then 409; keep-alive resets it."""
-    a = Agent(sim, http)
+    a = Agent(cxone_sim, http)
     await a.login()
     await a.start("stationId=s&inactivityTimeout=30")
     await a.poll()
@@ -400,23 +383,25 @@ async def test_inactivity_timeout_ends_the_session(
     assert (await a.poll()).status_code == 409
 
 
-async def test_cache_control_hint_and_correlation_id(http: httpx.AsyncClient) -> None:
+async def test_cache_control_hint_and_correlation_id(
+    http: httpx.AsyncClient, start_cxone: StartCxone
+) -> None:
     """max_age_s adds Cache-Control: max-age=N to 200 and 304 polls; CorrelationId is echoed."""
-    async with CxoneSimulator(CxoneSimConfig(max_age_s=2)) as sim:
-        a = Agent(sim, http)
-        await a.login()
-        await a.start()
-        r = await a.poll(CorrelationId="corr-1")
-        assert r.headers["Cache-Control"] == "max-age=2"
-        assert r.headers["CorrelationId"] == "corr-1"
-        idle = await a.poll()
-        assert idle.status_code == 304
-        assert idle.headers["Cache-Control"] == "max-age=2"
+    sim = await start_cxone(CxoneSimConfig(max_age_s=2))
+    a = Agent(sim, http)
+    await a.login()
+    await a.start()
+    r = await a.poll(CorrelationId="corr-1")
+    assert r.headers["Cache-Control"] == "max-age=2"
+    assert r.headers["CorrelationId"] == "corr-1"
+    idle = await a.poll()
+    assert idle.status_code == 304
+    assert idle.headers["Cache-Control"] == "max-age=2"
 
 
-async def test_unknown_routes_and_ids_get_json_errors(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_unknown_routes_and_ids_get_json_errors(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """404 / 405 in CXone's error shape; an id never issued is 404 invalid_session."""
-    r = await agent.http.get(sim.urls["api"] + "/nope")
+    r = await agent.http.get(cxone_sim.urls["api"] + "/nope")
     assert r.status_code == 404
     assert r.json()["error"] == "not_found"
     r = await agent.http.put(f"{agent.base}/{agent.sid}/state", headers=agent.auth)
@@ -425,31 +410,31 @@ async def test_unknown_routes_and_ids_get_json_errors(sim: CxoneSimulator, agent
     r = await agent.poll(sid="0" * 32)
     assert r.status_code == 404
     assert r.json()["error"] == "invalid_session"
-    r = await agent.http.get(sim.urls["auth"] + LEGACY)
+    r = await agent.http.get(cxone_sim.urls["auth"] + LEGACY)
     assert r.status_code == 405
 
 
-async def test_recorder_sees_attempts_and_idempotency_keys(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_recorder_sees_attempts_and_idempotency_keys(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """Attempts per second by listener, requests by template/status, Idempotency-Key counts."""
     await agent.http.post(
         f"{agent.base}/{agent.sid}/keep-alive", headers={**agent.auth, "Idempotency-Key": "k1"}
     )
-    snap = sim.recorder.snapshot()
+    snap = cxone_sim.recorder.snapshot()
     assert snap["attempts_total"]["auth"] == {"accepted": 1, "refused": 0}
     assert snap["attempts_total"]["api"] == {"accepted": 2, "refused": 0}
     assert snap["idempotency_keys"] == {"k1": 1}
-    assert sim.recorder.request_count("POST", START + "/{sessionId}/keep-alive", 202) == 1
+    assert cxone_sim.recorder.request_count("POST", START + "/{sessionId}/keep-alive", 202) == 1
     text = str(snap)
     assert agent.token["access_token"] not in text
     assert agent.token["refresh_token"] not in text
 
 
-async def test_admin_index_and_stats(sim: CxoneSimulator, agent: Agent) -> None:
+async def test_admin_index_and_stats(cxone_sim: CxoneSimulator, agent: Agent) -> None:
     """The admin listener lists the URLs and serves the recorder snapshot."""
-    r = await agent.http.get(sim.urls["admin"] + "/")
+    r = await agent.http.get(cxone_sim.urls["admin"] + "/")
     assert r.json()["simulator"] == "cxone"
-    assert r.json()["urls"] == sim.urls
-    stats = (await agent.http.get(sim.urls["admin"] + "/stats")).json()
+    assert r.json()["urls"] == cxone_sim.urls
+    stats = (await agent.http.get(cxone_sim.urls["admin"] + "/stats")).json()
     assert stats["tokens"]["issued"] == 1
 
 

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.simulators import Genesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

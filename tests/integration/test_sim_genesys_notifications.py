@@ -11,7 +11,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.conftest import Genesys
+from tests.harness.simulators import Genesys
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -88,7 +88,7 @@ async def test_socket_ping_subscribe_and_events(genesys: Genesys) -> None:
     assert genesys.sim.recorder.ws_messages("streaming", "in", "ping") == 1
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(heartbeat_interval_s=0.05)])
+@pytest.mark.genesys_sim(GenesysSimConfig(heartbeat_interval_s=0.05))
 async def test_periodic_heartbeat(genesys: Genesys) -> None:
     await genesys.login()
     chan = await new_channel(genesys)
@@ -112,7 +112,7 @@ async def test_socket_closing_then_close(genesys: Genesys) -> None:
         assert ws.close_code == 1001
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=2)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_channels=2))
 async def test_over_the_limit_evicts_unconnected_channels_first(genesys: Genesys) -> None:
     await genesys.login()
     older = await new_channel(genesys)
@@ -127,7 +127,7 @@ async def test_over_the_limit_evicts_unconnected_channels_first(genesys: Genesys
     assert genesys.sim.recorder.events("channel_evicted") == 1
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=1)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_channels=1))
 async def test_evicted_connected_channel_gets_404_message_and_close(genesys: Genesys) -> None:
     await genesys.login()
     first = await new_channel(genesys)
@@ -144,7 +144,7 @@ async def test_evicted_connected_channel_gets_404_message_and_close(genesys: Gen
     assert unknown.value.response.status_code == 404
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=100)])
+@pytest.mark.genesys_sim(GenesysSimConfig(channel_ttl_s=100))
 async def test_channel_expires_by_the_clock_with_a_404_and_subscribe_extends_it(genesys: Genesys) -> None:
     """GN3P channel.py: {"result":"404"} on the socket means the channel expired; then it closes."""
     await genesys.login()
@@ -165,7 +165,7 @@ async def test_channel_expires_by_the_clock_with_a_404_and_subscribe_extends_it(
         assert ws.close_code == 1001
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=300)])
+@pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=300))
 async def test_channel_whose_token_expires_gets_a_404_then_closes(genesys: Genesys) -> None:
     """GN3P channel.py: a 404 also means "auth token used for the channel has expired"."""
     await genesys.login()

@@ -14,7 +14,7 @@ import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.conftest import Genesys
+from tests.harness.simulators import Genesys
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -100,7 +100,7 @@ async def test_oauth_json_body_is_invalid_request(genesys: Genesys) -> None:
     assert r.json()["error"] == "invalid_request"
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(clients={"known": "right"}, token_ttl_s=300)])
+@pytest.mark.genesys_sim(GenesysSimConfig(clients={"known": "right"}, token_ttl_s=300))
 async def test_restricted_clients_and_configured_ttl(genesys: Genesys) -> None:
     url = genesys.sim.urls["login"] + "/oauth/token"
     wrong = await genesys.http.post(url, data={"grant_type": "client_credentials"}, auth=("known", "wrong"))
@@ -367,7 +367,7 @@ async def test_admin_seeds_conversations_and_validates(genesys: Genesys) -> None
     assert bad.status_code == 400 and bad.json()["error"].startswith("conversation.attributes:")
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(rate_limit=3)])
+@pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=3))
 async def test_per_token_rate_limit_answers_429_with_retry_after(genesys: Genesys) -> None:
     await genesys.login()
     url = genesys.api(f"/api/v2/conversations/{seeded(genesys)}")

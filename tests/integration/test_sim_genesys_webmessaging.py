@@ -11,7 +11,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.simulators import Genesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -130,7 +131,7 @@ async def test_garbage_frame_is_request_failed(genesys: Genesys) -> None:
     assert reply == {"type": "response", "class": "string", "code": 400, "body": "Request failed."}
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_message_chars=10, max_custom_data_bytes=30)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_message_chars=10, max_custom_data_bytes=30))
 async def test_4011_and_4013(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
         await configure(ws, "tok-c")
@@ -146,7 +147,7 @@ async def test_4011_and_4013(genesys: Genesys) -> None:
         assert large["body"] == "Custom Attributes in channel metadata is larger than 30 bytes"
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_rate_limit=2, wm_rate_window_s=10)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_rate_limit=2, wm_rate_window_s=10))
 async def test_4029_too_many_requests_per_session(genesys: Genesys) -> None:
     frame = {"action": "onMessage", "token": "tok-d", "message": {"type": "Text", "text": "m"}}
     async with connect(genesys.wm_url()) as ws:
@@ -176,7 +177,7 @@ async def test_4029_storm_fault(genesys: Genesys) -> None:
     assert reply["body"]["retryAfter"] == 3 and reply["body"]["errorCode"] == 4029
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_session_ttl_s=100)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_session_ttl_s=100))
 async def test_session_expiry_by_clock_gives_event_then_4006(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
         await configure(ws, "tok-e")
@@ -287,7 +288,7 @@ async def test_agent_message_is_pushed_and_disconnect_makes_read_only(genesys: G
         assert conversation_id(genesys, "tok-k") != conv.id
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_disconnect_read_only=False)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_disconnect_read_only=False))
 async def test_disconnect_for_display_only_keeps_the_guest_writable(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as ws:
         await configure(ws, "tok-d")
@@ -321,7 +322,7 @@ async def test_handshake_errors(genesys: Genesys) -> None:
     await wait_until(lambda: genesys.sim.recorder.attempts_total("webmessaging")["refused"] == 2)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(deployments=("allowed",))])
+@pytest.mark.genesys_sim(GenesysSimConfig(deployments=("allowed",)))
 async def test_restricted_deployments_answer_403(genesys: Genesys) -> None:
     with pytest.raises(InvalidStatus) as denied:
         async with connect(genesys.wm_url("other")):
@@ -332,7 +333,7 @@ async def test_restricted_deployments_answer_403(genesys: Genesys) -> None:
         assert json.loads(await ws.recv())["code"] == 200
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_idle_timeout_s=300, wm_max_connection_s=3600)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_idle_timeout_s=300, wm_max_connection_s=3600))
 async def test_idle_and_lifetime_limits_close_with_1001(genesys: Genesys) -> None:
     async with connect(genesys.wm_url()) as idle, connect(genesys.wm_url()) as busy:
         await configure(idle, "tok-idle")

@@ -10,7 +10,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from supervisor.sim.faults import Fault, FaultKind
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.simulators import Genesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

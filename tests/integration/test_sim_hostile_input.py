@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,9 +24,10 @@ from supervisor.sim.bodies import MAX_JSON_DEPTH
 from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.simulators import Genesys, StartCxone
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.cxone_sim(seed=3, fake_clock=True)]
 
 DEPTHS = [MAX_JSON_DEPTH + 1, 1_000, 10_000]
 MESSAGES = "/api/v2/conversations/messages/c-1/communications/m-1/messages"
@@ -43,12 +43,6 @@ def strict_json(text: str) -> Any:
         raise AssertionError(f"{name} in a JSON answer")
 
     return json.loads(text, parse_constant=refuse)
-
-
-@pytest.fixture
-async def cxone() -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=3, clock=FakeClock()) as sim:
-        yield sim
 
 
 # -- class 1: nested bodies and frames answer the platform's 400 ---------------------------------------
@@ -107,10 +101,12 @@ async def test_notifications_frame_nested_too_deep_is_a_400_message(genesys: Gen
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
-async def test_cxone_token_body_nested_too_deep_is_an_oauth_400(cxone: CxoneSimulator, depth: int) -> None:
+async def test_cxone_token_body_nested_too_deep_is_an_oauth_400(
+    cxone_sim: CxoneSimulator, depth: int
+) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.post(
-            cxone.urls["auth"] + V1_TOKEN,
+            cxone_sim.urls["auth"] + V1_TOKEN,
             content='{"grant_type":"password","x":' + deep(depth) + "}",
             headers={"Content-Type": "application/json"},
         )
@@ -130,12 +126,12 @@ async def test_admin_fault_nested_too_deep_is_a_400(genesys: Genesys, depth: int
 
 @pytest.mark.parametrize("query", ["timeout=%C2%B2", "timeout=%D9%A1", "timeout=1e9", "timeout=-1"])
 async def test_cxone_query_numbers_that_are_not_ascii_integers_are_a_400(
-    cxone: CxoneSimulator, query: str
+    cxone_sim: CxoneSimulator, query: str
 ) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         token = (
             await http.post(
-                cxone.urls["auth"] + "/InContactAuthorizationServer/Token",
+                cxone_sim.urls["auth"] + "/InContactAuthorizationServer/Token",
                 json={"grant_type": "password", "username": "u", "password": "p"},
                 headers={"Authorization": "basic YUBiOmM="},
             )
@@ -171,10 +167,10 @@ async def test_genesys_oauth_form_not_utf8_is_invalid_request(genesys: Genesys, 
     "path",
     [V1_TOKEN, "/InContactAuthorizationServer/Token", "/public/authentication/v1/refresh", "/auth/token"],
 )
-async def test_cxone_oauth_form_not_utf8_is_invalid_request(cxone: CxoneSimulator, path: str) -> None:
+async def test_cxone_oauth_form_not_utf8_is_invalid_request(cxone_sim: CxoneSimulator, path: str) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.post(
-            cxone.urls["auth"] + path,
+            cxone_sim.urls["auth"] + path,
             content=b"grant_type=password&username=\xff",
             headers={"Content-Type": "application/x-www-form-urlencoded", "Authorization": "basic YUBiOmM="},
         )
@@ -247,10 +243,10 @@ async def test_admin_refuses_values_that_would_hang_or_break_get_faults(
     assert strict_json(listed.text) == {"faults": []}
 
 
-async def test_cxone_admin_refuses_them_too(cxone: CxoneSimulator) -> None:
+async def test_cxone_admin_refuses_them_too(cxone_sim: CxoneSimulator) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.post(
-            cxone.urls["admin"] + "/faults", content='{"kind":"latency","params":{"latency_ms":NaN}}'
+            cxone_sim.urls["admin"] + "/faults", content='{"kind":"latency","params":{"latency_ms":NaN}}'
         )
         assert r.status_code == 400
         assert r.json() == {"error": "fault.params.latency_ms: must be a finite number from 0 to 600000"}
@@ -277,13 +273,13 @@ async def exchange(url: str, data: bytes) -> bytes:
 SLOW = 0.2  # the simulators' read timeout in these tests: the wait is for the server to act
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(read_timeout_s=SLOW)])
+@pytest.mark.genesys_sim(GenesysSimConfig(read_timeout_s=SLOW))
 @pytest.mark.parametrize("listener", ["login", "api", "admin"])
 async def test_genesys_half_sent_headers_are_dropped(genesys: Genesys, listener: str) -> None:
     assert await exchange(genesys.sim.urls[listener], b"POST /oauth/token HTTP/1.1\r\nHost: x\r\n") == b""
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(read_timeout_s=SLOW)])
+@pytest.mark.genesys_sim(GenesysSimConfig(read_timeout_s=SLOW))
 @pytest.mark.parametrize(
     ("listener", "path", "shape"),
     [
@@ -313,15 +309,15 @@ async def test_genesys_half_sent_body_is_a_408_in_the_platform_shape(
     assert shape in strict_json(rest.partition(b"\r\n\r\n")[2].decode())
 
 
-async def test_cxone_half_sent_requests_are_dropped_or_408() -> None:
-    async with CxoneSimulator(CxoneSimConfig(read_timeout_s=SLOW), clock=FakeClock()) as sim:
-        for listener in ("auth", "api", "admin"):
-            assert await exchange(sim.urls[listener], b"GET / HTTP/1.1\r\nHost: x\r\n") == b""
-        chunked = (
-            f"POST {V1_TOKEN} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":'
-        )
-        answer = await exchange(sim.urls["auth"], chunked.encode())
+async def test_cxone_half_sent_requests_are_dropped_or_408(start_cxone: StartCxone) -> None:
+    sim = await start_cxone(CxoneSimConfig(read_timeout_s=SLOW), clock=FakeClock())
+    for listener in ("auth", "api", "admin"):
+        assert await exchange(sim.urls[listener], b"GET / HTTP/1.1\r\nHost: x\r\n") == b""
+    chunked = (
+        f"POST {V1_TOKEN} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":'
+    )
+    answer = await exchange(sim.urls["auth"], chunked.encode())
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert answer.endswith(
         b'{"error":"invalid_request","error_description":"the request body did not arrive in time"}'
@@ -345,9 +341,9 @@ async def test_a_cxone_client_gone_mid_body_is_recorded_499_without_a_traceback(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
-async def test_a_request_within_the_read_timeout_is_served() -> None:
+async def test_a_request_within_the_read_timeout_is_served(start_cxone: StartCxone) -> None:
+    sim = await start_cxone(CxoneSimConfig(read_timeout_s=5), clock=FakeClock())
     async with (
-        CxoneSimulator(CxoneSimConfig(read_timeout_s=5), clock=FakeClock()) as sim,
         httpx.AsyncClient(timeout=10) as http,
     ):
         r = await http.post(

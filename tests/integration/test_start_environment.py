@@ -7,19 +7,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.systemd_harness import listening_unix, notify_receiver, short_dir, spawn
+from tests.harness.config import config_file, genesys_config, short_dir, sockets_table
+from tests.harness.waits import wait_until
+from tests.integration.systemd_harness import listening_unix, notify_receiver, spawn
 from tests.integration.test_systemd_notify import reading
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=5)]
 
 WARNING = "session-supervisor: warning: "
 # a platform nobody answers for: the start must end before any session would need one
@@ -31,25 +30,11 @@ UNREACHABLE = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=5) as simulator:
-        yield simulator
-
-
 def write_config(directory: Path, urls: dict[str, str], sockets: tuple[Path, Path] | None = None) -> Path:
     text = genesys_config(urls, 1)
     if sockets is not None:
-        text += f'[sockets]\nsubscribe = "{sockets[0]}"\ncontrol = "{sockets[1]}"\n'
-    config = directory / "supervisor.toml"
-    config.write_text(text)
-    (directory / "genesys-secret").write_text("s3cr3t")
-    return config
+        text += sockets_table(*sockets)
+    return config_file(directory, text)
 
 
 async def stop_and_read(process: anyio.abc.Process, lines: object) -> tuple[int, str]:
@@ -63,11 +48,11 @@ async def stop_and_read(process: anyio.abc.Process, lines: object) -> tuple[int,
 
 
 async def test_an_unsupported_notify_socket_is_one_warning_and_the_daemon_runs(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """systemd 254 hands a VM's manager ``vsock:CID:PORT``; the daemon speaks only to a path or an
     ``@`` name: one warning naming the variable, notifications off, everything else as usual."""
-    config = write_config(tmp_path, sim.urls)
+    config = write_config(tmp_path, genesys_sim.urls)
     process = await spawn(config, env={"NOTIFY_SOCKET": "vsock:2:1234", "WATCHDOG_USEC": "30000000"})
     async with reading(process) as lines:
         await wait_until(lambda: bool(lines.named("DAEMON_STARTED")), 30)
@@ -81,11 +66,11 @@ async def test_an_unsupported_notify_socket_is_one_warning_and_the_daemon_runs(
 
 @pytest.mark.parametrize("value", ["²", "1" * 400])
 async def test_a_watchdog_interval_systemd_never_sends_is_one_warning_and_no_pings(
-    sim: GenesysSimulator, tmp_path: Path, value: str
+    genesys_sim: GenesysSimulator, tmp_path: Path, value: str
 ) -> None:
     """``str.isdigit`` took these and ``int`` (or the float division after it) did not: a traceback.
     Now one warning, the watchdog off (a live one pings at once, before READY=1), the rest as usual."""
-    config = write_config(tmp_path, sim.urls)
+    config = write_config(tmp_path, genesys_sim.urls)
     async with notify_receiver("path") as notify:
         process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": value})
         async with reading(process) as lines:
@@ -99,9 +84,9 @@ async def test_a_watchdog_interval_systemd_never_sends_is_one_warning_and_no_pin
 
 
 async def test_a_watchdog_of_one_microsecond_pings_at_the_floor_and_says_so(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, sim.urls)
+    config = write_config(tmp_path, genesys_sim.urls)
     async with notify_receiver("path") as notify:
         process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": "1"})
         async with reading(process) as lines:
@@ -119,11 +104,11 @@ async def test_a_watchdog_of_one_microsecond_pings_at_the_floor_and_says_so(
 
 
 async def test_a_listen_pid_systemd_never_sends_is_one_warning_and_the_daemon_binds_its_own(
-    sim: GenesysSimulator,
+    genesys_sim: GenesysSimulator,
 ) -> None:
     with short_dir() as directory:
         paths = (directory / "s.sock", directory / "c.sock")
-        config = write_config(directory, sim.urls, sockets=paths)
+        config = write_config(directory, genesys_sim.urls, sockets=paths)
         process = await spawn(config, env={"LISTEN_PID": "²", "LISTEN_FDS": "2"})
         async with reading(process) as lines:
             await wait_until(lambda: bool(lines.named("DAEMON_STARTED")), 30)
@@ -191,11 +176,11 @@ async def test_an_otel_value_the_sdk_refuses_is_one_line_and_exit_1(
 
 
 async def test_with_telemetry_off_the_otel_variables_are_not_read(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Off (no endpoint): the SDK is not even imported, so what it would refuse changes nothing."""
     hostile = {name: value for name, value, _ in SDK_REFUSES}
-    config = write_config(tmp_path, sim.urls)
+    config = write_config(tmp_path, genesys_sim.urls)
     code, out, err = await run_cli("run", "--config", str(config), "--check", env=hostile)
     assert (code, err) == (0, "") and out.startswith("ok: ")
     process = await spawn(config, env=hostile)

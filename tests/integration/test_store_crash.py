@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -29,22 +29,16 @@ from supervisor.api.protocol import Method
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store.testhooks import CRASH_ENV, CrashPoint
-from tests.integration.conftest import wait_until
+from tests.harness.config import daemon_config
+from tests.harness.process import running_daemon
+from tests.harness.waits import wait_until
 from tests.integration.crash_harness import Driver, duplicates, flagged_keys, integrity_ok, problems
-from tests.integration.daemon_process import daemon_config, running_daemon
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=31) as simulator:
-        yield simulator
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=31),
+]
 
 
 @pytest.fixture
@@ -56,21 +50,21 @@ def workdir() -> Iterator[Path]:
 
 @pytest.mark.parametrize("point", list(CrashPoint), ids=[p.value for p in CrashPoint])
 async def test_kill_9_at_a_crash_point_loses_no_acknowledged_update(
-    sim: GenesysSimulator, workdir: Path, point: CrashPoint
+    genesys_sim: GenesysSimulator, workdir: Path, point: CrashPoint
 ) -> None:
-    conversations = [sim.create_conversation(attributes={"survey": "unset"}).id for _ in range(4)]
+    conversations = [genesys_sim.create_conversation(attributes={"survey": "unset"}).id for _ in range(4)]
     sessions = [(f"wm-{i}", c) for i, c in enumerate(conversations)]
     store = workdir / "store.sqlite3"
-    config = daemon_config(sim, workdir, sessions, store=store)
+    config = daemon_config(genesys_sim.urls, workdir, sessions, store=store)
     # the 1st hit is the fail-fast set-up's (its submit, or its send): crash at the 6th
     async with running_daemon(config, env={CRASH_ENV: f"{point.value}:6"}) as first:
         await first.wait_ready(4)
         # wm-3's write meets QUEUE_FULL (a fail-fast trigger): the session ends, its write is flagged
-        sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes", count=1))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes", count=1))
         await first.acall(Method.SET_ATTRIBUTES, {"sessionId": "wm-3", "attributes": {"survey": "qf"}})
         await wait_until(lambda: bool(first.named("SESSION_TERMINATED")), 20)
         await first.acall(Method.STOP_SESSION, {"sessionId": "wm-2"})
-        conversations_before = len(sim.state.conversations)
+        conversations_before = len(genesys_sim.state.conversations)
         driver = Driver([sessions[0], sessions[1]])
         await driver.drive(first, 40)
         # the crash point is reached while updates are driven, or just after (a send, an answer)
@@ -85,13 +79,13 @@ async def test_kill_9_at_a_crash_point_loses_no_acknowledged_update(
         rows = (await second.acall(Method.LIST_SESSIONS))["sessions"]
         assert sorted((r["sessionId"], r["state"]) for r in rows) == [("wm-0", "active"), ("wm-1", "active")]
         # taken over, never ended: each resumed its guest session (newSession: false), no new conversation
-        assert len(sim.state.conversations) == conversations_before
+        assert len(genesys_sim.state.conversations) == conversations_before
         assert not second.named("SESSION_TERMINATED")
         await second.settled()
         flagged = await flagged_keys(second)
         assert (conversations[3], "survey") in flagged  # the QUEUE_FULL write, flagged before the crash
-        assert problems(driver, sim, flagged) == []
-        assert duplicates(sim, store) == []
+        assert problems(driver, genesys_sim, flagged) == []
+        assert duplicates(genesys_sim, store) == []
         started = await second.acall(Method.START_SESSION, {"sessionId": "wm-3"})
         assert started["reauthenticated"] is True
         await second.wait_ready(3)

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -29,25 +29,19 @@ import pytest
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import DesiredSession, DesiredState, SqliteStore
 from supervisor.store.testhooks import FULL_ENV
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import CLI, Daemon, daemon_config, integrity, running_daemon
+from tests.harness.config import daemon_config
+from tests.harness.process import CLI, Daemon, integrity, running_daemon
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=41),
+]
 
 
 def file_size(path: str) -> int:
     return os.stat(path).st_size
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=41) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -107,9 +101,9 @@ async def refused_naming(
 
 @pytest.mark.parametrize("kind", ["corrupt", "unreadable"])
 async def test_a_corrupt_or_unreadable_store_refuses_updates_and_the_sessions_run(
-    sim: GenesysSimulator, workdir: Path, kind: str
+    genesys_sim: GenesysSimulator, workdir: Path, kind: str
 ) -> None:
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     store = workdir / "store.sqlite3"
     if kind == "corrupt":
         store.write_bytes(b"not a database\n" * 500)
@@ -118,7 +112,7 @@ async def test_a_corrupt_or_unreadable_store_refuses_updates_and_the_sessions_ru
         store.mkdir()  # a path the daemon cannot open as a file
         problem = "not a regular file"
     before = store.read_bytes() if store.is_file() else None
-    config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store)
+    config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=store)
     async with running_daemon(config) as daemon:
         await daemon.wait_ready(1)
         degraded_at_start(daemon, store)
@@ -130,9 +124,9 @@ async def test_a_corrupt_or_unreadable_store_refuses_updates_and_the_sessions_ru
 
 @pytest.mark.parametrize("disk", ["small-tmpfs", "injected-sqlite-full"])
 async def test_a_full_disk_refuses_what_it_cannot_persist_then_recovers(
-    sim: GenesysSimulator, workdir: Path, disk: str
+    genesys_sim: GenesysSimulator, workdir: Path, disk: str
 ) -> None:
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with tmpfs(640) if disk == "small-tmpfs" else contextlib.nullcontext() as small:
         if disk == "small-tmpfs" and small is None:
             pytest.skip("this machine does not let the test mount a tmpfs (the injected variant runs)")
@@ -140,7 +134,9 @@ async def test_a_full_disk_refuses_what_it_cannot_persist_then_recovers(
         store = base / "store.sqlite3"
         flag = workdir / "disk-full"
         filler = base / "filler"
-        config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store, queue_depth=10_000)
+        config = daemon_config(
+            genesys_sim.urls, workdir, [("wm-0", conv.id)], store=store, queue_depth=10_000
+        )
         async with running_daemon(config, env={FULL_ENV: str(flag)} if small is None else {}) as daemon:
             await daemon.wait_ready(1)
             assert not daemon.named("STORE_DEGRADED")
@@ -173,9 +169,9 @@ async def test_a_full_disk_refuses_what_it_cannot_persist_then_recovers(
 
 
 async def test_a_read_only_state_directory_refuses_updates_and_the_sessions_run(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with tmpfs(256, read_only=True) as mounted:
         if mounted is not None:
             state = mounted
@@ -185,7 +181,7 @@ async def test_a_read_only_state_directory_refuses_updates_and_the_sessions_run(
         else:
             pytest.skip("root without mount: no directory is read-only to this user")
         store = state / "store.sqlite3"
-        config = daemon_config(sim, workdir, [("wm-0", conv.id)], store=store)
+        config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=store)
         async with running_daemon(config) as daemon:
             await daemon.wait_ready(1)
             degraded_at_start(daemon, store)
@@ -224,13 +220,13 @@ async def test_a_disk_filled_by_the_stores_own_wal_is_checkpointed_and_the_store
 
 
 async def test_a_start_on_a_full_disk_reads_the_store_and_reports_it_degraded(
-    sim: GenesysSimulator, workdir: Path
+    genesys_sim: GenesysSimulator, workdir: Path
 ) -> None:
     """The store cannot be opened for writing (no room even for its shared-memory file): the daemon
     reads it without writing, so a session `ctl stop` stopped stays down, publishes STORE_DEGRADED,
     refuses attribute updates, and the file is left as it was. Formerly the store was simply
     dropped: every configured session started, the stopped one too."""
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with tmpfs(640) as small:
         if small is None:
             pytest.skip("this machine does not let the test mount a tmpfs")
@@ -241,7 +237,7 @@ async def test_a_start_on_a_full_disk_reads_the_store_and_reports_it_degraded(
         before = store.read_bytes()
         (small / "filler").write_bytes(b"\0" * shutil.disk_usage(small).free)
         assert shutil.disk_usage(small).free == 0
-        config = daemon_config(sim, workdir, [("wm-0", conv.id), ("wm-1", None)], store=store)
+        config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id), ("wm-1", None)], store=store)
         async with running_daemon(config) as daemon:
             await daemon.wait_ready(1)
             degraded_at_start(daemon, store)

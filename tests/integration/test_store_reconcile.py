@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -24,26 +24,18 @@ import pytest
 
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import daemon_config, kill9, running_daemon, server_sessions
+from tests.harness.config import daemon_config
+from tests.harness.process import kill9, running_daemon, server_sessions
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(rate_limit=1_000_000), seed=61),
+    pytest.mark.cxone_sim(seed=61),
+]
 
 AGENTS = ("100001", "100002")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sims() -> AsyncIterator[tuple[GenesysSimulator, CxoneSimulator]]:
-    async with (
-        GenesysSimulator(GenesysSimConfig(rate_limit=1_000_000), seed=61) as genesys,
-        CxoneSimulator(seed=61) as cxone,
-    ):
-        yield genesys, cxone
 
 
 @pytest.fixture
@@ -53,16 +45,15 @@ def workdir() -> Iterator[Path]:
 
 
 async def test_desired_sessions_are_taken_over_and_orphans_ended_after_kill_9(
-    sims: tuple[GenesysSimulator, CxoneSimulator], workdir: Path
+    genesys_sim: GenesysSimulator, cxone_sim: CxoneSimulator, workdir: Path
 ) -> None:
-    genesys, cxone = sims
     store = workdir / "store.sqlite3"
     both = daemon_config(
-        genesys,
+        genesys_sim.urls,
         workdir,
         [("wm-0", None), ("wm-1", None)],
         store=store,
-        cxone=cxone.urls,
+        cxone=cxone_sim.urls,
         cxone_sessions=[("cx-0", AGENTS[0]), ("cx-1", AGENTS[1])],
     )
     async with running_daemon(both) as first:
@@ -80,18 +71,18 @@ async def test_desired_sessions_are_taken_over_and_orphans_ended_after_kill_9(
         with anyio.fail_after(20):
             assert await first.process.wait() == -signal.SIGKILL
     tokens = {sid: kept[sid]["guest_token"] for sid in ("wm-0", "wm-1")}
-    assert all(tokens.values()) and all(t in genesys.state.sessions for t in tokens.values())
-    agent_sessions = {agent: cxone.state.session_for_agent(agent) for agent in AGENTS}
+    assert all(tokens.values()) and all(t in genesys_sim.state.sessions for t in tokens.values())
+    agent_sessions = {agent: cxone_sim.state.session_for_agent(agent) for agent in AGENTS}
     assert all(s is not None and s.ended is None for s in agent_sessions.values())
-    conversations = len(genesys.state.conversations)
+    conversations = len(genesys_sim.state.conversations)
 
     # wm-1 and cx-1 leave the configuration while the daemon is down
     fewer = daemon_config(
-        genesys,
+        genesys_sim.urls,
         workdir,
         [("wm-0", None)],
         store=store,
-        cxone=cxone.urls,
+        cxone=cxone_sim.urls,
         cxone_sessions=[("cx-0", AGENTS[0])],
     )
     async with running_daemon(fewer) as second:
@@ -100,12 +91,12 @@ async def test_desired_sessions_are_taken_over_and_orphans_ended_after_kill_9(
         outcomes = {e["sessionId"]: (e["kind"], e["outcome"]) for e in second.named("SESSION_RECONCILED")}
         assert outcomes == {"wm-1": ("webmessaging", "ended"), "cx-1": ("agent-session", "ended")}
         # ended on the platform: the guest session is closed, the agent logged out
-        assert tokens["wm-1"] not in genesys.state.sessions
-        assert cxone.state.session_for_agent(AGENTS[1]) is None
+        assert tokens["wm-1"] not in genesys_sim.state.sessions
+        assert cxone_sim.state.session_for_agent(AGENTS[1]) is None
         # taken over, never ended: the same guest session (no new conversation), the same agent session
-        assert tokens["wm-0"] in genesys.state.sessions
-        assert len(genesys.state.conversations) == conversations
-        assert cxone.state.session_for_agent(AGENTS[0]) is agent_sessions[AGENTS[0]]
+        assert tokens["wm-0"] in genesys_sim.state.sessions
+        assert len(genesys_sim.state.conversations) == conversations
+        assert cxone_sim.state.session_for_agent(AGENTS[0]) is agent_sessions[AGENTS[0]]
         assert not second.named("SESSION_TERMINATED")
         ledger = server_sessions(store)
         assert ledger["wm-1"]["state"] == ledger["cx-1"]["state"] == "closed"
@@ -113,13 +104,13 @@ async def test_desired_sessions_are_taken_over_and_orphans_ended_after_kill_9(
         assert ledger["wm-0"]["guest_token"] == tokens["wm-0"]
         assert await second.stop() == 0
     # a planned stop (the drain) leaves the guest session resumable, ends the agent session
-    assert tokens["wm-0"] in genesys.state.sessions
+    assert tokens["wm-0"] in genesys_sim.state.sessions
     assert server_sessions(store)["wm-0"]["state"] == "open"
-    assert cxone.state.session_for_agent(AGENTS[0]) is None
+    assert cxone_sim.state.session_for_agent(AGENTS[0]) is None
     # ... and the planned restart resumes it: the same token, still no new conversation
     async with running_daemon(fewer) as third:
         await third.wait_ready(2)
         assert server_sessions(store)["wm-0"]["guest_token"] == tokens["wm-0"]
-        assert len(genesys.state.conversations) == conversations
+        assert len(genesys_sim.state.conversations) == conversations
         assert not third.named("SESSION_TERMINATED") and not third.named("SESSION_RECONCILED")
         assert await third.stop() == 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,9 @@ import anyio
 import pytest
 
 from supervisor.sim.genesys import GenesysSimulator
+from tests.harness.config import genesys_config, short_dir
+from tests.harness.waits import wait_until
 from tests.integration.api_harness import Watcher
-from tests.integration.conftest import wait_until
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.systemd_harness import short_dir
 from tests.integration.systemd_manager import UserManager, manager_unavailable, user_manager
 
 UNAVAILABLE = manager_unavailable()
@@ -40,6 +39,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.anyio,
     pytest.mark.skipif(UNAVAILABLE is not None, reason=f"no systemd manager: {UNAVAILABLE}"),
+    pytest.mark.genesys_sim(seed=21),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,21 +48,10 @@ SOCKETS = ("session-supervisor-subscribe.socket", "session-supervisor-control.so
 HOMES = ("/root", "/home", "/run/user")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def manager() -> Iterator[UserManager]:
     with user_manager() as running:
         yield running
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=21) as simulator:
-        yield simulator
 
 
 class Installed:
@@ -150,13 +139,13 @@ def work(manager: UserManager) -> Iterator[Path]:
 
 
 async def test_socket_activated_notify_service_status_reload_and_stop(
-    manager: UserManager, sim: GenesysSimulator, work: Path
+    manager: UserManager, genesys_sim: GenesysSimulator, work: Path
 ) -> None:
     """A subscriber's connection starts the service through its socket unit; the manager calls it
     active only after READY=1; STATUS= shows live in `systemctl show`; `systemctl reload` (SIGHUP)
     reloads; `systemctl stop` drains and the run ends in success."""
     with short_dir() as sockets:
-        unit = install(manager, sim, work, sockets)
+        unit = install(manager, genesys_sim, work, sockets)
         await unit.systemctl("start", *SOCKETS)
         assert unit.show("ActiveState")["ActiveState"] == "inactive"  # nothing started yet
         watcher = await Watcher.subscribe(unit.sockets[0])  # this connection activates the service
@@ -182,13 +171,15 @@ async def test_socket_activated_notify_service_status_reload_and_stop(
 
 
 async def test_a_wedged_daemon_is_killed_by_the_watchdog_and_restarted(
-    manager: UserManager, sim: GenesysSimulator, work: Path
+    manager: UserManager, genesys_sim: GenesysSimulator, work: Path
 ) -> None:
     """Test matrix row 17: SIGSTOP (a loop that never runs again) stops the pings; the manager's
     watchdog fires (WatchdogSignal=SIGABRT: no drain, nothing but the watchdog could end a stopped
     process), and Restart=on-failure brings up a new daemon (a new bootId), within StartLimitBurst."""
     with short_dir() as sockets:
-        unit = install(manager, sim, work, sockets, "WatchdogSec=3s", "TimeoutAbortSec=2s", "RestartSec=1s")
+        unit = install(
+            manager, genesys_sim, work, sockets, "WatchdogSec=3s", "TimeoutAbortSec=2s", "RestartSec=1s"
+        )
         await unit.systemctl("start", SERVICE)
         first = unit.show("MainPID", "WatchdogUSec")
         assert first["WatchdogUSec"] == "3s"

@@ -28,26 +28,29 @@ import pytest
 from supervisor.api.protocol import Method
 from supervisor.runtime.testhooks import BLOCK_LOOP_ENV
 from supervisor.sim.faults import Fault, FaultKind
-from supervisor.sim.genesys import GenesysSimulator
-from supervisor.sim.genesys.config import GenesysSimConfig
-from tests.integration.api_harness import Conn, Watcher
-from tests.integration.conftest import wait_until
-from tests.integration.daemon_process import CLI, daemon_config
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.systemd_harness import (
-    Notice,
-    NotifyReceiver,
-    listening_unix,
-    notify_receiver,
+from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.config import (
+    Credentials,
+    config_file,
+    daemon_config,
+    genesys_config,
     short_dir,
-    spawn,
+    sockets_table,
 )
+from tests.harness.process import CLI, Output
+from tests.harness.simulators import StartGenesys
+from tests.harness.waits import wait_until
+from tests.integration.api_harness import Conn, Watcher
+from tests.integration.systemd_harness import Notice, NotifyReceiver, listening_unix, notify_receiver, spawn
 from tests.integration.test_api_security import OTHER_UID, as_other_user
-from tests.integration.test_run_lifecycle import Lines
-
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 SECRET = "s3cr3t-value-never-printed"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(clients={"demo-client": SECRET}), seed=12),
+]
 # a platform nobody answers for: the start must fail before any session would need one
 UNREACHABLE = {
     "login": "http://127.0.0.1:9",
@@ -57,24 +60,10 @@ UNREACHABLE = {
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(clients={"demo-client": SECRET}), seed=12) as simulator:
-        yield simulator
-
-
 def write_config(directory: Path, text: str, *, sockets: tuple[Path, Path] | None = None) -> Path:
     if sockets is not None:
-        text += f'[sockets]\nsubscribe = "{sockets[0]}"\ncontrol = "{sockets[1]}"\n'
-    config = directory / "supervisor.toml"
-    config.write_text(text)
-    (directory / "genesys-secret").write_text(SECRET)
-    return config
+        text += sockets_table(*sockets)
+    return config_file(directory, text, Credentials(genesys=SECRET))
 
 
 def status_counts(notice: Notice) -> dict[str, int]:
@@ -92,8 +81,8 @@ def status_counts(notice: Notice) -> dict[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def reading(process: anyio.abc.Process) -> AsyncIterator[Lines]:
-    lines = Lines(process)
+async def reading(process: anyio.abc.Process) -> AsyncIterator[Output]:
+    lines = Output(process)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lines.pump)
@@ -113,7 +102,7 @@ async def stop(process: anyio.abc.Process) -> int:
 
 
 async def arrived(
-    lines: Lines, event: str, n: int = 1, where: Callable[[dict[str, Any]], bool] = lambda _: True
+    lines: Output, event: str, n: int = 1, where: Callable[[dict[str, Any]], bool] = lambda _: True
 ) -> list[dict[str, Any]]:
     """The stdout lines named ``event`` (and matching ``where``) once ``n`` of them were read.
 
@@ -142,14 +131,14 @@ def connects_now(path: Path) -> bool:
 
 
 async def test_ready_comes_once_the_sockets_answer_then_status_and_stopping_then_exit_zero(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """READY=1 at the readiness moment: at that instant both sockets accept (the daemon bound them)
     and every session is handed over (STATUS counts all 3); the line goes live; SIGTERM: STOPPING=1
     with a stop timeout covering the drain, then exit 0; every notice comes from the daemon's pid."""
     with short_dir() as sockets:
         paths = (sockets / "subscribe.sock", sockets / "control.sock")
-        config = write_config(tmp_path, genesys_config(sim.urls, 3), sockets=paths)
+        config = write_config(tmp_path, genesys_config(genesys_sim.urls, 3), sockets=paths)
         async with notify_receiver("path") as notify:
             process = await spawn(config, env=notify.env)
             async with reading(process) as lines:
@@ -173,18 +162,18 @@ async def test_ready_comes_once_the_sockets_answer_then_status_and_stopping_then
             )  # the process ended; its last lines may be in the pipe
 
 
-async def test_status_follows_a_storm_live(sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_status_follows_a_storm_live(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
     """Every connection dropped at once: STATUS shows sessions reconnecting, then all active again
     (abstract ``@`` NOTIFY_SOCKET)."""
     n = 12
     # reconnections wait U(1.5 s, 2.5 s): the storm outlasts the status line's one-second throttle
-    config = write_config(tmp_path, genesys_config(sim.urls, n, first_min=1.5, first_max=2.5))
+    config = write_config(tmp_path, genesys_config(genesys_sim.urls, n, first_min=1.5, first_max=2.5))
     async with notify_receiver("abstract") as notify:
         process = await spawn(config, env=notify.env)
         async with reading(process):
             all_active = lambda m: "STATUS" in m.fields and status_counts(m).get("active") == n  # noqa: E731
             first, _ = await notify.wait_for(all_active)
-            sim.faults.inject(Fault(kind=FaultKind.DROP, count=n))
+            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP, count=n))
             storm, during = await notify.wait_for(
                 lambda m: "STATUS" in m.fields and status_counts(m).get("reconnecting", 0) > 0,
                 since=first + 1,
@@ -198,9 +187,9 @@ async def test_status_follows_a_storm_live(sim: GenesysSimulator, tmp_path: Path
 
 
 async def test_sighup_is_announced_with_reloading_and_monotonic_usec_then_ready(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, genesys_config(sim.urls, 1))
+    config = write_config(tmp_path, genesys_config(genesys_sim.urls, 1))
     async with notify_receiver("path") as notify:
         process = await spawn(config, env=notify.env)
         async with reading(process) as lines:
@@ -223,7 +212,7 @@ PERIOD_S = WATCHDOG_USEC / 1_000_000 / 2
 
 
 async def test_the_watchdog_pings_from_the_loop_stops_while_it_is_wedged_and_resumes(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """A real wedge: the loop blocked in a read while the process, and its stdout thread, live on.
     Nothing the daemon reads can block its loop any more (files are opened O_NONBLOCK and
@@ -231,7 +220,7 @@ async def test_the_watchdog_pings_from_the_loop_stops_while_it_is_wedged_and_res
     on the event loop and blocks there until it is written (supervisor/runtime/testhooks.py).
     The pings stop (they come from a task on that loop, not from a thread); once the FIFO is
     written, the reload finishes (READY=1) and the pings resume."""
-    config = write_config(tmp_path, genesys_config(sim.urls, 1))
+    config = write_config(tmp_path, genesys_config(genesys_sim.urls, 1))
     wedge = tmp_path / "wedge"
     os.mkfifo(wedge)
     async with notify_receiver("path") as notify:
@@ -285,35 +274,33 @@ async def _drain(notify: NotifyReceiver) -> None:
         await anyio.sleep(0.005)
 
 
-async def test_a_platform_outage_is_degraded_shown_in_status_and_the_pings_go_on(tmp_path: Path) -> None:
+async def test_a_platform_outage_is_degraded_shown_in_status_and_the_pings_go_on(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
     """Handshakes refused: the endpoint's circuit opens, DAEMON_DEGRADED names it, STATUS shows it,
     and the watchdog keeps pinging (a restart would only repeat the storm)."""
-    async with GenesysSimulator(seed=4) as sim:
-        text = genesys_config(sim.urls, 2, open_for=60.0).replace(
-            "[circuit]\n", "[circuit]\nfailureThreshold = 2\n"
-        )
-        config = write_config(tmp_path, text)
-        async with notify_receiver("abstract") as notify:
-            process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
-            async with reading(process) as lines:
-                await notify.wait_for(lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2)
-                # every handshake refused with 503, then both connections dropped
-                sim.faults.inject(
-                    Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503})
-                )
-                sim.faults.inject(Fault(kind=FaultKind.DROP, count=2))
-                at, _ = await notify.wait_for(
-                    lambda m: "degraded: circuit:genesys:webmessaging" in (m.get("STATUS") or "")
-                )
-                await notify.count("WATCHDOG", 5, since=at)  # degraded, not unhealthy: the pings go on
-                (raised,) = (
-                    await arrived(
-                        lines, "DAEMON_DEGRADED", where=lambda e: e["condition"].startswith("circuit:")
-                    )
-                )[:1]
-                assert raised["condition"] == "circuit:genesys:webmessaging"
-                assert not lines.named("WATCHDOG_WITHHELD")
-                assert await stop(process) == 0
+    sim = await start_genesys(seed=4)
+    text = genesys_config(sim.urls, 2, open_for=60.0).replace(
+        "[circuit]\n", "[circuit]\nfailureThreshold = 2\n"
+    )
+    config = write_config(tmp_path, text)
+    async with notify_receiver("abstract") as notify:
+        process = await spawn(config, env={**notify.env, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
+        async with reading(process) as lines:
+            await notify.wait_for(lambda m: "STATUS" in m.fields and status_counts(m).get("active") == 2)
+            # every handshake refused with 503, then both connections dropped
+            sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503}))
+            sim.faults.inject(Fault(kind=FaultKind.DROP, count=2))
+            at, _ = await notify.wait_for(
+                lambda m: "degraded: circuit:genesys:webmessaging" in (m.get("STATUS") or "")
+            )
+            await notify.count("WATCHDOG", 5, since=at)  # degraded, not unhealthy: the pings go on
+            (raised,) = (
+                await arrived(lines, "DAEMON_DEGRADED", where=lambda e: e["condition"].startswith("circuit:"))
+            )[:1]
+            assert raised["condition"] == "circuit:genesys:webmessaging"
+            assert not lines.named("WATCHDOG_WITHHELD")
+            assert await stop(process) == 0
 
 
 needs_mounts = pytest.mark.skipif(
@@ -324,7 +311,7 @@ needs_mounts = pytest.mark.skipif(
 
 @needs_mounts
 async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash_loop(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Test matrix row 21 with a real filesystem: $STATE_DIRECTORY on a 4 MiB tmpfs in the daemon's own
     mount namespace. Filled: DAEMON_DEGRADED and STATUS say so, the pings go on; emptied: recovered;
@@ -336,7 +323,7 @@ async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash
     state.mkdir()
     mount = 'mount --make-rprivate / && mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
     store = f'[store]\npath = "{tmp_path / "store.sqlite3"}"\n'
-    config = write_config(tmp_path, genesys_config(sim.urls, 1) + store)
+    config = write_config(tmp_path, genesys_config(genesys_sim.urls, 1) + store)
     async with notify_receiver("path") as notify:
         process = await spawn(
             config,
@@ -371,16 +358,20 @@ async def test_a_full_or_read_only_state_directory_is_degraded_and_never_a_crash
 
 
 @needs_mounts
-async def test_a_full_store_refuses_acknowledgements_and_the_pings_go_on(sim: GenesysSimulator) -> None:
+async def test_a_full_store_refuses_acknowledgements_and_the_pings_go_on(
+    genesys_sim: GenesysSimulator,
+) -> None:
     """The durable store (docs/store.md) in $STATE_DIRECTORY on a 4 MiB tmpfs: STATUS counts the outbox;
     filled, `ctl attributes set` is refused (exit 1, StoreUnavailable), DAEMON_DEGRADED names the
     `store` condition, STATUS shows it, and the watchdog keeps pinging: a restart cures no full disk."""
-    conv = sim.create_conversation()
+    conv = genesys_sim.create_conversation()
     with short_dir() as workdir:
         state = workdir / "state"
         state.mkdir()
-        config = daemon_config(sim, workdir, [("wm-0", conv.id)], queue_depth=10_000)
-        (workdir / "genesys-secret").write_text(SECRET)
+        credentials = Credentials(genesys=SECRET)
+        config = daemon_config(
+            genesys_sim.urls, workdir, [("wm-0", conv.id)], queue_depth=10_000, credentials=credentials
+        )
         control = workdir / "sockets" / "control.sock"
         mount = 'mount --make-rprivate / && mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
         async with notify_receiver("path") as notify:
@@ -422,7 +413,7 @@ async def test_a_full_store_refuses_acknowledgements_and_the_pings_go_on(sim: Ge
 
 
 async def test_a_subscriber_connects_through_the_inherited_descriptors(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """LISTEN_FDS=2 (fds 3 and 4, named subscribe and control), LISTEN_PID the daemon's: it serves the
     sockets it was given, never binds or removes a file of its own, and leaves them to their owner."""
@@ -432,7 +423,7 @@ async def test_a_subscriber_connects_through_the_inherited_descriptors(
         # configured elsewhere on purpose: with activation the handed sockets decide
         config = write_config(
             tmp_path,
-            genesys_config(sim.urls, 2),
+            genesys_config(genesys_sim.urls, 2),
             sockets=(directory / "unused-s.sock", directory / "unused-c.sock"),
         )
         try:
@@ -476,11 +467,11 @@ async def test_a_subscriber_connects_through_the_inherited_descriptors(
     shutil.which("systemd-socket-activate") is None, reason="systemd-socket-activate is absent"
 )
 async def test_systemd_socket_activate_starts_the_daemon_on_the_first_connection(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """systemd's own implementation of the protocol (systemd-socket-activate(1)) holds both sockets and
     starts the daemon when a subscriber connects; that very connection gets its snapshot."""
-    config = write_config(tmp_path, genesys_config(sim.urls, 2))
+    config = write_config(tmp_path, genesys_config(genesys_sim.urls, 2))
     with short_dir() as directory:
         paths = (directory / "subscribe.sock", directory / "control.sock")
         async with notify_receiver("path") as notify:
@@ -554,7 +545,7 @@ async def test_a_wrong_handover_stops_the_start_with_one_line(
 
 
 async def test_secrets_come_from_the_credentials_directory_and_never_show(
-    sim: GenesysSimulator, tmp_path: Path
+    genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """LoadCredential= as the daemon sees it: $CREDENTIALS_DIRECTORY with one file per secret, the
     config naming it. The simulator accepts only that secret, so an active notifications session
@@ -562,7 +553,7 @@ async def test_secrets_come_from_the_credentials_directory_and_never_show(
     credentials = tmp_path / "credentials"
     credentials.mkdir()
     (credentials / "genesys-client-secret").write_text(SECRET + "\n")
-    text = genesys_config(sim.urls, 0, notifications=1).replace(
+    text = genesys_config(genesys_sim.urls, 0, notifications=1).replace(
         'clientSecretFile = "genesys-secret"', 'clientSecretFile = "genesys-client-secret"'
     )
     config = tmp_path / "supervisor.toml"

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +22,14 @@ import pytest
 from supervisor.cli import main
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.conftest import wait_until
+from tests.harness.config import genesys_config
+from tests.harness.process import Output
+from tests.harness.waits import wait_until
 from tests.integration.otlp_receiver import OtlpReceiver
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.test_run_lifecycle import Lines
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.genesys_sim(seed=2)]
 
 TOKEN = "collector-token-from-a-credential-file"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=2) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -56,11 +45,11 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-async def run_until_stopped(config: Path, env: dict[str, str], sessions: int) -> tuple[int, Lines]:
+async def run_until_stopped(config: Path, env: dict[str, str], sessions: int) -> tuple[int, Output]:
     process = await anyio.open_process(
         [sys.executable, "-m", "supervisor", "run", "--config", str(config)], stdin=None, env=env
     )
-    lines = Lines(process)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(
@@ -75,10 +64,10 @@ async def run_until_stopped(config: Path, env: dict[str, str], sessions: int) ->
 
 @pytest.mark.anyio
 async def test_run_exports_with_the_config_table_and_credential_file_headers(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     config = tmp_path / "supervisor.toml"
-    text = genesys_config(sim.urls, 2).replace(
+    text = genesys_config(genesys_sim.urls, 2).replace(
         "[daemon]", f'[telemetry]\nendpoint = "{receiver.url}"\nheadersFile = "collector-headers"\n[daemon]'
     )
     config.write_text(text)
@@ -108,20 +97,20 @@ async def test_run_exports_with_the_config_table_and_credential_file_headers(
 
 @pytest.mark.anyio
 async def test_otel_exporter_otlp_endpoint_alone_turns_export_on(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     config = tmp_path / "supervisor.toml"
-    config.write_text(genesys_config(sim.urls, 1))
+    config.write_text(genesys_config(genesys_sim.urls, 1))
     (tmp_path / "genesys-secret").write_text("s3cr3t-value")
     env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url, OTEL_SERVICE_NAME="cc-supervisor-eu")
     process = await anyio.open_process(
         [sys.executable, "-m", "supervisor", "run", "--config", str(config)], stdin=None, env=env
     )
-    lines = Lines(process)
+    lines = Output(process)
     async with anyio.create_task_group() as tg:
         tg.start_soon(lines.pump)
         await wait_until(lambda: any(r["to"] == "active" for r in lines.named("SESSION_TRANSITION")), 20)
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await wait_until(
             lambda: len([r for r in lines.named("SESSION_TRANSITION") if r["to"] == "active"]) == 2, 20
         )

@@ -11,7 +11,7 @@ and every token the simulators issued.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from supervisor.clock import FakeClock, SystemClock
+from supervisor.clock import FakeClock
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
@@ -37,33 +37,16 @@ from tests.integration.telemetry_harness import (
     traced,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=300), seed=9, fake_clock=True),
+    pytest.mark.cxone_sim(seed=9),
+]
 
 LEAK = re.compile(r"Bearer |eyJ[\w-]{10,}|access_token|client_secret")
 PLANTED = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJsZWFrIn0.c2lnbmF0dXJl"
 PASSWORD = "cxone-password-value-2b71"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=7000.0)
-
-
-@pytest.fixture
-async def genesys(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=300), seed=9, clock=clock) as simulator:
-        yield simulator
-
-
-@pytest.fixture
-async def cxone() -> AsyncIterator[CxoneSimulator]:
-    async with CxoneSimulator(seed=9, clock=SystemClock()) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -144,8 +127,8 @@ def everything(receiver: OtlpReceiver) -> Iterator[str]:
 
 
 async def test_a_storm_with_token_rotation_leaks_no_secret(
-    genesys: GenesysSimulator,
-    cxone: CxoneSimulator,
+    genesys_sim: GenesysSimulator,
+    cxone_sim: CxoneSimulator,
     clock: FakeClock,
     tmp_path: Path,
     receiver: OtlpReceiver,
@@ -153,22 +136,19 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
     (tmp_path / "cxone-password").write_text(PASSWORD)
     seen_tokens: set[str] = set()
     async with traced(
-        config_text(genesys.urls, cxone.urls, genesys.create_conversation().id),
+        config_text(genesys_sim.urls, cxone_sim.urls, genesys_sim.create_conversation().id),
         tmp_path,
         receiver,
-        genesys=genesys,
-        cxone=cxone,
         clock=clock,
-    ) as t:
-        h = t.harness
+    ) as h:
         await h.wait(lambda: len(h.runners) == 4 and h.all_in("active"), 15)
         # the storm: every Web Messaging socket dropped at once
         before = sum(r.connects for r in h.runners.values())
-        genesys.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: sum(r.connects for r in h.runners.values()) >= before + 3 and h.all_in("active"))
         # token rotation with a replay (seed edge case 3)
         cid = h.runners["wm-0"].context.conversation_id
-        url = genesys.urls["api"] + f"/api/v2/conversations/{cid}"
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         await h.supervisor.request("wm-0", "GET", url)
         tokens = h.supervisor.wiring.tokens
         old = tokens["genesys"].current
@@ -194,12 +174,12 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
         for cache in tokens.values():
             if cache.current is not None:
                 seen_tokens.add(cache.current.access.reveal())
-        cxone.revoke_tokens()
+        cxone_sim.revoke_tokens()
         await h.wait(lambda: h.runners["cx-0"].state.value == "terminated", 15)
         for cache in tokens.values():
             if cache.current is not None:
                 seen_tokens.add(cache.current.access.reveal())
-        assert await t.flush()
+        assert await h.flush()
     # the harness stopped every session and closed telemetry (its final flush) on the way out
 
     assert receiver.named("session.reconnecting")
@@ -218,8 +198,8 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
     }
     assert platform_ids - {None}
 
-    issued = set(genesys.state.tokens) | set(genesys.state.refresh_tokens)
-    issued |= set(cxone.tokens._by_access) | set(cxone.tokens._by_refresh)
+    issued = set(genesys_sim.state.tokens) | set(genesys_sim.state.refresh_tokens)
+    issued |= set(cxone_sim.tokens._by_access) | set(cxone_sim.tokens._by_refresh)
     secrets = {GENESYS_SECRET, CXONE_SECRET, PASSWORD, COLLECTOR_TOKEN, PLANTED, *issued, *seen_tokens}
     assert len(issued) >= 3
     texts = list(everything(receiver))

@@ -10,7 +10,7 @@ and no label carries a session id.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +19,14 @@ import pytest
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
+from tests.harness.config import genesys_config
 from tests.integration.otlp_receiver import OtlpReceiver
-from tests.integration.runtime_harness import genesys_config
 from tests.integration.telemetry_harness import traced
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=11)]
 
 N = 8
 NS = "session_supervisor"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=11) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -58,39 +47,44 @@ def value(receiver: OtlpReceiver, metric: str, **labels: Any) -> float:
 
 
 async def test_metrics_after_a_storm_a_rate_limited_call_and_a_fail_fast(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     async def no_wait(seconds: float) -> None:
         del seconds  # the retry executor's backoff only: reconnections keep their real delays
 
     # adaptive pacing off: the storm must open the circuit (with it on, pacing absorbs the refusals)
-    conversations = [sim.create_conversation().id]
+    conversations = [genesys_sim.create_conversation().id]
     config = genesys_config(
-        sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False, conversations=conversations
+        genesys_sim.urls,
+        N,
+        open_for=3.0,
+        first_min=0.05,
+        first_max=0.1,
+        adaptive=False,
+        conversations=conversations,
     )
-    async with traced(config, tmp_path, receiver, genesys=sim, ratio=0.0) as t:
-        h = t.harness
+    async with traced(config, tmp_path, receiver, ratio=0.0) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
         h.supervisor.wiring.executor._sleep = no_wait
-        refuse = sim.faults.inject(
+        refuse = genesys_sim.faults.inject(
             Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503, "retry_after": "1"})
         )
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("RECONNECTION_THROTTLED")))
-        sim.faults.clear(refuse.id)
+        genesys_sim.faults.clear(refuse.id)
         await h.wait(lambda: h.all_in("active") and bool(h.recorded.named("CIRCUIT_BREAKER_CLOSED")), 20)
 
         cid = h.runners["wm-0"].context.conversation_id
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"retry_after": "1"}, endpoint="GET *")
         )
-        await h.supervisor.request("wm-0", "GET", sim.urls["api"] + f"/api/v2/conversations/{cid}")
-        sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
-        url = sim.urls["api"] + f"/api/v2/conversations/{cid}/participants/p-1/attributes"
+        await h.supervisor.request("wm-0", "GET", genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}")
+        genesys_sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}/participants/p-1/attributes"
         with pytest.raises(OperationError):
             await h.supervisor.request("wm-0", "PATCH", url, json={"attributes": {"a": "b"}})
         await h.wait(lambda: h.runners["wm-0"].state.value == "terminated")
-        assert await t.flush()
+        assert await h.flush()
 
         # sessions by state
         assert value(receiver, f"{NS}.sessions", **{f"{NS}__session__state": "active"}) == N - 1
@@ -107,7 +101,7 @@ async def test_metrics_after_a_storm_a_rate_limited_call_and_a_fail_fast(
         failed = len(lines) - N  # every reconnection beyond the first per session followed a failed one
         assert value(receiver, f"{NS}.reconnection.outcomes", **{f"{NS}__outcome": "failed"}) == failed
         # refused handshakes, as the simulator counted them
-        refused = sim.recorder.attempts_total("webmessaging")["refused"]
+        refused = genesys_sim.recorder.attempts_total("webmessaging")["refused"]
         assert refused > 0
         assert value(receiver, f"{NS}.handshake.refusals", http__response__status_code=503) == refused
         # operation retries by code, policy and reason

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from email.utils import formatdate
 from pathlib import Path
 
@@ -26,25 +26,15 @@ from supervisor.runtime.wiring import Wiring
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.telemetry import Telemetry, shapes_of
-from tests.integration.conftest import wait_until
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
+from tests.harness.waits import wait_until
 from tests.integration.otlp_receiver import OtlpReceiver
-from tests.integration.runtime_harness import genesys_config
-from tests.integration.telemetry_harness import Traced, settings_for, traced
+from tests.integration.telemetry_harness import settings_for, traced
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=4)]
 
 N = 6
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=4) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -54,9 +44,8 @@ def receiver() -> Iterator[OtlpReceiver]:
     server.stop()
 
 
-async def storm(t: Traced, sim: GenesysSimulator) -> None:
+async def storm(h: Harness, sim: GenesysSimulator) -> None:
     """Drop every session (1006) and wait until all are active again, nobody terminated."""
-    h = t.harness
     await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
     before = sum(r.connects for r in h.runners.values())
     sim.faults.inject(Fault(kind=FaultKind.DROP))
@@ -65,49 +54,48 @@ async def storm(t: Traced, sim: GenesysSimulator) -> None:
 
 
 async def test_collector_down_costs_dropped_spans_not_sessions(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     receiver.stop()  # nothing listens on its port now: every export is refused
-    config = genesys_config(sim.urls, N)
-    async with traced(config, tmp_path, receiver, genesys=sim, timeout_s=1.0) as t:
-        await storm(t, sim)
+    config = genesys_config(genesys_sim.urls, N)
+    async with traced(config, tmp_path, receiver, timeout_s=1.0) as h:
+        await storm(h, genesys_sim)
         # the JSON lines still lead to traces (ids are ours, not the collector's)
-        lines = [e for e in t.harness.recorded.named("RETRY_ATTEMPT") if e["kind"] == "reconnect"]
+        lines = [e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "reconnect"]
         assert len(lines) == N and all("traceId" in e for e in lines)
-        assert await t.flush(limit_s=20.0)
-        assert t.telemetry.export_failures >= 1
-        assert t.telemetry.pipeline.spans is not None and t.telemetry.pipeline.spans.exported == 0
+        assert await h.flush(limit_s=20.0)
+        assert h.telemetry.export_failures >= 1
+        assert h.telemetry.pipeline.spans is not None and h.telemetry.pipeline.spans.exported == 0
 
 
 async def test_a_hanging_collector_holds_nothing_up_and_shutdown_stays_bounded(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     receiver.hang = True
-    config = genesys_config(sim.urls, N)
+    config = genesys_config(genesys_sim.urls, N)
     # the exporter would wait 30 s for an answer: far past anything the daemon may wait
-    async with traced(config, tmp_path, receiver, genesys=sim, timeout_s=30.0) as t:
-        h = t.harness
+    async with traced(config, tmp_path, receiver, timeout_s=30.0) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
         async with anyio.create_task_group() as tg:
             # an export goes out and the collector holds it: the exporter thread is stuck on it
-            tg.start_soon(t.flush, 40.0)
+            tg.start_soon(h.flush, 40.0)
             await wait_until(lambda: receiver.holding >= 1)
-            await storm(t, sim)
+            await storm(h, genesys_sim)
             assert receiver.holding >= 1  # still stuck: the sessions recovered regardless
             with anyio.fail_after(10):
-                report = await t.telemetry.close(0.5)
+                report = await h.telemetry.close(0.5)
             assert report.flushed is False  # abandoned after its budget, not waited for
             tg.cancel_scope.cancel()
         receiver.release()
 
 
 async def test_run_daemon_exit_is_bounded_by_the_grace_period_when_the_collector_hangs(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """The telemetry service's final flush gets what is left of the grace, never more."""
     receiver.hang = True
     (tmp_path / "genesys-secret").write_text("a-secret-value")
-    config = parse_config(genesys_config(sim.urls, 2), "test.toml")
+    config = parse_config(genesys_config(genesys_sim.urls, 2), "test.toml")
     bus = EventBus()
     telemetry = Telemetry(
         settings_for(receiver.url, timeout_s=30.0), boot_id=bus.boot_id, shapes=shapes_of(config)
@@ -147,30 +135,30 @@ async def test_run_daemon_exit_is_bounded_by_the_grace_period_when_the_collector
 
 @pytest.mark.parametrize("form", ["seconds", "http-date"])
 async def test_429_with_retry_after_is_retried_by_the_exporter_after_the_wait(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver, form: str
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver, form: str
 ) -> None:
     """Measured: opentelemetry-exporter-otlp-proto-http retries a 429 and honours its Retry-After."""
     receiver.refuse = 1
     receiver.retry_after = "1" if form == "seconds" else formatdate(time.time() + 2, usegmt=True)
-    async with traced(genesys_config(sim.urls, N), tmp_path, receiver, genesys=sim, timeout_s=10.0) as t:
-        await storm(t, sim)
-        assert await t.flush(limit_s=20.0)
+    async with traced(genesys_config(genesys_sim.urls, N), tmp_path, receiver, timeout_s=10.0) as h:
+        await storm(h, genesys_sim)
+        assert await h.flush(limit_s=20.0)
         traces = [r for r in receiver.requests if r.path.endswith("/v1/traces")]
         assert [r.answered for r in traces[:2]] == [429, 200]
         assert receiver.named("session.reconnecting")  # the refused batch arrived on the retry
-        assert t.telemetry.pipeline.spans is not None and t.telemetry.pipeline.spans.failures == 0
+        assert h.telemetry.pipeline.spans is not None and h.telemetry.pipeline.spans.failures == 0
 
 
 async def test_429_with_a_retry_after_beyond_the_export_timeout_is_given_up_at_once(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """Measured: a Retry-After longer than the export timeout is not waited for: the batch is dropped."""
     receiver.refuse = 1
     receiver.retry_after = "3600"
-    async with traced(genesys_config(sim.urls, N), tmp_path, receiver, genesys=sim, timeout_s=5.0) as t:
-        await storm(t, sim)
+    async with traced(genesys_config(genesys_sim.urls, N), tmp_path, receiver, timeout_s=5.0) as h:
+        await storm(h, genesys_sim)
         with anyio.fail_after(10):
-            assert await t.flush(limit_s=20.0)
+            assert await h.flush(limit_s=20.0)
         traces = [r for r in receiver.requests if r.path.endswith("/v1/traces")]
         assert traces[0].answered == 429
-        assert t.telemetry.pipeline.spans is not None and t.telemetry.pipeline.spans.failures >= 1
+        assert h.telemetry.pipeline.spans is not None and h.telemetry.pipeline.spans.failures >= 1

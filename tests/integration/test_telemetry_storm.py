@@ -12,31 +12,20 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
+from tests.harness.config import genesys_config
 from tests.integration.otlp_receiver import OtlpReceiver, Span
-from tests.integration.runtime_harness import genesys_config
 from tests.integration.telemetry_harness import traced
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=11)]
 
 N = 8
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(seed=11) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -51,23 +40,22 @@ def of(receiver: OtlpReceiver, name: str, session: str) -> list[Span]:
 
 
 async def test_a_storm_exports_one_segment_span_per_reconnection(
-    sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     # adaptive pacing off: the storm must open the circuit (with it on, pacing absorbs the refusals)
-    config = genesys_config(sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
-    async with traced(config, tmp_path, receiver, genesys=sim, ratio=0.0) as t:
-        h = t.harness
+    config = genesys_config(genesys_sim.urls, N, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
+    async with traced(config, tmp_path, receiver, ratio=0.0) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
-        refuse = sim.faults.inject(
+        refuse = genesys_sim.faults.inject(
             Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503, "retry_after": "1"})
         )
-        sim.faults.inject(Fault(kind=FaultKind.DROP))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
         await h.wait(lambda: bool(h.recorded.named("RECONNECTION_THROTTLED")))
-        sim.faults.clear(refuse.id)
+        genesys_sim.faults.clear(refuse.id)
         await h.wait(lambda: h.all_in("active") and bool(h.recorded.named("CIRCUIT_BREAKER_CLOSED")), 20)
         assert h.terminations() == {}
-        assert await t.flush()
+        assert await h.flush()
 
         reconnections = Counter(
             e["sessionId"] for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "reconnect"

@@ -7,7 +7,7 @@ The daemon's clock is fake (token lifetimes, backoff); span times are real.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,29 +17,19 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.clocks import advancing
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
 from tests.integration.otlp_receiver import OtlpReceiver, Span
-from tests.integration.runtime_harness import Harness, genesys_config
 from tests.integration.telemetry_harness import traced
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=300), seed=5, fake_clock=True),
+]
 
 CONVERSATION = "/api/v2/conversations/{conversationId}"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=5000.0)
-
-
-@pytest.fixture
-async def sim(clock: FakeClock) -> AsyncIterator[GenesysSimulator]:
-    async with GenesysSimulator(GenesysSimConfig(token_ttl_s=300), seed=5, clock=clock) as simulator:
-        yield simulator
 
 
 @pytest.fixture
@@ -67,32 +57,28 @@ def operation_span(receiver: OtlpReceiver, template: str) -> Span:
 
 
 async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_attempt(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """429 twice with Retry-After: 7, then 200: resend counts 0, 1, 2; retry.scheduled from Retry-After."""
-
-    async def backoff(seconds: float) -> None:
-        clock.advance(seconds)
+    backoff = advancing(clock)
 
     # sampling 0: a retried operation is traced regardless
     async with traced(
-        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        genesys_config(genesys_sim.urls, 1, conversations=[genesys_sim.create_conversation().id]),
         tmp_path,
         receiver,
-        genesys=sim,
         clock=clock,
         ratio=0.0,
-    ) as t:
-        h = t.harness
+    ) as h:
         cid = await active(h)
         h.supervisor.wiring.executor._sleep = backoff
-        sim.faults.inject(
+        genesys_sim.faults.inject(
             Fault(kind=FaultKind.RATE_LIMIT_STORM, count=2, params={"retry_after": "7"}, endpoint="GET *")
         )
-        url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         response = await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
         assert response.status_code == 200
-        assert await t.flush()
+        assert await h.flush()
 
         op = operation_span(receiver, CONVERSATION)
         assert op.name == f"GET {CONVERSATION}"  # the template, never the id-bearing path
@@ -102,7 +88,7 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
         assert op.attr("session.id") == "wm-0"
         assert op.attr("session_supervisor.agent.id") == "a-0"
         assert op.attr("session_supervisor.conversation.id") == cid
-        api = httpx.URL(sim.urls["api"])
+        api = httpx.URL(genesys_sim.urls["api"])
         assert (op.attr("server.address"), op.attr("server.port")) == (api.host, api.port)
         assert op.attr("http.request.method") == "GET"
 
@@ -144,7 +130,7 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
 
 
 async def test_retries_the_retry_budget_refused_are_told_on_the_span_and_not_sent(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """One retry per 10 s and backoffs that take no time: a call failing with 503 sends two
     attempts; its third and last scheduled retry says the second was refused, and the span ends
@@ -154,22 +140,23 @@ async def test_retries_the_retry_budget_refused_are_told_on_the_span_and_not_sen
         pass
 
     config = genesys_config(
-        sim.urls,
+        genesys_sim.urls,
         1,
-        conversations=[sim.create_conversation().id],
+        conversations=[genesys_sim.create_conversation().id],
         adaptive=False,
         retry_budget_ratio=0.0,
         retry_budget_min=0.1,
     )
-    async with traced(config, tmp_path, receiver, genesys=sim, clock=clock, ratio=0.0) as t:
-        h = t.harness
+    async with traced(config, tmp_path, receiver, clock=clock, ratio=0.0) as h:
         cid = await active(h)
         h.supervisor.wiring.executor._sleep = backoff
-        sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*"))
-        url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
+        genesys_sim.faults.inject(
+            Fault(kind=FaultKind.SERVER_ERROR_BURST, endpoint="GET /api/v2/conversations/*")
+        )
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         with pytest.raises(OperationError):
             await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
-        assert await t.flush()
+        assert await h.flush()
 
         op = operation_span(receiver, CONVERSATION)
         assert op.attr("session_supervisor.operation.attempts") == 2
@@ -188,24 +175,22 @@ async def test_retries_the_retry_budget_refused_are_told_on_the_span_and_not_sen
 
 
 async def test_a_sampled_out_success_records_nothing_and_a_sampled_one_is_whole(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     for ratio, expected in ((0.0, 0), (1.0, 1)):
         receiver.spans.clear()
         async with traced(
-            genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+            genesys_config(genesys_sim.urls, 1, conversations=[genesys_sim.create_conversation().id]),
             tmp_path,
             receiver,
-            genesys=sim,
             clock=clock,
             ratio=ratio,
-        ) as t:
-            h = t.harness
+        ) as h:
             cid = await active(h)
-            url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
+            url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
             await h.supervisor.request("wm-0", "GET", url)  # the token is cached after this one
             await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
-            assert await t.flush()
+            assert await h.flush()
             ops = [
                 s for s in receiver.spans if s.kind == "INTERNAL" and s.attr("url.template") == CONVERSATION
             ]
@@ -217,21 +202,19 @@ async def test_a_sampled_out_success_records_nothing_and_a_sampled_one_is_whole(
 
 
 async def test_a_token_rotation_replays_once_with_resend_count_1(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """Seed edge case 3: a 401 on a token expired by our clock; refreshed; the replay is resend 1."""
     async with traced(
-        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        genesys_config(genesys_sim.urls, 1, conversations=[genesys_sim.create_conversation().id]),
         tmp_path,
         receiver,
-        genesys=sim,
         clock=clock,
         ratio=0.0,
-    ) as t:
-        h = t.harness
+    ) as h:
         cid = await active(h)
         tokens = h.supervisor.wiring.tokens["genesys"]
-        await h.supervisor.request("wm-0", "GET", sim.urls["api"] + f"/api/v2/conversations/{cid}")
+        await h.supervisor.request("wm-0", "GET", genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}")
         old = tokens.current
         assert old is not None
         clock.set(old.expires_at - 1.0)  # still valid when the call takes it
@@ -245,11 +228,11 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
 
         client = h.supervisor.wiring.pipelines["genesys"].client
         client.event_hooks = {"request": [expire_in_flight], "response": []}
-        url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         response = await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
         assert response.status_code == 200
         assert tokens.refreshes == 1
-        assert await t.flush()
+        assert await h.flush()
 
         op = operation_span(receiver, CONVERSATION)
         children = receiver.children(op)
@@ -277,26 +260,24 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
 
 
 async def test_a_fail_fast_termination_is_on_the_operation_and_the_last_segment(
-    sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     """QUEUE_FULL on an attribute update: the call's span, and the session's last segment with reason and trigger."""
     async with traced(
-        genesys_config(sim.urls, 1, conversations=[sim.create_conversation().id]),
+        genesys_config(genesys_sim.urls, 1, conversations=[genesys_sim.create_conversation().id]),
         tmp_path,
         receiver,
-        genesys=sim,
         clock=clock,
         ratio=0.0,
-    ) as t:
-        h = t.harness
+    ) as h:
         cid = await active(h)
-        sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
+        genesys_sim.faults.inject(Fault(kind=FaultKind.QUEUE_FULL, endpoint="PATCH */attributes"))
         route = "/api/v2/conversations/{conversationId}/participants/{participantId}/attributes"
-        url = sim.urls["api"] + f"/api/v2/conversations/{cid}/participants/p-1/attributes"
+        url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}/participants/p-1/attributes"
         with pytest.raises(OperationError):
             await h.supervisor.request("wm-0", "PATCH", url, json={"attributes": {"a": "b"}}, route=route)
         await h.wait(lambda: h.all_in("terminated"))
-        assert await t.flush()
+        assert await h.flush()
 
         op = operation_span(receiver, route)
         assert op.status == "ERROR" and op.attr("error.type") == "QUEUE_FULL"

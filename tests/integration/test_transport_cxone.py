@@ -35,9 +35,15 @@ from supervisor.sim.cxone.state import EndReason
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
 from supervisor.transports.cxone import AgentSessionConnection, AgentSessionTransport
-from tests.integration.conftest import wait_until
+from tests.harness.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(10)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.anyio,
+    pytest.mark.timeout(10),
+    # the simulator on a fake clock of its own (the client's token cache has another)
+    pytest.mark.cxone_sim(seed=7, fake_clock=True),
+]
 
 POLL = "/inContactAPI/services/v{N}.0/agent-sessions/{sessionId}/get-next-event"
 START = "/inContactAPI/services/v{N}.0/agent-sessions"
@@ -105,17 +111,12 @@ def _session_id_of(path: str) -> str:
 
 
 @pytest.fixture
-def sim_config() -> CxoneSimConfig:
-    return CxoneSimConfig()
-
-
-@pytest.fixture
 def version() -> str:
     return "v1"
 
 
 @pytest.fixture
-async def rig(sim_config: CxoneSimConfig, version: str) -> AsyncIterator[Rig]:
+async def rig(cxone_sim: CxoneSimulator, version: str) -> AsyncIterator[Rig]:
     holder: list[Rig] = []
 
     async def on_request(request: httpx.Request) -> None:
@@ -130,14 +131,13 @@ async def rig(sim_config: CxoneSimConfig, version: str) -> AsyncIterator[Rig]:
             r.on_send(request)
 
     client_clock = FakeClock(start=1000.0)
-    async with (
-        CxoneSimulator(sim_config, seed=7, clock=FakeClock(start=50.0)) as sim,
-        httpx.AsyncClient(timeout=5.0, event_hooks={"request": [on_request]}) as http,
-    ):
+    async with httpx.AsyncClient(timeout=5.0, event_hooks={"request": [on_request]}) as http:
         classifier = Classifier(load_taxonomy(version))
-        source = CxoneLogin(http, sim.urls["auth"], "app@vendor", Secret("s3cret"), "agent1", Secret("pw"))
+        source = CxoneLogin(
+            http, cxone_sim.urls["auth"], "app@vendor", Secret("s3cret"), "agent1", Secret("pw")
+        )
         tokens = TokenCache(source, client_clock, early_refresh_s=0.0, name="cxone")
-        rig = Rig(sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
+        rig = Rig(cxone_sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
         executor = RetryExecutor(
             classifier,
             Attempts(Endpoints(SystemClock(), CircuitRegistry(SystemClock()))),
@@ -302,7 +302,7 @@ async def test_idle_poll_with_timeout_zero_is_an_empty_poll(rig: Rig) -> None:
     assert {t for m, _, t, _ in rig.sent if m == "GET"} == {"0"}
 
 
-@pytest.mark.parametrize("sim_config", [CxoneSimConfig(max_age_s=2)])
+@pytest.mark.cxone_sim(CxoneSimConfig(max_age_s=2))
 async def test_cache_control_max_age_spaces_empty_polls(rig: Rig) -> None:
     conn = await rig.transport(poll_timeout=0).open()
 
@@ -339,7 +339,7 @@ async def test_platform_end_is_the_agent_session_end_event(rig: Rig) -> None:
     assert rig.sim.recorder.request_count("DELETE", ONE) == 0  # already ended by the platform
 
 
-@pytest.mark.parametrize("sim_config", [CxoneSimConfig(ended_poll_status=404)])
+@pytest.mark.cxone_sim(CxoneSimConfig(ended_poll_status=404))
 async def test_the_end_does_not_depend_on_what_a_later_poll_answers(rig: Rig) -> None:
     conn = await rig.transport(poll_timeout=30).open()
     rig.sim.end_session(agent_id=AGENT)

@@ -2,7 +2,7 @@
 
 The channel is created and subscribed through the real RequestPipeline (token cache, circuit
 ``genesys:api``); retry waits are skipped with an injected no-op sleep. The transport's renewal
-timer sleeps on the simulator's FakeClock (:class:`~tests.integration.clock_sleep.ClockSleep`): a
+timer sleeps on the simulator's FakeClock (:class:`~tests.harness.clocks.FakeTimers`): a
 test moves the clock, nothing waits for a timer. Other waits are protocol waits (a frame, a close);
 ``anyio.fail_after`` only bounds a test that would otherwise hang.
 
@@ -36,8 +36,9 @@ from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErro
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.notifications import TOKEN_CHECK_S, NotificationsConnection, NotificationsTransport
-from tests.integration.clock_sleep import ClockSleep
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.clocks import FakeTimers
+from tests.harness.simulators import Genesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -75,7 +76,7 @@ async def no_sleep(_: float) -> None:
 class Notif:
     transport: NotificationsTransport
     tokens: TokenCache
-    sleep: ClockSleep
+    sleep: FakeTimers
     runtime: Runtime
     events: list[Mapping[str, Any]] = field(default_factory=list)
     rollovers: list[Rollover] = field(default_factory=list)
@@ -97,7 +98,7 @@ def make(
         classifier, Attempts(Endpoints(g.clock, CircuitRegistry(g.clock, circuits))), g.clock, sleep=no_sleep
     )
     pipeline = RequestPipeline(g.http, executor, tokens=tokens)
-    sleep = ClockSleep(g.clock)
+    sleep = FakeTimers(g.clock)
     events: list[Mapping[str, Any]] = []
     t = NotificationsTransport(
         SessionContext("notif-1", Platform.GENESYS, Channel.NOTIFICATIONS),
@@ -277,7 +278,7 @@ async def test_v1_socket_closing_lets_the_runtime_reconnect(genesys: Genesys) ->
     assert genesys.sim.recorder.request_count(method="POST", endpoint="/api/v2/notifications/channels") == 1
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=1)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_channels=1))
 async def test_v1_evicted_channel_is_channel_lost_and_ends_the_connection(genesys: Genesys) -> None:
     n = make(genesys, classifier=V1)
     conn = await n.transport.open()
@@ -353,7 +354,7 @@ async def test_socket_closing_rolls_over_make_before_break_and_delivers_an_overl
     assert n.transport.quota.held == 0
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_channels=1)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_channels=1))
 async def test_a_404_mid_session_rolls_over_to_a_new_channel(genesys: Genesys, served: Any) -> None:
     n = make(genesys)
     s = await served(n)
@@ -371,7 +372,7 @@ async def test_a_404_mid_session_rolls_over_to_a_new_channel(genesys: Genesys, s
     await s.conn.close(1000)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=3600)])
+@pytest.mark.genesys_sim(GenesysSimConfig(channel_ttl_s=3600))
 async def test_a_channel_is_renewed_before_it_expires(genesys: Genesys, served: Any) -> None:
     n = make(genesys)
     s = await served(n)
@@ -397,7 +398,7 @@ async def test_a_channel_is_renewed_before_it_expires(genesys: Genesys, served: 
     await s.conn.close(1000)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(channel_ttl_s=3600)])
+@pytest.mark.genesys_sim(GenesysSimConfig(channel_ttl_s=3600))
 async def test_a_channel_that_expired_unnoticed_is_replaced_on_its_404(genesys: Genesys, served: Any) -> None:
     """The host slept through the renewal (the clock jumps past the hour, the timer is not woken):
     the platform's 404 on the expired channel is answered by a new channel all the same."""
@@ -421,7 +422,7 @@ async def test_a_channel_that_expired_unnoticed_is_replaced_on_its_404(genesys: 
     await s.conn.close(1000)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=3600)])
+@pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=3600))
 async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     genesys: Genesys, served: Any
 ) -> None:
@@ -449,7 +450,7 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     await s.conn.close(1000)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(token_ttl_s=600)])
+@pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=600))
 async def test_an_expiring_token_is_replaced_and_its_channel_with_it(genesys: Genesys, served: Any) -> None:
     n = make(genesys)
     s = await served(n)
@@ -621,7 +622,7 @@ async def test_admission_limit_on_the_channel_socket(genesys: Genesys) -> None:
     await first.close(1001)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(max_topics=1)])
+@pytest.mark.genesys_sim(GenesysSimConfig(max_topics=1))
 async def test_subscribe_refused_fails_the_open(genesys: Genesys) -> None:
     topics = ["v2.users.a.conversations", "v2.users.b.conversations"]
     event = await operation_failure(make(genesys, topics=topics).transport)
@@ -635,7 +636,7 @@ async def test_a_topic_the_platform_does_not_have_fails_the_open(genesys: Genesy
     assert event.raw_status == 400 and event.details is not None and "v2.bogus" in event.details
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(denied_topics=("v2.users.*.presence",))])
+@pytest.mark.genesys_sim(GenesysSimConfig(denied_topics=("v2.users.*.presence",)))
 async def test_a_topic_without_permission_fails_the_open_with_403(genesys: Genesys) -> None:
     event = await operation_failure(make(genesys).transport)
     assert (event.raw_status, event.raw_code) == (403, "missing.permissions")

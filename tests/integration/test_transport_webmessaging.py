@@ -28,8 +28,9 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
-from tests.fake_timers import FakeTimers
-from tests.integration.conftest import Genesys, wait_until
+from tests.harness.clocks import FakeTimers
+from tests.harness.simulators import Genesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -263,7 +264,7 @@ async def test_admission_limit_refuses_the_handshake(genesys: Genesys, status: i
     await admitted.close(1001)
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(deployments=("dep-1",))])
+@pytest.mark.genesys_sim(GenesysSimConfig(deployments=("dep-1",)))
 async def test_unknown_deployment_is_a_rejected_handshake(genesys: Genesys) -> None:
     raw = await open_failure(transport(genesys, deployment_id="dep-unknown"))
     assert raw.status == 403 and code_of(raw) == "HANDSHAKE_REJECTED"
@@ -412,7 +413,7 @@ async def test_4006_is_the_sessions_and_ends_the_message_with_the_link(genesys: 
     assert genesys.sim.recorder.ws_messages("webmessaging", "in", "onMessage") == 1
 
 
-@pytest.mark.parametrize("sim_config", [GenesysSimConfig(wm_error_tracing_id=True)])
+@pytest.mark.genesys_sim(GenesysSimConfig(wm_error_tracing_id=True))
 async def test_an_error_reply_naming_its_request_answers_that_request(genesys: Genesys) -> None:
     """The extension where error replies carry the request's tracingId (WMJ's BaseMessage reads one
     where present): the 4006 is then that message's answer, failing it as SESSION_EXPIRED, a

@@ -41,11 +41,6 @@ agentId = "a-0"
 """
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: Path) -> None:
     clock = FakeClock(start=10.0)
     bus = EventBus()

@@ -15,19 +15,10 @@ from machines.registry import CircuitRegistry, Endpoints
 from supervisor.attempts import Attempts, Flight, Gate, Late, Sleep
 from supervisor.clock import FakeClock
 from supervisor.errors import CircuitOpenError
+from tests.harness import clocks
 from tests.unit.test_endpoint import BROWNOUT
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
 
 
 class Seen:
@@ -56,13 +47,8 @@ def gate_of(clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, th
 
 
 def advancing(clock: FakeClock, slept: list[float] | None = None) -> Sleep:
-    async def sleep(seconds: float) -> None:
-        if slept is not None:
-            slept.append(seconds)
-        await anyio.lowlevel.checkpoint()
-        clock.advance(seconds)
-
-    return sleep
+    """The shared advancing sleep, the other tasks first (as they would run while this one slept)."""
+    return clocks.advancing(clock, slept, others_first=True)
 
 
 async def admitted(gate: Gate, clock: FakeClock) -> Flight:

@@ -171,11 +171,6 @@ async def test_work_is_due_on_the_clock_and_a_tenant_pause_holds_it() -> None:
     assert ran[-1] == (108.0, send)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_attributes_are_validated_with_the_key_named() -> None:
     assert check_attributes({"a": "1", "b": ""}) == {"a": "1", "b": ""}
     for bad, why in (

@@ -28,11 +28,6 @@ from supervisor.runtime.wiring import Wiring
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_the_bus_stamps_a_strictly_rising_seq_and_one_boot_id() -> None:
     bus = EventBus()
     seen: list[Published] = []

@@ -54,11 +54,6 @@ def telemetry(effects: tuple[CircuitEffect, ...], kind: type[Any]) -> list[Any]:
     return [e for e in effects if isinstance(e, kind)]
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
-
-
 def new_circuit(clock: FakeClock, seed: int = 3, **config: Any) -> Circuit:
     return Circuit("GET /api/v2/conversations", clock, random.Random(seed), CircuitConfig(**config))
 

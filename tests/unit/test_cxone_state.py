@@ -20,11 +20,6 @@ from supervisor.sim.cxone.tokens import GrantError, TokenStatus, TokenStore
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def woken() -> list[str]:
     return []
 

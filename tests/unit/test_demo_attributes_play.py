@@ -16,11 +16,6 @@ from supervisor.store import UpdateOutcome
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Service:
     """Takes every submission but those of ``ended`` (a terminated session); everything settles at once."""
 

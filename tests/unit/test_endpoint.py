@@ -51,11 +51,6 @@ THROTTLE = failure()
 BROWNOUT = failure(503, None, "SERVICE_UNAVAILABLE")  # a 5xx without Retry-After: not a throttle
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
-
-
 def endpoints(clock: FakeClock, **config: object) -> Endpoints:
     circuits = CircuitRegistry(clock, CircuitConfig(), random.Random(7))
     return Endpoints(clock, circuits, **config)  # type: ignore[arg-type]

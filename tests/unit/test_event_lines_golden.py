@@ -82,7 +82,7 @@ from tests.golden.event_examples import (
     T0,
     Example,
 )
-from tests.integration.conftest import wait_until
+from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -104,11 +104,6 @@ WIRE_ENUMS: Final[tuple[type[enum.Enum], ...]] = (
     TaxonomyClass,
     Scope,
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # -- finding every event class --------------------------------------------------------------------------

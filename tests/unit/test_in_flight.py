@@ -22,14 +22,10 @@ from supervisor.clock import Clock, FakeClock
 from supervisor.errors import TransportFailure
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from tests.harness.clocks import advancing
 from tests.unit.test_session_runner import GatedConnection
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Endpoint:
@@ -129,14 +125,7 @@ def runners(
 
 def fake_sleep(clock: FakeClock, slept: list[float] | None = None) -> Callable[[float], Awaitable[None]]:
     """A sleep on the fake clock: the others run first, as they would while this one sleeps."""
-
-    async def sleep(seconds: float) -> None:
-        if slept is not None:
-            slept.append(seconds)
-        await anyio.lowlevel.checkpoint()
-        clock.advance(seconds)
-
-    return sleep
+    return advancing(clock, slept, others_first=True)
 
 
 async def test_an_endpoint_holds_its_cap_in_flight_and_every_outcome_gives_the_place_back() -> None:

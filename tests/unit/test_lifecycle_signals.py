@@ -23,11 +23,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def record() -> Iterator[SignalRecord]:
     before = {sig: signal.getsignal(sig) for sig in HANDLED}
     made = SignalRecord().install()

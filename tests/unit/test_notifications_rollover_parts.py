@@ -94,11 +94,6 @@ def test_a_deadline_already_past_is_renewed_after_the_minimum_gap_and_none_witho
 # -- the 20-channel quota ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_a_rollover_overlap_waits_for_a_place_another_rollover_frees() -> None:
     quota = ChannelQuota(limit=3)

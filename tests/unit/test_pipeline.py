@@ -25,15 +25,11 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from tests.harness.clocks import advancing
 
 pytestmark = pytest.mark.anyio
 
 URL = "http://api.test/api/v2/conversations/c-1"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Source:
@@ -61,10 +57,7 @@ class Rig:
         self.tokens = TokenCache(self.source, self.clock, early_refresh_s=early)
         self.sleeps: list[float] = []
         self.circuits = CircuitRegistry(self.clock, CircuitConfig(), random.Random(1))
-
-        async def sleep(seconds: float) -> None:
-            self.sleeps.append(seconds)
-            self.clock.advance(seconds)
+        sleep = advancing(self.clock, self.sleeps)
 
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         self.executor = RetryExecutor(

@@ -96,11 +96,6 @@ def telemetry(effects: list[Effect], kind: type[Any]) -> list[Any]:
     return of(effects, kind)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=100.0)
-
-
 def new_core(clock: FakeClock, seed: int = 1, config: SessionConfig | None = None) -> SessionCore:
     return SessionCore("s-1", clock, random.Random(seed), config)
 

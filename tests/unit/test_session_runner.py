@@ -26,11 +26,6 @@ from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_ta
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class GatedConnection:
     # a conversation resource as Genesys sends it (taxonomy v1 responses."genesys.rest.Conversation")
     session_response: Mapping[str, Any] = {"id": "c", "state": "connected", "participants": [{"id": "p"}]}

@@ -73,10 +73,7 @@ def test_seal_ignores_the_signals_at_the_exit(record: SignalRecord) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_the_receiver_yields_what_was_recorded_before_the_loop_listened(
-    record: SignalRecord, anyio_backend: str
-) -> None:
+async def test_the_receiver_yields_what_was_recorded_before_the_loop_listened(record: SignalRecord) -> None:
     record.install()
     os.kill(os.getpid(), signal.SIGTERM)  # during start-up, before anything listens
     with receiving(record) as received:
@@ -87,10 +84,7 @@ async def test_the_receiver_yields_what_was_recorded_before_the_loop_listened(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_signal_delivered_to_another_thread_wakes_the_loop(
-    record: SignalRecord, anyio_backend: str
-) -> None:
+async def test_a_signal_delivered_to_another_thread_wakes_the_loop(record: SignalRecord) -> None:
     """The kernel may hand a process's signal to any thread; the main thread sleeps in its selector
     with nothing else to do. The wake-up descriptor must wake it (without it this times out)."""
     record.install()
@@ -110,8 +104,7 @@ async def test_a_signal_delivered_to_another_thread_wakes_the_loop(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_receiver_without_the_process_record_puts_the_handlers_back(anyio_backend: str) -> None:
+async def test_a_receiver_without_the_process_record_puts_the_handlers_back() -> None:
     before = {sig: signal.getsignal(sig) for sig in HANDLED}
     with receiving(SignalRecord()) as received:
         assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]

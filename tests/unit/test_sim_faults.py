@@ -24,11 +24,6 @@ from tests.strategies import text
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=100.0)
-
-
-@pytest.fixture
 def faults(clock: FakeClock) -> FaultController:
     return FaultController(clock, seed=42)
 

@@ -10,14 +10,9 @@ import pytest
 from supervisor.bus import EventBus
 from supervisor.events import Published, SessionTransition
 from supervisor.runtime.stdout import StdoutEvents
-from tests.integration.conftest import wait_until
+from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _transition(i: int) -> SessionTransition:

@@ -42,11 +42,6 @@ RELEASED = {1: FIXTURES / "v1-6e20883.sqlite3"}
 REFUSED = "refusing to open it"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def fingerprint(path: Path) -> tuple[str, int, list[str]]:
     """What "untouched" means: the bytes, the mode, and which files lie beside it."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -42,11 +42,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(tmp_path / "store.sqlite3", synchronous="normal")
     try:

@@ -30,11 +30,6 @@ from supervisor.systemd.watchdog import Health, Watchdog, watchdog_usec
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def recorded(bus: EventBus) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     bus.subscribe(lambda p: seen.append(wire(p)))

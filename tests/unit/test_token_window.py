@@ -27,12 +27,7 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
+from tests.harness.clocks import advancing
 
 V1 = load_taxonomy("v1")
 V2 = load_taxonomy("v2")
@@ -178,10 +173,7 @@ class _Rig:
         self.circuits = CircuitRegistry(self.clock, CircuitConfig(), random.Random(1))
         self.classified: list[SdkErrorEvent] = []
         self.sleeps: list[float] = []
-
-        async def sleep(seconds: float) -> None:
-            self.sleeps.append(seconds)
-            self.clock.advance(seconds)
+        sleep = advancing(self.clock, self.sleeps)
 
         self.executor = RetryExecutor(
             Classifier(V2, self.clock),

@@ -1,8 +1,18 @@
-"""The daemon as a child process (``python -m supervisor run``), as systemd or a script runs it.
+"""The daemon as a child process (``python -m supervisor run --config PATH``), as users and systemd run it.
 
-:func:`running_daemon` starts it, follows its stdout (one JSON event per line) and stderr, and
-whatever happens in the test, never leaves it behind: a daemon still running when the block ends
-is killed (SIGKILL) and reaped. :func:`kill9` is the crash test's ``kill -9``.
+* :func:`spawn`: the child, with the test's variables over the process's own; ``launcher`` puts a
+  command before the daemon's ``-m supervisor`` (systemd's side, tests/integration/systemd_harness.py:
+  the listening sockets on descriptors 3, 4, ... and ``LISTEN_PID``, as systemd hands them over).
+* :class:`Output`: its standard output read as it arrives, one JSON event per line, and its
+  standard error.
+* :func:`running_daemon`: a spawned daemon whose output is read for the block's duration and which,
+  whatever happens in the test, is never left behind (killed and reaped); :class:`Daemon` adds its
+  control socket (a script's client) and the waits a test needs. :func:`kill9` is the crash
+  test's ``kill -9``.
+* What a daemon left in its SQLite store, read beside it (:func:`integrity`, :func:`ledger_attempts`,
+  :func:`server_sessions`).
+
+Its configuration file comes from :mod:`tests.harness.config`.
 """
 
 from __future__ import annotations
@@ -14,7 +24,6 @@ import signal
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +34,98 @@ from anyio.streams.text import TextReceiveStream
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.errors import ApiError, ApiUnavailable
-from supervisor.sim.genesys import GenesysSimulator
-from tests.integration.runtime_harness import genesys_config
 
+__all__ = [
+    "CLI",
+    "Daemon",
+    "Output",
+    "control_socket",
+    "integrity",
+    "kill9",
+    "ledger_attempts",
+    "running_daemon",
+    "server_sessions",
+    "spawn",
+]
+
+#: the command line's entry point, as ``python -m supervisor``
 CLI = [sys.executable, "-m", "supervisor"]
 
 
-@dataclass
-class Daemon:
-    process: Process
-    control: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
-    err: str = ""
+async def spawn(
+    config: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    launcher: Sequence[str] = (),
+    **options: Any,
+) -> Process:
+    """``python -m supervisor run --config CONFIG ARGS`` as a child, with ``env`` over the process's
+    variables; ``launcher`` (an interpreter and what it runs first) replaces the plain interpreter;
+    ``options`` go to :func:`anyio.open_process` (``pass_fds``, ``stdout``, ...)."""
+    command = [*(launcher or [sys.executable]), "-m", "supervisor", "run", "--config", str(config), *args]
+    return await anyio.open_process(command, env={**os.environ, **(env or {})}, **options)
+
+
+class Output:
+    """A process's standard output as it arrives (each line JSON-decoded when ``json_lines``) and
+    its standard error; run :meth:`pump` in a task group."""
+
+    def __init__(self, process: Process, *, json_lines: bool = True) -> None:
+        self.process = process
+        self.json_lines = json_lines
+        #: the lines as written
+        self.raw: list[str] = []
+        #: the lines decoded (``json_lines``)
+        self.records: list[dict[str, Any]] = []
+        self.err = ""
+        self._err_lock = anyio.Lock()
+        self._err_done = False
 
     async def pump(self) -> None:
-        assert self.process.stdout is not None and self.process.stderr is not None
+        """Read standard output (and standard error) until the process closes them."""
+        assert self.process.stdout is not None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._err)
+            if self.process.stderr is not None:
+                tg.start_soon(self._read_err)
             buffer = ""
             async for chunk in TextReceiveStream(self.process.stdout):
                 buffer += chunk
                 *lines, buffer = buffer.split("\n")
-                self.records += [json.loads(line) for line in lines if line.strip()]
+                for line in lines:
+                    self.raw.append(line)
+                    if self.json_lines:
+                        self.records.append(json.loads(line))
 
-    async def _err(self) -> None:
+    async def _read_err(self) -> None:
         assert self.process.stderr is not None
-        async for chunk in TextReceiveStream(self.process.stderr):
-            self.err += chunk
+        async with self._err_lock:  # one reader at a time: the pump's, or stderr()'s
+            if self._err_done:
+                return
+            async for chunk in TextReceiveStream(self.process.stderr):
+                self.err += chunk
+            self._err_done = True
 
-    def named(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("event") == name]
+    async def stderr(self) -> str:
+        """All of standard error, once the process has closed it (read here what the pump did not)."""
+        await self._read_err()
+        return self.err
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        """The event lines of ``event``."""
+        return [r for r in self.records if r.get("event") == event]
+
+    def typed(self, kind: str) -> list[dict[str, Any]]:
+        """The lines of ``type`` ``kind`` (``watch --json``'s)."""
+        return [r for r in self.records if r.get("type") == kind]
+
+
+class Daemon(Output):
+    """A daemon run as a process: its output, and its control socket as a script reaches it."""
+
+    def __init__(self, process: Process, control: Path) -> None:
+        super().__init__(process)
+        self.control = control
 
     def call(self, method: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
         """One control call (blocking: a script's client); raises ApiError / ApiUnavailable."""
@@ -97,9 +168,8 @@ class Daemon:
 
 @contextlib.asynccontextmanager
 async def running_daemon(config: Path, *, env: Mapping[str, str] | None = None) -> AsyncIterator[Daemon]:
-    environ = dict(os.environ)
-    environ.update(env or {})
-    process = await anyio.open_process([*CLI, "run", "--config", str(config)], env=environ)
+    """A daemon serving ``config``, its output read until the block ends; then killed if still running."""
+    process = await spawn(config, env=env)
     daemon = Daemon(process, control_socket(config))
     try:
         async with anyio.create_task_group() as tg:
@@ -118,57 +188,13 @@ async def running_daemon(config: Path, *, env: Mapping[str, str] | None = None) 
 
 
 def control_socket(config: Path) -> Path:
+    """Where :func:`tests.harness.config.daemon_config` puts the control socket."""
     return config.parent / "sockets" / "control.sock"
 
 
 def kill9(daemon: Daemon) -> None:
     """``kill -9``: no signal handler, no drain, no flush."""
     daemon.process.send_signal(signal.SIGKILL)
-
-
-def daemon_config(
-    sim: GenesysSimulator,
-    directory: Path,
-    sessions: list[tuple[str, str | None]],
-    *,
-    store: Path | None = None,
-    verify_after: float = 0.3,
-    queue_depth: int = 50,
-    synchronous: str = "normal",
-    extra: str = "",
-    cxone: dict[str, str] | None = None,
-    cxone_sessions: Sequence[tuple[str, str]] = (),
-) -> Path:
-    """A config file with the sockets in ``directory/sockets`` (short enough for sun_path) and
-    Web Messaging sessions ``(id, conversation id)``."""
-    sockets = directory / "sockets"
-    sockets.mkdir(exist_ok=True)
-    text = f'[sockets]\nsubscribe = "{sockets / "subscribe.sock"}"\ncontrol = "{sockets / "control.sock"}"\n'
-    if store is not None:
-        text += f'[store]\npath = "{store}"\nsynchronous = "{synchronous}"\n'
-    text += f"[attributes]\nqueueDepth = {queue_depth}\nverifyAfter = {verify_after}\n{extra}"
-    text += genesys_config(sim.urls, 0)
-    if cxone is not None:
-        text += (
-            f'[platforms.cxone]\nauthUrl = "{cxone["auth"]}"\nclientId = "app@vendor"\n'
-            'clientSecretFile = "cxone-secret"\nusername = "agent1"\npasswordFile = "cxone-password"\n'
-            "pollTimeout = 1\npollWatchdog = 5.0\n"
-        )
-        (directory / "cxone-secret").write_text("not-a-real-secret")
-        (directory / "cxone-password").write_text("not-a-real-access-key-secret")
-    for session_id, conversation in sessions:
-        text += f'[[sessions]]\nid = "{session_id}"\nplatform = "genesys"\nkind = "webmessaging"\n'
-        if conversation is not None:
-            text += f'conversationId = "{conversation}"\n'
-    for session_id, agent in cxone_sessions:
-        text += (
-            f'[[sessions]]\nid = "{session_id}"\nplatform = "cxone"\nkind = "agent-session"\n'
-            f'agentId = "{agent}"\nstationId = "station-{agent}"\n'
-        )
-    config = directory / "supervisor.toml"
-    config.write_text(text)
-    (directory / "genesys-secret").write_text("not-a-real-secret")
-    return config
 
 
 def integrity(path: Path) -> str:
