@@ -30,7 +30,6 @@ from typing import Any, Final
 import anyio
 from anyio import to_thread
 
-from machines.session import SessionState
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
@@ -57,6 +56,7 @@ from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
 from supervisor.taxonomy import Taxonomy, load_taxonomy
+from supervisor.vocabulary import SessionState
 
 __all__ = ["ControlService", "Reload"]
 
@@ -290,7 +290,7 @@ class ControlService:
     def status(self) -> dict[str, Any]:
         board = self.board
         rows = board.rows()
-        by_state = Counter(row.state for row in rows)
+        by_state = Counter(row.wire_state for row in rows)
         return {
             "bootId": board.boot_id,
             "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import anyio
 
-from machines.session import SessionState
 from supervisor.api.connection import Connection
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.idl import service_reply
@@ -30,6 +29,7 @@ from supervisor.api.protocol import (
 )
 from supervisor.api.signatures import check_parameters
 from supervisor.errors import ApiError
+from supervisor.vocabulary import SessionState
 
 __all__ = ["SubscribeService"]
 

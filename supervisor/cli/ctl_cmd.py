@@ -14,8 +14,9 @@ from supervisor.api.protocol import Method
 from supervisor.cli import ctl_attributes
 from supervisor.cli.common import stdout_console
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
+from supervisor.vocabulary import SessionState
 
-_STATES = ("connecting", "active", "reconnecting", "terminated")
+_STATES = tuple(state.value for state in SessionState)
 
 
 def _json_option(func: Any) -> Any:

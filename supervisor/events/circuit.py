@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from supervisor.events.base import Event
+from supervisor.vocabulary.states import CircuitState
 
 __all__ = [
     "CircuitClosed",
@@ -25,8 +26,8 @@ class CircuitTransition(Event):
 
     name: ClassVar[str] = "CIRCUIT_TRANSITION"
     circuit_id: str
-    source: str
-    target: str
+    source: CircuitState
+    target: CircuitState
     trigger: str
     reason: str
     timestamp: str
@@ -34,8 +35,8 @@ class CircuitTransition(Event):
     def fields(self) -> dict[str, Any]:
         return {
             "machineId": self.circuit_id,
-            "from": self.source,
-            "to": self.target,
+            "from": self.source.value,
+            "to": self.target.value,
             "trigger": self.trigger,
             "reason": self.reason,
             "timestamp": self.timestamp,

@@ -52,6 +52,7 @@ from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import CrashPoints
 from supervisor.taxonomy import Channel
+from supervisor.vocabulary import SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -327,7 +328,7 @@ class Durable:
         tg, store = self._tg, self.store
         if (
             not isinstance(event, SessionTransition)
-            or event.target != "active"
+            or event.target is not SessionState.ACTIVE
             or tg is None
             or store is None
         ):

@@ -36,7 +36,7 @@ import anyio
 import msgspec
 
 from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
-from machines.session import SessionConfig, SessionCore, SessionState
+from machines.session import SessionConfig, SessionCore
 from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
@@ -49,6 +49,7 @@ from supervisor.runtime.publish import publish_effects
 from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
+from supervisor.vocabulary import SessionState
 
 Sleep = Callable[[float], Awaitable[None]]
 

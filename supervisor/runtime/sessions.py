@@ -29,10 +29,10 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from machines.circuit import CircuitState
 from supervisor.config import Config, SessionSpec
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Taxonomy
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = [
     "CircuitReader",
@@ -73,7 +73,7 @@ class SessionReader(Protocol):
     def endpoint_of(self, session_id: str) -> str | None:
         """The circuit endpoint a configured session connects through (None: not configured)."""
 
-    def states(self) -> dict[str, int]:
+    def states(self) -> dict[SessionState, int]:
         """How many sessions are in each state."""
 
 
@@ -179,10 +179,10 @@ class SessionTable:
         spec = self._specs.get(session_id)
         return None if spec is None else self._endpoint_for(spec)
 
-    def states(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def states(self) -> dict[SessionState, int]:
+        out: dict[SessionState, int] = {}
         for runner in self._runners.values():
-            key = runner.state.value
+            key = runner.state
             out[key] = out.get(key, 0) + 1
         return out
 

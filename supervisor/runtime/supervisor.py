@@ -28,6 +28,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, SdkErrorEvent
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = ["Supervisor", "session_table"]
 
@@ -237,7 +238,7 @@ class Supervisor:
         return await self._runner(session_id).send_message(text, metadata=metadata)
 
     # ------------------------------------------------------------------ status
-    def states(self) -> dict[str, int]:
+    def states(self) -> dict[SessionState, int]:
         return self.sessions.states()
 
     def snapshot(self) -> dict[str, Any]:
@@ -245,7 +246,7 @@ class Supervisor:
             "sessions": len(self.runners),
             "states": self.states(),
             "openCircuits": sorted(
-                cid for cid, c in self.wiring.circuits.all().items() if c.state.value != "closed"
+                cid for cid, c in self.wiring.circuits.all().items() if c.state is not CircuitState.CLOSED
             ),
             "tokenRefreshes": sum(t.refreshes for t in self.wiring.tokens.values()),
         }

@@ -26,16 +26,15 @@ from supervisor.events import (
     SessionTransition,
 )
 from supervisor.rest.tokens import TokenCache
-from supervisor.taxonomy import SdkErrorEvent
+from supervisor.taxonomy import Channel, SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.telemetry.segments import CONNECTING, RECONNECTING, STATES
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = ["Metrics"]
 
-CIRCUIT_STATES = ("closed", "open", "half_open")
 # a refused WebSocket upgrade (the platform's admission control), by HTTP status
 _ADMISSION = frozenset({429, 503})
-_WEBSOCKET_CHANNELS = frozenset({"webmessaging", "notifications"})
+_WEBSOCKET_CHANNELS = frozenset({Channel.WEBMESSAGING, Channel.NOTIFICATIONS})
 
 
 class Metrics:
@@ -45,8 +44,8 @@ class Metrics:
         self,
         meter: Meter,
         *,
-        sessions: Callable[[], Mapping[str, int]],
-        circuits: Callable[[], Mapping[str, str]],
+        sessions: Callable[[], Mapping[SessionState, int]],
+        circuits: Callable[[], Mapping[str, CircuitState]],
         segment_attempt: Callable[[str], int],
     ) -> None:
         self._sessions = sessions
@@ -201,7 +200,7 @@ class Metrics:
         elif kind is SessionTransition:
             assert isinstance(event, SessionTransition)
             # read before the segment tracker moves on: was the failed attempt a reconnection?
-            failed = event.source == CONNECTING and event.target == RECONNECTING
+            failed = event.source is SessionState.CONNECTING and event.target is SessionState.RECONNECTING
             if failed and self._segment_attempt(event.session_id) > 0:
                 self.reconnect_outcomes.add(1, {A.OUTCOME: "failed"})
         elif kind is SessionTerminated:
@@ -222,26 +221,35 @@ class Metrics:
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
             self.circuit_transitions.add(
-                1, {A.CIRCUIT_ID: event.circuit_id, A.CIRCUIT_FROM: event.source, A.CIRCUIT_TO: event.target}
+                1,
+                {
+                    A.CIRCUIT_ID: event.circuit_id,
+                    A.CIRCUIT_FROM: event.source.value,
+                    A.CIRCUIT_TO: event.target.value,
+                },
             )
 
-    def connection_failure(self, event: SdkErrorEvent, session_state: str | None) -> None:
+    def connection_failure(self, event: SdkErrorEvent, session_state: SessionState | None) -> None:
         """A session's connection attempt failed: count a refused WebSocket upgrade."""
         status = event.raw_status
-        if session_state == CONNECTING and status in _ADMISSION and event.channel in _WEBSOCKET_CHANNELS:
+        if (
+            session_state is SessionState.CONNECTING
+            and status in _ADMISSION
+            and event.channel in _WEBSOCKET_CHANNELS
+        ):
             self.handshake_refusals.add(1, {A.HTTP_STATUS: status, A.CHANNEL: event.channel})
 
     # -- observable instruments -------------------------------------------------------------------------
     def _observe_sessions(self, options: CallbackOptions) -> Iterable[Observation]:
         counts = self._sessions()
-        return [Observation(counts.get(state, 0), {A.SESSION_STATE: state}) for state in STATES]
+        return [Observation(counts.get(state, 0), {A.SESSION_STATE: state.value}) for state in SessionState]
 
     def _observe_circuits(self, options: CallbackOptions) -> Iterable[Observation]:
         out = []
         for circuit_id, current in sorted(self._circuits().items()):
-            for state in CIRCUIT_STATES:
-                value = 1 if state == current else 0
-                out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state}))
+            for state in CircuitState:
+                value = 1 if state is current else 0
+                out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state.value}))
         return out
 
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:

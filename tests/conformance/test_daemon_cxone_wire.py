@@ -21,7 +21,6 @@ import httpx
 import pytest
 
 from machines.registry import CircuitRegistry, Endpoints
-from machines.session import SessionState
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus, Published
@@ -38,6 +37,7 @@ from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, load_taxonomy
 from supervisor.telemetry.scrub import Scrubber
 from supervisor.transports.cxone import AgentSessionTransport
+from supervisor.vocabulary import SessionState
 from tests.conformance.cxone_platform import AGENT, TENANT, Answer, CxonePlatform, Seen, token_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(30)]

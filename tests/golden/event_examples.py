@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from machines.circuit import CircuitState
-from machines.session import SessionState
 from supervisor.api.events import (
     ControlCommand,
     Peer,
@@ -68,6 +66,7 @@ from supervisor.store.model import Resolution
 from supervisor.systemd.degraded import DaemonDegraded, DaemonRecovered
 from supervisor.systemd.watchdog import WatchdogResumed, WatchdogWithheld
 from supervisor.taxonomy import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = [
     "BOOT_ID",

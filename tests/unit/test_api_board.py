@@ -24,6 +24,7 @@ from supervisor.events import (
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.vocabulary import SessionState
 
 pytestmark = pytest.mark.anyio
 
@@ -58,12 +59,18 @@ async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: P
         correlation = Correlation("wm-0", agent_id="a-0", conversation_id="c-1")
         # heard of first through a transition: the row starts where the move began
         bus.publish(
-            SessionTransition("wm-0", "connecting", "active", "validated", "VALIDATED", "t1"), correlation
+            SessionTransition(
+                "wm-0", SessionState.CONNECTING, SessionState.ACTIVE, "validated", "VALIDATED", "t1"
+            ),
+            correlation,
         )
         delta = changes[-1][1]
         assert delta is not None and (delta.previous, delta.state, delta.seq) == ("connecting", "active", 1)  # type: ignore[attr-defined]
         bus.publish(
-            SessionTransition("wm-0", "active", "reconnecting", "lost", "ABNORMAL_CLOSURE", "t2"), correlation
+            SessionTransition(
+                "wm-0", SessionState.ACTIVE, SessionState.RECONNECTING, "lost", "ABNORMAL_CLOSURE", "t2"
+            ),
+            correlation,
         )
         bus.publish(
             RetryAttempt("wm-0", RetryKind.RECONNECT, 1, 0.5, "ABNORMAL_CLOSURE", "network", "t2"),

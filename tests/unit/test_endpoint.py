@@ -11,13 +11,14 @@ import random
 
 import pytest
 
-from machines.circuit import CircuitConfig, CircuitState
+from machines.circuit import CircuitConfig
 from machines.effects import CircuitHalfOpened, CircuitOpened
 from machines.endpoint import GO, QUIET, Endpoint, EndpointKind, Refused, Ticket, Wait, throttles
 from machines.pacing import PacingConfig
 from machines.registry import CircuitRegistry, Endpoints
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
+from supervisor.vocabulary import CircuitState
 
 RATE_LIMIT = RetryPolicy(
     name="rate_limit", max_retries=2, base_delay_ms=2000, max_delay_ms=8000, honors_retry_after=True

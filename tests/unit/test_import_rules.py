@@ -65,6 +65,7 @@ MACHINES_MAY_USE = (
     "supervisor.clock",
     "supervisor.errors",
     "supervisor.events",
+    "supervisor.vocabulary",
 )
 
 # the socket API modules that do no I/O (floor 3, and checked like the decision core)
@@ -135,7 +136,11 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.sim",
         ),
     ),
-    (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
+    (
+        1,
+        "ground: the clock, the exception tree, the vocabulary every layer shares",
+        ("supervisor.clock", "supervisor.errors", "supervisor.vocabulary", "supervisor"),
+    ),
 )
 # the names the package root re-exports lazily, and their modules (issue 25: `import supervisor` imports none)
 ROOT_EXPORTS: dict[str, str] = supervisor._EXPORTS
@@ -149,6 +154,8 @@ def _pure_files() -> list[Path]:
         *sorted((ROOT / "supervisor" / "taxonomy").rglob("*.py")),
         *sorted((ROOT / "supervisor" / "retry").rglob("*.py")),
         ROOT / "supervisor" / "clock.py",
+        ROOT / "supervisor" / "errors.py",
+        *sorted((ROOT / "supervisor" / "vocabulary").rglob("*.py")),
         *sorted((ROOT / "supervisor" / "events").rglob("*.py")),
         *(ROOT / (name.replace(".", "/") + ".py") for name in PURE_API),
     ]
@@ -253,7 +260,7 @@ def test_the_taxonomy_and_retry_policy_load_no_io_module_even_transitively() -> 
     import sys
 
     probe = (
-        "import sys; import supervisor.taxonomy, supervisor.retry, supervisor.clock; "
+        "import sys; import supervisor.taxonomy, supervisor.retry, supervisor.clock, supervisor.vocabulary; "
         "print(' '.join(sorted(sys.modules)))"
     )
     loaded = set(
