@@ -26,6 +26,7 @@ import websockets.exceptions
 
 from supervisor.events import Correlation
 from supervisor.taxonomy import Channel, Platform, RawError, SdkErrorEvent
+from supervisor.vocabulary import CloseCode
 
 # the runtime's answer to an in-band failure: True means "the session goes on". A RawError is
 # classified by the runtime; an SdkErrorEvent is one a transport named (CXone's SESSION_RESYNCED)
@@ -190,7 +191,7 @@ def raw_from_exception(
     body: Any = None
     if isinstance(exc, websockets.exceptions.ConnectionClosed):
         # no close frame received means the TCP link died: RFC 6455 section 7.1.5 says 1006
-        close_code = exc.rcvd.code if exc.rcvd is not None else 1006
+        close_code = exc.rcvd.code if exc.rcvd is not None else CloseCode.ABNORMAL_CLOSURE
     elif isinstance(exc, websockets.exceptions.InvalidStatus):
         status = exc.response.status_code
         headers = _safe_headers(exc.response.headers)

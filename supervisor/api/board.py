@@ -33,7 +33,7 @@ from supervisor.events import (
     SessionTransition,
 )
 from supervisor.runtime.sessions import CircuitReader, SessionReader
-from supervisor.vocabulary import CircuitState, SessionState
+from supervisor.vocabulary import CircuitState, EndpointId, SessionState
 
 __all__ = ["Row", "StateBoard"]
 
@@ -54,7 +54,7 @@ class Row:
     session_id: str
     platform: str
     kind: str
-    endpoint: str | None
+    endpoint: EndpointId | None
     # None: heard of before (or without) a runner (``"unknown"`` on the wire)
     state: SessionState | None
     since: str
@@ -116,7 +116,7 @@ class StateBoard:
         self._circuits = circuits
         self._clock = clock
         self._rows: dict[str, Row] = {}
-        self._endpoints: dict[str, str | None] = {}
+        self._endpoints: dict[str, EndpointId | None] = {}
         # a session seeded from its runner has been in its state at least since the board started
         self.started_at = iso_utc(clock.time())
         self.started_monotonic = clock.monotonic()
@@ -201,7 +201,7 @@ class StateBoard:
         if runner is None:
             # heard of on the bus before (or without) a runner: what the configuration says of it
             spec = self._sessions.spec(session_id)
-            platform, kind = ("", "") if spec is None else (spec.platform, spec.kind.value)
+            platform, kind = ("", "") if spec is None else (spec.platform.value, spec.kind.value)
             agent = None if spec is None else spec.agent_id
             return Row(
                 session_id,
@@ -255,11 +255,23 @@ class StateBoard:
         return "" if runner is None else runner.context.platform.value
 
     # ------------------------------------------------------------------ circuits
-    def endpoint_of(self, session_id: str) -> str | None:
+    def endpoint_of(self, session_id: str) -> EndpointId | None:
         """The circuit endpoint a session connects through (the session table says), cached."""
         if session_id not in self._endpoints:
             self._endpoints[session_id] = self._sessions.endpoint_of(session_id)
         return self._endpoints[session_id]
+
+    def endpoint_of_circuit(self, circuit_id: str) -> EndpointId | None:
+        """The endpoint whose circuit ``circuit_id`` is (a circuit event names its circuit); None for
+        a circuit the daemon has not made."""
+        return next(
+            (
+                endpoint
+                for endpoint, circuit in self._circuits.all().items()
+                if circuit.circuit_id == circuit_id
+            ),
+            None,
+        )
 
     def circuit_of(self, row: Row) -> dict[str, str] | None:
         if row.endpoint is None:
@@ -267,11 +279,11 @@ class StateBoard:
         circuit = self._circuits.all().get(row.endpoint)
         # a circuit is made on first use: none yet means nothing has been refused (closed)
         state = CircuitState.CLOSED if circuit is None else circuit.state
-        return {"endpoint": row.endpoint, "state": state.value}
+        return {"endpoint": str(row.endpoint), "state": state.value}
 
     def circuits(self) -> list[dict[str, str]]:
         return [
-            {"endpoint": endpoint, "circuitId": circuit.circuit_id, "state": circuit.state.value}
+            {"endpoint": str(endpoint), "circuitId": circuit.circuit_id, "state": circuit.state.value}
             for endpoint, circuit in sorted(self._circuits.all().items())
         ]
 

@@ -56,7 +56,7 @@ from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
 from supervisor.taxonomy import Taxonomy, load_taxonomy
-from supervisor.vocabulary import SessionState
+from supervisor.vocabulary import CloseCode, SessionState
 
 __all__ = ["ControlService", "Reload"]
 
@@ -361,10 +361,10 @@ class ControlService:
             raise error
         publish(None)
         # published first: subscribers see who asked before the transitions it causes
-        await self.operations.stop(session_id, 1000)
+        await self.operations.stop(session_id, CloseCode.NORMAL_CLOSURE)
         if self.desired is not None:
             # it stays stopped across a restart, until `ctl start`
-            await self.desired.desire(session_id, runner.context.platform.value, False, "ctl stop")
+            await self.desired.desire(session_id, runner.context.platform, False, "ctl stop")
         return {"sessionId": session_id, "state": runner.state.value}
 
     async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:

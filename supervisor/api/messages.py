@@ -22,7 +22,7 @@ import msgspec
 
 from supervisor.api.protocol import ErrorName, frame_parameters
 from supervisor.errors import ApiError
-from supervisor.taxonomy import Platform
+from supervisor.vocabulary import Platform
 
 __all__ = [
     "ALL_STREAMS",

@@ -43,11 +43,12 @@ from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import Token
 from supervisor.store.testhooks import CrashPoint, CrashPoints
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId, Platform
 
 __all__ = ["CIRCUIT", "Conversation", "GenesysAttributes", "Target"]
 
 #: the circuit of Genesys REST calls made for sessions (supervisor/runtime/supervisor.py does the same)
-CIRCUIT = "genesys:api"
+CIRCUIT = EndpointId.api(Platform.GENESYS)
 READ = "conversation.get"
 # the taxonomy's response of a read (PY269 Conversation; v2 requires participants, drift on id)
 CONVERSATION = "genesys.rest.Conversation"

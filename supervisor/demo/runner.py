@@ -216,7 +216,9 @@ class _Run:
             if self.final is not None:
                 return self.phase, self.final[0], self.final[1], observer.events
             circuits = sorted(
-                c for c, b in daemon.circuits.all().items() if b.state is not CircuitState.CLOSED
+                str(endpoint)
+                for endpoint, b in daemon.circuits.all().items()
+                if b.state is not CircuitState.CLOSED
             )
             return self.phase, daemon.sessions.states(), circuits, observer.events
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from supervisor.events.base import Event
+from supervisor.vocabulary.endpoints import EndpointId
 from supervisor.vocabulary.states import CircuitState
 
 __all__ = [
@@ -108,7 +109,7 @@ class PacingChanged(Event):
     """
 
     name: ClassVar[str] = "PACING_CHANGED"
-    endpoint: str
+    endpoint: EndpointId
     kind: str
     rate: float | None
     previous: float | None
@@ -119,7 +120,7 @@ class PacingChanged(Event):
     def fields(self) -> dict[str, Any]:
         return {
             "timestamp": self.timestamp,
-            "endpoint": self.endpoint,
+            "endpoint": str(self.endpoint),
             "kind": self.kind,
             "rate": None if self.rate is None else round(self.rate, 3),
             "previous": None if self.previous is None else round(self.previous, 3),

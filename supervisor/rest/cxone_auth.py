@@ -46,6 +46,7 @@ from supervisor.errors import OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache, post_token_request, token_fields
 from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "CXONE_CONFIGURATION",
@@ -58,8 +59,8 @@ __all__ = [
 
 OPENID_CONFIGURATION = "/.well-known/openid-configuration"
 CXONE_CONFIGURATION = "/.well-known/cxone-configuration"
-#: the circuit of the discovery calls: the token endpoint's host, whose own circuit is "cxone:oauth"
-DISCOVERY_CIRCUIT = "cxone:oauth"
+#: the circuit of the discovery calls: the token endpoint's host, whose own circuit is ``cxone:oauth``
+DISCOVERY_CIRCUIT = EndpointId.oauth(Platform.CXONE)
 #: the operation of a discovery call (taxonomy v2 [[operations]] api.discovery)
 DISCOVERY_OPERATION = "api.discovery"
 

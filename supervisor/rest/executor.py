@@ -48,6 +48,7 @@ from supervisor.rest.steps import (
 )
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
 
@@ -81,7 +82,7 @@ class RetryExecutor(ExecutorSteps):
         *,
         ctx: SessionContext,
         operation: str,
-        circuit: str | None,
+        circuit: EndpointId | None,
         tokens: TokenCache | None = None,
         route: str | None = None,
         server: tuple[str, int | None] | None = None,

@@ -27,6 +27,7 @@ from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
 from supervisor.retry.backoff import GiveUpReason, RetryDecision
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "TOKEN_OPERATION",
@@ -203,7 +204,7 @@ class ExecutorSteps:
         details: OperationDetails | None,
     ) -> Token:
         hooks = self._hooks
-        gate = self.attempts.token(f"{tokens.name}:oauth") if tokens.name else None
+        gate = None if tokens.platform is None else self.attempts.token(EndpointId.oauth(tokens.platform))
         attempt = 0
         previous_delay_ms: float | None = None
         while True:

@@ -65,9 +65,15 @@ class TokenCache:
     """One credential's token: cached, refreshed early, refreshed once however many wait."""
 
     def __init__(
-        self, source: TokenSource, clock: Clock, *, early_refresh_s: float = 300.0, name: str = ""
+        self,
+        source: TokenSource,
+        clock: Clock,
+        *,
+        early_refresh_s: float = 300.0,
+        platform: Platform | None = None,
     ) -> None:
-        self.name = name
+        # whose credential it is: its token endpoint is that platform's (None: fetched ungated)
+        self.platform = platform
         self._source = source
         self._clock = clock
         self._early = early_refresh_s

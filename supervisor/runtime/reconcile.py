@@ -30,6 +30,7 @@ from supervisor.events import Correlation, Event
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import ServerSession, Store
 from supervisor.taxonomy import Channel, Platform
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["SessionReconciled", "end_orphan", "reconcile"]
 
@@ -119,7 +120,7 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         return ALREADY_GONE, "the guest session had expired"
     except TransportFailure as failure:
         return FAILED, f"could not connect ({getattr(failure.raw, 'status', None) or 'network'})"
-    await connection.close(1000)  # closeSession, closeAllConnections
+    await connection.close(CloseCode.NORMAL_CLOSURE)  # closeSession, closeAllConnections
     return ENDED, "closeSession sent with the kept guest token"
 
 
@@ -127,7 +128,7 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     from supervisor.transports.cxone import AgentSessionTransport
 
     cx = wiring.config.platforms.cxone
-    pipeline = wiring.pipelines.get("cxone")
+    pipeline = wiring.pipelines.get(Platform.CXONE)
     api = wiring.cxone_api
     if row.platform_session_id is None:
         return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"

@@ -45,8 +45,12 @@ class SessionTargets:
         runner = sessions.runners.get(session_id)
         if spec is None and runner is None:
             raise Refused("NoSuchSession", f"no configured session '{session_id}'", sessionId=session_id)
-        platform = spec.platform if spec is not None else runner.context.platform.value  # type: ignore[union-attr]
-        if platform != Platform.GENESYS.value:
+        if spec is not None:
+            platform = spec.platform
+        else:
+            assert runner is not None
+            platform = runner.context.platform
+        if platform is not Platform.GENESYS:
             raise Refused(
                 "Unsupported",
                 f"session '{session_id}' is a CXone agent session: the daemon writes no CXone contact "
@@ -78,7 +82,7 @@ class SessionTargets:
         return Accepted(f"genesys:{gen.client_id}", conversation)
 
     def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
-        pipeline = self._wiring.pipelines.get("genesys")
+        pipeline = self._wiring.pipelines.get(Platform.GENESYS)
         gen = self._sessions.config.platforms.genesys
         if pipeline is None or gen is None:
             return None

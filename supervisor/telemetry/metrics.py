@@ -28,7 +28,7 @@ from supervisor.events import (
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.vocabulary import CircuitState, SessionState
+from supervisor.vocabulary import CircuitState, Platform, SessionState
 
 __all__ = ["Metrics"]
 
@@ -51,7 +51,7 @@ class Metrics:
         self._sessions = sessions
         self._circuits = circuits
         self._segment_attempt = segment_attempt
-        self._tokens: Mapping[str, TokenCache] = {}
+        self._tokens: Mapping[Platform, TokenCache] = {}
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
@@ -153,7 +153,7 @@ class Metrics:
         )
 
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
-    def observe_tokens(self, tokens: Mapping[str, TokenCache]) -> None:
+    def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
 
     def count(self, name: str, read: Callable[[], int]) -> None:
@@ -213,10 +213,14 @@ class Metrics:
             self.terminations.add(1, attrs)
         elif kind is PacingChanged:
             assert isinstance(event, PacingChanged)
-            self._pacing[(event.endpoint, event.kind)] = event.rate
+            self._pacing[(str(event.endpoint), event.kind)] = event.rate
             self.pacing_changes.add(
                 1,
-                {A.PACING_ENDPOINT: event.endpoint, A.PACING_KIND: event.kind, A.PACING_REASON: event.reason},
+                {
+                    A.PACING_ENDPOINT: str(event.endpoint),
+                    A.PACING_KIND: event.kind,
+                    A.PACING_REASON: event.reason,
+                },
             )
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
@@ -255,8 +259,8 @@ class Metrics:
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             return [
-                Observation(int(getattr(cache, field)), {A.CREDENTIAL: name})
-                for name, cache in sorted(self._tokens.items())
+                Observation(int(getattr(cache, field)), {A.CREDENTIAL: platform.value})
+                for platform, cache in sorted(self._tokens.items())
             ]
 
         return observe

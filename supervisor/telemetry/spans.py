@@ -35,7 +35,7 @@ from supervisor.taxonomy import SdkErrorEvent
 from supervisor.telemetry import attributes as A
 from supervisor.telemetry.records import Attempt, Operation, Segment
 from supervisor.telemetry.sampling import IdSource
-from supervisor.vocabulary import SessionState
+from supervisor.vocabulary import CloseCode, SessionState
 
 __all__ = ["ERROR", "UNSET", "SessionShape", "SpanFactory", "context_of"]
 
@@ -85,7 +85,7 @@ def _raw_status(attrs: dict[str, Any], status: int | None) -> None:
     # a WebSocket's close code arrives as the raw status (1000-4999); an HTTP status is < 600
     if status is None:
         return
-    attrs[A.WS_CLOSE_CODE if status >= 1000 else A.HTTP_STATUS] = status
+    attrs[A.WS_CLOSE_CODE if status >= CloseCode.NORMAL_CLOSURE else A.HTTP_STATUS] = status
 
 
 def _websocket(attrs: dict[str, Any], websocket: tuple[str, int | None, str] | None) -> None:
@@ -179,7 +179,7 @@ class SpanFactory:
         self._endpoint(attrs, op, in_band)
         attrs[A.ATTEMPTS] = details.attempts
         if details.circuit is not None:
-            attrs[A.CIRCUIT_ID] = details.circuit
+            attrs[A.CIRCUIT_ID] = str(details.circuit)
         if op.error is not None:
             attrs[A.ERROR_TYPE] = op.error
             if op.event is not None:

@@ -39,6 +39,7 @@ from supervisor.transports.sockets import (
     serve_alive,
     shutdown_socket,
 )
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["ChannelLink", "Due", "Ended", "Notice", "Noticed", "Signal", "system_kind"]
 
@@ -224,7 +225,9 @@ class ChannelLink:
 
     # -- closing ------------------------------------------------------------------------------------
 
-    async def close(self, code: int = 1000, reason: str = "", *, now: float | None = None) -> None:
+    async def close(
+        self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "", *, now: float | None = None
+    ) -> None:
         """Close the socket with ``code`` and give its place in the quota back; never raises."""
         if self._closing:
             return

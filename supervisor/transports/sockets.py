@@ -21,6 +21,7 @@ from websockets.protocol import State
 from supervisor.boundary import Reporter, SessionContext, raw_from_close, raw_from_exception
 from supervisor.config import Keepalive
 from supervisor.taxonomy import RawError
+from supervisor.vocabulary import CloseCode
 
 _REDACTED = "***"
 
@@ -65,7 +66,7 @@ def abort_socket(ws: ClientConnection) -> None:
         ws.transport.abort()
 
 
-async def shutdown_socket(ws: ClientConnection, code: int, reason: str, within: float) -> None:
+async def shutdown_socket(ws: ClientConnection, code: CloseCode, reason: str, within: float) -> None:
     """Close with ``code`` within ``within`` s, else abort; never raises."""
     try:
         with anyio.move_on_after(within):
@@ -81,7 +82,7 @@ async def discard_socket(ws: ClientConnection, failure: RawError, within: float)
     if failure.exception == "TimeoutError":
         abort_socket(ws)  # a closing handshake would only wait close_timeout for it again
     else:
-        await shutdown_socket(ws, 1000, "", within)
+        await shutdown_socket(ws, CloseCode.NORMAL_CLOSURE, "", within)
 
 
 async def await_liveness(
@@ -173,4 +174,4 @@ async def serve_alive(
         outcome = await receive()
         tg.cancel_scope.cancel()
     # None: the probe gave up and aborted the link without a close frame (RFC 6455 section 7.1.5)
-    return outcome if outcome is not None else raw_from_close(1006, ctx=ctx)
+    return outcome if outcome is not None else raw_from_close(CloseCode.ABNORMAL_CLOSURE, ctx=ctx)

@@ -68,6 +68,7 @@ from supervisor.transports.sockets import (
 )
 from supervisor.transports.wm_health import EchoSchedule
 from supervisor.transports.wm_replies import answers_oldest_message, is_failure
+from supervisor.vocabulary import CloseCode
 
 __all__ = [
     "HEALTH_CHECK_TRACING_ID",
@@ -194,7 +195,7 @@ class WebMessagingTransport:
         refused = self._not_connected(conn) or self._lost_conversation(conn)
         if refused is not None:
             # no closeSession: a guest that was not connected resumes with the same token later
-            await shutdown_socket(ws, 1000, "", self._close_timeout)
+            await shutdown_socket(ws, CloseCode.NORMAL_CLOSURE, "", self._close_timeout)
             raise OperationError(refused)
         self._configured = True
         self._live = conn
@@ -249,7 +250,7 @@ class WebMessagingTransport:
     async def aclose(self) -> None:
         """Close a connection still open (daemon shutdown: 1001 going away)."""
         if self._live is not None:
-            await self._live.close(1001)
+            await self._live.close(CloseCode.GOING_AWAY)
             self._live = None
 
 
@@ -416,7 +417,7 @@ class WebMessagingConnection:
             tg.cancel_scope.cancel()
         if outcome is None:
             # the health check aborted the link: no close frame arrived (RFC 6455 section 7.1.5)
-            outcome = raw_from_close(1006, ctx=self._ctx)
+            outcome = raw_from_close(CloseCode.ABNORMAL_CLOSURE, ctx=self._ctx)
             self._end_requests(outcome)
         return outcome
 
@@ -467,7 +468,7 @@ class WebMessagingConnection:
     async def _let_go(self) -> None:
         # the runtime has moved on: close the socket but send no closeSession, so the server
         # session survives for a resume with the same guest token
-        await shutdown_socket(self._ws, 1000, "", self._t._close_timeout)
+        await shutdown_socket(self._ws, CloseCode.NORMAL_CLOSURE, "", self._t._close_timeout)
         self._closed = True
 
     def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
@@ -521,7 +522,7 @@ class WebMessagingConnection:
         self._requests.pop(tracing, None)
         return self._pending.pop(tracing)
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """closeSession (only on 1000: the session is over) then a close frame; never raises."""
         if self._closed:
             return
@@ -529,7 +530,7 @@ class WebMessagingConnection:
         self._end_requests(raw_from_close(code, ctx=self._ctx))
         if self._t._live is self:
             self._t._live = None
-        if code == 1000 and self._ws.state is State.OPEN:
+        if code == CloseCode.NORMAL_CLOSURE and self._ws.state is State.OPEN:
             # GMT CloseSessionRequest.kt: token, closeAllConnections, a fresh tracingId, action
             frame = self._frame("closeSession", closeAllConnections=True)
             try:

@@ -21,6 +21,7 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import Platform
 from tests.integration.clock_sleep import ClockSleep
 from tests.integration.runtime_harness import Harness, genesys_config, supervised
 
@@ -165,7 +166,7 @@ async def test_a_revoked_token_rolls_over_with_a_fresh_grant(sim: GenesysSimulat
     sink = Delivered()
     async with supervised(notifications_config(sim.urls), tmp_path, genesys=sim, notification_sink=sink) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         revoked = tokens.current
         first = channel_of(h)
         fault = sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
@@ -212,7 +213,7 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         first = channel_of(h)
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         old = tokens.current
         assert old is not None
         await h.wait(lambda: sleep.sleeping >= 1)
@@ -286,7 +287,7 @@ async def test_a_session_stays_active_for_days_with_every_event_delivered_once(t
         # subscribed, and any step that fell inside it), and each was delivered once all the same
         assert len([c for c in carried if c == 2]) >= len(rolled)
         assert sum(r["duplicatesDropped"] for r in rolled) >= 1
-        assert h.supervisor.wiring.tokens["genesys"].refreshes >= 1
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].refreshes >= 1
         assert h.recorded.named("SDK_ERROR_CLASSIFIED") == []  # the platform never had to drop one
         assert left_active(h) == [] and h.terminations() == {}
         # never more channels than needed: two during an overlap, one otherwise

@@ -16,6 +16,7 @@ from supervisor.errors import OperationError, SessionError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
+from supervisor.vocabulary import Platform
 from tests.integration.runtime_harness import Harness, genesys_config, supervised
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -79,7 +80,7 @@ async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_
         # two tokens, each used by exactly one attempt: the retry went out with the new one
         assert sorted(t.window_count for t in tokens) == [1, 1]
         assert sim.recorder.tokens().get("issued", 0) + sim.recorder.tokens().get("refreshed", 0) == 2
-        assert h.supervisor.wiring.tokens["genesys"].refreshes == 1
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].refreshes == 1
         assert h.runners["wm-0"].state.value == "active"
         assert h.terminations() == {}
         names = [n for _, n, _ in h.recorded.events]
@@ -110,7 +111,7 @@ async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
         }
         # local storage revoked: no session record, no cached token
         assert "wm-0" not in h.supervisor.wiring.store
-        assert h.supervisor.wiring.tokens["genesys"].current is None
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].current is None
         requests = sim.recorder.request_count()
         with pytest.raises(SessionError, match="terminated"):
             await h.supervisor.request("wm-0", "GET", api(sim, f"/api/v2/conversations/{cid}"))

@@ -17,6 +17,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import Platform
 from tests.integration.otlp_receiver import OtlpReceiver, Span
 from tests.integration.runtime_harness import Harness, genesys_config
 from tests.integration.telemetry_harness import traced
@@ -230,7 +231,7 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
     ) as t:
         h = t.harness
         cid = await active(h)
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         await h.supervisor.request("wm-0", "GET", sim.urls["api"] + f"/api/v2/conversations/{cid}")
         old = tokens.current
         assert old is not None
@@ -243,7 +244,7 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
                 armed[0] = False
                 clock.advance(2.0)
 
-        client = h.supervisor.wiring.pipelines["genesys"].client
+        client = h.supervisor.wiring.pipelines[Platform.GENESYS].client
         client.event_hooks = {"request": [expire_in_flight], "response": []}
         url = sim.urls["api"] + f"/api/v2/conversations/{cid}"
         response = await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)
