@@ -20,7 +20,7 @@ from supervisor.api.messages import Subscription, parse_subscription
 from supervisor.api.protocol import (
     SERVICE,
     STATE,
-    ErrorName,
+    ApiFault,
     Method,
     check_method,
     encode_error,
@@ -72,7 +72,7 @@ class SubscribeService:
             if waited.cancelled_caught:
                 connection.fail(
                     ApiError(
-                        ErrorName.HANDSHAKE_TIMEOUT,
+                        ApiFault.HANDSHAKE_TIMEOUT,
                         {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
                         fatal=True,
                     )
@@ -105,7 +105,7 @@ class SubscribeService:
             return b"" if call.oneway else encode_reply(reply)
         if not call.more:
             raise ApiError(
-                ErrorName.EXPECTED_MORE,
+                ApiFault.EXPECTED_MORE,
                 {"problem": "Subscribe streams its replies: call it with more: true"},
             )
         return parse_subscription(call.parameters, known_states=_STATES)
@@ -146,7 +146,7 @@ class SubscribeService:
 
 def _stream_takes_no_calls() -> ApiError:
     return ApiError(
-        ErrorName.STREAM_TAKES_NO_CALLS,
+        ApiFault.STREAM_TAKES_NO_CALLS,
         {"problem": "a subscription carries the stream only: close it and connect again"},
         fatal=True,
     )

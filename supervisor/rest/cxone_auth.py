@@ -40,7 +40,7 @@ from urllib.parse import quote_plus
 import anyio
 import httpx
 
-from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
+from supervisor.boundary import SessionContext, http_failures, raw_from_response
 from supervisor.config import Secret
 from supervisor.errors import OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
@@ -203,12 +203,8 @@ class CxoneLogin:
         if self._token_endpoint is not None:
             return self._token_endpoint
         url = self._auth + OPENID_CONFIGURATION
-        try:
+        with http_failures(ctx=self._ctx, method="GET", endpoint=OPENID_CONFIGURATION):
             response = await self._client.get(url)
-        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            raise TransportFailure(
-                raw_from_exception(exc, ctx=self._ctx, method="GET", endpoint=OPENID_CONFIGURATION)
-            ) from None
         if response.status_code != 200:
             raise TransportFailure(raw_from_response(response, ctx=self._ctx, endpoint=OPENID_CONFIGURATION))
         try:

@@ -44,7 +44,6 @@ from supervisor.rest.steps import (
     Sleep,
     ensure_from,
     refresh_from,
-    unknown_raw,
 )
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import RawError, SdkErrorEvent
@@ -267,7 +266,7 @@ class RetryExecutor(ExecutorSteps):
         try:
             outcome = await attempt_once(token)
         except ConnectionLost as lost:
-            raw = lost.raw if isinstance(lost.raw, RawError) else unknown_raw(ctx)
+            raw = lost.raw
             failure = _Failure(self._classify(raw), _Kind.LOST)
         else:
             if isinstance(outcome, SdkErrorEvent):

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import httpx
 
 from supervisor.attempts import Flight, Gate
-from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
+from supervisor.boundary import HTTP_FAILURES, SessionContext, TokenAge, raw_from_exception, raw_from_response
 from supervisor.rest.executor import Attempt, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
@@ -115,7 +115,7 @@ class RequestPipeline:
             try:
                 # no headers argument at all when there are none: httpx would merge an empty dict
                 response = await self.client.request(method, url, headers=headers or None, **kwargs)
-            except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            except HTTP_FAILURES as exc:
                 return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
             status = response.status_code
             if 200 <= status < 300 or status in ok_statuses:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
-from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
+from supervisor.boundary import SessionContext, TokenAge, http_failures, raw_from_response
 from supervisor.clock import Clock
 from supervisor.config import Secret
 from supervisor.errors import TransportFailure
@@ -245,12 +245,8 @@ async def post_token_request(
     without a token (a contract violation, not a success: seed section 3).
     """
     path = httpx.URL(url).path
-    try:
+    with http_failures(ctx=ctx, method="POST", endpoint=path):
         response = await client.post(url, **kwargs)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
-    except OSError as exc:
-        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
     if response.status_code != 200:
         raise TransportFailure(raw_from_response(response, ctx=ctx, endpoint=path))
     try:

@@ -119,7 +119,7 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         # newSession:true: the guest session had already expired (the one just made is left to expire)
         return ALREADY_GONE, "the guest session had expired"
     except TransportFailure as failure:
-        return FAILED, f"could not connect ({getattr(failure.raw, 'status', None) or 'network'})"
+        return FAILED, f"could not connect ({failure.raw.status or 'network'})"
     await connection.close(CloseCode.NORMAL_CLOSURE)  # closeSession, closeAllConnections
     return ENDED, "closeSession sent with the kept guest token"
 
@@ -139,10 +139,10 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     try:
         await transport.end(row.platform_session_id)
     except OperationError as failure:
-        status = getattr(failure.event, "raw_status", None)
+        status = failure.event.raw_status
         if status in (404, 409):
             return ALREADY_GONE, f"the platform answered {status}: the agent session had ended"
-        return FAILED, f"DELETE failed: {getattr(failure.event, 'code', '?')}"
+        return FAILED, f"DELETE failed: {failure.event.code}"
     except (CircuitOpenError, TransportFailure) as refused:
         return FAILED, f"DELETE not made: {refused}"
     return ENDED, "DELETE agent-sessions/{id}"

@@ -281,8 +281,7 @@ class SessionRunner:
                     await connection.close(self._close_code)
                 return
         except TransportFailure as failure:
-            raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
-            self._connect_failed(self._classify(raw), flight)
+            self._connect_failed(self._classify(failure.raw), flight)
             return
         except OperationError as failure:
             self._connect_failed(self._unpublished(failure), flight)
@@ -327,9 +326,6 @@ class SessionRunner:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))
 
-    def _unknown_failure(self) -> RawError:
-        return RawError(platform=self._context.platform, channel=self._context.channel, exception="OSError")
-
     async def _serve(self, connection: Connection) -> None:
         ended: RawError | None = None
         failure: SdkErrorEvent | None = None
@@ -339,7 +335,7 @@ class SessionRunner:
             try:
                 ended = await connection.serve(self._report)
             except TransportFailure as exc:
-                ended = exc.raw if isinstance(exc.raw, RawError) else None
+                ended = exc.raw
             except OperationError as exc:
                 failure = self._unpublished(exc)
             except CircuitOpenError as exc:

@@ -27,7 +27,7 @@ from supervisor.errors import ConfigError, OperationError, SessionError
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Wiring
-from supervisor.taxonomy import Channel, SdkErrorEvent
+from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = ["Supervisor", "session_table"]
@@ -227,8 +227,7 @@ class Supervisor:
         try:
             return await pipeline.request(method, url, ctx=context, **kwargs)
         except OperationError as failure:
-            if isinstance(failure.event, SdkErrorEvent):
-                runner.operation_failed(failure.event)
+            runner.operation_failed(failure.event)
             raise
 
     async def send_message(

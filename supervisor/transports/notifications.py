@@ -36,16 +36,15 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio
-import websockets.exceptions as wsx
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from websockets.asyncio.client import connect
 
 from supervisor.attempts import Flight
-from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
+from supervisor.boundary import Learned, Reporter, SessionContext, socket_failures
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
-from supervisor.errors import OperationError, TransportFailure
+from supervisor.errors import OperationError
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.steps import refresh_from
@@ -232,7 +231,8 @@ class NotificationsTransport:
         ka = self._keepalive
         if flight is not None:
             await flight.leave()
-        try:
+        # a refused handshake is the runtime's to tell the endpoint, classified
+        with socket_failures(ctx=link_ctx, method="CONNECT", endpoint=endpoint):
             ws = await connect(
                 connect_uri,
                 compression=None,
@@ -243,9 +243,6 @@ class NotificationsTransport:
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
             )
-        except (wsx.WebSocketException, OSError) as exc:
-            raw = raw_from_exception(exc, ctx=link_ctx, method="CONNECT", endpoint=endpoint)
-            raise TransportFailure(raw) from None  # (the runtime tells the endpoint, classified)
         if flight is not None:
             flight.answered(None)  # the handshake went through: its endpoint hears so now
         now = self.clock.monotonic()

@@ -14,11 +14,17 @@ from functools import partial
 from typing import Any
 
 import anyio
-import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
-from supervisor.boundary import Reporter, SessionContext, raw_from_close, raw_from_exception
+from supervisor.boundary import (
+    SOCKET_CLOSED,
+    SOCKET_FAILURES,
+    Reporter,
+    SessionContext,
+    raw_from_close,
+    raw_from_exception,
+)
 from supervisor.config import Keepalive
 from supervisor.taxonomy import RawError
 from supervisor.vocabulary import CloseCode
@@ -71,7 +77,7 @@ async def shutdown_socket(ws: ClientConnection, code: CloseCode, reason: str, wi
     try:
         with anyio.move_on_after(within):
             await ws.close(code, reason)
-    except (wsx.WebSocketException, OSError, ValueError):
+    except (*SOCKET_FAILURES, ValueError):
         pass
     if ws.state is not State.CLOSED:
         abort_socket(ws)
@@ -104,7 +110,7 @@ async def await_liveness(
         with anyio.move_on_after(answer_within) as waited:
             try:
                 await ws.send(probe)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 return  # the link is gone: the receive loop reports how it ended
             await event.wait()
         if waited.cancelled_caught:
@@ -133,7 +139,7 @@ async def receive_frames(
     while True:
         try:
             frame = await ws.recv()
-        except wsx.ConnectionClosed as exc:
+        except SOCKET_CLOSED as exc:
             # the close code the server sent (exc.rcvd), or 1006 when the link just died (RFC 6455 7.1.5)
             return raw_from_exception(exc, ctx=ctx, endpoint=endpoint)
         raw = classify(decode_frame(frame))

@@ -37,19 +37,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio
-import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 from websockets.typing import Origin
 
 from supervisor.attempts import Flight
 from supervisor.boundary import (
+    SOCKET_FAILURES,
     Learned,
     Reporter,
     SessionContext,
     raw_from_close,
     raw_from_exception,
     raw_from_message,
+    socket_failures,
 )
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
@@ -155,7 +156,8 @@ class WebMessagingTransport:
         ka = self._keepalive
         if flight is not None:
             await flight.leave()
-        try:
+        # InvalidStatus keeps status and Retry-After (429/503 admission, 403 AccessDenied, §1)
+        with socket_failures(ctx=ctx, method="CONNECT", endpoint=ENDPOINT):
             ws = await connect(
                 self._uri,
                 origin=self._origin,
@@ -168,16 +170,11 @@ class WebMessagingTransport:
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
             )
-        except (wsx.WebSocketException, OSError) as exc:
-            # InvalidStatus keeps status and Retry-After (429/503 admission, 403 AccessDenied, §1)
-            raise TransportFailure(
-                raw_from_exception(exc, ctx=ctx, method="CONNECT", endpoint=ENDPOINT)
-            ) from None
         conn = WebMessagingConnection(self, ws)
         try:
             with anyio.fail_after(ka.open_timeout):
                 answer = await conn.configure()
-        except (wsx.WebSocketException, OSError) as exc:  # TimeoutError (no answer) is an OSError
+        except SOCKET_FAILURES as exc:  # TimeoutError (no answer) is an OSError
             failure: RawError | None = raw_from_exception(
                 exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT
             )
@@ -383,7 +380,7 @@ class WebMessagingConnection:
         try:
             try:
                 await self._ws.send(self._frame(action, tracingId=tracing, **fields))
-            except (wsx.WebSocketException, OSError) as exc:
+            except SOCKET_FAILURES as exc:
                 raise ConnectionLost(
                     raw_from_exception(exc, ctx=self._ctx, method=action, endpoint=ENDPOINT)
                 ) from None
@@ -445,7 +442,7 @@ class WebMessagingConnection:
             self._health.sent(clock.monotonic())
             try:
                 await self._ws.send(echo)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 return  # the link is gone: the receive loop reports how it ended
             if not await _set_within(heard, answer_within, sleep):
                 abort_socket(self._ws)
@@ -536,7 +533,7 @@ class WebMessagingConnection:
             try:
                 with anyio.move_on_after(self._t._close_timeout):
                     await self._ws.send(frame)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 pass
         await shutdown_socket(self._ws, code, reason, self._t._close_timeout)
 

@@ -13,6 +13,12 @@ and fail when an edge goes back to strings and numbers:
 3. **Endpoint ids** are :class:`EndpointId` values (platform + name) whose ``str()`` is the wire's
    ``genesys:streaming``: no module glues one together (``"cxone:api"``, ``f"{platform}:api"``) or takes a
    circuit id apart (``.removeprefix("circuit:")``, ``.split(":")``).
+4. **Faults**: the socket API's errors are :class:`ApiFault` members the domain raises in an
+   :class:`ApiError`; a string is refused, no module glues an error name from an interface and a word,
+   and the wire names are the documented ones (docs/socket-api.md).
+5. **The boundary**: httpx's and websockets' exceptions are named in one module,
+   supervisor/boundary.py (one mapping per library); what it raises is a TransportFailure carrying a
+   RawError, ``from`` the library's exception.
 """
 
 from __future__ import annotations
@@ -21,13 +27,20 @@ import ast
 import re
 from pathlib import Path
 
+import httpx
 import pytest
+import websockets.exceptions
 
+from supervisor.attributes import Refused
+from supervisor.boundary import SessionContext, http_failures, socket_failures
 from supervisor.config import parse_config
+from supervisor.errors import ApiError, TransportFailure
+from supervisor.taxonomy import Channel, RawError
 from supervisor.vocabulary import (
     CXONE_AGENT_SESSIONS,
     GENESYS_STREAMING,
     GENESYS_WEBMESSAGING,
+    ApiFault,
     CircuitState,
     EndpointId,
     Platform,
@@ -207,3 +220,152 @@ def test_no_endpoint_id_is_glued_or_parsed(path: Path) -> None:
 )
 def test_the_endpoint_check_catches_what_it_should(source: str, bad: bool) -> None:
     assert bool(glued_endpoints(source, "supervisor.api.fanout")) is bad
+
+
+# -- 4. the socket API's faults -------------------------------------------------------------------------
+
+
+def test_the_domain_raises_faults_of_the_enum_only() -> None:
+    error = ApiError(ApiFault.NO_SUCH_SESSION, {"sessionId": "x", "problem": "no such session"})
+    assert (error.fault, error.name) == (
+        ApiFault.NO_SUCH_SESSION,
+        "io.sessionsupervisor.control.v1.NoSuchSession",
+    )
+    # what _refusal did before (issue 24, point 3): a name glued from the interface and a word
+    for glued in ("io.sessionsupervisor.control.v1.NoSuchSession", "NoSuchThing"):
+        with pytest.raises(TypeError, match="ApiFault"):
+            ApiError(glued)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="ApiFault"):
+            Refused(glued, "refused")  # type: ignore[arg-type]
+
+
+def test_a_client_keeps_an_error_name_it_does_not_know() -> None:
+    """A newer daemon may answer a fault this client lacks: its name is kept, its fault is None."""
+    known = ApiError.received("io.sessionsupervisor.control.v1.Backpressure", {"problem": "full"})
+    assert known.fault is ApiFault.BACKPRESSURE and str(known) == f"{ApiFault.BACKPRESSURE.value}: full"
+    newer = ApiError.received("io.sessionsupervisor.control.v1.Newer", {})
+    assert (newer.fault, newer.name) == (None, "io.sessionsupervisor.control.v1.Newer")
+
+
+def test_every_fault_is_a_documented_wire_name() -> None:
+    """The wire names stay as they were: each is ``<interface>.<Name>`` and in docs/socket-api.md."""
+    documented = (ROOT / "docs" / "socket-api.md").read_text(encoding="utf-8")
+    interfaces = (
+        "org.varlink.service",
+        "io.sessionsupervisor.protocol.v1",
+        "io.sessionsupervisor.control.v1",
+    )
+    for fault in ApiFault:
+        interface, _, short = fault.value.rpartition(".")
+        assert interface in interfaces and short == fault.short and short[0].isupper(), fault
+        assert f"`{short}`" in documented or fault.value in documented, fault
+
+
+_INTERFACES = frozenset({"SERVICE", "STATE", "CONTROL", "PROTOCOL"})
+#: the method names, made the same way (supervisor/api/protocol.py, ``Method``): not faults
+METHODS = "supervisor.api.protocol"
+
+
+def glued_faults(source: str, module: str) -> list[str]:
+    """``line N: ...`` for every f-string that starts with an interface's name (``f"{CONTROL}.{name}"``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr) and node.values and module != METHODS:
+            first = node.values[0]
+            if isinstance(first, ast.FormattedValue) and ast.unparse(first.value) in _INTERFACES:
+                found.append(f"line {node.lineno}: {ast.unparse(node)} (raise an ApiFault)")
+    return found
+
+
+@pytest.mark.parametrize("path", _daemon_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_error_name_is_glued(path: Path) -> None:
+    assert glued_faults(path.read_text(encoding="utf-8"), _module_name(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ('return ApiError(f"{CONTROL}.{refused.name}", parameters)', True),
+        ("return ApiError(refused.fault, parameters)", False),
+    ],
+)
+def test_the_fault_check_catches_what_it_should(source: str, bad: bool) -> None:
+    assert bool(glued_faults(source, "supervisor.api.control_attributes")) is bad
+
+
+# -- 5. the boundary ----------------------------------------------------------------------------------------
+
+CTX = SessionContext("s-1", Platform.GENESYS, Channel.REST)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "exc", "name"),
+    [
+        (http_failures, httpx.ConnectError("refused"), "httpx.ConnectError"),
+        (http_failures, httpx.InvalidURL("no host"), "httpx.InvalidURL"),
+        (http_failures, ConnectionResetError(), "ConnectionResetError"),
+        (
+            socket_failures,
+            websockets.exceptions.InvalidHandshake("bad"),
+            "websockets.exceptions.InvalidHandshake",
+        ),
+        (socket_failures, TimeoutError(), "TimeoutError"),
+    ],
+)
+def test_a_library_failure_is_raised_as_a_transport_failure_from_its_cause(
+    mapping: object, exc: BaseException, name: str
+) -> None:
+    with pytest.raises(TransportFailure) as raised, mapping(ctx=CTX, method="GET", endpoint="/x"):  # type: ignore[operator]
+        raise exc
+    failure = raised.value
+    assert isinstance(failure.raw, RawError) and failure.raw.exception == name
+    assert (failure.raw.method, failure.raw.endpoint) == ("GET", "/x")
+    assert failure.__cause__ is exc
+
+
+def test_what_is_not_the_library_s_passes_through() -> None:
+    with pytest.raises(KeyError), http_failures(ctx=CTX, method="GET", endpoint="/x"):
+        raise KeyError("ours")
+
+
+#: ``except`` clauses that may name a library's exception outside the boundary, and why
+NAMED_ELSEWHERE: dict[tuple[str, str], str] = {
+    # parsing a configured URL: no exchange, nothing to describe
+    ("supervisor.rest.cxone_auth", "httpx.InvalidURL"): "a URL's syntax",
+}
+_LIBRARIES = ("httpx", "websockets", "wsx", "aiohttp")
+
+
+def named_library_exceptions(source: str, module: str) -> list[str]:
+    """``line N: ...`` for every ``except`` clause naming an httpx or websockets exception."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            for name in ast.unparse(node.type).strip("()").split(","):
+                name = name.strip().lstrip("*")
+                if name.split(".")[0] in _LIBRARIES and (module, name) not in NAMED_ELSEWHERE:
+                    found.append(f"line {node.lineno}: except {name} (use supervisor.boundary's mapping)")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _daemon_files() if _module_name(p) != "supervisor.boundary"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_library_exceptions_are_named_at_the_boundary_only(path: Path) -> None:
+    assert named_library_exceptions(path.read_text(encoding="utf-8"), _module_name(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        # what the transports did before (issue 24, point 3): each its own tuple
+        ("try:\n    pass\nexcept (wsx.WebSocketException, OSError) as exc:\n    pass", True),
+        ("try:\n    pass\nexcept (httpx.HTTPError, httpx.InvalidURL, OSError):\n    pass", True),
+        ("try:\n    pass\nexcept SOCKET_FAILURES as exc:\n    pass", False),
+        ("try:\n    pass\nexcept (*SOCKET_FAILURES, ValueError):\n    pass", False),
+    ],
+)
+def test_the_boundary_check_catches_what_it_should(source: str, bad: bool) -> None:
+    assert bool(named_library_exceptions(source, "supervisor.transports.sockets")) is bad
