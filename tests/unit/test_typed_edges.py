@@ -36,12 +36,15 @@ from supervisor.boundary import SessionContext, http_failures, socket_failures
 from supervisor.config import parse_config
 from supervisor.errors import ApiError, TransportFailure
 from supervisor.taxonomy import Channel, RawError
+from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES
 from supervisor.vocabulary import (
     CXONE_AGENT_SESSIONS,
     GENESYS_STREAMING,
     GENESYS_WEBMESSAGING,
+    OK_CLOSE_CODES,
     ApiFault,
     CircuitState,
+    CloseCode,
     EndpointId,
     Platform,
     SessionState,
@@ -369,3 +372,22 @@ def test_library_exceptions_are_named_at_the_boundary_only(path: Path) -> None:
 )
 def test_the_boundary_check_catches_what_it_should(source: str, bad: bool) -> None:
     assert bool(named_library_exceptions(source, "supervisor.transports.sockets")) is bad
+
+
+# -- close codes --------------------------------------------------------------------------------------------
+
+
+def test_close_codes_are_websockets_codes_by_the_iana_names() -> None:
+    """The vocabulary restates websockets' CloseCode and OK_CLOSE_CODES (version 17) for the floors that
+    import no I/O library; the numbers and the clean set are websockets' own, the names the IANA
+    registry's, as an event's rawCode has always carried them (two differ from websockets')."""
+    from websockets.frames import OK_CLOSE_CODES as WEBSOCKETS_OK
+    from websockets.frames import CloseCode as WebsocketsCloseCode
+
+    assert {c.value for c in CloseCode} == {c.value for c in WebsocketsCloseCode}
+    assert {int(c) for c in OK_CLOSE_CODES} == {int(c) for c in WEBSOCKETS_OK}
+    renamed = {c.value for c in CloseCode} - {
+        c.value for c in CloseCode if c.name == WebsocketsCloseCode(c.value).name
+    }
+    assert renamed == {1005, 1007}
+    assert CLOSE_CODE_NAMES[1006] == "ABNORMAL_CLOSURE" and CLOSE_CODE_NAMES[1005] == "NO_STATUS_RECEIVED"
