@@ -44,10 +44,10 @@ from supervisor.rest.steps import (
     Sleep,
     ensure_from,
     refresh_from,
-    unknown_raw,
 )
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
 
@@ -81,7 +81,7 @@ class RetryExecutor(ExecutorSteps):
         *,
         ctx: SessionContext,
         operation: str,
-        circuit: str | None,
+        circuit: EndpointId | None,
         tokens: TokenCache | None = None,
         route: str | None = None,
         server: tuple[str, int | None] | None = None,
@@ -266,7 +266,7 @@ class RetryExecutor(ExecutorSteps):
         try:
             outcome = await attempt_once(token)
         except ConnectionLost as lost:
-            raw = lost.raw if isinstance(lost.raw, RawError) else unknown_raw(ctx)
+            raw = lost.raw
             failure = _Failure(self._classify(raw), _Kind.LOST)
         else:
             if isinstance(outcome, SdkErrorEvent):

@@ -26,7 +26,8 @@ from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetail
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.retry import decide_retry
 from supervisor.retry.backoff import GiveUpReason, RetryDecision
-from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "TOKEN_OPERATION",
@@ -34,7 +35,6 @@ __all__ = [
     "Sleep",
     "ensure_from",
     "refresh_from",
-    "unknown_raw",
 ]
 
 # the operation name of a token fetch (its RETRY_* events and its telemetry span)
@@ -203,7 +203,7 @@ class ExecutorSteps:
         details: OperationDetails | None,
     ) -> Token:
         hooks = self._hooks
-        gate = self.attempts.token(f"{tokens.name}:oauth") if tokens.name else None
+        gate = None if tokens.platform is None else self.attempts.token(EndpointId.oauth(tokens.platform))
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
@@ -254,7 +254,7 @@ class ExecutorSteps:
         try:
             return await fetch()
         except TransportFailure as exc:
-            raw = exc.raw if isinstance(exc.raw, RawError) else unknown_raw(ctx, Channel.REST)
+            raw = exc.raw
             event = self._classify(raw)
             if details is not None:
                 details.event = event
@@ -268,7 +268,3 @@ def ensure_from(tokens: TokenCache, min_validity_s: float) -> Callable[[], Await
 
 def refresh_from(tokens: TokenCache, stale: Token | None) -> Callable[[], Awaitable[Token]]:
     return lambda: tokens.refresh(stale)
-
-
-def unknown_raw(ctx: SessionContext, channel: Channel | None = None) -> RawError:
-    return RawError(platform=ctx.platform, channel=channel or ctx.channel, exception="OSError")
