@@ -25,7 +25,7 @@ Every input a state does not accept raises :class:`InputRejected`; a terminated 
 accepts nothing (a full re-authentication builds a new SessionCore).
 """
 
-from machines.circuit import Admission, Circuit, CircuitConfig, CircuitMachine, CircuitState
+from machines.circuit import Admission, Circuit, CircuitConfig, CircuitMachine
 from machines.effects import (
     CircuitEffect,
     Effect,
@@ -37,7 +37,8 @@ from machines.effects import (
     TerminationReason,
 )
 from machines.registry import CircuitRegistry
-from machines.session import SessionConfig, SessionCore, SessionMachine, SessionState
+from machines.session import SessionConfig, SessionCore, SessionMachine
+from supervisor.vocabulary.states import CircuitState, SessionState
 
 __all__ = [
     "Admission",

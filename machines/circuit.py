@@ -28,7 +28,6 @@ refuse the very replays that recover them; docs/taxonomy.md, "The 401 rule").
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
@@ -46,12 +45,7 @@ from machines.effects import (
 )
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
-
-
-class CircuitState(enum.StrEnum):
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half_open"
+from supervisor.vocabulary.states import CircuitState
 
 
 class CircuitMachine(StateMachine):

@@ -48,6 +48,7 @@ from machines.pacing import Pacer, PacerReport, echo_of_throttle
 from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock
 from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "GO",
@@ -158,14 +159,14 @@ class Endpoint:
         "_in_flight",
         "_pacer",
         "_waiting",
+        "endpoint_id",
         "keeps_places",
         "kind",
-        "name",
     )
 
     def __init__(
         self,
-        name: str,
+        endpoint_id: EndpointId,
         kind: EndpointKind,
         clock: Clock,
         circuit: Circuit,
@@ -173,7 +174,7 @@ class Endpoint:
         pacer: Pacer | None = None,
         budget: RetryBudget | None = None,
     ) -> None:
-        self.name = name
+        self.endpoint_id = endpoint_id
         self.kind = kind
         self._clock = clock
         self._circuit = circuit

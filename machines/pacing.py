@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from supervisor.clock import Clock
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
 
@@ -130,7 +131,7 @@ class PacingConfig:
 class PacerReport:
     """What changed in a pacer, for the bus: a new rate (``reason``) and/or a pause window."""
 
-    endpoint: str
+    endpoint: EndpointId
     rate: float | None
     previous: float | None
     reason: str
@@ -169,7 +170,12 @@ class Pacer:
     )
 
     def __init__(
-        self, endpoint: str, clock: Clock, config: PacingConfig | None = None, *, kind: str = "rest"
+        self,
+        endpoint: EndpointId,
+        clock: Clock,
+        config: PacingConfig | None = None,
+        *,
+        kind: str = "rest",
     ) -> None:
         self.endpoint = endpoint
         #: what it paces, said in its reports (PACING_CHANGED ``kind``): "connect" or "rest"

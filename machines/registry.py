@@ -10,10 +10,12 @@ from machines.endpoint import Endpoint, EndpointKind
 from machines.pacing import Pacer, PacingConfig
 from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock, Rng
+from supervisor.vocabulary import EndpointId
 
 
 class CircuitRegistry:
-    """Creates each endpoint's :class:`Circuit` on first use; ids are ``circuit:<endpoint>``."""
+    """Creates each endpoint's :class:`Circuit` on first use; its id is the endpoint's ``circuit_id``
+    (``circuit:<endpoint>``)."""
 
     __slots__ = ("_circuits", "_clock", "_config", "_rng")
 
@@ -21,13 +23,13 @@ class CircuitRegistry:
         self._clock = clock
         self._config = config or CircuitConfig()
         self._rng: Rng = rng if rng is not None else random.Random()
-        self._circuits: dict[str, Circuit] = {}
+        self._circuits: dict[EndpointId, Circuit] = {}
 
-    def get(self, endpoint: str) -> Circuit:
+    def get(self, endpoint: EndpointId) -> Circuit:
         circuit = self._circuits.get(endpoint)
         if circuit is None:
             circuit = self._circuits[endpoint] = Circuit(
-                f"circuit:{endpoint}", self._clock, self._rng, self._config
+                endpoint.circuit_id, self._clock, self._rng, self._config
             )
         return circuit
 
@@ -35,7 +37,7 @@ class CircuitRegistry:
         """Circuits created from now on use ``config``; existing ones keep theirs (and their state)."""
         self._config = config
 
-    def all(self) -> dict[str, Circuit]:
+    def all(self) -> dict[EndpointId, Circuit]:
         return dict(self._circuits)
 
 
@@ -66,29 +68,29 @@ class Endpoints:
         self._connect = connect
         self._rest = rest
         self._budget = budget
-        self._endpoints: dict[str, Endpoint] = {}
+        self._endpoints: dict[EndpointId, Endpoint] = {}
 
-    def connect(self, name: str) -> Endpoint:
+    def connect(self, name: EndpointId) -> Endpoint:
         """The endpoint of a session's connection attempts (its WebSocket handshakes, its CXone starts)."""
         return self._made(name, EndpointKind.CONNECT)
 
-    def token(self, name: str) -> Endpoint:
-        """A credential's token endpoint (``<credential>:oauth``)."""
+    def token(self, name: EndpointId) -> Endpoint:
+        """A credential's token endpoint (``EndpointId.oauth(platform)``)."""
         return self._made(name, EndpointKind.TOKEN)
 
-    def get(self, name: str) -> Endpoint:
+    def get(self, name: EndpointId) -> Endpoint:
         """The endpoint ``name`` as made before, else a REST endpoint."""
         endpoint = self._endpoints.get(name)
         return endpoint if endpoint is not None else self._made(name, EndpointKind.REST)
 
-    def all(self) -> dict[str, Endpoint]:
+    def all(self) -> dict[EndpointId, Endpoint]:
         return dict(self._endpoints)
 
-    def _made(self, name: str, kind: EndpointKind) -> Endpoint:
+    def _made(self, name: EndpointId, kind: EndpointKind) -> Endpoint:
         endpoint = self._endpoints.get(name)
         if endpoint is not None:
             if endpoint.kind is not kind:
-                raise ValueError(f"endpoint {name!r} is a {endpoint.kind.value} endpoint, not {kind.value}")
+                raise ValueError(f"endpoint '{name}' is a {endpoint.kind.value} endpoint, not {kind.value}")
             return endpoint
         pacer = budget = None
         if kind is not EndpointKind.TOKEN:

@@ -37,7 +37,6 @@ Rules (seed sections in brackets):
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Final
 
@@ -62,13 +61,7 @@ from machines.routing import Route, route, termination_reason
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.retry.backoff import GiveUpReason, backoff_delay_ms
 from supervisor.taxonomy.model import RetryPolicy, SdkErrorEvent
-
-
-class SessionState(enum.StrEnum):
-    CONNECTING = "connecting"
-    ACTIVE = "active"
-    RECONNECTING = "reconnecting"
-    TERMINATED = "terminated"
+from supervisor.vocabulary.states import SessionState
 
 
 class SessionMachine(StateMachine):

@@ -8,7 +8,14 @@ REST layer (supervisor/rest/) and the transports (supervisor/transports/). It ho
 * :data:`Reporter`, the runtime's answer to an in-band failure;
 * :class:`TokenAge`, what our clock said of a refused request's bearer token;
 * the mappers :func:`raw_from_response`, :func:`raw_from_exception`, :func:`raw_from_message`
-  and :func:`raw_from_close`, with the allowlist of headers a RawError may keep.
+  and :func:`raw_from_close`, with the allowlist of headers a RawError may keep;
+* one mapping per library, the only place its exceptions are named: :data:`HTTP_FAILURES` and
+  :func:`http_failures` for httpx, :data:`SOCKET_FAILURES` and :func:`socket_failures` for
+  websockets (each with OSError beneath it: DNS, TLS, a reset, a timeout). The context managers
+  turn what the library raised into a :class:`~supervisor.errors.TransportFailure` carrying its
+  RawError, raised ``from`` the library's exception (httpx's own ``map_httpcore_exceptions`` does
+  the same one floor down); where a caller returns the RawError instead of raising it, it catches
+  the tuple.
 
 A transport or the REST layer *describes* failures, it never decides (docs/architecture.md, "Data
 flows one way"): no httpx or websockets exception is raised past this boundary.
@@ -17,15 +24,18 @@ flows one way"): no httpx or websockets exception is raised past this boundary.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import websockets.exceptions
 
+from supervisor.errors import TransportFailure
 from supervisor.events import Correlation
 from supervisor.taxonomy import Channel, Platform, RawError, SdkErrorEvent
+from supervisor.vocabulary import CloseCode
 
 # the runtime's answer to an in-band failure: True means "the session goes on". A RawError is
 # classified by the runtime; an SdkErrorEvent is one a transport named (CXone's SESSION_RESYNCED)
@@ -190,7 +200,7 @@ def raw_from_exception(
     body: Any = None
     if isinstance(exc, websockets.exceptions.ConnectionClosed):
         # no close frame received means the TCP link died: RFC 6455 section 7.1.5 says 1006
-        close_code = exc.rcvd.code if exc.rcvd is not None else 1006
+        close_code = exc.rcvd.code if exc.rcvd is not None else CloseCode.ABNORMAL_CLOSURE
     elif isinstance(exc, websockets.exceptions.InvalidStatus):
         status = exc.response.status_code
         headers = _safe_headers(exc.response.headers)
@@ -236,6 +246,40 @@ def raw_from_close(code: int, *, ctx: SessionContext) -> RawError:
     )
 
 
-def unknown_raw(ctx: SessionContext, channel: Channel | None = None) -> RawError:
-    """A RawError for a failure that said nothing of itself (a transport error without a RawError)."""
-    return RawError(platform=ctx.platform, channel=channel or ctx.channel, exception="OSError")
+# -- one mapping per library -------------------------------------------------------------------------------
+
+#: what an HTTP exchange can raise: httpx's tree (its HTTPError; InvalidURL stands outside it) and the
+#: OS errors beneath it (a TLS or DNS failure reaching us unwrapped)
+HTTP_FAILURES: Final = (httpx.HTTPError, httpx.InvalidURL, OSError)
+#: the HTTP failures of a request that never left this machine: retrying it cannot apply anything twice
+HTTP_NOT_SENT: Final = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.UnsupportedProtocol,
+)
+#: what a WebSocket can raise: websockets' tree and the OS errors beneath it (TimeoutError, no answer)
+SOCKET_FAILURES: Final = (websockets.exceptions.WebSocketException, OSError)
+#: the end of a WebSocket's stream, a close frame or none (``exc.rcvd``: raw_from_exception reads it)
+SOCKET_CLOSED: Final = websockets.exceptions.ConnectionClosed
+
+
+@contextmanager
+def http_failures(
+    *, ctx: SessionContext, method: str, endpoint: str, channel: Channel | None = None
+) -> Iterator[None]:
+    """An HTTP exchange: what httpx raised becomes a TransportFailure with its RawError, ``from`` it."""
+    try:
+        yield
+    except HTTP_FAILURES as exc:
+        raw = raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=endpoint)
+        raise TransportFailure(raw) from exc
+
+
+@contextmanager
+def socket_failures(*, ctx: SessionContext, method: str, endpoint: str) -> Iterator[None]:
+    """A WebSocket's handshake: what websockets raised becomes a TransportFailure, ``from`` it."""
+    try:
+        yield
+    except SOCKET_FAILURES as exc:
+        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method=method, endpoint=endpoint)) from exc

@@ -36,6 +36,7 @@ from supervisor.credentials import default_environ as default_environ
 from supervisor.credentials import read_secret as read_secret
 from supervisor.errors import ConfigError, located
 from supervisor.taxonomy.loader import DEFAULT_VERSION, LimitError, parse_toml, read_capped
+from supervisor.vocabulary import Platform
 
 #: the largest configuration file read (about 7,000 sessions)
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -97,7 +98,7 @@ class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 
 class SessionSpec(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     id: _Id
-    platform: str
+    platform: Platform
     kind: SessionKind
     agent_id: _Id | None = None
     conversation_id: _Id | None = None
@@ -274,29 +275,43 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
 
 
+_INVALID_ENUM = "invalid enum value "
+
+
 def _located(origin: str, exc: msgspec.ValidationError) -> ConfigError:
     path, problem = located(str(exc))
-    if problem.startswith("invalid enum value"):
-        choices = _choices(path)
-        if choices:
-            problem += f" (expected one of: {', '.join(choices)})"
+    if problem.startswith(_INVALID_ENUM):
+        kind = _field_type(path)
+        if kind is Platform:
+            # a session's platform, said as the configuration docs say it: "expected 'genesys' or 'cxone'"
+            got = problem.removeprefix(_INVALID_ENUM)
+            problem = f"expected {' or '.join(repr(p.value) for p in Platform)}, got {got}"
+        else:
+            choices = _choices(kind)
+            if choices:
+                problem += f" (expected one of: {', '.join(choices)})"
     return ConfigError(f"{origin}: {path or '(top level)'}: {problem}")
 
 
-def _choices(path: str) -> list[str]:
-    """The values a field at ``path`` (``admission.probe``, ``sessions[0].kind``) accepts, if a choice."""
+def _field_type(path: str) -> Any:
+    """The type of the field at ``path`` (``admission.probe``, ``sessions[0].kind``); None if none."""
     kind: Any = Config
     for name in re.sub(r"\[\d+\]", "", path).split("."):
         while typing.get_origin(kind) in (list, types.UnionType, typing.Union):
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
-            return []
+            return None
         by_name = {f.encode_name: f.type for f in msgspec.structs.fields(kind)}
         if name not in by_name:
-            return []
+            return None
         kind = by_name[name]
     while typing.get_origin(kind) in (types.UnionType, typing.Union, typing.Annotated):
         kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    return kind
+
+
+def _choices(kind: Any) -> list[str]:
+    """The values a field of type ``kind`` accepts, if it is a choice."""
     if typing.get_origin(kind) is typing.Literal:
         return [str(a) for a in typing.get_args(kind)]
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
@@ -367,15 +382,11 @@ def _check(config: Config, origin: str) -> None:
         if spec.id in seen:
             raise ConfigError(f"{origin}: {where}.id: duplicate session id '{spec.id}'")
         seen.add(spec.id)
-        if spec.platform not in ("genesys", "cxone"):
-            raise ConfigError(
-                f"{origin}: {where}.platform: expected 'genesys' or 'cxone', got '{spec.platform}'"
-            )
-        if getattr(config.platforms, spec.platform) is None:
+        if getattr(config.platforms, spec.platform.value) is None:
             raise ConfigError(f"{origin}: {where}.platform: [platforms.{spec.platform}] is not configured")
-        if spec.platform == "cxone" and spec.kind is not SessionKind.AGENT_SESSION:
+        if spec.platform is Platform.CXONE and spec.kind is not SessionKind.AGENT_SESSION:
             raise ConfigError(f"{origin}: {where}.kind: a cxone session is an 'agent-session'")
-        if spec.platform == "genesys" and spec.kind is SessionKind.AGENT_SESSION:
+        if spec.platform is Platform.GENESYS and spec.kind is SessionKind.AGENT_SESSION:
             raise ConfigError(
                 f"{origin}: {where}.kind: a genesys session is 'webmessaging' or 'notifications'"
             )

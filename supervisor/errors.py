@@ -1,27 +1,67 @@
 """The one exception tree of session-supervisor.
 
-::
+Every exception class of supervisor/ and machines/ is drawn here, under its base
+(tests/unit/test_exceptions_exhaustive.py parses this drawing and fails on a class that is not in
+it, or drawn under another base). Classes of this module are named bare; the others by their
+module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
 
     SupervisorError                      (every error we raise on purpose)
     ├── ConfigError                      a config file is invalid: names file, key, problem
     ├── TaxonomyError                    a taxonomy file is invalid: names file, key, problem
-    ├── EnvelopeError                    a RawError envelope is invalid: names the field
+    ├── EnvelopeError                    a RawError envelope is invalid: names the field (a ValueError too)
     ├── SimulatorError                   a simulator could not start or was misused
     ├── SessionError                     a supervised session failed (runtime)
     │   ├── TransportFailure             a transport met a failure: carries the RawError to classify
     │   │   └── ConnectionLost           the connection under an in-band request is gone
     │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
     │   └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
-    ├── ApiError                         a typed error of the socket API: a varlink error name + parameters
+    ├── ApiError                         a typed error of the socket API: an ApiFault + parameters
+    │   ├── attributes.model.Refused     an attribute update refused for good (its fault says why)
+    │   └── attributes.model.Backpressured  the tenant's queue is full: try again later
     ├── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
-    └── StoreError                       the durable store cannot open, read or persist: names the file
+    ├── CallNotSent                      a call the client refuses to send (a ValueError too)
+    ├── StoreError                       the durable store cannot open, read or persist: names the file
+    ├── machines.effects.MachineError    a machine was misused
+    │   └── machines.effects.InputRejected  an input the machine's state does not accept
+    ├── demo.runner.DemoRefused          the demo cannot run as asked on this machine
+    └── demo.runner.DemoTimedOut         the demo outlasted its --timeout
 
-Errors from libraries (httpx, websockets, OSError, ...) are never raised past the
-boundary that met them: transports turn them into RawError envelopes, which the
-taxonomy classifies.
+Internal signals: each is caught by the code that called its raiser and turned into one of the
+above or into an answer (a simulator's HTTP error), so none reaches a user as itself::
+
+    Exception
+    ├── attributes.platform.OutcomeUnknown  a write may have been applied: read back, never re-send
+    ├── store.model.ResolveRefused       a mismatch that cannot be resolved as asked (an ApiFault above)
+    ├── store.schema.NewerSchema         the store file is a newer release's (a StoreError above)
+    ├── store.schema.NotOurs             the file is not our store (a StoreError above)
+    ├── cli.sim_cmd._OutputError         the ready line could not be written (the command's exit)
+    ├── sim.cxone.model.SimStateError    a request the CXone fake refuses (its HTTP error)
+    ├── sim.cxone.oidc._Refused          an OAuth refusal (its HTTP error)
+    ├── sim.cxone.tokens.GrantError      an OAuth error, RFC 6749 §5.2 (its HTTP error)
+    └── sim.genesys.rest.BadRequest      a malformed request (answered 400)
+    ValueError
+    ├── taxonomy.loader.LimitError       a file over its size cap (a ConfigError or TaxonomyError above)
+    │   └── taxonomy.loader.NotRegularFile  not a regular file (a FIFO, a device)
+    ├── sim.bodies.MalformedBody         a body or frame a simulator cannot use (answered 400)
+    └── sim.cxone.wire.BodyError         a malformed request body (answered 400 invalid_request)
+    aiohttp.web_exceptions.HTTPRequestTimeout
+    └── sim.serving._BodyTimeout         a body that did not arrive in time (a TimeoutError too)
+
+Errors from libraries (httpx, websockets, OSError, ...) are never raised past the boundary that met
+them (supervisor/boundary.py: one mapping per library): they become RawError envelopes, carried by a
+TransportFailure raised ``from`` the library's exception, which the taxonomy classifies.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from supervisor.vocabulary.faults import ApiFault
+
+if TYPE_CHECKING:
+    # annotations only: the taxonomy is a floor above (tests/unit/test_import_rules.py, TYPE_ONLY)
+    from supervisor.taxonomy import RawError, SdkErrorEvent
 
 
 class SupervisorError(Exception):
@@ -54,7 +94,7 @@ class TransportFailure(SessionError):
     Transports decide nothing (docs/architecture.md, "Data flows one way"): they only describe.
     """
 
-    def __init__(self, raw: object, message: str = "") -> None:
+    def __init__(self, raw: RawError, message: str = "") -> None:
         self.raw = raw
         super().__init__(message or "transport failure")
 
@@ -73,14 +113,13 @@ class OperationError(SessionError):
     ``event`` is the SdkErrorEvent that decided it; ``exhausted`` is True when retries ran out.
     """
 
-    def __init__(self, event: object, *, exhausted: bool = False, published: bool = False) -> None:
+    def __init__(self, event: SdkErrorEvent, *, exhausted: bool = False, published: bool = False) -> None:
         self.event = event
         self.exhausted = exhausted
         # the retry executor already published the event (SDK_ERROR_CLASSIFIED); an event a
         # transport named itself (a drift, a session id mismatch) is the runtime's to publish
         self.published = published
-        code = getattr(event, "code", "?")
-        super().__init__(f"operation failed: {code}" + (" (retries exhausted)" if exhausted else ""))
+        super().__init__(f"operation failed: {event.code}" + (" (retries exhausted)" if exhausted else ""))
 
 
 class CircuitOpenError(SessionError):
@@ -93,16 +132,39 @@ class CircuitOpenError(SessionError):
 
 
 class ApiError(SupervisorError):
-    """A typed error of the socket API (docs/socket-api.md): a varlink error ``name`` and ``parameters``.
+    """A typed error of the socket API (docs/socket-api.md): its :class:`ApiFault` and ``parameters``.
 
-    Raised by the services to answer a call with an error reply (``fatal``: the connection is
-    closed after it, the stream cannot continue), and by the client for an error reply it got.
+    Raised by the domain and the services to answer a call with an error reply (``fatal``: the
+    connection is closed after it, the stream cannot continue): the fault is one member of the one
+    enum of faults, whose value is the varlink error name on the wire; a string is refused
+    (supervisord's ``xmlrpc.Faults``: one table every handler raises from). A client raises
+    :meth:`received` for an error reply it got, whose name may be a newer daemon's (``fault`` None).
     """
 
     def __init__(
-        self, name: str, parameters: dict[str, object] | None = None, *, fatal: bool = False
+        self, fault: ApiFault, parameters: Mapping[str, object] | None = None, *, fatal: bool = False
     ) -> None:
+        if not isinstance(fault, ApiFault):
+            raise TypeError(f"an ApiError's fault is an ApiFault, got {fault!r}")
+        self._init(fault.value, fault, parameters, fatal)
+
+    @classmethod
+    def received(cls, name: str, parameters: Mapping[str, object] | None = None) -> ApiError:
+        """The error reply a client got: ``name`` as the daemon wrote it, its fault if this client knows it."""
+        try:
+            fault: ApiFault | None = ApiFault(name)
+        except ValueError:
+            fault = None  # a fault of a newer daemon: its name and parameters still say what it is
+        error = cls.__new__(cls)
+        error._init(name, fault, parameters, False)
+        return error
+
+    def _init(
+        self, name: str, fault: ApiFault | None, parameters: Mapping[str, object] | None, fatal: bool
+    ) -> None:
+        #: the varlink error name (the fault's value; as received, on a client)
         self.name = name
+        self.fault = fault
         self.parameters: dict[str, object] = dict(parameters or {})
         self.fatal = fatal
         problem = self.parameters.get("problem")

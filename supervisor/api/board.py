@@ -33,11 +33,18 @@ from supervisor.events import (
     SessionTransition,
 )
 from supervisor.runtime.sessions import CircuitReader, SessionReader
+from supervisor.vocabulary import CircuitState, EndpointId, SessionState
 
 __all__ = ["Row", "StateBoard"]
 
 # what a delta says when the session came back through the control socket's start verb
 STARTED = "STARTED"
+# the state of a row heard of on the bus before (or without) a runner: no session state yet
+UNKNOWN = "unknown"
+
+
+def _wire(state: SessionState | None) -> str:
+    return UNKNOWN if state is None else state.value
 
 
 @dataclass(slots=True)
@@ -47,8 +54,9 @@ class Row:
     session_id: str
     platform: str
     kind: str
-    endpoint: str | None
-    state: str
+    endpoint: EndpointId | None
+    # None: heard of before (or without) a runner (``"unknown"`` on the wire)
+    state: SessionState | None
     since: str
     agent_id: str | None = None
     conversation_id: str | None = None
@@ -56,6 +64,11 @@ class Row:
     attempts: int = 0
     last_error: dict[str, str] | None = None
     termination: dict[str, Any] | None = None
+
+    @property
+    def wire_state(self) -> str:
+        """The state as the wire names it (``"unknown"`` for a row without a runner yet)."""
+        return _wire(self.state)
 
     def columns(self, circuit: dict[str, str] | None) -> dict[str, Any]:
         """The columns a delta carries besides its state change."""
@@ -69,7 +82,7 @@ class Row:
     def as_wire(self, circuit: dict[str, str] | None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "sessionId": self.session_id,
-            "state": self.state,
+            "state": self.wire_state,
             "since": self.since,
             "platform": self.platform,
             "kind": self.kind,
@@ -103,7 +116,7 @@ class StateBoard:
         self._circuits = circuits
         self._clock = clock
         self._rows: dict[str, Row] = {}
-        self._endpoints: dict[str, str | None] = {}
+        self._endpoints: dict[str, EndpointId | None] = {}
         # a session seeded from its runner has been in its state at least since the board started
         self.started_at = iso_utc(clock.time())
         self.started_monotonic = clock.monotonic()
@@ -128,9 +141,9 @@ class StateBoard:
                 row.state = event.source
             self._learn(row, published)
             previous, row.state, row.since = row.state, event.target, event.timestamp
-            if event.target == "active":
+            if event.target is SessionState.ACTIVE:
                 row.attempts = 0
-            return self._delta(published.seq, row, previous, event.timestamp, event.reason)
+            return self._delta(published.seq, row, _wire(previous), event.timestamp, event.reason)
         if isinstance(event, RetryAttempt) and event.kind is RetryKind.RECONNECT:
             row = self._row(event.session_id)
             row.attempts = event.attempt
@@ -156,7 +169,7 @@ class StateBoard:
             fresh.since = event.timestamp
             self._rows[event.session_id] = fresh
             return self._delta(
-                published.seq, fresh, None if old is None else old.state, event.timestamp, STARTED
+                published.seq, fresh, None if old is None else old.wire_state, event.timestamp, STARTED
             )
         elif correlation is not None and correlation.session_id in self._rows:
             self._learn(self._rows[correlation.session_id], published)
@@ -171,7 +184,9 @@ class StateBoard:
         row.platform_session_id = correlation.platform_session_id or row.platform_session_id
 
     def _delta(self, seq: int, row: Row, previous: str | None, at: str, reason: str) -> Delta:
-        return Delta(seq, row.session_id, row.state, previous, at, reason, row.columns(self.circuit_of(row)))
+        return Delta(
+            seq, row.session_id, row.wire_state, previous, at, reason, row.columns(self.circuit_of(row))
+        )
 
     # ------------------------------------------------------------------ rows
     def _row(self, session_id: str) -> Row:
@@ -186,14 +201,14 @@ class StateBoard:
         if runner is None:
             # heard of on the bus before (or without) a runner: what the configuration says of it
             spec = self._sessions.spec(session_id)
-            platform, kind = ("", "") if spec is None else (spec.platform, spec.kind.value)
+            platform, kind = ("", "") if spec is None else (spec.platform.value, spec.kind.value)
             agent = None if spec is None else spec.agent_id
             return Row(
                 session_id,
                 platform,
                 kind,
                 self.endpoint_of(session_id),
-                "unknown",
+                None,
                 self.started_at,
                 agent_id=agent,
             )
@@ -203,7 +218,7 @@ class StateBoard:
             context.platform.value,
             context.channel.value,
             self.endpoint_of(session_id),
-            runner.state.value,
+            runner.state,
             self.started_at,
             agent_id=context.agent_id,
             conversation_id=context.conversation_id,
@@ -240,23 +255,35 @@ class StateBoard:
         return "" if runner is None else runner.context.platform.value
 
     # ------------------------------------------------------------------ circuits
-    def endpoint_of(self, session_id: str) -> str | None:
+    def endpoint_of(self, session_id: str) -> EndpointId | None:
         """The circuit endpoint a session connects through (the session table says), cached."""
         if session_id not in self._endpoints:
             self._endpoints[session_id] = self._sessions.endpoint_of(session_id)
         return self._endpoints[session_id]
+
+    def endpoint_of_circuit(self, circuit_id: str) -> EndpointId | None:
+        """The endpoint whose circuit ``circuit_id`` is (a circuit event names its circuit); None for
+        a circuit the daemon has not made."""
+        return next(
+            (
+                endpoint
+                for endpoint, circuit in self._circuits.all().items()
+                if circuit.circuit_id == circuit_id
+            ),
+            None,
+        )
 
     def circuit_of(self, row: Row) -> dict[str, str] | None:
         if row.endpoint is None:
             return None
         circuit = self._circuits.all().get(row.endpoint)
         # a circuit is made on first use: none yet means nothing has been refused (closed)
-        state = "closed" if circuit is None else circuit.state.value
-        return {"endpoint": row.endpoint, "state": state}
+        state = CircuitState.CLOSED if circuit is None else circuit.state
+        return {"endpoint": str(row.endpoint), "state": state.value}
 
     def circuits(self) -> list[dict[str, str]]:
         return [
-            {"endpoint": endpoint, "circuitId": circuit.circuit_id, "state": circuit.state.value}
+            {"endpoint": str(endpoint), "circuitId": circuit.circuit_id, "state": circuit.state.value}
             for endpoint, circuit in sorted(self._circuits.all().items())
         ]
 

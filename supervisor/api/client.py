@@ -179,7 +179,7 @@ class Client:
 
     def _parameters(self, reply: Reply) -> dict[str, Any]:
         if reply.error is not None:
-            raise ApiError(reply.error, reply.parameters)
+            raise ApiError.received(reply.error, reply.parameters)
         return reply.parameters
 
     def _connected(self) -> socket.socket:

@@ -28,7 +28,7 @@ from anyio.abc import TaskStatus
 
 from supervisor.api.events import Peer, PeerRefused
 from supervisor.api.listen import Identity, PeerPolicy, bind_unix, identity, peer_of, remove_if_ours
-from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, FrameDecoder, encode_error
+from supervisor.api.protocol import MAX_MESSAGE_BYTES, ApiFault, FrameDecoder, encode_error
 from supervisor.api.refusals import RefusalLog, Report
 from supervisor.errors import ApiError
 from supervisor.events import Event
@@ -239,7 +239,7 @@ class UnixService:
             self.over_capacity += 1
             connection.fail(
                 ApiError(
-                    ErrorName.TOO_MANY_CONNECTIONS,
+                    ApiFault.TOO_MANY_CONNECTIONS,
                     {"limit": self._max, "problem": f"at most {self._max} connections on this socket"},
                     fatal=True,
                 )
@@ -271,7 +271,7 @@ class UnixService:
             # byte is what a refused uid sees; ``ctl`` would say so)
             connection.fail(
                 ApiError(
-                    ErrorName.INTERNAL_ERROR,
+                    ApiFault.INTERNAL_ERROR,
                     {"problem": "the daemon failed handling this connection; its log has the details"},
                     fatal=True,
                 )

@@ -2,7 +2,7 @@
 
 Calls on one connection are answered in order (pipelining is fine; reading pauses while a batch
 is answered, so pending calls are bounded by one read). Every verb answers a result or a typed
-error (protocol.ErrorName); every verb that changes something is published as
+error (protocol.ApiFault); every verb that changes something is published as
 ``CONTROL_COMMAND`` with the caller's uid, gid and pid, done or refused.
 
 * ``StartSession``: a configured session that is not running gets a new runner (a new machine,
@@ -30,7 +30,6 @@ from typing import Any, Final
 import anyio
 from anyio import to_thread
 
-from machines.session import SessionState
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
@@ -40,8 +39,8 @@ from supervisor.api.messages import parse_subscription
 from supervisor.api.protocol import (
     CONTROL,
     SERVICE,
+    ApiFault,
     Call,
-    ErrorName,
     Method,
     check_method,
     encode_error,
@@ -57,6 +56,7 @@ from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
 from supervisor.taxonomy import Taxonomy, load_taxonomy
+from supervisor.vocabulary import CloseCode, SessionState
 
 __all__ = ["ControlService", "Reload"]
 
@@ -85,7 +85,7 @@ _WRITE_TIMEOUT_S: Final = 30.0
 
 def _no_such_session(session_id: str) -> ApiError:
     return ApiError(
-        ErrorName.NO_SUCH_SESSION,
+        ApiFault.NO_SUCH_SESSION,
         {"sessionId": session_id, "problem": f"no configured session '{session_id}'"},
     )
 
@@ -94,7 +94,7 @@ def _session_id(parameters: Mapping[str, Any]) -> str:
     value = parameters.get("sessionId")
     if not isinstance(value, str) or not 0 < len(value) <= 200:
         raise ApiError(
-            ErrorName.INVALID_PARAMETER,
+            ApiFault.INVALID_PARAMETER,
             {"parameter": "sessionId", "problem": "sessionId: expected a string of 1 to 200 characters"},
         )
     return value
@@ -167,7 +167,7 @@ class ControlService:
         if waited.cancelled_caught:
             connection.fail(
                 ApiError(
-                    ErrorName.IDLE_TIMEOUT,
+                    ApiFault.IDLE_TIMEOUT,
                     {
                         "seconds": self._idle,
                         "problem": "no call since the last answer within the idle timeout",
@@ -188,7 +188,7 @@ class ControlService:
         if waited.cancelled_caught:
             connection.fail(
                 ApiError(
-                    ErrorName.HANDSHAKE_TIMEOUT,
+                    ApiFault.HANDSHAKE_TIMEOUT,
                     {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
                     fatal=True,
                 )
@@ -290,7 +290,7 @@ class ControlService:
     def status(self) -> dict[str, Any]:
         board = self.board
         rows = board.rows()
-        by_state = Counter(row.state for row in rows)
+        by_state = Counter(row.wire_state for row in rows)
         return {
             "bootId": board.boot_id,
             "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),
@@ -328,7 +328,7 @@ class ControlService:
             if previous is not None and not previous.core.terminated:
                 state = previous.state.value
                 raise ApiError(
-                    ErrorName.SESSION_RUNNING,
+                    ApiFault.SESSION_RUNNING,
                     {
                         "sessionId": session_id,
                         "state": state,
@@ -338,7 +338,7 @@ class ControlService:
             try:
                 runner = self.operations.start(spec)
             except ConfigError as exc:
-                raise ApiError(ErrorName.NOT_ACCEPTING, {"problem": str(exc)}) from None
+                raise ApiError(ApiFault.NOT_ACCEPTING, {"problem": str(exc)}) from None
         except ApiError as error:
             publish(error)
             raise
@@ -361,10 +361,10 @@ class ControlService:
             raise error
         publish(None)
         # published first: subscribers see who asked before the transitions it causes
-        await self.operations.stop(session_id, 1000)
+        await self.operations.stop(session_id, CloseCode.NORMAL_CLOSURE)
         if self.desired is not None:
             # it stays stopped across a restart, until `ctl start`
-            await self.desired.desire(session_id, runner.context.platform.value, False, "ctl stop")
+            await self.desired.desire(session_id, runner.context.platform, False, "ctl stop")
         return {"sessionId": session_id, "state": runner.state.value}
 
     async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,7 +382,7 @@ class ControlService:
         version = parameters.get("version")
         if not isinstance(version, str) or not 0 < len(version) <= 4096 or "\0" in version:
             raise ApiError(
-                ErrorName.INVALID_PARAMETER,
+                ApiFault.INVALID_PARAMETER,
                 {
                     "parameter": "version",
                     "problem": "version: a shipped version (v1, v2) or an absolute path",
@@ -412,7 +412,7 @@ class ControlService:
         try:
             result = await self.reload()
         except SupervisorError as exc:
-            error = ApiError(ErrorName.RELOAD_FAILED, {"problem": str(exc)})
+            error = ApiError(ApiFault.RELOAD_FAILED, {"problem": str(exc)})
             publish(error)
             raise error from None
         publish(None)
@@ -420,14 +420,14 @@ class ControlService:
 
 
 def _unsupported(method: str, problem: str) -> ApiError:
-    return ApiError(ErrorName.UNSUPPORTED, {"method": method, "problem": problem})
+    return ApiError(ApiFault.UNSUPPORTED, {"method": method, "problem": problem})
 
 
 async def _load(version: str) -> Taxonomy:
     """Load and validate a taxonomy; every failure is an ``InvalidTaxonomy`` naming the problem."""
 
     def invalid(problem: str) -> ApiError:
-        return ApiError(ErrorName.INVALID_TAXONOMY, {"version": version, "problem": problem})
+        return ApiError(ApiFault.INVALID_TAXONOMY, {"version": version, "problem": problem})
 
     is_path = "/" in version or version.endswith(".toml")
     if is_path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from supervisor.api.protocol import CONTROL, ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.attributes import AttributeService, Backpressured, Refused
 from supervisor.errors import ApiError
 from supervisor.store import Resolution
@@ -28,29 +28,16 @@ Publish = Callable[[str, str | None, str | None], Callable[[ApiError | None], No
 
 
 def _invalid(parameter: str, problem: str) -> ApiError:
-    return ApiError(ErrorName.INVALID_PARAMETER, {"parameter": parameter, "problem": problem})
+    return ApiError(ApiFault.INVALID_PARAMETER, {"parameter": parameter, "problem": problem})
 
 
 def _refusal(refused: Refused) -> ApiError:
-    if refused.name == "InvalidParameter":
+    if refused.fault is ApiFault.INVALID_PARAMETER:
         return _invalid(str(refused.parameters.get("parameter", "attributes")), refused.problem)
-    parameters: dict[str, object] = {**refused.parameters, "problem": refused.problem}
-    if refused.name == "Unsupported":
+    parameters = dict(refused.parameters)
+    if refused.fault is ApiFault.UNSUPPORTED:
         parameters.setdefault("method", Method.SET_ATTRIBUTES.value)
-    return ApiError(f"{CONTROL}.{refused.name}", parameters)
-
-
-def _backpressure(full: Backpressured) -> ApiError:
-    return ApiError(
-        ErrorName.BACKPRESSURE,
-        {
-            "tenant": full.tenant,
-            "queueDepth": full.depth,
-            "limit": full.limit,
-            "retryAfterSeconds": full.retry_after_s,
-            "problem": str(full),
-        },
-    )
+    return ApiError(refused.fault, parameters)
 
 
 class AttributeVerbs:
@@ -62,7 +49,7 @@ class AttributeVerbs:
     def _require(self, method: str) -> AttributeService:
         if self._service is None:
             raise ApiError(
-                ErrorName.UNSUPPORTED,
+                ApiFault.UNSUPPORTED,
                 {"method": method, "problem": "this daemon was started without attribute updates"},
             )
         return self._service
@@ -83,9 +70,9 @@ class AttributeVerbs:
             done(error)
             raise error from None
         except Backpressured as full:
-            error = _backpressure(full)
-            done(error)
-            raise error from None
+            # the queue's own fault and hint (tenant, queueDepth, limit, retryAfterSeconds)
+            done(full)
+            raise
         except ApiError as error:
             done(error)
             raise

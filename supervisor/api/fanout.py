@@ -26,7 +26,6 @@ from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, w
 
 __all__ = ["Hub", "Subscriber"]
 
-_CIRCUIT_PREFIX = "circuit:"
 _TRANSITION = "SESSION_TRANSITION"
 
 
@@ -212,8 +211,10 @@ class Hub:
             platforms = subscription.platforms
             return platforms is None or self.board.platform_of(session_id) in platforms
         if isinstance(event, CircuitEvent):
-            endpoint = event.circuit_id.removeprefix(_CIRCUIT_PREFIX)
-            if subscription.platforms is not None and endpoint.split(":", 1)[0] not in subscription.platforms:
+            endpoint = self.board.endpoint_of_circuit(event.circuit_id)
+            if endpoint is None:
+                return False  # no circuit of this daemon: no session or platform to match it by
+            if subscription.platforms is not None and endpoint.platform not in subscription.platforms:
                 return False
             sessions = subscription.sessions
             return sessions is None or any(self.board.endpoint_of(s) == endpoint for s in sessions)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from supervisor.api.protocol import CONTROL, PROTOCOL, SERVICE, STATE, Call, ErrorName, Method
+from supervisor.api.protocol import CONTROL, PROTOCOL, SERVICE, STATE, ApiFault, Call, Method
 from supervisor.distribution import VERSION
 from supervisor.errors import ApiError
 
@@ -173,9 +173,9 @@ def service_reply(call: Call, interfaces: Iterable[str]) -> dict[str, Any]:
     interface = call.parameters.get("interface")
     if not isinstance(interface, str):
         raise ApiError(
-            ErrorName.INVALID_PARAMETER,
+            ApiFault.INVALID_PARAMETER,
             {"parameter": "interface", "problem": "interface: expected a string"},
         )
     if interface not in served:
-        raise ApiError(ErrorName.INTERFACE_NOT_FOUND, {"interface": interface[:200]})
+        raise ApiError(ApiFault.INTERFACE_NOT_FOUND, {"interface": interface[:200]})
     return {"description": DESCRIPTIONS[interface]}

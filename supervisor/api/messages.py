@@ -20,9 +20,9 @@ from typing import Any, Final
 
 import msgspec
 
-from supervisor.api.protocol import ErrorName, frame_parameters
+from supervisor.api.protocol import ApiFault, frame_parameters
 from supervisor.errors import ApiError
-from supervisor.taxonomy import Platform
+from supervisor.vocabulary import Platform
 
 __all__ = [
     "ALL_STREAMS",
@@ -113,7 +113,7 @@ class Subscription:
 
 def _bad(parameter: str, problem: str) -> ApiError:
     return ApiError(
-        ErrorName.INVALID_PARAMETER, {"parameter": parameter, "problem": f"{parameter}: {problem}"}
+        ApiFault.INVALID_PARAMETER, {"parameter": parameter, "problem": f"{parameter}: {problem}"}
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from supervisor.errors import ApiError
+from supervisor.vocabulary.faults import CONTROL, PROTOCOL, SERVICE, STATE, ApiFault
 
 __all__ = [
     "CLIENT_MAX_MESSAGE_BYTES",
@@ -34,8 +35,8 @@ __all__ = [
     "PROTOCOL",
     "SERVICE",
     "STATE",
+    "ApiFault",
     "Call",
-    "ErrorName",
     "FrameDecoder",
     "Method",
     "Reply",
@@ -52,14 +53,6 @@ __all__ = [
 MAX_MESSAGE_BYTES: Final = 64 * 1024
 #: the largest message a client reads: a snapshot grows with the number of sessions (~250 bytes each)
 CLIENT_MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
-
-SERVICE: Final = "org.varlink.service"
-#: the subscribe socket's interface; the major version is part of the name
-STATE: Final = "io.sessionsupervisor.state.v1"
-#: the control socket's interface
-CONTROL: Final = "io.sessionsupervisor.control.v1"
-#: errors of the framing itself, on either socket
-PROTOCOL: Final = "io.sessionsupervisor.protocol.v1"
 
 # varlink: interface names are lower-case dotted, method names start upper-case
 _METHOD = re.compile(r"^([a-z]([-]*[a-z0-9])*(\.[a-z0-9]([-]*[a-z0-9])*)+)\.([A-Z][A-Za-z0-9]*)$")
@@ -84,43 +77,6 @@ class Method(enum.StrEnum):
     LIST_MISMATCHES = f"{CONTROL}.ListMismatches"
     RESOLVE_MISMATCH = f"{CONTROL}.ResolveMismatch"
     ATTRIBUTES_STATUS = f"{CONTROL}.AttributesStatus"
-
-
-class ErrorName(enum.StrEnum):
-    """Every error the daemon answers with (docs/socket-api.md, "Errors")."""
-
-    # varlink's own (org.varlink.service)
-    INTERFACE_NOT_FOUND = f"{SERVICE}.InterfaceNotFound"
-    METHOD_NOT_FOUND = f"{SERVICE}.MethodNotFound"
-    METHOD_NOT_IMPLEMENTED = f"{SERVICE}.MethodNotImplemented"
-    INVALID_PARAMETER = f"{SERVICE}.InvalidParameter"
-    EXPECTED_MORE = f"{SERVICE}.ExpectedMore"
-    # the framing (either socket)
-    INVALID_MESSAGE = f"{PROTOCOL}.InvalidMessage"
-    MESSAGE_TOO_LARGE = f"{PROTOCOL}.MessageTooLarge"
-    HANDSHAKE_TIMEOUT = f"{PROTOCOL}.HandshakeTimeout"
-    IDLE_TIMEOUT = f"{PROTOCOL}.IdleTimeout"
-    TOO_MANY_CONNECTIONS = f"{PROTOCOL}.TooManyConnections"
-    STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
-    # a bug in the daemon's handling of this connection (logged with its traceback); closed
-    INTERNAL_ERROR = f"{PROTOCOL}.InternalError"
-    # the control socket's verbs
-    NO_SUCH_SESSION = f"{CONTROL}.NoSuchSession"
-    SESSION_RUNNING = f"{CONTROL}.SessionRunning"
-    NOT_ACCEPTING = f"{CONTROL}.NotAccepting"
-    INVALID_TAXONOMY = f"{CONTROL}.InvalidTaxonomy"
-    UNSUPPORTED = f"{CONTROL}.Unsupported"
-    RELOAD_FAILED = f"{CONTROL}.ReloadFailed"
-    # attribute updates (docs/attributes.md)
-    BACKPRESSURE = f"{CONTROL}.Backpressure"
-    STORE_UNAVAILABLE = f"{CONTROL}.StoreUnavailable"
-    SESSION_TERMINATED = f"{CONTROL}.SessionTerminated"
-    NO_CONVERSATION = f"{CONTROL}.NoConversation"
-    NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
-    ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
-    NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
-    # roles: the caller's role does not include the method's
-    PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
 
 
 # -- framing -----------------------------------------------------------------------------------------
@@ -163,7 +119,7 @@ class FrameDecoder:
     def _check(self, size: int) -> None:
         if size > self._limit:
             raise ApiError(
-                ErrorName.MESSAGE_TOO_LARGE,
+                ApiFault.MESSAGE_TOO_LARGE,
                 {"limit": self._limit, "problem": f"a message is limited to {self._limit} bytes"},
                 fatal=True,
             )
@@ -186,7 +142,7 @@ _any_decoder = msgspec.json.Decoder()
 
 
 def _invalid(problem: str) -> ApiError:
-    return ApiError(ErrorName.INVALID_MESSAGE, {"problem": problem})
+    return ApiError(ApiFault.INVALID_MESSAGE, {"problem": problem})
 
 
 def _flag(obj: Mapping[str, Any], key: str) -> bool:
@@ -220,7 +176,7 @@ def parse_call(frame: bytes) -> Call:
     more, oneway = _flag(obj, "more"), _flag(obj, "oneway")
     if _flag(obj, "upgrade"):
         raise ApiError(
-            ErrorName.METHOD_NOT_IMPLEMENTED,
+            ApiFault.METHOD_NOT_IMPLEMENTED,
             {"method": method[:200], "problem": "no method of this daemon upgrades the connection"},
         )
     if more and oneway:
@@ -233,17 +189,17 @@ def check_method(method: str, known: Mapping[str, frozenset[str]]) -> None:
     match = _METHOD.match(method)
     if match is None:
         raise ApiError(
-            ErrorName.METHOD_NOT_FOUND,
+            ApiFault.METHOD_NOT_FOUND,
             {"method": method[:200], "problem": "not a method name (interface.Method)"},
         )
     interface = match.group(1)
     if interface not in known:
         raise ApiError(
-            ErrorName.INTERFACE_NOT_FOUND,
+            ApiFault.INTERFACE_NOT_FOUND,
             {"interface": interface, "problem": f"this socket serves {', '.join(sorted(known))}"},
         )
     if method not in known[interface]:
-        raise ApiError(ErrorName.METHOD_NOT_FOUND, {"method": method, "problem": "no such method"})
+        raise ApiError(ApiFault.METHOD_NOT_FOUND, {"method": method, "problem": "no such method"})
 
 
 # -- replies (what the daemon writes) ---------------------------------------------------------------
@@ -292,11 +248,11 @@ def parse_reply(frame: bytes) -> Reply:
     try:
         obj = _any_decoder.decode(frame)
     except (msgspec.DecodeError, RecursionError):
-        raise ApiError(ErrorName.INVALID_MESSAGE, {"problem": "the reply is not JSON"}, fatal=True) from None
+        raise ApiError(ApiFault.INVALID_MESSAGE, {"problem": "the reply is not JSON"}, fatal=True) from None
     if not isinstance(obj, dict):
-        raise ApiError(ErrorName.INVALID_MESSAGE, {"problem": "the reply is not an object"}, fatal=True)
+        raise ApiError(ApiFault.INVALID_MESSAGE, {"problem": "the reply is not an object"}, fatal=True)
     parameters = obj.get("parameters") or {}
     error = obj.get("error")
     if not isinstance(parameters, dict) or not (error is None or isinstance(error, str)):
-        raise ApiError(ErrorName.INVALID_MESSAGE, {"problem": "the reply has the wrong shape"}, fatal=True)
+        raise ApiError(ApiFault.INVALID_MESSAGE, {"problem": "the reply has the wrong shape"}, fatal=True)
     return Reply(parameters, obj.get("continues") is True, error)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from supervisor.api.events import Peer
-from supervisor.api.protocol import CONTROL, ErrorName, Method
+from supervisor.api.protocol import CONTROL, ApiFault, Method
 from supervisor.errors import ApiError
 
 __all__ = ["VERB_ROLES", "ControlRoles", "Role", "permission_denied", "required_role"]
@@ -80,7 +80,7 @@ def required_role(method: str) -> Role:
 def permission_denied(method: str, needed: Role, granted: Role, peer: Peer) -> ApiError:
     short = method.removeprefix(CONTROL + ".")
     return ApiError(
-        ErrorName.PERMISSION_DENIED,
+        ApiFault.PERMISSION_DENIED,
         {
             "method": method,
             "role": needed.value,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from supervisor.api.idl import DESCRIPTIONS
-from supervisor.api.protocol import ErrorName
+from supervisor.api.protocol import ApiFault
 from supervisor.errors import ApiError
 
 __all__ = [
@@ -241,7 +241,7 @@ def _plural(vtype: VType) -> str:
 
 def _wrong(parameter: str, path: str, vtype: VType) -> ApiError:
     return ApiError(
-        ErrorName.INVALID_PARAMETER,
+        ApiFault.INVALID_PARAMETER,
         {"parameter": parameter, "problem": f"{path}: expected {_describe(vtype)}"},
     )
 
@@ -292,7 +292,7 @@ def _check_fields(values: Mapping[str, Any], fields: tuple[Field, ...], paramete
         value = values.get(declared.name)
         if value is None and not declared.type.nullable:
             raise ApiError(
-                ErrorName.INVALID_PARAMETER,
+                ApiFault.INVALID_PARAMETER,
                 {"parameter": name, "problem": f"{where}: required ({_describe(declared.type)})"},
             )
         _check(value, declared.type, name, where)

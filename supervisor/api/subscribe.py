@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import anyio
 
-from machines.session import SessionState
 from supervisor.api.connection import Connection
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.idl import service_reply
@@ -21,7 +20,7 @@ from supervisor.api.messages import Subscription, parse_subscription
 from supervisor.api.protocol import (
     SERVICE,
     STATE,
-    ErrorName,
+    ApiFault,
     Method,
     check_method,
     encode_error,
@@ -30,6 +29,7 @@ from supervisor.api.protocol import (
 )
 from supervisor.api.signatures import check_parameters
 from supervisor.errors import ApiError
+from supervisor.vocabulary import SessionState
 
 __all__ = ["SubscribeService"]
 
@@ -72,7 +72,7 @@ class SubscribeService:
             if waited.cancelled_caught:
                 connection.fail(
                     ApiError(
-                        ErrorName.HANDSHAKE_TIMEOUT,
+                        ApiFault.HANDSHAKE_TIMEOUT,
                         {"seconds": self._handshake, "problem": "no call within the handshake timeout"},
                         fatal=True,
                     )
@@ -105,7 +105,7 @@ class SubscribeService:
             return b"" if call.oneway else encode_reply(reply)
         if not call.more:
             raise ApiError(
-                ErrorName.EXPECTED_MORE,
+                ApiFault.EXPECTED_MORE,
                 {"problem": "Subscribe streams its replies: call it with more: true"},
             )
         return parse_subscription(call.parameters, known_states=_STATES)
@@ -146,7 +146,7 @@ class SubscribeService:
 
 def _stream_takes_no_calls() -> ApiError:
     return ApiError(
-        ErrorName.STREAM_TAKES_NO_CALLS,
+        ApiFault.STREAM_TAKES_NO_CALLS,
         {"problem": "a subscription carries the stream only: close it and connect again"},
         fatal=True,
     )

@@ -40,6 +40,7 @@ from machines.registry import Endpoints
 from supervisor.clock import Clock
 from supervisor.errors import CircuitOpenError
 from supervisor.taxonomy import SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Pending", "Refused", "Reports", "Sleep"]
 
@@ -82,22 +83,22 @@ class Attempts:
 
     def __init__(self, endpoints: Endpoints) -> None:
         self.endpoints = endpoints
-        self._gates: dict[str, Gate] = {}
+        self._gates: dict[EndpointId, Gate] = {}
 
-    def connect(self, name: str) -> Gate:
+    def connect(self, name: EndpointId) -> Gate:
         """The gate of a session's connection attempts (paced from the start, places in flight)."""
         return self._gate(name, self.endpoints.connect)
 
-    def token(self, name: str) -> Gate:
+    def token(self, name: EndpointId) -> Gate:
         """The gate of a credential's token endpoint (its circuit only)."""
         return self._gate(name, self.endpoints.token)
 
-    def get(self, name: str) -> Gate:
+    def get(self, name: EndpointId) -> Gate:
         """The gate of ``name`` as made before, else of a REST endpoint."""
         gate = self._gates.get(name)
         return gate if gate is not None else self._gate(name, self.endpoints.get)
 
-    def _gate(self, name: str, made: Callable[[str], Endpoint]) -> Gate:
+    def _gate(self, name: EndpointId, made: Callable[[EndpointId], Endpoint]) -> Gate:
         gate = self._gates.get(name)
         endpoint = made(name)  # (checks the kind of an endpoint made before)
         if gate is None:
@@ -119,10 +120,10 @@ class _Waiter:
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
-    __slots__ = ("_clock", "_endpoint", "_waiters", "name")
+    __slots__ = ("_clock", "_endpoint", "_waiters", "endpoint_id")
 
     def __init__(self, endpoint: Endpoint, clock: Clock) -> None:
-        self.name = endpoint.name
+        self.endpoint_id = endpoint.endpoint_id
         self._endpoint = endpoint
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
@@ -288,7 +289,7 @@ class Flight:
         endpoint is full), wait out a Retry-After that came back meanwhile (nobody may go), and
         be spaced again at the rate when the place took 20 ms or more to come (``respace``)."""
         if self._stage != _ADMITTED:
-            raise RuntimeError(f"an attempt on {self._gate.name!r} left twice")
+            raise RuntimeError(f"an attempt on '{self._gate.endpoint_id}' left twice")
         gate = self._gate
         endpoint, clock = gate._endpoint, gate._clock
         queued_at = clock.monotonic()

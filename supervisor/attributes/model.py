@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from supervisor.errors import ApiError
+from supervisor.vocabulary import ApiFault
+
 __all__ = [
     "MAX_KEYS",
     "MAX_KEY_CHARS",
@@ -60,17 +63,18 @@ class Settings:
         return max(0, min(mark, self.queue_depth - 1))
 
 
-class Refused(Exception):
-    """A submission refused for good (not "try later"): ``name`` is the control socket's error name."""
+class Refused(ApiError):
+    """A submission refused for good (not "try later"): the control socket's fault, its ``problem``
+    and parameters (``sessionId``, ``mismatchId``, ...)."""
 
-    def __init__(self, name: str, problem: str, **parameters: object) -> None:
-        self.name = name
+    fault: ApiFault  # raised by the domain: always one of the enum's (a client's may be None)
+
+    def __init__(self, fault: ApiFault, problem: str, **parameters: object) -> None:
         self.problem = problem
-        self.parameters = dict(parameters)
-        super().__init__(problem)
+        super().__init__(fault, {**parameters, "problem": problem})
 
 
-class Backpressured(Exception):
+class Backpressured(ApiError):
     """The tenant's queue is full: try again in ``retry_after_s`` (seed edge case 2: never dropped silently)."""
 
     def __init__(self, tenant: str, depth: int, limit: int, retry_after_s: float) -> None:
@@ -78,8 +82,16 @@ class Backpressured(Exception):
         self.depth = depth
         self.limit = limit
         self.retry_after_s = retry_after_s
+        problem = f"the {tenant} queue is full ({depth} of {limit} writes waiting); try again in {retry_after_s:g} s"
         super().__init__(
-            f"the {tenant} queue is full ({depth} of {limit} writes waiting); try again in {retry_after_s:g} s"
+            ApiFault.BACKPRESSURE,
+            {
+                "tenant": tenant,
+                "queueDepth": depth,
+                "limit": limit,
+                "retryAfterSeconds": retry_after_s,
+                "problem": problem,
+            },
         )
 
 

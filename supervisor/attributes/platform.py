@@ -37,22 +37,27 @@ from typing import Any
 import httpx
 
 from supervisor.attempts import Gate
-from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
+from supervisor.boundary import (
+    HTTP_FAILURES,
+    HTTP_NOT_SENT,
+    SessionContext,
+    raw_from_exception,
+    raw_from_response,
+)
 from supervisor.errors import ConnectionLost, OperationError
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId, Platform
 
 __all__ = ["CIRCUIT", "Conversation", "GenesysAttributes", "Target"]
 
 #: the circuit of Genesys REST calls made for sessions (supervisor/runtime/supervisor.py does the same)
-CIRCUIT = "genesys:api"
+CIRCUIT = EndpointId.api(Platform.GENESYS)
 READ = "conversation.get"
 # the taxonomy's response of a read (PY269 Conversation; v2 requires participants, drift on id)
 CONVERSATION = "genesys.rest.Conversation"
 UPDATE = "attributes.update"
-# the request never left this machine: retrying it cannot apply anything twice
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +156,14 @@ class GenesysAttributes:
                 headers["Idempotency-Key"] = idempotency_key
             try:
                 response = await pipeline.client.request(method, url, headers=headers, json=json)
-            except _NOT_SENT as exc:
+            except HTTP_NOT_SENT as exc:
                 return raw_from_exception(exc, ctx=ctx, channel=Channel.REST, method=method, endpoint=path)
-            except (httpx.HTTPError, OSError) as exc:
+            except HTTP_FAILURES as exc:
                 raw = raw_from_exception(exc, ctx=ctx, channel=Channel.REST, method=method, endpoint=path)
                 if json is None:
                     return raw  # a read: retrying it is harmless
                 unknown = True
-                raise ConnectionLost(raw) from None
+                raise ConnectionLost(raw) from exc
             if 200 <= response.status_code < 300:
                 if check is not None:
                     problem = pipeline.check_body(response, ctx, Channel.REST, path, check)

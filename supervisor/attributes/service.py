@@ -48,13 +48,12 @@ from supervisor.store import (
     UpdateOutcome,
 )
 from supervisor.taxonomy import SdkErrorEvent
+from supervisor.vocabulary import ApiFault
 
 __all__ = ["Accepted", "AttributeService", "Targets"]
 
-# the control socket's error names (supervisor/api/protocol.py spells them out)
-STORE_UNAVAILABLE = "StoreUnavailable"
-NOT_ACCEPTING = "NotAccepting"
-INVALID = "InvalidParameter"
+#: the store's reason for not resolving a mismatch (ResolveRefused.kind), as the control socket says it
+_RESOLVE_REFUSALS = {"unknown": ApiFault.NO_SUCH_MISMATCH, "resolved": ApiFault.ALREADY_RESOLVED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +137,9 @@ class AttributeService:
         try:
             values = check_attributes(attributes)
         except ValueError as exc:
-            raise Refused(INVALID, str(exc), parameter="attributes") from None
+            raise Refused(ApiFault.INVALID_PARAMETER, str(exc), parameter="attributes") from None
         if not self._accepting:
-            raise Refused(NOT_ACCEPTING, "the daemon is draining: updates are not accepted")
+            raise Refused(ApiFault.NOT_ACCEPTING, "the daemon is draining: updates are not accepted")
         store = self._require_store()
         accepted = self._targets.accept(session_id)
         tenant = accepted.tenant
@@ -172,7 +171,7 @@ class AttributeService:
     def _require_store(self) -> Store:
         if self.store is None:
             raise Refused(
-                STORE_UNAVAILABLE,
+                ApiFault.STORE_UNAVAILABLE,
                 f"{self._unavailable or 'no store is configured'}; nothing was acknowledged",
             )
         return self.store
@@ -181,7 +180,9 @@ class AttributeService:
         try:
             return await call
         except StoreError as exc:
-            raise Refused(STORE_UNAVAILABLE, f"{exc}; nothing was acknowledged", path=exc.path) from None
+            raise Refused(
+                ApiFault.STORE_UNAVAILABLE, f"{exc}; nothing was acknowledged", path=exc.path
+            ) from None
 
     def _refuse(self, tenant: str, depth: int) -> None:
         paused = self.scheduler.paused_for(tenant)
@@ -234,8 +235,8 @@ class AttributeService:
         try:
             m = await self._guarded(store.resolve(mismatch_id, resolution, self._clock.time()))
         except ResolveRefused as exc:
-            name = {"unknown": "NoSuchMismatch", "resolved": "AlreadyResolved"}.get(exc.kind, "NotResolvable")
-            raise Refused(name, exc.problem, mismatchId=mismatch_id) from None
+            fault = _RESOLVE_REFUSALS.get(exc.kind, ApiFault.NOT_RESOLVABLE)
+            raise Refused(fault, exc.problem, mismatchId=mismatch_id) from None
         self._bus.publish(
             AttributeMismatchResolved(
                 m.id, m.session_id, m.conversation_id, m.attribute, resolution.value, self._now()

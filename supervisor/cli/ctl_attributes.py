@@ -17,7 +17,7 @@ import click
 import msgspec
 
 from supervisor.api.client import Client
-from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.api.signatures import INT_MAX
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable
 from supervisor.errors import ApiError
@@ -87,7 +87,7 @@ def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> No
         if as_json:
             _print_json(refused)
         click.echo(f"session-supervisor: error: {error}", err=True)
-        code = EX_TEMPFAIL if error.name == ErrorName.BACKPRESSURE else 1
+        code = EX_TEMPFAIL if error.name == ApiFault.BACKPRESSURE else 1
         raise click.exceptions.Exit(code) from None
     if as_json:
         _print_json(result)

@@ -14,8 +14,10 @@ from supervisor.api.protocol import Method
 from supervisor.cli import ctl_attributes
 from supervisor.cli.common import stdout_console
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
+from supervisor.vocabulary import Platform, SessionState
 
-_STATES = ("connecting", "active", "reconnecting", "terminated")
+_STATES = tuple(state.value for state in SessionState)
+_PLATFORMS = tuple(platform.value for platform in Platform)
 
 
 def _json_option(func: Any) -> Any:
@@ -97,7 +99,7 @@ def status(as_json: bool) -> None:
 
 
 @ctl.command()
-@click.option("--platform", "platforms", multiple=True, type=click.Choice(("genesys", "cxone")))
+@click.option("--platform", "platforms", multiple=True, type=click.Choice(_PLATFORMS))
 @click.option("--state", "states", multiple=True, type=click.Choice(_STATES))
 @click.option("--session", "sessions", multiple=True, metavar="ID", type=UTF8)
 @_json_option

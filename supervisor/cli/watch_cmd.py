@@ -13,9 +13,10 @@ from supervisor.api.client import Client
 from supervisor.api.messages import ALL_STREAMS, STREAMS
 from supervisor.api.protocol import Method
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
+from supervisor.vocabulary import Platform, SessionState
 
-_STATES = ("connecting", "active", "reconnecting", "terminated")
-_PLATFORMS = ("genesys", "cxone")
+_STATES = tuple(state.value for state in SessionState)
+_PLATFORMS = tuple(platform.value for platform in Platform)
 # what the table follows besides deltas: attempts, circuit states, why sessions ended
 _TABLE_STREAMS = ("circuits", "retries", "terminations")
 # the daemon answers a Subscribe at once; a silent one is not ours or is wedged

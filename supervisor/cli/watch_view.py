@@ -16,9 +16,17 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-_ORDER = ("terminated", "reconnecting", "connecting", "active")
-_STYLE = {"active": "green", "connecting": "yellow", "reconnecting": "yellow", "terminated": "red"}
-_RANK = {state: rank for rank, state in enumerate(_ORDER)}
+from supervisor.vocabulary import SessionState
+
+# the troubled first; a row's state is the wire's string, which looks a member up by its value
+_ORDER = (SessionState.TERMINATED, SessionState.RECONNECTING, SessionState.CONNECTING, SessionState.ACTIVE)
+_STYLE = {
+    SessionState.ACTIVE: "green",
+    SessionState.CONNECTING: "yellow",
+    SessionState.RECONNECTING: "yellow",
+    SessionState.TERMINATED: "red",
+}
+_RANK: dict[SessionState | None, int] = {state: rank for rank, state in enumerate(_ORDER)}
 _NOTABLE = frozenset(
     {"SESSION_TERMINATED", "CIRCUIT_BREAKER_OPEN", "CIRCUIT_BREAKER_CLOSED", "RETRY_EXHAUSTED"}
 )
@@ -73,8 +81,16 @@ class WatchModel:
         if name in _NOTABLE:
             self.events.append(_describe(message))
 
-    def counts(self) -> Counter[str]:
-        return Counter(str(row.get("state")) for row in self.rows.values())
+    def counts(self) -> Counter[SessionState | None]:
+        return Counter(_state_of(row) for row in self.rows.values())
+
+
+def _state_of(row: dict[str, Any]) -> SessionState | None:
+    """A row's state (the wire's string); None for one this client does not know (``unknown``)."""
+    try:
+        return SessionState(str(row.get("state")))
+    except ValueError:
+        return None
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -119,9 +135,7 @@ def render(model: WatchModel, *, height: int, width: int, title: str) -> Rendera
     summary = Text(
         "circuits: " + (", ".join(f"{e} {s}" for e, s in sorted(circuits.items())) or "-"), style="dim"
     )
-    ordered = sorted(
-        model.rows.values(), key=lambda r: (_RANK.get(str(r.get("state")), 9), str(r["sessionId"]))
-    )
+    ordered = sorted(model.rows.values(), key=lambda r: (_RANK.get(_state_of(r), 9), str(r["sessionId"])))
     table = Table(expand=False, pad_edge=False)
     # fixed columns keep their width on a narrow terminal; only "last error" gets what is left
     fixed = (
@@ -142,13 +156,13 @@ def render(model: WatchModel, *, height: int, width: int, title: str) -> Rendera
     table.add_column("circuit", width=circuit_width, no_wrap=True)
     room = max(1, height - _CHROME)
     for row in ordered[:room]:
-        state = str(row.get("state"))
+        row_state = _state_of(row)
         error = row.get("lastError")
         circuit = row.get("circuit")
         table.add_row(
             str(row["sessionId"]),
             str(row.get("platform") or ""),
-            Text(state, style=_STYLE.get(state, "")),
+            Text(str(row.get("state")), style="" if row_state is None else _STYLE[row_state]),
             _clock(row.get("since")),
             str(row.get("attempts", 0)),
             _error(error, with_class),

@@ -17,9 +17,10 @@ import anyio
 from supervisor.clock import Clock
 from supervisor.events import ErrorClassified, Published, RetryAttempt, SessionTransition
 from supervisor.taxonomy import SdkErrorEvent
+from supervisor.vocabulary import SessionState
 
-_ACTIVE = "active"
-_TERMINATED = "terminated"
+# where a session is once the scenario is over for it: back up, or ended for good
+_SETTLED = frozenset({SessionState.ACTIVE, SessionState.TERMINATED})
 
 
 class Observer:
@@ -28,7 +29,7 @@ class Observer:
     def __init__(self, clock: Clock, connects_of: Callable[[str], int]) -> None:
         self._clock = clock
         self._connects_of = connects_of
-        self.states: dict[str, str] = {}
+        self.states: dict[str, SessionState] = {}
         self.events = 0
         self.fault_at: float | None = None
         self.recovered_at: float | None = None
@@ -59,13 +60,13 @@ class Observer:
         target = event.target
         source = self.states.get(session)
         self.states[session] = target
-        if target == _TERMINATED:
+        if target is SessionState.TERMINATED:
             self.connects_at_termination[session] = self._connects_of(session)
         if self.fault_at is not None:
-            if source == _ACTIVE and target != _TERMINATED:
+            if source is SessionState.ACTIVE and target is not SessionState.TERMINATED:
                 self.disrupted.add(session)
                 self.recovered_at = None
-            elif target == _ACTIVE and self.all_survivors_active():
+            elif target is SessionState.ACTIVE and self.all_survivors_active():
                 self.recovered_at = self._clock.monotonic()
         self._changed.set()
 
@@ -96,11 +97,11 @@ class Observer:
         self.fault_at = now
         self.recovered_at = now if self.all_survivors_active() else None
 
-    def count(self, state: str) -> int:
-        return sum(1 for s in self.states.values() if s == state)
+    def count(self, state: SessionState) -> int:
+        return sum(1 for s in self.states.values() if s is state)
 
     def all_survivors_active(self) -> bool:
-        return all(s in (_ACTIVE, _TERMINATED) for s in self.states.values())
+        return all(s in _SETTLED for s in self.states.values())
 
     def recovery_seconds(self) -> float | None:
         if self.fault_at is None or self.recovered_at is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -11,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 
 from supervisor.clock import Clock
+from supervisor.vocabulary import SessionState
 
-_ORDER = ("connecting", "active", "reconnecting", "terminated")
+_ORDER = (SessionState.CONNECTING, SessionState.ACTIVE, SessionState.RECONNECTING, SessionState.TERMINATED)
 
 
 @dataclass(slots=True)
@@ -22,7 +23,7 @@ class Frame:
     scenario: str
     phase: str
     elapsed_s: float
-    states: dict[str, int]
+    states: Mapping[SessionState, int]
     open_circuits: list[str]
     events_per_s: float
 
@@ -51,7 +52,7 @@ class Progress:
         self,
         console: Console,
         clock: Clock,
-        sample: Callable[[], tuple[str, dict[str, int], list[str], int]],
+        sample: Callable[[], tuple[str, Mapping[SessionState, int], list[str], int]],
         scenario: str,
         interval_s: float = 0.25,
     ) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import resource
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,7 @@ from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import SessionReader
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
+from supervisor.vocabulary import CircuitState, SessionState
 
 if TYPE_CHECKING:
     from supervisor.telemetry import ExportSettings
@@ -77,7 +78,7 @@ class _Run:
         self.problems: list[str] = []
         self.injected: list[tuple[Injection, str]] = []
         # what the progress display shows once the summary is taken (shutdown stops everyone)
-        self.final: tuple[dict[str, int], list[str]] | None = None
+        self.final: tuple[Mapping[SessionState, int], list[str]] | None = None
         # the attributes scenario's burst (supervisor/demo/attributes_play.py)
         self.play: AttributesPlay | None = None
 
@@ -185,7 +186,7 @@ class _Run:
                 return False  # a counted fault has hits left
         if len(observer.disrupted) < self.scenario.disrupted(self.fleet):
             return False
-        if observer.count("terminated") < self.scenario.terminations(self.fleet):
+        if observer.count(SessionState.TERMINATED) < self.scenario.terminations(self.fleet):
             return False
         return observer.all_survivors_active()
 
@@ -210,11 +211,15 @@ class _Run:
 
     def _sampler(
         self, daemon: DaemonView, observer: Observer
-    ) -> Callable[[], tuple[str, dict[str, int], list[str], int]]:
-        def sample() -> tuple[str, dict[str, int], list[str], int]:
+    ) -> Callable[[], tuple[str, Mapping[SessionState, int], list[str], int]]:
+        def sample() -> tuple[str, Mapping[SessionState, int], list[str], int]:
             if self.final is not None:
                 return self.phase, self.final[0], self.final[1], observer.events
-            circuits = sorted(c for c, b in daemon.circuits.all().items() if b.state.value != "closed")
+            circuits = sorted(
+                str(endpoint)
+                for endpoint, b in daemon.circuits.all().items()
+                if b.state is not CircuitState.CLOSED
+            )
             return self.phase, daemon.sessions.states(), circuits, observer.events
 
         return sample
@@ -262,7 +267,7 @@ class _Scene:
         deadline = max(limit - reserve_s(limit), limit / 2)
         with anyio.move_on_after(deadline) as scope:
             await run._wait(observer, lambda: _started(daemon.sessions, run.fleet.sessions))
-            if daemon.sessions.states().get("terminated"):
+            if daemon.sessions.states().get(SessionState.TERMINATED):
                 run.problems.append("a session terminated before the scenario started")
             else:
                 run.phase = "fault injected"
@@ -295,7 +300,7 @@ class _Scene:
         )
         if run.play is not None and daemon.attributes is not None:
             summary["attributes"] = await run.play.summary(daemon.attributes, genesys)
-        run.final = (summary["states"], summary["openCircuits"])
+        run.final = ({SessionState(k): n for k, n in summary["states"].items()}, summary["openCircuits"])
         self.summary = summary
 
 
@@ -321,7 +326,7 @@ def demo_settings(otlp: str, workdir: Path | None) -> ExportSettings:
 
 def _started(sessions: SessionReader, count: int) -> bool:
     states = sessions.states()
-    return states.get("active", 0) == count or states.get("terminated", 0) > 0
+    return states.get(SessionState.ACTIVE, 0) == count or states.get(SessionState.TERMINATED, 0) > 0
 
 
 def _connects(sessions: SessionReader, session_id: str) -> int:

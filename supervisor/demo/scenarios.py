@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from supervisor.demo.attributes_play import attributes_delivered, attributes_faults
 from supervisor.sim.faults import Fault, FaultKind
+from supervisor.vocabulary import SessionState
 
 SimName = Literal["genesys", "cxone"]
 Summary = dict[str, Any]
@@ -205,7 +206,7 @@ class Scenario:
                     f"expected {self.reason}/{self.trigger}"
                 )
         survivors = summary["sessions"] - len(terminated)
-        active = summary["states"].get("active", 0)
+        active = summary["states"].get(SessionState.ACTIVE, 0)
         if active != survivors:
             problems.append(f"expected all {survivors} surviving session(s) active, {active} are")
         if summary["reconnectsAfterTermination"]:

@@ -20,6 +20,7 @@ from supervisor.runtime.assembly import DaemonView
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.recorder import Recorder
+from supervisor.vocabulary import CircuitState
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +97,7 @@ def collect(
     return {
         "scenario": scenario.name,
         "sessions": fleet.sessions,
-        "states": dict(sorted(daemon.sessions.states().items())),
+        "states": {state.value: n for state, n in sorted(daemon.sessions.states().items())},
         "terminated": terminated,
         "connectAttempts": ws_accepted + ws_refused + starts,
         "rejectedAttempts": ws_refused + starts_refused,
@@ -121,7 +122,9 @@ def collect(
             "genesysNotifications": fleet.notifications,
             "cxoneAgentSessions": fleet.cxone,
         },
-        "openCircuits": sorted(c for c, b in daemon.circuits.all().items() if b.state.value != "closed"),
+        "openCircuits": sorted(
+            c for c, b in daemon.circuits.all().items() if b.state is not CircuitState.CLOSED
+        ),
         "faults": faults,
         "events": observer.events,
         "elapsedSeconds": round(elapsed_s, 3),

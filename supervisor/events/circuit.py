@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from supervisor.events.base import Event, StampedEvent
+from supervisor.vocabulary.endpoints import EndpointId
+from supervisor.vocabulary.states import CircuitState
 
 __all__ = [
     "CircuitClosed",
@@ -25,8 +27,8 @@ class CircuitTransition(Event):
 
     name: ClassVar[str] = "CIRCUIT_TRANSITION"
     circuit_id: str
-    source: str
-    target: str
+    source: CircuitState
+    target: CircuitState
     trigger: str
     reason: str
     timestamp: str
@@ -34,8 +36,8 @@ class CircuitTransition(Event):
     def fields(self) -> dict[str, Any]:
         return {
             "machineId": self.circuit_id,
-            "from": self.source,
-            "to": self.target,
+            "from": self.source.value,
+            "to": self.target.value,
             "trigger": self.trigger,
             "reason": self.reason,
             "timestamp": self.timestamp,
@@ -85,7 +87,7 @@ class PacingChanged(Event):
     """
 
     name: ClassVar[str] = "PACING_CHANGED"
-    endpoint: str
+    endpoint: EndpointId
     kind: str
     rate: float | None
     previous: float | None
@@ -96,7 +98,7 @@ class PacingChanged(Event):
     def fields(self) -> dict[str, Any]:
         return {
             "timestamp": self.timestamp,
-            "endpoint": self.endpoint,
+            "endpoint": str(self.endpoint),
             "kind": self.kind,
             "rate": None if self.rate is None else round(self.rate, 3),
             "previous": None if self.previous is None else round(self.previous, 3),

@@ -16,6 +16,7 @@ from supervisor.events.base import (
     TerminationReason,
 )
 from supervisor.taxonomy.model import SdkErrorEvent, Trigger
+from supervisor.vocabulary.states import SessionState
 
 __all__ = [
     "ConnectionRolledOver",
@@ -36,8 +37,8 @@ class SessionTransition(Event):
 
     name: ClassVar[str] = "SESSION_TRANSITION"
     session_id: str
-    source: str
-    target: str
+    source: SessionState
+    target: SessionState
     # the machine event that moved it (e.g. "connection_lost")
     trigger: str
     # why, in the caller's words: a semantic code, a termination reason, "VALIDATED", ...
@@ -47,8 +48,8 @@ class SessionTransition(Event):
     def fields(self) -> dict[str, Any]:
         return {
             "machineId": self.session_id,
-            "from": self.source,
-            "to": self.target,
+            "from": self.source.value,
+            "to": self.target.value,
             "trigger": self.trigger,
             "reason": self.reason,
             "timestamp": self.timestamp,

@@ -40,12 +40,13 @@ from urllib.parse import quote_plus
 import anyio
 import httpx
 
-from supervisor.boundary import SessionContext, raw_from_exception, raw_from_response
+from supervisor.boundary import SessionContext, http_failures, raw_from_response
 from supervisor.config import Secret
 from supervisor.errors import OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache, post_token_request, token_fields
 from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "CXONE_CONFIGURATION",
@@ -58,8 +59,8 @@ __all__ = [
 
 OPENID_CONFIGURATION = "/.well-known/openid-configuration"
 CXONE_CONFIGURATION = "/.well-known/cxone-configuration"
-#: the circuit of the discovery calls: the token endpoint's host, whose own circuit is "cxone:oauth"
-DISCOVERY_CIRCUIT = "cxone:oauth"
+#: the circuit of the discovery calls: the token endpoint's host, whose own circuit is ``cxone:oauth``
+DISCOVERY_CIRCUIT = EndpointId.oauth(Platform.CXONE)
 #: the operation of a discovery call (taxonomy v2 [[operations]] api.discovery)
 DISCOVERY_OPERATION = "api.discovery"
 
@@ -202,12 +203,8 @@ class CxoneLogin:
         if self._token_endpoint is not None:
             return self._token_endpoint
         url = self._auth + OPENID_CONFIGURATION
-        try:
+        with http_failures(ctx=self._ctx, method="GET", endpoint=OPENID_CONFIGURATION):
             response = await self._client.get(url)
-        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            raise TransportFailure(
-                raw_from_exception(exc, ctx=self._ctx, method="GET", endpoint=OPENID_CONFIGURATION)
-            ) from None
         if response.status_code != 200:
             raise TransportFailure(raw_from_response(response, ctx=self._ctx, endpoint=OPENID_CONFIGURATION))
         try:

@@ -41,7 +41,7 @@ from typing import TypeVar
 import anyio
 
 from supervisor.attempts import SILENT, Attempts, Flight, Gate, Reports
-from supervisor.boundary import SessionContext, unknown_raw
+from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import ConnectionLost, OperationError
 from supervisor.events import RetryAttempt, RetryKind, RetrySuccess
@@ -50,6 +50,7 @@ from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetail
 from supervisor.rest.token_fetch import TOKEN_OPERATION, Fetch, TokenFetch, ensure_from, refresh_from
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
 
@@ -120,7 +121,7 @@ class RetryExecutor:
         *,
         ctx: SessionContext,
         operation: str,
-        circuit: str | None,
+        circuit: EndpointId | None,
         tokens: TokenCache | None = None,
         route: str | None = None,
         server: tuple[str, int | None] | None = None,
@@ -305,7 +306,7 @@ class RetryExecutor:
         try:
             outcome = await attempt_once(token)
         except ConnectionLost as lost:
-            raw = lost.raw if isinstance(lost.raw, RawError) else unknown_raw(ctx)
+            raw = lost.raw
             failure = _Failure(self._classify(raw), _Kind.LOST)
         else:
             if isinstance(outcome, SdkErrorEvent):

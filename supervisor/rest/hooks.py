@@ -30,6 +30,7 @@ from machines.pacing import PacerReport
 from supervisor.boundary import SessionContext
 from supervisor.events import RetryAttempt, RetryExhausted, RetrySuccess
 from supervisor.taxonomy import SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = [
     "AttemptDetails",
@@ -57,7 +58,7 @@ class OperationDetails:
     operation: str
     context: SessionContext
     # the circuit that gates it (None: an in-band socket request, gated by its connection)
-    circuit: str | None
+    circuit: EndpointId | None
     # our own route template (``url.template``), e.g. "/api/v2/notifications/channels"
     route: str | None = None
     server_address: str | None = None

@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 import httpx
 
 from supervisor.attempts import Flight, Gate
-from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
+from supervisor.boundary import HTTP_FAILURES, SessionContext, TokenAge, raw_from_exception, raw_from_response
 from supervisor.rest.executor import Attempt, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 T = TypeVar("T")
 
@@ -57,7 +58,7 @@ class RequestPipeline:
     def classifier(self) -> Classifier:
         return self.executor.classifier
 
-    def gate(self, circuit: str) -> Gate:
+    def gate(self, circuit: EndpointId) -> Gate:
         """The attempt shell's gate of the endpoint ``circuit`` (its Retry-After hold, for one)."""
         return self.executor.attempts.get(circuit)
 
@@ -66,7 +67,7 @@ class RequestPipeline:
         attempt_once: Attempt[T],
         *,
         ctx: SessionContext,
-        circuit: str,
+        circuit: EndpointId,
         operation: str,
         idempotent: bool = True,
     ) -> T:
@@ -86,7 +87,7 @@ class RequestPipeline:
         url: str,
         *,
         ctx: SessionContext,
-        circuit: str,
+        circuit: EndpointId,
         operation: str | None = None,
         channel: Channel | None = None,
         check: ResponseCheck | None = None,
@@ -114,7 +115,7 @@ class RequestPipeline:
             try:
                 # no headers argument at all when there are none: httpx would merge an empty dict
                 response = await self.client.request(method, url, headers=headers or None, **kwargs)
-            except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            except HTTP_FAILURES as exc:
                 return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
             status = response.status_code
             if 200 <= status < 300 or status in ok_statuses:

@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from supervisor.attempts import Attempts, Reports
-from supervisor.boundary import SessionContext, unknown_raw
+from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, iso_utc
 from supervisor.errors import TransportFailure
 from supervisor.events import RetryKind, RetrySuccess
 from supervisor.rest.backoff import Backoff, Sleep
 from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetails, ResendReason
 from supervisor.rest.tokens import Token, TokenCache
-from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.taxonomy import RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["TOKEN_OPERATION", "Fetch", "TokenFetch", "ensure_from", "refresh_from"]
 
@@ -86,7 +87,7 @@ class TokenFetch:
         sleep: Sleep,
     ) -> Token:
         hooks = self._hooks
-        gate = self._attempts.token(f"{tokens.name}:oauth") if tokens.name else None
+        gate = None if tokens.platform is None else self._attempts.token(EndpointId.oauth(tokens.platform))
         attempt = 0
         previous_delay_ms: float | None = None
         while True:
@@ -141,7 +142,7 @@ class TokenFetch:
         try:
             return await fetch()
         except TransportFailure as exc:
-            raw = exc.raw if isinstance(exc.raw, RawError) else unknown_raw(ctx, Channel.REST)
+            raw = exc.raw
             event = self._classify(raw)
             if details is not None:
                 details.event = event

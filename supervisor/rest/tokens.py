@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 
-from supervisor.boundary import SessionContext, TokenAge, raw_from_exception, raw_from_response
+from supervisor.boundary import SessionContext, TokenAge, http_failures, raw_from_response
 from supervisor.clock import Clock
 from supervisor.config import Secret
 from supervisor.errors import TransportFailure
@@ -65,9 +65,15 @@ class TokenCache:
     """One credential's token: cached, refreshed early, refreshed once however many wait."""
 
     def __init__(
-        self, source: TokenSource, clock: Clock, *, early_refresh_s: float = 300.0, name: str = ""
+        self,
+        source: TokenSource,
+        clock: Clock,
+        *,
+        early_refresh_s: float = 300.0,
+        platform: Platform | None = None,
     ) -> None:
-        self.name = name
+        # whose credential it is: its token endpoint is that platform's (None: fetched ungated)
+        self.platform = platform
         self._source = source
         self._clock = clock
         self._early = early_refresh_s
@@ -242,12 +248,8 @@ async def post_token_request(
     without a token (a contract violation, not a success: seed section 3).
     """
     path = httpx.URL(url).path
-    try:
+    with http_failures(ctx=ctx, method="POST", endpoint=path):
         response = await client.post(url, **kwargs)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
-    except OSError as exc:
-        raise TransportFailure(raw_from_exception(exc, ctx=ctx, method="POST", endpoint=path)) from None
     if response.status_code != 200:
         raise TransportFailure(raw_from_response(response, ctx=ctx, endpoint=path))
     try:

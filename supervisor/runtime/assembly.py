@@ -62,6 +62,7 @@ from supervisor.runtime.signals import SignalReceiver
 from supervisor.runtime.stdout import StdoutEvents
 from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import Wiring
+from supervisor.vocabulary import Platform
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -107,7 +108,7 @@ class DaemonView:
 
     sessions: SessionReader
     circuits: CircuitReader
-    tokens: Mapping[str, TokenCache]
+    tokens: Mapping[Platform, TokenCache]
     attributes: AttributeService | None
     bus: EventBus
     clock: Clock

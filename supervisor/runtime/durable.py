@@ -52,6 +52,7 @@ from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
+from supervisor.vocabulary import Platform, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -267,7 +268,7 @@ class Durable:
             platform_session_id=record.get("platformSessionId"),
             guest_token=record.get("guestToken"),
         )
-        await self._quietly(self._desire(runner.session_id, ctx.platform.value, DesiredState.RUNNING, None))
+        await self._quietly(self._desire(runner.session_id, ctx.platform, DesiredState.RUNNING, None))
         await self._quietly(store.session_opening(row))
 
     async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
@@ -277,7 +278,7 @@ class Durable:
         if store is None:
             return
         ended = runner.termination
-        platform = runner.context.platform.value
+        platform = runner.context.platform
         if ended is not None and ended.reason is not TerminationReason.STOPPED:
             reason = f"{ended.reason.value}/{ended.trigger.value if ended.trigger else ended.code}"
             await self._quietly(self._desire(runner.session_id, platform, DesiredState.TERMINATED, reason))
@@ -286,7 +287,9 @@ class Durable:
             return  # closed with 1001 and no closeSession: the next start resumes it
         await self._quietly(store.session_closed(runner.session_id, "closed", self.clock.time()))
 
-    async def desire(self, session_id: str, platform: str, running: bool, reason: str | None = None) -> None:
+    async def desire(
+        self, session_id: str, platform: Platform, running: bool, reason: str | None = None
+    ) -> None:
         """``ctl start`` / ``ctl stop``: what should be alive after a restart."""
         state = DesiredState.RUNNING if running else DesiredState.STOPPED
         await self._quietly(self._desire(session_id, platform, state, reason))
@@ -309,8 +312,10 @@ class Durable:
     def draining(self) -> None:
         self.attributes.drain()
 
-    async def _desire(self, session_id: str, platform: str, state: DesiredState, reason: str | None) -> None:
-        desired = DesiredSession(session_id, platform, state, reason, self.clock.time())
+    async def _desire(
+        self, session_id: str, platform: Platform, state: DesiredState, reason: str | None
+    ) -> None:
+        desired = DesiredSession(session_id, platform.value, state, reason, self.clock.time())
         self.desired[session_id] = desired
         if self.store is not None:
             await self.store.set_desired(desired)
@@ -325,7 +330,7 @@ class Durable:
         tg, store = self._tg, self.store
         if (
             not isinstance(event, SessionTransition)
-            or event.target != "active"
+            or event.target is not SessionState.ACTIVE
             or tg is None
             or store is None
         ):

@@ -30,6 +30,7 @@ from supervisor.events import Correlation, Event
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import ServerSession, Store
 from supervisor.taxonomy import Channel, Platform
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["SessionReconciled", "end_orphan", "reconcile"]
 
@@ -118,8 +119,8 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         # newSession:true: the guest session had already expired (the one just made is left to expire)
         return ALREADY_GONE, "the guest session had expired"
     except TransportFailure as failure:
-        return FAILED, f"could not connect ({getattr(failure.raw, 'status', None) or 'network'})"
-    await connection.close(1000)  # closeSession, closeAllConnections
+        return FAILED, f"could not connect ({failure.raw.status or 'network'})"
+    await connection.close(CloseCode.NORMAL_CLOSURE)  # closeSession, closeAllConnections
     return ENDED, "closeSession sent with the kept guest token"
 
 
@@ -127,7 +128,7 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     from supervisor.transports.cxone import AgentSessionTransport
 
     cx = wiring.config.platforms.cxone
-    pipeline = wiring.pipelines.get("cxone")
+    pipeline = wiring.pipelines.get(Platform.CXONE)
     api = wiring.cxone_api
     if row.platform_session_id is None:
         return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"
@@ -138,10 +139,10 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     try:
         await transport.end(row.platform_session_id)
     except OperationError as failure:
-        status = getattr(failure.event, "raw_status", None)
+        status = failure.event.raw_status
         if status in (404, 409):
             return ALREADY_GONE, f"the platform answered {status}: the agent session had ended"
-        return FAILED, f"DELETE failed: {getattr(failure.event, 'code', '?')}"
+        return FAILED, f"DELETE failed: {failure.event.code}"
     except (CircuitOpenError, TransportFailure) as refused:
         return FAILED, f"DELETE not made: {refused}"
     return ENDED, "DELETE agent-sessions/{id}"

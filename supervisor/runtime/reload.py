@@ -51,6 +51,7 @@ from supervisor.events import Event, WireEvent
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.testhooks import block_loop_on_reload
 from supervisor.taxonomy import Taxonomy, load_taxonomy, resolve_version
+from supervisor.vocabulary import Platform
 
 __all__ = [
     "ConfigReloadFailed",
@@ -129,12 +130,14 @@ def answer(result: ReloadResult) -> Mapping[str, Any]:
     }
 
 
-def _settings(config: Config, spec: SessionSpec, secrets: Mapping[str, tuple[Secret | None, ...]]) -> bytes:
+def _settings(
+    config: Config, spec: SessionSpec, secrets: Mapping[Platform, tuple[Secret | None, ...]]
+) -> bytes:
     """What a session depends on: its entry, its platform's table and that platform's credentials.
 
     The credentials enter as a digest: the values never leave :class:`Secret` in a printable form.
     """
-    platform = getattr(config.platforms, spec.platform)
+    platform = getattr(config.platforms, spec.platform.value)
     digest = hashlib.sha256()
     for secret in secrets.get(spec.platform, ()):
         digest.update(b"\0" if secret is None else secret.reveal().encode() + b"\1")
@@ -146,7 +149,7 @@ class _Read:
     """Everything a reload reads, validated, before anything changes."""
 
     config: Config
-    secrets: dict[str, tuple[Secret | None, ...]]
+    secrets: dict[Platform, tuple[Secret | None, ...]]
     taxonomy: Taxonomy | None
 
 

@@ -36,7 +36,7 @@ import anyio
 import msgspec
 
 from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
-from machines.session import SessionConfig, SessionCore, SessionState
+from machines.session import SessionConfig, SessionCore
 from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
@@ -48,6 +48,7 @@ from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
+from supervisor.vocabulary import CloseCode, SessionState
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -108,7 +109,7 @@ class SessionRunner:
         self._serve_scope: anyio.CancelScope | None = None
         self._wait_scope: anyio.CancelScope | None = None
         self._reported: tuple[RawError, SdkErrorEvent] | None = None
-        self._close_code = 1000
+        self._close_code = CloseCode.NORMAL_CLOSURE
         self.termination: SessionTerminated | None = None
         self.connects = 0
 
@@ -143,7 +144,7 @@ class SessionRunner:
                 with anyio.CancelScope(shield=True):
                     await connection.close(self._close_code)
 
-    async def stop(self, code: int = 1000) -> None:
+    async def stop(self, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End the session on purpose: 1000 for an explicit stop, 1001 on daemon shutdown."""
         if self.core.terminated:
             return
@@ -269,8 +270,7 @@ class SessionRunner:
                     await connection.close(self._close_code)
                 return
         except TransportFailure as failure:
-            raw = failure.raw if isinstance(failure.raw, RawError) else self._unknown_failure()
-            self._connect_failed(self._classify(raw), flight)
+            self._connect_failed(self._classify(failure.raw), flight)
             return
         except OperationError as failure:
             self._connect_failed(self._unpublished(failure), flight)
@@ -315,9 +315,6 @@ class SessionRunner:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))
 
-    def _unknown_failure(self) -> RawError:
-        return RawError(platform=self._context.platform, channel=self._context.channel, exception="OSError")
-
     async def _serve(self, connection: Connection) -> None:
         ended: RawError | None = None
         failure: SdkErrorEvent | None = None
@@ -327,7 +324,7 @@ class SessionRunner:
             try:
                 ended = await connection.serve(self._report)
             except TransportFailure as exc:
-                ended = exc.raw if isinstance(exc.raw, RawError) else None
+                ended = exc.raw
             except OperationError as exc:
                 failure = self._unpublished(exc)
             except CircuitOpenError as exc:
@@ -342,13 +339,17 @@ class SessionRunner:
             failure = self._event_for(ended)
         if failure is None:
             failure = self._classify(
-                RawError(platform=self._context.platform, channel=self._context.channel, close_code=1006)
+                RawError(
+                    platform=self._context.platform,
+                    channel=self._context.channel,
+                    close_code=CloseCode.ABNORMAL_CLOSURE,
+                )
             )
         # what the connection learned while serving (CXone's rolling id) stays with the session
         self._remember(self._context.learned(connection.learned))
         self._connection = None
         with anyio.CancelScope(shield=True):
-            await connection.close(1000 if failure.graceful else 1001)
+            await connection.close(CloseCode.NORMAL_CLOSURE if failure.graceful else CloseCode.GOING_AWAY)
         if self.core.terminated:
             return  # stopped (ctl stop, drain, a fail-fast elsewhere) while the connection closed
         lost = connection_lost(failure)
@@ -369,7 +370,7 @@ class SessionRunner:
         self._remember(self._context.learned(connection.learned))
         self._connection = None
         with anyio.CancelScope(shield=True):
-            await connection.close(1001)
+            await connection.close(CloseCode.GOING_AWAY)
         if not self.core.terminated:
             self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
 

@@ -29,10 +29,10 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from machines.circuit import CircuitState
 from supervisor.config import Config, SessionSpec
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Taxonomy
+from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = [
     "CircuitReader",
@@ -70,10 +70,10 @@ class SessionReader(Protocol):
     def spec(self, session_id: str) -> SessionSpec | None:
         """The configured entry of a session, None when the configuration does not name it."""
 
-    def endpoint_of(self, session_id: str) -> str | None:
+    def endpoint_of(self, session_id: str) -> EndpointId | None:
         """The circuit endpoint a configured session connects through (None: not configured)."""
 
-    def states(self) -> dict[str, int]:
+    def states(self) -> dict[SessionState, int]:
         """How many sessions are in each state."""
 
 
@@ -84,7 +84,7 @@ class SessionControl(Protocol):
         """A new runner for a configured session (a full authentication cycle); raises ConfigError when
         the daemon takes no session (draining) or the session is still supervised."""
 
-    async def stop(self, session_id: str, code: int = 1000) -> None:
+    async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose; unknown ids raise SessionError."""
 
 
@@ -103,7 +103,9 @@ class DesiredSessions(Protocol):
     def was_down(self, session_id: str) -> bool:
         """The store says the session was stopped or terminated (a start re-authenticates it)."""
 
-    async def desire(self, session_id: str, platform: str, running: bool, reason: str | None = None) -> None:
+    async def desire(
+        self, session_id: str, platform: Platform, running: bool, reason: str | None = None
+    ) -> None:
         """``ctl start`` / ``ctl stop``: kept across restarts."""
 
 
@@ -121,7 +123,7 @@ class CircuitView(Protocol):
 class CircuitReader(Protocol):
     """Every endpoint's circuit breaker made so far (a circuit is made on first use)."""
 
-    def all(self) -> Mapping[str, CircuitView]: ...
+    def all(self) -> Mapping[EndpointId, CircuitView]: ...
 
 
 class SessionBook(Protocol):
@@ -156,7 +158,7 @@ class SessionTable:
     says which circuit endpoint a configured session connects through (the wiring decides it).
     """
 
-    def __init__(self, config: Config, *, endpoint_for: Callable[[SessionSpec], str]) -> None:
+    def __init__(self, config: Config, *, endpoint_for: Callable[[SessionSpec], EndpointId]) -> None:
         self._runners: dict[str, SessionRunner] = {}
         self._view: Mapping[str, SessionRunner] = MappingProxyType(self._runners)
         self._endpoint_for = endpoint_for
@@ -175,14 +177,14 @@ class SessionTable:
     def spec(self, session_id: str) -> SessionSpec | None:
         return self._specs.get(session_id)
 
-    def endpoint_of(self, session_id: str) -> str | None:
+    def endpoint_of(self, session_id: str) -> EndpointId | None:
         spec = self._specs.get(session_id)
         return None if spec is None else self._endpoint_for(spec)
 
-    def states(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def states(self) -> dict[SessionState, int]:
+        out: dict[SessionState, int] = {}
         for runner in self._runners.values():
-            key = runner.state.value
+            key = runner.state
             out[key] = out.get(key, 0) + 1
         return out
 

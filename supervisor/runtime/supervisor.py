@@ -27,7 +27,8 @@ from supervisor.errors import ConfigError, OperationError, SessionError
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Wiring
-from supervisor.taxonomy import Channel, SdkErrorEvent
+from supervisor.taxonomy import Channel
+from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = ["Supervisor", "session_table"]
 
@@ -71,7 +72,7 @@ class Supervisor:
         return self.sessions.runners
 
     def reconfigure(
-        self, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> list[httpx.AsyncClient]:
         """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
 
@@ -134,11 +135,11 @@ class Supervisor:
             done.set()
             del self._done[runner]
 
-    async def stop(self, session_id: str, code: int = 1000) -> None:
+    async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose (close 1000 / DELETE); unknown ids raise SessionError."""
         await self._runner(session_id).stop(code)
 
-    async def _stop_and_wait(self, runner: SessionRunner, code: int) -> None:
+    async def _stop_and_wait(self, runner: SessionRunner, code: CloseCode) -> None:
         """Stop one runner and wait for its task to end (its close sent, its DELETE made)."""
         await runner.stop(code)
         done = self._done.get(runner)
@@ -167,7 +168,7 @@ class Supervisor:
         """
         runner = self.runners.get(session_id)
         if runner is not None:
-            await self._stop_and_wait(runner, 1000)
+            await self._stop_and_wait(runner, CloseCode.NORMAL_CLOSURE)
             self.sessions.discard(runner)
         if self.book is not None and session_id not in self.runners:
             await self.book.forget(session_id)
@@ -183,7 +184,7 @@ class Supervisor:
         runner = self.runners.get(spec.id)
         if runner is None or runner.core.terminated:
             return None
-        await self._stop_and_wait(runner, 1000)
+        await self._stop_and_wait(runner, CloseCode.NORMAL_CLOSURE)
         current = self.runners.get(spec.id)
         if current is not runner and current is not None and not current.core.terminated:
             return current  # `ctl start` started it again meanwhile, on the new configuration
@@ -195,7 +196,7 @@ class Supervisor:
         if self.book is not None:
             self.book.draining()
         for runner in list(self.runners.values()):
-            await runner.stop(1001)
+            await runner.stop(CloseCode.GOING_AWAY)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
         with anyio.move_on_after(grace_s):
             for done in list(self._done.values()):
@@ -219,15 +220,14 @@ class Supervisor:
         if runner.core.terminated:
             raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
         context = runner.context
-        pipeline = self.wiring.pipeline_for(context.platform.value, session_id)
-        kwargs.setdefault("circuit", f"{context.platform.value}:api")
+        pipeline = self.wiring.pipeline_for(context.platform, session_id)
+        kwargs.setdefault("circuit", EndpointId.api(context.platform))
         # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
         kwargs.setdefault("channel", Channel.REST)
         try:
             return await pipeline.request(method, url, ctx=context, **kwargs)
         except OperationError as failure:
-            if isinstance(failure.event, SdkErrorEvent):
-                runner.operation_failed(failure.event)
+            runner.operation_failed(failure.event)
             raise
 
     async def send_message(
@@ -237,7 +237,7 @@ class Supervisor:
         return await self._runner(session_id).send_message(text, metadata=metadata)
 
     # ------------------------------------------------------------------ status
-    def states(self) -> dict[str, int]:
+    def states(self) -> dict[SessionState, int]:
         return self.sessions.states()
 
     def snapshot(self) -> dict[str, Any]:
@@ -245,7 +245,9 @@ class Supervisor:
             "sessions": len(self.runners),
             "states": self.states(),
             "openCircuits": sorted(
-                cid for cid, c in self.wiring.circuits.all().items() if c.state.value != "closed"
+                str(endpoint)
+                for endpoint, c in self.wiring.circuits.all().items()
+                if c.state is not CircuitState.CLOSED
             ),
             "tokenRefreshes": sum(t.refreshes for t in self.wiring.tokens.values()),
         }

@@ -24,6 +24,7 @@ from supervisor.boundary import SessionContext
 from supervisor.runtime.sessions import SessionReader
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
+from supervisor.vocabulary import ApiFault
 
 __all__ = ["SessionTargets"]
 
@@ -44,11 +45,17 @@ class SessionTargets:
         spec = sessions.spec(session_id)
         runner = sessions.runners.get(session_id)
         if spec is None and runner is None:
-            raise Refused("NoSuchSession", f"no configured session '{session_id}'", sessionId=session_id)
-        platform = spec.platform if spec is not None else runner.context.platform.value  # type: ignore[union-attr]
-        if platform != Platform.GENESYS.value:
             raise Refused(
-                "Unsupported",
+                ApiFault.NO_SUCH_SESSION, f"no configured session '{session_id}'", sessionId=session_id
+            )
+        if spec is not None:
+            platform = spec.platform
+        else:
+            assert runner is not None
+            platform = runner.context.platform
+        if platform is not Platform.GENESYS:
+            raise Refused(
+                ApiFault.UNSUPPORTED,
                 f"session '{session_id}' is a CXone agent session: the daemon writes no CXone contact "
                 "data (docs/attributes.md says why)",
                 sessionId=session_id,
@@ -57,28 +64,28 @@ class SessionTargets:
             ended = runner.termination if runner is not None else None
             why = (ended.reason.value if ended is not None else None) or self._down_reason(session_id)
             raise Refused(
-                "SessionTerminated",
+                ApiFault.SESSION_TERMINATED,
                 f"session '{session_id}' is terminated ({why or 'not running'}): start it again first (ctl start)",
                 sessionId=session_id,
             )
         gen = sessions.config.platforms.genesys
         if gen is None or gen.client_id is None:
             raise Refused(
-                "Unsupported",
+                ApiFault.UNSUPPORTED,
                 "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
                 sessionId=session_id,
             )
         conversation = runner.context.conversation_id or (spec.conversation_id if spec is not None else None)
         if conversation is None:
             raise Refused(
-                "NoConversation",
+                ApiFault.NO_CONVERSATION,
                 f"session '{session_id}' has no known conversation (configure its conversationId)",
                 sessionId=session_id,
             )
         return Accepted(f"genesys:{gen.client_id}", conversation)
 
     def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
-        pipeline = self._wiring.pipelines.get("genesys")
+        pipeline = self._wiring.pipelines.get(Platform.GENESYS)
         gen = self._sessions.config.platforms.genesys
         if pipeline is None or gen is None:
             return None

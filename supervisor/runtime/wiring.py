@@ -42,6 +42,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
 NotificationSink = Callable[[str, Mapping[str, Any]], None]
@@ -91,14 +92,14 @@ class Wiring:
             sleep=sleep,
             refresh_before_retry_s=config.tokens.refresh_before_retry,
         )
-        self.tokens: dict[str, TokenCache] = {}
+        self.tokens: dict[Platform, TokenCache] = {}
         # where the CXone credential's agent API is (apiUrl, or discovered after each login)
         self.cxone_api: CxoneApi | None = None
         # per platform: the first pipeline (calls on no session's behalf), and every shard
-        self.pipelines: dict[str, RequestPipeline] = {}
-        self._shards: dict[str, list[RequestPipeline]] = {}
-        self.secrets: dict[str, tuple[Secret | None, ...]] = {}
-        self._clients: dict[str, list[httpx.AsyncClient]] = {}
+        self.pipelines: dict[Platform, RequestPipeline] = {}
+        self._shards: dict[Platform, list[RequestPipeline]] = {}
+        self.secrets: dict[Platform, tuple[Secret | None, ...]] = {}
+        self._clients: dict[Platform, list[httpx.AsyncClient]] = {}
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
@@ -107,7 +108,7 @@ class Wiring:
     async def __aenter__(self) -> Wiring:
         try:
             self.secrets = self.read_secrets(self.config)
-            for platform in ("genesys", "cxone"):
+            for platform in Platform:
                 self._build_platform(platform, self.config, self.secrets)
         except BaseException:
             # a credential that cannot be read must not leak the clients made before it
@@ -125,29 +126,29 @@ class Wiring:
             for client in clients:
                 await client.aclose()
 
-    def read_secrets(self, config: Config) -> dict[str, tuple[Secret | None, ...]]:
+    def read_secrets(self, config: Config) -> dict[Platform, tuple[Secret | None, ...]]:
         """Every credential ``config`` names, read now (errors name the key, never the value)."""
-        out: dict[str, tuple[Secret | None, ...]] = {}
+        out: dict[Platform, tuple[Secret | None, ...]] = {}
         gen = config.platforms.genesys
         if gen is not None:
             secret = self._read(gen.client_secret_file, "platforms.genesys.clientSecretFile")
             if gen.client_id is not None and secret is None:
                 raise ConfigError("platforms.genesys.clientSecretFile: required with clientId")
-            out["genesys"] = (secret,)
+            out[Platform.GENESYS] = (secret,)
         cx = config.platforms.cxone
         if cx is not None:
             secret = self._read(cx.client_secret_file, "platforms.cxone.clientSecretFile")
             password = self._read(cx.password_file, "platforms.cxone.passwordFile")
             if cx.client_id is None or secret is None:
                 raise ConfigError("platforms.cxone: clientId and clientSecretFile are required")
-            out["cxone"] = (secret, password)
+            out[Platform.CXONE] = (secret, password)
         return out
 
     def _read(self, name: str | None, key: str) -> Secret | None:
         return read_secret(name, key=key, config_dir=self.config_dir, environ=self.environ)
 
     def reconfigure(
-        self, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> list[httpx.AsyncClient]:
         """Adopt ``config``: rebuild the platforms whose table or credentials changed.
 
@@ -155,14 +156,14 @@ class Wiring:
         the sessions that used them are stopped.
         """
         retired: list[httpx.AsyncClient] = []
-        for platform in ("genesys", "cxone"):
-            before = (getattr(self.config.platforms, platform), self.secrets.get(platform))
-            after = (getattr(config.platforms, platform), secrets.get(platform))
+        for platform in Platform:
+            before = (getattr(self.config.platforms, platform.value), self.secrets.get(platform))
+            after = (getattr(config.platforms, platform.value), secrets.get(platform))
             if before == after:
                 continue
             retired.extend(self._clients.pop(platform, []))
             self.tokens.pop(platform, None)
-            if platform == "cxone":
+            if platform is Platform.CXONE:
                 self.cxone_api = None
             self.pipelines.pop(platform, None)
             self._shards.pop(platform, None)
@@ -178,7 +179,7 @@ class Wiring:
         self.taxonomy = taxonomy
         self.classifier.taxonomy = taxonomy
 
-    def pipeline_for(self, platform: str, session_id: str | None = None) -> RequestPipeline:
+    def pipeline_for(self, platform: Platform, session_id: str | None = None) -> RequestPipeline:
         """The request pipeline a session's calls go through (its shard); the first without a session."""
         shards = self._shards[platform]
         if session_id is None or len(shards) == 1:
@@ -186,28 +187,32 @@ class Wiring:
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
 
     def _build_platform(
-        self, platform: str, config: Config, secrets: dict[str, tuple[Secret | None, ...]]
+        self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> None:
         timeout = httpx.Timeout(config.daemon.request_timeout)
-        sessions = sum(1 for spec in config.sessions if spec.platform == platform)
+        sessions = sum(1 for spec in config.sessions if spec.platform is platform)
         early = config.tokens.early_refresh
-        if platform == "genesys" and config.platforms.genesys is not None:
+        if platform is Platform.GENESYS and config.platforms.genesys is not None:
             gen = config.platforms.genesys
             clients = self._clients_for(platform, timeout, sessions)
-            (secret,) = secrets["genesys"]
+            (secret,) = secrets[platform]
             if gen.client_id is not None and secret is not None:
                 source = GenesysClientCredentials(clients[0], gen.login_url, gen.client_id, secret)
-                self.tokens["genesys"] = TokenCache(source, self.clock, early_refresh_s=early, name="genesys")
-            tokens = self.tokens.get("genesys")
-        elif platform == "cxone" and config.platforms.cxone is not None:
+                self.tokens[platform] = TokenCache(
+                    source, self.clock, early_refresh_s=early, platform=platform
+                )
+            tokens = self.tokens.get(platform)
+        elif platform is Platform.CXONE and config.platforms.cxone is not None:
             cx = config.platforms.cxone
             clients = self._clients_for(platform, timeout, sessions)
-            secret, password = secrets["cxone"]
+            secret, password = secrets[platform]
             # read_secrets checked the client, the configuration the access key (config.py)
             assert cx.client_id is not None and secret is not None
             assert cx.username is not None and password is not None
             login = CxoneLogin(clients[0], cx.auth_url, cx.client_id, secret, cx.username, password)
-            tokens = self.tokens["cxone"] = TokenCache(login, self.clock, early_refresh_s=early, name="cxone")
+            tokens = self.tokens[platform] = TokenCache(
+                login, self.clock, early_refresh_s=early, platform=platform
+            )
             # the discovery endpoints are public: their calls carry no token
             discovery = RequestPipeline(clients[0], self.executor)
             self.cxone_api = CxoneApi(tokens, discovery, api_url=cx.api_url, api_version=cx.api_version)
@@ -217,7 +222,9 @@ class Wiring:
         self._shards[platform] = [RequestPipeline(c, self.executor, tokens=tokens) for c in clients]
         self.pipelines[platform] = self._shards[platform][0]
 
-    def _clients_for(self, platform: str, timeout: httpx.Timeout, sessions: int) -> list[httpx.AsyncClient]:
+    def _clients_for(
+        self, platform: Platform, timeout: httpx.Timeout, sessions: int
+    ) -> list[httpx.AsyncClient]:
         """One HTTP client per :data:`SESSIONS_PER_CLIENT` sessions of the platform (at least one).
 
         httpcore's pool scans every connection it holds for each request it assigns: with a long
@@ -239,7 +246,7 @@ class Wiring:
     # ------------------------------------------------------------------ sessions
     def transport_for(
         self, spec: SessionSpec, resume: Mapping[str, str] | None = None
-    ) -> tuple[Transport, str]:
+    ) -> tuple[Transport, EndpointId]:
         """The transport of one configured session and its connect endpoint (where its connection
         attempts are admitted).
 
@@ -271,7 +278,7 @@ class Wiring:
                 guest_token=token,
                 resuming=token is not None,
             )
-            return wm, "genesys:webmessaging"
+            return wm, GENESYS_WEBMESSAGING
         if spec.kind is SessionKind.NOTIFICATIONS:
             from supervisor.transports.notifications import NotificationsTransport
 
@@ -283,7 +290,7 @@ class Wiring:
             sink = self.notification_sink
             nt = NotificationsTransport(
                 ctx,
-                pipeline=self.pipeline_for("genesys", spec.id),
+                pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
                 api_url=gen.api_url,
                 topics=topics,
                 keepalive=gen.keepalive,
@@ -293,7 +300,7 @@ class Wiring:
                 quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
                 on_event=None if sink is None else partial(sink, spec.id),
             )
-            return nt, "genesys:streaming"
+            return nt, GENESYS_STREAMING
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
 
         cx = platforms.cxone
@@ -302,7 +309,7 @@ class Wiring:
         assert self.cxone_api is not None
         at = AgentSessionTransport(
             ctx,
-            pipeline=self.pipeline_for("cxone", spec.id),
+            pipeline=self.pipeline_for(Platform.CXONE, spec.id),
             api=self.cxone_api,
             station_id=spec.station_id,
             station_phone_number=spec.station_phone_number,

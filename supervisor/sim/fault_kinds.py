@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from supervisor.errors import SimulatorError
+from supervisor.vocabulary import CloseCode
 
 __all__ = [
     "CONNECTION_KINDS",
@@ -92,7 +93,14 @@ FIELD_RULES = {
 }
 
 # RFC 6455 §7.4.1 codes a server may send, plus the private range 4000-4999 (docs/platforms.md, "WebSocket close codes")
-_CLOSE_CODES = (1000, 1001, 1008, 1011, 1012, 1013)
+SERVER_CLOSE_CODES = (
+    CloseCode.NORMAL_CLOSURE,
+    CloseCode.GOING_AWAY,
+    CloseCode.POLICY_VIOLATION,
+    CloseCode.INTERNAL_ERROR,
+    CloseCode.SERVICE_RESTART,
+    CloseCode.TRY_AGAIN_LATER,
+)
 
 
 # -- param validators: each returns None when fine, else the problem in a few words ----------------------
@@ -129,9 +137,9 @@ def _one_of(*choices: object) -> Callable[[object], str | None]:
 
 def _close_code(value: object) -> str | None:
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if is_int and (value in _CLOSE_CODES or 4000 <= value <= 4999):  # type: ignore[operator]
+    if is_int and (value in SERVER_CLOSE_CODES or 4000 <= value <= 4999):  # type: ignore[operator]
         return None
-    return "must be one of " + ", ".join(str(c) for c in _CLOSE_CODES) + " or 4000-4999"
+    return "must be one of " + ", ".join(str(c.value) for c in SERVER_CLOSE_CODES) + " or 4000-4999"
 
 
 def _number(minimum: float, maximum: float) -> Callable[[object], str | None]:
@@ -227,7 +235,10 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.SILENT_DROP_ATTRIBUTES: {"after": (False, 0, _int_range(0, MAX_COUNT))},
     FaultKind.SESSION_EXPIRED: {"mode": (False, "event", _one_of("event", "code"))},
     FaultKind.CONNECTION_CLOSED_EVENT: {"reason": (False, None, _opt_str)},
-    FaultKind.SOCKET_CLOSING: {"lead_s": (False, None, _lead), "code": (False, 1001, _close_code)},
+    FaultKind.SOCKET_CLOSING: {
+        "lead_s": (False, None, _lead),
+        "code": (False, CloseCode.GOING_AWAY.value, _close_code),
+    },
     # PY269 SystemMessageSystemMessage: systemTopicType and reason; ``topics`` is the channel's new
     # subscription list after a subscription_changed (default: none left)
     FaultKind.SYSTEM_TOPIC: {

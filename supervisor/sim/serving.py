@@ -40,6 +40,7 @@ from websockets.protocol import State
 
 from supervisor.errors import SimulatorError
 from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["Listener", "bind_sockets", "close_all", "format_url", "serve_aiohttp", "serve_websockets"]
 
@@ -199,7 +200,7 @@ async def _going_away(conns: list[ServerConnection]) -> None:
         with contextlib.suppress(Exception):
             conn.transport.resume_reading()  # a black-holed socket must read the client's reply
         if conn.protocol.state is State.OPEN:
-            closing.append(asyncio.ensure_future(conn.close(1001, "server shutting down")))
+            closing.append(asyncio.ensure_future(conn.close(CloseCode.GOING_AWAY, "server shutting down")))
     if closing:
         await asyncio.wait(closing, timeout=WS_CLOSE_GRACE_S)
         for task in closing:

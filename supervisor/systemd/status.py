@@ -24,6 +24,7 @@ from supervisor.events import Published
 from supervisor.runtime.sessions import CircuitReader, SessionReader
 from supervisor.systemd.degraded import Degraded
 from supervisor.systemd.notify import Notifier
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = ["MIN_INTERVAL_S", "StatusLine", "compose"]
 
@@ -33,7 +34,7 @@ _SEP = " · "
 
 
 def compose(
-    states: Mapping[str, int],
+    states: Mapping[SessionState, int],
     *,
     open_circuits: int,
     degraded: Mapping[str, str],
@@ -42,12 +43,21 @@ def compose(
 ) -> str:
     """The status text from counts (pure): ``1834/2000 active · 3 reconnecting · circuits open: 1``."""
     total = sum(states.values())
-    parts = [f"{states.get('active', 0)}/{total} active"]
-    if states.get("connecting", 0):
-        parts.append(f"{states['connecting']} connecting")
-    parts.append(f"{states.get('reconnecting', 0)} reconnecting")
-    if states.get("terminated", 0):
-        parts.append(f"{states['terminated']} terminated")
+    active, connecting, reconnecting, terminated = (
+        states.get(state, 0)
+        for state in (
+            SessionState.ACTIVE,
+            SessionState.CONNECTING,
+            SessionState.RECONNECTING,
+            SessionState.TERMINATED,
+        )
+    )
+    parts = [f"{active}/{total} {SessionState.ACTIVE}"]
+    if connecting:
+        parts.append(f"{connecting} {SessionState.CONNECTING}")
+    parts.append(f"{reconnecting} {SessionState.RECONNECTING}")
+    if terminated:
+        parts.append(f"{terminated} {SessionState.TERMINATED}")
     parts.append(f"circuits open: {open_circuits}")
     if outbox is not None:
         parts.append(f"outbox {outbox}")
@@ -87,7 +97,7 @@ class StatusLine:
         self.sent = 0
 
     def text(self) -> str:
-        open_circuits = sum(1 for c in self._circuits.all().values() if c.state.value != "closed")
+        open_circuits = sum(1 for c in self._circuits.all().values() if c.state is not CircuitState.CLOSED)
         return compose(
             self._sessions.states(),
             open_circuits=open_circuits,

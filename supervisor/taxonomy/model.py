@@ -18,6 +18,9 @@ from typing import Any
 
 import msgspec
 
+# the platforms are the vocabulary's (supervisor/vocabulary/platforms.py); an envelope names one
+from supervisor.vocabulary.platforms import Platform as Platform
+
 
 class TaxonomyClass(enum.StrEnum):
     """The seed's three classes, plus NONE for signals that are not failures.
@@ -62,11 +65,6 @@ class Jitter(enum.StrEnum):
     ADDITIVE = "additive"
     FULL = "full"
     DECORRELATED = "decorrelated"
-
-
-class Platform(enum.StrEnum):
-    GENESYS = "genesys"
-    CXONE = "cxone"
 
 
 class Channel(enum.StrEnum):

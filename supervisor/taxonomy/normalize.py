@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from supervisor.taxonomy.envelope import RawError
 from supervisor.taxonomy.headers import parse_retry_after_ms
 from supervisor.taxonomy.model import Channel, Platform
+from supervisor.vocabulary.close_codes import CloseCode
 
 # Web Messaging message codes (GMT ErrorCode.kt, docs/platforms.md, "Genesys Cloud Web Messaging")
 WEB_MESSAGING_CODES: dict[int, str] = {
@@ -36,24 +37,8 @@ WEB_MESSAGING_CODES: dict[int, str] = {
     5000: "UnexpectedError",
 }
 
-# RFC 6455 section 7.4.1 and the IANA registry
-CLOSE_CODE_NAMES: dict[int, str] = {
-    1000: "NORMAL_CLOSURE",
-    1001: "GOING_AWAY",
-    1002: "PROTOCOL_ERROR",
-    1003: "UNSUPPORTED_DATA",
-    1005: "NO_STATUS_RECEIVED",
-    1006: "ABNORMAL_CLOSURE",
-    1007: "INVALID_FRAME_PAYLOAD_DATA",
-    1008: "POLICY_VIOLATION",
-    1009: "MESSAGE_TOO_BIG",
-    1010: "MANDATORY_EXTENSION",
-    1011: "INTERNAL_ERROR",
-    1012: "SERVICE_RESTART",
-    1013: "TRY_AGAIN_LATER",
-    1014: "BAD_GATEWAY",
-    1015: "TLS_HANDSHAKE",
-}
+# RFC 6455 section 7.4.1 and the IANA registry: the vocabulary's names (an event's rawCode)
+CLOSE_CODE_NAMES: dict[int, str] = {code.value: code.name for code in CloseCode}
 
 _HTTP_NAMES: dict[int, str] = {s.value: s.name for s in HTTPStatus}
 _DETAILS_MAX = 200

@@ -24,10 +24,9 @@ from supervisor.telemetry import attributes as A
 from supervisor.telemetry.records import Period
 from supervisor.telemetry.sampling import IdSource
 from supervisor.telemetry.spans import ERROR, UNSET, SpanFactory, context_of
+from supervisor.vocabulary import CircuitState
 
-__all__ = ["CLOSED", "CircuitTracker"]
-
-CLOSED = "closed"
+__all__ = ["CircuitTracker"]
 
 
 class CircuitTracker:
@@ -41,11 +40,11 @@ class CircuitTracker:
         self._upcoming: dict[str, tuple[int, int]] = {}
         self._last: dict[str, tuple[int, int]] = {}
         # the state of every circuit seen moving (the circuit-state gauge)
-        self.states: dict[str, str] = {}
+        self.states: dict[str, CircuitState] = {}
 
     def ids_for(self, event: Event) -> tuple[int, int] | None:
         if isinstance(event, CircuitTransition):
-            if event.target != CLOSED:
+            if event.target is not CircuitState.CLOSED:
                 ids = self._upcoming.get(event.circuit_id)
                 if ids is None:
                     ids = self._upcoming[event.circuit_id] = (self._ids.trace_id(), self._ids.span_id())
@@ -68,7 +67,7 @@ class CircuitTracker:
             ended.leave = (event.source, event.target, event.trigger, event.reason)
             self._last[cid] = (ended.trace_id, ended.span_id)
             self._emit(ended)
-        if event.target != CLOSED:
+        if event.target is not CircuitState.CLOSED:
             ids = self._upcoming.pop(cid, None) or (self._ids.trace_id(), self._ids.span_id())
             period = Period(cid, event.target, ids)
             period.start = now
@@ -96,7 +95,7 @@ class CircuitTracker:
         self._current.clear()
 
     def _emit(self, period: Period) -> None:
-        attrs: dict[str, Any] = {A.CIRCUIT_ID: period.circuit_id, A.CIRCUIT_STATE: period.state}
+        attrs: dict[str, Any] = {A.CIRCUIT_ID: period.circuit_id, A.CIRCUIT_STATE: period.state.value}
         events = []
         if period.enter is not None:
             source, trigger, reason = period.enter
@@ -104,7 +103,7 @@ class CircuitTracker:
             events.append(_transition(period.start, source, period.state, trigger, reason))
         if period.leave is not None:
             source, target, trigger, reason = period.leave
-            attrs[A.CIRCUIT_NEXT] = target
+            attrs[A.CIRCUIT_NEXT] = target.value
             events.append(_transition(period.end, source, target, trigger, reason))
         opened = period.opened
         if opened is not None:
@@ -123,17 +122,17 @@ class CircuitTracker:
             attrs,
             period.start,
             period.end,
-            status=ERROR if period.state == "open" else UNSET,
+            status=ERROR if period.state is CircuitState.OPEN else UNSET,
             events=events,
             links=links,
         )
         self._factory.emit([span])
 
 
-def _transition(at: int, source: str, target: str, trigger: str, reason: str) -> SpanEvent:
+def _transition(at: int, source: CircuitState, target: CircuitState, trigger: str, reason: str) -> SpanEvent:
     attrs = {
-        A.CIRCUIT_FROM: source,
-        A.CIRCUIT_TO: target,
+        A.CIRCUIT_FROM: source.value,
+        A.CIRCUIT_TO: target.value,
         A.CIRCUIT_TRIGGER: trigger,
         A.CIRCUIT_REASON: reason,
     }

@@ -47,6 +47,7 @@ from supervisor.telemetry.scrub import Scrubber
 from supervisor.telemetry.segments import SessionTracker
 from supervisor.telemetry.settings import ExportSettings, package_version, resolve_settings
 from supervisor.telemetry.spans import SessionShape, SpanFactory
+from supervisor.vocabulary import Platform
 
 __all__ = ["FLUSH_CAP_S", "Telemetry", "configured_secrets", "shapes_of"]
 
@@ -131,7 +132,7 @@ class Telemetry:
             return None
         return TraceContextProvider(self.operations, self.sessions, self.circuits)
 
-    def observe(self, *, tokens: Mapping[str, TokenCache], sink_failures: Any = None) -> None:
+    def observe(self, *, tokens: Mapping[Platform, TokenCache], sink_failures: Any = None) -> None:
         """What metrics read from the daemon's objects once they exist (tokens, the bus)."""
         self.metrics.observe_tokens(tokens)
         if sink_failures is not None:
@@ -249,7 +250,7 @@ def shapes_of(config: Config) -> dict[str, SessionShape]:
             url = genesys.streaming_url if genesys is not None else None
             websocket = _socket(url, "/channels/{channelId}") if url else None
         # a session kind is named as its channel (webmessaging, notifications, agent-session)
-        shapes[spec.id] = SessionShape(spec.kind.value, spec.platform, spec.kind.value, websocket)
+        shapes[spec.id] = SessionShape(spec.kind.value, spec.platform.value, spec.kind.value, websocket)
     return shapes
 
 

@@ -26,16 +26,15 @@ from supervisor.events import (
     SessionTransition,
 )
 from supervisor.rest.tokens import TokenCache
-from supervisor.taxonomy import SdkErrorEvent
+from supervisor.taxonomy import Channel, SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.telemetry.segments import CONNECTING, RECONNECTING, STATES
+from supervisor.vocabulary import CircuitState, Platform, SessionState
 
 __all__ = ["Metrics"]
 
-CIRCUIT_STATES = ("closed", "open", "half_open")
 # a refused WebSocket upgrade (the platform's admission control), by HTTP status
 _ADMISSION = frozenset({429, 503})
-_WEBSOCKET_CHANNELS = frozenset({"webmessaging", "notifications"})
+_WEBSOCKET_CHANNELS = frozenset({Channel.WEBMESSAGING, Channel.NOTIFICATIONS})
 
 
 class Metrics:
@@ -45,14 +44,14 @@ class Metrics:
         self,
         meter: Meter,
         *,
-        sessions: Callable[[], Mapping[str, int]],
-        circuits: Callable[[], Mapping[str, str]],
+        sessions: Callable[[], Mapping[SessionState, int]],
+        circuits: Callable[[], Mapping[str, CircuitState]],
         segment_attempt: Callable[[str], int],
     ) -> None:
         self._sessions = sessions
         self._circuits = circuits
         self._segment_attempt = segment_attempt
-        self._tokens: Mapping[str, TokenCache] = {}
+        self._tokens: Mapping[Platform, TokenCache] = {}
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
@@ -154,7 +153,7 @@ class Metrics:
         )
 
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
-    def observe_tokens(self, tokens: Mapping[str, TokenCache]) -> None:
+    def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
 
     def count(self, name: str, read: Callable[[], int]) -> None:
@@ -201,7 +200,7 @@ class Metrics:
         elif kind is SessionTransition:
             assert isinstance(event, SessionTransition)
             # read before the segment tracker moves on: was the failed attempt a reconnection?
-            failed = event.source == CONNECTING and event.target == RECONNECTING
+            failed = event.source is SessionState.CONNECTING and event.target is SessionState.RECONNECTING
             if failed and self._segment_attempt(event.session_id) > 0:
                 self.reconnect_outcomes.add(1, {A.OUTCOME: "failed"})
         elif kind is SessionTerminated:
@@ -214,41 +213,54 @@ class Metrics:
             self.terminations.add(1, attrs)
         elif kind is PacingChanged:
             assert isinstance(event, PacingChanged)
-            self._pacing[(event.endpoint, event.kind)] = event.rate
+            self._pacing[(str(event.endpoint), event.kind)] = event.rate
             self.pacing_changes.add(
                 1,
-                {A.PACING_ENDPOINT: event.endpoint, A.PACING_KIND: event.kind, A.PACING_REASON: event.reason},
+                {
+                    A.PACING_ENDPOINT: str(event.endpoint),
+                    A.PACING_KIND: event.kind,
+                    A.PACING_REASON: event.reason,
+                },
             )
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
             self.circuit_transitions.add(
-                1, {A.CIRCUIT_ID: event.circuit_id, A.CIRCUIT_FROM: event.source, A.CIRCUIT_TO: event.target}
+                1,
+                {
+                    A.CIRCUIT_ID: event.circuit_id,
+                    A.CIRCUIT_FROM: event.source.value,
+                    A.CIRCUIT_TO: event.target.value,
+                },
             )
 
-    def connection_failure(self, event: SdkErrorEvent, session_state: str | None) -> None:
+    def connection_failure(self, event: SdkErrorEvent, session_state: SessionState | None) -> None:
         """A session's connection attempt failed: count a refused WebSocket upgrade."""
         status = event.raw_status
-        if session_state == CONNECTING and status in _ADMISSION and event.channel in _WEBSOCKET_CHANNELS:
+        if (
+            session_state is SessionState.CONNECTING
+            and status in _ADMISSION
+            and event.channel in _WEBSOCKET_CHANNELS
+        ):
             self.handshake_refusals.add(1, {A.HTTP_STATUS: status, A.CHANNEL: event.channel})
 
     # -- observable instruments -------------------------------------------------------------------------
     def _observe_sessions(self, options: CallbackOptions) -> Iterable[Observation]:
         counts = self._sessions()
-        return [Observation(counts.get(state, 0), {A.SESSION_STATE: state}) for state in STATES]
+        return [Observation(counts.get(state, 0), {A.SESSION_STATE: state.value}) for state in SessionState]
 
     def _observe_circuits(self, options: CallbackOptions) -> Iterable[Observation]:
         out = []
         for circuit_id, current in sorted(self._circuits().items()):
-            for state in CIRCUIT_STATES:
-                value = 1 if state == current else 0
-                out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state}))
+            for state in CircuitState:
+                value = 1 if state is current else 0
+                out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state.value}))
         return out
 
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             return [
-                Observation(int(getattr(cache, field)), {A.CREDENTIAL: name})
-                for name, cache in sorted(self._tokens.items())
+                Observation(int(getattr(cache, field)), {A.CREDENTIAL: platform.value})
+                for platform, cache in sorted(self._tokens.items())
             ]
 
         return observe

@@ -28,8 +28,9 @@ from supervisor.rest.hooks import AttemptDetails, NoHooks, OperationDetails
 from supervisor.taxonomy import SdkErrorEvent
 from supervisor.telemetry.records import CURRENT, Operation, Parent
 from supervisor.telemetry.sampling import IdSource, Sampler
-from supervisor.telemetry.segments import CONNECTING, SessionTracker
+from supervisor.telemetry.segments import SessionTracker
 from supervisor.telemetry.spans import SpanFactory
+from supervisor.vocabulary import SessionState
 
 __all__ = ["CIRCUIT_OPEN", "OperationTracer"]
 
@@ -127,7 +128,7 @@ class OperationTracer(NoHooks):
             if op.parent is None:
                 segment = self._sessions.segment_of(op.details.context.session_id)
                 if segment is not None:
-                    if segment.state == CONNECTING:
+                    if segment.state is SessionState.CONNECTING:
                         op.parent = segment  # the session start holds what it took
                     else:
                         op.link = segment

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from supervisor.events import RetryAttempt, RetryExhausted
 from supervisor.rest.hooks import AttemptDetails, OperationDetails
 from supervisor.taxonomy import SdkErrorEvent
+from supervisor.vocabulary import CircuitState, SessionState
 
 __all__ = ["CURRENT", "Attempt", "Operation", "Parent", "Period", "Segment"]
 
@@ -177,7 +178,7 @@ class Segment:
     def __init__(
         self,
         session_id: str,
-        state: str,
+        state: SessionState,
         start: int,
         ids: tuple[int, int],
         *,
@@ -204,7 +205,7 @@ class Segment:
         self.errors: list[tuple[int, SdkErrorEvent]] | None = None
         self.throttled: list[tuple[int, float, float]] | None = None
         self.dropped_events = 0
-        self.next_state: str | None = None
+        self.next_state: SessionState | None = None
         self.end_reason: str | None = None
         self.termination: Any = None
 
@@ -243,14 +244,14 @@ class Period:
         "trace_id",
     )
 
-    def __init__(self, circuit_id: str, state: str, ids: tuple[int, int]) -> None:
+    def __init__(self, circuit_id: str, state: CircuitState, ids: tuple[int, int]) -> None:
         self.circuit_id = circuit_id
         self.state = state
         self.trace_id, self.span_id = ids
         self.start = self.end = 0
         # (source, trigger, reason) of the transition that began and ended it
-        self.enter: tuple[str, str, str] | None = None
-        self.leave: tuple[str, str, str, str] | None = None
+        self.enter: tuple[CircuitState, str, str] | None = None
+        self.leave: tuple[CircuitState, CircuitState, str, str] | None = None
         self.opened: Any = None
         self.probe_id = 0
         self.previous: tuple[int, int] | None = None

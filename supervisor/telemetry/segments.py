@@ -42,14 +42,10 @@ from supervisor.taxonomy import SdkErrorEvent
 from supervisor.telemetry.records import Segment
 from supervisor.telemetry.sampling import IdSource, Sampler
 from supervisor.telemetry.spans import SpanFactory
+from supervisor.vocabulary import SessionState
 
-__all__ = ["ACTIVE", "CONNECTING", "RECONNECTING", "TERMINATED", "SessionTracker"]
+__all__ = ["SessionTracker"]
 
-CONNECTING = "connecting"
-ACTIVE = "active"
-RECONNECTING = "reconnecting"
-TERMINATED = "terminated"
-STATES = (CONNECTING, ACTIVE, RECONNECTING, TERMINATED)
 # what a segment still open when telemetry closes says about its end
 CLOSED_BY_EXIT = "DAEMON_EXIT"
 # span events kept per segment: a day-long segment must not grow without bound (the first ones
@@ -61,7 +57,7 @@ class _Session:
     __slots__ = ("correlation", "current", "first", "index", "last", "sampled", "state")
 
     def __init__(self, session_id: str, sampled: bool) -> None:
-        self.state = CONNECTING
+        self.state: SessionState = SessionState.CONNECTING
         self.current: Segment | None = None
         self.first: tuple[int, int] | None = None
         # the segment that ended last: its ids, and whether it was traced
@@ -83,7 +79,7 @@ class SessionTracker:
         self._sessions: dict[str, _Session] = {}
         now = time.time_ns()
         for session_id in configured:
-            self._begin(self._new(session_id), CONNECTING, now)
+            self._begin(self._new(session_id), SessionState.CONNECTING, now)
 
     # -- lookups --------------------------------------------------------------------------------------
     def segment_of(self, session_id: str) -> Segment | None:
@@ -91,7 +87,7 @@ class SessionTracker:
         session = self._sessions.get(session_id)
         return None if session is None else session.current
 
-    def states(self) -> Counter[str]:
+    def states(self) -> Counter[SessionState]:
         """Sessions by state (the sessions gauge)."""
         return Counter(s.state for s in self._sessions.values())
 
@@ -130,13 +126,13 @@ class SessionTracker:
         session = self._live(event.session_id, event.source, now)
         segment = session.current
         assert segment is not None
-        if event.target == TERMINATED:
+        if event.target == SessionState.TERMINATED:
             # the SESSION_TERMINATED that follows carries reason and trigger: it ends the segment
-            segment.next_state = TERMINATED
+            segment.next_state = SessionState.TERMINATED
             segment.end_reason = event.reason
-            session.state = TERMINATED
+            session.state = SessionState.TERMINATED
             return
-        attempt = segment.attempt if event.target == CONNECTING else 0
+        attempt = segment.attempt if event.target == SessionState.CONNECTING else 0
         self._end(session, segment, now, event.target, event.reason)
         self._begin(session, event.target, now, attempt)
 
@@ -148,8 +144,8 @@ class SessionTracker:
         segment.termination = event
         if segment.end_reason is None:
             segment.end_reason = event.reason.value
-        self._end(session, segment, time.time_ns(), TERMINATED, segment.end_reason)
-        session.state = TERMINATED
+        self._end(session, segment, time.time_ns(), SessionState.TERMINATED, segment.end_reason)
+        session.state = SessionState.TERMINATED
         session.current = None
 
     def retry(self, event: RetryAttempt) -> None:
@@ -198,7 +194,7 @@ class SessionTracker:
         self._sessions[session_id] = session
         return session
 
-    def _live(self, session_id: str, state: str, now: int) -> _Session:
+    def _live(self, session_id: str, state: SessionState, now: int) -> _Session:
         """The session's record, with a current segment in ``state`` (a new life if it had ended)."""
         session = self._sessions.get(session_id)
         if session is None:
@@ -211,7 +207,7 @@ class SessionTracker:
             self._begin(session, state, now)
         return session
 
-    def _begin(self, session: _Session, state: str, now: int, attempt: int = 0) -> None:
+    def _begin(self, session: _Session, state: SessionState, now: int, attempt: int = 0) -> None:
         ids = (self._ids.trace_id(), self._ids.span_id())
         previous = session.last[0] if session.last is not None else None
         segment = Segment(
@@ -232,7 +228,12 @@ class SessionTracker:
         session.state = state
 
     def _end(
-        self, session: _Session, segment: Segment, now: int, target: str | None, reason: str | None
+        self,
+        session: _Session,
+        segment: Segment,
+        now: int,
+        target: SessionState | None,
+        reason: str | None,
     ) -> None:
         segment.end = now
         segment.next_state = target
@@ -243,10 +244,15 @@ class SessionTracker:
             self._factory.emit_segment(segment, session.correlation)
 
     @staticmethod
-    def _traced(segment: Segment, target: str | None) -> bool:
+    def _traced(segment: Segment, target: SessionState | None) -> bool:
         """Is ``segment`` traced if it ends towards ``target``? (see the module docstring)"""
         if segment.forced or segment.sampled:
             return True
-        if segment.state == RECONNECTING or (segment.state == CONNECTING and segment.attempt > 0):
+        if segment.state == SessionState.RECONNECTING or (
+            segment.state == SessionState.CONNECTING and segment.attempt > 0
+        ):
             return True
-        return target in (RECONNECTING, TERMINATED) or segment.next_state == TERMINATED
+        return (
+            target in (SessionState.RECONNECTING, SessionState.TERMINATED)
+            or segment.next_state == SessionState.TERMINATED
+        )

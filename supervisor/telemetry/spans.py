@@ -35,6 +35,7 @@ from supervisor.taxonomy import SdkErrorEvent
 from supervisor.telemetry import attributes as A
 from supervisor.telemetry.records import Attempt, Operation, Segment
 from supervisor.telemetry.sampling import IdSource
+from supervisor.vocabulary import CloseCode, SessionState
 
 __all__ = ["ERROR", "UNSET", "SessionShape", "SpanFactory", "context_of"]
 
@@ -84,7 +85,7 @@ def _raw_status(attrs: dict[str, Any], status: int | None) -> None:
     # a WebSocket's close code arrives as the raw status (1000-4999); an HTTP status is < 600
     if status is None:
         return
-    attrs[A.WS_CLOSE_CODE if status >= 1000 else A.HTTP_STATUS] = status
+    attrs[A.WS_CLOSE_CODE if status >= CloseCode.NORMAL_CLOSURE else A.HTTP_STATUS] = status
 
 
 def _websocket(attrs: dict[str, Any], websocket: tuple[str, int | None, str] | None) -> None:
@@ -178,7 +179,7 @@ class SpanFactory:
         self._endpoint(attrs, op, in_band)
         attrs[A.ATTEMPTS] = details.attempts
         if details.circuit is not None:
-            attrs[A.CIRCUIT_ID] = details.circuit
+            attrs[A.CIRCUIT_ID] = str(details.circuit)
         if op.error is not None:
             attrs[A.ERROR_TYPE] = op.error
             if op.event is not None:
@@ -276,10 +277,10 @@ class SpanFactory:
         shape = self._shapes.get(segment.session_id)
         attrs: dict[str, Any] = {}
         correlate(attrs, correlation or Correlation(segment.session_id))
-        attrs[A.SEGMENT] = segment.state
+        attrs[A.SEGMENT] = segment.state.value
         attrs[A.SEGMENT_INDEX] = segment.index
         if segment.next_state is not None:
-            attrs[A.SEGMENT_NEXT] = segment.next_state
+            attrs[A.SEGMENT_NEXT] = segment.next_state.value
         if segment.end_reason is not None:
             attrs[A.SEGMENT_END_REASON] = segment.end_reason
         if segment.attempt:
@@ -313,7 +314,7 @@ class SpanFactory:
         for child in segment.children or ():
             self._operation(child, context, spans)
             last_child_end = max(last_child_end, child.end)
-        if segment.state == "connecting" and shape is not None and shape.websocket is not None:
+        if segment.state is SessionState.CONNECTING and shape is not None and shape.websocket is not None:
             spans.append(self._handshake(segment, shape, context, last_child_end, failed))
         self.emit(spans)
 
@@ -330,7 +331,7 @@ class SpanFactory:
                 attrs[A.RAW_CODE] = termination.raw_code
             _raw_status(attrs, termination.raw_status)
             return termination.reason not in _CLEAN_ENDS
-        if segment.next_state == "reconnecting" and segment.end_reason is not None:
+        if segment.next_state is SessionState.RECONNECTING and segment.end_reason is not None:
             # the transition's reason is the semantic code of the failure that moved it
             attrs[A.ERROR_TYPE] = segment.end_reason
             last = segment.last_error()

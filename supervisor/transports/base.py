@@ -35,6 +35,7 @@ from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.events import RolloverReason
 from supervisor.taxonomy import RawError
+from supervisor.vocabulary import CloseCode
 
 __all__ = [
     "Connection",
@@ -68,7 +69,7 @@ class Connection(Protocol):
         requests go to the request (and the retry executor), not to ``report``.
         """
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close the connection (1000 on stop, 1001 on daemon shutdown); never raises."""
 
 

@@ -63,6 +63,7 @@ from supervisor.rest.cxone_auth import CxoneApi
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.taxonomy import RawError, SdkErrorEvent
 from supervisor.taxonomy.headers import parse_max_age_ms
+from supervisor.vocabulary import CXONE_AGENT_SESSIONS, CloseCode, EndpointId, Platform
 
 __all__ = [
     "CIRCUIT",
@@ -78,9 +79,9 @@ Sleep = Callable[[float], Awaitable[None]]
 EventSink = Callable[[list[dict[str, Any]]], None]
 
 #: the circuit every Agent Session API call goes through (one per CXone API endpoint)
-CIRCUIT = "cxone:api"
+CIRCUIT = EndpointId.api(Platform.CXONE)
 #: the session's connect endpoint: its starts and joins, paced and gated as connection attempts
-CONNECT_ENDPOINT = "cxone:agent-sessions"
+CONNECT_ENDPOINT = CXONE_AGENT_SESSIONS
 #: the httpx read timeout of a poll is the server's hold time plus this (the server holds up to N s)
 POLL_READ_GRACE_S = 10.0
 #: a Cache-Control max-age longer than the longest hold CXone allows (60 s) is clamped to it
@@ -448,7 +449,7 @@ class AgentSessionConnection:
             self._deliver(events)
 
     # ------------------------------------------------------------------ closing
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """End the platform session with DELETE so no orphan stays logged in; never raises.
 
         ``code`` and ``reason`` do not change the request: on stop (1000) and on shutdown

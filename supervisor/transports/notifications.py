@@ -36,16 +36,15 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio
-import websockets.exceptions as wsx
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from websockets.asyncio.client import connect
 
 from supervisor.attempts import Flight
-from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
+from supervisor.boundary import Learned, Reporter, SessionContext, socket_failures
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
-from supervisor.errors import OperationError, TransportFailure
+from supervisor.errors import OperationError
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.token_fetch import refresh_from
@@ -56,6 +55,7 @@ from supervisor.transports.channel_quota import ChannelQuota, Place
 from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Noticed, Signal
 from supervisor.transports.overlap import OverlapDedupe
 from supervisor.transports.renewal import RENEW_LEAD_S, renewal_due
+from supervisor.vocabulary import CloseCode, EndpointId, Platform
 
 __all__ = [
     "CHANNELS_PATH",
@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 CHANNELS_PATH = "/api/v2/notifications/channels"
+#: the endpoint of the channel's REST calls (its creation, its subscription): the Platform API's
+CIRCUIT = EndpointId.api(Platform.GENESYS)
 # PY269 ApiClient: every call says Accept and Content-Type application/json (a body-less POST
 # carries the JSON ``null``: rest.py json.dumps(None))
 _JSON = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -160,7 +162,7 @@ class NotificationsTransport:
     async def aclose(self) -> None:
         """Close a connection still open (daemon shutdown: 1001 going away)."""
         if self._live is not None:
-            await self._live.close(1001)
+            await self._live.close(CloseCode.GOING_AWAY)
             self._live = None
 
     # -- one channel: create, connect, subscribe --------------------------------------------------------
@@ -192,7 +194,7 @@ class NotificationsTransport:
             await self.subscribe(link)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await link.close(1000)
+                await link.close(CloseCode.NORMAL_CLOSURE)
             raise
         return link
 
@@ -201,7 +203,7 @@ class NotificationsTransport:
             "POST",
             self._api + CHANNELS_PATH,
             ctx=ctx,
-            circuit="genesys:api",
+            circuit=CIRCUIT,
             operation="notifications.channel.create",
             channel=Channel.REST,
             # without id and connectUri there is nothing to connect to: INCOMPLETE_RESPONSE (seed §3)
@@ -229,7 +231,8 @@ class NotificationsTransport:
         ka = self._keepalive
         if flight is not None:
             await flight.leave()
-        try:
+        # a refused handshake is the runtime's to tell the endpoint, classified
+        with socket_failures(ctx=link_ctx, method="CONNECT", endpoint=endpoint):
             ws = await connect(
                 connect_uri,
                 compression=None,
@@ -240,9 +243,6 @@ class NotificationsTransport:
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
             )
-        except (wsx.WebSocketException, OSError) as exc:
-            raw = raw_from_exception(exc, ctx=link_ctx, method="CONNECT", endpoint=endpoint)
-            raise TransportFailure(raw) from None  # (the runtime tells the endpoint, classified)
         if flight is not None:
             flight.answered(None)  # the handshake went through: its endpoint hears so now
         now = self.clock.monotonic()
@@ -280,7 +280,7 @@ class NotificationsTransport:
             "PUT",
             self._subscriptions_url(link),
             ctx=link.ctx,
-            circuit="genesys:api",
+            circuit=CIRCUIT,
             operation="notifications.channel.subscribe",
             channel=Channel.REST,
             route=CHANNELS_PATH + "/{channelId}/subscriptions",
@@ -294,7 +294,7 @@ class NotificationsTransport:
             "GET",
             self._subscriptions_url(link),
             ctx=link.ctx,
-            circuit="genesys:api",
+            circuit=CIRCUIT,
             operation="notifications.channel.subscriptions",
             channel=Channel.REST,
             route=CHANNELS_PATH + "/{channelId}/subscriptions",
@@ -419,7 +419,7 @@ class NotificationsConnection:
                 continue
             if not await report(signal.raw):
                 # the runtime moves on (a fail-fast, or v1's reconnection on socket_closing)
-                await self.close(1000)
+                await self.close(CloseCode.NORMAL_CLOSURE)
                 return signal.raw
             event = self._t.pipeline.classifier.classify(signal.raw)
             if event.taxonomy_class is not TaxonomyClass.TRANSIENT:
@@ -441,7 +441,7 @@ class NotificationsConnection:
             if len(self._displaced) >= _DISPLACED_LIMIT:
                 # another consumer keeps taking the topics back: stop fighting over them here;
                 # the runtime reconnects at its own (backed-off) pace
-                await self.close(1000)
+                await self.close(CloseCode.NORMAL_CLOSURE)
                 return signal.raw
             self._displaced.append(now)
             await self._roll_over(RolloverReason.PLATFORM_SIGNAL, code=event.code)
@@ -503,7 +503,7 @@ class NotificationsConnection:
                 place = None  # the sessions fill the quota: break first, then make
         make_before_break = place is not None
         if place is None:
-            await old.close(1000, now=clock.monotonic())
+            await old.close(CloseCode.NORMAL_CLOSURE, now=clock.monotonic())
             place = await t.quota.reserve()
         new = await t.establish(self._ctx, place, self._deliver, self._heartbeat)
         self._links.append(new)
@@ -512,7 +512,7 @@ class NotificationsConnection:
         if not old.closed:
             # every event the old channel sent before now is read once its pong is: then close it
             await old.drain(t.keepalive.echo_timeout)
-            await old.close(1000, now=clock.monotonic())
+            await old.close(CloseCode.NORMAL_CLOSURE, now=clock.monotonic())
         place.settle()
         self._links = [link for link in self._links if not link.closed]
         self.rollovers += 1
@@ -573,7 +573,7 @@ class NotificationsConnection:
     def _heartbeat(self) -> None:
         self.heartbeats += 1
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close every channel socket with ``code`` (1000 stop, 1001 shutdown); never raises."""
         if self._closed:
             return

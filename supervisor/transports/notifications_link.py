@@ -20,12 +20,17 @@ from functools import partial
 from typing import Any
 
 import anyio
-import websockets.exceptions as wsx
 from anyio.streams.memory import MemoryObjectSendStream
 from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
-from supervisor.boundary import SessionContext, raw_from_exception, raw_from_message
+from supervisor.boundary import (
+    SOCKET_CLOSED,
+    SOCKET_FAILURES,
+    SessionContext,
+    raw_from_exception,
+    raw_from_message,
+)
 from supervisor.config import Keepalive
 from supervisor.events import RolloverReason
 from supervisor.rest.tokens import Token
@@ -39,6 +44,7 @@ from supervisor.transports.sockets import (
     serve_alive,
     shutdown_socket,
 )
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["ChannelLink", "Due", "Ended", "Notice", "Noticed", "Signal", "system_kind"]
 
@@ -159,7 +165,7 @@ class ChannelLink:
         while True:
             try:
                 frame = await self.ws.recv()
-            except wsx.ConnectionClosed as exc:
+            except SOCKET_CLOSED as exc:
                 # the close code the server sent (exc.rcvd), or 1006 when the link just died (RFC 6455 7.1.5)
                 return raw_from_exception(exc, ctx=self.ctx, endpoint=self.endpoint)
             noticed = self._on_frame(decode_frame(frame))
@@ -218,13 +224,15 @@ class ChannelLink:
         with anyio.move_on_after(within):
             try:
                 await self.ws.send(PING)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 return
             await answered.wait()
 
     # -- closing ------------------------------------------------------------------------------------
 
-    async def close(self, code: int = 1000, reason: str = "", *, now: float | None = None) -> None:
+    async def close(
+        self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "", *, now: float | None = None
+    ) -> None:
         """Close the socket with ``code`` and give its place in the quota back; never raises."""
         if self._closing:
             return

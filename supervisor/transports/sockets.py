@@ -14,13 +14,20 @@ from functools import partial
 from typing import Any
 
 import anyio
-import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection
 from websockets.protocol import State
 
-from supervisor.boundary import Reporter, SessionContext, raw_from_close, raw_from_exception
+from supervisor.boundary import (
+    SOCKET_CLOSED,
+    SOCKET_FAILURES,
+    Reporter,
+    SessionContext,
+    raw_from_close,
+    raw_from_exception,
+)
 from supervisor.config import Keepalive
 from supervisor.taxonomy import RawError
+from supervisor.vocabulary import CloseCode
 
 _REDACTED = "***"
 
@@ -65,12 +72,12 @@ def abort_socket(ws: ClientConnection) -> None:
         ws.transport.abort()
 
 
-async def shutdown_socket(ws: ClientConnection, code: int, reason: str, within: float) -> None:
+async def shutdown_socket(ws: ClientConnection, code: CloseCode, reason: str, within: float) -> None:
     """Close with ``code`` within ``within`` s, else abort; never raises."""
     try:
         with anyio.move_on_after(within):
             await ws.close(code, reason)
-    except (wsx.WebSocketException, OSError, ValueError):
+    except (*SOCKET_FAILURES, ValueError):
         pass
     if ws.state is not State.CLOSED:
         abort_socket(ws)
@@ -81,7 +88,7 @@ async def discard_socket(ws: ClientConnection, failure: RawError, within: float)
     if failure.exception == "TimeoutError":
         abort_socket(ws)  # a closing handshake would only wait close_timeout for it again
     else:
-        await shutdown_socket(ws, 1000, "", within)
+        await shutdown_socket(ws, CloseCode.NORMAL_CLOSURE, "", within)
 
 
 async def await_liveness(
@@ -103,7 +110,7 @@ async def await_liveness(
         with anyio.move_on_after(answer_within) as waited:
             try:
                 await ws.send(probe)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 return  # the link is gone: the receive loop reports how it ended
             await event.wait()
         if waited.cancelled_caught:
@@ -132,7 +139,7 @@ async def receive_frames(
     while True:
         try:
             frame = await ws.recv()
-        except wsx.ConnectionClosed as exc:
+        except SOCKET_CLOSED as exc:
             # the close code the server sent (exc.rcvd), or 1006 when the link just died (RFC 6455 7.1.5)
             return raw_from_exception(exc, ctx=ctx, endpoint=endpoint)
         raw = classify(decode_frame(frame))
@@ -173,4 +180,4 @@ async def serve_alive(
         outcome = await receive()
         tg.cancel_scope.cancel()
     # None: the probe gave up and aborted the link without a close frame (RFC 6455 section 7.1.5)
-    return outcome if outcome is not None else raw_from_close(1006, ctx=ctx)
+    return outcome if outcome is not None else raw_from_close(CloseCode.ABNORMAL_CLOSURE, ctx=ctx)

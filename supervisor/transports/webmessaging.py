@@ -37,19 +37,20 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio
-import websockets.exceptions as wsx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.protocol import State
 from websockets.typing import Origin
 
 from supervisor.attempts import Flight
 from supervisor.boundary import (
+    SOCKET_FAILURES,
     Learned,
     Reporter,
     SessionContext,
     raw_from_close,
     raw_from_exception,
     raw_from_message,
+    socket_failures,
 )
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
@@ -68,6 +69,7 @@ from supervisor.transports.sockets import (
 )
 from supervisor.transports.wm_health import EchoSchedule
 from supervisor.transports.wm_replies import answers_oldest_message, is_failure
+from supervisor.vocabulary import CloseCode
 
 __all__ = [
     "HEALTH_CHECK_TRACING_ID",
@@ -154,7 +156,8 @@ class WebMessagingTransport:
         ka = self._keepalive
         if flight is not None:
             await flight.leave()
-        try:
+        # InvalidStatus keeps status and Retry-After (429/503 admission, 403 AccessDenied, §1)
+        with socket_failures(ctx=ctx, method="CONNECT", endpoint=ENDPOINT):
             ws = await connect(
                 self._uri,
                 origin=self._origin,
@@ -167,16 +170,11 @@ class WebMessagingTransport:
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
             )
-        except (wsx.WebSocketException, OSError) as exc:
-            # InvalidStatus keeps status and Retry-After (429/503 admission, 403 AccessDenied, §1)
-            raise TransportFailure(
-                raw_from_exception(exc, ctx=ctx, method="CONNECT", endpoint=ENDPOINT)
-            ) from None
         conn = WebMessagingConnection(self, ws)
         try:
             with anyio.fail_after(ka.open_timeout):
                 answer = await conn.configure()
-        except (wsx.WebSocketException, OSError) as exc:  # TimeoutError (no answer) is an OSError
+        except SOCKET_FAILURES as exc:  # TimeoutError (no answer) is an OSError
             failure: RawError | None = raw_from_exception(
                 exc, ctx=ctx, method="configureSession", endpoint=ENDPOINT
             )
@@ -194,7 +192,7 @@ class WebMessagingTransport:
         refused = self._not_connected(conn) or self._lost_conversation(conn)
         if refused is not None:
             # no closeSession: a guest that was not connected resumes with the same token later
-            await shutdown_socket(ws, 1000, "", self._close_timeout)
+            await shutdown_socket(ws, CloseCode.NORMAL_CLOSURE, "", self._close_timeout)
             raise OperationError(refused)
         self._configured = True
         self._live = conn
@@ -249,7 +247,7 @@ class WebMessagingTransport:
     async def aclose(self) -> None:
         """Close a connection still open (daemon shutdown: 1001 going away)."""
         if self._live is not None:
-            await self._live.close(1001)
+            await self._live.close(CloseCode.GOING_AWAY)
             self._live = None
 
 
@@ -382,7 +380,7 @@ class WebMessagingConnection:
         try:
             try:
                 await self._ws.send(self._frame(action, tracingId=tracing, **fields))
-            except (wsx.WebSocketException, OSError) as exc:
+            except SOCKET_FAILURES as exc:
                 raise ConnectionLost(
                     raw_from_exception(exc, ctx=self._ctx, method=action, endpoint=ENDPOINT)
                 ) from None
@@ -416,7 +414,7 @@ class WebMessagingConnection:
             tg.cancel_scope.cancel()
         if outcome is None:
             # the health check aborted the link: no close frame arrived (RFC 6455 section 7.1.5)
-            outcome = raw_from_close(1006, ctx=self._ctx)
+            outcome = raw_from_close(CloseCode.ABNORMAL_CLOSURE, ctx=self._ctx)
             self._end_requests(outcome)
         return outcome
 
@@ -444,7 +442,7 @@ class WebMessagingConnection:
             self._health.sent(clock.monotonic())
             try:
                 await self._ws.send(echo)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 return  # the link is gone: the receive loop reports how it ended
             if not await _set_within(heard, answer_within, sleep):
                 abort_socket(self._ws)
@@ -467,7 +465,7 @@ class WebMessagingConnection:
     async def _let_go(self) -> None:
         # the runtime has moved on: close the socket but send no closeSession, so the server
         # session survives for a resume with the same guest token
-        await shutdown_socket(self._ws, 1000, "", self._t._close_timeout)
+        await shutdown_socket(self._ws, CloseCode.NORMAL_CLOSURE, "", self._t._close_timeout)
         self._closed = True
 
     def _classify_frame(self, msg: dict[str, Any] | None) -> RawError | None:
@@ -521,7 +519,7 @@ class WebMessagingConnection:
         self._requests.pop(tracing, None)
         return self._pending.pop(tracing)
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """closeSession (only on 1000: the session is over) then a close frame; never raises."""
         if self._closed:
             return
@@ -529,13 +527,13 @@ class WebMessagingConnection:
         self._end_requests(raw_from_close(code, ctx=self._ctx))
         if self._t._live is self:
             self._t._live = None
-        if code == 1000 and self._ws.state is State.OPEN:
+        if code == CloseCode.NORMAL_CLOSURE and self._ws.state is State.OPEN:
             # GMT CloseSessionRequest.kt: token, closeAllConnections, a fresh tracingId, action
             frame = self._frame("closeSession", closeAllConnections=True)
             try:
                 with anyio.move_on_after(self._t._close_timeout):
                     await self._ws.send(frame)
-            except (wsx.WebSocketException, OSError):
+            except SOCKET_FAILURES:
                 pass
         await shutdown_socket(self._ws, code, reason, self._t._close_timeout)
 

@@ -45,6 +45,7 @@ from supervisor.rest.hooks import AttemptDetails, NoHooks
 from supervisor.runtime.collector import tuned_collector
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform
+from supervisor.vocabulary import EndpointId
 from tests.bench.runtime_harness import SimProcess, raise_nofile, table, wait_for
 
 SECRET = Path("/tmp/session-supervisor-bench-secrets")
@@ -117,9 +118,9 @@ async def run_once(
                     cell = [0]
                     _ATTEMPTS.set(cell)
                     stats["in_flight"] += counted
-                    pipeline = wiring.pipeline_for("genesys", ctx.session_id)
+                    pipeline = wiring.pipeline_for(Platform.GENESYS, ctx.session_id)
                     try:
-                        await pipeline.request("GET", url, ctx=ctx, circuit="genesys:api")
+                        await pipeline.request("GET", url, ctx=ctx, circuit=EndpointId.api(Platform.GENESYS))
                         ok = True
                     except (OperationError, CircuitOpenError):
                         ok = False

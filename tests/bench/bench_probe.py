@@ -26,6 +26,7 @@ if __package__ in (None, ""):
 
 from machines.pacing import Pacer, PacingConfig, Probe
 from supervisor.clock import FakeClock
+from supervisor.vocabulary import EndpointId, Platform
 from tests.bench.runtime_harness import table
 
 LIMITS = (5, 20, 50, 100, 200, 500)
@@ -44,7 +45,7 @@ VARIANTS = {
 def through(limit: int, n: int, config: PacingConfig) -> tuple[int, float]:
     """(refused, seconds) for ``n`` attempts against a ``limit`` per clock second."""
     clock = FakeClock(start=0.0, epoch=0.0)
-    pacer = Pacer("ep", clock, config)
+    pacer = Pacer(EndpointId(Platform.GENESYS, "ep"), clock, config)
     window, used = -1, 0
     refused = admitted = 0
     while admitted < n:

@@ -54,10 +54,11 @@ from supervisor.events import Correlation, SessionTransition
 from supervisor.runtime.assembly import socket_api
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
+from supervisor.vocabulary import SessionState
 from tests.bench.runtime_harness import wait_for
 
 SESSIONS = 1000
-CYCLE = ("active", "reconnecting", "connecting")
+CYCLE = (SessionState.ACTIVE, SessionState.RECONNECTING, SessionState.CONNECTING)
 CONFIG = """
 [platforms.genesys]
 loginUrl = "http://127.0.0.1:9"
@@ -198,7 +199,12 @@ async def daemon(subscribers: int, rate: int, seconds: float, rounds: int) -> di
                 for i in range(SESSIONS):
                     wiring.bus.publish(
                         SessionTransition(
-                            f"s-{i}", "connecting", "active", "bench", "warm", "2026-01-01T00:00:00.000Z"
+                            f"s-{i}",
+                            SessionState.CONNECTING,
+                            SessionState.ACTIVE,
+                            "bench",
+                            "warm",
+                            "2026-01-01T00:00:00.000Z",
                         ),
                         Correlation(f"s-{i}"),
                     )

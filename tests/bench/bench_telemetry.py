@@ -58,6 +58,7 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.runtime.hooks import BusHooks
 from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy
 from supervisor.telemetry import ExportSettings, Telemetry, shapes_of
+from supervisor.vocabulary import EndpointId
 from tests.bench.runtime_harness import SimProcess, raise_nofile, table, wait_for, webmessaging_config
 
 REPEATS = 7
@@ -151,7 +152,13 @@ async def wrapper(calls: int, url: str) -> dict[str, float]:
         ex = RetryExecutor(classifier, Attempts(Endpoints(clock, CircuitRegistry(clock))), clock, hooks=hooks)
 
         async def call() -> object:
-            return await ex.call(once, ctx=ctx, circuit="bench:endpoint", operation="bench", route="/bench")
+            return await ex.call(
+                once,
+                ctx=ctx,
+                circuit=EndpointId(Platform.GENESYS, "bench"),
+                operation="bench",
+                route="/bench",
+            )
 
         return call
 

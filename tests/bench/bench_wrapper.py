@@ -47,6 +47,7 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.hooks import NoHooks
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.taxonomy import Channel, Classifier, Platform, load_taxonomy
+from supervisor.vocabulary import EndpointId
 
 TARGET_US = 5.0
 REPEATS = 7
@@ -75,7 +76,9 @@ def ours_call(executor: RetryExecutor) -> Call:
         return await op()
 
     async def call() -> object:
-        return await executor.call(once, ctx=ctx, circuit="bench:endpoint", operation="bench")
+        return await executor.call(
+            once, ctx=ctx, circuit=EndpointId(Platform.GENESYS, "bench"), operation="bench"
+        )
 
     return call
 
@@ -125,7 +128,7 @@ async def measure(calls: int) -> dict[str, float]:
             return await client.request("GET", url)
 
         async def piped() -> object:
-            return await pipeline.request("GET", url, ctx=ctx, circuit="genesys:api")
+            return await pipeline.request("GET", url, ctx=ctx, circuit=EndpointId.api(Platform.GENESYS))
 
         out["httpx request (bare)"] = await best_us(direct, http_calls)
         out["ours: RequestPipeline.request"] = await best_us(piped, http_calls)

@@ -22,7 +22,6 @@ import httpx
 import pytest
 
 from machines.registry import CircuitRegistry, Endpoints
-from machines.session import SessionState
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus, Published
@@ -38,6 +37,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, load_taxonomy
 from supervisor.telemetry.scrub import Scrubber
 from supervisor.transports.cxone import AgentSessionTransport
+from supervisor.vocabulary import CXONE_AGENT_SESSIONS, SessionState
 from tests.conformance.cxone_platform import AGENT, TENANT, Answer, CxonePlatform, Seen, token_answer
 from tests.harness.clocks import advancing
 
@@ -84,7 +84,7 @@ class Daemon:
             ACCESS_KEY_ID,
             Secret(ACCESS_KEY_SECRET),
         )
-        self.tokens = TokenCache(self.login, self.clock, early_refresh_s=300.0, name="cxone")
+        self.tokens = TokenCache(self.login, self.clock, early_refresh_s=300.0, platform=Platform.CXONE)
         self.pipeline = RequestPipeline(self.http, self.executor, tokens=self.tokens)
         self.bus.subscribe(self._keep)
 
@@ -376,7 +376,7 @@ def _runner(daemon: Daemon, transport: AgentSessionTransport) -> SessionRunner:
     return SessionRunner(
         transport,
         classifier=daemon.classifier,
-        gate=daemon.executor.attempts.connect("cxone:agent-sessions"),
+        gate=daemon.executor.attempts.connect(CXONE_AGENT_SESSIONS),
         bus=daemon.bus,
         clock=daemon.clock,
         rng=random.Random(5),

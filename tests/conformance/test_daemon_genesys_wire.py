@@ -34,6 +34,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.store import UpdateOutcome
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
+from supervisor.vocabulary import GENESYS_WEBMESSAGING, CloseCode
 from tests.conformance.conftest import G, sdk
 from tests.conformance.genesys_wire import (
     ACCESS_TOKEN,
@@ -258,7 +259,7 @@ async def test_configure_session_is_the_frame_gmt_sends(wire: GenesysWire) -> No
     assert {"token", "deploymentId", "startNew", "tracingId", "action"} <= set(frame) <= GMT_CONFIGURE_SESSION
     assert frame["startNew"] is False and frame["deploymentId"] == "dep-1"
     uuid.UUID(frame["tracingId"])
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 class Runner:
@@ -272,7 +273,7 @@ class Runner:
         self.runner = SessionRunner(
             transport,
             classifier=classifier_of(transport),
-            gate=Attempts(Endpoints(clock)).connect("genesys:webmessaging"),
+            gate=Attempts(Endpoints(clock)).connect(GENESYS_WEBMESSAGING),
             bus=self.bus,
             clock=clock,
             rng=random.Random(1),
@@ -293,7 +294,7 @@ async def run_until(runner: Runner, state: str) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.runner.run)
         await wait_until(lambda: runner.state == state, LIMIT_S)
-        await runner.runner.stop(1001)
+        await runner.runner.stop(CloseCode.GOING_AWAY)
 
 
 async def test_a_minimal_resumed_session_response_keeps_the_session(wire: GenesysWire) -> None:
@@ -371,7 +372,7 @@ async def test_a_message_is_the_frame_gmt_sends(wire: GenesysWire) -> None:
     assert {"token", "message", "tracingId", "action"} <= set(frame) <= GMT_ON_MESSAGE
     assert frame["message"] == {"type": "Text", "text": "Hello world"}
     assert answer["text"] == "Hello world" and answer["direction"] == "Inbound"
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def _two_messages(
@@ -421,7 +422,7 @@ async def test_a_refusal_fails_exactly_the_oldest_message_and_is_never_resent(
     assert second["text"] == "second"
     assert [f["message"]["text"] for f in wire.sent("onMessage")] == ["first", "second"]  # never re-sent
     assert report.raws == []  # the request's answer, not an in-band failure of the session
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_a_4029_is_resent_only_after_retry_after(wire: GenesysWire) -> None:
@@ -440,7 +441,7 @@ async def test_a_4029_is_resent_only_after_retry_after(wire: GenesysWire) -> Non
     assert len(waits.delays) == 1 and waits.delays[0] >= 3.0
     first, again = wire.sent("onMessage")
     assert first["message"] == again["message"] and first["tracingId"] != again["tracingId"]
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_a_5000_fails_the_waiting_message_as_a_server_error_and_it_is_retried(
@@ -458,7 +459,7 @@ async def test_a_5000_fails_the_waiting_message_as_a_server_error_and_it_is_retr
             answer = await conn.send_message("hello")
             tg.cancel_scope.cancel()
     assert answer["text"] == "hello" and len(wire.sent("onMessage")) == 2 and len(waits.delays) == 1
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 @pytest.mark.parametrize(
@@ -527,7 +528,7 @@ async def test_the_echo_goes_out_only_after_echo_interval_without_inbound_frames
             assert echo["message"] == {"type": "Text", "text": "ping"}
             tg.cancel_scope.cancel()
     assert result == [] and report.raws == []
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_echoes_are_at_least_30_seconds_apart(wire: GenesysWire) -> None:
@@ -549,7 +550,7 @@ async def test_echoes_are_at_least_30_seconds_apart(wire: GenesysWire) -> None:
             await wait_until(lambda: len(wire.sent("echo")) == 2)
             tg.cancel_scope.cancel()
     assert result == []
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 @pytest.mark.parametrize("answer", [TOO_MANY_REQUESTS, UNKNOWN_ERROR], ids=["4029", "5000"])
@@ -573,7 +574,7 @@ async def test_an_error_reply_to_the_echo_is_not_a_liveness_failure(
             assert timers.deadlines() == [start + 60.0] and result == []
             tg.cancel_scope.cancel()
     assert report.codes in (["RATE_LIMITED"], ["SERVER_ERROR"])
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_an_unanswered_echo_aborts_the_link(wire: GenesysWire) -> None:
@@ -605,7 +606,7 @@ async def test_echo_interval_zero_disables_the_health_check(wire: GenesysWire) -
             await wait_until(lambda: len(pushed) == 2)
             tg.cancel_scope.cancel()
     assert wire.sent("echo") == []
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 # ================================================================== point 7: closeSession
@@ -614,7 +615,7 @@ async def test_echo_interval_zero_disables_the_health_check(wire: GenesysWire) -
 async def test_close_session_carries_a_tracing_id(wire: GenesysWire) -> None:
     """GMT CloseSessionRequest.kt: token, closeAllConnections, a tracingId (a fresh UUID), action."""
     conn = await wm(wire).open()
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
     await wait_until(lambda: len(wire.sent("closeSession")) == 1)
     (frame,) = wire.sent("closeSession")
     assert set(frame) == GMT_CLOSE_SESSION and frame["closeAllConnections"] is True

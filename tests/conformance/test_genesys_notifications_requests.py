@@ -35,6 +35,7 @@ from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.base import Rollover
 from supervisor.transports.notifications import NotificationsTransport
+from supervisor.vocabulary import CloseCode
 from tests.conformance.conftest import G, sdk
 from tests.harness.waits import wait_until
 
@@ -236,7 +237,7 @@ async def test_the_daemon_rolls_over_with_py269s_requests_and_closes_the_old_cha
                 await wait_until(
                     lambda: any(s.kind == "ws-close" and s.channel == first for s in recorder.seen)
                 )
-                await conn.close(1000)
+                await conn.close(CloseCode.NORMAL_CLOSURE)
                 tg.cancel_scope.cancel()
     assert recorder.http() == [
         expected("create"),

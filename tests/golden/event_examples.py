@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from machines.circuit import CircuitState
-from machines.session import SessionState
 from supervisor.api.events import (
     ControlCommand,
     Peer,
@@ -68,6 +66,7 @@ from supervisor.store.model import Resolution
 from supervisor.systemd.degraded import DaemonDegraded, DaemonRecovered
 from supervisor.systemd.watchdog import WatchdogResumed, WatchdogWithheld
 from supervisor.taxonomy import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
+from supervisor.vocabulary import CircuitState, EndpointId, Platform, SessionState
 
 __all__ = [
     "BOOT_ID",
@@ -735,23 +734,25 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     # -- PACING_CHANGED: every reason; a rate and a previous rate absent (unpaced) --------------------
     Example(
         "pacing_changed.throttled",
-        PacingChanged("genesys:webmessaging", "connect", 10.0, 20.0, "throttled", 3.0, T0),
+        PacingChanged(
+            EndpointId(Platform.GENESYS, "webmessaging"), "connect", 10.0, 20.0, "throttled", 3.0, T0
+        ),
     ),
     Example(
         "pacing_changed.probe",
-        PacingChanged("cxone:rest", "rest", 12.3456, 6.1, "probe", 0.0, T1),
+        PacingChanged(EndpointId(Platform.CXONE, "rest"), "rest", 12.3456, 6.1, "probe", 0.0, T1),
     ),
     Example(
         "pacing_changed.probe_from_unpaced",
-        PacingChanged("cxone:rest", "rest", 40.0, None, "probe", 0.0, T1),
+        PacingChanged(EndpointId(Platform.CXONE, "rest"), "rest", 40.0, None, "probe", 0.0, T1),
     ),
     Example(
         "pacing_changed.pause",
-        PacingChanged("genesys:webmessaging", "connect", 5.0, 5.0, "pause", 7.5, T1),
+        PacingChanged(EndpointId(Platform.GENESYS, "webmessaging"), "connect", 5.0, 5.0, "pause", 7.5, T1),
     ),
     Example(
         "pacing_changed.restart_unpaced",
-        PacingChanged("genesys:webmessaging", "connect", None, 2.5, "restart", 0.0, T2),
+        PacingChanged(EndpointId(Platform.GENESYS, "webmessaging"), "connect", None, 2.5, "restart", 0.0, T2),
     ),
     # -- the daemon's lifecycle -----------------------------------------------------------------------
     Example("daemon_started", DaemonStarted(50, "/etc/session-supervisor/config.toml")),

@@ -26,7 +26,7 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
-from supervisor.api.protocol import ErrorName, Method, encode_call, parse_reply
+from supervisor.api.protocol import ApiFault, Method, encode_call, parse_reply
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.harness.config import genesys_config
@@ -495,7 +495,7 @@ async def test_control_idle_timeout_from_the_config_file(
                 received += chunk
             answer, closing = (parse_reply(f) for f in received.split(b"\0")[:2])
             assert answer.error is None and answer.parameters["sessions"]["total"] == 1
-            assert closing.error == ErrorName.IDLE_TIMEOUT and closing.parameters["seconds"] == 0.5
+            assert closing.error == ApiFault.IDLE_TIMEOUT and closing.parameters["seconds"] == 0.5
             assert await anyio.to_thread.run_sync(client.recv, 1 << 16) == b""
         finally:
             client.close()

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.errors import ConfigError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
@@ -68,9 +68,9 @@ async def test_status_sessions_and_show(genesys_sim: GenesysSimulator, tmp_path:
             and shown["conversationId"] == h.runners["wm-1"].context.conversation_id
         )
         missing = await call(h, Method.SHOW_SESSION, {"sessionId": "nope"})
-        assert missing.error == ErrorName.NO_SUCH_SESSION and missing.parameters["sessionId"] == "nope"
+        assert missing.error == ApiFault.NO_SUCH_SESSION and missing.parameters["sessionId"] == "nope"
         bad = await call(h, Method.SHOW_SESSION, {"sessionId": 7})
-        assert bad.error == ErrorName.INVALID_PARAMETER
+        assert bad.error == ApiFault.INVALID_PARAMETER
         assert commands(h) == []  # reading changes nothing and publishes nothing
 
 
@@ -89,7 +89,7 @@ async def test_stop_closes_the_session_with_1000_and_says_who_did_it(
             again = await call(h, Method.STOP_SESSION, {"sessionId": "wm-1"})
             assert again.error is None  # idempotent
             unknown = await call(h, Method.STOP_SESSION, {"sessionId": "wm-9"})
-            assert unknown.error == ErrorName.NO_SUCH_SESSION
+            assert unknown.error == ApiFault.NO_SUCH_SESSION
             # subscribers see who asked, then what it did
             await wait_until(lambda: len(watcher.of("event")) == 3 and bool(watcher.of("delta")))
             events = watcher.of("event")
@@ -98,7 +98,7 @@ async def test_stop_closes_the_session_with_1000_and_says_who_did_it(
                 ("stop", "wm-1", True),
                 ("stop", "wm-9", False),
             ]
-            assert all(by_us(e) for e in events) and events[2]["error"] == ErrorName.NO_SUCH_SESSION
+            assert all(by_us(e) for e in events) and events[2]["error"] == ApiFault.NO_SUCH_SESSION
             delta = watcher.of("delta")[0]
             assert (delta["sessionId"], delta["state"], delta["reason"]) == ("wm-1", "terminated", "STOPPED")
             assert events[0]["seq"] < delta["seq"]
@@ -113,7 +113,7 @@ async def test_start_after_a_fail_fast_reauthenticates_as_a_new_session(
     async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
         await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
         running = await call(h, Method.START_SESSION, {"sessionId": "wm-0"})
-        assert running.error == ErrorName.SESSION_RUNNING and running.parameters["state"] == "active"
+        assert running.error == ApiFault.SESSION_RUNNING and running.parameters["state"] == "active"
         old = h.runners["wm-0"]
         assert isinstance(old.transport, WebMessagingTransport)
         old_guest = old.transport.guest_token
@@ -168,7 +168,7 @@ async def test_a_taxonomy_switch_is_validated_first(
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         classifier = h.supervisor.wiring.classifier
         refused = await call(h, Method.USE_TAXONOMY, {"version": str(broken)})
-        assert refused.error == ErrorName.INVALID_TAXONOMY
+        assert refused.error == ApiFault.INVALID_TAXONOMY
         assert "schema" in refused.parameters["problem"] and classifier.taxonomy.version == "v2"
         for version, problem in [
             ("v7", "not shipped"),
@@ -177,7 +177,7 @@ async def test_a_taxonomy_switch_is_validated_first(
             (str(tmp_path / "missing.toml"), "No such file"),
         ]:
             answer = await call(h, Method.USE_TAXONOMY, {"version": version})
-            assert answer.error == ErrorName.INVALID_TAXONOMY and problem in answer.parameters["problem"]
+            assert answer.error == ApiFault.INVALID_TAXONOMY and problem in answer.parameters["problem"]
         assert classifier.taxonomy.version == "v2"
         switched = await call(h, Method.USE_TAXONOMY, {"version": str(staged)})
         assert switched.parameters == {"previous": "v2", "version": "v1-staged", "origin": str(staged)}
@@ -209,7 +209,7 @@ async def test_drain_and_reload(genesys_sim: GenesysSimulator, tmp_path: Path) -
         ok = await call(h, Method.RELOAD)
         assert ok.parameters == {"result": {"started": [], "stopped": [], "restarted": []}}
         failed = await call(h, Method.RELOAD)
-        assert failed.error == ErrorName.RELOAD_FAILED and "sessions[0].kind" in failed.parameters["problem"]
+        assert failed.error == ApiFault.RELOAD_FAILED and "sessions[0].kind" in failed.parameters["problem"]
         assert not stop.is_set()
         drained = await call(h, Method.DRAIN)
         assert drained.parameters == {"draining": True} and stop.is_set()
@@ -228,12 +228,12 @@ async def test_reload_is_a_typed_unsupported_until_the_daemon_has_one(
     async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
         for method in (Method.RELOAD, Method.DRAIN):
             answer = await call(h, method)
-            assert answer.error == ErrorName.UNSUPPORTED and answer.parameters["method"] == method
+            assert answer.error == ApiFault.UNSUPPORTED and answer.parameters["method"] == method
         conn = await Conn.open(h.control)
         description = await conn.call(
             Method.GET_INTERFACE_DESCRIPTION, {"interface": "io.sessionsupervisor.control.v1"}
         )
         assert "method StartSession(" in description.parameters["description"]
         subscribe_here = await conn.call(Method.SUBSCRIBE, {})
-        assert subscribe_here.error == ErrorName.INTERFACE_NOT_FOUND  # the stream is on the other socket
+        assert subscribe_here.error == ApiFault.INTERFACE_NOT_FOUND  # the stream is on the other socket
         await conn.aclose()

@@ -23,7 +23,7 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from supervisor.api.protocol import MAX_MESSAGE_BYTES, ErrorName, Method, encode_call, parse_reply
+from supervisor.api.protocol import MAX_MESSAGE_BYTES, ApiFault, Method, encode_call, parse_reply
 from supervisor.sim.genesys import GenesysSimulator
 from tests import strategies
 from tests.harness.config import genesys_config
@@ -186,7 +186,7 @@ def test_arbitrary_bytes_never_break_anything(live: Live, data: bytes, control: 
 @pytest.mark.parametrize("control", [True, False])
 def test_an_oversized_message_is_refused_and_the_connection_closed(live: Live, control: bool) -> None:
     replies = exchange(live.h.control if control else live.h.subscribe, b"x" * (MAX_MESSAGE_BYTES + 10))
-    assert [r["error"] for r in replies] == [ErrorName.MESSAGE_TOO_LARGE]
+    assert [r["error"] for r in replies] == [ApiFault.MESSAGE_TOO_LARGE]
     assert replies[0]["parameters"]["limit"] == MAX_MESSAGE_BYTES
     still_serving(live)
 
@@ -214,9 +214,9 @@ def test_ten_thousand_pipelined_calls_are_answered_in_order(live: Live) -> None:
         elif kind == Method.LIST_SESSIONS:
             assert len(reply["parameters"]["sessions"]) == SESSIONS
         elif kind is None:
-            assert reply["error"] == ErrorName.INVALID_MESSAGE
+            assert reply["error"] == ApiFault.INVALID_MESSAGE
         else:
-            assert reply["error"] == ErrorName.METHOD_NOT_FOUND
+            assert reply["error"] == ApiFault.METHOD_NOT_FOUND
     still_serving(live)
 
 
@@ -224,7 +224,7 @@ def test_the_sentinel_saw_the_stream_all_along(live: Live) -> None:
     """Last: a control verb's event still reaches the subscriber that read through every test above."""
     before = len(live.sentinel.messages)
     replies = exchange(live.h.control, encode_call(Method.STOP_SESSION, {"sessionId": "nope"}))
-    assert replies[0]["error"] == ErrorName.NO_SUCH_SESSION
+    assert replies[0]["error"] == ApiFault.NO_SUCH_SESSION
     deadline = threading.Event()
     for _ in range(200):
         if len(live.sentinel.messages) > before:

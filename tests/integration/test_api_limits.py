@@ -14,7 +14,7 @@ import pytest
 from supervisor.api.client import Client
 from supervisor.api.connection import Connection, UnixService
 from supervisor.api.listen import AccessPolicy
-from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.config import SocketsConfig
 from supervisor.errors import ApiError, ApiUnavailable
 from supervisor.events import Event
@@ -32,7 +32,7 @@ async def test_a_client_that_never_calls_is_timed_out(genesys_sim: GenesysSimula
         for path in (h.subscribe, h.control):
             silent = await Conn.open(path)
             reply = await silent.reply()  # the daemon's answer, whenever its timer fires
-            assert reply is not None and reply.error == ErrorName.HANDSHAKE_TIMEOUT
+            assert reply is not None and reply.error == ApiFault.HANDSHAKE_TIMEOUT
             assert reply.parameters["seconds"] == 0.2
             assert await silent.reply() is None  # then closed
             await silent.aclose()
@@ -48,7 +48,7 @@ async def test_past_the_connection_cap_a_client_is_told_and_closed(
             assert (await conn.call(Method.GET_INFO)).error is None
         third = await Conn.open(h.control)
         reply = await third.reply()
-        assert reply is not None and reply.error == ErrorName.TOO_MANY_CONNECTIONS
+        assert reply is not None and reply.error == ApiFault.TOO_MANY_CONNECTIONS
         assert reply.parameters["limit"] == 2 and await third.reply() is None
         await third.aclose()
         await held[0].aclose()
@@ -77,7 +77,7 @@ async def test_control_connections_idle_after_their_last_answer_are_closed_and_f
             assert (await conn.call(Method.GET_INFO)).error is None
         for conn in held:  # then silence: each is told, whenever the daemon's timer fires, and closed
             reply = await conn.reply()
-            assert reply is not None and reply.error == ErrorName.IDLE_TIMEOUT
+            assert reply is not None and reply.error == ApiFault.IDLE_TIMEOUT
             assert reply.parameters["seconds"] == 0.3 and await conn.reply() is None
             await conn.aclose()
         assert h.api.control is not None
@@ -158,6 +158,6 @@ async def test_a_bug_in_the_daemon_is_answered_as_one_not_blamed_on_the_peer_che
 
             error = await anyio.to_thread.run_sync(call)
             tg.cancel_scope.cancel()
-    assert error.name == ErrorName.INTERNAL_ERROR and "its log has the details" in str(error)
+    assert error.name == ApiFault.INTERNAL_ERROR and "its log has the details" in str(error)
     assert service.internal_errors == 1 and service.stats()["internalErrors"] == 1
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]

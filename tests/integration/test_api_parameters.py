@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.api.protocol import CONTROL, SERVICE, STATE, ErrorName, Method, encode_call, parse_reply
+from supervisor.api.protocol import CONTROL, SERVICE, STATE, ApiFault, Method, encode_call, parse_reply
 from supervisor.api.signatures import Interface, Kind, VType, parse_interface
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.config import daemon_config
@@ -182,7 +182,7 @@ def run_cases(line: Line, interface: Interface) -> tuple[int, list[str]]:
     for method, parameter, parameters in cases(interface):
         count += 1
         error, reply = line.call(method, parameters)
-        if error != ErrorName.INVALID_PARAMETER or reply.get("parameter") != parameter:
+        if error != ApiFault.INVALID_PARAMETER or reply.get("parameter") != parameter:
             wrong.append(f"{method} {json.dumps(parameters)} -> {error} {reply}")
     return count, wrong
 
@@ -239,12 +239,12 @@ async def test_resolve_mismatch_with_a_list_or_an_id_past_64_bits_is_answered(
                 ({"mismatchId": 2**63, "resolution": "resend"}, "mismatchId"),
             ]:
                 error, reply = line.call(Method.RESOLVE_MISMATCH, parameters)
-                assert (error, reply["parameter"]) == (ErrorName.INVALID_PARAMETER, parameter)
+                assert (error, reply["parameter"]) == (ApiFault.INVALID_PARAMETER, parameter)
             # the same connection still answers, with the verb's own error for a well-typed unknown id
             error, reply = line.call(
                 Method.RESOLVE_MISMATCH, {"mismatchId": 2**63 - 1, "resolution": "resend"}
             )
-            assert error == ErrorName.NO_SUCH_MISMATCH
+            assert error == ApiFault.NO_SUCH_MISMATCH
         finally:
             line.close()
         # ctl refuses an id past 64 bits itself (exit 2), never sending it

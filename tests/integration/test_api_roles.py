@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.config import SocketsConfig
 from supervisor.sim.genesys import GenesysSimulator
 from tests.harness.config import daemon_config, genesys_config
@@ -58,7 +58,7 @@ async def as_uid(
 def denied(reply: tuple[str | None, dict[str, Any]], needed: str, granted: str) -> bool:
     error, parameters = reply
     return (error, parameters.get("role"), parameters.get("granted")) == (
-        ErrorName.PERMISSION_DENIED,
+        ApiFault.PERMISSION_DENIED,
         needed,
         granted,
     )
@@ -120,7 +120,7 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
 
         # controlAllowUids alone: an administrator, as before roles existed (Reload passes the role check)
         replies = await as_uid(h, LEGACY, [(Method.RELOAD, {}), (Method.USE_TAXONOMY, {"version": "v2"})])
-        assert replies[0][0] == ErrorName.UNSUPPORTED and replies[1][0] is None
+        assert replies[0][0] == ApiFault.UNSUPPORTED and replies[1][0] is None
 
         # nobody listed: refused on accept, before any byte
         refused = await calls_as(
@@ -153,7 +153,7 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
         # past the role check: the daemon has no reload function (its own refusal, no role in it)
         ("reload", LEGACY, None, None),
     ]
-    assert all(c["error"] == ErrorName.PERMISSION_DENIED for c in commands if c.get("required"))
+    assert all(c["error"] == ApiFault.PERMISSION_DENIED for c in commands if c.get("required"))
     done = [(c["verb"], c["by"]["uid"]) for c in commands if c["ok"]]
     assert done == [("stop", OPERATOR), ("stop", OPS_MEMBER), ("taxonomy.use", LEGACY)]
 

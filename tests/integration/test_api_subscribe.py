@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.api.protocol import ErrorName, Method
+from supervisor.api.protocol import ApiFault, Method
 from supervisor.config import SocketsConfig
 from supervisor.events import Published
 from supervisor.sim.faults import Fault, FaultKind
@@ -296,7 +296,7 @@ async def test_filters_select_sessions_and_a_second_call_on_a_stream_ends_it(
         assert (await conn.reply()) is not None
         await conn.send(Method.GET_INFO)
         reply = await conn.reply()
-        assert reply is not None and reply.error == ErrorName.STREAM_TAKES_NO_CALLS
+        assert reply is not None and reply.error == ApiFault.STREAM_TAKES_NO_CALLS
         assert await conn.reply() is None
         await conn.aclose()
 
@@ -313,14 +313,14 @@ async def test_subscribe_needs_more_and_the_service_methods_answer(
         )
         assert "method Subscribe(" in description.parameters["description"]
         no_more = await conn.call(Method.SUBSCRIBE, {})
-        assert no_more.error == ErrorName.EXPECTED_MORE
+        assert no_more.error == ApiFault.EXPECTED_MORE
         control_here = await conn.call(Method.STATUS)
-        assert control_here.error == ErrorName.INTERFACE_NOT_FOUND  # the control verbs are not on this socket
+        assert control_here.error == ApiFault.INTERFACE_NOT_FOUND  # the control verbs are not on this socket
         bad_filter = await conn.call(Method.SUBSCRIBE, {"filter": {"states": ["asleep"]}})
-        assert bad_filter.error in (ErrorName.EXPECTED_MORE, ErrorName.INVALID_PARAMETER)
+        assert bad_filter.error in (ApiFault.EXPECTED_MORE, ApiFault.INVALID_PARAMETER)
         await conn.send(Method.SUBSCRIBE, {"filter": {"states": ["asleep"]}}, more=True)
         refused = await conn.reply()
-        assert refused is not None and refused.error == ErrorName.INVALID_PARAMETER
+        assert refused is not None and refused.error == ApiFault.INVALID_PARAMETER
         assert "unknown state 'asleep'" in refused.parameters["problem"]
         await conn.aclose()
 
@@ -345,7 +345,7 @@ async def test_an_idle_subscriber_on_a_quiet_daemon_stays_connected_by_design(
         # calls is timed out by the handshake timeout (0.5 s), and the idle subscriber is not cut
         silent = await Conn.open(h.subscribe)
         timed_out = await silent.reply()
-        assert timed_out is not None and timed_out.error == ErrorName.HANDSHAKE_TIMEOUT
+        assert timed_out is not None and timed_out.error == ApiFault.HANDSHAKE_TIMEOUT
         await silent.aclose()
         assert h.api.hub.stats()["subscribers"] == 1 and h.api.hub.lag_disconnects == 0
         assert h.recorded.named("SUBSCRIBER_DISCONNECTED") == []

@@ -22,6 +22,7 @@ from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
+from supervisor.vocabulary import EndpointId, Platform
 from tests.harness.clocks import advancing
 from tests.harness.config import attributes_config, cxone_config, genesys_config
 from tests.harness.in_process import supervised
@@ -108,7 +109,9 @@ async def test_cxone_start_up_is_paced_on_the_sessions_connect_endpoint(
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"), 30.0)
         # forty starts at 20/s growing by one per admitted start: about a second and a half
         assert clock.monotonic() - started >= 1.0
-        endpoint = h.supervisor.wiring.attempts.endpoints.connect("cxone:agent-sessions")
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect(
+            EndpointId(Platform.CXONE, "agent-sessions")
+        )
         assert endpoint.rate is not None and endpoint.rate > 20.0  # admitted: slow start grew it
         assert endpoint.in_flight == 0  # every start gave its place back
         assert h.terminations() == {}
@@ -164,7 +167,12 @@ async def test_a_notifications_handshake_refused_for_load_is_told_to_genesys_str
         assert failures_recorded == [("circuit:genesys:streaming", "RATE_LIMITED")] * 2
         cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
         assert [(p["endpoint"], p["kind"]) for p in cuts] == [("genesys:streaming", "connect")] * 2
-        assert h.supervisor.wiring.attempts.endpoints.connect("genesys:streaming").in_flight == 0
+        assert (
+            h.supervisor.wiring.attempts.endpoints.connect(
+                EndpointId(Platform.GENESYS, "streaming")
+            ).in_flight
+            == 0
+        )
         assert h.terminations() == {}
 
 

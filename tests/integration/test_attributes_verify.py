@@ -182,12 +182,12 @@ async def test_refusals_name_the_reason(
         ):
             with pytest.raises(Refused) as refused:
                 await h.service.submit(session, attributes)
-            assert refused.value.name == name
+            assert refused.value.fault.short == name
         await h.supervisor.stop("wm-0")
         await wait_until(lambda: h.supervisor.runners["wm-0"].core.terminated)
         with pytest.raises(Refused) as stopped:
             await h.service.submit("wm-0", {"a": "1"})
-        assert stopped.value.name == "SessionTerminated" and "ctl start" in stopped.value.problem
+        assert stopped.value.fault.short == "SessionTerminated" and "ctl start" in stopped.value.problem
 
 
 async def test_a_read_back_without_the_conversations_anchors_decides_nothing(

@@ -20,6 +20,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import EndpointId, Platform
 from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -145,7 +146,7 @@ async def test_a_retry_the_budget_refused_leaves_the_operation_its_next_schedule
     async with supervised(config, tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         h.supervisor.wiring.executor._sleep = sleep
-        endpoint = h.supervisor.wiring.attempts.endpoints.get("genesys:api")
+        endpoint = h.supervisor.wiring.attempts.endpoints.get(EndpointId(Platform.GENESYS, "api"))
         clock.advance(math.ceil(clock.monotonic()) - clock.monotonic())  # T: a whole second
         assert endpoint.may_retry()  # the window's one retry, spent at T
         clock.advance(4.0)
@@ -210,7 +211,9 @@ async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_
     n = 40
     async with supervised(genesys_config(genesys_sim.urls, n), tmp_path, clock=clock, sleep=sleep) as h:
         await h.wait(lambda: len(h.runners) == n and h.all_in("active"))
-        endpoint = h.supervisor.wiring.attempts.endpoints.connect("genesys:webmessaging")
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect(
+            EndpointId(Platform.GENESYS, "webmessaging")
+        )
         grown = endpoint.rate
         assert grown is not None and grown > 40.0
         assert not [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "restart"]

@@ -21,6 +21,7 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import Platform
 from tests.harness.clocks import FakeTimers
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -166,7 +167,7 @@ async def test_a_revoked_token_rolls_over_with_a_fresh_grant(
     sink = Delivered()
     async with supervised(notifications_config(genesys_sim.urls), tmp_path, notification_sink=sink) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         revoked = tokens.current
         first = channel_of(h)
         fault = genesys_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
@@ -217,7 +218,7 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     ):
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
         first = channel_of(h)
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         old = tokens.current
         assert old is not None
         await h.wait(lambda: sleep.sleeping >= 1)
@@ -292,7 +293,7 @@ async def test_a_session_stays_active_for_days_with_every_event_delivered_once(
         # subscribed, and any step that fell inside it), and each was delivered once all the same
         assert len([c for c in carried if c == 2]) >= len(rolled)
         assert sum(r["duplicatesDropped"] for r in rolled) >= 1
-        assert h.supervisor.wiring.tokens["genesys"].refreshes >= 1
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].refreshes >= 1
         assert h.recorded.named("SDK_ERROR_CLASSIFIED") == []  # the platform never had to drop one
         assert left_active(h) == [] and h.terminations() == {}
         # never more channels than needed: two during an overlap, one otherwise

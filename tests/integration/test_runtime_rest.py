@@ -15,6 +15,7 @@ from supervisor.errors import OperationError, SessionError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
+from supervisor.vocabulary import Platform
 from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -71,7 +72,7 @@ async def test_token_expiring_before_a_retry_is_refreshed_and_the_retry_carries_
             genesys_sim.recorder.tokens().get("issued", 0) + genesys_sim.recorder.tokens().get("refreshed", 0)
             == 2
         )
-        assert h.supervisor.wiring.tokens["genesys"].refreshes == 1
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].refreshes == 1
         assert h.runners["wm-0"].state.value == "active"
         assert h.terminations() == {}
         names = [n for _, n, _ in h.recorded.events]
@@ -101,7 +102,7 @@ async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
             "action": "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE",
         }
         # local storage revoked: no cached token (the durable store's side: tests/integration/test_store_crash.py)
-        assert h.supervisor.wiring.tokens["genesys"].current is None
+        assert h.supervisor.wiring.tokens[Platform.GENESYS].current is None
         requests = genesys_sim.recorder.request_count()
         with pytest.raises(SessionError, match="terminated"):
             await h.supervisor.request("wm-0", "GET", api(genesys_sim, f"/api/v2/conversations/{cid}"))

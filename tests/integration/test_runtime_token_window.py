@@ -25,6 +25,7 @@ from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
+from supervisor.vocabulary import Platform
 from tests.harness.config import cxone_config, genesys_config
 from tests.harness.in_process import Harness, supervised
 
@@ -76,7 +77,7 @@ async def test_a_cxone_token_the_platform_ends_early_is_replayed_and_the_session
 ) -> None:
     async with supervised(_cxone_daemon(cxone_sim), tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        tokens = h.supervisor.wiring.tokens["cxone"]
+        tokens = h.supervisor.wiring.tokens[Platform.CXONE]
         waits = _backoff_to_the_end(h, tokens, clock)
         cxone_sim.faults.inject(Fault(kind=FaultKind.SERVER_ERROR_BURST, count=1, endpoint=POLL))
         await h.wait(lambda: tokens.refreshes == 1)
@@ -109,7 +110,7 @@ async def test_a_cxone_token_revoked_mid_life_ends_the_session_with_oauth_token_
     """The control: the same 401 on a token with more than its window left (here all of it)."""
     async with supervised(_cxone_daemon(cxone_sim), tmp_path, clock=clock) as h:
         await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
-        tokens = h.supervisor.wiring.tokens["cxone"]
+        tokens = h.supervisor.wiring.tokens[Platform.CXONE]
         token = tokens.current
         assert token is not None and token.remaining(clock.monotonic()) > tokens.refresh_window(token)
         cxone_sim.faults.inject(Fault(kind=FaultKind.TOKEN_REVOKE))
@@ -144,7 +145,7 @@ async def test_a_genesys_call_whose_token_the_platform_ends_early_is_replayed(
         assert conversation is not None
         url = genesys_sim.urls["api"] + f"/api/v2/conversations/{conversation.id}"
         await h.supervisor.request("wm-0", "GET", url)  # signed with the cached token
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         # count=1: the clock stands still, so the fresh token too is "issued when the fault started"
         expire_it = Fault(kind=FaultKind.TOKEN_EXPIRE, count=1)
         waits = _backoff_to_the_end(h, tokens, clock, then=lambda: genesys_sim.faults.inject(expire_it))

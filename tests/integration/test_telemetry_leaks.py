@@ -28,6 +28,7 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.telemetry import Telemetry
 from supervisor.telemetry.scrub import REDACTED
+from supervisor.vocabulary import Platform
 from tests.integration.otlp_receiver import OtlpReceiver
 from tests.integration.telemetry_harness import (
     COLLECTOR_TOKEN,
@@ -151,7 +152,7 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
         url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         await h.supervisor.request("wm-0", "GET", url)
         tokens = h.supervisor.wiring.tokens
-        old = tokens["genesys"].current
+        old = tokens[Platform.GENESYS].current
         assert old is not None
         seen_tokens.add(old.access.reveal())
         clock.set(old.expires_at - 1.0)
@@ -162,12 +163,12 @@ async def test_a_storm_with_token_rotation_leaks_no_secret(
                 armed[0] = False
                 clock.advance(2.0)
 
-        h.supervisor.wiring.pipelines["genesys"].client.event_hooks = {
+        h.supervisor.wiring.pipelines[Platform.GENESYS].client.event_hooks = {
             "request": [expire_in_flight],
             "response": [],
         }
         await h.supervisor.request("wm-0", "GET", url)
-        assert tokens["genesys"].refreshes == 1
+        assert tokens[Platform.GENESYS].refreshes == 1
         # a careless caller's route template carrying a token: the scrubber must catch it
         await h.supervisor.request("wm-0", "GET", url, route=f"/api/v2/conversations?access_token={PLANTED}")
         # CXone: its token revoked under a poll: OAUTH_TOKEN_INVALID ends that session

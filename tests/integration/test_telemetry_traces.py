@@ -17,6 +17,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import Platform
 from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness
@@ -213,7 +214,7 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
         ratio=0.0,
     ) as h:
         cid = await active(h)
-        tokens = h.supervisor.wiring.tokens["genesys"]
+        tokens = h.supervisor.wiring.tokens[Platform.GENESYS]
         await h.supervisor.request("wm-0", "GET", genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}")
         old = tokens.current
         assert old is not None
@@ -226,7 +227,7 @@ async def test_a_token_rotation_replays_once_with_resend_count_1(
                 armed[0] = False
                 clock.advance(2.0)
 
-        client = h.supervisor.wiring.pipelines["genesys"].client
+        client = h.supervisor.wiring.pipelines[Platform.GENESYS].client
         client.event_hooks = {"request": [expire_in_flight], "response": []}
         url = genesys_sim.urls["api"] + f"/api/v2/conversations/{cid}"
         response = await h.supervisor.request("wm-0", "GET", url, route=CONVERSATION)

@@ -35,6 +35,7 @@ from supervisor.sim.cxone.state import EndReason
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
 from supervisor.transports.cxone import AgentSessionConnection, AgentSessionTransport
+from supervisor.vocabulary import CloseCode
 from tests.harness.waits import wait_until
 
 pytestmark = [
@@ -136,7 +137,7 @@ async def rig(cxone_sim: CxoneSimulator, version: str) -> AsyncIterator[Rig]:
         source = CxoneLogin(
             http, cxone_sim.urls["auth"], "app@vendor", Secret("s3cret"), "agent1", Secret("pw")
         )
-        tokens = TokenCache(source, client_clock, early_refresh_s=0.0, name="cxone")
+        tokens = TokenCache(source, client_clock, early_refresh_s=0.0, platform=Platform.CXONE)
         rig = Rig(cxone_sim, None, tokens, client_clock, classifier)  # type: ignore[arg-type]
         executor = RetryExecutor(
             classifier,
@@ -335,7 +336,7 @@ async def test_platform_end_is_the_agent_session_end_event(rig: Rig) -> None:
     polls = [t for m, _, t, _ in rig.sent if m == "GET"]
     assert polls[-1] == "30"  # the poll that delivered it; none followed
     assert rig.sim.recorder.request_count("GET", POLL, 409) == 0
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
     assert rig.sim.recorder.request_count("DELETE", ONE) == 0  # already ended by the platform
 
 
@@ -357,7 +358,7 @@ async def test_start_join_and_end_send_nice_sdk_json_bodies(rig: Rig) -> None:
 
     rig.on_send = keep
     conn = await rig.transport().open()
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
     start = next(b for m, q, b in bodies if m == "POST")
     assert start == {"stationId": "", "stationPhoneNumber": "5551234"}  # no agent named: no asAgentId
     assert all(q in ("", "timeout=0") or q.startswith("timeout=") for _, q, _ in bodies)
@@ -603,7 +604,7 @@ async def test_watchdog_abandons_a_black_holed_poll(rig: Rig) -> None:
     assert event.code == "NETWORK_TIMEOUT" and event.taxonomy_class.value == "TRANSIENT"
     assert "Bearer" not in repr(outcome.raw)  # never a token in error text
     # the runtime then closes the connection: the DELETE is not black-holed
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
 
 
@@ -612,8 +613,8 @@ async def test_close_deletes_the_platform_session_once(rig: Rig) -> None:
     conn = await transport.open()
     start_id = str(conn.session_response["sessionId"])
 
-    await conn.close(1000)
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
 
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
     deletes = [sid for m, sid, _, _ in rig.sent if m == "DELETE"]
@@ -625,7 +626,7 @@ async def test_close_never_raises(rig: Rig) -> None:
     conn = await rig.transport().open()
     rig.sim.faults.inject(Fault(kind=FaultKind.SESSION_ENDED))  # every call now answers 409
 
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
     assert rig.sim.recorder.request_count("DELETE", ONE, 409) == 1
 
@@ -634,7 +635,7 @@ async def test_reopen_after_close_starts_a_fresh_session(rig: Rig) -> None:
     # the runtime's reconnect path: close(1001), then open() again on the same transport
     transport = rig.transport()
     first = await transport.open()
-    await first.close(1001)
+    await first.close(CloseCode.GOING_AWAY)
     second = await transport.open()
 
     assert second.session_response["sessionId"] != first.session_response["sessionId"]

@@ -36,6 +36,7 @@ from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErro
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.notifications import TOKEN_CHECK_S, NotificationsConnection, NotificationsTransport
+from supervisor.vocabulary import CloseCode
 from tests.harness.clocks import FakeTimers
 from tests.harness.simulators import Genesys
 from tests.harness.waits import wait_until
@@ -210,7 +211,7 @@ async def test_open_subscribes_every_topic_in_one_request_and_delivers_events(ge
             await wait_until(lambda: len(n.events) == 1)
             assert genesys.sim.heartbeat() == 1  # liveness, not an event nor an error
             await wait_until(lambda: conn.heartbeats == 1)
-            await conn.close(1000)
+            await conn.close(CloseCode.NORMAL_CLOSURE)
     assert n.events[0]["eventBody"] == {"presence": "Available"} and n.runtime.raws == []
     assert code_of(result[0]) == "GRACEFUL_CLOSE"
 
@@ -307,7 +308,7 @@ async def test_v1_reports_the_other_system_topics_and_repairs_nothing(genesys: G
     assert genesys.sim.state.channels[chan].topics == []  # left as it is: v1 knows no repair
     assert genesys.sim.recorder.request_count(method="GET", endpoint=SUBSCRIPTIONS) == 0
     assert not s.result and s.conn.rollovers == 0
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 # -- taxonomy v2: the rollover ---------------------------------------------------------------------------
@@ -350,7 +351,7 @@ async def test_socket_closing_rolls_over_make_before_break_and_delivers_an_overl
     assert rec.events("client_close", listener="streaming", code=1000) == 1
     assert n.runtime.codes == ["SOCKET_CLOSING"] and not s.result
     assert n.transport.quota.held == 1 and n.transport.quota.overlaps == 0
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
     assert n.transport.quota.held == 0
 
 
@@ -369,7 +370,7 @@ async def test_a_404_mid_session_rolls_over_to_a_new_channel(genesys: Genesys, s
     assert n.runtime.codes == ["CHANNEL_LOST"] and not s.result and not s.failure
     assert genesys.sim.publish(TOPIC, {"after": True}) == 1
     await wait_until(lambda: len(n.events) == 1)
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(channel_ttl_s=3600))
@@ -395,7 +396,7 @@ async def test_a_channel_is_renewed_before_it_expires(genesys: Genesys, served: 
     assert genesys.sim.publish(TOPIC, {"still": "here"}) == 1
     await wait_until(lambda: len(n.events) == 1)
     assert n.runtime.raws == [] and not s.result  # never saw a 404
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(channel_ttl_s=3600))
@@ -419,7 +420,7 @@ async def test_a_channel_that_expired_unnoticed_is_replaced_on_its_404(genesys: 
     assert n.runtime.codes == ["CHANNEL_LOST"] and not s.result and not s.failure
     assert genesys.sim.publish(TOPIC, {"after": "expiry"}) == 1
     await wait_until(lambda: len(n.events) == 1)
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=3600))
@@ -447,7 +448,7 @@ async def test_a_replaced_token_renews_the_channel_before_the_old_token_expires(
     assert old not in genesys.sim.state.channels and len(n.rollovers) == 1
     assert s.conn.channel_id in genesys.sim.state.channels
     assert n.runtime.raws == [] and not s.result
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(token_ttl_s=600))
@@ -464,7 +465,7 @@ async def test_an_expiring_token_is_replaced_and_its_channel_with_it(genesys: Ge
     genesys.sim.tick()
     assert old not in genesys.sim.state.channels and s.conn.channel_id in genesys.sim.state.channels
     assert n.runtime.raws == [] and not s.result
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_token_revoked_rolls_over_with_a_fresh_grant(genesys: Genesys, served: Any) -> None:
@@ -483,7 +484,7 @@ async def test_token_revoked_rolls_over_with_a_fresh_grant(genesys: Genesys, ser
     assert genesys.sim.publish(TOPIC, {"x": 1}) == 1
     await wait_until(lambda: len(n.events) == 1)
     assert not s.result and not s.failure
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_no_longer_subscribed_rolls_over_and_another_channels_notice_is_ignored(
@@ -504,7 +505,7 @@ async def test_no_longer_subscribed_rolls_over_and_another_channels_notice_is_ig
     assert genesys.sim.heartbeat() == 1
     await wait_until(lambda: s.conn.heartbeats >= 1)  # frames are read in order: the notice was read
     assert n.runtime.codes == ["SUBSCRIPTION_DISPLACED"] and len(n.rollovers) == 1
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_a_channel_displaced_again_and_again_is_let_go(genesys: Genesys, served: Any) -> None:
@@ -535,7 +536,7 @@ async def test_subscription_changed_restores_missing_topics_only(genesys: Genesy
     await anyio.wait_all_tasks_blocked()
     assert rec.request_count(method="PUT", endpoint=SUBSCRIPTIONS) == 2  # nothing missing: nothing put
     assert n.rollovers == [] and s.conn.channel_id == chan
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_a_full_quota_breaks_the_old_channel_before_making_the_new_one(
@@ -550,7 +551,7 @@ async def test_a_full_quota_breaks_the_old_channel_before_making_the_new_one(
     assert not n.rollovers[0].make_before_break
     assert [(chan, old in open_) for chan, open_ in seen] == [(s.conn.channel_id, False)]
     assert n.transport.quota.held == 1
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_a_rollover_that_cannot_create_a_channel_ends_the_connection(
@@ -566,7 +567,7 @@ async def test_a_rollover_that_cannot_create_a_channel_ends_the_connection(
     failure = s.failure[0]
     assert isinstance(failure, OperationError) and isinstance(failure.event, SdkErrorEvent)
     assert failure.event.code == "SERVER_ERROR"
-    await s.conn.close(1001)  # the runtime closes what is left, then reconnects
+    await s.conn.close(CloseCode.GOING_AWAY)  # the runtime closes what is left, then reconnects
     await wait_until(lambda: genesys.sim.recorder.connections_open("streaming") == 0)
     assert n.transport.quota.held == 0 and n.transport.quota.overlaps == 0
 
@@ -582,7 +583,7 @@ async def test_a_rollover_refused_by_an_open_circuit_raises_that_refusal(
     genesys.sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING, params={"lead_s": 30}))
     await wait_until(lambda: len(s.failure) == 1)
     assert isinstance(s.failure[0], CircuitOpenError)  # the runtime defers the reconnection on it
-    await s.conn.close(1001)
+    await s.conn.close(CloseCode.GOING_AWAY)
     assert n.transport.quota.held == 0
 
 
@@ -599,7 +600,7 @@ async def test_a_failing_event_sink_does_not_end_the_channel(genesys: Genesys, s
         assert genesys.sim.publish(TOPIC, {"n": i}) == 1
     await wait_until(lambda: len(n.events) == 2)
     assert s.conn.sink_failures == 2 and not s.result and not s.failure
-    await s.conn.close(1000)
+    await s.conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 # -- open fails ------------------------------------------------------------------------------------------
@@ -619,7 +620,7 @@ async def test_admission_limit_on_the_channel_socket(genesys: Genesys) -> None:
     event = V2.classify(raw)
     assert raw.method == "CONNECT" and event.code == "RATE_LIMITED" and event.retry_after_ms == 2000
     assert t.quota.held == 0  # the failed open gave its place back
-    await first.close(1001)
+    await first.close(CloseCode.GOING_AWAY)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(max_topics=1))
@@ -681,4 +682,4 @@ async def test_no_bearer_token_in_any_raw_error(genesys: Genesys) -> None:
         assert secret not in msgspec.json.encode(raw)
         assert secret not in msgspec.json.encode(V1.classify(raw))
     assert secret not in msgspec.json.encode(event)
-    await kept.close(1001)
+    await kept.close(CloseCode.GOING_AWAY)

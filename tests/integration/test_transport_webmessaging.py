@@ -28,6 +28,7 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
+from supervisor.vocabulary import CloseCode
 from tests.harness.clocks import FakeTimers
 from tests.harness.simulators import Genesys
 from tests.harness.waits import wait_until
@@ -136,7 +137,7 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
     assert event is None
     # no guest frame names the conversation (docs/taxonomy.md, "What the daemon can and cannot verify"): the transport learns none
     assert conn.learned.conversation_id is None and "conversationId" not in response
-    await conn.close(1000)  # a stop ends the server session too
+    await conn.close(CloseCode.NORMAL_CLOSURE)  # a stop ends the server session too
     rec = genesys.sim.recorder
     await wait_until(lambda: rec.ws_messages("webmessaging", "in", "closeSession") == 1)
     assert rec.ws_messages("webmessaging", "in", "configureSession") == 1
@@ -146,7 +147,7 @@ async def test_reconnect_resumes_the_conversation_with_the_same_guest_token(gene
     t = transport(genesys)
     first = await t.open()
     conversation = genesys.sim.conversation_of(t.guest_token)
-    await first.close(1001)  # going away: the session must survive
+    await first.close(CloseCode.GOING_AWAY)  # going away: the session must survive
     second = await t.open()
     assert second.session_response["newSession"] is False
     assert genesys.sim.conversation_of(t.guest_token) is conversation
@@ -154,15 +155,15 @@ async def test_reconnect_resumes_the_conversation_with_the_same_guest_token(gene
     t2 = transport(genesys, context=ctx("wm-2"))
     other = await t2.open()
     assert genesys.sim.conversation_of(t2.guest_token) is not conversation
-    await second.close(1001)
-    await other.close(1001)
+    await second.close(CloseCode.GOING_AWAY)
+    await other.close(CloseCode.GOING_AWAY)
 
 
 async def test_a_resume_answered_with_a_new_session_is_conversation_drift(genesys: Genesys) -> None:
     """The one drift a guest can see: it resumed its token and the platform started over."""
     t = transport(genesys)
     first = await t.open()
-    await first.close(1001)
+    await first.close(CloseCode.GOING_AWAY)
     del genesys.sim.state.sessions[t.guest_token]  # the platform forgot the session (expiry, clear)
     with pytest.raises(OperationError) as info:
         await t.open()
@@ -261,7 +262,7 @@ async def test_admission_limit_refuses_the_handshake(genesys: Genesys, status: i
     assert raw.status == status and raw.method == "CONNECT"
     event = CLASSIFIER.classify(raw)
     assert event.code == code and event.retry_after_ms == 3000
-    await admitted.close(1001)
+    await admitted.close(CloseCode.GOING_AWAY)
 
 
 @pytest.mark.genesys_sim(GenesysSimConfig(deployments=("dep-1",)))
@@ -295,7 +296,7 @@ async def test_missing_fields_leave_an_incomplete_session_response(genesys: Gene
     )
     assert event is not None and event.code == "INCOMPLETE_RESPONSE"
     assert event.details is not None and "readOnly" in event.details
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_malformed_session_response_is_a_malformed_response(genesys: Genesys) -> None:
@@ -357,7 +358,7 @@ async def test_a_persisting_4029_spends_the_budget_and_fails_the_message(genesys
     assert info.value.exhausted
     # the rate_limit policy's two retries, none before Retry-After (its backoff may wait longer)
     assert len(waits.delays) == 2 and all(d >= 3.0 for d in waits.delays)
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_a_message_on_a_dead_link_is_connection_lost_not_retried(genesys: Genesys) -> None:
@@ -386,7 +387,7 @@ async def test_session_expired_event_ends_the_connection_when_the_runtime_says_s
     fresh = await t.open()  # a new token: a new session, not a drift
     assert fresh.session_response["newSession"] is True
     assert genesys.sim.conversation_of(t.guest_token) is not old
-    await fresh.close(1001)
+    await fresh.close(CloseCode.GOING_AWAY)
 
 
 async def test_4006_is_the_sessions_and_ends_the_message_with_the_link(genesys: Genesys) -> None:
@@ -431,7 +432,7 @@ async def test_an_error_reply_naming_its_request_answers_that_request(genesys: G
     assert getattr(event, "code", None) == "SESSION_EXPIRED" and getattr(event, "raw_status", None) == 4006
     assert getattr(event, "taxonomy_class", None) == "STATE_CORRUPTING"
     assert report.raws == []  # answered to the request, not pushed
-    await conn.close(1001)
+    await conn.close(CloseCode.GOING_AWAY)
 
 
 async def test_connection_closed_event_is_reported_then_the_close_ends_it(genesys: Genesys) -> None:
@@ -535,4 +536,4 @@ async def test_server_text_quoting_the_guest_token_is_scrubbed(echoing_server: s
     pushed = await serve_to_end(conn, report)
     assert code_of(pushed) == "SESSION_LOGGED_OUT"
     assert _leaks(t.guest_token, [refused, pushed]) == []
-    await conn.close(1000)
+    await conn.close(CloseCode.NORMAL_CLOSURE)

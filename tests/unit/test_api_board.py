@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import anyio
 import pytest
 
 from supervisor.api.board import StateBoard
+from supervisor.api.connection import Connection
 from supervisor.api.events import ControlCommand, Peer
-from supervisor.api.messages import Subscription
+from supervisor.api.fanout import Hub, Subscriber
+from supervisor.api.messages import Subscription, parse_subscription
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
 from supervisor.events import (
+    CircuitOpened,
     Correlation,
     ErrorClassified,
     Published,
@@ -24,6 +29,7 @@ from supervisor.events import (
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform, RawError
+from supervisor.vocabulary import GENESYS_WEBMESSAGING, EndpointId, SessionState
 
 pytestmark = pytest.mark.anyio
 
@@ -53,12 +59,18 @@ async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: P
         correlation = Correlation("wm-0", agent_id="a-0", conversation_id="c-1")
         # heard of first through a transition: the row starts where the move began
         bus.publish(
-            SessionTransition("wm-0", "connecting", "active", "validated", "VALIDATED", "t1"), correlation
+            SessionTransition(
+                "wm-0", SessionState.CONNECTING, SessionState.ACTIVE, "validated", "VALIDATED", "t1"
+            ),
+            correlation,
         )
         delta = changes[-1][1]
         assert delta is not None and (delta.previous, delta.state, delta.seq) == ("connecting", "active", 1)  # type: ignore[attr-defined]
         bus.publish(
-            SessionTransition("wm-0", "active", "reconnecting", "lost", "ABNORMAL_CLOSURE", "t2"), correlation
+            SessionTransition(
+                "wm-0", SessionState.ACTIVE, SessionState.RECONNECTING, "lost", "ABNORMAL_CLOSURE", "t2"
+            ),
+            correlation,
         )
         bus.publish(
             RetryAttempt("wm-0", RetryKind.RECONNECT, 1, 0.5, "ABNORMAL_CLOSURE", "network", "t2"),
@@ -77,7 +89,7 @@ async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: P
         assert row is not None
         assert (row.state, row.since, row.attempts, row.conversation_id) == ("reconnecting", "t2", 1, "c-1")
         assert row.last_error is not None and row.last_error["code"] == "ABNORMAL_CLOSURE"
-        assert row.endpoint == "genesys:webmessaging"
+        assert str(row.endpoint) == "genesys:webmessaging"
         snapshot = board.snapshot(Subscription())
         assert snapshot["seq"] == 4 and snapshot["bootId"] == bus.boot_id
         assert snapshot["sessions"][0]["circuit"] == {"endpoint": "genesys:webmessaging", "state": "closed"}
@@ -89,3 +101,50 @@ async def test_rows_follow_transitions_attempts_errors_and_a_restart(tmp_path: P
         assert fresh is not None and (fresh.attempts, fresh.last_error, fresh.since) == (0, None, "t3")
         assert board.row("nope") is None
         await anyio.lowlevel.checkpoint()
+
+
+async def test_circuit_events_reach_the_subscribers_of_their_endpoint_by_platform_and_session() -> None:
+    """A circuit event is matched by its endpoint (the board looks the circuit up), not by a parsed id."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        cxone_api = EndpointId.api(Platform.CXONE)
+        for endpoint in (GENESYS_WEBMESSAGING, cxone_api):
+            wiring.circuits.get(endpoint)
+        board = StateBoard(supervisor.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
+        hub = Hub(board, publish=bus.publish, timestamp=lambda: "t")
+        states = [s.value for s in SessionState]
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            subscribers = {}
+            for name, selection in (
+                ("genesys", {"platforms": ["genesys"]}),
+                ("cxone", {"platforms": ["cxone"]}),
+                ("wm-0", {"sessions": ["wm-0"]}),
+            ):
+                subscription = parse_subscription(
+                    {"filter": selection, "streams": ["circuits"]}, known_states=states
+                )
+                subscriber = Subscriber(
+                    Connection(ours, Peer(0, 0, 0)),
+                    subscription,
+                    cap_bytes=1 << 20,
+                    lagged_disconnect_after=5.0,
+                    snapshot=hub.snapshot_frame,
+                )
+                hub.add(subscriber)
+                subscriber.outbox.take()  # the snapshot
+                subscribers[name] = subscriber
+            bus.subscribe(board)
+            for endpoint in (GENESYS_WEBMESSAGING, cxone_api):
+                bus.publish(CircuitOpened(endpoint.circuit_id, "THRESHOLD", 5, 30.0, 1, timestamp="t"))
+
+            def circuits_seen(name: str) -> list[str]:
+                frames, _ = subscribers[name].outbox.take()
+                return [json.loads(frame.rstrip(b"\0"))["parameters"]["circuitId"] for frame in frames]
+
+            assert circuits_seen("genesys") == ["circuit:genesys:webmessaging"]
+            assert circuits_seen("cxone") == ["circuit:cxone:api"]
+            # wm-0 connects through genesys:webmessaging (the session table says)
+            assert circuits_seen("wm-0") == ["circuit:genesys:webmessaging"]

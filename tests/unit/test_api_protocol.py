@@ -15,7 +15,7 @@ from supervisor.api.protocol import (
     CONTROL,
     MAX_MESSAGE_BYTES,
     SERVICE,
-    ErrorName,
+    ApiFault,
     FrameDecoder,
     Method,
     check_method,
@@ -70,7 +70,7 @@ def test_a_message_over_the_limit_is_refused_as_soon_as_it_is_too_long(chunk: in
 
     with pytest.raises(ApiError) as refused:
         drip()
-    assert refused.value.name == ErrorName.MESSAGE_TOO_LARGE and refused.value.fatal
+    assert refused.value.name == ApiFault.MESSAGE_TOO_LARGE and refused.value.fatal
     assert decoder.pending <= MAX_MESSAGE_BYTES + chunk
 
 
@@ -96,7 +96,7 @@ def test_a_message_exactly_at_the_limit_passes() -> None:
 def test_malformed_calls_get_a_typed_one_line_error(frame: bytes, problem: str) -> None:
     with pytest.raises(ApiError) as refused:
         parse_call(frame)
-    assert refused.value.name == ErrorName.INVALID_MESSAGE and not refused.value.fatal
+    assert refused.value.name == ApiFault.INVALID_MESSAGE and not refused.value.fatal
     assert problem in str(refused.value) and "\n" not in str(refused.value)
 
 
@@ -108,19 +108,19 @@ def test_unknown_fields_are_ignored_and_flags_read() -> None:
 def test_upgrade_is_not_implemented() -> None:
     with pytest.raises(ApiError) as refused:
         parse_call(b'{"method":"a.b.C","upgrade":true}')
-    assert refused.value.name == ErrorName.METHOD_NOT_IMPLEMENTED
+    assert refused.value.name == ApiFault.METHOD_NOT_IMPLEMENTED
 
 
 @pytest.mark.parametrize(
     ("method", "error"),
     [
-        ("nonsense", ErrorName.METHOD_NOT_FOUND),
-        ("io.sessionsupervisor.control.v1.status", ErrorName.METHOD_NOT_FOUND),
-        ("io.example.other.v1.Status", ErrorName.INTERFACE_NOT_FOUND),
-        ("io.sessionsupervisor.control.v1.Explode", ErrorName.METHOD_NOT_FOUND),
+        ("nonsense", ApiFault.METHOD_NOT_FOUND),
+        ("io.sessionsupervisor.control.v1.status", ApiFault.METHOD_NOT_FOUND),
+        ("io.example.other.v1.Status", ApiFault.INTERFACE_NOT_FOUND),
+        ("io.sessionsupervisor.control.v1.Explode", ApiFault.METHOD_NOT_FOUND),
     ],
 )
-def test_methods_this_socket_does_not_have_get_varlinks_errors(method: str, error: ErrorName) -> None:
+def test_methods_this_socket_does_not_have_get_varlinks_errors(method: str, error: ApiFault) -> None:
     with pytest.raises(ApiError) as refused:
         check_method(method, KNOWN)
     assert refused.value.name == error
@@ -140,13 +140,13 @@ def test_arbitrary_bytes_only_ever_raise_typed_errors(data: bytes) -> None:
     except ApiError as error:
         frames = []
         errors.append(error)
-    assert all(e.fatal and e.name == ErrorName.MESSAGE_TOO_LARGE for e in errors)
+    assert all(e.fatal and e.name == ApiFault.MESSAGE_TOO_LARGE for e in errors)
     for frame in frames:
         try:
             parse_call(frame)
         except ApiError as error:
             errors.append(error)
-    assert all(e.name in set(ErrorName) for e in errors)
+    assert all(e.name in set(ApiFault) for e in errors)
 
 
 CALL_FIELDS = ("method", "parameters", "more", "oneway", "upgrade", "x")
@@ -179,7 +179,7 @@ def test_each_field_of_a_call_with_each_wrong_type_is_a_call_or_a_typed_error() 
             assert isinstance(call.method, str) and isinstance(call.parameters, dict)
     assert refused  # the pool does hold wrong types
     for error in refused:
-        assert error.name in {ErrorName.INVALID_MESSAGE, ErrorName.METHOD_NOT_IMPLEMENTED}
+        assert error.name in {ApiFault.INVALID_MESSAGE, ApiFault.METHOD_NOT_IMPLEMENTED}
         assert "\n" not in str(error)
 
 
@@ -192,15 +192,15 @@ def test_any_subscription_parameters_are_accepted_or_refused_with_a_typed_error(
         except ApiError as error:
             errors.append(error)
     for error in errors:
-        assert error.name == ErrorName.INVALID_PARAMETER
+        assert error.name == ApiFault.INVALID_PARAMETER
         assert str(error.parameters["problem"]).startswith(str(error.parameters["parameter"]))
 
 
 def test_replies_round_trip() -> None:
     reply = parse_reply(encode_reply({"a": 1}, continues=True)[:-1])
     assert (reply.parameters, reply.continues, reply.error) == ({"a": 1}, True, None)
-    error = parse_reply(encode_error(ApiError(ErrorName.NO_SUCH_SESSION, {"sessionId": "x"}))[:-1])
-    assert error.error == ErrorName.NO_SUCH_SESSION and error.parameters == {"sessionId": "x"}
+    error = parse_reply(encode_error(ApiError(ApiFault.NO_SUCH_SESSION, {"sessionId": "x"}))[:-1])
+    assert error.error == ApiFault.NO_SUCH_SESSION and error.parameters == {"sessionId": "x"}
     call = parse_call(encode_call(Method.STATUS, {"k": "v"}, more=True)[:-1])
     assert (call.method, call.parameters, call.more) == (Method.STATUS, {"k": "v"}, True)
 

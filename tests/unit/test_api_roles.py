@@ -9,7 +9,7 @@ import pytest
 
 from supervisor.api.events import Peer
 from supervisor.api.listen import policies
-from supervisor.api.protocol import CONTROL, SERVICE, ErrorName, Method
+from supervisor.api.protocol import CONTROL, SERVICE, ApiFault, Method
 from supervisor.api.roles import VERB_ROLES, ControlRoles, Role, permission_denied, required_role
 from supervisor.config import SocketsConfig, parse_config
 from supervisor.errors import ConfigError
@@ -66,7 +66,7 @@ def test_the_docs_table_is_the_verb_table() -> None:
 
 def test_permission_denied_names_the_role_needed_and_the_one_held() -> None:
     error = permission_denied(Method.DRAIN, Role.ADMINISTRATOR, Role.OPERATOR, Peer(9, 1001, 1001))
-    assert error.name == ErrorName.PERMISSION_DENIED
+    assert error.name == ApiFault.PERMISSION_DENIED
     assert (error.parameters["role"], error.parameters["granted"]) == ("administrator", "operator")
     assert (
         str(error.parameters["problem"])

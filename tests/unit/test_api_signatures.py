@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from supervisor.api.idl import DESCRIPTIONS
-from supervisor.api.protocol import CONTROL, SERVICE, STATE, ErrorName, Method
+from supervisor.api.protocol import CONTROL, SERVICE, STATE, ApiFault, Method
 from supervisor.api.signatures import (
     INT_MAX,
     INT_MIN,
@@ -142,7 +142,7 @@ def test_a_wrong_type_is_an_invalid_parameter_naming_it(
 ) -> None:
     with pytest.raises(ApiError) as refused:
         check_parameters(method, parameters)
-    assert refused.value.name == ErrorName.INVALID_PARAMETER
+    assert refused.value.name == ApiFault.INVALID_PARAMETER
     assert refused.value.parameters["parameter"] == parameter
     assert problem in str(refused.value.parameters["problem"])
     assert "\n" not in str(refused.value)

@@ -15,8 +15,12 @@ from machines.registry import CircuitRegistry, Endpoints
 from supervisor.attempts import Attempts, Flight, Gate, Late, Sleep
 from supervisor.clock import FakeClock
 from supervisor.errors import CircuitOpenError
+from supervisor.vocabulary import EndpointId, Platform
 from tests.harness import clocks
 from tests.unit.test_endpoint import BROWNOUT
+
+#: the endpoint these tests admit attempts to
+EP = EndpointId(Platform.GENESYS, "ep")
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +43,7 @@ def gate_and_endpoint(
     """The shell's gate of the connect endpoint "ep", and that endpoint (to look at its counts)."""
     circuits = CircuitRegistry(clock, CircuitConfig(failure_threshold=threshold))
     endpoints = Endpoints(clock, circuits, connect=PacingConfig(initial_rate=rate, in_flight_floor=floor))
-    return Attempts(endpoints).connect("ep"), endpoints.connect("ep")
+    return Attempts(endpoints).connect(EP), endpoints.connect(EP)
 
 
 def gate_of(clock: FakeClock, *, rate: float = 1000.0, floor: int | None = 1, threshold: int = 5) -> Gate:
@@ -138,6 +142,6 @@ async def test_an_operations_attempt_refused_by_the_circuit_raises_with_its_wait
     assert isinstance(answer, Refused)
     with pytest.raises(CircuitOpenError) as refused:
         await gate.flight(Seen(), advancing(clock))
-    assert refused.value.circuit_id == "circuit:ep" and refused.value.retry_in_s == pytest.approx(
+    assert refused.value.circuit_id == "circuit:genesys:ep" and refused.value.retry_in_s == pytest.approx(
         30.0, abs=0.01
     )

@@ -24,6 +24,7 @@ from supervisor.events import (
 from supervisor.runtime.main import run_daemon
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
+from supervisor.vocabulary import CircuitState, SessionState
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +34,11 @@ def test_the_bus_stamps_a_strictly_rising_seq_and_one_boot_id() -> None:
     seen: list[Published] = []
     bus.subscribe(seen.append)
     for i in range(5):
-        bus.publish(SessionTransition(f"s-{i}", "connecting", "active", "validated", "VALIDATED", "t"))
+        bus.publish(
+            SessionTransition(
+                f"s-{i}", SessionState.CONNECTING, SessionState.ACTIVE, "validated", "VALIDATED", "t"
+            )
+        )
     assert [p.seq for p in seen] == [1, 2, 3, 4, 5] and bus.seq == 5
     assert {p.boot_id for p in seen} == {bus.boot_id}
     assert EventBus().boot_id != bus.boot_id  # a restart is a new boot
@@ -55,8 +60,10 @@ def test_a_failing_sink_is_counted_and_skipped() -> None:
 def test_session_and_circuit_transitions_are_told_apart_by_type() -> None:
     from supervisor.events import CircuitTransition
 
-    a = SessionTransition("s-1", "active", "reconnecting", "connection_lost", "ABNORMAL_CLOSURE", "t")
-    b = CircuitTransition("circuit:x", "closed", "open", "trip", "RATE_LIMITED", "t")
+    a = SessionTransition(
+        "s-1", SessionState.ACTIVE, SessionState.RECONNECTING, "connection_lost", "ABNORMAL_CLOSURE", "t"
+    )
+    b = CircuitTransition("circuit:x", CircuitState.CLOSED, CircuitState.OPEN, "trip", "RATE_LIMITED", "t")
     assert (a.name, b.name) == ("SESSION_TRANSITION", "CIRCUIT_TRANSITION")
     assert a.fields()["machineId"] == "s-1" and b.fields()["machineId"] == "circuit:x"
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
-from machines.circuit import ADMITTED, Circuit, CircuitConfig, CircuitMachine, CircuitState
+from machines.circuit import ADMITTED, Circuit, CircuitConfig, CircuitMachine
 from machines.effects import (
     CircuitClosed,
     CircuitEffect,
@@ -20,6 +20,7 @@ from machines.effects import (
 )
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
+from supervisor.vocabulary import CircuitState
 
 T = TaxonomyClass
 POLICY = RetryPolicy(name="server-error", max_retries=3, base_delay_ms=1000, max_delay_ms=12_000)

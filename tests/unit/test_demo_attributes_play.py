@@ -12,6 +12,7 @@ import pytest
 from supervisor.attributes import Refused
 from supervisor.demo.attributes_play import BURST, AttributesPlay, attributes_delivered
 from supervisor.store import UpdateOutcome
+from supervisor.vocabulary import ApiFault
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +26,7 @@ class Service:
 
     async def submit(self, session_id: str, attributes: Mapping[str, object]) -> None:
         if session_id == self.ended:
-            raise Refused("SessionTerminated", f"session '{session_id}' is terminated")
+            raise Refused(ApiFault.SESSION_TERMINATED, f"session '{session_id}' is terminated")
         self.taken.append(session_id)
 
     async def outcomes(self) -> dict[str, UpdateOutcome]:

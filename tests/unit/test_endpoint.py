@@ -11,13 +11,17 @@ import random
 
 import pytest
 
-from machines.circuit import CircuitConfig, CircuitState
+from machines.circuit import CircuitConfig
 from machines.effects import CircuitHalfOpened, CircuitOpened
 from machines.endpoint import GO, QUIET, Endpoint, EndpointKind, Refused, Ticket, Wait, throttles
 from machines.pacing import PacingConfig
 from machines.registry import CircuitRegistry, Endpoints
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
+from supervisor.vocabulary import CircuitState, EndpointId, Platform
+
+#: the endpoint these tests admit attempts to
+EP = EndpointId(Platform.GENESYS, "ep")
 
 RATE_LIMIT = RetryPolicy(
     name="rate_limit", max_retries=2, base_delay_ms=2000, max_delay_ms=8000, honors_retry_after=True
@@ -58,7 +62,7 @@ def endpoints(clock: FakeClock, **config: object) -> Endpoints:
 
 def connect(clock: FakeClock, rate: float = 1000.0, floor: int | None = 2, **pacing: object) -> Endpoint:
     config = PacingConfig(initial_rate=rate, in_flight_floor=floor, **pacing)  # type: ignore[arg-type]
-    return endpoints(clock, connect=config, budget=(0.1, 5.0)).connect("ep")
+    return endpoints(clock, connect=config, budget=(0.1, 5.0)).connect(EP)
 
 
 def asked(endpoint: Endpoint, clock: FakeClock) -> Ticket | Refused:
@@ -78,7 +82,7 @@ def go(endpoint: Endpoint, clock: FakeClock) -> Ticket:
 
 def test_the_hot_path_allocates_nothing_it_answers_shared_constants(clock: FakeClock) -> None:
     """A closed circuit on an unpaced endpoint: GO to ask, QUIET to a success (no transition)."""
-    endpoint = endpoints(clock, rest=PacingConfig(initial_rate=None)).get("genesys:api")
+    endpoint = endpoints(clock, rest=PacingConfig(initial_rate=None)).get(EndpointId(Platform.GENESYS, "api"))
     assert endpoint.ask() is GO
     assert endpoint.place() is None  # a REST endpoint keeps no places
     assert endpoint.answered(GO, None, clock.monotonic()) is QUIET
@@ -87,6 +91,7 @@ def test_the_hot_path_allocates_nothing_it_answers_shared_constants(clock: FakeC
 def test_a_throttle_cuts_the_pace_once_per_episode_and_holds_the_endpoint_for_its_retry_after(
     clock: FakeClock,
 ) -> None:
+
     endpoint = connect(clock, rate=100.0)
     sent = clock.monotonic()
     first = endpoint.answered(go(endpoint, clock), THROTTLE, sent)
@@ -147,7 +152,7 @@ def test_a_refused_half_open_probe_is_never_an_echo(clock: FakeClock) -> None:
         clock.advance(1.1)
         endpoint.answered(go(endpoint, clock), BROWNOUT, clock.monotonic())
     refused = asked(endpoint, clock)
-    assert isinstance(refused, Refused) and refused.circuit_id == "circuit:ep"
+    assert isinstance(refused, Refused) and refused.circuit_id == "circuit:genesys:ep"
     assert refused.retry_in_s == pytest.approx(30.0, abs=0.01)
     clock.advance(refused.retry_in_s)
     probe = go(endpoint, clock)
@@ -222,18 +227,18 @@ def test_a_success_probes_the_pace_up_with_its_round_trip(clock: FakeClock) -> N
 def test_without_adaptive_pacing_a_retry_after_is_kept_for_readers_but_holds_no_attempt(
     clock: FakeClock,
 ) -> None:
-    endpoint = endpoints(clock, budget=(0.1, 5.0)).get("genesys:api")
+    endpoint = endpoints(clock, budget=(0.1, 5.0)).get(EndpointId(Platform.GENESYS, "api"))
     endpoint.answered(GO, failure(retry_after_s=3.0), clock.monotonic())
     assert endpoint.held_for() == 3.0  # what the attribute tenant waits on
     assert endpoint.ask() is GO  # admission not adaptive: the endpoint itself is not held
 
 
 def test_the_retry_budget_counts_calls_and_refuses_retries_past_its_share(clock: FakeClock) -> None:
-    endpoint = endpoints(clock, budget=(0.5, 0.0)).get("ep")
+    endpoint = endpoints(clock, budget=(0.5, 0.0)).get(EP)
     for _ in range(4):
         endpoint.called()
     assert [endpoint.may_retry() for _ in range(3)] == [True, True, False]  # half of 4 calls
-    token = endpoints(clock, budget=(0.0, 0.0)).token("genesys:oauth")
+    token = endpoints(clock, budget=(0.0, 0.0)).token(EndpointId(Platform.GENESYS, "oauth"))
     assert all(token.may_retry() for _ in range(5))  # a token endpoint has no budget
     assert token.rate is None and not token.keeps_places
 
@@ -244,15 +249,18 @@ def test_each_endpoint_is_one_kind_and_each_kind_holds_what_it_admits(clock: Fak
         connect=PacingConfig(initial_rate=20.0, in_flight_floor=128),
         rest=PacingConfig(initial_rate=None),
     )
-    wm = made.connect("genesys:webmessaging")
+    wm = made.connect(EndpointId(Platform.GENESYS, "webmessaging"))
     assert (wm.kind, wm.rate, wm.cap()) == (EndpointKind.CONNECT, 20.0, 128)
-    api = made.get("genesys:api")
+    api = made.get(EndpointId(Platform.GENESYS, "api"))
     assert (api.kind, api.rate, api.cap(), api.keeps_places) == (EndpointKind.REST, None, None, False)
-    assert made.get("genesys:webmessaging") is wm  # asked by name: the endpoint as made
+    assert made.get(EndpointId(Platform.GENESYS, "webmessaging")) is wm  # asked by name: the endpoint as made
     with pytest.raises(ValueError, match="connect endpoint, not token"):
-        made.token("genesys:webmessaging")
-    assert made.circuits.get("genesys:api").state is CircuitState.CLOSED
-    assert made.all() == {"genesys:webmessaging": wm, "genesys:api": api}
+        made.token(EndpointId(Platform.GENESYS, "webmessaging"))
+    assert made.circuits.get(EndpointId(Platform.GENESYS, "api")).state is CircuitState.CLOSED
+    assert {str(name): endpoint for name, endpoint in made.all().items()} == {
+        "genesys:webmessaging": wm,
+        "genesys:api": api,
+    }
 
 
 def test_a_lost_connection_restarts_the_pace_from_its_initial_rate(clock: FakeClock) -> None:

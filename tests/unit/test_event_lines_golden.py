@@ -55,8 +55,6 @@ from click.testing import CliRunner
 
 import machines
 import supervisor
-from machines.circuit import CircuitState
-from machines.session import SessionState
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.fanout import Hub, Subscriber
@@ -70,6 +68,7 @@ from supervisor.runtime.stdout import StdoutEvents
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Scope, TaxonomyClass, Trigger
+from supervisor.vocabulary import CircuitState, SessionState
 from tests.golden.event_examples import (
     BOOT_ID,
     CLASSIFY_TAXONOMY,

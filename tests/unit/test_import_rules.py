@@ -65,6 +65,7 @@ MACHINES_MAY_USE = (
     "supervisor.clock",
     "supervisor.errors",
     "supervisor.events",
+    "supervisor.vocabulary",
 )
 
 # the socket API modules that do no I/O (floor 3, and checked like the decision core)
@@ -135,7 +136,11 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.sim",
         ),
     ),
-    (1, "ground", ("supervisor.clock", "supervisor.errors", "supervisor")),
+    (
+        1,
+        "ground: the clock, the exception tree, the vocabulary every layer shares",
+        ("supervisor.clock", "supervisor.errors", "supervisor.vocabulary", "supervisor"),
+    ),
 )
 # the names the package root re-exports lazily, and their modules (docs/runtime.md, "Floors": `import supervisor` imports none)
 ROOT_EXPORTS: dict[str, str] = supervisor._EXPORTS
@@ -149,6 +154,8 @@ def _pure_files() -> list[Path]:
         *sorted((ROOT / "supervisor" / "taxonomy").rglob("*.py")),
         *sorted((ROOT / "supervisor" / "retry").rglob("*.py")),
         ROOT / "supervisor" / "clock.py",
+        ROOT / "supervisor" / "errors.py",
+        *sorted((ROOT / "supervisor" / "vocabulary").rglob("*.py")),
         *sorted((ROOT / "supervisor" / "events").rglob("*.py")),
         *(ROOT / (name.replace(".", "/") + ".py") for name in PURE_API),
     ]
@@ -253,7 +260,7 @@ def test_the_taxonomy_and_retry_policy_load_no_io_module_even_transitively() -> 
     import sys
 
     probe = (
-        "import sys; import supervisor.taxonomy, supervisor.retry, supervisor.clock; "
+        "import sys; import supervisor.taxonomy, supervisor.retry, supervisor.clock, supervisor.vocabulary; "
         "print(' '.join(sorted(sys.modules)))"
     )
     loaded = set(
@@ -295,15 +302,50 @@ def through_reexports(imported: str) -> str:
     return f"{module}.{name}" if module is not None else imported
 
 
-def _our_imports(path: Path) -> list[tuple[int, str]]:
-    module = _module_name(path)
+#: imports made for annotations only (under ``if TYPE_CHECKING:``, never executed), by importer: the
+#: exception tree on the ground floor types its payloads (``TransportFailure.raw`` is a RawError,
+#: ``OperationError.event`` an SdkErrorEvent) without loading the taxonomy
+TYPE_ONLY: dict[str, tuple[str, ...]] = {"supervisor.errors": ("supervisor.taxonomy",)}
+
+
+def _type_checking_lines(source: str) -> set[int]:
+    """The lines of ``if TYPE_CHECKING:`` blocks (their imports run for the type checker only)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def our_imports(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    type_only = TYPE_ONLY.get(module, ())
+    annotations = _type_checking_lines(source) if type_only else set()
     found = []
-    for line, imported in imported_modules(
-        path.read_text(encoding="utf-8"), module, path.name == "__init__.py"
-    ):
+    for line, imported in imported_modules(source, module, is_package):
+        if line in annotations and any(_matches(imported, allowed) for allowed in type_only):
+            continue
         if imported.split(".")[0] in ("supervisor", "machines"):
             found.append((line, through_reexports(imported)))
     return found
+
+
+def _our_imports(path: Path) -> list[tuple[int, str]]:
+    return our_imports(path.read_text(encoding="utf-8"), _module_name(path), path.name == "__init__.py")
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("if TYPE_CHECKING:\n    from supervisor.taxonomy import RawError", False),
+        # at run time, or another floor's module, it is an upward import all the same
+        ("from supervisor.taxonomy import RawError", True),
+        ("if TYPE_CHECKING:\n    from supervisor.rest.tokens import Token", True),
+    ],
+)
+def test_only_the_listed_annotation_imports_are_not_edges(source: str, bad: bool) -> None:
+    imports = our_imports(source, "supervisor.errors")
+    assert bool(upward_imports("supervisor.errors", imports)) is bad
 
 
 def upward_imports(module: str, imports: list[tuple[int, str]]) -> list[str]:

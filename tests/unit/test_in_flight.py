@@ -22,8 +22,12 @@ from supervisor.clock import Clock, FakeClock
 from supervisor.errors import TransportFailure
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from supervisor.vocabulary import CloseCode, EndpointId
 from tests.harness.clocks import advancing
 from tests.unit.test_session_runner import GatedConnection
+
+#: the endpoint these tests admit attempts to
+EP = EndpointId(Platform.GENESYS, "ep")
 
 pytestmark = pytest.mark.anyio
 
@@ -97,12 +101,13 @@ class PlaceTransport:
 
 def connect_gate(clock: Clock, pacing: PacingConfig) -> Gate:
     """The connect endpoint "ep", paced by ``pacing``, behind the attempt shell."""
-    return Attempts(Endpoints(clock, connect=pacing)).connect("ep")
+    return Attempts(Endpoints(clock, connect=pacing)).connect(EP)
 
 
 def runners(
     n: int, clock: Clock, gate: Gate, sleeps: list[Callable[[float], Awaitable[None]]] | None = None
 ) -> tuple[Endpoint, list[SessionRunner]]:
+
     endpoint = Endpoint()
     classifier = Classifier(load_taxonomy("v1"), clock)
     out = []
@@ -144,7 +149,7 @@ async def test_an_endpoint_holds_its_cap_in_flight_and_every_outcome_gives_the_p
         (await endpoint.next_in()).end("fail")
         await anyio.wait_all_tasks_blocked()
         stopped = by_transport[id(await endpoint.next_in())]
-        await stopped.stop(1000)
+        await stopped.stop(CloseCode.NORMAL_CLOSURE)
         while not all(r.state.value in ("active", "terminated") for r in sessions):
             await anyio.wait_all_tasks_blocked()
             (await endpoint.next_in()).end("ok")
@@ -153,7 +158,7 @@ async def test_an_endpoint_holds_its_cap_in_flight_and_every_outcome_gives_the_p
         assert stopped.termination is not None and stopped.termination.reason.value == "STOPPED"
         assert sorted(r.state.value for r in sessions) == ["active", "active", "terminated"]
         for runner in sessions:
-            await runner.stop(1000)
+            await runner.stop(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_came_back_meanwhile() -> None:
@@ -178,7 +183,7 @@ async def test_an_attempt_that_waited_for_a_place_waits_out_a_retry_after_that_c
         assert slept[waiting][before:] == [pytest.approx(1.0)]  # the Retry-After, nothing else
         second.end("ok")
         for runner in sessions:
-            await runner.stop(1000)
+            await runner.stop(CloseCode.NORMAL_CLOSURE)
 
 
 async def test_waiters_released_together_by_one_batch_of_answers_leave_a_send_slot_apart() -> None:
@@ -210,4 +215,4 @@ async def test_waiters_released_together_by_one_batch_of_answers_leave_a_send_sl
             transport.end("ok")
         await anyio.wait_all_tasks_blocked()
         for runner in sessions:
-            await runner.stop(1000)
+            await runner.stop(CloseCode.NORMAL_CLOSURE)

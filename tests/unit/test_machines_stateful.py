@@ -13,7 +13,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from machines.circuit import Admission, Circuit, CircuitConfig, CircuitState
+from machines.circuit import Admission, Circuit, CircuitConfig
 from machines.effects import (
     REVOKE_AND_REAUTHENTICATE,
     CircuitEffect,
@@ -27,9 +27,10 @@ from machines.effects import (
     SessionTransition,
     TerminationReason,
 )
-from machines.session import SessionConfig, SessionCore, SessionState
+from machines.session import SessionConfig, SessionCore
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.model import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
+from supervisor.vocabulary import CircuitState, SessionState
 
 T = TaxonomyClass
 # short, so that random runs reach it

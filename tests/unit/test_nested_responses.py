@@ -19,6 +19,7 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import GenesysClientCredentials
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from supervisor.vocabulary import EndpointId
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
@@ -42,7 +43,7 @@ def test_a_deep_success_body_is_malformed_response() -> None:
                     "GET",
                     "http://api.test/api/v2/conversations/c",
                     ctx=ctx,
-                    circuit="x",
+                    circuit=EndpointId(Platform.GENESYS, "x"),
                     check=ResponseCheck(),
                 )
             return info.value.event

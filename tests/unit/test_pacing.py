@@ -12,6 +12,10 @@ from hypothesis import strategies as st
 from machines.pacing import Pacer, PacingConfig, Probe, echo_of_throttle
 from machines.retry_budget import RetryBudget
 from supervisor.clock import FakeClock
+from supervisor.vocabulary import EndpointId, Platform
+
+#: the endpoint these tests pace
+EP = EndpointId(Platform.GENESYS, "ep")
 
 
 def take(pacer: Pacer, clock: FakeClock) -> None:
@@ -35,14 +39,14 @@ def drain(pacer: Pacer, clock: FakeClock, n: int) -> list[float]:
 
 def test_slots_are_spaced_at_the_rate() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=1.0001))
     waits = [pacer.reserve() for _ in range(5)]
     assert waits == [(pytest.approx(w), True) for w in (0.0, 0.1, 0.2, 0.3, 0.4)]
 
 
 def test_slots_are_booked_at_most_a_lookahead_ahead_so_a_growing_rate_serves_later_callers() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, lookahead_s=1.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, lookahead_s=1.0))
     booked = [pacer.reserve() for _ in range(30)]
     assert sum(1 for _, b in booked if b) == 11  # 0.0 .. 1.0 s
     wait, was_booked = booked[-1]
@@ -51,14 +55,14 @@ def test_slots_are_booked_at_most_a_lookahead_ahead_so_a_growing_rate_serves_lat
 
 def test_slow_start_multiplies_the_rate_per_rates_worth_of_admitted_attempts() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=2.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=2.0))
     drain(pacer, clock, 10)  # ten admitted attempts at 10/s: one rate's worth
     assert pacer.rate == pytest.approx(20.0)
 
 
 def test_a_throttle_cuts_the_rate_once_per_episode_and_pauses_the_endpoint() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0, backoff=0.5))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=100.0, backoff=0.5))
     report = pacer.throttled(3.0)
     assert report is not None and report.reason == "throttled" and report.paused_for_s == 3.0
     assert pacer.rate == 50.0
@@ -77,7 +81,7 @@ def test_a_throttle_cuts_the_rate_once_per_episode_and_pauses_the_endpoint() -> 
 
 def test_after_a_throttle_the_rate_probes_up_additively() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0, backoff=0.5, increase=0.1))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=100.0, backoff=0.5, increase=0.1))
     pacer.throttled(0.0)
     assert pacer.rate == 50.0
     drain(pacer, clock, 50)  # a second's worth at 50/s: +10 % of the rate
@@ -87,7 +91,7 @@ def test_after_a_throttle_the_rate_probes_up_additively() -> None:
 def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> None:
     """RFC 9438 eq. 1 with C = 0.4, beta = 0.7: refused at 100/s, K = (100 * 0.3 / 0.4) ** (1/3)."""
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0, probe=Probe.CUBIC, backoff=0.7))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=100.0, probe=Probe.CUBIC, backoff=0.7))
     cut_at = clock.monotonic()
     pacer.throttled(0.0)
     assert pacer.rate == pytest.approx(70.0)
@@ -106,7 +110,7 @@ def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> N
 
 def test_an_unpaced_endpoint_engages_below_what_it_was_admitting() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=None, backoff=0.5))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=None, backoff=0.5))
     assert pacer.rate is None and pacer.reserve() == (0.0, True)
     for _ in range(80):  # 80 admitted within one second
         clock.advance(0.01)
@@ -118,7 +122,7 @@ def test_an_unpaced_endpoint_engages_below_what_it_was_admitting() -> None:
 
 def test_a_pause_is_never_shortened_by_a_later_shorter_retry_after() -> None:
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0))
     pacer.throttled(10.0)
     clock.advance(2.0)
     pacer.throttled(1.0)
@@ -144,7 +148,7 @@ def test_against_a_fixed_window_limit_refusals_stay_rare_and_the_limit_is_used(
     """
     assume(probe is Probe.AIMD or limit >= 20)
     clock = FakeClock(start=0.0, epoch=0.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=initial, probe=probe))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=initial, probe=probe))
     window, used = -1, 0
     refused = admitted = 0
     while admitted < n:
@@ -196,7 +200,7 @@ def test_a_throttle_cuts_below_what_the_platform_admitted_when_the_rate_had_run_
     """A rate grown to 1,000/s while nothing refused meets a platform admitting 50 a second: one
     cut brings it below the 50 (0.7 x), not one cut per episode from 1,000 down."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=1000.0, backoff=0.7))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=1000.0, backoff=0.7))
     for _ in range(50):
         pacer.admitted()
     clock.advance(0.5)
@@ -208,7 +212,7 @@ def test_after_an_idle_period_the_rate_restarts_from_the_initial_rate() -> None:
     """RFC 5681 section 4.1: a start-up grew the rate to hundreds; ten quiet seconds later (all
     sessions up), the next storm starts again from the initial rate and slow-starts."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, idle_restart_s=10.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0, idle_restart_s=10.0))
     drain(pacer, clock, 2000)
     grown = pacer.rate
     assert grown is not None and grown > 200
@@ -225,7 +229,7 @@ def test_a_drop_on_a_quiet_endpoint_restarts_from_the_initial_rate_but_not_mid_s
     drops every connection: the rate starts again from the initial rate (the slow-start threshold
     is kept). A drop while attempts are going through, and a second drop, change nothing."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, backoff=0.5))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0, backoff=0.5))
     drain(pacer, clock, 1000)
     grown = pacer.rate
     assert grown is not None and grown > 200
@@ -249,7 +253,7 @@ def test_a_drop_on_a_quiet_endpoint_restarts_from_the_initial_rate_but_not_mid_s
 
 def test_a_drop_leaves_an_unpaced_endpoint_unpaced() -> None:
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=None))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=None))
     clock.advance(5.0)
     assert pacer.lost() is None
     assert pacer.rate is None
@@ -260,7 +264,7 @@ def test_slots_that_fell_due_during_a_stall_go_out_spaced_at_the_rate_not_at_onc
     collection); when it resumes every slot is due. Checked when they go out, the first goes at
     once and the others are spaced at the rate again: the stall banked no capacity."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
     start = clock.monotonic()
     booked = [pacer.reserve() for _ in range(10)]
     assert all(ok for _, ok in booked) and booked[-1][0] == pytest.approx(0.9)
@@ -279,7 +283,7 @@ def test_slots_that_fell_due_during_a_stall_go_out_spaced_at_the_rate_not_at_onc
 
 def test_on_time_slots_go_out_without_waiting() -> None:
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=1.0001))
     for _ in range(20):
         wait, ok = pacer.reserve()
         assert ok
@@ -287,7 +291,7 @@ def test_on_time_slots_go_out_without_waiting() -> None:
         clock.advance(wait)
         assert pacer.send(due) == 0.0
     # a clock that does not move (callers sleep their waits elsewhere): on time, never held
-    frozen = Pacer("ep", FakeClock(start=100.0), PacingConfig(initial_rate=10.0))
+    frozen = Pacer(EP, FakeClock(start=100.0), PacingConfig(initial_rate=10.0))
     for _ in range(5):
         wait, ok = frozen.reserve()
         assert ok and frozen.send(100.0 + wait) == 0.0
@@ -297,7 +301,7 @@ def test_refusals_of_attempts_in_flight_at_the_cut_are_its_echoes_later_ones_are
     """RFC 6582 section 3.2: one congestion response per window in flight. Attempts sent before
     the cut echo it; an attempt sent after it (or before any cut) is news."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=100.0))
     sent = []
     for _ in range(10):  # ten attempts leave, 10 ms apart
         take(pacer, clock)
@@ -316,7 +320,7 @@ def test_refusals_of_attempts_in_flight_at_the_cut_are_its_echoes_later_ones_are
 def test_a_half_open_probe_or_a_failure_that_is_no_throttle_is_never_an_echo() -> None:
     """The circuit must hear how its probe went, and only a refusal for load echoes a cut."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=100.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=100.0))
     sent = clock.monotonic()
     clock.advance(0.01)
     pacer.throttled(1.0)
@@ -328,9 +332,9 @@ def test_a_half_open_probe_or_a_failure_that_is_no_throttle_is_never_an_echo() -
 
 def test_the_in_flight_cap_is_the_floor_until_a_round_trip_is_known_and_none_when_not_configured() -> None:
     clock = FakeClock()
-    assert Pacer("ep", clock, PacingConfig(initial_rate=10.0)).in_flight_cap() is None
-    assert Pacer("ep", clock, PacingConfig(initial_rate=None, in_flight_floor=4)).in_flight_cap() is None
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, in_flight_floor=4))
+    assert Pacer(EP, clock, PacingConfig(initial_rate=10.0)).in_flight_cap() is None
+    assert Pacer(EP, clock, PacingConfig(initial_rate=None, in_flight_floor=4)).in_flight_cap() is None
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, in_flight_floor=4))
     assert pacer.in_flight_cap() == 4
     pacer.admitted()  # no round trip known yet
     assert pacer.in_flight_cap() == 4
@@ -342,7 +346,7 @@ def test_the_in_flight_cap_grows_to_twice_admitted_per_second_times_the_shortest
     """BBR's bound: a platform 0.3 s away admitting 50/s needs 15 in flight; the cap gives 30.
     A longer round trip later (a queue of the daemon's own) does not raise it: the shortest counts."""
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=50.0, growth=1.0001, in_flight_floor=4))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=50.0, growth=1.0001, in_flight_floor=4))
     for _ in range(50):  # one second of admissions at 50/s, each 0.3 s after it left
         take(pacer, clock)
         pacer.admitted(0.3)
@@ -358,7 +362,7 @@ def test_a_restart_forgets_the_round_trip_with_the_rate() -> None:
     """An idle endpoint, or one whose platform dropped its connections, may be another platform
     now (a failover): the cap falls back to the floor until a new round trip is measured."""
     clock = FakeClock()
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=20.0, in_flight_floor=4, idle_restart_s=10.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0, in_flight_floor=4, idle_restart_s=10.0))
     for _ in range(40):
         take(pacer, clock)
         pacer.admitted(1.0)
@@ -381,7 +385,7 @@ def test_waiters_that_one_batch_of_answers_lets_go_are_spaced_again_at_the_rate(
     leave, they go 0.1 s apart, not together. An attempt that got its place at once is not held
     (its send was checked on time) and does not take a second send slot."""
     clock = FakeClock(start=100.0)
-    pacer = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=1.0001, send_burst_s=0.0))
     queued = []
     for _ in range(10):
         wait, ok = pacer.reserve()
@@ -397,7 +401,7 @@ def test_waiters_that_one_batch_of_answers_lets_go_are_spaced_again_at_the_rate(
         sent.append(clock.monotonic())
     assert [round(b - a, 6) for a, b in itertools.pairwise(sent)] == [0.1] * 9
     # on time: a place at once means no wait, and the next on-time send is not pushed back
-    on_time = Pacer("ep", clock, PacingConfig(initial_rate=10.0, growth=1.0001))
+    on_time = Pacer(EP, clock, PacingConfig(initial_rate=10.0, growth=1.0001))
     wait, ok = on_time.reserve()
     clock.advance(wait)
     due = clock.monotonic()

@@ -25,6 +25,7 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from supervisor.vocabulary import EndpointId
 from tests.harness.clocks import advancing
 
 pytestmark = pytest.mark.anyio
@@ -71,7 +72,9 @@ class Rig:
         self.ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST, agent_id="a-1")
 
     async def get(self, **kwargs: Any) -> httpx.Response:
-        return await self.pipeline.request("GET", URL, ctx=self.ctx, circuit="genesys:api", **kwargs)
+        return await self.pipeline.request(
+            "GET", URL, ctx=self.ctx, circuit=EndpointId(Platform.GENESYS, "api"), **kwargs
+        )
 
 
 def error(status: int, code: str, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -191,7 +194,11 @@ async def test_permanent_operation_errors_are_not_retried() -> None:
     rig = Rig(handler)
     with pytest.raises(OperationError) as info:
         await rig.pipeline.request(
-            "GET", "http://api.test/api/v2/users/u", ctx=rig.ctx, circuit="genesys:api", channel=Channel.REST
+            "GET",
+            "http://api.test/api/v2/users/u",
+            ctx=rig.ctx,
+            circuit=EndpointId(Platform.GENESYS, "api"),
+            channel=Channel.REST,
         )
     assert info.value.event.code == "RESOURCE_NOT_FOUND"  # type: ignore[attr-defined]
     assert calls == 1 and rig.sleeps == []
@@ -221,7 +228,7 @@ async def test_five_transient_failures_open_the_circuit_and_calls_are_refused() 
         await rig.get()  # its first attempt is the 5th failure: open; its retry is refused locally
     assert calls == 5
     assert 0 < info.value.retry_in_s <= 30.0
-    assert rig.circuits.get("genesys:api").state.value == "open"
+    assert rig.circuits.get(EndpointId(Platform.GENESYS, "api")).state.value == "open"
 
 
 async def test_304_is_an_answer_and_its_empty_body_is_not_validated() -> None:

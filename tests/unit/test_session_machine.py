@@ -25,11 +25,12 @@ from machines.effects import (
     TerminationReason,
     iso_utc,
 )
-from machines.session import SessionConfig, SessionCore, SessionMachine, SessionState
+from machines.session import SessionConfig, SessionCore, SessionMachine
 from supervisor.clock import FakeClock
 from supervisor.errors import SupervisorError
 from supervisor.retry.backoff import backoff_delay_ms
 from supervisor.taxonomy.model import Jitter, RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass, Trigger
+from supervisor.vocabulary import SessionState
 
 T = TaxonomyClass
 RECONNECT = RetryPolicy(name="websocket-reconnect", max_retries=5, base_delay_ms=1000, max_delay_ms=16_000)

@@ -22,6 +22,11 @@ from supervisor.events import Published, ReconnectionThrottled, SessionTransitio
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
+from supervisor.vocabulary import CloseCode, EndpointId
+
+#: the endpoint these tests admit attempts to
+EP = EndpointId(Platform.GENESYS, "ep")
+
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +82,7 @@ def runner_for(transport: GatedTransport) -> SessionRunner:
     return SessionRunner(
         transport,
         classifier=Classifier(load_taxonomy("v1"), clock),
-        gate=Attempts(Endpoints(clock)).connect("test"),
+        gate=Attempts(Endpoints(clock)).connect(EP),
         bus=EventBus(),
         clock=clock,
         rng=random.Random(1),
@@ -93,7 +98,7 @@ async def test_an_attempt_that_ends_after_stop_is_ignored_and_closed(fail: bool)
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.run)
         await transport.entered.wait()
-        await runner.stop(1001)
+        await runner.stop(CloseCode.GOING_AWAY)
         transport.gate.set()
     assert runner.state.value == "terminated"
     assert runner.termination is not None and runner.termination.reason.value == "STOPPED"
@@ -204,7 +209,7 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
     runner = SessionRunner(
         transport,
         classifier=Classifier(load_taxonomy("v2"), clock),
-        gate=Attempts(Endpoints(clock)).connect("test"),
+        gate=Attempts(Endpoints(clock)).connect(EP),
         bus=bus,
         clock=clock,
         rng=random.Random(1),
@@ -215,7 +220,7 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
         tg.start_soon(runner.run)
         await waiting.wait()
         assert runner.state.value == "reconnecting"
-        await runner.stop(1001)
+        await runner.stop(CloseCode.GOING_AWAY)
     names = [p.event.name for p in seen]
     assert "SDK_ERROR_CLASSIFIED" not in names
     (throttled,) = [p.event for p in seen if isinstance(p.event, ReconnectionThrottled)]

@@ -10,13 +10,16 @@ import pytest
 from supervisor.bus import EventBus
 from supervisor.events import Published, SessionTransition
 from supervisor.runtime.stdout import StdoutEvents
+from supervisor.vocabulary import SessionState
 from tests.harness.waits import wait_until
 
 pytestmark = pytest.mark.anyio
 
 
 def _transition(i: int) -> SessionTransition:
-    return SessionTransition(f"s-{i}", "connecting", "active", "validated", "VALIDATED", "t")
+    return SessionTransition(
+        f"s-{i}", SessionState.CONNECTING, SessionState.ACTIVE, "validated", "VALIDATED", "t"
+    )
 
 
 async def test_a_reader_that_went_away_drops_lines_without_reporting_drops_into_the_same_pipe() -> None:

@@ -43,6 +43,7 @@ from supervisor.taxonomy import (
     compile_taxonomy,
 )
 from supervisor.taxonomy.diff import diff_codes
+from supervisor.vocabulary import EndpointId
 
 RENAMES = {
     "TOKEN_EXPIRED": "BEARER_LAPSED",
@@ -153,7 +154,10 @@ def test_a_401_on_an_expired_token_is_replayed_once_whatever_its_name(taxonomy: 
             pipeline = RequestPipeline(client, executor, tokens=tokens)
             ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST)
             response = await pipeline.request(
-                "GET", "http://api.test/api/v2/conversations/c-1", ctx=ctx, circuit="genesys:api"
+                "GET",
+                "http://api.test/api/v2/conversations/c-1",
+                ctx=ctx,
+                circuit=EndpointId(Platform.GENESYS, "api"),
             )
             assert response.status_code == 200
 
@@ -279,7 +283,7 @@ def _expiry_storm(taxonomy: Taxonomy, sessions: int) -> tuple[list[int], str]:
                         "GET",
                         f"http://api.test/inContactAPI/services/v23.0/agent-sessions/s-{i}/get-next-event",
                         ctx=ctx,
-                        circuit="cxone:api",
+                        circuit=EndpointId(Platform.CXONE, "api"),
                     )
                     statuses[i] = response.status_code
                 except CircuitOpenError:
@@ -288,7 +292,7 @@ def _expiry_storm(taxonomy: Taxonomy, sessions: int) -> tuple[list[int], str]:
             async with anyio.create_task_group() as tg:
                 for i in range(sessions):
                     tg.start_soon(call, i)
-        states.append(circuits.get("cxone:api").state.value)
+        states.append(circuits.get(EndpointId(Platform.CXONE, "api")).state.value)
 
     anyio.run(main)
     return statuses, states[0]

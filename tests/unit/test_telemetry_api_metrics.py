@@ -11,6 +11,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from supervisor.events import PacingChanged
 from supervisor.telemetry import attributes as A
 from supervisor.telemetry.metrics import Metrics
+from supervisor.vocabulary import EndpointId, Platform
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, list[int]]:
@@ -58,9 +59,15 @@ def test_pacing_rates_and_changes_follow_pacing_changed() -> None:
     )
     assert not points(reader).get(A.M_PACING_RATE)
     at = "2026-12-01T00:00:00.000Z"
-    metrics.event(PacingChanged("genesys:webmessaging", "connect", 14.0, 20.0, "throttled", 1.0, at))
-    metrics.event(PacingChanged("genesys:api", "rest", None, None, "pause", 7.0, at))
+    metrics.event(
+        PacingChanged(
+            EndpointId(Platform.GENESYS, "webmessaging"), "connect", 14.0, 20.0, "throttled", 1.0, at
+        )
+    )
+    metrics.event(PacingChanged(EndpointId(Platform.GENESYS, "api"), "rest", None, None, "pause", 7.0, at))
     assert points(reader)[A.M_PACING_RATE] == [14]  # the unpaced REST endpoint reports no rate
-    metrics.event(PacingChanged("genesys:webmessaging", "connect", 28.0, 14.0, "probe", 0.0, at))
+    metrics.event(
+        PacingChanged(EndpointId(Platform.GENESYS, "webmessaging"), "connect", 28.0, 14.0, "probe", 0.0, at)
+    )
     after = points(reader)
     assert after[A.M_PACING_RATE] == [28] and sorted(after[A.M_PACING_CHANGES]) == [1, 1, 1]

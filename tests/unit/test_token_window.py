@@ -27,6 +27,7 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, SdkErrorEvent, load_taxonomy
+from supervisor.vocabulary import EndpointId
 from tests.harness.clocks import advancing
 
 V1 = load_taxonomy("v1")
@@ -169,7 +170,7 @@ class _Rig:
     def __init__(self, handler: Any, *, lifetime: float = 3600.0, early: float = 300.0) -> None:
         self.clock = FakeClock(start=100.0)
         self.source = _Source(lifetime)
-        self.tokens = TokenCache(self.source, self.clock, early_refresh_s=early, name="cxone")
+        self.tokens = TokenCache(self.source, self.clock, early_refresh_s=early, platform=Platform.CXONE)
         self.circuits = CircuitRegistry(self.clock, CircuitConfig(), random.Random(1))
         self.classified: list[SdkErrorEvent] = []
         self.sleeps: list[float] = []
@@ -188,7 +189,11 @@ class _Rig:
 
     async def poll(self) -> httpx.Response:
         return await self.pipeline.request(
-            "GET", "http://api.test" + CXONE_POLL, ctx=self.ctx, circuit="cxone:api", channel=Channel.REST
+            "GET",
+            "http://api.test" + CXONE_POLL,
+            ctx=self.ctx,
+            circuit=EndpointId(Platform.CXONE, "api"),
+            channel=Channel.REST,
         )
 
 

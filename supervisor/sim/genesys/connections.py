@@ -23,6 +23,7 @@ from websockets.http11 import Request, Response
 
 from supervisor.sim.faults import Fault, FaultKind, retry_after_header
 from supervisor.sim.genesys.context import SimContext
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["WsListener"]
 
@@ -187,7 +188,11 @@ class WsListener:
                 self.ctx.recorder.record_event(
                     "limit_close", listener=self.name, reason="idle" if idle else "lifetime"
                 )
-                self.spawn(conn.close(1001, "idle timeout" if idle else "connection lifetime reached"))
+                self.spawn(
+                    conn.close(
+                        CloseCode.GOING_AWAY, "idle timeout" if idle else "connection lifetime reached"
+                    )
+                )
                 closed += 1
         return closed
 

@@ -65,6 +65,7 @@ from supervisor.sim.genesys.rest import BadRequest, Handler, Reply, Request, rea
 from supervisor.sim.genesys.state import Channel
 from supervisor.sim.genesys.topics import TopicVerdict, available_topics, events_for, judge
 from supervisor.sim.genesys.wire import ErrorCode, encode, iso_utc
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["CHANNEL_ROUTES", "NotificationsHub"]
 
@@ -209,11 +210,11 @@ class NotificationsHub:
         chan_id = conn.request.path.split("?", 1)[0][10:] if conn.request else ""
         chan = self.ctx.state.channels.get(chan_id)
         if chan is None:
-            await conn.close(1001, "channel expired")
+            await conn.close(CloseCode.GOING_AWAY, "channel expired")
             return
         old = self.by_channel.get(chan_id)
         if old is not None:  # one connection per channel (§2) [I]: the newer one wins
-            self.listener.spawn(old.close(1001, "replaced by a new connection"))
+            self.listener.spawn(old.close(CloseCode.GOING_AWAY, "replaced by a new connection"))
         self.by_channel[chan_id] = conn
         chan.connected = True
         self.listener.opened(conn, chan_id)
@@ -371,7 +372,7 @@ class NotificationsHub:
         async def tell_and_close() -> None:
             with contextlib.suppress(ConnectionClosed):
                 await conn.send(frame.decode())
-            await conn.close(1001, reason)
+            await conn.close(CloseCode.GOING_AWAY, reason)
 
         self.listener.spawn(tell_and_close())
 
@@ -465,7 +466,7 @@ class NotificationsHub:
             },
             "metadata": {"CorrelationId": self.ctx.state.uuid()},
         }
-        code = int(fault.params.get("code") or 1001)
+        code = int(fault.params.get("code") or CloseCode.GOING_AWAY)
 
         async def warn_then_close() -> None:
             with contextlib.suppress(ConnectionClosed):

@@ -20,6 +20,7 @@ from supervisor.sim.genesys.connections import WsListener
 from supervisor.sim.genesys.context import SimContext
 from supervisor.sim.genesys.wire import WmClass, iso_utc, wm_envelope
 from supervisor.sim.genesys.wm_frames import disconnect_body
+from supervisor.vocabulary import CloseCode
 
 __all__ = ["ENDPOINT", "LISTENER", "GuestConnections"]
 
@@ -53,7 +54,7 @@ class GuestConnections:
 
         async def tell_and_close() -> None:
             await self._send(conn, payload, WmClass.CONNECTION_CLOSED_EVENT.value)
-            await conn.close(1000, "connection closed")
+            await conn.close(CloseCode.NORMAL_CLOSURE, "connection closed")
 
         self.listener.spawn(tell_and_close())
 

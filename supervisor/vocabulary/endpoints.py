@@ -1,0 +1,65 @@
+"""Endpoint ids: what is admitted, paced and broken as one (an endpoint's circuit, its pace, its
+retry budget; machines/endpoint.py).
+
+An endpoint is named by its platform and a name of ours (``genesys:streaming``: every notifications
+handshake; ``cxone:api``: the agent API's REST calls). The id is a value, not a string to glue and
+split: the platform is a :class:`~supervisor.vocabulary.platforms.Platform`, read as an attribute.
+Its ``str()`` is the form the wire has always carried (``PACING_CHANGED``'s ``endpoint``, the socket
+API's ``circuit.endpoint``, telemetry's ``pacing.endpoint``), and its circuit is ``circuit:<id>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from supervisor.vocabulary.platforms import Platform
+
+__all__ = [
+    "CXONE_AGENT_SESSIONS",
+    "GENESYS_STREAMING",
+    "GENESYS_WEBMESSAGING",
+    "EndpointId",
+]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EndpointId:
+    """One endpoint: ``platform`` and ``name``; ``str()`` is ``"<platform>:<name>"``.
+
+    Ordered by platform, then name (the order of their ``str()``: a platform's name is never the
+    prefix of another's).
+    """
+
+    platform: Platform
+    name: str
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name:
+            raise ValueError(f"an endpoint name is a non-empty word without ':', got {self.name!r}")
+
+    def __str__(self) -> str:
+        return f"{self.platform.value}:{self.name}"
+
+    @property
+    def circuit_id(self) -> str:
+        """The id of the endpoint's circuit breaker (``CIRCUIT_*`` events' ``circuitId``)."""
+        return f"circuit:{self}"
+
+    @classmethod
+    def api(cls, platform: Platform) -> EndpointId:
+        """A platform's REST API (``genesys:api``, ``cxone:api``): every call made on its host."""
+        return cls(platform, "api")
+
+    @classmethod
+    def oauth(cls, platform: Platform) -> EndpointId:
+        """A platform credential's token endpoint (``genesys:oauth``, ``cxone:oauth``)."""
+        return cls(platform, "oauth")
+
+
+#: the Genesys Web Messaging guest handshakes (a session's connection attempts)
+GENESYS_WEBMESSAGING: Final = EndpointId(Platform.GENESYS, "webmessaging")
+#: the Genesys notifications channels' handshakes
+GENESYS_STREAMING: Final = EndpointId(Platform.GENESYS, "streaming")
+#: CXone agent session starts (``POST agent-sessions``: a session's connection attempts)
+CXONE_AGENT_SESSIONS: Final = EndpointId(Platform.CXONE, "agent-sessions")
