@@ -199,7 +199,7 @@ class Circuit:
         effects = (
             *effects,
             self._move("probe", "OPEN_PERIOD_ELAPSED", now_iso),
-            CircuitHalfOpened(self.circuit_id, self._probe_id, now_iso),
+            CircuitHalfOpened(self.circuit_id, self._probe_id, timestamp=now_iso),
         )
         return Admission(True, probe=True, probe_id=self._probe_id, effects=effects)
 
@@ -213,7 +213,7 @@ class Circuit:
                 now_iso = iso_utc(self._clock.time())
                 return (
                     self._move("probe_succeeded", "PROBE_SUCCEEDED", now_iso),
-                    CircuitClosed(self.circuit_id, probe_id, now_iso),
+                    CircuitClosed(self.circuit_id, probe_id, timestamp=now_iso),
                 )
             return _NO_EFFECTS
         if state is CircuitState.CLOSED and self._failures:
@@ -268,7 +268,7 @@ class Circuit:
         now_iso = iso_utc(self._clock.time())
         return (
             self._move(machine_event, reason, now_iso),
-            CircuitOpened(self.circuit_id, reason, failures, open_s, self._trips, now_iso),
+            CircuitOpened(self.circuit_id, reason, failures, open_s, self._trips, timestamp=now_iso),
         )
 
     def _open_period(self) -> float:

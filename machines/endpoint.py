@@ -141,7 +141,7 @@ def throttles(event: SdkErrorEvent) -> bool:
     name), and the answer either carried a Retry-After or is the rate-limit status itself
     (429, RFC 6585 section 4). A 5xx without Retry-After is a back end failing (a brownout), not
     a request to slow down: retries, their budget and the circuit answer it. Cutting the whole
-    endpoint's pace for it starved the healthy calls to ~1/s (docs/benchmarks.md, "Brownout").
+    endpoint's pace for it starved the healthy calls (docs/benchmarks.md, "Brownout", measured it).
     """
     if event.taxonomy_class is not TaxonomyClass.TRANSIENT or not event.policy.honors_retry_after:
         return False

@@ -69,7 +69,7 @@ class PacingConfig:
     # CUBIC's 0.7 because the basis is measured: what the platform admitted is its limit, not a
     # window that includes queues. Each probe that finds the limit costs the endpoint a
     # Retry-After pause, so a shallow cut and a slow probe lose less than a deep cut and a fast
-    # one (docs/benchmarks.md, "Admission at a binding limit": 0.7 and 5 % missed the
+    # one (docs/benchmarks.md, "AIMD or CUBIC, and the pacer's numbers": deeper cuts missed the
     # 5,000-session targets)
     backoff: float = 0.85
     # congestion avoidance: the share of the rate added for each second's worth of admitted attempts
@@ -91,7 +91,7 @@ class PacingConfig:
     idle_restart_s: float = 10.0
     # slots are booked ahead, but an attempt is also checked when it goes out (:meth:`Pacer.send`),
     # with this much burst: a stall (a garbage collection of a process holding thousands of
-    # sessions took up to 0.9 s in the storm benchmark) must not bank capacity, or every slot that
+    # sessions: docs/benchmarks.md, "5,000 sessions") must not bank capacity, or every slot that
     # fell due during it fires at once when it ends, a burst the platform refuses
     send_burst_s: float = 0.02
     # attempts in flight at once: at least this many, or twice what the platform admitted in the

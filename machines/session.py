@@ -193,7 +193,9 @@ class SessionCore:
         now_iso = iso_utc(self._clock.time())
         effects: list[Effect] = [self._move("validated", "VALIDATED", now_iso)]
         if self._attempts:
-            effects.append(RetrySuccess(self.session_id, RetryKind.RECONNECT, self._attempts, now_iso))
+            effects.append(
+                RetrySuccess(self.session_id, RetryKind.RECONNECT, self._attempts, timestamp=now_iso)
+            )
         self._attempts = 0
         self._last_delay_ms = None
         self._lost_at = None
@@ -245,7 +247,9 @@ class SessionCore:
                 ScheduleReconnect(
                     self.session_id, self._clock.monotonic() + delay, attempt, delay, attempt == 1
                 ),
-                ReconnectionThrottled(self.session_id, attempt, circuit_open_remaining_s, delay, now_iso),
+                ReconnectionThrottled(
+                    self.session_id, attempt, circuit_open_remaining_s, delay, timestamp=now_iso
+                ),
             ]
         return [self._move("reconnect", "RECONNECT_DUE", now_iso), Reconnect(self.session_id, self._attempts)]
 
@@ -271,7 +275,9 @@ class SessionCore:
         return [
             self._move("refused", "CIRCUIT_OPEN", now_iso),
             ScheduleReconnect(self.session_id, self._clock.monotonic() + delay, attempt, delay, False),
-            ReconnectionThrottled(self.session_id, attempt, circuit_open_remaining_s, delay, now_iso),
+            ReconnectionThrottled(
+                self.session_id, attempt, circuit_open_remaining_s, delay, timestamp=now_iso
+            ),
         ]
 
     def stop(self) -> list[Effect]:

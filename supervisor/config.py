@@ -144,7 +144,8 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     probe: Literal["aimd", "cubic"] = "aimd"
     # connection attempts in flight to one endpoint at once: at least this many, more when twice
     # the attempts admitted per second times the shortest handshake calls for more (a long round
-    # trip); 128, not 32: 32 cost 1-3 s of recovery at 5,000 sessions x 500/s (docs/benchmarks.md)
+    # trip); 128, not 32: a smaller cap slowed the recovery of a 5,000-session storm (docs/benchmarks.md,
+    # "5,000 sessions")
     connects_in_flight: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 128
     # retries may add at most this share of an endpoint's calls (within 10 s) ...
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1

@@ -74,10 +74,6 @@ class Outbox:
     def pending_bytes(self) -> int:
         return self._bytes
 
-    @property
-    def has_work(self) -> bool:
-        return self.lagged or self._head is not None or bool(self._items)
-
     def start(self, snapshot: bytes) -> None:
         """The subscription's first message, taken before any delta pushed after it."""
         self._head = snapshot

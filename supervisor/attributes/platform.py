@@ -47,7 +47,6 @@ from supervisor.boundary import (
 from supervisor.errors import ConnectionLost, OperationError
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import Token
-from supervisor.store.testhooks import CrashPoint, CrashPoints
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
 from supervisor.vocabulary import EndpointId, Platform
 
@@ -82,9 +81,6 @@ class OutcomeUnknown(Exception):
 
 class GenesysAttributes:
     """Reads and writes of participant attributes for the attribute service."""
-
-    def __init__(self, crash: CrashPoints) -> None:
-        self._crash = crash
 
     def gate(self, target: Target) -> Gate:
         """The endpoint the reads and writes go through: its Retry-After hold is the tenant's."""
@@ -168,8 +164,6 @@ class GenesysAttributes:
                     return raw  # a read: retrying it is harmless
                 unknown = True
                 raise ConnectionLost(raw) from exc
-            if json is not None:
-                self._crash.reached(CrashPoint.AFTER_SEND)
             if 200 <= response.status_code < 300:
                 if check is not None:
                     problem = pipeline.check_body(response, ctx, Channel.REST, path, check)

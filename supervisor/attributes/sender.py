@@ -42,7 +42,6 @@ from supervisor.store import (
     Store,
     value_hash,
 )
-from supervisor.store.testhooks import CrashPoint, CrashPoints
 from supervisor.taxonomy import SdkErrorEvent
 
 __all__ = ["ENDPOINT", "Sender"]
@@ -74,7 +73,6 @@ class Sender:
         measured: Callable[[float], None],
         bus: EventBus,
         clock: Clock,
-        crash: CrashPoints,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -84,8 +82,7 @@ class Sender:
         self._measured = measured
         self._bus = bus
         self._clock = clock
-        self._crash = crash
-        self._api = GenesysAttributes(crash)
+        self._api = GenesysAttributes()
         self.scheduler = scheduler
         #: conversation -> (tenant, session) whose writes it carries
         self.owner: dict[str, tuple[str, str]] = {}
@@ -217,7 +214,6 @@ class Sender:
         now = self._clock.time()
         accepted = [RowChange(r.id, RowStatus.ACCEPTED, accepted_at=now) for r in claim.rows]
         await store.record(accepted, LedgerChange(request_id, Outcome.OK, answered_at=now, status=status))
-        self._crash.reached(CrashPoint.AFTER_ANSWER)
         self._left_queue(len(claim.rows))
         # seed edge case 2: "polling the conversation endpoint after a 3-second delay"
         self.scheduler.after(check, self.settings.verify_after_s)

@@ -47,7 +47,6 @@ from supervisor.store import (
     Submission,
     UpdateOutcome,
 )
-from supervisor.store.testhooks import CrashPoint, CrashPoints
 from supervisor.taxonomy import SdkErrorEvent
 from supervisor.vocabulary import ApiFault
 
@@ -89,7 +88,6 @@ class AttributeService:
         *,
         bus: EventBus,
         clock: Clock,
-        crash: CrashPoints | None = None,
         unavailable: str | None = None,
     ) -> None:
         self.store = store
@@ -97,7 +95,6 @@ class AttributeService:
         self._targets = targets
         self._bus = bus
         self._clock = clock
-        self._crash = crash if crash is not None else CrashPoints({})
         # why there is no store (it could not be opened): said in every refusal
         self._unavailable = unavailable
         self.scheduler = Scheduler(clock, self._handle, concurrency=settings.concurrency, held=self._held)
@@ -115,7 +112,6 @@ class AttributeService:
                 measured=self._episodes.measured,
                 bus=bus,
                 clock=clock,
-                crash=self._crash,
             )
             self._owner = self.sender.owner
         self._accepting = True
@@ -165,7 +161,6 @@ class AttributeService:
         if not result.accepted:
             self._refuse(tenant, result.depth)
         # committed: a crash from here on loses no acknowledged update, only (at worst) its answer
-        self._crash.reached(CrashPoint.AFTER_OUTBOX_COMMIT)
         self.counters["acknowledged"] += 1
         self._owner[accepted.conversation_id] = (tenant, session_id)
         self.scheduler.after(Work(Kind.SEND, tenant, accepted.conversation_id), 0.0)

@@ -19,8 +19,10 @@ from supervisor.events.base import (
     Event,
     Published,
     RetryKind,
+    StampedEvent,
     TerminationReason,
     TraceIds,
+    WireEvent,
     wire,
 )
 from supervisor.events.circuit import (
@@ -76,7 +78,9 @@ __all__ = [
     "RolloverReason",
     "SessionTerminated",
     "SessionTransition",
+    "StampedEvent",
     "TerminationReason",
     "TraceIds",
+    "WireEvent",
     "wire",
 ]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
+
+import msgspec
 
 __all__ = [
     "REVOKE_AND_REAUTHENTICATE",
@@ -16,8 +18,10 @@ __all__ = [
     "Event",
     "Published",
     "RetryKind",
+    "StampedEvent",
     "TerminationReason",
     "TraceIds",
+    "WireEvent",
     "wire",
 ]
 
@@ -80,6 +84,33 @@ class Event:
 
     def fields(self) -> dict[str, Any]:
         raise NotImplementedError
+
+
+class WireEvent(msgspec.Struct, Event, frozen=True, rename="camel", omit_defaults=True):
+    """An event whose wire fields are its own: camelCase, in declaration order, enums as their values,
+    an optional field left out while it holds its default (None); msgspec writes them, as it writes the
+    configuration's names. An event whose wire form is more than that (other names, an order of its
+    own, a rounded figure, the seed's exact JSON) is a dataclass with a hand-written ``fields()``.
+    """
+
+    def fields(self) -> dict[str, Any]:
+        return cast(dict[str, Any], msgspec.to_builtins(self))
+
+
+class StampedEvent(WireEvent, frozen=True, kw_only=True):
+    """A :class:`WireEvent` whose line leads with its ``timestamp``, as every timestamped line does.
+
+    The field is keyword-only, so the positional fields keep their places; msgspec writes a
+    keyword-only field last, so :meth:`fields` puts it first (an existing key keeps its place when a
+    dict is updated).
+    """
+
+    timestamp: str
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"timestamp": self.timestamp}
+        out.update(msgspec.to_builtins(self))
+        return out
 
 
 # (trace id, span id) as lowercase hex (32 and 16 digits): the span an event line belongs to

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from supervisor.events.base import Event
+from supervisor.events.base import Event, StampedEvent
 from supervisor.vocabulary.endpoints import EndpointId
 from supervisor.vocabulary.states import CircuitState
 
@@ -44,8 +44,7 @@ class CircuitTransition(Event):
         }
 
 
-@dataclass(frozen=True, slots=True)
-class CircuitOpened(Event):
+class CircuitOpened(StampedEvent, frozen=True):
     """Seed section 2: CIRCUIT_BREAKER_OPEN (a trip, or a failed or timed-out probe)."""
 
     name: ClassVar[str] = "CIRCUIT_BREAKER_OPEN"
@@ -54,43 +53,22 @@ class CircuitOpened(Event):
     consecutive_failures: int
     open_s: float
     trips: int
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "timestamp": self.timestamp,
-            "circuitId": self.circuit_id,
-            "reason": self.reason,
-            "consecutiveFailures": self.consecutive_failures,
-            "openS": self.open_s,
-            "trips": self.trips,
-        }
 
 
-@dataclass(frozen=True, slots=True)
-class CircuitHalfOpened(Event):
+class CircuitHalfOpened(StampedEvent, frozen=True):
     """The open period passed: one probe (``probe_id``) is let through."""
 
     name: ClassVar[str] = "CIRCUIT_BREAKER_HALF_OPEN"
     circuit_id: str
     probe_id: int
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "circuitId": self.circuit_id, "probeId": self.probe_id}
 
 
-@dataclass(frozen=True, slots=True)
-class CircuitClosed(Event):
+class CircuitClosed(StampedEvent, frozen=True):
     """The probe succeeded: the endpoint is healthy again."""
 
     name: ClassVar[str] = "CIRCUIT_BREAKER_CLOSED"
     circuit_id: str
     probe_id: int
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "circuitId": self.circuit_id, "probeId": self.probe_id}
 
 
 CircuitEvent = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from supervisor.events.base import Event
+from supervisor.events.base import Event, WireEvent
 
 __all__ = [
     "DaemonForcedExit",
@@ -19,27 +19,19 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class DaemonStarted(Event):
+class DaemonStarted(WireEvent, frozen=True):
     """Every service is started and every configured session handed to the supervisor."""
 
     name: ClassVar[str] = "DAEMON_STARTED"
     sessions: int
     config: str
 
-    def fields(self) -> dict[str, Any]:
-        return {"sessions": self.sessions, "config": self.config}
 
-
-@dataclass(frozen=True, slots=True)
-class DaemonStopping(Event):
+class DaemonStopping(WireEvent, frozen=True):
     """A stop signal arrived: intake stops and the drain begins (at most ``grace_s``)."""
 
     name: ClassVar[str] = "DAEMON_STOPPING"
     grace_s: float
-
-    def fields(self) -> dict[str, Any]:
-        return {"graceS": self.grace_s}
 
 
 @dataclass(frozen=True, slots=True)

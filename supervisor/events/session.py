@@ -8,7 +8,13 @@ import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from supervisor.events.base import REVOKE_AND_REAUTHENTICATE, Event, RetryKind, TerminationReason
+from supervisor.events.base import (
+    REVOKE_AND_REAUTHENTICATE,
+    Event,
+    RetryKind,
+    StampedEvent,
+    TerminationReason,
+)
 from supervisor.taxonomy.model import SdkErrorEvent, Trigger
 from supervisor.vocabulary.states import SessionState
 
@@ -69,7 +75,7 @@ class RetryAttempt(Event):
     # a 401 on a token at the end of its life by our clock: replayed at once with a fresh token
     token_refreshed: bool = False
     # the retry scheduled before this one came due while the endpoint's retry budget was spent:
-    # not sent, one of the policy's retries all the same (docs/runtime.md, "Admission"; supervisor/rest/steps.py)
+    # not sent, one of the policy's retries all the same (docs/runtime.md, "Admission"; supervisor/rest/backoff.py)
     budget_refused: bool = False
 
     def fields(self) -> dict[str, Any]:
@@ -90,27 +96,14 @@ class RetryAttempt(Event):
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class RetrySuccess(Event):
+class RetrySuccess(StampedEvent, frozen=True):
     """A reconnection or a retried operation succeeded after ``attempts`` retries."""
 
     name: ClassVar[str] = "RETRY_SUCCESS"
     session_id: str
     kind: RetryKind
     attempts: int
-    timestamp: str
     operation: str | None = None
-
-    def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "timestamp": self.timestamp,
-            "sessionId": self.session_id,
-            "kind": self.kind.value,
-            "attempts": self.attempts,
-        }
-        if self.operation is not None:
-            out["operation"] = self.operation
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +135,7 @@ class RetryExhausted(Event):
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class ReconnectionThrottled(Event):
+class ReconnectionThrottled(StampedEvent, frozen=True):
     """Seed edge case 1: a due reconnection was deferred because its endpoint's circuit is open."""
 
     name: ClassVar[str] = "RECONNECTION_THROTTLED"
@@ -151,16 +143,6 @@ class ReconnectionThrottled(Event):
     attempt: int
     retry_in_s: float
     delay_s: float
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "timestamp": self.timestamp,
-            "sessionId": self.session_id,
-            "attempt": self.attempt,
-            "retryInS": self.retry_in_s,
-            "delayS": self.delay_s,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,29 +24,32 @@ code relies on"):
 Nothing else retries: httpx's own retries stay at 0, websockets' reconnect loop is unused,
 and the session machine no longer schedules operation retries (retries multiply across
 layers, AWS Builders' Library). Observers attach through :class:`~supervisor.rest.hooks.ExecutorHooks`.
+
+This module is the operation's loop (admission, attempt, classification, replay); what happens
+between two attempts, wait or stop, is :class:`~supervisor.rest.backoff.Backoff`'s, and a token
+fetch, an operation of its own, is :class:`~supervisor.rest.token_fetch.TokenFetch`'s.
 """
 
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from supervisor.attempts import Flight, Gate
+import anyio
+
+from supervisor.attempts import SILENT, Attempts, Flight, Gate, Reports
 from supervisor.boundary import SessionContext
+from supervisor.clock import Clock, Rng, iso_utc
 from supervisor.errors import ConnectionLost, OperationError
 from supervisor.events import RetryAttempt, RetryKind, RetrySuccess
-from supervisor.rest.hooks import AttemptDetails, OperationDetails, ResendReason
-from supervisor.rest.steps import (
-    TOKEN_OPERATION,
-    ExecutorSteps,
-    Sleep,
-    ensure_from,
-    refresh_from,
-)
+from supervisor.rest.backoff import Backoff, Sleep
+from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetails, ResendReason
+from supervisor.rest.token_fetch import TOKEN_OPERATION, Fetch, TokenFetch, ensure_from, refresh_from
 from supervisor.rest.tokens import Token, TokenCache
-from supervisor.taxonomy import RawError, SdkErrorEvent
+from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
 from supervisor.vocabulary import EndpointId
 
 __all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
@@ -72,8 +75,45 @@ class _Failure:
     kind: _Kind
 
 
-class RetryExecutor(ExecutorSteps):
+class RetryExecutor:
     """Retries, token rotation and circuit gating for the operations of every platform."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        attempts: Attempts,
+        clock: Clock,
+        *,
+        rng: Rng | None = None,
+        hooks: ExecutorHooks | None = None,
+        sleep: Sleep = anyio.sleep,
+        refresh_before_retry_s: float = 60.0,
+    ) -> None:
+        self.classifier = classifier
+        # every endpoint's admission (circuit; beyond the seed, docs/runtime.md, "Admission": pacing and a retry budget)
+        self.attempts = attempts
+        self._clock = clock
+        self._hooks = hooks
+        # where the endpoints' circuit and pacing moves go: the hooks, else nowhere
+        self._reports: Reports = hooks if hooks is not None else SILENT
+        self._sleep = sleep
+        self._refresh_before_retry = refresh_before_retry_s
+        self._backoff = Backoff(clock, rng if rng is not None else random.Random(), hooks)
+        self._token = TokenFetch(attempts, self._backoff, self._classify, clock, hooks, self._reports)
+
+    async def token(self, ctx: SessionContext, tokens: TokenCache, fetch: Fetch) -> Token:
+        """A token from ``fetch`` (supervisor/rest/token_fetch.py): a 4xx is TOKEN_REFRESH_FAILED
+        (fail-fast); a 5xx or a network failure is retried per its policy."""
+        return await self._token(ctx, tokens, fetch, self._sleep)
+
+    def _classify(self, raw: RawError) -> SdkErrorEvent:
+        event = self.classifier.classify(raw)
+        if self._hooks is not None:
+            self._hooks.classified(event)
+        return event
+
+    def _now(self) -> str:
+        return iso_utc(self._clock.time())
 
     async def call(
         self,
@@ -186,7 +226,7 @@ class RetryExecutor(ExecutorSteps):
                     retried = None
                     if resends:
                         retried = RetrySuccess(
-                            ctx.session_id, RetryKind.OPERATION, resends, self._now(), operation
+                            ctx.session_id, RetryKind.OPERATION, resends, operation, timestamp=self._now()
                         )
                     hooks.succeeded(details, retried)
                 return outcome
@@ -226,8 +266,8 @@ class RetryExecutor(ExecutorSteps):
                     )
                     hooks.retry_scheduled(details, retry)
                 continue
-            previous_delay_ms, skipped = await self._backoff(
-                operation, ctx, event, attempt, previous_delay_ms, details, gate
+            previous_delay_ms, skipped = await self._backoff.wait(
+                operation, ctx, event, attempt, previous_delay_ms, details, sleep, gate
             )
             attempt += 1 + skipped  # the retries the endpoint's budget skipped were spent
             resends += 1

@@ -3,12 +3,10 @@
 CPython's defaults, ``(700, 10, 10)``, run a young collection every 700 net allocations and a
 full one whenever the long-lived objects have grown by a quarter. A daemon holding 5,000 sessions
 has over a million long-lived objects (machines, connections, buffers), and a reconnection storm
-allocates a new connection per session: in the storm benchmark at 5,000 sessions and 500
-handshakes a second, full collections of 0.2-1.0 s came every second or two, took about half of
-the daemon's CPU, and each one stalled every session (the pacer then spaces the attempts that fell
-due during the stall instead of bursting them, so the time is lost, not made up). With
-:data:`THRESHOLDS` the same storm ran without a full collection: CPU 15 to 7 s, recovery 21.5-24.7
-to 19.1-19.6 s (docs/benchmarks.md, "Admission at a binding limit").
+allocates a new connection per session: full collections then come every second or two, each
+stalling every session (the pacer spaces the attempts that fell due during the stall instead of
+bursting them, so the time is lost, not made up). :data:`THRESHOLDS` keeps full collections out of
+a storm (docs/benchmarks.md, "5,000 sessions", has the runs and the figures).
 
 Reference cycles are still collected, just in larger batches: a young collection every 50,000
 net allocations, a middle one every 20 young ones, a full one after 100 middle ones (and then

@@ -50,7 +50,7 @@ from supervisor.runtime.wiring import Wiring
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
-from supervisor.store.testhooks import CrashPoints
+from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import Platform, SessionState
 
@@ -97,7 +97,6 @@ class Durable:
         problem: str | None = None,
         desired: dict[str, DesiredSession] | None = None,
         server: dict[str, ServerSession] | None = None,
-        crash: CrashPoints | None = None,
         background: bool = True,
     ) -> None:
         self.store = store
@@ -112,7 +111,7 @@ class Durable:
         self.wiring = wiring
         self.targets = SessionTargets(sessions, wiring, self._down_reason)
         self.attributes = AttributeService(
-            store, self.targets, _settings(config), bus=bus, clock=clock, crash=crash, unavailable=problem
+            store, self.targets, _settings(config), bus=bus, clock=clock, unavailable=problem
         )
         self._tg: TaskGroup | None = None
         self._started: set[str] = set()
@@ -135,13 +134,11 @@ class Durable:
     ) -> Durable:
         """Open the store named by ``config`` (never raises for the store: a degraded one is reported)."""
         path = store_path(config, environ)
-        crash = CrashPoints(environ)
         common: dict[str, Any] = {
             "sessions": sessions,
             "wiring": wiring,
             "bus": bus,
             "clock": clock,
-            "crash": crash,
             "background": background,
         }
         if path is None:
@@ -171,7 +168,8 @@ class Durable:
         except StoreError as exc:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
-        return cls(config, store, desired=desired, server=server, **common)
+        # a test's crash points sit at the store's interface (supervisor/store/testhooks.py)
+        return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
 
     @property
     def degraded(self) -> str | None:
@@ -371,9 +369,9 @@ class _Health:
     def __call__(self, problem: str | None) -> None:
         now = iso_utc(self._clock.time())
         if problem is None:
-            self._bus.publish(StoreRecovered(self._path, now))
+            self._bus.publish(StoreRecovered(self._path, timestamp=now))
             return
-        self._bus.publish(StoreDegraded(self._path, problem, now))
+        self._bus.publish(StoreDegraded(self._path, problem, timestamp=now))
         if self._warn is not None:
             self._warn(
                 f"store: {self._path}: {problem} (attribute updates are refused; sessions keep running)"

@@ -135,7 +135,7 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     if cx is None or pipeline is None or api is None:
         return NOT_CLEANABLE, "platforms.cxone is not configured"
     ctx = SessionContext(row.session_id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=row.agent_id)
-    transport = AgentSessionTransport(ctx, pipeline=pipeline, api=api, clock=wiring.clock)
+    transport = AgentSessionTransport(ctx, pipeline=pipeline, api=api)
     try:
         await transport.end(row.platform_session_id)
     except OperationError as failure:

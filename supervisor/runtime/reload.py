@@ -47,7 +47,7 @@ from anyio.abc import TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, SupervisorError
-from supervisor.events import Event
+from supervisor.events import Event, WireEvent
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.testhooks import block_loop_on_reload
 from supervisor.taxonomy import Taxonomy, load_taxonomy, resolve_version
@@ -100,15 +100,11 @@ class ConfigReloaded(Event):
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigReloadFailed(Event):
+class ConfigReloadFailed(WireEvent, frozen=True):
     """A reload was refused: the daemon keeps running on the old configuration."""
 
     name: ClassVar[str] = "CONFIG_RELOAD_FAILED"
     error: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"error": self.error}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@
 * A connection that rolls over in place (a Genesys notifications channel replaced before the
   platform drops it, transports/base.py ``Rolling``) stays the session's connection: the runner
   takes what the new side learned and publishes CONNECTION_ROLLED_OVER; the session stays active.
-* On termination the session's stored record is deleted, the credential's cached token too when
-  the taxonomy flags the failure ``revokesCredential``, subscribers get SESSION_TERMINATED with
+* On termination the durable store closes the session's server side (its guest token wiped,
+  supervisor/runtime/durable.py), the credential's cached token is dropped too when the taxonomy flags the failure ``revokesCredential``, subscribers get SESSION_TERMINATED with
   REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE, and nothing reconnects: only a new runner (a full
   authentication cycle) brings the session back.
 """
@@ -46,7 +46,6 @@ from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
 from supervisor.vocabulary import CloseCode, SessionState
@@ -85,7 +84,6 @@ class SessionRunner:
         bus: EventBus,
         clock: Clock,
         rng: Rng,
-        store: SessionStore,
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
@@ -102,7 +100,6 @@ class SessionRunner:
         self._classifier = classifier
         self._bus = bus
         self._clock = clock
-        self._store = store
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
@@ -115,14 +112,6 @@ class SessionRunner:
         self._close_code = CloseCode.NORMAL_CLOSURE
         self.termination: SessionTerminated | None = None
         self.connects = 0
-        record: dict[str, Any] = {
-            "platform": self._context.platform.value,
-            "kind": self._context.channel.value,
-        }
-        if self._context.conversation_id is not None:
-            # a configured conversation: the first session response must name it (drift check)
-            record["conversationId"] = self._context.conversation_id
-        store.put(self.session_id, record)
 
     @property
     def state(self) -> SessionState:
@@ -433,8 +422,8 @@ class SessionRunner:
 
     def _terminated(self, effect: SessionTerminated) -> None:
         self.termination = effect
-        # seed section 3: "revoke local session storage" and force a full authentication cycle
-        self._store.delete(self.session_id)
+        # seed section 3: "revoke local session storage" and force a full authentication cycle (the
+        # durable store closes the session's server side when the runner ends: supervisor/runtime/durable.py)
         if self._tokens is not None and effect.revokes_credential:
             # the platform credential's token is shared by the sessions that use it: drop it when
             # the token itself failed, so the next use re-authenticates (once, single-flight)
@@ -463,11 +452,5 @@ class SessionRunner:
         return self._classify(raw)
 
     def _remember(self, context: SessionContext) -> None:
-        """Keep what the session learned; the stored record follows (the store is ours alone)."""
+        """Keep what the session learned (the correlations and the durable store read it from here)."""
         self._context = context
-        record = self._store.get(self.session_id)
-        if context.conversation_id is not None:
-            record["conversationId"] = context.conversation_id
-        if context.platform_session_id is not None:
-            record["platformSessionId"] = context.platform_session_id
-        self._store.put(self.session_id, record)

@@ -39,7 +39,6 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
@@ -83,7 +82,6 @@ class Wiring:
         # every endpoint's admission (docs/runtime.md, "One attempt path": decided once, by its Endpoint, through one shell)
         self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
         self.session_config = _session_config(config)
-        self.store = SessionStore()
         bus_hooks = BusHooks(self.bus, self.clock)
         self.executor = RetryExecutor(
             self.classifier,
@@ -230,9 +228,9 @@ class Wiring:
         """One HTTP client per :data:`SESSIONS_PER_CLIENT` sessions of the platform (at least one).
 
         httpcore's pool scans every connection it holds for each request it assigns: with a long
-        poll per CXone session, one pool for 2,000 sessions spent milliseconds of CPU per request
-        (measured: 143 us per session-second at 600 CXone sessions). Small pools keep that scan
-        short. Each session may hold its long poll and one other call (a start, a DELETE) at once.
+        poll per CXone session, one pool for thousands of sessions spends its CPU there
+        (docs/benchmarks.md, "Brownout", has the measurements). Small pools keep that scan short.
+        Each session may hold its long poll and one other call (a start, a DELETE) at once.
         """
         shards = max(1, -(-sessions // SESSIONS_PER_CLIENT))
         per = -(-max(sessions, 1) // shards)
@@ -317,7 +315,6 @@ class Wiring:
             station_phone_number=spec.station_phone_number,
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
-            clock=self.clock,
             sleep=self.sleep,
         )
         return at, CONNECT_ENDPOINT
@@ -334,7 +331,6 @@ class Wiring:
             bus=self.bus,
             clock=self.clock,
             rng=self.rng,
-            store=self.store,
             # the platform credential's cache: REST calls made for the session use it, so a
             # fail-fast that condemns the token revokes it (the next user re-authenticates once)
             tokens=self.tokens.get(spec.platform),

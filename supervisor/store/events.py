@@ -9,30 +9,19 @@ second back (docs/robustness.md, "Fault matrix", row 21).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from supervisor.events import Event
+from supervisor.events import StampedEvent
 
 __all__ = ["StoreDegraded", "StoreRecovered"]
 
 
-@dataclass(frozen=True, slots=True)
-class StoreDegraded(Event):
+class StoreDegraded(StampedEvent, frozen=True):
     name: ClassVar[str] = "STORE_DEGRADED"
     path: str
     problem: str
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "path": self.path, "problem": self.problem}
 
 
-@dataclass(frozen=True, slots=True)
-class StoreRecovered(Event):
+class StoreRecovered(StampedEvent, frozen=True):
     name: ClassVar[str] = "STORE_RECOVERED"
     path: str
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "path": self.path}

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, SystemClock, iso_utc
-from supervisor.events import Event
+from supervisor.events import Event, StampedEvent
 
 __all__ = ["DaemonDegraded", "DaemonRecovered", "Degraded"]
 
@@ -36,17 +36,12 @@ __all__ = ["DaemonDegraded", "DaemonRecovered", "Degraded"]
 MAX_REASON = 160
 
 
-@dataclass(frozen=True, slots=True)
-class DaemonDegraded(Event):
+class DaemonDegraded(StampedEvent, frozen=True):
     """A condition a restart cannot cure was raised (or its reason changed); the daemon goes on."""
 
     name: ClassVar[str] = "DAEMON_DEGRADED"
     condition: str
     reason: str
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "condition": self.condition, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +84,7 @@ class Degraded:
             return
         since = held[1] if held is not None else self._clock.monotonic()
         self._active[condition] = (reason, since)
-        self._bus.publish(DaemonDegraded(condition, reason, iso_utc(self._clock.time())))
+        self._bus.publish(DaemonDegraded(condition, reason, timestamp=iso_utc(self._clock.time())))
         self._changed()
 
     def clear(self, condition: str) -> None:

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
-from supervisor.events import Event
+from supervisor.events import StampedEvent
 from supervisor.systemd.environ import PID_DIGITS, USEC_DIGITS, decimal, shown
 from supervisor.systemd.notify import Notifier
 
@@ -103,27 +102,17 @@ def _warn(warn: Callable[[str], object] | None, problem: str) -> None:
         warn(f"{problem}: the watchdog is off")
 
 
-@dataclass(frozen=True, slots=True)
-class WatchdogWithheld(Event):
+class WatchdogWithheld(StampedEvent, frozen=True):
     """The daemon stopped pinging the watchdog: ``reason`` says which health check failed."""
 
     name: ClassVar[str] = "WATCHDOG_WITHHELD"
     reason: str
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp, "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True)
-class WatchdogResumed(Event):
+class WatchdogResumed(StampedEvent, frozen=True):
     """The daemon is healthy again and pings the watchdog."""
 
     name: ClassVar[str] = "WATCHDOG_RESUMED"
-    timestamp: str
-
-    def fields(self) -> dict[str, Any]:
-        return {"timestamp": self.timestamp}
 
 
 class Health:
@@ -181,11 +170,11 @@ class Watchdog:
         if reason is not None:
             self.withheld += 1
             if self.withholding is None:
-                self._bus.publish(WatchdogWithheld(reason, now))
+                self._bus.publish(WatchdogWithheld(reason, timestamp=now))
             self.withholding = reason
         else:
             if self.withholding is not None:
-                self._bus.publish(WatchdogResumed(now))
+                self._bus.publish(WatchdogResumed(timestamp=now))
             self.withholding = None
             self._notifier.watchdog()
             self.pings += 1

@@ -42,7 +42,6 @@ __all__ = [
     "Learned",
     "MessageSender",
     "Reporter",
-    "Resumable",
     "Rolling",
     "Rollover",
     "SessionContext",
@@ -100,15 +99,6 @@ class MessageSender(Protocol):
         self, text: str, *, metadata: Mapping[str, str] | None = None
     ) -> Mapping[str, Any]:
         """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""
-
-
-@runtime_checkable
-class Resumable(Protocol):
-    """A transport with something to keep across a restart (docs/store.md): the Web Messaging guest
-    token (resumes the same guest session), the CXone agent session's anchor (ends an orphan)."""
-
-    def resume_record(self) -> dict[str, str]:
-        """``{"guestToken": ...}`` or ``{"platformSessionId": ...}``; empty when nothing is known yet."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,6 @@ import httpx
 
 from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
-from supervisor.clock import Clock
 from supervisor.errors import OperationError, TransportFailure
 from supervisor.rest.cxone_auth import CxoneApi
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
@@ -125,7 +124,6 @@ class AgentSessionTransport:
         station_phone_number: str | None = None,
         poll_timeout: int = 30,
         poll_watchdog: float = 90.0,
-        clock: Clock,
         sleep: Sleep = anyio.sleep,
         on_events: EventSink | None = None,
     ) -> None:
@@ -155,13 +153,10 @@ class AgentSessionTransport:
             )
             self._station["asAgentId"] = agent
             self._join["asAgentId"] = agent
-        #: agent sessions taken over with join after a 409 on start
-        self.joins = 0
         #: the sessionId the last start (or join) answered: the agent session's anchor
         self.anchor: str | None = None
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
-        self.clock = clock
         self.sleep = sleep
         self.on_events = on_events
         base = pipeline.client.timeout
@@ -216,7 +211,6 @@ class AgentSessionTransport:
                 check=ResponseCheck(),
                 json=self._join,
             )
-            self.joins += 1
         body = _json_object(response)
         start_id = body.get("sessionId") if body is not None else None
         if not isinstance(start_id, str) or not start_id:
@@ -268,8 +262,6 @@ class AgentSessionConnection:
         self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
         self._ended = False  # the platform said AgentSessionEnd: the session is over
         self._closed = False
-        #: when the platform last answered a poll (``clock.monotonic()``), for health reports
-        self.last_answer_at: float | None = None
 
     @property
     def learned(self) -> Learned:
@@ -315,7 +307,6 @@ class AgentSessionConnection:
                 params={"timeout": hold_s},
                 timeout=t.poll_http_timeout,
             )
-            self.last_answer_at = t.clock.monotonic()
             return response
         return None
 

@@ -47,7 +47,7 @@ from supervisor.config import Keepalive
 from supervisor.errors import OperationError
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
-from supervisor.rest.steps import refresh_from
+from supervisor.rest.token_fetch import refresh_from
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Rollover

@@ -10,7 +10,7 @@ ways to spend the budget:
   shipped until the skip replaced it);
 * ``throttle``: the same, plus gRPC's retry throttling (gRFC A6: a failure costs a token, a success
   returns 0.1, no retry at or below half of 10 tokens);
-* ``skip``: as shipped (supervisor/rest/steps.py, ``_backoff``): the budget is asked when a retry
+* ``skip``: as shipped (supervisor/rest/backoff.py, ``Backoff.wait``): the budget is asked when a retry
   comes due; a refused retry is skipped (not sent, but counted against the policy's three) and the
   operation waits for its next one;
 * ``skip+throttle``: both.

@@ -34,7 +34,6 @@ from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, SdkErrorEvent, load_taxonomy
 from supervisor.telemetry.scrub import Scrubber
 from supervisor.transports.cxone import AgentSessionTransport
@@ -102,7 +101,6 @@ class Daemon:
             "station_phone_number": "5551234",
             "poll_timeout": 30,
             "poll_watchdog": 90.0,
-            "clock": self.clock,
             "sleep": self.sleep,
         }
         kwargs.update(overrides)
@@ -382,7 +380,6 @@ def _runner(daemon: Daemon, transport: AgentSessionTransport) -> SessionRunner:
         bus=daemon.bus,
         clock=daemon.clock,
         rng=random.Random(5),
-        store=SessionStore(),
         tokens=daemon.tokens,
         sleep=daemon.sleep,
     )

@@ -31,7 +31,6 @@ from supervisor.errors import OperationError
 from supervisor.events import ErrorClassified, Published
 from supervisor.rest.executor import RetryExecutor
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.store import UpdateOutcome
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
@@ -278,7 +277,6 @@ class Runner:
             bus=self.bus,
             clock=clock,
             rng=random.Random(1),
-            store=SessionStore(),
             config=SessionConfig(first_delay_s=(2.0, 8.0)),
             sleep=advancing(clock),
         )

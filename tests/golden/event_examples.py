@@ -292,10 +292,10 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         WM1,
     ),
     # -- RETRY_SUCCESS ---------------------------------------------------------------------------------
-    Example("retry_success.reconnect", RetrySuccess("wm-2", RetryKind.RECONNECT, 3, T1), WM2),
+    Example("retry_success.reconnect", RetrySuccess("wm-2", RetryKind.RECONNECT, 3, timestamp=T1), WM2),
     Example(
         "retry_success.operation",
-        RetrySuccess("nt-1", RetryKind.OPERATION, 1, T1, "notifications.channel.create"),
+        RetrySuccess("nt-1", RetryKind.OPERATION, 1, "notifications.channel.create", timestamp=T1),
         NT1,
         TRACE,
     ),
@@ -364,7 +364,7 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         CX1,
     ),
     # -- RECONNECTION_THROTTLED (seed edge case 1) -----------------------------------------------------
-    Example("reconnection_throttled", ReconnectionThrottled("wm-2", 2, 12.5, 5.25, T1), WM2),
+    Example("reconnection_throttled", ReconnectionThrottled("wm-2", 2, 12.5, 5.25, timestamp=T1), WM2),
     # -- SESSION_TERMINATED: the seed's JSON (section 3) for every trigger and every reason -----------
     Example(
         "session_terminated.oauth_token_invalid",
@@ -723,12 +723,14 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     ),
     Example(
         "circuit_breaker_open.trip",
-        CircuitOpened(CIRCUIT_WM, "ABNORMAL_CLOSURE", 5, 30.0, 1, T0),
+        CircuitOpened(CIRCUIT_WM, "ABNORMAL_CLOSURE", 5, 30.0, 1, timestamp=T0),
         trace=TRACE,
     ),
-    Example("circuit_breaker_open.reopened", CircuitOpened(CIRCUIT_CX, "PROBE_FAILED", 1, 47.312, 2, T2)),
-    Example("circuit_breaker_half_open", CircuitHalfOpened(CIRCUIT_WM, 1, T1)),
-    Example("circuit_breaker_closed", CircuitClosed(CIRCUIT_WM, 1, T2)),
+    Example(
+        "circuit_breaker_open.reopened", CircuitOpened(CIRCUIT_CX, "PROBE_FAILED", 1, 47.312, 2, timestamp=T2)
+    ),
+    Example("circuit_breaker_half_open", CircuitHalfOpened(CIRCUIT_WM, 1, timestamp=T1)),
+    Example("circuit_breaker_closed", CircuitClosed(CIRCUIT_WM, 1, timestamp=T2)),
     # -- PACING_CHANGED: every reason; a rate and a previous rate absent (unpaced) --------------------
     Example(
         "pacing_changed.throttled",
@@ -774,11 +776,12 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     ),
     Example("events_dropped", EventsDropped("stdout", 12, 40)),
     Example(
-        "daemon_degraded", DaemonDegraded("store", "disk full: /var/lib/session-supervisor/state.db", T0)
+        "daemon_degraded",
+        DaemonDegraded("store", "disk full: /var/lib/session-supervisor/state.db", timestamp=T0),
     ),
     Example("daemon_recovered", DaemonRecovered("store", 12.34567, T1)),
-    Example("watchdog_withheld", WatchdogWithheld("event loop starved: 2.4 s late", T0)),
-    Example("watchdog_resumed", WatchdogResumed(T1)),
+    Example("watchdog_withheld", WatchdogWithheld("event loop starved: 2.4 s late", timestamp=T0)),
+    Example("watchdog_resumed", WatchdogResumed(timestamp=T1)),
     Example(
         "config_reloaded",
         ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2", kept_down=("cx-9",)),
@@ -862,9 +865,9 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     # -- the durable store ----------------------------------------------------------------------------
     Example(
         "store_degraded",
-        StoreDegraded("/var/lib/session-supervisor/state.db", "database or disk is full", T0),
+        StoreDegraded("/var/lib/session-supervisor/state.db", "database or disk is full", timestamp=T0),
     ),
-    Example("store_recovered", StoreRecovered("/var/lib/session-supervisor/state.db", T1)),
+    Example("store_recovered", StoreRecovered("/var/lib/session-supervisor/state.db", timestamp=T1)),
     Example(
         "session_reconciled.ended",
         SessionReconciled("wm-1", "genesys", "webmessaging", "ended", "guest session closed", T0),

@@ -91,7 +91,7 @@ async def test_socket_closing_rolls_over_in_place_and_the_session_stays_active(
             True,
         )
         assert runner.connects == 1 and left_active(h) == []  # rolled over, never reconnected
-        assert h.supervisor.wiring.store.get("n-1")["platformSessionId"] == second
+        assert runner.context.platform_session_id == second
         codes = [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")]
         assert codes == ["SOCKET_CLOSING"]  # the server's own close never had to happen
         await h.wait(lambda: genesys_sim.recorder.connections_open("streaming") == 1)

@@ -101,8 +101,7 @@ async def test_revoked_token_terminates_with_oauth_token_invalid_and_calls_stop(
             "timestamp": "t",
             "action": "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE",
         }
-        # local storage revoked: no session record, no cached token
-        assert "wm-0" not in h.supervisor.wiring.store
+        # local storage revoked: no cached token (the durable store's side: tests/integration/test_store_crash.py)
         assert h.supervisor.wiring.tokens[Platform.GENESYS].current is None
         requests = genesys_sim.recorder.request_count()
         with pytest.raises(SessionError, match="terminated"):

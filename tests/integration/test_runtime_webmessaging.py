@@ -79,7 +79,6 @@ async def test_graceful_close_terminates_without_reconnecting(
         assert reasons == {"GRACEFUL_CLOSE"}
         assert not [e for e in h.recorded.named("RETRY_ATTEMPT") if e.get("kind") == "reconnect"]
         assert attempts(genesys_sim) == before
-        assert all(sid not in h.supervisor.wiring.store for sid in h.runners)
 
 
 async def test_handshake_429_is_never_retried_before_retry_after(
@@ -253,7 +252,6 @@ async def test_a_reconnection_answered_with_another_conversation_terminates_with
             "CONVERSATION_STATE_DRIFT",
         )
         assert termination.as_json()["rawCode"] == "CONVERSATION_STATE_DRIFT"
-        assert "wm-0" not in h.supervisor.wiring.store
 
 
 async def test_a_terminated_session_comes_back_only_through_a_new_start(

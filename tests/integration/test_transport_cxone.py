@@ -80,7 +80,6 @@ class Rig:
             "station_phone_number": "5551234",
             "poll_timeout": 0,
             "poll_watchdog": 60.0,  # > every poll_timeout used here; never reached
-            "clock": SystemClock(),
             "sleep": self.fake_sleep,
             "on_events": self.events.extend,
         }

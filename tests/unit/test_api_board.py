@@ -138,7 +138,7 @@ async def test_circuit_events_reach_the_subscribers_of_their_endpoint_by_platfor
                 subscribers[name] = subscriber
             bus.subscribe(board)
             for endpoint in (GENESYS_WEBMESSAGING, cxone_api):
-                bus.publish(CircuitOpened(endpoint.circuit_id, "THRESHOLD", 5, 30.0, 1, "t"))
+                bus.publish(CircuitOpened(endpoint.circuit_id, "THRESHOLD", 5, 30.0, 1, timestamp="t"))
 
             def circuits_seen(name: str) -> list[str]:
                 frames, _ = subscribers[name].outbox.take()

@@ -21,7 +21,6 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, FakeClock
 from supervisor.errors import TransportFailure
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import CloseCode, EndpointId
 from tests.harness.clocks import advancing
@@ -122,7 +121,6 @@ def runners(
                 bus=EventBus(),
                 clock=clock,
                 rng=random.Random(i),
-                store=SessionStore(),
                 config=SessionConfig(first_delay_s=(0.01, 0.02)),
                 **extra,
             )

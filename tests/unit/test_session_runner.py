@@ -21,7 +21,6 @@ from supervisor.errors import CircuitOpenError, TransportFailure
 from supervisor.events import Published, ReconnectionThrottled, SessionTransition
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.store import SessionStore
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import CloseCode, EndpointId
 
@@ -87,7 +86,6 @@ def runner_for(transport: GatedTransport) -> SessionRunner:
         bus=EventBus(),
         clock=clock,
         rng=random.Random(1),
-        store=SessionStore(),
         config=SessionConfig(first_delay_s=(0.01, 0.02)),
     )
 
@@ -215,7 +213,6 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
         bus=bus,
         clock=clock,
         rng=random.Random(1),
-        store=SessionStore(),
         config=SessionConfig(first_delay_s=(0.01, 0.02)),
         sleep=sleep,
     )

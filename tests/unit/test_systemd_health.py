@@ -69,14 +69,14 @@ def test_an_open_circuit_is_a_degraded_condition_until_it_closes() -> None:
     bus, clock = EventBus(), FakeClock()
     degraded = Degraded(bus, clock)
     bus.subscribe(CircuitConditions(degraded))
-    bus.publish(CircuitOpened("circuit:genesys:webmessaging", "THRESHOLD", 5, 30.0, 1, "t"))
-    bus.publish(CircuitOpened("cxone:api", "THRESHOLD", 3, 30.0, 1, "t"))  # named either way
+    bus.publish(CircuitOpened("circuit:genesys:webmessaging", "THRESHOLD", 5, 30.0, 1, timestamp="t"))
+    bus.publish(CircuitOpened("cxone:api", "THRESHOLD", 3, 30.0, 1, timestamp="t"))  # named either way
     assert degraded.active == {
         "circuit:genesys:webmessaging": "open after 5 failures",
         "circuit:cxone:api": "open after 3 failures",
     }
-    bus.publish(CircuitClosed("circuit:genesys:webmessaging", 1, "t"))
-    bus.publish(CircuitClosed("cxone:api", 1, "t"))
+    bus.publish(CircuitClosed("circuit:genesys:webmessaging", 1, timestamp="t"))
+    bus.publish(CircuitClosed("cxone:api", 1, timestamp="t"))
     assert degraded.active == {}
 
 
@@ -269,7 +269,7 @@ def test_the_watchdog_withholds_pings_while_unhealthy_and_says_so_once() -> None
         degraded = Degraded(bus, clock)
         degraded.raise_condition("store", "disk full")  # degraded is not unhealthy ...
         assert watchdog.decide() is False  # ... but a bus that delivers nothing is
-        bus.publish(CircuitClosed("genesys:api", 1, "t"))
+        bus.publish(CircuitClosed("genesys:api", 1, timestamp="t"))
         assert not watchdog.decide()  # still failing: still withheld, and said only once
         assert notify.messages() == []
         assert watchdog.decide()  # a quiet period proves nothing either way: pinged
