@@ -121,13 +121,15 @@ def read_capped(path: str | Path, cap: int) -> bytes:
 
 
 # tomllib spends time quadratic in the parts of one dotted key (``a.b.c = 1``, ``[a.b.c]``,
-# ``{a.b.c = 1}``): minutes for a 1 MiB ``a.a.a...``. A chain of more than MAX_NESTING parts is
-# refused before parsing; the search is linear (a chain is tried only where one starts, and
-# possessive quantifiers never backtrack).
+# ``{a.b.c = 1}``): minutes for a 1 MiB ``a.a.a...``. A chain of MAX_NESTING parts or more is
+# refused before parsing: with the document's root that is past the cap whichever form holds it
+# (``[a.b]`` nests a table one level deeper than ``a.b = 1``, so a cut at one more part let a
+# 64-part ``a.a... = 1`` through while its ``[a.a...]`` was refused). The search is linear (a chain
+# is tried only where one starts, and possessive quantifiers never backtrack).
 _BARE = r"[A-Za-z0-9_-]++"
 _QUOTED = r"""(?:"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+')"""
 _LONG_DOTTED_KEY = re.compile(
-    rf"(?<![.A-Za-z0-9_-])(?:{_BARE}|{_QUOTED})(?:[ \t]*+\.[ \t]*+(?:{_BARE}|{_QUOTED})){{{MAX_NESTING}}}"
+    rf"(?<![.A-Za-z0-9_-])(?:{_BARE}|{_QUOTED})(?:[ \t]*+\.[ \t]*+(?:{_BARE}|{_QUOTED})){{{MAX_NESTING - 1}}}"
 )
 
 
@@ -136,7 +138,7 @@ def parse_toml(text: str) -> dict[str, Any]:
     chain = _LONG_DOTTED_KEY.search(text)
     if chain is not None:
         line = text.count("\n", 0, chain.start()) + 1
-        raise LimitError(f"line {line}: a dotted key of more than {MAX_NESTING} parts (the nesting cap)")
+        raise LimitError(f"line {line}: a dotted key of {MAX_NESTING} parts or more (past the nesting cap)")
     try:
         doc = tomllib.loads(text)
     except RecursionError:  # tomllib hit the interpreter's limit: far past MAX_NESTING

@@ -34,7 +34,10 @@ def test_a_ready_line_that_cannot_be_written_is_one_line_and_exit_1(which: str) 
     ("content", "problem"),
     [
         ("x = " + "[" * 2000 + "]" * 2000, "nested deeper than 64 levels"),
-        (".".join(["a"] * 50_000) + " = 1", "line 1: a dotted key of more than 64 parts (the nesting cap)"),
+        (
+            ".".join(["a"] * 50_000) + " = 1",
+            "line 1: a dotted key of 64 parts or more (past the nesting cap)",
+        ),
         (
             "token_ttl_s = 1\nrate_window_s = nan\n",
             "rate_window_s must be a finite number of at most 1000000000",
