@@ -361,7 +361,7 @@ class SessionCore:
             event.code if event is not None else "CIRCUIT_OPEN",
             event.policy.name if event is not None else "circuit",
             reason.value,
-            now_iso,
+            timestamp=now_iso,
         )
         code = event.code if event is not None else None
         return [exhausted, *self._terminate("exhausted", TerminationReason.RETRY_EXHAUSTED, event, code)]

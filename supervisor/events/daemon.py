@@ -56,14 +56,10 @@ class DaemonForcedExit(Event):
         return dict(self.snapshot)
 
 
-@dataclass(frozen=True, slots=True)
-class EventsDropped(Event):
+class EventsDropped(WireEvent, frozen=True):
     """A sink could not keep up (stdout nobody reads): ``dropped`` lines were lost since the last notice."""
 
     name: ClassVar[str] = "EVENTS_DROPPED"
     sink: str
     dropped: int
-    total: int
-
-    def fields(self) -> dict[str, Any]:
-        return {"sink": self.sink, "dropped": self.dropped, "totalDropped": self.total}
+    total_dropped: int

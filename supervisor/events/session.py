@@ -106,9 +106,8 @@ class RetrySuccess(StampedEvent, frozen=True):
     operation: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RetryExhausted(Event):
-    """A budget ran out: ``give_up`` says which limit (the retry policy's GiveUpReason)."""
+class RetryExhausted(StampedEvent, frozen=True):
+    """A budget ran out: ``give_up`` says which limit (the retry policy's GiveUpReason; null when none did)."""
 
     name: ClassVar[str] = "RETRY_EXHAUSTED"
     session_id: str
@@ -117,22 +116,7 @@ class RetryExhausted(Event):
     code: str
     policy: str
     give_up: str | None
-    timestamp: str
     operation: str | None = None
-
-    def fields(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "timestamp": self.timestamp,
-            "sessionId": self.session_id,
-            "kind": self.kind.value,
-            "attempts": self.attempts,
-            "code": self.code,
-            "policy": self.policy,
-            "giveUp": self.give_up,
-        }
-        if self.operation is not None:
-            out["operation"] = self.operation
-        return out
 
 
 class ReconnectionThrottled(StampedEvent, frozen=True):

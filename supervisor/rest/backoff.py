@@ -119,8 +119,8 @@ class Backoff:
                     event.code,
                     event.policy.name,
                     None if decision.reason is None else decision.reason.value,
-                    iso_utc(self._clock.time()),
                     operation,
+                    timestamp=iso_utc(self._clock.time()),
                 )
             hooks.gave_up(details, report)
         raise OperationError(event, exhausted=exhausted, published=hooks is not None)

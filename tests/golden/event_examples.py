@@ -303,7 +303,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     Example(
         "retry_exhausted.reconnect_horizon",
         RetryExhausted(
-            "wm-2", RetryKind.RECONNECT, 7, "ABNORMAL_CLOSURE", "network", GiveUpReason.HORIZON.value, T2
+            "wm-2",
+            RetryKind.RECONNECT,
+            7,
+            "ABNORMAL_CLOSURE",
+            "network",
+            GiveUpReason.HORIZON.value,
+            timestamp=T2,
         ),
         WM2,
     ),
@@ -311,7 +317,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     Example(
         "retry_exhausted.reconnect_circuit_open",
         RetryExhausted(
-            "wm-3", RetryKind.RECONNECT, 0, "CIRCUIT_OPEN", "circuit", GiveUpReason.HORIZON.value, T2
+            "wm-3",
+            RetryKind.RECONNECT,
+            0,
+            "CIRCUIT_OPEN",
+            "circuit",
+            GiveUpReason.HORIZON.value,
+            timestamp=T2,
         ),
         WM3,
     ),
@@ -324,7 +336,7 @@ EXAMPLES: Final[tuple[Example, ...]] = (
             "RATE_LIMITED",
             "rate_limit",
             GiveUpReason.RETRY_AFTER_EXCEEDS_CEILING.value,
-            T2,
+            timestamp=T2,
         ),
         WM1,
     ),
@@ -337,8 +349,8 @@ EXAMPLES: Final[tuple[Example, ...]] = (
             "SERVER_ERROR",
             "server_error",
             GiveUpReason.BUDGET_EXHAUSTED.value,
-            T2,
             "agent-session.state",
+            timestamp=T2,
         ),
         CX1,
     ),
@@ -351,15 +363,22 @@ EXAMPLES: Final[tuple[Example, ...]] = (
             "SERVER_ERROR",
             "server_error",
             GiveUpReason.RETRY_BUDGET_EXHAUSTED.value,
-            T2,
             "notifications.channel.subscriptions",
+            timestamp=T2,
         ),
         NT1,
     ),
     Example(
         "retry_exhausted.operation_no_reason",
         RetryExhausted(
-            "cx-1", RetryKind.OPERATION, 2, "NETWORK_TIMEOUT", "network", None, T2, "agent-session.poll"
+            "cx-1",
+            RetryKind.OPERATION,
+            2,
+            "NETWORK_TIMEOUT",
+            "network",
+            None,
+            "agent-session.poll",
+            timestamp=T2,
         ),
         CX1,
     ),
