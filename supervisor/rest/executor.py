@@ -266,8 +266,10 @@ class RetryExecutor:
                     )
                     hooks.retry_scheduled(details, retry)
                 continue
+            # the sleep read when the wait begins, not when the operation did: an operation in flight
+            # waits with the executor's sleep of now (a test's clock-driven one swapped in meanwhile)
             previous_delay_ms, skipped = await self._backoff.wait(
-                operation, ctx, event, attempt, previous_delay_ms, details, sleep, gate
+                operation, ctx, event, attempt, previous_delay_ms, details, self._sleep, gate
             )
             attempt += 1 + skipped  # the retries the endpoint's budget skipped were spent
             resends += 1
