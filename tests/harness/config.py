@@ -66,6 +66,28 @@ def config_file(
     return path
 
 
+def offline_config(directory: Path, *, taxonomy: str | None = None) -> Path:
+    """One Genesys guest against example hosts, its client secret beside it: a configuration that
+    ``run --check`` validates without reaching any platform; ``taxonomy`` pins its version."""
+    (directory / "secret").write_text("not-a-real-secret")
+    daemon = "[daemon]\n" + (f'taxonomyVersion = "{taxonomy}"\n' if taxonomy is not None else "")
+    path = directory / "supervisor.toml"
+    path.write_text(
+        daemon + "[platforms.genesys]\n"
+        'loginUrl = "https://login.example.com"\n'
+        'apiUrl = "https://api.example.com"\n'
+        'webmessagingUrl = "wss://webmessaging.example.com"\n'
+        'clientId = "c"\n'
+        'clientSecretFile = "secret"\n'
+        "[[sessions]]\n"
+        'id = "wm-1"\n'
+        'platform = "genesys"\n'
+        'kind = "webmessaging"\n'
+        'deploymentId = "dep-1"\n'
+    )
+    return path
+
+
 @contextlib.contextmanager
 def short_dir(prefix: str = "ss-") -> Iterator[Path]:
     """A directory whose socket paths fit sun_path (108 bytes; pytest's tmp_path may be longer)."""

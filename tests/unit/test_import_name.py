@@ -30,6 +30,7 @@ import pytest
 from supervisor.cli import main
 from supervisor.cli.import_name import import_name_warning
 from supervisor.distribution import DISTRIBUTION, VERSION
+from tests.harness.config import offline_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "supervisor"
@@ -45,36 +46,12 @@ def _supervisord_metadata(site: Path, version: str = "4.2.5") -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: supervisor\nVersion: {version}\n")
 
 
-def _config(tmp_path: Path) -> Path:
-    (tmp_path / "secret").write_text("not-a-real-secret")
-    path = tmp_path / "supervisor.toml"
-    path.write_text(
-        "\n".join(
-            [
-                "[platforms.genesys]",
-                'loginUrl = "https://login.example.com"',
-                'apiUrl = "https://api.example.com"',
-                'webmessagingUrl = "wss://webmessaging.example.com"',
-                'clientId = "c"',
-                'clientSecretFile = "secret"',
-                "[[sessions]]",
-                'id = "wm-1"',
-                'platform = "genesys"',
-                'kind = "webmessaging"',
-                'deploymentId = "dep-1"',
-            ]
-        )
-        + "\n"
-    )
-    return path
-
-
 def _check(tmp_path: Path, pythonpath: list[Path]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SESSION_SUPERVISOR_TAXONOMY")}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(map(str, pythonpath))
     return subprocess.run(
-        [sys.executable, "-m", "supervisor", "run", "--config", str(_config(tmp_path)), "--check"],
+        [sys.executable, "-m", "supervisor", "run", "--config", str(offline_config(tmp_path)), "--check"],
         capture_output=True,
         text=True,
         env=env,

@@ -20,6 +20,7 @@ import pytest
 
 from supervisor.taxonomy import compile_taxonomy, load_taxonomy
 from supervisor.taxonomy.gaps import gaps
+from tests.harness.config import offline_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_VAR = "SESSION_SUPERVISOR_TAXONOMY"
@@ -47,29 +48,6 @@ def test_a_version_that_does_not_require_the_field_has_no_gap() -> None:
     assert gaps(compile_taxonomy(_without_state(), "v1-fixed.toml")) == []
 
 
-def _config(tmp_path: Path, taxonomy: str | None) -> Path:
-    (tmp_path / "secret").write_text("not-a-real-secret")
-    lines = ["[daemon]"]
-    if taxonomy is not None:
-        lines.append(f'taxonomyVersion = "{taxonomy}"')
-    lines += [
-        "[platforms.genesys]",
-        'loginUrl = "https://login.example.com"',
-        'apiUrl = "https://api.example.com"',
-        'webmessagingUrl = "wss://webmessaging.example.com"',
-        'clientId = "c"',
-        'clientSecretFile = "secret"',
-        "[[sessions]]",
-        'id = "wm-1"',
-        'platform = "genesys"',
-        'kind = "webmessaging"',
-        'deploymentId = "dep-1"',
-    ]
-    path = tmp_path / "supervisor.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def _check(config: Path, env_taxonomy: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     if env_taxonomy is not None:
@@ -93,7 +71,7 @@ def _check(config: Path, env_taxonomy: str | None = None) -> subprocess.Complete
 def test_run_check_warns_in_one_line_that_v1_cannot_update_genesys_attributes(
     tmp_path: Path, configured: str | None, env: str | None, named: str
 ) -> None:
-    result = _check(_config(tmp_path, configured), env)
+    result = _check(offline_config(tmp_path, taxonomy=configured), env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok: ")  # the check itself passed
     (line,) = result.stderr.splitlines()
@@ -104,6 +82,6 @@ def test_run_check_warns_in_one_line_that_v1_cannot_update_genesys_attributes(
 def test_run_check_warns_nothing_for_a_version_without_the_gap(tmp_path: Path) -> None:
     fixed = tmp_path / "v1-fixed.toml"
     fixed.write_text(_without_state())
-    result = _check(_config(tmp_path, str(fixed)))
+    result = _check(offline_config(tmp_path, taxonomy=str(fixed)))
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and result.stdout.startswith("ok: ")
