@@ -91,10 +91,15 @@ def install(manager: UserManager, sim: GenesysSimulator, work: Path, sockets: Pa
     for path in private.iterdir():
         path.chmod(0o644)  # DynamicUser=: another uid reads them
     events = work / "events.jsonl"
+    paths = (sockets / "subscribe.sock", sockets / "control.sock")
+    program = Path(sys.executable).parent / "session-supervisor"
     service = [
         "[Service]",
         "ExecStart=",
-        f"ExecStart={Path(sys.executable).parent / 'session-supervisor'} run --config /run/ss-test/supervisor.toml",
+        f"ExecStart={program} run --config /run/ss-test/supervisor.toml",
+        # as shipped, with this environment's program and the test's control socket
+        "ExecReload=",
+        f"ExecReload=+{program} ctl --socket {paths[1]} reload",
         "LoadCredential=",
         f"StandardOutput=append:{events}",
         f"StandardError=append:{work / 'stderr.txt'}",
@@ -117,7 +122,6 @@ def install(manager: UserManager, sim: GenesysSimulator, work: Path, sockets: Pa
         service.append("ProtectHome=tmpfs")
     service += [f"BindReadOnlyPaths={path}" for path in visible]
     dropins = {SERVICE: service}
-    paths = (sockets / "subscribe.sock", sockets / "control.sock")
     for name, path in zip(SOCKETS, paths, strict=True):
         dropins[name] = ["[Socket]", "ListenStream=", f"ListenStream={path}", "SocketGroup=root"]
     for name, lines in dropins.items():
@@ -156,7 +160,7 @@ async def test_socket_activated_notify_service_status_reload_and_stop(
             tg.cancel_scope.cancel()
         state = unit.show("ActiveState", "SubState", "Type", "NotifyAccess", "User", "MainPID")
         assert (state["ActiveState"], state["Type"], state["NotifyAccess"]) == ("active", "notify", "main")
-        assert state["User"] == "session-supervisor"  # DynamicUser=yes, as shipped
+        assert state["User"] == "session-supervisor-daemon"  # DynamicUser=yes, User= as shipped
         main_pid = int(state["MainPID"])
         assert os.stat(f"/proc/{main_pid}").st_uid != 0  # ... really another uid
         await wait_until(lambda: unit.show("StatusText")["StatusText"].startswith("2/2 active"), 45)
