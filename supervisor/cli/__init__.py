@@ -104,10 +104,18 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
+def error_line(message: str) -> str:
+    """``session-supervisor: error: MESSAGE``, led by ``<3>`` when stderr is journald's stream (a unit's
+    ``ExecStart=`` or ``ExecReload=``): ``journalctl -p err`` finds it, and journald strips the prefix."""
+    from supervisor.systemd.journal import SD_ERR, stderr_prefix
+
+    return f"{stderr_prefix(os.environ, SD_ERR)}session-supervisor: error: {message}"
+
+
 def _fail(message: str) -> NoReturn:
     # stderr may be unwritable too (2>/dev/full): the exit code still says what happened
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        click.echo(f"session-supervisor: error: {message}", err=True)
+        click.echo(error_line(message), err=True)
     sys.exit(1)
 
 
@@ -174,10 +182,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"session-supervisor: usage error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"session-supervisor: error: {exc.format_message()}", err=True)
+        click.echo(error_line(exc.format_message()), err=True)
         sys.exit(exc.exit_code)
     except SupervisorError as exc:
-        click.echo(f"session-supervisor: error: {exc}", err=True)
+        click.echo(error_line(str(exc)), err=True)
         sys.exit(1)
     except BaseExceptionGroup as group:
         # a task group wraps what its tasks raised: report ours in one line, re-raise the rest
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(130)  # SIGINT under a command's task group: no traceback
         mine = [e for e in leaves if isinstance(e, SupervisorError)]
         if mine:
-            click.echo(f"session-supervisor: error: {mine[0]}", err=True)
+            click.echo(error_line(str(mine[0])), err=True)
             sys.exit(1)
         io = [e for e in leaves if isinstance(e, OSError) and not isinstance(e, BrokenPipeError)]
         if not io:

@@ -14,6 +14,7 @@ import click
 
 from supervisor.cli.import_name import import_name_warning
 from supervisor.config import SocketsConfig
+from supervisor.systemd.journal import SD_NOTICE, SD_WARNING, stderr_prefix
 from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
 from supervisor.taxonomy.gaps import gaps
 
@@ -54,7 +55,9 @@ def run(config_path: Path, check: bool) -> None:
     counted (EVENTS_DROPPED). The socket API ([sockets]: watch, ctl) listens once the sessions
     are handed over. With a [telemetry] endpoint or OTEL_EXPORTER_OTLP_ENDPOINT, traces and
     metrics go to an OpenTelemetry collector too (docs/telemetry.md), and the lines gain
-    traceId/spanId.
+    traceId/spanId. While it serves nothing else is written: what libraries log (the exporter's
+    failed exports, a Python warning) is a LOG_RECORD line too, and so is a warning of its own;
+    under journald ($JOURNAL_STREAM) each line leads with its <N> priority (docs/systemd.md).
 
     \b
     Signals:
@@ -124,18 +127,24 @@ def _check(options: DaemonConfig, config_path: Path) -> None:
 
 
 def _say(line: str) -> None:
-    click.echo(f"session-supervisor: {line}", err=True)
+    # a line before the daemon serves (once it serves, its warnings are event lines); under journald
+    # at warning priority (docs/systemd.md, "The journal")
+    click.echo(f"{stderr_prefix(os.environ, SD_WARNING)}session-supervisor: {line}", err=True)
 
 
 def _warning(line: str) -> None:
-    click.echo(f"session-supervisor: warning: {line}", err=True)
+    _say(f"warning: {line}")
 
 
 def _stopped_before_serving(sig: signal.Signals | None) -> None:
     """A stop signal before the daemon was ready: one line, exit 0 (docs/runtime.md, "Lifecycle")."""
     if sig is None:
         return
-    click.echo(f"session-supervisor: {sig.name} during start-up: stopped before serving", err=True)
+    click.echo(
+        f"{stderr_prefix(os.environ, SD_NOTICE)}session-supervisor: {sig.name} during start-up: "
+        "stopped before serving",
+        err=True,
+    )
     click.get_current_context().exit(0)
 
 

@@ -39,6 +39,7 @@ from supervisor.events.daemon import (
     DaemonStopped,
     DaemonStopping,
     EventsDropped,
+    LogRecorded,
 )
 from supervisor.events.session import (
     ConnectionRolledOver,
@@ -68,6 +69,7 @@ __all__ = [
     "ErrorClassified",
     "Event",
     "EventsDropped",
+    "LogRecorded",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",

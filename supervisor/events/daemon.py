@@ -1,5 +1,5 @@
-"""The daemon's own events: its lifecycle (started, stopping, stopped, forced exit) and a sink
-that could not keep up.
+"""The daemon's own events: its lifecycle (started, stopping, stopped, forced exit), a sink
+that could not keep up, and a log record (a library's, or the daemon's own warning) while it serves.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from supervisor.events.base import Event, WireEvent
+from supervisor.events.base import Event, StampedEvent, WireEvent
 
 __all__ = [
     "DaemonForcedExit",
@@ -16,6 +16,7 @@ __all__ = [
     "DaemonStopped",
     "DaemonStopping",
     "EventsDropped",
+    "LogRecorded",
 ]
 
 
@@ -63,3 +64,17 @@ class EventsDropped(WireEvent, frozen=True):
     sink: str
     dropped: int
     total_dropped: int
+
+
+class LogRecorded(StampedEvent, frozen=True):
+    """A :mod:`logging` record of a library (the OpenTelemetry exporter's retries, asyncio's
+    unhandled errors, a Python warning) or a warning of the daemon itself, while ``run`` serves: one
+    event line like every other, where it used to be a text line on stderr (docs/systemd.md, "The journal").
+    ``level`` is the record's, lowercase (``warning``, ``error``, ``critical``); ``exception`` the
+    exception's type and message when the record carries one (never its traceback)."""
+
+    name: ClassVar[str] = "LOG_RECORD"
+    level: str
+    logger: str
+    message: str
+    exception: str | None = None

@@ -55,6 +55,7 @@ from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, Da
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.durable import Durable
 from supervisor.runtime.lock import DaemonLock, default_lock_path
+from supervisor.runtime.logrecords import LogRecords
 from supervisor.runtime.main import Service, daemon_signals, run_daemon
 from supervisor.runtime.reload import Reloader, ReloadRequests, answer
 from supervisor.runtime.sessions import CircuitReader, SessionReader
@@ -62,6 +63,7 @@ from supervisor.runtime.signals import SignalReceiver
 from supervisor.runtime.stdout import StdoutEvents
 from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import Wiring
+from supervisor.systemd.journal import SD_WARNING, event_priority, journal_descriptors, prefix
 from supervisor.vocabulary import Platform
 
 if TYPE_CHECKING:
@@ -247,38 +249,76 @@ class Daemon:
         ) as wiring:
             stop = anyio.Event()
             stdout: StdoutEvents | None = None
+            logs: LogRecords | None = None
             if options.service:
-                # subscribed first: every event from here on is a line (the store's health included)
-                stdout = StdoutEvents(bus, max_buffer_bytes=config.daemon.event_buffer_bytes)
+                # subscribed first: every event from here on is a line (the store's health included);
+                # under journald each line leads with its priority (docs/systemd.md, "The journal")
+                journal = journal_descriptors(options.environ)
+                stdout = StdoutEvents(
+                    bus,
+                    max_buffer_bytes=config.daemon.event_buffer_bytes,
+                    priority=event_priority if 1 in journal else None,
+                    stderr_prefix=prefix(SD_WARNING) if 2 in journal else b"",
+                )
                 bus.subscribe(stdout)
                 stdout.on_broken = stop.set
-            sessions = session_table(wiring)
-            durable: Durable | None = None
-            if options.durable:
-                # desired sessions, the session ledger and attribute updates; a store that cannot be
-                # opened is said in one line, and the sessions run without it (docs/store.md)
-                durable = await Durable.open(
-                    config,
-                    sessions=sessions,
-                    wiring=wiring,
-                    environ=options.environ,
-                    bus=bus,
-                    clock=wiring.clock,
-                    warn=options.say,
+                # from here to the end, library log records and the daemon's own warnings are event
+                # lines too: nothing else goes to stdout or stderr (a fatal error stays one line)
+                logs = LogRecords(
+                    bus, wiring.clock, redact=None if telemetry is None else telemetry.scrubber.text
                 )
-            # the store's book and the session table at construction: neither reaches for the other
-            supervisor = Supervisor(wiring, durable, sessions=sessions)
+                logs.install()
             try:
-                forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals)
+                return await self._serve_built(config, wiring, bus, telemetry, signals, stop, stdout, logs)
+            except Exception:
+                if stdout is not None:
+                    # the start failed: what was said before the error line is written first
+                    await stdout.flush(within_s=STDOUT_FLUSH_S)
+                raise
             finally:
-                if durable is not None:
-                    await durable.aclose()
-            if stdout is not None:
-                bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
-                await stdout.flush(within_s=STDOUT_FLUSH_S)
-                if stdout.broken is not None:
-                    raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
-            return forced
+                if logs is not None:
+                    logs.uninstall()
+
+    async def _serve_built(
+        self,
+        config: Config,
+        wiring: Wiring,
+        bus: EventBus,
+        telemetry: Telemetry | None,
+        signals: SignalReceiver,
+        stop: anyio.Event,
+        stdout: StdoutEvents | None,
+        logs: LogRecords | None,
+    ) -> bool:
+        options = self.options
+        sessions = session_table(wiring)
+        durable: Durable | None = None
+        if options.durable:
+            # desired sessions, the session ledger and attribute updates; a store that cannot be
+            # opened is said in one line, and the sessions run without it (docs/store.md)
+            durable = await Durable.open(
+                config,
+                sessions=sessions,
+                wiring=wiring,
+                environ=options.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=options.say if logs is None else logs.warning,
+            )
+        # the store's book and the session table at construction: neither reaches for the other
+        supervisor = Supervisor(wiring, durable, sessions=sessions)
+        try:
+            warn = _warning(options.say) if logs is None else logs.warning
+            forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
+        finally:
+            if durable is not None:
+                await durable.aclose()
+        if stdout is not None:
+            bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
+            await stdout.flush(within_s=STDOUT_FLUSH_S)
+            if stdout.broken is not None:
+                raise ConfigError(f"cannot write events to standard output: {stdout.broken}")
+        return forced
 
     async def _run(
         self,
@@ -289,6 +329,7 @@ class Daemon:
         stdout: StdoutEvents | None,
         stop: anyio.Event,
         signals: SignalReceiver,
+        warn: Say,
     ) -> bool:
         """The services built around the supervisor, then the lifecycle; True when the exit was forced."""
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
@@ -298,7 +339,6 @@ class Daemon:
             bus.subscribe(telemetry)
             telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
             services.append(telemetry.service(grace_s))
-        warn = _warning(options.say)
         systemd = None
         if options.service:
             from supervisor.systemd.service import Systemd

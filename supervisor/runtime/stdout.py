@@ -14,6 +14,11 @@ after lines got through (the reader went away) only drops lines, counted and rep
 once: the sessions matter more than their log. While writes fail, no ``EVENTS_DROPPED`` is
 published (it would be one more line for the dead output: a loop of drops reporting drops);
 the count waits for the first write that gets through again.
+
+Every line is one JSON object, that report on stderr included (a ``LOG_RECORD`` line, not
+published: the bus's lines go to the output that failed). Given ``priority`` (standard output is
+journald's stream, supervisor/systemd/journal.py), each line leads with its ``<N>``; the one stderr
+line leads with ``stderr_prefix`` (``<4>`` when stderr is journald's).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -31,7 +37,8 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from supervisor.bus import EventBus
-from supervisor.events import EventsDropped, Published, wire
+from supervisor.clock import iso_utc
+from supervisor.events import EventsDropped, LogRecorded, Published, wire
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "StdoutEvents"]
 
@@ -44,9 +51,19 @@ _encoder = msgspec.json.Encoder()
 class StdoutEvents:
     """A bus sink writing one JSON object per line to ``fd`` from a daemon thread."""
 
-    def __init__(self, bus: EventBus, *, fd: int = 1, max_buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        fd: int = 1,
+        max_buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        priority: Callable[[Published], int] | None = None,
+        stderr_prefix: bytes = b"",
+    ) -> None:
         self._bus = bus
         self._fd = fd
+        self._priority = priority
+        self._stderr_prefix = stderr_prefix
         self._max = max_buffer_bytes
         self._lines: deque[bytes] = deque()
         self._buffered = 0
@@ -71,6 +88,8 @@ class StdoutEvents:
 
     def __call__(self, published: Published) -> None:
         line = _encoder.encode(wire(published)) + b"\n"
+        if self._priority is not None:
+            line = b"<%d>" % self._priority(published) + line
         with self._lock:
             if self._closed or self._buffered + len(line) > self._max or self.broken is not None:
                 self.dropped += 1
@@ -84,15 +103,19 @@ class StdoutEvents:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start the writer thread; publish EVENTS_DROPPED whenever it caught up after drops."""
-        self._loop = asyncio.get_running_loop()
-        self._progress = anyio.Event()
-        self._thread = threading.Thread(target=self._write_loop, name="stdout-events", daemon=True)
-        self._thread.start()
+        progress = self._start_writer()
         task_status.started()
         while True:
-            await self._progress.wait()
-            self._progress = anyio.Event()
+            await progress.wait()
+            self._progress = progress = anyio.Event()
             self._report()
+
+    def _start_writer(self) -> anyio.Event:
+        self._loop = asyncio.get_running_loop()
+        self._progress = progress = anyio.Event()
+        self._thread = threading.Thread(target=self._write_loop, name="stdout-events", daemon=True)
+        self._thread.start()
+        return progress
 
     def _report(self) -> None:
         with self._lock:
@@ -110,7 +133,10 @@ class StdoutEvents:
             self._bus.publish(EventsDropped("stdout", count, self.dropped))
 
     async def flush(self, within_s: float) -> None:
-        """At exit: give the writer at most ``within_s`` to write what is buffered, then stop it."""
+        """At exit: give the writer at most ``within_s`` to write what is buffered, then stop it
+        (started here when the start failed before the services: what was said before is written)."""
+        if self._thread is None:
+            self._start_writer()
         with anyio.move_on_after(within_s):
             while True:
                 with self._lock:
@@ -148,10 +174,7 @@ class StdoutEvents:
                     self._unreported += count
             if problem is not None and self.written and not self._warned:
                 self._warned = True
-                self._stderr(
-                    f"session-supervisor: warning: cannot write events to standard output ({problem}); "
-                    "dropping them, counted"
-                )
+                self._stderr(f"cannot write events to standard output ({problem}); dropping them, counted")
             self._notify()
 
     def _write_all(self, data: bytes) -> str | None:
@@ -174,10 +197,12 @@ class StdoutEvents:
         if self._progress is not None:
             self._progress.set()
 
-    @staticmethod
-    def _stderr(line: str) -> None:
+    def _stderr(self, message: str) -> None:
+        """One warning on stderr, as a ``LOG_RECORD`` line (with the bus's bootId, without a seq)."""
+        record = LogRecorded("warning", "session-supervisor", message, timestamp=iso_utc(time.time()))
+        line = _encoder.encode({"event": record.name, **record.fields(), "bootId": self._bus.boot_id})
         try:
-            sys.stderr.write(line + "\n")
+            sys.stderr.buffer.write(self._stderr_prefix + line + b"\n")
             sys.stderr.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             pass

@@ -45,6 +45,7 @@ from supervisor.events import (
     ErrorClassified,
     Event,
     EventsDropped,
+    LogRecorded,
     PacingChanged,
     Published,
     ReconnectionThrottled,
@@ -794,6 +795,26 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         ),
     ),
     Example("events_dropped", EventsDropped("stdout", 12, 40)),
+    # a library's log record while run serves: the OTLP exporter's retry warning, and one with an exception
+    Example(
+        "log_record",
+        LogRecorded(
+            "warning",
+            "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            "Transient error Service Unavailable encountered while exporting span batch, retrying in 1s.",
+            timestamp=T0,
+        ),
+    ),
+    Example(
+        "log_record_with_exception",
+        LogRecorded(
+            "error",
+            "opentelemetry.sdk.trace.export",
+            "Exception while exporting Span.",
+            "ConnectionError: [Errno 111] Connection refused",
+            timestamp=T0,
+        ),
+    ),
     Example(
         "daemon_degraded",
         DaemonDegraded("store", "disk full: /var/lib/session-supervisor/state.db", timestamp=T0),

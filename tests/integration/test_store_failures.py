@@ -81,8 +81,11 @@ async def set_attributes(daemon: Daemon, *pairs: str) -> tuple[int, str, str]:
 
 
 def degraded_at_start(daemon: Daemon, store: Path) -> None:
-    lines = [line for line in daemon.err.splitlines() if "store:" in line]
-    assert len(lines) == 1 and lines[0].startswith(f"session-supervisor: store: {store}: "), daemon.err
+    # said once, as an event line of the daemon's own (it serves: nothing goes to stderr as text)
+    said = [r for r in daemon.named("LOG_RECORD") if r["message"].startswith("store:")]
+    assert len(said) == 1 and said[0]["message"].startswith(f"store: {store}: "), said
+    assert (said[0]["logger"], said[0]["level"]) == ("session-supervisor", "warning")
+    assert "store:" not in daemon.err
     (event,) = daemon.named("STORE_DEGRADED")
     assert event["path"] == str(store)
 

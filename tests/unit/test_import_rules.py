@@ -120,6 +120,8 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "supervisor.systemd.activation",
             "supervisor.systemd.environ",
             "supervisor.systemd.degraded",
+            # journald's stream: which descriptors it reads, each event line's priority
+            "supervisor.systemd.journal",
             # the durable store: its interface and the SQLite implementation, below the runtime
             "supervisor.store",
         ),
