@@ -99,7 +99,7 @@ def install(manager: UserManager, sim: GenesysSimulator, work: Path, sockets: Pa
         f"ExecStart={program} run --config /run/ss-test/supervisor.toml",
         # as shipped, with this environment's program and the test's control socket
         "ExecReload=",
-        f"ExecReload=+{program} ctl --socket {paths[1]} reload",
+        f"ExecReload=+{program} ctl --socket {paths[1]} reload --json",
         "LoadCredential=",
         f"StandardOutput=append:{events}",
         f"StandardError=append:{work / 'stderr.txt'}",
