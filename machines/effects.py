@@ -21,6 +21,7 @@ from supervisor.events import (
     REVOKE_AND_REAUTHENTICATE,
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     Event,
@@ -40,6 +41,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEffect",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "Effect",
@@ -113,4 +115,4 @@ Effect = (
     | ReconnectionThrottled
 )
 # what the circuit machine returns: all of them are events
-CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed
+CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed | CircuitManual

@@ -75,7 +75,8 @@ _CONTROL = (
     f"""\
 # Control of the daemon: stricter than the subscribe socket; every verb that changes something is
 # published as a CONTROL_COMMAND event with the caller's uid, gid and pid. Each method needs a role:
-# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy).
+# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy,
+# IsolateCircuit, CloseCircuit, ResetCircuit).
 interface {CONTROL}
 
 """
@@ -107,6 +108,17 @@ method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
 method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
 method AttributesStatus() -> (attributes: object)
+# Manual circuit control of one endpoint (genesys:api, cxone:agent-sessions, ...; Status lists them). An
+# isolated circuit admits nothing until closed, reset or forSeconds have passed; its sessions wait in
+# reconnecting and their horizon stands still. In memory only: a restart closes every circuit.
+method IsolateCircuit(endpoint: string, forSeconds: ?float) -> (endpoint: string, circuitId: string,
+  previous: string, state: string, changed: bool, forSeconds: ?float)
+# Ends an isolation (a closed circuit: changed false); an open or half-open circuit is reset, not closed.
+method CloseCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
+# Closed with its counters cleared, from any state (after a false trip).
+method ResetCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -123,6 +135,8 @@ error AlreadyResolved (mismatchId: int, problem: string)
 error NotResolvable (mismatchId: int, problem: string)
 # The caller's role (observer, operator, administrator) does not include the one the method needs.
 error PermissionDenied (method: string, role: string, granted: string, problem: string)
+error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
+error NotIsolated (endpoint: string, state: string, problem: string)
 """
 )
 

@@ -38,6 +38,7 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
 from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import (
+    CircuitControl,
     CircuitReader,
     DesiredSessions,
     SessionControl,
@@ -68,6 +69,7 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        circuit_control: CircuitControl | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
@@ -108,6 +110,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            circuits=circuit_control,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

@@ -29,8 +29,10 @@ from supervisor.events.circuit import (
     CircuitClosed,
     CircuitEvent,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
+    ManualAction,
     PacingChanged,
 )
 from supervisor.events.daemon import (
@@ -57,6 +59,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "ConnectionRolledOver",
@@ -68,6 +71,7 @@ __all__ = [
     "ErrorClassified",
     "Event",
     "EventsDropped",
+    "ManualAction",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",
