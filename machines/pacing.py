@@ -373,30 +373,42 @@ class Pacer:
         starting again in ``reset_s`` (docs/platforms.md, "Genesys Cloud Platform REST").
 
         Once ``headroom`` of the window is spent, the attempts left in it are spread evenly over the
-        time left: a ceiling of ``(allowed - count) / reset_s`` per second (at least ``min_rate``)
-        until the window starts again, so the window lasts until then and no answer is a 429 (the
-        platform drops what it throttles: a Retry-After pause costs the whole endpoint more than
-        going a little slower). Below ``headroom`` there is no ceiling: a burst that fits in what
-        the window has left goes at once. The adaptive rate (slow start, the cut on a throttle)
-        still applies under the ceiling. A ``PacerReport`` (reason ``ratelimit``) when the ceiling
-        comes on or is lifted, not for each reading.
+        time left: a ceiling of ``(allowed - count) / reset_s`` per second until the window starts
+        again, so the window lasts until then and no answer is a 429 (a Retry-After pause costs the
+        whole endpoint more than going a little slower); a window spent to the last call pauses the
+        endpoint until it starts again, as a Retry-After would. Below ``headroom`` there is no
+        ceiling: a burst that fits in what the window has left goes at once. The adaptive rate
+        (slow start, the cut on a throttle) still applies under the ceiling. A ``PacerReport``
+        (reason ``ratelimit``) when the ceiling comes on or is lifted, or the endpoint is paused,
+        not for each reading.
         """
         headroom = self._config.headroom
         if headroom is None:
             return None
         now = self._clock.monotonic()
         before = self._ceiling if now < self._ceiling_until else None
+        # (a reset of 0 s: the window starts again within the second the answer was sent)
+        reset_s = max(reading.reset_s, 1.0)
+        left = reading.allowed - reading.count
+        paused = 0.0
         if reading.used < headroom:
             ceiling = None
+        elif left > 0:
+            ceiling = left / reset_s
         else:
-            left = max(reading.allowed - reading.count, 0)
-            # (a reset of 0 s: the window starts again within the second the answer was sent)
-            ceiling = max(self._config.min_rate, left / max(reading.reset_s, 1.0))
+            # the window is spent: nobody asks before it starts again (a call now is a 429), as
+            # after a Retry-After; then the ceiling of that window is over
+            ceiling = 1.0 / reset_s
+            pause_until = now + reset_s
+            if pause_until > self._paused_until + 1e-9:
+                self._paused_until = pause_until
+                self.generation += 1
+                paused = reset_s
         self._ceiling = ceiling
-        self._ceiling_until = now + max(reading.reset_s, 1.0) if ceiling is not None else -math.inf
-        if (before is None) == (ceiling is None):
+        self._ceiling_until = now + reset_s if ceiling is not None else -math.inf
+        if (before is None) == (ceiling is None) and not paused:
             return None
-        return PacerReport(self.endpoint, self._pace(now), before, "ratelimit", kind=self.kind)
+        return PacerReport(self.endpoint, self._pace(now), before, "ratelimit", paused, self.kind)
 
     def lost(self) -> PacerReport | None:
         """The platform dropped a connection (the session reconnects): restart from ``initial_rate``.

@@ -53,7 +53,7 @@ from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
 from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
-__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "Reading", "RetryExecutor", "Sleep"]
 
 T = TypeVar("T")
 # one attempt: given the current token, the result, or a description of the failure

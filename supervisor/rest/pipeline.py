@@ -19,7 +19,7 @@ import httpx
 
 from supervisor.attempts import Flight, Gate
 from supervisor.boundary import HTTP_FAILURES, SessionContext, TokenAge, raw_from_exception, raw_from_response
-from supervisor.rest.executor import Attempt, RetryExecutor
+from supervisor.rest.executor import Attempt, Reading, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
 from supervisor.taxonomy.headers import RateLimitReading, parse_rate_limit
@@ -83,8 +83,11 @@ class RequestPipeline:
         circuit: EndpointId,
         operation: str,
         idempotent: bool = True,
+        reading: Reading[T] | None = None,
     ) -> T:
-        """Run one logical operation with this platform's token cache (see RetryExecutor.call)."""
+        """Run one logical operation with this platform's token cache (see RetryExecutor.call);
+        ``reading``: what a result says of the platform's rate window (:attr:`rate_reading` for an
+        HTTP response)."""
         return await self.executor.call(
             attempt_once,
             ctx=ctx,
@@ -92,7 +95,13 @@ class RequestPipeline:
             circuit=circuit,
             tokens=self.tokens,
             idempotent=idempotent,
+            reading=reading,
         )
+
+    @property
+    def rate_reading(self) -> Reading[httpx.Response] | None:
+        """How this pipeline reads the rate window from an answer (None: ``rateLimitHeaders`` off)."""
+        return self._reading
 
     async def request(
         self,

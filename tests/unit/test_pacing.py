@@ -440,9 +440,12 @@ def test_past_the_headroom_what_is_left_of_the_window_is_spread_over_its_time_le
     # a later reading moves the ceiling, without a report of its own
     assert pacer.reading(RateLimitReading(count=290, allowed=300, reset_s=5.0)) is None
     assert pacer.ceiling == pytest.approx(2.0)
-    # a window spent to the last request: the slowest pace, never a stop
-    pacer.reading(RateLimitReading(count=300, allowed=300, reset_s=5.0))
-    assert pacer.ceiling == pytest.approx(PacingConfig().min_rate)
+    # a window spent to the last request: nobody asks before it starts again
+    report = pacer.reading(RateLimitReading(count=300, allowed=300, reset_s=5.0))
+    assert report is not None and report.paused_for_s == 5.0
+    assert pacer.paused_for() == pytest.approx(5.0)
+    wait, _ = pacer.reserve()
+    assert wait >= 1.0  # (booked at most a lookahead ahead: it asks again, still paused)
 
 
 def test_the_ceiling_lifts_when_the_window_starts_again() -> None:
