@@ -270,21 +270,6 @@ async def test_ctl_circuit_as_a_script_uses_it(
             ("circuit.isolate", True, "genesys:webmessaging"),
             ("circuit.isolate", False, "genesys:nope"),
         ]
-        # isolated when the daemon stops ...
-        code, _, _ = await ctl(sockets, "circuit", "isolate", "genesys:webmessaging")
-        assert code == 0
-        await ctl(sockets, "drain")
-        with anyio.fail_after(20):
-            assert await process.wait() == 0
-
-    # ... and closed when it starts again: an isolation lives in memory
-    process, daemon = await start_daemon(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(daemon.pump)
-        await wait_until(lambda: active(daemon, 2), 20)
-        code, out, _ = await ctl(sockets, "status", "--json")
-        assert code == 0 and {c["state"] for c in json.loads(out)["circuits"]} == {"closed"}
-        assert daemon_lines(daemon, "CIRCUIT_MANUAL") == []
         await ctl(sockets, "drain")
         with anyio.fail_after(20):
             assert await process.wait() == 0
