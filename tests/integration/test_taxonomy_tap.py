@@ -29,9 +29,10 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.transports.webmessaging import WebMessagingTransport
 from tests.harness.clocks import advancing
-from tests.harness.config import Credentials, genesys_config
+from tests.harness.config import Credentials, daemon_config, genesys_config, short_dir
 from tests.harness.in_process import Harness, supervised
-from tests.harness.process import CLI
+from tests.harness.process import CLI, Output, running_daemon
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=11)]
 
@@ -267,3 +268,49 @@ async def test_a_shadow_that_routes_429_otherwise_is_reported_once_a_minute_with
         assert [(e["code"], e["taxonomyVersion"]) for e in classified] == [("RATE_LIMITED", "v2")] * 3
         retried = h.recorded.named("RETRY_ATTEMPT")
         assert {r["code"] for r in retried} == {"RATE_LIMITED"}
+
+
+def refused(daemon: Output) -> list[dict[str, Any]]:
+    return [e for e in daemon.named("SDK_ERROR_CLASSIFIED") if e["code"] == "RATE_LIMITED"]
+
+
+async def test_a_daemon_run_as_a_process_captures_and_shadows_what_it_meets(
+    genesys_sim: GenesysSimulator,
+) -> None:
+    """``run --config`` as users run it: the composition root wires capture (under $STATE_DIRECTORY)
+    and the shadow, their lines are on standard output, and the file replays after a SIGTERM."""
+    with short_dir() as directory:
+        state = directory / "state"
+        state.mkdir()
+        extra = taxonomy_table(capture="errors.ndjson", shadow=str(THROTTLED))
+        sessions = [(f"wm-{i}", None) for i in range(3)]
+        path = daemon_config(genesys_sim.urls, directory, sessions, extra=extra)
+        async with running_daemon(path, env={"STATE_DIRECTORY": str(state)}) as daemon:
+            await daemon.wait_ready(3)
+            # the guests' sockets dropped, and their reconnections refused 429 by the platform's admission
+            genesys_sim.faults.inject(
+                Fault(
+                    kind=FaultKind.ADMISSION_LIMIT,
+                    params={"rate_per_s": 0, "status": 429, "retry_after": "1"},
+                )
+            )
+            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+            await wait_until(lambda: bool(daemon.named("SHADOW_DIVERGENCE")), 20.0)
+            # another refusal within the minute: held, and published at the stop with its count
+            await wait_until(lambda: len(refused(daemon)) >= 2, 20.0)
+            assert await daemon.stop() == 0  # SIGTERM: the drain, the held counts, the capture's last lines
+        (report, *_) = daemon.named("SHADOW_DIVERGENCE")
+        assert (report["activeCode"], report["shadowCode"], report["count"]) == (
+            "RATE_LIMITED",
+            "THROTTLED",
+            1,
+        )
+        assert sum(r["count"] for r in daemon.named("SHADOW_DIVERGENCE")) == len(refused(daemon)) >= 2
+        capture = state / "errors.ndjson"
+        lines = [json.loads(line) for line in capture.read_text().splitlines()]
+        assert len(lines) == len(daemon.named("SDK_ERROR_CLASSIFIED"))
+        assert {"closeCode": 1006}.items() <= lines[0].items()
+        assert stat.S_IMODE(os.stat(capture).st_mode) == 0o600
+        diff = run("taxonomy", "diff", "v2", str(THROTTLED), "--replay", str(capture), "--fail-on-diff")
+        assert diff.returncode == 1
+        assert "code: RATE_LIMITED → THROTTLED" in diff.stdout
