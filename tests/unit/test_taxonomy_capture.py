@@ -166,3 +166,21 @@ def test_the_body_fields_kept_are_derived_from_the_loaded_rules(tmp_path: Path) 
     assert reduce_envelope(site, CaptureShape.of([v2], kept_headers()))["body"] == {"code": OTHER}
     with_site = CaptureShape.of([v2, load_taxonomy(overlay)], kept_headers())
     assert reduce_envelope(site, with_site)["body"] == {"code": "site.code"}
+
+
+def test_the_capture_file_is_under_the_state_directory_or_the_daemon_does_not_start(tmp_path: Path) -> None:
+    from supervisor.errors import ConfigError
+    from supervisor.runtime.taxonomy_tap import capture_path, state_directory
+
+    state = state_directory(None, {"STATE_DIRECTORY": f"{tmp_path}:/elsewhere"})
+    assert state == tmp_path
+    assert state_directory(str(tmp_path / "db" / "store.sqlite3"), {}) == tmp_path / "db"
+    assert capture_path("errors.ndjson", state) == tmp_path / "errors.ndjson"
+    assert capture_path(str(tmp_path / "sub" / "e.ndjson"), state) == tmp_path / "sub" / "e.ndjson"
+    for outside in ("../errors.ndjson", "/tmp/errors.ndjson", ".", "sub/../../x"):
+        with pytest.raises(
+            ConfigError, match=r"^taxonomy\.capture: .*: must be a file under the state directory"
+        ):
+            capture_path(outside, state)
+    with pytest.raises(ConfigError, match=r"^taxonomy\.capture: needs a state directory"):
+        capture_path("errors.ndjson", state_directory(None, {}))
