@@ -114,7 +114,9 @@ class PacingChanged(Event):
     ``reason`` is ``throttled`` (the platform refused for rate: the rate was cut), ``probe``
     (the rate grew; reported each time it doubles), ``pause`` (a further Retry-After lengthened
     the endpoint's pause) or ``restart`` (the platform dropped a connection while the endpoint
-    was quiet: the rate starts again from the initial rate). ``pausedForS`` is the window nobody
+    was quiet: the rate starts again from the initial rate) or ``ratelimit`` (the platform's
+    inin-ratelimit-* reading put a ceiling on the rate, lifted it, or paused the endpoint until its
+    window starts again). ``pausedForS`` is the window nobody
     attempts in (a Retry-After applies to the whole endpoint); ``kind`` says what is paced:
     ``connect`` or ``rest``.
     """
