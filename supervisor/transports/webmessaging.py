@@ -72,6 +72,7 @@ from supervisor.transports.wm_replies import answers_oldest_message, is_failure
 from supervisor.vocabulary import CloseCode
 
 __all__ = [
+    "CONVERSATION_CLASSES",
     "HEALTH_CHECK_TRACING_ID",
     "WebMessagingConnection",
     "WebMessagingTransport",
@@ -80,6 +81,13 @@ __all__ = [
 # GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
 HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 ENDPOINT = "/v1"
+#: inbound frames that are the conversation's messages or events, by their ``class`` (GMT
+#: ``shyrka/receive/MessageClassName.kt``): structured messages (text, typing and presence events,
+#: attachments in their content) and the attachment frames (metadata of a file uploaded or deleted).
+#: Session, JWT and error replies are the protocol's own, not the conversation's.
+CONVERSATION_CLASSES = frozenset(
+    {"StructuredMessage", "UploadSuccessEvent", "UploadFailureEvent", "AttachmentDeletedResponse"}
+)
 _TRACKED_REQUESTS = 256  # tracingId -> action, so a reply that names its request names the action
 # codes the transport names from a SessionResponse (taxonomy v2; a version without them, v1, never
 # judged ``connected``'s value and keeps its documented behaviour)
@@ -111,6 +119,7 @@ class WebMessagingTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
+        on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
         resuming: bool = False,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
@@ -131,6 +140,8 @@ class WebMessagingTransport:
         self._max_size = max_size
         self._proxy = proxy
         self._on_message = on_message
+        # every inbound frame of the conversation (CONVERSATION_CLASSES), with its class: the platform events
+        self._on_event = on_event
         self._live: WebMessagingConnection | None = None
         # this guest token has had a configured session: a later configure resumes it. A token kept
         # across a planned restart (``resuming``) had one: the platform must answer newSession:false
@@ -497,7 +508,15 @@ class WebMessagingConnection:
                 return None
             return self._raw(msg, None)
         cls = msg.get("class")
-        if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
+        if tracing == HEALTH_CHECK_TRACING_ID:
+            return None  # the health check's own echo: not the conversation's
+        if (
+            self._t._on_event is not None
+            and cls in CONVERSATION_CLASSES
+            and isinstance(msg.get("body"), Mapping)
+        ):
+            self._t._on_event(cls, msg["body"])
+        if cls == "StructuredMessage":
             body = msg.get("body")
             if _is_agent_disconnect(body):
                 # the agent ended the conversation: not an error. GMT MessagingClientImpl goes
