@@ -76,6 +76,9 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     client_secret_file: str | None = None
     deployment_id: _Id | None = None
     keepalive: Keepalive = msgspec.field(default_factory=Keepalive)
+    # a Web Messaging send unanswered within keepalive.openTimeout is looked for (a late echo, the
+    # guest history) this long after, before it is sent again (once, with the same client id)
+    send_check_after: _Seconds = 3.0
 
 
 class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -260,6 +263,12 @@ class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cxone: CxoneConfig | None = None
 
 
+class EventsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    # the platform stream's gaps (docs/platforms.md, "Gaps"): guest history and snapshot reads at once,
+    # for the whole daemon (each still paced by genesys:api's admission)
+    resync_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+
+
 class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     platforms: Platforms
     sessions: list[SessionSpec] = msgspec.field(default_factory=list)
@@ -273,6 +282,8 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
+    # the platform stream (docs/socket-api.md): its windows, and closing its gaps
+    events: EventsConfig = msgspec.field(default_factory=EventsConfig)
 
 
 _INVALID_ENUM = "invalid enum value "

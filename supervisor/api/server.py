@@ -41,6 +41,7 @@ from supervisor.runtime.sessions import (
     CircuitReader,
     DesiredSessions,
     SessionControl,
+    SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
@@ -68,6 +69,7 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        messaging: SessionMessaging | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
@@ -108,6 +110,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            messaging=messaging,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

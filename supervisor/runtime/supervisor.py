@@ -231,10 +231,20 @@ class Supervisor:
             raise
 
     async def send_message(
-        self, session_id: str, text: str, *, metadata: Mapping[str, str] | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Mapping[str, Any]:
-        """Send a conversation message on a session's live connection (in-band, retried by the executor)."""
-        return await self._runner(session_id).send_message(text, metadata=metadata)
+        """Send a conversation message on a session's live connection (in-band, retried by the
+        executor; ``client_id`` its deduplication id, transports/webmessaging.py)."""
+        return await self._runner(session_id).send_message(text, metadata=metadata, client_id=client_id)
+
+    async def set_agent_state(self, session_id: str, state: str, reason: str | None = None) -> None:
+        """Set a CXone session's agent state (its platform answers with an AgentState event)."""
+        await self._runner(session_id).set_agent_state(state, reason)
 
     # ------------------------------------------------------------------ status
     def states(self) -> dict[SessionState, int]:

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -42,6 +43,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
@@ -186,6 +188,36 @@ class Wiring:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
 
+    async def read_conversation(self, ctx: SessionContext, conversation_id: str) -> Mapping[str, Any]:
+        """A Genesys conversation's current state, ``GET /api/v2/conversations/{id}`` (PY269
+        ``ConversationsApi.get_conversation``), through the executor on ``genesys:api`` with the
+        session's pool and the credential's token (a resync's snapshot: supervisor/runtime/resync.py).
+        Raises OperationError or CircuitOpenError."""
+        gen = self.config.platforms.genesys
+        if gen is None:
+            raise ConfigError("platforms.genesys: not configured")
+        response = await self.pipeline_for(Platform.GENESYS, ctx.session_id).request(
+            "GET",
+            f"{gen.api_url.rstrip('/')}/api/v2/conversations/{quote(conversation_id, safe='')}",
+            ctx=ctx,
+            circuit=EndpointId.api(Platform.GENESYS),
+            operation="conversation.get",
+            channel=Channel.REST,
+            route="/api/v2/conversations/{conversationId}",
+        )
+        body = response.json()
+        return body if isinstance(body, dict) else {}
+
+    def guest_history(self, session_id: str) -> GuestHistory | None:
+        """The Web Messaging guest history on the Genesys API host, read through the executor on
+        ``genesys:api`` with the session's pool, signed by the guest JWT (not the OAuth token)."""
+        gen = self.config.platforms.genesys
+        shards = self._shards.get(Platform.GENESYS)
+        if gen is None or not shards:
+            return None
+        client = self.pipeline_for(Platform.GENESYS, session_id).client
+        return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
+
     def _build_platform(
         self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> None:
@@ -277,6 +309,8 @@ class Wiring:
                 executor=self.executor,
                 guest_token=token,
                 resuming=token is not None,
+                history=self.guest_history(spec.id),
+                send_check_after=gen.send_check_after,
             )
             return wm, GENESYS_WEBMESSAGING
         if spec.kind is SessionKind.NOTIFICATIONS:
