@@ -44,18 +44,29 @@ interface {STATE}
 """
     + _SESSION
     + """
+# agents and eventTypes narrow the platform stream only (its records and gaps; eventTypes not gaps).
 type Filter (
   platforms: ?[]string,
   states: ?[]string,
-  sessions: ?[]string
+  sessions: ?[]string,
+  agents: ?[]string,
+  eventTypes: ?[]string
 )
+
+# What a client of the platform stream saw of one session: the bootId and the last sessionSeq.
+type Seen (bootId: string, seq: int)
 
 # Call with more: true. Replies, each with a type: snapshot (bootId, seq, sessions), delta (seq,
 # sessionId, state, previous, at, reason, platform, attempts, lastError, circuit), event (an
-# opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason).
+# opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason);
+# with the platform stream also platform (bootId, sessionId, sessionSeq, agentId, platform,
+# eventType, the ids the event names, body, receivedAt, replayed, snapshot) and gap (bootId,
+# sessionId, agentId, platform, fromSeq, toSeq, seconds, resync, reason, at).
 # streams: circuits, retries, throttling, rollovers, terminations, errors, backpressure, attributes,
-# control, daemon, all.
-method Subscribe(filter: ?Filter, streams: ?[]string) -> (
+# control, daemon, all; and platform (not part of all; PermissionDenied unless the peer is in
+# [sockets] platformAllowUids / platformAllowGids). since (per session id; with the platform stream):
+# what was missed from the daemon's window, or a gap naming what fell out.
+method Subscribe(filter: ?Filter, streams: ?[]string, since: ?[string]Seen) -> (
   type: string,
   bootId: ?string,
   seq: ?int,
@@ -66,8 +77,23 @@ method Subscribe(filter: ?Filter, streams: ?[]string) -> (
   at: ?string,
   reason: ?string,
   count: ?int,
-  event: ?string
+  event: ?string,
+  sessionSeq: ?int,
+  agentId: ?string,
+  platform: ?string,
+  eventType: ?string,
+  body: ?object,
+  receivedAt: ?string,
+  replayed: ?bool,
+  snapshot: ?bool,
+  fromSeq: ?int,
+  toSeq: ?int,
+  seconds: ?float,
+  resync: ?string
 )
+
+# The platform stream to a peer its allow-lists do not name.
+error PermissionDenied (stream: string, problem: string)
 """
 )
 

@@ -230,6 +230,8 @@ class PlatformEvents:
         self.gaps = 0
         self.duplicates = 0
         self.evicted = 0
+        # events a transport's sink could not hand over (supervisor/runtime/platform_sinks.py)
+        self.failures = 0
 
     # ------------------------------------------------------------------ wiring
     def listen(self, listener: Callable[[PlatformRecord], None]) -> Callable[[], None]:
@@ -240,6 +242,10 @@ class PlatformEvents:
             self._listeners = tuple(x for x in self._listeners if x is not listener)
 
         return unsubscribe
+
+    def describe_with(self, describe: Callable[[str], tuple[str | None, str | None]]) -> None:
+        """How the hub learns a session's (platform, agentId): the session table, once it exists."""
+        self._describe = describe
 
     def resync_with(self, handler: GapHandler) -> None:
         """Who tells the gaps the hub finds (a resyncer); the default tells them with ``resync: "none"``."""
@@ -391,14 +397,10 @@ class PlatformEvents:
 
     def _moved(self, event: SessionTransition) -> None:
         session_id = event.session_id
-        fresh = session_id not in self._windows
         window = self._window(session_id)
-        platform = self._platform(session_id)
-        if fresh:
-            # the first move of this boot: whatever the platform sent before is unknown
-            window.opened = GapOpened(session_id, platform, GapReason.STARTED, window.next_seq, None)
-        elif event.source is SessionState.ACTIVE:
+        if event.source is SessionState.ACTIVE:
             window.lost_at = self._clock.monotonic()
+            platform = self._platform(session_id)
             window.opened = GapOpened(session_id, platform, GapReason.RECONNECTED, window.next_seq, None)
         if event.target is SessionState.ACTIVE and window.opened is not None:
             self._open(window)
@@ -425,6 +427,8 @@ class PlatformEvents:
         window = self._windows.get(session_id)
         if window is None:
             window = self._windows[session_id] = _Window()
+            # the session's first sight in this boot: whatever its platform sent before is unknown
+            window.opened = GapOpened(session_id, self._platform(session_id), GapReason.STARTED, 1, None)
         return window
 
     def _agent(self, session_id: str) -> str | None:
@@ -478,62 +482,70 @@ class PlatformEvents:
         self,
         since: Mapping[str, tuple[str, int]],
         wants: Callable[[PlatformRecord], bool],
-    ) -> list[bytes]:
+    ) -> list[PlatformRecord]:
         """What a subscriber that saw ``since`` (per session: bootId, last sessionSeq) missed.
 
         Per session, in order: a ``restarted`` gap when its bootId is not this boot's (then
         everything the window holds), a ``window`` gap naming what fell out, then the window's
         records and gaps after what it saw. Only what ``wants`` accepts (the subscriber's filters).
         """
-        frames: list[bytes] = []
+        out: list[PlatformRecord] = []
         at = iso_utc(self._clock.time())
         for session_id, (boot_id, seen) in since.items():
             window = self._windows.get(session_id)
             platform = self._platform(session_id)
             agent_id = self._agent(session_id)
-            header = PlatformRecord(
-                session_id, 0, platform=platform, agent_id=agent_id, event_type=None, payload={}, key=-1
-            )
-            if not wants(header):
-                continue
+
             if boot_id != self.boot_id:
-                frames.append(
-                    _frame(
-                        gap_message(
-                            self.boot_id,
-                            session_id,
-                            platform=platform,
-                            agent_id=agent_id,
-                            from_seq=1,
-                            seconds=None,
-                            resync=Resync.NONE,
-                            reason=GapReason.RESTARTED,
-                            at=at,
-                        )
-                    )
-                )
+                gap = self._told(session_id, platform, agent_id, GapReason.RESTARTED, 1, None, at)
+                if not wants(gap):
+                    continue
+                out.append(gap)
                 seen = 0
             if window is None:
                 continue
             if seen < window.evicted_through:
-                frames.append(
-                    _frame(
-                        gap_message(
-                            self.boot_id,
-                            session_id,
-                            platform=platform,
-                            agent_id=agent_id,
-                            from_seq=seen + 1,
-                            seconds=None,
-                            resync=Resync.NONE,
-                            reason=GapReason.WINDOW,
-                            at=at,
-                            to_seq=window.evicted_through,
-                        )
-                    )
+                gap = self._told(
+                    session_id, platform, agent_id, GapReason.WINDOW, seen + 1, window.evicted_through, at
                 )
-            frames.extend(r.frame for r in window.entries if r.position > seen and wants(r))
-        return frames
+                if not wants(gap):
+                    continue
+                out.append(gap)
+            out.extend(r for r in window.entries if r.position > seen and wants(r))
+        return out
+
+    def _told(
+        self,
+        session_id: str,
+        platform: str | None,
+        agent_id: str | None,
+        reason: GapReason,
+        from_seq: int,
+        to_seq: int | None,
+        at: str,
+    ) -> PlatformRecord:
+        """A gap told to one subscriber only (its ``since``): not kept in the window."""
+        message = gap_message(
+            self.boot_id,
+            session_id,
+            platform=platform,
+            agent_id=agent_id,
+            from_seq=from_seq,
+            seconds=None,
+            resync=Resync.NONE,
+            reason=reason,
+            at=at,
+            to_seq=to_seq,
+        )
+        return PlatformRecord(
+            session_id,
+            from_seq,
+            platform=platform,
+            agent_id=agent_id,
+            event_type=None,
+            payload=message,
+            key=-1,
+        )
 
     def lagged_gap(
         self, session_id: str, platform: str | None, agent_id: str | None, first: int, last: int
@@ -562,6 +574,7 @@ class PlatformEvents:
             "gaps": self.gaps,
             "duplicatesDropped": self.duplicates,
             "evicted": self.evicted,
+            "failures": self.failures,
             "windowEntries": self._live,
             "windowBytes": self.total_bytes,
         }

@@ -449,6 +449,7 @@ def socket_api(
         desired=durable,
         attributes=None if durable is None else durable.attributes,
         messaging=supervisor,
+        platform=wiring.platform_events,
     )
 
 

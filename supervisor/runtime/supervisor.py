@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Wiring
@@ -54,6 +55,8 @@ class Supervisor:
         self.bus = wiring.bus
         #: the runners by session id and the configuration in force; this supervisor alone writes it
         self.sessions = sessions if sessions is not None else session_table(wiring)
+        # the platform events name each session's platform and agent as the table knows them
+        wiring.platform_events.describe_with(session_describer(self.sessions))
         # set when each runner's task has ended (its close sent, its DELETE made), keyed by the
         # runner itself: a session id may have an old runner still closing and a new one starting
         self._done: dict[SessionRunner, anyio.Event] = {}

@@ -14,7 +14,6 @@ import os
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,11 +26,12 @@ from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
+from supervisor.api.platform_events import PlatformEvents, WindowLimits
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
-from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
+from supervisor.config import Config, EventsConfig, Secret, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError
 from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
@@ -39,6 +39,7 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
@@ -105,6 +106,12 @@ class Wiring:
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
+        # every session's platform events: numbered, windowed, handed to the socket API's platform
+        # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
+        self.platform_events = PlatformEvents(
+            boot_id=self.bus.boot_id, clock=self.clock, limits=window_limits(config.events)
+        )
+        self.bus.subscribe(self.platform_events)
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -174,6 +181,7 @@ class Wiring:
         self.secrets = secrets
         self.session_config = _session_config(config)
         self.circuits.configure(_circuit_config(config))
+        self.platform_events.limits = window_limits(config.events)
         return retired
 
     def use_taxonomy(self, taxonomy: Taxonomy) -> None:
@@ -311,6 +319,7 @@ class Wiring:
                 resuming=token is not None,
                 history=self.guest_history(spec.id),
                 send_check_after=gen.send_check_after,
+                on_event=webmessaging_sink(self.platform_events, spec.id),
             )
             return wm, GENESYS_WEBMESSAGING
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -321,7 +330,7 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
-            sink = self.notification_sink
+            sink = notifications_sink(self.platform_events, spec.id, self.notification_sink)
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -332,7 +341,7 @@ class Wiring:
                 sleep=self.sleep,
                 # every session of one OAuth client shares the client's 20 channels
                 quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
-                on_event=None if sink is None else partial(sink, spec.id),
+                on_event=sink,
             )
             return nt, GENESYS_STREAMING
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
@@ -350,6 +359,7 @@ class Wiring:
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
+            on_events=cxone_sink(self.platform_events, spec.id),
         )
         return at, CONNECT_ENDPOINT
 
@@ -371,6 +381,13 @@ class Wiring:
             config=self.session_config,
             sleep=self.sleep,
         )
+
+
+def window_limits(events: EventsConfig) -> WindowLimits:
+    """``[events]`` as the platform events' windows take it."""
+    return WindowLimits(
+        events=events.window_events, bytes=events.window_bytes, total_bytes=events.window_total_bytes
+    )
 
 
 def _circuit_config(config: Config) -> CircuitConfig:

@@ -87,6 +87,7 @@ from supervisor.transports.wm_replies import answers_oldest_message, is_failure
 from supervisor.vocabulary import CloseCode
 
 __all__ = [
+    "CONVERSATION_CLASSES",
     "HEALTH_CHECK_TRACING_ID",
     "WebMessagingConnection",
     "WebMessagingTransport",
@@ -95,6 +96,13 @@ __all__ = [
 # GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
 HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 ENDPOINT = "/v1"
+#: inbound frames that are the conversation's messages or events, by their ``class`` (GMT
+#: ``shyrka/receive/MessageClassName.kt``): structured messages (text, typing and presence events,
+#: attachments in their content) and the attachment frames (metadata of a file uploaded or deleted).
+#: Session, JWT and error replies are the protocol's own, not the conversation's.
+CONVERSATION_CLASSES = frozenset(
+    {"StructuredMessage", "UploadSuccessEvent", "UploadFailureEvent", "AttachmentDeletedResponse"}
+)
 _TRACKED_REQUESTS = 256  # tracingId -> action, so a reply that names its request names the action
 _LATE_ECHOES = 256  # echoes of messages whose send had stopped waiting, by client id
 _SEEN_MESSAGES = 1024  # platform message ids this session delivered (a replay never repeats one)
@@ -135,6 +143,7 @@ class WebMessagingTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
+        on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
         resuming: bool = False,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
@@ -161,6 +170,8 @@ class WebMessagingTransport:
         self._max_size = max_size
         self._proxy = proxy
         self._on_message = on_message
+        # every inbound frame of the conversation (CONVERSATION_CLASSES), with its class: the platform events
+        self._on_event = on_event
         self._live: WebMessagingConnection | None = None
         # what this session delivered (platform message ids), and when its last link ended (epoch s):
         # a resync after a reconnection fetches the guest history back to there
@@ -691,7 +702,15 @@ class WebMessagingConnection:
                 return None
             return self._raw(msg, None)
         cls = msg.get("class")
-        if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
+        if tracing == HEALTH_CHECK_TRACING_ID:
+            return None  # the health check's own echo: not the conversation's
+        if (
+            self._t._on_event is not None
+            and cls in CONVERSATION_CLASSES
+            and isinstance(msg.get("body"), Mapping)
+        ):
+            self._t._on_event(cls, msg["body"])
+        if cls == "StructuredMessage":
             body = msg.get("body")
             if _is_agent_disconnect(body):
                 # the agent ended the conversation: not an error. GMT MessagingClientImpl goes

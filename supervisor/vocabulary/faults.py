@@ -43,6 +43,8 @@ class ApiFault(enum.StrEnum):
     STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
     # a bug in the daemon's handling of this connection (logged with its traceback); closed
     INTERNAL_ERROR = f"{PROTOCOL}.InternalError"
+    # the subscribe socket: the platform stream, to a peer its allow-lists do not name
+    PLATFORM_DENIED = f"{STATE}.PermissionDenied"
     # the control socket's verbs
     NO_SUCH_SESSION = f"{CONTROL}.NoSuchSession"
     SESSION_RUNNING = f"{CONTROL}.SessionRunning"
