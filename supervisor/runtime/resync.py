@@ -36,9 +36,10 @@ from anyio.abc import TaskStatus
 from supervisor.api.platform_events import GapOpened, GapReason, PlatformEvents, Resync
 from supervisor.boundary import SessionContext
 from supervisor.errors import CircuitOpenError, OperationError
+from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionReader
 from supervisor.taxonomy import Channel
-from supervisor.transports.webmessaging import WebMessagingConnection
+from supervisor.transports.base import Connection, HistoryReader
 
 __all__ = ["RESYNC_IN_FLIGHT", "ConversationRead", "Resyncer"]
 
@@ -75,12 +76,13 @@ class Resyncer:
     def __init__(
         self,
         hub: PlatformEvents,
-        sessions: SessionReader,
+        sessions: SessionReader | None = None,
         *,
         in_flight: int = RESYNC_IN_FLIGHT,
         read_conversation: ConversationRead | None = None,
     ) -> None:
         self._hub = hub
+        # the session table (the supervisor attaches the one it writes: it is made after the wiring)
         self._sessions = sessions
         self._read_conversation = read_conversation
         self._in_flight = max(in_flight, 1)
@@ -98,10 +100,17 @@ class Resyncer:
         self.failed = 0
         hub.resync_with(self.opened)
 
+    def attach(self, sessions: SessionReader) -> None:
+        """The session table whose runners the gaps are closed for."""
+        self._sessions = sessions
+
+    def _runner(self, session_id: str) -> SessionRunner | None:
+        return None if self._sessions is None else self._sessions.runners.get(session_id)
+
     # ------------------------------------------------------------------ the hub's side (synchronous)
     def opened(self, gap: GapOpened) -> None:
         """A gap the hub found: told at once when nothing is read for it, else queued for :meth:`serve`."""
-        runner = self._sessions.runners.get(gap.session_id)
+        runner = self._runner(gap.session_id)
         channel = None if runner is None else runner.context.channel
         if channel is Channel.AGENT_SESSION:
             # the platform's snapshot is the batch being delivered now (a RESYNCED gap comes right
@@ -164,7 +173,7 @@ class Resyncer:
 
     async def close_gap(self, gap: GapOpened) -> None:
         """Read what the platform allows for ``gap``, then tell it and deliver what was read."""
-        runner = self._sessions.runners.get(gap.session_id)
+        runner = self._runner(gap.session_id)
         if runner is None:
             self._tell(gap, Resync.NONE)
             return
@@ -179,8 +188,8 @@ class Resyncer:
             self.limiter = anyio.CapacityLimiter(self._in_flight)
         return self.limiter
 
-    async def _replay(self, gap: GapOpened, connection: object) -> None:
-        if not isinstance(connection, WebMessagingConnection):
+    async def _replay(self, gap: GapOpened, connection: Connection | None) -> None:
+        if not isinstance(connection, HistoryReader) or connection is None:
             self._tell(gap, Resync.FAILED if gap.reason is GapReason.RECONNECTED else Resync.NONE)
             return
         if gap.reason is GapReason.STARTED and connection.session_response.get("newSession") is True:

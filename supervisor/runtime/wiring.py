@@ -40,6 +40,7 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
+from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
@@ -112,6 +113,13 @@ class Wiring:
             boot_id=self.bus.boot_id, clock=self.clock, limits=window_limits(config.events)
         )
         self.bus.subscribe(self.platform_events)
+        # closes the gaps the hub finds where the platform allows (supervisor/runtime/resync.py); the
+        # supervisor attaches its session table and serves it
+        self.resyncer = Resyncer(
+            self.platform_events,
+            in_flight=config.events.resync_in_flight,
+            read_conversation=self.read_conversation,
+        )
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -330,7 +338,7 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
-            sink = notifications_sink(self.platform_events, spec.id, self.notification_sink)
+            sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -360,8 +368,34 @@ class Wiring:
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
             on_events=cxone_sink(self.platform_events, spec.id),
+            on_snapshot=self._snapshot_sink(spec.id),
         )
         return at, CONNECT_ENDPOINT
+
+    def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
+        """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the
+        resyncer knows it (a gap the batch brings is then told ``snapshot``)."""
+        deliver = cxone_sink(self.platform_events, session_id, snapshot=True)
+        resyncer = self.resyncer
+
+        def sink(events: list[dict[str, Any]]) -> None:
+            with resyncer.snapshot_batch(session_id):
+                deliver(events)
+
+        return sink
+
+    def _noting(self, embedder: NotificationSink | None) -> NotificationSink:
+        """The notifications embedder's sink, after the resyncer noted the conversation an event names."""
+        resyncer = self.resyncer
+
+        def sink(session_id: str, message: Mapping[str, Any]) -> None:
+            topic = message.get("topicName")
+            if isinstance(topic, str):
+                resyncer.noted(session_id, topic, message.get("eventBody"))
+            if embedder is not None:
+                embedder(session_id, message)
+
+        return sink
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption

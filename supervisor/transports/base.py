@@ -40,6 +40,7 @@ from supervisor.vocabulary import CloseCode
 __all__ = [
     "AgentStateSetter",
     "Connection",
+    "HistoryReader",
     "Learned",
     "MessageSender",
     "Reporter",
@@ -104,6 +105,15 @@ class MessageSender(Protocol):
     ) -> Mapping[str, Any]:
         """Send ``text`` with ``client_id`` (its deduplication id); return the platform's answer.
         Raises OperationError when it fails for good."""
+
+
+@runtime_checkable
+class HistoryReader(Protocol):
+    """A connection whose platform keeps a history it can read back (Web Messaging's guest history)."""
+
+    async def missed_messages(self) -> list[dict[str, Any]] | None:
+        """What the history holds that the session never delivered, oldest first; None when it
+        could not be read."""
 
 
 @runtime_checkable

@@ -1,8 +1,8 @@
 """Gaps told and closed where the platform allows (supervisor/runtime/resync.py; docs/platforms.md, "Gaps").
 
-An in-process daemon against the simulators over loopback sockets, its bus feeding the platform-event hub
-(supervisor/api/platform_events.py), the resyncer its gap handler. What a subscriber would receive is read
-from the hub's records, in the order the hub hands them out.
+An in-process daemon against the simulators over loopback sockets, wired as the composition root wires it:
+the transports' sinks feed the platform-event hub (supervisor/api/platform_events.py), the resyncer is its gap
+handler. What a subscriber of the platform stream receives is read from the hub's records, in their order.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 
-from supervisor.api.platform_events import PlatformEvents, PlatformRecord
-from supervisor.bus import EventBus
-from supervisor.clock import SystemClock
+from supervisor.api.platform_events import PlatformRecord
 from supervisor.runtime.resync import Resyncer
+from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.harness.config import genesys_config
+from tests.harness.config import cxone_config, genesys_config
 from tests.harness.in_process import Harness, supervised
 
 pytestmark = [
@@ -42,17 +41,13 @@ def parsed(record: PlatformRecord) -> dict[str, Any]:
 async def daemon(
     config: str, tmp_path: Path
 ) -> AsyncIterator[tuple[Harness, list[dict[str, Any]], Resyncer]]:
-    bus = EventBus()
-    hub = PlatformEvents(boot_id=bus.boot_id, clock=SystemClock())
-    records: list[dict[str, Any]] = []
-    hub.listen(lambda record: records.append(parsed(record)))
-    bus.subscribe(hub)
-    async with supervised(config, tmp_path, bus=bus) as h:
-        resyncer = Resyncer(
-            hub, h.supervisor.sessions, read_conversation=h.supervisor.wiring.read_conversation
-        )
-        await h.tg.start(resyncer.serve)
-        yield h, records, resyncer
+    """The in-process daemon as the composition root wires it: its hub (``wiring.platform_events``) and the
+    resyncer the supervisor serves; what the hub hands out is kept, in order."""
+    async with supervised(config, tmp_path) as h:
+        wiring = h.supervisor.wiring
+        records: list[dict[str, Any]] = []
+        wiring.platform_events.listen(lambda record: records.append(parsed(record)))
+        yield h, records, wiring.resyncer
 
 
 def agent_url(sim: GenesysSimulator, h: Harness, session_id: str) -> str:
@@ -102,6 +97,61 @@ async def test_a_mass_drop_yields_per_session_a_gap_then_exactly_the_three_messa
             assert [r["sessionSeq"] for r in replayed] == list(range(gap["fromSeq"], gap["fromSeq"] + 3))
             ids = [r["messageId"] for r in replayed]
             assert len(set(ids)) == 3  # none twice
+        for session_id in sessions:
+            # the message heard live before the drop went out once, and was not replayed
+            live = [r for r in records if r.get("body", {}).get("text") == f"{session_id} before"]
+            assert len(live) == 1 and "replayed" not in live[0]
         assert resyncer.replayed == 3 * n and resyncer.failed == 0
         # one history read per session, each through the executor on genesys:api
         assert genesys_sim.recorder.request_count("GET", "/api/v2/webmessaging/messages", 200) == n
+
+
+async def test_a_cxone_session_is_told_its_gap_as_the_snapshot_the_platform_sends(
+    cxone_sim: CxoneSimulator, tmp_path: Path
+) -> None:
+    """CXone's agent API has no history; after a start the first poll carries the platform's snapshot
+    (AgentSessionStart, the agent's state): the gap is told ``snapshot`` and that batch follows flagged
+    ``snapshot``; what comes later (an agent state change) is news, unflagged."""
+    async with daemon(cxone_config(cxone_sim.urls, 1), tmp_path) as (h, records, _):
+        await h.wait_active(1)
+        await h.wait(lambda: bool(records))
+        gap, *snapshot = [r for r in records if r["sessionId"] == "cx-0"]
+        assert (gap["type"], gap["reason"], gap["resync"], gap["fromSeq"]) == (
+            "gap",
+            "started",
+            "snapshot",
+            1,
+        )
+        assert snapshot and snapshot[0]["eventType"] == "AgentSessionStart"
+        assert all(r["snapshot"] is True for r in snapshot)
+        told = len(records)
+        session = cxone_sim.session_of("100001")
+        assert session is not None
+        cxone_sim.push_event({"Type": "AgentState", "CurrentState": "Available"}, agent_id="100001")
+        await h.wait(lambda: len(records) > told)
+        (news,) = records[told:]
+        assert news["eventType"] == "AgentState" and "snapshot" not in news
+
+
+async def test_a_notifications_gap_reads_each_conversation_heard_of_once_flagged_snapshot(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """Notifications have no replay: after a drop, the conversation the session's topic named is read
+    once over REST (GET /api/v2/conversations/{id}) and delivered flagged ``snapshot``."""
+    config = genesys_config(genesys_sim.urls, 0, notifications=1)
+    topic = "v2.users.n-0.conversations"
+    conversation = genesys_sim.create_conversation()
+    async with daemon(config, tmp_path) as (h, records, resyncer):
+        await h.wait_active(1)
+        assert genesys_sim.publish(topic, {"id": conversation.id, "participants": []}) == 1
+        await h.wait(lambda: any(r.get("eventType") == topic for r in records))
+        told = len(records)
+        genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+        await h.wait(lambda: len([r for r in records[told:] if r["sessionId"] == "nt-0"]) >= 2, limit_s=20)
+        gap, state = [r for r in records[told:] if r["sessionId"] == "nt-0"][:2]
+        assert (gap["type"], gap["reason"], gap["resync"]) == ("gap", "reconnected", "snapshot")
+        assert state["snapshot"] is True and state["eventType"] == topic
+        assert state["conversationId"] == conversation.id and state["body"]["id"] == conversation.id
+        assert resyncer.snapshots == 1
+        # read once, through the executor on genesys:api (the simulator counts by route template)
+        assert genesys_sim.recorder.request_count("GET", "/api/v2/conversations/{conversationId}", 200) == 1
