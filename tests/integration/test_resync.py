@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from supervisor.api.platform_events import PlatformRecord
@@ -22,6 +23,7 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.config import cxone_config, genesys_config
 from tests.harness.in_process import Harness, supervised
+from tests.integration.api_harness import Watcher, api_daemon
 
 pytestmark = [
     pytest.mark.integration,
@@ -155,3 +157,51 @@ async def test_a_notifications_gap_reads_each_conversation_heard_of_once_flagged
         assert resyncer.snapshots == 1
         # read once, through the executor on genesys:api (the simulator counts by route template)
         assert genesys_sim.recorder.request_count("GET", "/api/v2/conversations/{conversationId}", 200) == 1
+
+
+async def test_a_subscriber_of_the_platform_stream_sees_the_gap_then_the_three_missed_none_twice(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """The same mass drop, seen as a script sees it: a subscriber of the ``platform`` stream on the real
+    subscribe socket gets, per session, the live message, then the gap, then exactly the three messages
+    the agent sent while the session was away, flagged ``replayed``; no message id twice on the stream."""
+    n = 3
+    config = genesys_config(genesys_sim.urls, n, first_min=0.2, first_max=0.6)
+    async with api_daemon(config, tmp_path) as h:
+        await h.wait_active(n)
+        sessions = sorted(h.runners)
+        watcher = await Watcher.subscribe(h.subscribe, {"streams": ["platform"]})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher.run)
+            for session_id in sessions:
+                url = agent_url(genesys_sim, h, session_id)
+                await h.supervisor.request(session_id, "POST", url, json={"textBody": f"{session_id} live"})
+            await h.wait(lambda: len(watcher.of("platform")) == n)
+            genesys_sim.faults.inject(Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0}))
+            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+            await h.wait(lambda: not any(r.state.value == "active" for r in h.runners.values()))
+            for session_id in sessions:
+                url = agent_url(genesys_sim, h, session_id)
+                for i in range(3):
+                    body = {"textBody": f"{session_id} away {i}"}
+                    await h.supervisor.request(session_id, "POST", url, json=body)
+            genesys_sim.faults.clear()
+            await h.wait_active(n, limit_s=30)
+            await h.wait(lambda: len(watcher.of("platform")) == 4 * n, limit_s=10)
+            tg.cancel_scope.cancel()
+    for session_id in sessions:
+        stream = [
+            m for m in watcher.messages if m["type"] in ("platform", "gap") and m["sessionId"] == session_id
+        ]
+        live, gap, *replayed = stream
+        assert live["body"]["text"] == f"{session_id} live" and "replayed" not in live
+        assert (gap["type"], gap["reason"], gap["resync"], gap["fromSeq"]) == (
+            "gap",
+            "reconnected",
+            "replayed",
+            live["sessionSeq"] + 1,
+        )
+        assert [m["body"]["text"] for m in replayed] == [f"{session_id} away {i}" for i in range(3)]
+        assert all(m["replayed"] is True for m in replayed)
+    ids = [m["messageId"] for m in watcher.of("platform")]
+    assert len(ids) == len(set(ids)) == 4 * n
