@@ -76,6 +76,9 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     client_secret_file: str | None = None
     deployment_id: _Id | None = None
     keepalive: Keepalive = msgspec.field(default_factory=Keepalive)
+    # a Web Messaging send unanswered within keepalive.openTimeout is looked for (a late echo, the
+    # guest history) this long after, before it is sent again (once, with the same client id)
+    send_check_after: _Seconds = 3.0
 
 
 class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -133,6 +133,15 @@ method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
 method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
 method AttributesStatus() -> (attributes: object)
+# A guest message on a live Web Messaging session, through the retry executor; clientId (default: a new
+# UUID) goes with every send of it. Answered with the platform's message id once the platform has it
+# (its echo, or the guest history entry found by clientId when the echo was lost).
+method SendMessage(sessionId: string, text: string, clientId: ?string) -> (sessionId: string,
+  messageId: string, clientId: string)
+# The agent state of a live CXone session (POST agent-sessions/{id}/state); the platform answers 202 and
+# the change arrives as an AgentState event.
+method SetAgentState(sessionId: string, state: string, reason: ?string) -> (sessionId: string,
+  state: string, reason: ?string, accepted: bool)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -147,6 +156,13 @@ error NoConversation (sessionId: string, problem: string)
 error NoSuchMismatch (mismatchId: int, problem: string)
 error AlreadyResolved (mismatchId: int, problem: string)
 error NotResolvable (mismatchId: int, problem: string)
+error SessionNotActive (sessionId: string, state: string, problem: string)
+error WrongSessionKind (sessionId: string, kind: string, problem: string)
+error ReadOnlyConversation (sessionId: string, problem: string)
+# The platform refused it for good: code is the taxonomy's, status the platform's own (HTTP, or Web Messaging's).
+error PlatformRejected (sessionId: string, code: string, status: ?int, problem: string)
+# No answer, and not found in the platform's echoes or the guest history after: it may have arrived.
+error SendUnconfirmed (sessionId: string, clientId: string, resent: bool, problem: string)
 # The caller's role (observer, operator, administrator) does not include the one the method needs.
 error PermissionDenied (method: string, role: string, granted: string, problem: string)
 """

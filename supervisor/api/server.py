@@ -42,6 +42,7 @@ from supervisor.runtime.sessions import (
     CircuitReader,
     DesiredSessions,
     SessionControl,
+    SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
@@ -69,6 +70,7 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        messaging: SessionMessaging | None = None,
         platform: PlatformEvents | None = None,
     ) -> None:
         self.bus = bus
@@ -113,6 +115,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            messaging=messaging,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

@@ -51,16 +51,26 @@ def _text(value: object) -> str | None:
 
 
 def _deliver(
-    hub: PlatformEvents, session_id: str, platform: str, event_type: str, body: Any, ids: dict[str, str]
+    hub: PlatformEvents,
+    session_id: str,
+    platform: str,
+    event_type: str,
+    body: Any,
+    ids: dict[str, str],
+    *,
+    snapshot: bool = False,
 ) -> None:
     try:
-        hub.delivered(session_id, platform, event_type, body, ids)
+        hub.delivered(session_id, platform, event_type, body, ids, snapshot=snapshot)
     except Exception:  # the session's connection goes on; the count says something was lost
         hub.failures += 1
 
 
-def cxone_sink(hub: PlatformEvents, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
-    """A CXone session's ``on_events``: each event of a poll, in order."""
+def cxone_sink(
+    hub: PlatformEvents, session_id: str, *, snapshot: bool = False
+) -> Callable[[list[dict[str, Any]]], None]:
+    """A CXone session's ``on_events``: each event of a poll, in order; with ``snapshot``, its
+    ``on_snapshot`` (the platform's snapshot after a (re)join or a resync, flagged ``snapshot``)."""
 
     def sink(events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -69,7 +79,7 @@ def cxone_sink(hub: PlatformEvents, session_id: str) -> Callable[[list[dict[str,
                 value = _text(event.get(key))
                 if value is not None:
                     ids[name] = value
-            _deliver(hub, session_id, _CXONE, _text(event.get("Type")) or "", event, ids)
+            _deliver(hub, session_id, _CXONE, _text(event.get("Type")) or "", event, ids, snapshot=snapshot)
 
     return sink
 

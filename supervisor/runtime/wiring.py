@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -40,11 +41,13 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
+from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
@@ -124,6 +127,13 @@ class Wiring:
             boot_id=self.bus.boot_id, clock=self.clock, limits=window_limits(config.events)
         )
         self.bus.subscribe(self.platform_events)
+        # closes the gaps the hub finds where the platform allows (supervisor/runtime/resync.py); the
+        # supervisor attaches its session table and serves it
+        self.resyncer = Resyncer(
+            self.platform_events,
+            in_flight=config.events.resync_in_flight,
+            read_conversation=self.read_conversation,
+        )
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -212,6 +222,36 @@ class Wiring:
         if session_id is None or len(shards) == 1:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
+
+    async def read_conversation(self, ctx: SessionContext, conversation_id: str) -> Mapping[str, Any]:
+        """A Genesys conversation's current state, ``GET /api/v2/conversations/{id}`` (PY269
+        ``ConversationsApi.get_conversation``), through the executor on ``genesys:api`` with the
+        session's pool and the credential's token (a resync's snapshot: supervisor/runtime/resync.py).
+        Raises OperationError or CircuitOpenError."""
+        gen = self.config.platforms.genesys
+        if gen is None:
+            raise ConfigError("platforms.genesys: not configured")
+        response = await self.pipeline_for(Platform.GENESYS, ctx.session_id).request(
+            "GET",
+            f"{gen.api_url.rstrip('/')}/api/v2/conversations/{quote(conversation_id, safe='')}",
+            ctx=ctx,
+            circuit=EndpointId.api(Platform.GENESYS),
+            operation="conversation.get",
+            channel=Channel.REST,
+            route="/api/v2/conversations/{conversationId}",
+        )
+        body = response.json()
+        return body if isinstance(body, dict) else {}
+
+    def guest_history(self, session_id: str) -> GuestHistory | None:
+        """The Web Messaging guest history on the Genesys API host, read through the executor on
+        ``genesys:api`` with the session's pool, signed by the guest JWT (not the OAuth token)."""
+        gen = self.config.platforms.genesys
+        shards = self._shards.get(Platform.GENESYS)
+        if gen is None or not shards:
+            return None
+        client = self.pipeline_for(Platform.GENESYS, session_id).client
+        return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
 
     def _build_platform(
         self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
@@ -304,6 +344,8 @@ class Wiring:
                 executor=self.executor,
                 guest_token=token,
                 resuming=token is not None,
+                history=self.guest_history(spec.id),
+                send_check_after=gen.send_check_after,
                 on_event=webmessaging_sink(self.platform_events, spec.id),
             )
             return wm, GENESYS_WEBMESSAGING
@@ -315,7 +357,7 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
-            sink = notifications_sink(self.platform_events, spec.id, self.notification_sink)
+            sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -345,8 +387,34 @@ class Wiring:
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
             on_events=cxone_sink(self.platform_events, spec.id),
+            on_snapshot=self._snapshot_sink(spec.id),
         )
         return at, CONNECT_ENDPOINT
+
+    def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
+        """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the
+        resyncer knows it (a gap the batch brings is then told ``snapshot``)."""
+        deliver = cxone_sink(self.platform_events, session_id, snapshot=True)
+        resyncer = self.resyncer
+
+        def sink(events: list[dict[str, Any]]) -> None:
+            with resyncer.snapshot_batch(session_id):
+                deliver(events)
+
+        return sink
+
+    def _noting(self, embedder: NotificationSink | None) -> NotificationSink:
+        """The notifications embedder's sink, after the resyncer noted the conversation an event names."""
+        resyncer = self.resyncer
+
+        def sink(session_id: str, message: Mapping[str, Any]) -> None:
+            topic = message.get("topicName")
+            if isinstance(topic, str):
+                resyncer.noted(session_id, topic, message.get("eventBody"))
+            if embedder is not None:
+                embedder(session_id, message)
+
+        return sink
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption

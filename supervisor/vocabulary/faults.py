@@ -60,6 +60,12 @@ class ApiFault(enum.StrEnum):
     NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
     ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
     NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
+    # a message or an agent state on a live session (docs/socket-api.md, "SendMessage")
+    SESSION_NOT_ACTIVE = f"{CONTROL}.SessionNotActive"
+    WRONG_SESSION_KIND = f"{CONTROL}.WrongSessionKind"
+    READ_ONLY_CONVERSATION = f"{CONTROL}.ReadOnlyConversation"
+    PLATFORM_REJECTED = f"{CONTROL}.PlatformRejected"
+    SEND_UNCONFIRMED = f"{CONTROL}.SendUnconfirmed"
     # roles (docs/socket-api.md, "Roles"): the caller's role does not include the method's
     PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
 
