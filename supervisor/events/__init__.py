@@ -48,6 +48,7 @@ from supervisor.events.session import (
     RetryExhausted,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "StampedEvent",
