@@ -251,7 +251,8 @@ class Wiring:
         attempts are admitted).
 
         ``resume``: what the durable store kept of the session's server side (the Web Messaging
-        guest token after a planned restart: the same guest session is resumed, newSession:false).
+        guest token after a planned restart: the same guest session is resumed, newSession:false;
+        the CXone agent session's rolling id after a handover: polled on, no new start).
         """
         platforms = self.config.platforms
         if spec.kind is SessionKind.WEBMESSAGING:
@@ -316,6 +317,8 @@ class Wiring:
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
+            # a handover's agent session: polled on with the id the last daemon left, no new start
+            resume_session_id=(resume or {}).get("platformSessionId"),
         )
         return at, CONNECT_ENDPOINT
 
