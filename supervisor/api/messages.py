@@ -50,7 +50,8 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
     "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
     # a session this daemon supervises no more: ended, or handed over to the next start by a stop
     "terminations": frozenset({"SESSION_TERMINATED", "SESSION_HANDED_OVER"}),
-    "errors": frozenset({"SDK_ERROR_CLASSIFIED"}),
+    # a shadow taxonomy's divergences are about classified errors (docs/taxonomy.md, "Shadow")
+    "errors": frozenset({"SDK_ERROR_CLASSIFIED", "SHADOW_DIVERGENCE"}),
     # attribute updates (docs/attributes.md): a tenant's queue full, and drained again
     "backpressure": frozenset({"RATE_LIMIT_BACKPRESSURE", "RATE_LIMIT_BACKPRESSURE_RELEASED"}),
     "attributes": frozenset({"ATTRIBUTE_MISMATCH", "ATTRIBUTE_MISMATCH_RESOLVED"}),
@@ -67,6 +68,7 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "STORE_DEGRADED",
             "STORE_RECOVERED",
             "SESSION_RECONCILED",
+            "TAXONOMY_CAPTURE_FAILED",
         }
     ),
 }

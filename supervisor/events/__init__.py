@@ -52,6 +52,7 @@ from supervisor.events.session import (
     SessionTerminated,
     SessionTransition,
 )
+from supervisor.events.taxonomy import ShadowDivergence, TaxonomyCaptureFailed
 
 __all__ = [
     "REVOKE_AND_REAUTHENTICATE",
@@ -80,7 +81,9 @@ __all__ = [
     "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
+    "ShadowDivergence",
     "StampedEvent",
+    "TaxonomyCaptureFailed",
     "TerminationReason",
     "TraceIds",
     "WireEvent",
