@@ -30,6 +30,7 @@ from supervisor.events import (
     RetryExhausted,
     RetryKind,
     RetrySuccess,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -55,6 +56,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "ScheduleReconnect",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "TerminationReason",
@@ -108,6 +110,7 @@ Effect = (
     ScheduleReconnect
     | Reconnect
     | SessionTerminated
+    | SessionHandedOver
     | SessionTransition
     | RetryAttempt
     | RetrySuccess

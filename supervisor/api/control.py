@@ -37,6 +37,7 @@ from anyio import to_thread
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
+from supervisor.api.control_messages import MessageVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -63,6 +64,7 @@ from supervisor.runtime.sessions import (
     DesiredSessions,
     ManualMove,
     SessionControl,
+    SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
@@ -91,6 +93,8 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.ISOLATE_CIRCUIT: "circuit.isolate",
     Method.CLOSE_CIRCUIT: "circuit.close",
     Method.RESET_CIRCUIT: "circuit.reset",
+    Method.SEND_MESSAGE: "send",
+    Method.SET_AGENT_STATE: "agent-state",
 }
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
@@ -137,6 +141,7 @@ class ControlService:
         attributes: AttributeService | None = None,
         roles: ControlRoles | None = None,
         circuits: CircuitControl | None = None,
+        messaging: SessionMessaging | None = None,
     ) -> None:
         self.sessions = sessions
         # manual circuit control; None: a daemon that offers none (the verbs answer Unsupported)
@@ -158,6 +163,8 @@ class ControlService:
         # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
         self.attribute_verbs = AttributeVerbs(attributes)
+        # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
+        self.message_verbs = MessageVerbs(sessions, messaging)
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
@@ -264,6 +271,8 @@ class ControlService:
             Method.LIST_MISMATCHES: attributes.list_mismatches,
             Method.RESOLVE_MISMATCH: attributes.resolve_mismatch,
             Method.ATTRIBUTES_STATUS: attributes.status,
+            Method.SEND_MESSAGE: self.message_verbs.send_message,
+            Method.SET_AGENT_STATE: self.message_verbs.set_agent_state,
         }
         return await attribute_verbs[method](published, parameters)
 
@@ -396,9 +405,13 @@ class ControlService:
             error = _unsupported(Method.DRAIN, "this daemon was started without a stop request")
             publish(error)
             raise error
+        end_sessions = parameters.get("endSessions", False)
+        if end_sessions is True:
+            # before the drain begins: it reads this when it decides what to do with each session
+            self.operations.end_sessions_at_drain()
         publish(None)
         stop.set()
-        return {"draining": True}
+        return {"draining": True, "handover": self.operations.hands_over}
 
     async def use_taxonomy(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
         version = parameters.get("version")

@@ -81,6 +81,9 @@ class Method(enum.StrEnum):
     ISOLATE_CIRCUIT = f"{CONTROL}.IsolateCircuit"
     CLOSE_CIRCUIT = f"{CONTROL}.CloseCircuit"
     RESET_CIRCUIT = f"{CONTROL}.ResetCircuit"
+    # on a live session's behalf: supervisor/api/control_messages.py
+    SEND_MESSAGE = f"{CONTROL}.SendMessage"
+    SET_AGENT_STATE = f"{CONTROL}.SetAgentState"
 
 
 # -- framing -----------------------------------------------------------------------------------------

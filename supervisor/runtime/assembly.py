@@ -457,6 +457,8 @@ def socket_api(
         desired=durable,
         attributes=None if durable is None else durable.attributes,
         circuit_control=supervisor.manual_circuits,
+        messaging=supervisor,
+        platform=wiring.platform_events,
     )
 
 
