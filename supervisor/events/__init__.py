@@ -29,8 +29,10 @@ from supervisor.events.circuit import (
     CircuitClosed,
     CircuitEvent,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
+    ManualAction,
     PacingChanged,
 )
 from supervisor.events.daemon import (
@@ -49,15 +51,18 @@ from supervisor.events.session import (
     RetryExhausted,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
 )
+from supervisor.events.taxonomy import ShadowDivergence, TaxonomyCaptureFailed
 
 __all__ = [
     "REVOKE_AND_REAUTHENTICATE",
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "ConnectionRolledOver",
@@ -70,6 +75,7 @@ __all__ = [
     "Event",
     "EventsDropped",
     "LogRecorded",
+    "ManualAction",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",
@@ -78,9 +84,12 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
+    "ShadowDivergence",
     "StampedEvent",
+    "TaxonomyCaptureFailed",
     "TerminationReason",
     "TraceIds",
     "WireEvent",

@@ -421,7 +421,8 @@ class NotificationsConnection:
                 # the runtime moves on (a fail-fast, or v1's reconnection on socket_closing)
                 await self.close(CloseCode.NORMAL_CLOSURE)
                 return signal.raw
-            event = self._t.pipeline.classifier.classify(signal.raw)
+            # reported (and classified, captured, shadowed) above: this is a second look, not a failure
+            event = self._t.pipeline.classifier.classify(signal.raw, observe=False)
             if event.taxonomy_class is not TaxonomyClass.TRANSIENT:
                 continue  # reported, nothing to repair (v1's unknown system topics, a result 400)
             ended = await self._repair(signal, event)
@@ -572,6 +573,11 @@ class NotificationsConnection:
 
     def _heartbeat(self) -> None:
         self.heartbeats += 1
+
+    async def abandon(self) -> None:
+        """A handover: the channel sockets closed with 1001 and the channel left to expire (no API
+        deletes a channel, and its subscriptions are not removed); never raises."""
+        await self.close(CloseCode.GOING_AWAY)
 
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close every channel socket with ``code`` (1000 stop, 1001 shutdown); never raises."""

@@ -65,7 +65,9 @@ class Installed:
     def records(self) -> list[dict[str, Any]]:
         if not self.events.exists():
             return []
-        return [json.loads(line) for line in self.events.read_text().splitlines() if line.endswith("}")]
+        lines = [json.loads(line) for line in self.events.read_text().splitlines() if line.endswith("}")]
+        # the daemon's event lines; ExecReload='s `ctl reload --json` answers into the same file
+        return [r for r in lines if "event" in r]
 
     def named(self, event: str) -> list[dict[str, Any]]:
         return [r for r in self.records() if r.get("event") == event]

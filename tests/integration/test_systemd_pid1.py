@@ -312,10 +312,6 @@ def test_a_stop_then_socket_activation_by_watch_as_a_member_of_the_socket_group(
     poll(system.all_active, 60, "every session active after socket activation")
 
 
-@pytest.mark.xfail(
-    reason="a stop with a store hands the sessions over (the handover) once that work is merged",
-    strict=True,
-)
 def test_a_restart_is_a_handover_that_keeps_every_cxone_agent_session(system: System) -> None:
     c = system.container
     poll(system.all_active, 60, "every session active")

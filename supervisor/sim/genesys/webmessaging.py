@@ -27,7 +27,8 @@ Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","cl
 Error replies carry **no** ``tracingId``, as every error fixture of the vendor (GMT ``Response.kt``);
 GMT fails its oldest message still sending (``MessageStore.onMessageError``).
 ``wm_error_tracing_id`` echoes the request's ``tracingId`` on errors too (an extension).
-Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, SESSION_EXPIRED
+Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, DROP_ECHO (a message stored, its
+echo not sent), SESSION_EXPIRED
 (``mode:"code"`` 4006 on the next request; ``mode:"event"`` SessionExpiredEvent pushed now),
 CONNECTION_CLOSED_EVENT, MISSING_FIELDS / MALFORMED_BODY on SessionResponse,
 and the connection faults of :class:`~supervisor.sim.genesys.connections.WsListener`.
@@ -168,11 +169,14 @@ class WebMessagingServer(GuestConnections):
 
     def _early_fault(self, key: str, tracing: str | None) -> tuple[bytes, str] | None:
         gate = self.ctx.gate
-        if gate.hit(FaultKind.SERVER_ERROR_BURST, key, ENDPOINT) is not None:
-            return self._error(WmCode.UNEXPECTED_ERROR, _FAILED, tracing), "string"
+        burst = gate.hit(FaultKind.SERVER_ERROR_BURST, key, ENDPOINT)
+        if burst is not None:
+            text = burst.params.get("message") or _FAILED
+            return self._error(WmCode.UNEXPECTED_ERROR, text, tracing), "string"
         storm = gate.hit(FaultKind.RATE_LIMIT_STORM, key, ENDPOINT)
         if storm is not None:
-            return self._too_many(retry_after_seconds(storm.params.get("retry_after")), tracing)
+            retry_after = retry_after_seconds(storm.params.get("retry_after"))
+            return self._too_many(retry_after, tracing, storm.params.get("message"))
         return None
 
     def _error(self, code: int, text: str, tracing: str | None) -> bytes:
@@ -184,10 +188,13 @@ class WebMessagingServer(GuestConnections):
     def _error_tracing(self, tracing: str | None) -> str | None:
         return tracing if self.ctx.config.wm_error_tracing_id else None
 
-    def _too_many(self, retry_after: int | None, tracing: str | None) -> tuple[bytes, str]:
+    def _too_many(
+        self, retry_after: int | None, tracing: str | None, message: str | None = None
+    ) -> tuple[bytes, str]:
         """4029 as GMT ``Response.kt`` ``tooManyRequests`` has it: class ``TooManyRequestsErrorMessage``,
         code 429, body ``{retryAfter, errorCode: 4029, errorMessage}``, no ``tracingId``."""
-        body: dict[str, Any] = {"errorCode": 4029, "errorMessage": "Message rate too high for this session"}
+        text = message or "Message rate too high for this session"
+        body: dict[str, Any] = {"errorCode": 4029, "errorMessage": text}
         if retry_after is not None:
             body = {"retryAfter": retry_after, **body}
         payload = wm_envelope("response", WmClass.TOO_MANY_REQUESTS, 429, body, self._error_tracing(tracing))
@@ -302,6 +309,10 @@ class WebMessagingServer(GuestConnections):
             conv.remember(body)
             customer.communication.message_ids.append(msg_id)
             self.ctx.changed(ConversationChange("message", conv, customer, message=body))
+        if self.ctx.gate.hit(FaultKind.DROP_ECHO, token, ENDPOINT) is not None:
+            # stored and in the history, but its answer lost on the way back (DROP_ECHO)
+            self.ctx.recorder.record_event("echo_dropped", listener=LISTENER)
+            return
         payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body, tracing)
         await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
 
