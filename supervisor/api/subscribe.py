@@ -52,6 +52,14 @@ class SubscribeService:
         handshake_timeout: float,
     ) -> None:
         self.hub = hub
+        self.configure(
+            cap_bytes=cap_bytes,
+            lagged_disconnect_after=lagged_disconnect_after,
+            handshake_timeout=handshake_timeout,
+        )
+
+    def configure(self, *, cap_bytes: int, lagged_disconnect_after: float, handshake_timeout: float) -> None:
+        """The buffer, lag and handshake bounds of the connections accepted from now on (a reload)."""
         self._cap = cap_bytes
         self._after = lagged_disconnect_after
         self._handshake = handshake_timeout

@@ -34,6 +34,8 @@ from supervisor.events.circuit import (
     PacingChanged,
 )
 from supervisor.events.daemon import (
+    CredentialAccepted,
+    CredentialRefused,
     DaemonForcedExit,
     DaemonStarted,
     DaemonStopped,
@@ -61,6 +63,8 @@ __all__ = [
     "CircuitTransition",
     "ConnectionRolledOver",
     "Correlation",
+    "CredentialAccepted",
+    "CredentialRefused",
     "DaemonForcedExit",
     "DaemonStarted",
     "DaemonStopped",

@@ -118,6 +118,12 @@ class SessionRunner:
         return self.core.state
 
     @property
+    def tokens(self) -> TokenCache | None:
+        """The platform credential's token cache this session revokes on a fail-fast that condemns
+        it; None for a session that never uses the OAuth client (a Web Messaging guest)."""
+        return self._tokens
+
+    @property
     def context(self) -> SessionContext:
         """The session as known now: configured ids plus what it learned (the live connection's too)."""
         connection = self._connection
