@@ -15,12 +15,16 @@ time until every session is active again (the new connection attempts paced by a
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from supervisor.config import load_config
 from supervisor.runtime.reload import Reloader
@@ -86,6 +90,7 @@ def render(sessions: int, figures: dict[tuple[str, str], tuple[float, float]]) -
     return "\n".join(lines)
 
 
+@pytest.mark.bench
 @pytest.mark.anyio
 async def test_a_reload_restarts_sessions_concurrently() -> None:
     figures = await table(50)
