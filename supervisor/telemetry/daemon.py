@@ -132,9 +132,18 @@ class Telemetry:
             return None
         return TraceContextProvider(self.operations, self.sessions, self.circuits)
 
-    def observe(self, *, tokens: Mapping[Platform, TokenCache], sink_failures: Any = None) -> None:
-        """What metrics read from the daemon's objects once they exist (tokens, the bus)."""
+    def observe(
+        self,
+        *,
+        tokens: Mapping[Platform, TokenCache],
+        sink_failures: Any = None,
+        shadow_divergences: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+    ) -> None:
+        """What metrics read from the daemon's objects once they exist (tokens, the bus, the shadow
+        taxonomy's divergences)."""
         self.metrics.observe_tokens(tokens)
+        if shadow_divergences is not None:
+            self.metrics.observe_shadow(shadow_divergences)
         if sink_failures is not None:
             self.metrics.count("sink", lambda: int(sink_failures.sink_failures))
 

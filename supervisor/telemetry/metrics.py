@@ -55,6 +55,8 @@ class Metrics:
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
+        # [taxonomy] shadow: divergences by (active code, shadow code), read when collected
+        self._shadow: Callable[[], Mapping[tuple[str, str], int]] = dict
         meter.create_observable_gauge(
             A.M_SESSIONS,
             [self._observe_sessions],
@@ -152,9 +154,20 @@ class Metrics:
             description="Subscribers cut off after staying over their buffer past laggedDisconnectAfter",
         )
 
+        meter.create_observable_counter(
+            A.M_SHADOW_DIVERGENCES,
+            [self._observe_shadow],
+            unit="{failure}",
+            description="Failures the shadow taxonomy routes otherwise than the active one, by both codes",
+        )
+
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
     def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
+
+    def observe_shadow(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """The shadow taxonomy's divergence counts (every one, not only those reported)."""
+        self._shadow = read
 
     def count(self, name: str, read: Callable[[], int]) -> None:
         """Read a running count (``sink``: bus sink failures, ``export``: failed exports; the socket
@@ -270,6 +283,12 @@ class Metrics:
             Observation(rate, {A.PACING_ENDPOINT: endpoint, A.PACING_KIND: kind})
             for (endpoint, kind), rate in sorted(self._pacing.items())
             if rate is not None
+        ]
+
+    def _observe_shadow(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(count, {A.TAXONOMY_ACTIVE_CODE: active, A.TAXONOMY_SHADOW_CODE: shadow})
+            for (active, shadow), count in sorted(self._shadow().items())
         ]
 
     def _count(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:

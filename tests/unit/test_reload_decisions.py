@@ -16,7 +16,7 @@ import pytest
 from supervisor.clock import FakeClock
 from supervisor.config import Config, Secret, parse_config
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.reload import RESTART_FIELDS, restart_required, settings
+from supervisor.runtime.reload import APPLIED_TABLES, RESTART_FIELDS, restart_required, settings
 from tests.harness.config import genesys_config
 
 URLS = {
@@ -39,6 +39,7 @@ def config(extra: str = "", text: str = BASE) -> Config:
         ("[attributes]\nqueueDepth = 7\n", ("attributes",)),
         ('[telemetry]\nendpoint = "http://127.0.0.1:4318"\n', ("telemetry",)),
         ('[sockets]\nmode = "0600"\n', ("sockets",)),
+        ('[taxonomy]\nshadow = "v1"\n', ("taxonomy",)),
         ('[sockets]\ncontrol = "/run/x/control.sock"\n', ("sockets",)),
         # access lists, roles and limits are applied: nothing to restart for
         ("[sockets]\nallowUids = [1000]\ncontrolAllowUids = [1000]\nobserverUids = []\n", ()),
@@ -64,6 +65,14 @@ def test_daemon_and_admission_keys() -> None:
 def test_without_a_socket_api_any_sockets_change_waits_for_a_restart() -> None:
     lists = config("[sockets]\nallowUids = [1000]\n")
     assert restart_required(config(), lists, sockets_applied=False) == ("sockets",)
+
+
+def test_every_table_is_either_applied_or_named_for_a_restart() -> None:
+    """A table added to the configuration later must be decided here: applied by a reload, or named
+    in restartRequired; never acknowledged and silently not applied."""
+    tables = {f.name for f in msgspec.structs.fields(Config)}
+    assert tables == APPLIED_TABLES | set(RESTART_FIELDS)
+    assert not APPLIED_TABLES & set(RESTART_FIELDS)
 
 
 def test_every_restart_field_exists_in_its_table() -> None:

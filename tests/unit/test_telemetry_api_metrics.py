@@ -71,3 +71,21 @@ def test_pacing_rates_and_changes_follow_pacing_changed() -> None:
     )
     after = points(reader)
     assert after[A.M_PACING_RATE] == [28] and sorted(after[A.M_PACING_CHANGES]) == [1, 1, 1]
+
+
+def test_shadow_divergences_are_counted_by_both_codes_every_one() -> None:
+    """``[taxonomy] shadow``: the metric reads every divergence, not only the (per-minute) events."""
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    assert not points(reader).get(A.M_SHADOW_DIVERGENCES)  # no shadow: nothing, not a zero
+    totals = {("RATE_LIMITED", "THROTTLED"): 7}
+    metrics.observe_shadow(lambda: totals)
+    assert points(reader)[A.M_SHADOW_DIVERGENCES] == [7]
+    totals[("QUEUE_FULL", "THROTTLED")] = 1
+    totals[("RATE_LIMITED", "THROTTLED")] = 9
+    assert sorted(points(reader)[A.M_SHADOW_DIVERGENCES]) == [1, 9]
