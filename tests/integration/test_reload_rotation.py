@@ -143,9 +143,8 @@ async def test_a_refused_new_secret_keeps_the_one_in_use_until_a_good_one_arrive
             # a good secret arrives: rotated, and the condition clears
             sim.rotate_client_secret(CLIENT, NEW)
             (directory / "genesys-secret").write_text(NEW)
-            code, out, err = await ctl_reload(daemon)
-            assert (code, err) == (0, "")
-            assert out.endswith("; credentials rotated: genesys\n")
+            result = (await daemon.acall(Method.RELOAD))["result"]
+            assert (result["credentialsRotated"], result["restarted"]) == (["genesys"], [])
             await wait_until(lambda: conditions(daemon, "DAEMON_RECOVERED") == ["credentials"], 10)
             assert [r["rotated"] for r in daemon.named("CREDENTIAL_ACCEPTED")] == [True]
             # nothing ended but the session the test stopped itself

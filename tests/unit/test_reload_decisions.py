@@ -13,6 +13,7 @@ import anyio
 import msgspec
 import pytest
 
+from supervisor.cli.ctl_cmd import reload_summary
 from supervisor.clock import FakeClock
 from supervisor.config import Config, Secret, parse_config
 from supervisor.rest.tokens import TokenCache
@@ -145,3 +146,18 @@ def test_a_granted_token_past_its_window_is_not_taken_and_a_revocation_drops_it(
         assert (await cache.get()).access.reveal() == "old-3"
 
     anyio.run(main)
+
+
+def test_ctl_says_a_rotation_and_the_tables_to_restart_for_in_its_one_line() -> None:
+    answer = {
+        "added": [],
+        "removed": [],
+        "restarted": [],
+        "unchanged": 4,
+        "restartRequired": ["store", "telemetry"],
+        "credentialsRotated": ["genesys"],
+    }
+    assert reload_summary(answer) == (
+        "reloaded: none added, none removed, none restarted, 4 unchanged; "
+        "credentials rotated: genesys; restart required for: store, telemetry"
+    )
