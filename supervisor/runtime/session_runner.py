@@ -119,9 +119,13 @@ class SessionRunner:
 
     @property
     def tokens(self) -> TokenCache | None:
-        """The platform credential's token cache this session revokes on a fail-fast that condemns
-        it; None for a session that never uses the OAuth client (a Web Messaging guest)."""
+        """The platform credential's token cache this session revokes on a fail-fast that condemns it."""
         return self._tokens
+
+    def use_tokens(self, tokens: TokenCache | None) -> None:
+        """The platform was rebuilt by a reload that did not restart this session (a Web Messaging
+        guest keeps its connection when the OAuth client changes): revoke the new cache from now on."""
+        self._tokens = tokens
 
     @property
     def context(self) -> SessionContext:

@@ -79,7 +79,7 @@ class Supervisor:
     ) -> list[httpx.AsyncClient]:
         """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
         whose token source is swapped), the table's entries, and every running session's
-        reconnection settings (its next reconnection uses them).
+        reconnection settings (its next reconnection uses them) and platform token cache.
 
         Returns the HTTP clients no longer used, for the caller to close once the sessions that used
         them are stopped (Wiring.reconfigure).
@@ -88,6 +88,8 @@ class Supervisor:
         self.sessions.configure(config)
         for runner in self.runners.values():
             runner.core.configure(self.wiring.session_config)
+            # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
+            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
         return retired
 
     # ------------------------------------------------------------------ lifecycle

@@ -450,11 +450,11 @@ class Wiring:
             bus=self.bus,
             clock=self.clock,
             rng=self.rng,
-            # the platform credential's cache: REST calls made for the session use it, so a
-            # fail-fast that condemns the token revokes it (the next user re-authenticates once).
-            # A Web Messaging guest has none: it authenticates with its deployment and guest token,
-            # never the OAuth client, so nothing it meets revokes (or waits for) that credential
-            tokens=None if spec.kind is SessionKind.WEBMESSAGING else self.tokens.get(spec.platform),
+            # the platform credential's cache: REST calls made for the session use it (a guest's
+            # connection never does, its attribute updates do), so a fail-fast that condemns the
+            # token revokes it (the next user re-authenticates once); a reload that rebuilds the
+            # platform hands the new cache to the sessions it does not restart (Supervisor.reconfigure)
+            tokens=self.tokens.get(spec.platform),
             config=self.session_config,
             sleep=self.sleep,
         )

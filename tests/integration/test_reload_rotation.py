@@ -209,16 +209,21 @@ async def test_a_web_messaging_guest_does_not_depend_on_the_oauth_client(
     genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
     """Another clientId is another OAuth client: the notifications sessions (its channels, its
-    tokens) restart on it; the guests never used it, hold no token cache, and are not touched."""
+    tokens) restart on it; the guests' connections never used it and are not touched. REST calls
+    made on a guest's behalf (attribute updates) use the new client's token cache, and a fail-fast
+    of one revokes that cache, not the retired one."""
     text = genesys_config(genesys_sim.urls, 2, notifications=1)
     path = tmp_path / "supervisor.toml"
     path.write_text(text)
     async with supervised(text, tmp_path) as h:
         await h.wait(lambda: h.all_in("active"))
         guests = {i: r for i, r in h.runners.items() if i.startswith("wm-")}
-        assert all(r.tokens is None for r in guests.values())
+        retired = h.supervisor.wiring.tokens[Platform.GENESYS]
         path.write_text(text.replace(f'clientId = "{CLIENT}"', 'clientId = "another-client"'))
         result = await Reloader(h.supervisor, lambda: load_config(path)).reload()
         assert (result.error, result.restarted) == (None, ("nt-0",))
         assert {i: h.runners[i] for i in guests} == guests  # the same runners
         assert len(genesys_sim.state.sessions) == 2
+        current = h.supervisor.wiring.tokens[Platform.GENESYS]
+        assert current is not retired
+        assert all(r.tokens is current for r in guests.values())
