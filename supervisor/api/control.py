@@ -33,6 +33,7 @@ from anyio import to_thread
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
+from supervisor.api.control_messages import MessageVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -54,7 +55,13 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
-from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
+from supervisor.runtime.sessions import (
+    DesiredSessions,
+    SessionControl,
+    SessionMessaging,
+    SessionReader,
+    TaxonomySwitch,
+)
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 from supervisor.vocabulary import CloseCode, SessionState
 
@@ -77,6 +84,8 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.RELOAD: "reload",
     Method.SET_ATTRIBUTES: "attributes.set",
     Method.RESOLVE_MISMATCH: "mismatch.resolve",
+    Method.SEND_MESSAGE: "send",
+    Method.SET_AGENT_STATE: "agent-state",
 }
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
 # a control client that does not read its reply for this long is cut off
@@ -120,6 +129,7 @@ class ControlService:
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
         roles: ControlRoles | None = None,
+        messaging: SessionMessaging | None = None,
     ) -> None:
         self.sessions = sessions
         self.operations = operations
@@ -139,6 +149,8 @@ class ControlService:
         # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
         self.attribute_verbs = AttributeVerbs(attributes)
+        # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
+        self.message_verbs = MessageVerbs(sessions, messaging)
 
     # ------------------------------------------------------------------ connection
     def configure(self, *, roles: ControlRoles, handshake_timeout: float, idle_timeout: float) -> None:
@@ -255,6 +267,8 @@ class ControlService:
             Method.LIST_MISMATCHES: attributes.list_mismatches,
             Method.RESOLVE_MISMATCH: attributes.resolve_mismatch,
             Method.ATTRIBUTES_STATUS: attributes.status,
+            Method.SEND_MESSAGE: self.message_verbs.send_message,
+            Method.SET_AGENT_STATE: self.message_verbs.set_agent_state,
         }
         return await attribute_verbs[method](published, parameters)
 

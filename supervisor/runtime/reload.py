@@ -108,6 +108,8 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "attributes": None,
     # capture and shadow: the capture file's writer and the shadow classifier are built at start
     "taxonomy": None,
+    # the platform events' windows are applied; the resync reads' limiter is built at start
+    "events": ("resync_in_flight",),
 }
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)

@@ -47,7 +47,14 @@ from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
-from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
+from supervisor.transports.base import (
+    AgentStateSetter,
+    Connection,
+    MessageSender,
+    Rolling,
+    Rollover,
+    Transport,
+)
 from supervisor.vocabulary import CloseCode, SessionState
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -172,24 +179,58 @@ class SessionRunner:
         if event.fail_fast and not self.core.terminated:
             self._execute(self.core.failure(event))
 
-    async def send_message(
-        self, text: str, *, metadata: Mapping[str, str] | None = None
-    ) -> Mapping[str, Any]:
-        """Send a conversation message on the live connection, through the one retry executor.
+    @property
+    def live(self) -> Connection | None:
+        """The session's connection while it serves (None between connections)."""
+        return self._connection
 
-        Raises :class:`SessionError` when the session is not active or its transport sends no
-        messages, :class:`OperationError` when the message failed for good (a fail-fast one
-        also ends the session).
-        """
+    @property
+    def read_only(self) -> bool:
+        """The live connection's conversation takes no more messages from us (GMT goes read-only on
+        an agent's Presence Disconnect whose ``metadata.readOnly`` is ``"true"``)."""
+        connection = self._connection
+        return isinstance(connection, MessageSender) and connection.read_only
+
+    def _live(self) -> Connection:
         connection = self._connection
         if self.core.state is not SessionState.ACTIVE or connection is None:
             raise SessionError(f"session '{self.session_id}' is {self.core.state.value}, not active")
+        return connection
+
+    async def send_message(
+        self, text: str, *, metadata: Mapping[str, str] | None = None, client_id: str | None = None
+    ) -> Mapping[str, Any]:
+        """Send a conversation message on the live connection, through the one retry executor.
+
+        ``client_id`` goes with every send of it (the platform's record of it is looked for by it
+        before it is ever sent again). Raises :class:`SessionError` when the session is not active
+        or its transport sends no messages, :class:`OperationError` when the message failed for
+        good (a fail-fast one also ends the session).
+        """
+        connection = self._live()
         if not isinstance(connection, MessageSender):
             raise SessionError(
                 f"session '{self.session_id}' ({self._context.channel.value}) sends no messages"
             )
         try:
-            return await connection.send_message(text, metadata=metadata)
+            return await connection.send_message(text, metadata=metadata, client_id=client_id)
+        except OperationError as failure:
+            self.operation_failed(_decided(failure))
+            raise
+
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """Set the agent's state on the live connection (CXone), through the one retry executor.
+
+        Raises :class:`SessionError` when the session is not active or its transport has no agent
+        state, :class:`OperationError` when the platform refused it for good.
+        """
+        connection = self._live()
+        if not isinstance(connection, AgentStateSetter):
+            raise SessionError(
+                f"session '{self.session_id}' ({self._context.channel.value}) has no agent state"
+            )
+        try:
+            await connection.set_agent_state(state, reason)
         except OperationError as failure:
             self.operation_failed(_decided(failure))
             raise

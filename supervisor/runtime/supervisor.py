@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.wiring import Rotation, Wiring
@@ -54,6 +55,10 @@ class Supervisor:
         self.bus = wiring.bus
         #: the runners by session id and the configuration in force; this supervisor alone writes it
         self.sessions = sessions if sessions is not None else session_table(wiring)
+        # the platform events name each session's platform and agent as the table knows them
+        wiring.platform_events.describe_with(session_describer(self.sessions))
+        # the gaps it finds are closed for these sessions (supervisor/runtime/resync.py)
+        wiring.resyncer.attach(self.sessions)
         # set when each runner's task has ended (its close sent, its DELETE made), keyed by the
         # runner itself: a session id may have an old runner still closing and a new one starting
         self._done: dict[SessionRunner, anyio.Event] = {}
@@ -98,6 +103,8 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                # the reads that close the platform stream's gaps run in this group
+                await tg.start(self.wiring.resyncer.serve)
                 book = self.book
                 if book is not None:
                     await tg.start(book.serve)
@@ -240,10 +247,20 @@ class Supervisor:
             raise
 
     async def send_message(
-        self, session_id: str, text: str, *, metadata: Mapping[str, str] | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Mapping[str, Any]:
-        """Send a conversation message on a session's live connection (in-band, retried by the executor)."""
-        return await self._runner(session_id).send_message(text, metadata=metadata)
+        """Send a conversation message on a session's live connection (in-band, retried by the
+        executor; ``client_id`` its deduplication id, transports/webmessaging.py)."""
+        return await self._runner(session_id).send_message(text, metadata=metadata, client_id=client_id)
+
+    async def set_agent_state(self, session_id: str, state: str, reason: str | None = None) -> None:
+        """Set a CXone session's agent state (its platform answers with an AgentState event)."""
+        await self._runner(session_id).set_agent_state(state, reason)
 
     # ------------------------------------------------------------------ status
     def states(self) -> dict[SessionState, int]:

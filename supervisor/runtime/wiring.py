@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -29,11 +30,12 @@ from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
+from supervisor.api.platform_events import PlatformEvents, WindowLimits
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext, kept_headers
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
-from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
+from supervisor.config import Config, EventsConfig, Secret, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError
 from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
@@ -41,11 +43,14 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, Token, TokenCache, TokenSource
 from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
+from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
@@ -148,6 +153,19 @@ class Wiring:
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
+        # every session's platform events: numbered, windowed, handed to the socket API's platform
+        # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
+        self.platform_events = PlatformEvents(
+            boot_id=self.bus.boot_id, clock=self.clock, limits=window_limits(config.events)
+        )
+        self.bus.subscribe(self.platform_events)
+        # closes the gaps the hub finds where the platform allows (supervisor/runtime/resync.py); the
+        # supervisor attaches its session table and serves it
+        self.resyncer = Resyncer(
+            self.platform_events,
+            in_flight=config.events.resync_in_flight,
+            read_conversation=self.read_conversation,
+        )
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -272,6 +290,7 @@ class Wiring:
         for cache in self.tokens.values():
             cache.early_refresh_s = config.tokens.early_refresh
         self.executor.refresh_before_retry_s = config.tokens.refresh_before_retry
+        self.platform_events.limits = window_limits(config.events)
         return retired
 
     def use_taxonomy(self, taxonomy: Taxonomy) -> None:
@@ -286,6 +305,36 @@ class Wiring:
         if session_id is None or len(shards) == 1:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
+
+    async def read_conversation(self, ctx: SessionContext, conversation_id: str) -> Mapping[str, Any]:
+        """A Genesys conversation's current state, ``GET /api/v2/conversations/{id}`` (PY269
+        ``ConversationsApi.get_conversation``), through the executor on ``genesys:api`` with the
+        session's pool and the credential's token (a resync's snapshot: supervisor/runtime/resync.py).
+        Raises OperationError or CircuitOpenError."""
+        gen = self.config.platforms.genesys
+        if gen is None:
+            raise ConfigError("platforms.genesys: not configured")
+        response = await self.pipeline_for(Platform.GENESYS, ctx.session_id).request(
+            "GET",
+            f"{gen.api_url.rstrip('/')}/api/v2/conversations/{quote(conversation_id, safe='')}",
+            ctx=ctx,
+            circuit=EndpointId.api(Platform.GENESYS),
+            operation="conversation.get",
+            channel=Channel.REST,
+            route="/api/v2/conversations/{conversationId}",
+        )
+        body = response.json()
+        return body if isinstance(body, dict) else {}
+
+    def guest_history(self, session_id: str) -> GuestHistory | None:
+        """The Web Messaging guest history on the Genesys API host, read through the executor on
+        ``genesys:api`` with the session's pool, signed by the guest JWT (not the OAuth token)."""
+        gen = self.config.platforms.genesys
+        shards = self._shards.get(Platform.GENESYS)
+        if gen is None or not shards:
+            return None
+        client = self.pipeline_for(Platform.GENESYS, session_id).client
+        return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
 
     @staticmethod
     def _source(
@@ -396,6 +445,9 @@ class Wiring:
                 executor=self.executor,
                 guest_token=token,
                 resuming=token is not None,
+                history=self.guest_history(spec.id),
+                send_check_after=gen.send_check_after,
+                on_event=webmessaging_sink(self.platform_events, spec.id),
             )
             return wm, GENESYS_WEBMESSAGING
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -406,7 +458,7 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
-            sink = self.notification_sink
+            sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -417,7 +469,7 @@ class Wiring:
                 sleep=self.sleep,
                 # every session of one OAuth client shares the client's 20 channels
                 quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
-                on_event=None if sink is None else partial(sink, spec.id),
+                on_event=sink,
             )
             return nt, GENESYS_STREAMING
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
@@ -435,8 +487,35 @@ class Wiring:
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
+            on_events=cxone_sink(self.platform_events, spec.id),
+            on_snapshot=self._snapshot_sink(spec.id),
         )
         return at, CONNECT_ENDPOINT
+
+    def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
+        """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the
+        resyncer knows it (a gap the batch brings is then told ``snapshot``)."""
+        deliver = cxone_sink(self.platform_events, session_id, snapshot=True)
+        resyncer = self.resyncer
+
+        def sink(events: list[dict[str, Any]]) -> None:
+            with resyncer.snapshot_batch(session_id):
+                deliver(events)
+
+        return sink
+
+    def _noting(self, embedder: NotificationSink | None) -> NotificationSink:
+        """The notifications embedder's sink, after the resyncer noted the conversation an event names."""
+        resyncer = self.resyncer
+
+        def sink(session_id: str, message: Mapping[str, Any]) -> None:
+            topic = message.get("topicName")
+            if isinstance(topic, str):
+                resyncer.noted(session_id, topic, message.get("eventBody"))
+            if embedder is not None:
+                embedder(session_id, message)
+
+        return sink
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption
@@ -458,6 +537,13 @@ class Wiring:
             config=self.session_config,
             sleep=self.sleep,
         )
+
+
+def window_limits(events: EventsConfig) -> WindowLimits:
+    """``[events]`` as the platform events' windows take it."""
+    return WindowLimits(
+        events=events.window_events, bytes=events.window_bytes, total_bytes=events.window_total_bytes
+    )
 
 
 def _circuit_config(config: Config) -> CircuitConfig:

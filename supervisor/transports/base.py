@@ -38,7 +38,9 @@ from supervisor.taxonomy import RawError
 from supervisor.vocabulary import CloseCode
 
 __all__ = [
+    "AgentStateSetter",
     "Connection",
+    "HistoryReader",
     "Learned",
     "MessageSender",
     "Reporter",
@@ -95,10 +97,31 @@ class Transport(Protocol):
 class MessageSender(Protocol):
     """A connection that can send a conversation message in-band (Web Messaging's ``onMessage``)."""
 
+    #: the conversation takes no more messages from this side (the agent ended it, read-only)
+    read_only: bool
+
     async def send_message(
-        self, text: str, *, metadata: Mapping[str, str] | None = None
+        self, text: str, *, metadata: Mapping[str, str] | None = None, client_id: str | None = None
     ) -> Mapping[str, Any]:
-        """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""
+        """Send ``text`` with ``client_id`` (its deduplication id); return the platform's answer.
+        Raises OperationError when it fails for good."""
+
+
+@runtime_checkable
+class HistoryReader(Protocol):
+    """A connection whose platform keeps a history it can read back (Web Messaging's guest history)."""
+
+    async def missed_messages(self) -> list[dict[str, Any]] | None:
+        """What the history holds that the session never delivered, oldest first; None when it
+        could not be read."""
+
+
+@runtime_checkable
+class AgentStateSetter(Protocol):
+    """A connection that can set its agent's state (CXone ``POST agent-sessions/{id}/state``)."""
+
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """Ask the platform for ``state``; raises OperationError when it refuses for good."""
 
 
 @dataclass(frozen=True, slots=True)

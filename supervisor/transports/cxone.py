@@ -8,6 +8,8 @@ Wire protocol (docs/platforms.md, "NICE CXone")::
                                                                                   304 (no body): idle
                                                                                   409: session ended
     DELETE {base}/services/{v}/agent-sessions/{S} {"forceLogoff","endContacts","ignorePersonalQueue"}
+    POST   {base}/services/{v}/agent-sessions/{S}/state {"state", "reason"?}             -> 202: the change
+                                                                                  arrives as an AgentState event
 
 The start, join and end parameters go in a JSON body, as NICE's agent SDK sends them
 (``@nice-devone/core-sdk`` ``acd-session-manager.js`` ``startSession``/``joinSession``/``endSession``,
@@ -58,7 +60,7 @@ import httpx
 
 from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
-from supervisor.errors import OperationError, TransportFailure
+from supervisor.errors import OperationError, SessionError, TransportFailure
 from supervisor.rest.cxone_auth import CxoneApi
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.taxonomy import RawError, SdkErrorEvent
@@ -96,6 +98,7 @@ _START = "agent-session.start"
 _JOIN = "agent-session.join"
 _POLL = "agent-session.poll"
 _END = "agent-session.end"
+_STATE = "agent-session.state"
 
 
 class AgentSessionTransport:
@@ -126,6 +129,7 @@ class AgentSessionTransport:
         poll_watchdog: float = 90.0,
         sleep: Sleep = anyio.sleep,
         on_events: EventSink | None = None,
+        on_snapshot: EventSink | None = None,
     ) -> None:
         if not 0 <= poll_timeout <= 60:
             raise ValueError(
@@ -159,6 +163,11 @@ class AgentSessionTransport:
         self.poll_watchdog = poll_watchdog
         self.sleep = sleep
         self.on_events = on_events
+        # the platform's snapshot after a (re)join or a resync: the first poll's AgentSessionStart,
+        # the agent's state and open contacts (NICE cxone-get-next-adapter.js), or the replay that
+        # answers a poll on an outdated sessionId. Its own sink (a resync's ``snapshot`` flag);
+        # without one it goes to ``on_events`` like any batch
+        self.on_snapshot = on_snapshot
         base = pipeline.client.timeout
         # the server holds the request up to poll_timeout s: the read timeout must exceed it
         self.poll_http_timeout = httpx.Timeout(
@@ -380,8 +389,9 @@ class AgentSessionConnection:
         )
         return OperationError(event)
 
-    def _deliver(self, events: list[dict[str, Any]]) -> None:
-        sink = self._t.on_events
+    def _deliver(self, events: list[dict[str, Any]], *, snapshot: bool = False) -> None:
+        t = self._t
+        sink = (t.on_snapshot or t.on_events) if snapshot else t.on_events
         if events and sink is not None:
             sink(events)
 
@@ -396,7 +406,7 @@ class AgentSessionConnection:
         else:
             events, _ = self._take(response, first=True)  # the first poll's AgentSessionStart is expected
         self._response = self._session_response(events)
-        self._deliver(events)
+        self._deliver(events, snapshot=True)
 
     def _session_response(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"sessionId": self.start_id}
@@ -446,7 +456,31 @@ class AgentSessionConnection:
             if resync is not None and not await report(resync):
                 # the taxonomy ends the session on it (v1): the snapshot is not passed on as news
                 raise OperationError(resync, published=True)
-            self._deliver(events)
+            # a resync's batch is the platform's snapshot (AgentSessionStart, state, contacts)
+            self._deliver(events, snapshot=resync is not None)
+
+    # ------------------------------------------------------------------ agent state
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """``POST agent-sessions/{sessionId}/state`` ``{"state", "reason"}``, as NICE's agent SDK sends
+        it (acd-sdk 26.2.1 ``agent-state-service.js`` ``setAgentState``, on core-sdk's
+        ``SET_AGENT_STATE_URI``; ``reason`` left out when there is none, as its ``JSON.stringify``
+        drops an undefined one). The platform answers 202; the change itself arrives as an
+        ``AgentState`` event on the next poll. Raises the pipeline's OperationError or CircuitOpenError."""
+        session_id = self.session_id
+        if session_id is None or self._ended or self._closed:
+            raise SessionError("the agent session is over")
+        body: dict[str, str] = {"state": state}
+        if reason is not None:
+            body["reason"] = reason
+        await self._t.pipeline.request(
+            "POST",
+            f"{self._sessions}/{session_id}/state",
+            ctx=self._ctx,
+            circuit=CIRCUIT,
+            operation=_STATE,
+            route=self._route + "/state",
+            json=body,
+        )
 
     # ------------------------------------------------------------------ closing
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:

@@ -439,6 +439,32 @@ async def test_replay_for_the_sessions_own_agent_is_resynced_and_goes_on(rig: Ri
     assert rig.types().count("AgentSessionStart") == 2  # the snapshot was delivered, as the SDK takes it
 
 
+@pytest.mark.parametrize("version", ["v2"])
+async def test_the_platforms_snapshots_go_to_the_snapshot_sink_and_news_to_the_event_sink(rig: Rig) -> None:
+    """The first poll after a start (AgentSessionStart, the agent's state) and the batch of a resync
+    are the platform's snapshot (NICE cxone-get-next-adapter.js): they go to ``on_snapshot``; what
+    the platform sends afterwards (a contact) is news, on ``on_events``."""
+    snapshots: list[list[str]] = []
+    transport = rig.transport(
+        poll_timeout=10, on_snapshot=lambda batch: snapshots.append([str(e.get("Type")) for e in batch])
+    )
+    conn = await transport.open()
+    assert snapshots and snapshots[0][0] == "AgentSessionStart" and rig.events == []
+    rig.sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, endpoint="*get-next-event", count=1))
+
+    async def after_the_resync_a_contact_then_the_end() -> None:
+        await wait_until(lambda: len(snapshots) == 2)
+        rig.sim.push_contact(agent_id=AGENT)
+        await wait_until(functools.partial(_delivered, rig, "CallContactEvent", 1))
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, after_the_resync_a_contact_then_the_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    assert snapshots[1][0] == "AgentSessionStart"  # the resync's replay: a snapshot again
+    assert "AgentSessionStart" not in rig.types() and "CallContactEvent" in rig.types()
+
+
 @pytest.mark.parametrize("version", ["v1", "v2"])
 async def test_session_start_naming_another_agent_is_session_id_mismatch(rig: Rig) -> None:
     """What the platform's recovery cannot explain: an AgentSessionStart for another agent."""

@@ -41,6 +41,8 @@ def config(extra: str = "", text: str = BASE) -> Config:
         ('[telemetry]\nendpoint = "http://127.0.0.1:4318"\n', ("telemetry",)),
         ('[sockets]\nmode = "0600"\n', ("sockets",)),
         ('[taxonomy]\nshadow = "v1"\n', ("taxonomy",)),
+        ("[events]\nwindowEvents = 7\n", ()),
+        ("[events]\nresyncInFlight = 2\n", ("events",)),
         ('[sockets]\ncontrol = "/run/x/control.sock"\n', ("sockets",)),
         # access lists, roles and limits are applied: nothing to restart for
         ("[sockets]\nallowUids = [1000]\ncontrolAllowUids = [1000]\nobserverUids = []\n", ()),
