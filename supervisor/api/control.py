@@ -401,9 +401,13 @@ class ControlService:
             error = _unsupported(Method.DRAIN, "this daemon was started without a stop request")
             publish(error)
             raise error
+        end_sessions = parameters.get("endSessions", False)
+        if end_sessions is True:
+            # before the drain begins: it reads this when it decides what to do with each session
+            self.operations.end_sessions_at_drain()
         publish(None)
         stop.set()
-        return {"draining": True}
+        return {"draining": True, "handover": self.operations.hands_over}
 
     async def use_taxonomy(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
         version = parameters.get("version")

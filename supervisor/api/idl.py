@@ -119,8 +119,9 @@ method ShowSession(sessionId: string) -> (session: Session)
 method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool)
 # Close 1000 (CXone: end the agent session); idempotent.
 method StopSession(sessionId: string) -> (sessionId: string, state: string)
-# Drain like SIGTERM: close every session with 1001, then exit.
-method Drain() -> (draining: bool)
+# Drain like SIGTERM, then exit. With a store the sessions are handed over (left alive for the next
+# start: handover true); endSessions ends them on the platform instead (closeSession, DELETE).
+method Drain(endSessions: ?bool) -> (draining: bool, handover: bool)
 # A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)

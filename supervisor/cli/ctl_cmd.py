@@ -239,11 +239,22 @@ def agent_state(session_id: str, state: str, reason: str | None, as_json: bool) 
 
 
 @ctl.command()
+@click.option(
+    "--end-sessions",
+    is_flag=True,
+    help="End every session on the platform (guests closeSession, CXone DELETE) instead of handing "
+    "them over to the next start.",
+)
 @_json_option
-def drain(as_json: bool) -> None:
-    """Drain the daemon like SIGTERM: close every session with 1001, then it exits."""
-    result = _call(Method.DRAIN)
-    _emit(result, as_json, "draining: the daemon closes its sessions and exits")
+def drain(end_sessions: bool, as_json: bool) -> None:
+    """Drain the daemon like SIGTERM, then it exits. With a store the sessions are handed over (left
+    alive for the next start); --end-sessions ends them. Needs the administrator role."""
+    result = _call(Method.DRAIN, {"endSessions": True} if end_sessions else None)
+    if result.get("handover"):
+        said = "draining: the daemon hands its sessions over to the next start and exits"
+    else:
+        said = "draining: the daemon ends its sessions and exits"
+    _emit(result, as_json, said)
 
 
 @ctl.group()

@@ -50,6 +50,7 @@ from supervisor.events.session import (
     RetryExhausted,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "ShadowDivergence",

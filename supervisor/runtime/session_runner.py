@@ -2,6 +2,7 @@
 
     connecting ──open()+validate──► active ──serve() ends──► reconnecting ──timer──► connecting
          └──────────────── fail-fast / exhausted / graceful close ─────────► terminated
+         └──────────────── daemon stop with a store (a handover) ──────────► handed-over
 
 * The session's connect endpoint admits every connection attempt, through the attempt shell
   (supervisor/attempts/; its :class:`~machines.endpoint.Endpoint` decides): the slot of its pace
@@ -35,7 +36,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionHandedOver, SessionTerminated
 from machines.session import SessionConfig, SessionCore
 from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
@@ -159,7 +160,7 @@ class SessionRunner:
             connection, self._connection = self._connection, None
             if connection is not None:
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
 
     async def stop(self, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End the session on purpose: 1000 for an explicit stop, 1001 on daemon shutdown."""
@@ -167,6 +168,27 @@ class SessionRunner:
             return
         self._close_code = code
         self._execute(self.core.stop())
+
+    @property
+    def close_code(self) -> CloseCode:
+        """The code the connection was (or will be) closed with: 1000 on a stop, 1001 on a shutdown."""
+        return self._close_code
+
+    def hand_over(self) -> None:
+        """Daemon shutdown with a store: leave the session alive on the platform for the next start
+        (SESSION_HANDED_OVER; the connection abandoned, not closed: docs/runtime.md, "Lifecycle")."""
+        if self.core.terminated:
+            return
+        self._execute(self.core.hand_over())
+
+    async def _let_go(self, connection: Connection) -> None:
+        """The runner is done with ``connection``: abandoned when the session was handed over, else closed."""
+        if self.core.handed_over:
+            # what the connection learned (CXone's rolling id) is what the next start takes over
+            self._remember(self._context.learned(connection.learned))
+            await connection.abandon()
+        else:
+            await connection.close(self._close_code)
 
     def operation_failed(self, event: SdkErrorEvent) -> None:
         """An operation done for this session (a REST call, an in-band request) failed for good.
@@ -315,10 +337,10 @@ class SessionRunner:
                     flight.abandon()  # stopped while connecting
                 return
             if self.core.terminated:
-                # stopped just as the connection opened: close it, never serve it
+                # stopped (or handed over) just as the connection opened: never serve it
                 flight.abandon()
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
                 return
         except TransportFailure as failure:
             self._connect_failed(self._classify(failure.raw), flight)
@@ -470,6 +492,8 @@ class SessionRunner:
                 self._due = None
             elif isinstance(effect, SessionTerminated):
                 self._terminated(effect)
+            elif isinstance(effect, SessionHandedOver):
+                self._cancel_waits()
 
     def _terminated(self, effect: SessionTerminated) -> None:
         self.termination = effect
@@ -479,6 +503,10 @@ class SessionRunner:
             # the platform credential's token is shared by the sessions that use it: drop it when
             # the token itself failed, so the next use re-authenticates (once, single-flight)
             self._tokens.revoke()
+        self._cancel_waits()
+
+    def _cancel_waits(self) -> None:
+        """Wake the task: a serve, an open or a wait in progress ends now."""
         for scope in (self._serve_scope, self._wait_scope):
             if scope is not None:
                 scope.cancel()

@@ -89,6 +89,14 @@ class SessionControl(Protocol):
     async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose; unknown ids raise SessionError."""
 
+    def end_sessions_at_drain(self) -> None:
+        """The coming drain ends every session (``ctl drain --end-sessions``) instead of handing
+        them over to the next start."""
+
+    @property
+    def hands_over(self) -> bool:
+        """What the drain will do to the sessions: True leaves them alive for the next start."""
+
 
 class SessionMessaging(Protocol):
     """What the control socket does on a live session's behalf: send a message, set the agent's state."""
@@ -166,6 +174,13 @@ class SessionBook(Protocol):
 
     async def forget(self, session_id: str) -> None:
         """The session left the configuration."""
+
+    def hands_over(self) -> bool:
+        """A drain leaves the sessions alive for the next start (a store that can write, and the
+        configuration's ``handover.onStop`` is ``handover``); False: it ends them."""
+
+    def ends_at_stop(self) -> bool:
+        """A drain ends the sessions on the platform (a store, and ``handover.onStop`` is ``end``)."""
 
     def draining(self) -> None:
         """The drain began."""

@@ -419,7 +419,8 @@ class Wiring:
         attempts are admitted).
 
         ``resume``: what the durable store kept of the session's server side (the Web Messaging
-        guest token after a planned restart: the same guest session is resumed, newSession:false).
+        guest token after a planned restart: the same guest session is resumed, newSession:false;
+        the CXone agent session's rolling id after a handover: polled on, no new start).
         """
         platforms = self.config.platforms
         if spec.kind is SessionKind.WEBMESSAGING:
@@ -489,6 +490,8 @@ class Wiring:
             sleep=self.sleep,
             on_events=cxone_sink(self.platform_events, spec.id),
             on_snapshot=self._snapshot_sink(spec.id),
+            # a handover's agent session: polled on with the id the last daemon left, no new start
+            resume_session_id=(resume or {}).get("platformSessionId"),
         )
         return at, CONNECT_ENDPOINT
 
