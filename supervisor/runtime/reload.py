@@ -113,7 +113,9 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
 }
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)
-APPLIED_TABLES: Final = frozenset({"platforms", "sessions", "reconnect", "circuit", "tokens"})
+#: (``handover``: the drain reads ``onStop`` from the configuration in force when it starts, and
+#: ``maxAgeSeconds`` is read by the next start, which reads the file anew)
+APPLIED_TABLES: Final = frozenset({"platforms", "sessions", "reconnect", "circuit", "tokens", "handover"})
 
 
 def restart_required(old: Config, new: Config, *, sockets_applied: bool = True) -> tuple[str, ...]:
