@@ -29,8 +29,10 @@ from supervisor.events.circuit import (
     CircuitClosed,
     CircuitEvent,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
+    ManualAction,
     PacingChanged,
 )
 from supervisor.events.daemon import (
@@ -61,6 +63,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "ConnectionRolledOver",
@@ -74,6 +77,7 @@ __all__ = [
     "ErrorClassified",
     "Event",
     "EventsDropped",
+    "ManualAction",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",
