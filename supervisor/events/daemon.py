@@ -1,5 +1,6 @@
 """The daemon's own events: its lifecycle (started, stopping, stopped, forced exit), a sink
-that could not keep up, and a log record (a library's, or the daemon's own warning) while it serves.
+that could not keep up, what a reload did with a rotated credential, and a log record (a library's, or the
+daemon's own warning) while it serves.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any, ClassVar
 from supervisor.events.base import Event, StampedEvent, WireEvent
 
 __all__ = [
+    "CredentialAccepted",
+    "CredentialRefused",
     "DaemonForcedExit",
     "DaemonStarted",
     "DaemonStopped",
@@ -64,6 +67,29 @@ class EventsDropped(WireEvent, frozen=True):
     sink: str
     dropped: int
     total_dropped: int
+
+
+class CredentialRefused(StampedEvent, frozen=True):
+    """A reload found a rotated credential the platform refused (or that could not be verified):
+    the credential in use stays, its tokens keep serving the sessions, and the ``credentials``
+    degraded condition is raised until a good one arrives (docs/runtime.md, "Rotation").
+
+    ``problem`` is the located one-line error (the config key, the code); never the secret.
+    """
+
+    name: ClassVar[str] = "CREDENTIAL_REFUSED"
+    platform: str
+    problem: str
+
+
+class CredentialAccepted(StampedEvent, frozen=True):
+    """The configured credential of ``platform`` is the one in use again: ``rotated`` when a
+    reload swapped the token source to a new one the platform granted, false when the file was
+    put back to the credential in use. Clears the ``credentials`` degraded condition."""
+
+    name: ClassVar[str] = "CREDENTIAL_ACCEPTED"
+    platform: str
+    rotated: bool
 
 
 class LogRecorded(StampedEvent, frozen=True):
