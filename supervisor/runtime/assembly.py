@@ -171,7 +171,9 @@ class DaemonConfig:
         config = load_config(path)
         config_dir = path.resolve().parent
         # reads telemetry.headersFile like the platforms' credentials and checks the OTEL_* variables
-        settings = resolve_settings(config.telemetry, environ, config_dir=config_dir)
+        settings = resolve_settings(
+            config.telemetry, environ, config_dir=config_dir, prometheus_key=f"{path}: telemetry.prometheus"
+        )
         return cls(config, path, config_dir, environ, telemetry=settings, say=say)
 
     @property
@@ -296,7 +298,12 @@ class Daemon:
         services: list[Service] = [] if stdout is None else [stdout.serve]
         if telemetry is not None:
             bus.subscribe(telemetry)
-            telemetry.observe(tokens=wiring.tokens, sink_failures=bus)
+            telemetry.observe(
+                tokens=wiring.tokens,
+                sink_failures=bus,
+                endpoints=wiring.attempts.endpoints,
+                outbox=None if durable is None else durable.outbox_depth,
+            )
             services.append(telemetry.service(grace_s))
         warn = _warning(options.say)
         systemd = None
@@ -363,7 +370,8 @@ class Daemon:
         return await run_daemon(
             supervisor,
             grace_s=grace_s,
-            bind=[api],
+            # the Prometheus endpoint's port with the sockets: one held by another process ends the start
+            bind=[api, *(telemetry.bindings if telemetry is not None else ())],
             services=services,
             body=body,
             on_ready=ready,

@@ -13,6 +13,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from machines.registry import Endpoints
+from supervisor.attributes.events import AttributeMismatch
 from supervisor.events import (
     CircuitTransition,
     Event,
@@ -52,6 +54,8 @@ class Metrics:
         self._circuits = circuits
         self._segment_attempt = segment_attempt
         self._tokens: Mapping[Platform, TokenCache] = {}
+        self._endpoints: Endpoints | None = None
+        self._outbox: Callable[[], int | None] | None = None
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
@@ -132,6 +136,25 @@ class Metrics:
             unit="{change}",
             description="Pacing changes: throttled (rate cut), probe (rate doubled), pause (Retry-After lengthened)",
         )
+        # the retry budget across calls (beyond the seed, docs/runtime.md, "Admission"): what it turned away
+        meter.create_observable_counter(
+            A.M_RETRY_BUDGET_REFUSALS,
+            [self._observe_budgets],
+            unit="{retry}",
+            description="Retries that came due and were not sent: the endpoint's retry budget was spent",
+        )
+        # attribute updates (docs/attributes.md): the durable outbox, and what verification could not repair
+        meter.create_observable_gauge(
+            A.M_OUTBOX_DEPTH,
+            [self._observe_outbox],
+            unit="{update}",
+            description="Attribute updates waiting in the durable outbox to be sent or verified",
+        )
+        self.mismatches = meter.create_counter(
+            A.M_ATTRIBUTE_MISMATCHES,
+            unit="{key}",
+            description="Attribute keys whose read-back differed and could not be repaired (ATTRIBUTE_MISMATCH)",
+        )
         # the socket API's subscribers (docs/socket-api.md): read from its hub once it exists
         meter.create_observable_gauge(
             A.M_SUBSCRIBERS,
@@ -155,6 +178,14 @@ class Metrics:
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
     def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
+
+    def observe_endpoints(self, endpoints: Endpoints) -> None:
+        """The endpoints whose retry budgets the refusals are read from."""
+        self._endpoints = endpoints
+
+    def observe_outbox(self, depth: Callable[[], int | None]) -> None:
+        """The durable outbox's depth (None while there is no store)."""
+        self._outbox = depth
 
     def count(self, name: str, read: Callable[[], int]) -> None:
         """Read a running count (``sink``: bus sink failures, ``export``: failed exports; the socket
@@ -222,6 +253,9 @@ class Metrics:
                     A.PACING_REASON: event.reason,
                 },
             )
+        elif kind is AttributeMismatch:
+            assert isinstance(event, AttributeMismatch)
+            self.mismatches.add(len(event.keys))
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
             self.circuit_transitions.add(
@@ -271,6 +305,22 @@ class Metrics:
             for (endpoint, kind), rate in sorted(self._pacing.items())
             if rate is not None
         ]
+
+    def _observe_budgets(self, options: CallbackOptions) -> Iterable[Observation]:
+        endpoints = self._endpoints
+        if endpoints is None:
+            return []
+        out = []
+        # (the reader's thread: a copy of the table, made in one step)
+        for name, endpoint in sorted(endpoints.all().items()):
+            refused = endpoint.retries_refused
+            if refused is not None:
+                out.append(Observation(refused, {A.ENDPOINT: str(name)}))
+        return out
+
+    def _observe_outbox(self, options: CallbackOptions) -> Iterable[Observation]:
+        depth = None if self._outbox is None else self._outbox()
+        return [] if depth is None else [Observation(depth)]
 
     def _count(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
