@@ -283,8 +283,13 @@ class Metrics:
         return [Observation(counts.get(state, 0), {A.SESSION_STATE: state.value}) for state in SessionState]
 
     def _observe_circuits(self, options: CallbackOptions) -> Iterable[Observation]:
+        # every endpoint's circuit: one that never moved is closed (a dashboard counts them by state)
+        states: dict[str, CircuitState] = {}
+        if self._endpoints is not None:
+            states = {endpoint.circuit_id: CircuitState.CLOSED for endpoint in self._endpoints.all().values()}
+        states.update(self._circuits())
         out = []
-        for circuit_id, current in sorted(self._circuits().items()):
+        for circuit_id, current in sorted(states.items()):
             for state in CircuitState:
                 value = 1 if state is current else 0
                 out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state.value}))
