@@ -92,12 +92,8 @@ def _provider(kind: str, series: int) -> tuple[Any, Any]:
     registry = CollectorRegistry(auto_describe=False)
     if kind == "exporter":
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import REGISTRY
 
-        reader: Any = PrometheusMetricReader()
-        collector = reader._collector
-        REGISTRY.unregister(collector)  # (this measurement's own registry, for both alike)
-        registry.register(collector)
+        reader: Any = PrometheusMetricReader(registry=registry)
     else:
         own = OwnReader()
         reader = own.reader
