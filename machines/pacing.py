@@ -143,25 +143,27 @@ class PacerReport:
 _NO_RATE: Final = math.inf
 # in flight: twice the bandwidth-delay product (BBR's cwnd_gain of 2)
 _IN_FLIGHT_GAIN: Final = 2.0
+# the measured rate is the admitted attempts of the last second, counted in this many slices of it
+# (a sliding window: whole seconds undercount a rate that rose within the second)
+_SLICES_PER_S: Final = 10
 
 
 class Pacer:
     """Adaptive admission of attempts to one endpoint; see the module docstring."""
 
     __slots__ = (
+        "_admitted_slices",
         "_clock",
         "_config",
-        "_count",
         "_last_booked",
-        "_last_count",
         "_last_cut",
         "_max_before_cut",
         "_min_rtt",
         "_paused_until",
         "_published_rate",
         "_rate",
-        "_second",
         "_sent_tat",
+        "_slice",
         "_ssthresh",
         "_tat",
         "endpoint",
@@ -199,10 +201,10 @@ class Pacer:
         # the shortest round trip of an admitted attempt since the rate last restarted
         self._min_rtt = math.inf
         self._published_rate = self._rate
-        # admitted attempts in the current and the previous whole second (the measured rate)
-        self._second = -1
-        self._count = 0
-        self._last_count = 0
+        # admitted attempts in each slice of the last second (the measured rate), a ring indexed
+        # by slice number modulo its length, and the slice last counted in
+        self._admitted_slices = [0] * _SLICES_PER_S
+        self._slice = 0
         #: rises with every throttle: a slot reserved before it is void (the caller reserves again)
         self.generation = 0
 
@@ -235,7 +237,7 @@ class Pacer:
             return None
         if math.isinf(self._min_rtt):
             return floor
-        bdp = self._admitted_per_s(int(self._clock.monotonic())) * self._min_rtt
+        bdp = self._admitted_per_s() * self._min_rtt
         return max(floor, math.ceil(_IN_FLIGHT_GAIN * bdp))
 
     # -- inputs -------------------------------------------------------------------------------
@@ -307,12 +309,8 @@ class Pacer:
         (slow start, then additive increase)."""
         if rtt_s is not None and 0.0 <= rtt_s < self._min_rtt:
             self._min_rtt = rtt_s
-        second = int(self._clock.monotonic())
-        if second != self._second:
-            self._last_count = self._count if second == self._second + 1 else 0
-            self._second = second
-            self._count = 0
-        self._count += 1
+        self._advance_slices()
+        self._admitted_slices[self._slice % _SLICES_PER_S] += 1
         rate = self._rate
         if rate is None:
             return None
@@ -389,7 +387,7 @@ class Pacer:
         self._last_cut = now
         self.generation += 1
         previous = self._rate
-        measured = self._admitted_per_s(int(now))
+        measured = self._admitted_per_s()
         if previous is None:
             # first throttle of an unpaced endpoint: engage below what it was admitting
             cut = max(cfg.min_rate, measured * cfg.backoff)
@@ -408,11 +406,27 @@ class Pacer:
         self._tat = self._paused_until
         return PacerReport(self.endpoint, cut, previous, "throttled", pause, self.kind)
 
-    def _admitted_per_s(self, second: int) -> int:
-        """Attempts admitted in the last whole second (or in this one, when more already)."""
-        if second == self._second:
-            return max(self._last_count, self._count)
-        return self._count if second == self._second + 1 else 0
+    def _advance_slices(self) -> None:
+        """Move the window to now: the slices that fell out of the last second are emptied."""
+        current = math.floor(self._clock.monotonic() * _SLICES_PER_S)
+        passed = current - self._slice
+        if passed <= 0:
+            return
+        for step in range(1, min(passed, _SLICES_PER_S) + 1):
+            self._admitted_slices[(self._slice + step) % _SLICES_PER_S] = 0
+        self._slice = current
+
+    def _admitted_per_s(self) -> int:
+        """Attempts admitted in the last second, sliding: the slice now under way and the nine before it.
+
+        A sliding window, not the last whole second: a slow start doubles the rate within a
+        second, and a platform refusing at its limit soon after a whole second began saw a whole
+        second's worth of the new rate that a count of the previous whole second (at the old
+        rate) misses; cut from that undercount, the rate fell to half the limit and took half a
+        minute to probe back up (docs/benchmarks.md, "One attempt path").
+        """
+        self._advance_slices()
+        return sum(self._admitted_slices)
 
     def _cubic(self, since_cut_s: float) -> float:
         """RFC 9438 eq. 1: W(t) = C (t - K)³ + W_max, K = ∛(W_max (1 - β) / C), β = ``backoff``."""

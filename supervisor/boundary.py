@@ -283,3 +283,8 @@ def socket_failures(*, ctx: SessionContext, method: str, endpoint: str) -> Itera
         yield
     except SOCKET_FAILURES as exc:
         raise TransportFailure(raw_from_exception(exc, ctx=ctx, method=method, endpoint=endpoint)) from exc
+
+
+def kept_headers() -> tuple[str, ...]:
+    """The response headers a RawError may keep (lower-case): what ``[taxonomy] capture`` keeps too."""
+    return _KEPT_HEADERS

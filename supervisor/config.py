@@ -262,6 +262,21 @@ class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     prometheus: Annotated[str, msgspec.Meta(pattern=PROMETHEUS_ADDRESS)] | None = None
 
 
+class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[taxonomy]``: a taxonomy change tried on what production sees (docs/taxonomy.md, "Capture",
+    "Shadow"). The active version stays ``daemon.taxonomyVersion``."""
+
+    # every classified failure's envelope, reduced to what routes it, appended to this file (a path
+    # relative to the state directory, or an absolute one inside it); none: off
+    capture: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    # the capture file and its rotated predecessors (PATH.1, PATH.2, ...), all of them together at
+    # most captureMaxBytes
+    capture_files: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
+    capture_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 40)] = 64 * 1024 * 1024
+    # a candidate version (or overlay path) that classifies every failure too, never routes
+    shadow: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+
+
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     genesys: GenesysConfig | None = None
     cxone: CxoneConfig | None = None
@@ -280,6 +295,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
+    taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
 
 
 _INVALID_ENUM = "invalid enum value "

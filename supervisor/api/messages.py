@@ -49,7 +49,8 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
     # a connection replaced in place, the session still active (a notifications rollover: docs/runtime.md, "Notifications rollover")
     "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
     "terminations": frozenset({"SESSION_TERMINATED"}),
-    "errors": frozenset({"SDK_ERROR_CLASSIFIED"}),
+    # a shadow taxonomy's divergences are about classified errors (docs/taxonomy.md, "Shadow")
+    "errors": frozenset({"SDK_ERROR_CLASSIFIED", "SHADOW_DIVERGENCE"}),
     # attribute updates (docs/attributes.md): a tenant's queue full, and drained again
     "backpressure": frozenset({"RATE_LIMIT_BACKPRESSURE", "RATE_LIMIT_BACKPRESSURE_RELEASED"}),
     "attributes": frozenset({"ATTRIBUTE_MISMATCH", "ATTRIBUTE_MISMATCH_RESOLVED"}),
@@ -66,6 +67,7 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "STORE_DEGRADED",
             "STORE_RECOVERED",
             "SESSION_RECONCILED",
+            "TAXONOMY_CAPTURE_FAILED",
         }
     ),
 }

@@ -30,6 +30,8 @@ def taxonomy() -> None:
 def check(path: str, as_json: bool) -> None:
     """Validate a taxonomy file: exit 0 when valid, 1 with the located error otherwise.
 
+    An overlay (a file with ``extends = "v2"``) is checked laid over its base.
+
     \b
     Example:
       session-supervisor taxonomy check my-taxonomy.toml
@@ -39,6 +41,7 @@ def check(path: str, as_json: bool) -> None:
         "valid": True,
         "file": tax.origin,
         "version": tax.version,
+        "extends": tax.extends,
         "codes": len(tax.codes),
         "rules": len(tax.rules),
         "policies": len(tax.policies),
@@ -48,8 +51,9 @@ def check(path: str, as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(msgspec.json.encode(summary) + b"\n")
     else:
+        extends = f" (an overlay of {tax.extends})" if tax.extends is not None else ""
         click.echo(
-            f"ok: {tax.origin} is taxonomy {tax.version}: {len(tax.codes)} codes, {len(tax.rules)} rules, "
+            f"ok: {tax.origin} is taxonomy {tax.version}{extends}: {len(tax.codes)} codes, {len(tax.rules)} rules, "
             f"{len(tax.policies)} policies, {len(tax.close_codes)} close codes, {len(tax.exceptions)} exceptions"
         )
 

@@ -51,6 +51,7 @@ from supervisor.events.session import (
     SessionTerminated,
     SessionTransition,
 )
+from supervisor.events.taxonomy import ShadowDivergence, TaxonomyCaptureFailed
 
 __all__ = [
     "REVOKE_AND_REAUTHENTICATE",
@@ -78,7 +79,9 @@ __all__ = [
     "RolloverReason",
     "SessionTerminated",
     "SessionTransition",
+    "ShadowDivergence",
     "StampedEvent",
+    "TaxonomyCaptureFailed",
     "TerminationReason",
     "TraceIds",
     "WireEvent",

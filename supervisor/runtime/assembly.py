@@ -275,6 +275,8 @@ class Daemon:
             finally:
                 if durable is not None:
                     await durable.aclose()
+            # a shadow's divergences held within their minute are lines too, before the last one
+            wiring.taxonomy_tap.report_held()
             if stdout is not None:
                 bus.publish((DaemonForcedExit if forced else DaemonStopped)(supervisor.snapshot()))
                 await stdout.flush(within_s=STDOUT_FLUSH_S)
@@ -296,6 +298,10 @@ class Daemon:
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
         sessions = supervisor.sessions
         services: list[Service] = [] if stdout is None else [stdout.serve]
+        tap = wiring.taxonomy_tap
+        if tap.shadow is not None:
+            # a shadow pair's divergences held past its minute are reported by this service
+            services.append(tap.serve)
         if telemetry is not None:
             bus.subscribe(telemetry)
             telemetry.observe(
@@ -303,6 +309,7 @@ class Daemon:
                 sink_failures=bus,
                 endpoints=wiring.attempts.endpoints,
                 outbox=None if durable is None else durable.outbox_depth,
+                shadow_divergences=lambda: tap.divergences,
             )
             services.append(telemetry.service(grace_s))
         warn = _warning(options.say)

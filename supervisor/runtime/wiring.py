@@ -21,13 +21,14 @@ from typing import Any
 
 import anyio
 import httpx
+from anyio import to_thread
 
 from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
 from supervisor.attempts import Attempts
-from supervisor.boundary import SessionContext
+from supervisor.boundary import SessionContext, kept_headers
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
@@ -39,6 +40,7 @@ from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
@@ -78,6 +80,18 @@ class Wiring:
         self.sleep = sleep
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
+        # [taxonomy] capture and shadow: told every failure the classifier routes (docs/taxonomy.md)
+        self.taxonomy_tap = TaxonomyTap(
+            config.taxonomy,
+            active=self.taxonomy,
+            bus=self.bus,
+            clock=self.clock,
+            state_dir=state_directory(config.store.path, self.environ),
+            headers=kept_headers(),
+            sleep=sleep,
+        )
+        if self.taxonomy_tap.enabled:
+            self.classifier.observer = self.taxonomy_tap
         self.circuits = CircuitRegistry(self.clock, _circuit_config(config), self.rng)
         # every endpoint's admission (docs/runtime.md, "One attempt path": decided once, by its Endpoint, through one shell)
         self.attempts = Attempts(_endpoints(config, self.clock, self.circuits))
@@ -120,6 +134,10 @@ class Wiring:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close_clients([c for clients in self._clients.values() for c in clients])
+        if self.taxonomy_tap.enabled:
+            # the capture's last lines are written by its thread: waited for off the loop (bounded)
+            with anyio.CancelScope(shield=True):
+                await to_thread.run_sync(self.taxonomy_tap.close)
 
     async def close_clients(self, clients: list[httpx.AsyncClient]) -> None:
         with anyio.CancelScope(shield=True):
@@ -178,6 +196,7 @@ class Wiring:
         """Switch the active taxonomy version for every classification from now on (seed section 1)."""
         self.taxonomy = taxonomy
         self.classifier.taxonomy = taxonomy
+        self.taxonomy_tap.use_taxonomy(taxonomy)
 
     def pipeline_for(self, platform: Platform, session_id: str | None = None) -> RequestPipeline:
         """The request pipeline a session's calls go through (its shard); the first without a session."""

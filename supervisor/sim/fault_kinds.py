@@ -214,11 +214,15 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.RATE_LIMIT_STORM: {
         "retry_after": (False, "5", _retry_after),
         "body": (False, None, _one_of("json", "empty", None)),
+        # the error's human-readable text (ErrorBody message, error_description, a Web Messaging
+        # errorMessage), which a platform may fill with what it was sent: what the daemon must never keep
+        "message": (False, None, _opt_str),
     },
     FaultKind.SERVER_ERROR_BURST: {
         "status": (False, 503, _one_of(500, 502, 503, 504)),
         "retry_after": (False, None, _retry_after),
         "body": (False, None, _one_of("json", "empty", None)),
+        "message": (False, None, _opt_str),
     },
     FaultKind.LATENCY: {"latency_ms": (True, None, _number(0.0, _MAX_LATENCY_MS))},
     FaultKind.TOKEN_EXPIRE: {},

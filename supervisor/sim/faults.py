@@ -67,6 +67,8 @@ STALE_SESSION               CXone: the next poll answers as if the client's sess
 MALFORMED_BODY              a 200 whose body is not valid JSON
 ==========================  ===============================================================================
 
+RATE_LIMIT_STORM and SERVER_ERROR_BURST also take ``message``: the error's text (a short string) instead of
+the simulator's own.
 RATE_LIMIT_STORM, SERVER_ERROR_BURST, QUEUE_FULL and ADMISSION_LIMIT also take ``body``: "json",
 "empty" or null (the simulator's choice); CXone honours it, Genesys always answers its JSON shapes.
 ADMISSION_LIMIT on CXone counts every HTTP request as an attempt.

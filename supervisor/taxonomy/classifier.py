@@ -8,7 +8,7 @@ status-less rules (which end in the catch-all).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from supervisor.clock import Clock, SystemClock, iso_utc
 from supervisor.errors import EnvelopeError, TaxonomyError
 from supervisor.taxonomy.envelope import MAX_NESTING, RawError, envelope_from_json, envelope_from_object
 from supervisor.taxonomy.model import Channel, CodeSpec, Platform, SdkErrorEvent
-from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize
+from supervisor.taxonomy.normalize import CLOSE_CODE_NAMES, canonical_exception, normalize, require_evidence
 from supervisor.taxonomy.rules import Taxonomy
 
 # the seed's required fields of a session response (section 3, validateSessionResponse)
@@ -39,11 +39,13 @@ _SECRET_VALUE = re.compile(
     r"|api_?key|sig|signature)=)[^&\s\"'#]+",
     re.IGNORECASE,
 )
+#: what :attr:`Classifier.observer` is called with: the envelope and the event it was routed to
+Observer = Callable[[RawError, SdkErrorEvent], None]
 _METHOD_PREFIX = re.compile(r"^([A-Za-z]+)\s+(\S.*)$")
 _REDACTED = "[REDACTED]"
 
 
-def _split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | None, str | None, str | None]:
+def split_endpoint(method: str | None, endpoint: str | None) -> tuple[str | None, str | None, str | None]:
     """(method, path, display) from "POST /api/..." or a URL or a path; the query is dropped."""
     if not endpoint:
         return method, None, None
@@ -105,19 +107,33 @@ def _safe_context(context: Mapping[str, Any] | None) -> dict[str, Any]:
 class Classifier:
     """Classifies RawError envelopes with one taxonomy version; the clock stamps events."""
 
-    __slots__ = ("_clock", "taxonomy")
+    __slots__ = ("_clock", "observer", "taxonomy")
 
     def __init__(self, taxonomy: Taxonomy, clock: Clock | None = None) -> None:
         self.taxonomy = taxonomy
         self._clock: Clock = clock or SystemClock()
+        #: told every failure the daemon classified, with its envelope (the capture and the shadow
+        #: taxonomy: supervisor/runtime/taxonomy_tap.py); it must not raise, nor block
+        self.observer: Observer | None = None
 
     # ------------------------------------------------------------------ entry points
-    def classify(self, raw: RawError) -> SdkErrorEvent:
-        """The SdkErrorEvent for one envelope. Never raises on a valid RawError."""
+    def classify(self, raw: RawError, *, observe: bool = True) -> SdkErrorEvent:
+        """The SdkErrorEvent for one envelope. Never raises on a valid RawError.
+
+        ``observe`` False: a second look at a failure already classified (a transport deciding
+        what to repair), or a replay: the :attr:`observer` is not told again.
+        """
+        event = self._classify(raw)
+        observer = self.observer
+        if observe and observer is not None:
+            observer(raw, event)
+        return event
+
+    def _classify(self, raw: RawError) -> SdkErrorEvent:
         tax = self.taxonomy
         platform = raw.platform.value
         channel = raw.channel.value
-        method, path, display = _split_endpoint(raw.method, raw.endpoint)
+        method, path, display = split_endpoint(raw.method, raw.endpoint)
         now = self._now(raw.timestamp)
         signal = normalize(raw, now)
         operation = tax.operation_of(platform, channel, method, path)
@@ -158,12 +174,17 @@ class Classifier:
         )
 
     def classify_json(self, line: bytes | str) -> SdkErrorEvent:
-        """Decode one NDJSON line and classify it; EnvelopeError names what was wrong."""
-        return self.classify(envelope_from_json(line))
+        """Decode one NDJSON line and classify it; EnvelopeError names what was wrong (an envelope
+        with nothing to route by is refused: :func:`~supervisor.taxonomy.normalize.require_evidence`)."""
+        raw = envelope_from_json(line)
+        require_evidence(raw)
+        return self.classify(raw, observe=False)
 
     def classify_object(self, obj: object) -> SdkErrorEvent:
         """Classify an already-parsed JSON value; EnvelopeError names what was wrong."""
-        return self.classify(envelope_from_object(obj))
+        raw = envelope_from_object(obj)
+        require_evidence(raw)
+        return self.classify(raw, observe=False)
 
     # ------------------------------------------------------------------ response validation
     def validate_response(
@@ -435,4 +456,4 @@ class Classifier:
         )
 
 
-__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError"]
+__all__ = ["SESSION_REQUIRED_FIELDS", "Classifier", "EnvelopeError", "Observer", "split_endpoint"]

@@ -11,6 +11,7 @@ from supervisor.errors import EnvelopeError
 from supervisor.taxonomy.classifier import Classifier
 from supervisor.taxonomy.envelope import envelope_from_json
 from supervisor.taxonomy.model import CodeSpec, SdkErrorEvent
+from supervisor.taxonomy.normalize import require_evidence
 from supervisor.taxonomy.rules import ResponseSpec, Taxonomy
 
 
@@ -97,7 +98,8 @@ def _routing(spec: CodeSpec) -> dict[str, Any]:
     }
 
 
-def _event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
+def event_routing(ev: SdkErrorEvent) -> dict[str, Any]:
+    """What decides what happens to a failure (a replay and the shadow taxonomy compare these)."""
     return {
         "code": ev.code,
         "taxonomyClass": ev.taxonomy_class.value,
@@ -172,13 +174,14 @@ def replay(a: Taxonomy, b: Taxonomy, lines: Iterable[bytes]) -> ReplayReport:
             continue
         try:
             raw = envelope_from_json(line)
+            require_evidence(raw)
         except EnvelopeError as exc:
             report.problems_total += 1
             if len(report.problems) < REPLAY_KEEP:
                 report.problems.append(f"line {number}: {exc}")
             continue
-        before = _event_routing(ca.classify(raw))
-        after = _event_routing(cb.classify(raw))
+        before = event_routing(ca.classify(raw, observe=False))
+        after = event_routing(cb.classify(raw, observe=False))
         if before != after:
             report.changed_total += 1
             if len(report.changes) < REPLAY_KEEP:

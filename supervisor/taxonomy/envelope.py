@@ -17,8 +17,10 @@ A JSON object (documented in docs/taxonomy.md)::
       "timestamp": "2024-05-14T09:32:11.004Z"
     }
 
-Unknown keys are ignored (forward compatibility); a wrong type or value is an
-:class:`EnvelopeError` naming the field. A line longer than :data:`MAX_LINE_BYTES` or nested
+Nothing is guessed (docs/taxonomy.md, "The RawError envelope"): an unknown top-level key is
+refused, not ignored (an ``SDK_ERROR_CLASSIFIED`` line fed back in used to be read as an envelope
+with nothing in it and called UNKNOWN_ERROR), and a line with ``event`` is named for what it is, an
+SdkErrorEvent; a wrong type or value is an :class:`EnvelopeError` naming the field. A line longer than :data:`MAX_LINE_BYTES` or nested
 deeper than :data:`MAX_NESTING` levels is refused the same way (docs/taxonomy.md, "Limits"):
 decoding must never depend on how much stack happens to be left.
 """
@@ -43,7 +45,7 @@ _CloseCode = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 _Short = Annotated[str, msgspec.Meta(max_length=2048)]
 
 
-class RawError(msgspec.Struct, frozen=True, rename="camel"):
+class RawError(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """One raw failure (or raw response) as a transport saw it."""
 
     platform: Platform
@@ -61,6 +63,8 @@ class RawError(msgspec.Struct, frozen=True, rename="camel"):
 
 _decoder = msgspec.json.Decoder(RawError)
 _TOO_DEEP = f"nested deeper than {MAX_NESTING} levels"
+#: what a line that carries ``event`` is told: it is a classified event, not what classify reads
+NOT_A_RAW_ERROR = "an SdkErrorEvent, not a RawError (capture them with [taxonomy] capture)"
 
 
 def nesting_exceeds(value: object, limit: int = MAX_NESTING) -> bool:
@@ -89,13 +93,32 @@ def _brackets(line: bytes | str) -> int:
     return line.count("[") + line.count("{")
 
 
+#: the envelope's top-level keys, as a refusal of another one lists them
+FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(RawError))
+
+
 def _describe(exc: msgspec.ValidationError) -> str:
     text = str(exc)
+    if text.startswith("Object contains unknown field `") and " - at `$." not in text:
+        # only the envelope's own keys are checked (headers, body, context are free-form)
+        name = text.removeprefix("Object contains unknown field `").partition("`")[0]
+        # repr: a key may hold a newline or anything else; the refusal stays one short line
+        return f"unknown field {name[:64]!r} (known: {', '.join(FIELDS)})"
     message, sep, where = text.partition(" - at `$")
     if sep:
         field = where.rstrip("`").lstrip(".") or "(envelope)"
         return f"field '{field}': {message[0].lower() + message[1:]}"
     return text[0].lower() + text[1:] if text else "invalid envelope"
+
+
+def _names_an_event(line: bytes | str) -> bool:
+    """Whether a line that failed to decode as an envelope is a JSON object with ``event`` (read
+    again only on that failure path: a valid envelope never pays for it)."""
+    try:
+        obj = msgspec.json.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "event" in obj
 
 
 def envelope_from_json(line: bytes | str) -> RawError:
@@ -106,6 +129,8 @@ def envelope_from_json(line: bytes | str) -> RawError:
     try:
         raw = _decoder.decode(line)
     except msgspec.ValidationError as exc:
+        if _names_an_event(line):
+            raise EnvelopeError(NOT_A_RAW_ERROR) from None
         raise EnvelopeError(f"not a valid envelope: {_describe(exc)}") from None
     except msgspec.DecodeError as exc:
         raise EnvelopeError(f"not JSON: {exc}") from None
@@ -124,6 +149,8 @@ def envelope_from_object(obj: object) -> RawError:
         raise EnvelopeError(f"not a valid envelope: expected a JSON object, got {type(obj).__name__}")
     if nesting_exceeds(obj, MAX_NESTING):
         raise EnvelopeError(f"not a valid envelope: {_TOO_DEEP}")
+    if "event" in obj:
+        raise EnvelopeError(NOT_A_RAW_ERROR)
     try:
         return msgspec.convert(obj, RawError)
     except msgspec.ValidationError as exc:

@@ -264,19 +264,36 @@ def _check_flags(origin: str, where: str, spec: _CodeFile, policy: RetryPolicy) 
         )
 
 
-def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxonomy:
-    """Check a taxonomy document and compile it. ``origin`` names it in errors."""
+def _document(data: Mapping[str, Any] | bytes | str, origin: str) -> dict[str, Any]:
+    """A taxonomy file's document (TOML parsed within the limits), or a located TaxonomyError."""
     try:
         if isinstance(data, bytes | str):
-            raw = parse_toml(data.decode() if isinstance(data, bytes) else data)
-        else:
-            raw = dict(data)
+            return parse_toml(data.decode() if isinstance(data, bytes) else data)
+        return dict(data)
     except tomllib.TOMLDecodeError as exc:
         raise TaxonomyError(f"{origin}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise TaxonomyError(f"{origin}: not UTF-8 text: {exc}") from exc
     except LimitError as exc:
         raise TaxonomyError(f"{origin}: {exc}") from None
+
+
+def compile_taxonomy(
+    data: Mapping[str, Any] | bytes | str, origin: str, *, base_dir: Path | None = None
+) -> Taxonomy:
+    """Check a taxonomy document and compile it. ``origin`` names it in errors.
+
+    A document with ``extends`` is an overlay (:func:`merge_overlay`): its base is loaded first (a
+    shipped version, or a path relative to ``base_dir``) and the overlay laid over it.
+    """
+    raw = _document(data, origin)
+    extends: str | None = None
+    if "extends" in raw:
+        raw, extends = _overlaid(raw, origin, base_dir, (origin,))
+    return _compile(raw, origin, extends)
+
+
+def _compile(raw: dict[str, Any], origin: str, extends: str | None) -> Taxonomy:
     try:
         doc = msgspec.convert(raw, _TaxonomyFile)
     except msgspec.ValidationError as exc:
@@ -445,6 +462,7 @@ def compile_taxonomy(data: Mapping[str, Any] | bytes | str, origin: str) -> Taxo
         exception_default=exception_default,
         sources=sources,
         responses=responses,
+        extends=extends,
     )
 
 
@@ -454,28 +472,106 @@ def shipped_versions() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in data.iterdir() if p.name.endswith(".toml"))
 
 
-def load_taxonomy(version_or_path: str | Path = DEFAULT_VERSION) -> Taxonomy:
-    """Load a shipped version by name (``v1``) or a taxonomy file by path."""
-    ref = str(version_or_path)
-    if (
-        isinstance(version_or_path, str)
-        and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", ref)
-        and "." not in ref
-    ):
-        resource = resources.files("supervisor.taxonomy") / "data" / f"{ref}.toml"
-        if not resource.is_file():
-            known = ", ".join(shipped_versions())
-            raise TaxonomyError(f"taxonomy version '{ref}' is not shipped (shipped: {known}; or give a path)")
-        return compile_taxonomy(resource.read_bytes(), f"{ref}.toml")
+def _is_version_name(ref: str) -> bool:
+    """``v1``, ``v2``: a shipped version's name; anything with a dot or a slash is a path."""
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", ref) is not None
+
+
+def _shipped(ref: str) -> bytes:
+    resource = resources.files("supervisor.taxonomy") / "data" / f"{ref}.toml"
+    if not resource.is_file():
+        known = ", ".join(shipped_versions())
+        raise TaxonomyError(f"taxonomy version '{ref}' is not shipped (shipped: {known}; or give a path)")
+    return resource.read_bytes()
+
+
+def _read_file(ref: str) -> bytes:
     try:
-        content = read_capped(ref, MAX_TAXONOMY_BYTES)
+        return read_capped(ref, MAX_TAXONOMY_BYTES)
     except FileNotFoundError:
         raise TaxonomyError(f"{ref}: no such taxonomy file") from None
     except OSError as exc:
         raise TaxonomyError(f"{ref}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # LimitError, or a NUL in the path
         raise TaxonomyError(f"{ref}: cannot read: {exc}") from None
-    return compile_taxonomy(content, ref)
+
+
+def load_taxonomy(version_or_path: str | Path = DEFAULT_VERSION) -> Taxonomy:
+    """Load a shipped version by name (``v1``) or a taxonomy file (or an overlay) by path."""
+    ref = str(version_or_path)
+    if isinstance(version_or_path, str) and _is_version_name(ref):
+        return compile_taxonomy(_shipped(ref), f"{ref}.toml")
+    return compile_taxonomy(_read_file(ref), ref, base_dir=Path(ref).parent)
+
+
+# -- overlays ---------------------------------------------------------------------------------------
+
+#: how many overlays may stand on one another before the shipped version under them
+MAX_OVERLAY_DEPTH = 8
+# tables whose entries an overlay adds to or replaces, key by key
+_BY_KEY = ("policies", "codes", "closeCodes", "exceptions", "sources", "responses")
+# lists whose entries an overlay puts before the base's: first match wins, so they are tried first
+_FIRST = ("rules", "operations")
+
+
+def merge_overlay(base: Mapping[str, Any], overlay: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    """The document of ``overlay`` laid over ``base`` (docs/taxonomy.md, "Overlays").
+
+    ``[codes.*]`` (and the other keyed tables: policies, closeCodes, exceptions, sources,
+    responses) add to or replace the base's, entry by entry; ``[[rules]]`` and ``[[operations]]``
+    are tried before the base's; ``version`` (required), ``description`` and ``schema`` replace the
+    base's. Any other key is kept, so the compile refuses it as it refuses it in any file.
+    """
+    if not isinstance(overlay.get("version"), str):
+        raise TaxonomyError(f"{origin}: version: required in an overlay (the name events and diff show)")
+    merged = {k: v for k, v in base.items() if k != "extends"}
+    for key, value in overlay.items():
+        if key == "extends":
+            continue
+        if key in _BY_KEY:
+            if not isinstance(value, dict):
+                raise TaxonomyError(f"{origin}: {key}: expected a table")
+            merged[key] = {**base.get(key, {}), **value}
+        elif key in _FIRST:
+            if not isinstance(value, list):
+                raise TaxonomyError(f"{origin}: {key}: expected an array of tables")
+            merged[key] = [*value, *base.get(key, [])]
+        else:
+            merged[key] = value
+    return merged
+
+
+def _overlaid(
+    raw: dict[str, Any], origin: str, base_dir: Path | None, chain: tuple[str, ...]
+) -> tuple[dict[str, Any], str]:
+    """``raw`` (an overlay) merged over its base, resolved down to a shipped version; the base's name.
+
+    Errors are located in the file that has them: an unknown base, a cycle of overlays, one
+    standing on more than :data:`MAX_OVERLAY_DEPTH` others.
+    """
+    ref = raw["extends"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise TaxonomyError(f"{origin}: extends: expected a shipped version (v2) or a path")
+    if _is_version_name(ref):
+        try:
+            content = _shipped(ref)
+        except TaxonomyError as exc:
+            raise TaxonomyError(f"{origin}: extends: {exc}") from None
+        return merge_overlay(_document(content, f"{ref}.toml"), raw, origin), ref
+    path = Path(ref) if Path(ref).is_absolute() or base_dir is None else base_dir / ref
+    key = os.path.realpath(path)
+    seen = [os.path.realpath(c) for c in chain]
+    if key in seen:
+        cycle = " → ".join([*chain[seen.index(key) :], str(path)])
+        raise TaxonomyError(f"{origin}: extends: a cycle of overlays: {cycle}")
+    if len(chain) > MAX_OVERLAY_DEPTH:
+        raise TaxonomyError(f"{origin}: extends: more than {MAX_OVERLAY_DEPTH} overlays deep")
+    if not path.exists():
+        raise TaxonomyError(f"{origin}: extends: {ref}: no such taxonomy file (nor a shipped version)")
+    base = _document(_read_file(str(path)), str(path))
+    if "extends" in base:
+        base, _ = _overlaid(base, str(path), path.parent, (*chain, str(path)))
+    return merge_overlay(base, raw, origin), ref
 
 
 def resolve_version(configured: str | None, environ: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ import json
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
+from supervisor.errors import EnvelopeError
 from supervisor.taxonomy.envelope import RawError
 from supervisor.taxonomy.headers import parse_retry_after_ms
 from supervisor.taxonomy.model import Channel, Platform
@@ -97,7 +98,7 @@ def _header(headers: dict[str, Any] | None, wanted: str) -> object:
     return None
 
 
-def _body_object(body: object) -> dict[str, Any] | None:
+def body_object(body: object) -> dict[str, Any] | None:
     """The body as a JSON object, parsing a string that holds one."""
     if isinstance(body, dict):
         return body
@@ -110,7 +111,7 @@ def _body_object(body: object) -> dict[str, Any] | None:
     return None
 
 
-def _str_or_none(value: object) -> str | None:
+def str_or_none(value: object) -> str | None:
     if isinstance(value, str) and value:
         return value[:_DETAILS_MAX]
     if isinstance(value, int) and not isinstance(value, bool):
@@ -118,7 +119,7 @@ def _str_or_none(value: object) -> str | None:
     return None
 
 
-def _int_or_none(value: object) -> int | None:
+def int_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -135,14 +136,14 @@ def _oauth_or_error_body(obj: dict[str, Any]) -> tuple[str | None, str | None]:
     """Genesys ErrorBody (``code``/``message``), OAuth (``error``/``description``) or
     CXone (``error_code``/``error_message``) → (rawCode, details). docs/platforms.md, "Errors, limits and ids", "Errors, event shapes and limits"."""
     if "error_code" in obj:
-        return _str_or_none(obj.get("error_code")), _text(obj.get("error_message"))
+        return str_or_none(obj.get("error_code")), _text(obj.get("error_message"))
     if "error" in obj and isinstance(obj.get("error"), str):
         details = obj.get("error_description") or obj.get("description")
-        return _str_or_none(obj["error"]), _text(details)
+        return str_or_none(obj["error"]), _text(details)
     if "code" in obj and isinstance(obj.get("code"), str):
-        return _str_or_none(obj["code"]), _text(obj.get("message"))
+        return str_or_none(obj["code"]), _text(obj.get("message"))
     if "errorCode" in obj:
-        return _str_or_none(obj.get("errorCode")), _text(obj.get("errorMessage") or obj.get("message"))
+        return str_or_none(obj.get("errorCode")), _text(obj.get("errorMessage") or obj.get("message"))
     return None, _text(obj.get("message"))
 
 
@@ -155,7 +156,7 @@ def _web_messaging(raw: RawError, obj: dict[str, Any] | None) -> Signal:
             return Signal(status, body_code, None, body_details)
         return Signal(status, None, None, _text(raw.body))
     cls = obj.get("class")
-    code = _int_or_none(obj.get("code"))
+    code = int_or_none(obj.get("code"))
     if status is None:
         status = code
     inner = obj.get("body")
@@ -183,7 +184,7 @@ def _web_messaging(raw: RawError, obj: dict[str, Any] | None) -> Signal:
     return Signal(status, raw_code, retry_after_ms, details)
 
 
-def _system_code(topic: str, event_body: object) -> str:
+def system_code(topic: str, event_body: object) -> str:
     """A system topic's rawCode: ``v2.system.`` + the body's ``systemTopicType`` when it has one.
 
     PY269's SystemMessageSystemMessage carries ``systemTopicType`` (``token_revoked``,
@@ -206,8 +207,8 @@ def _notifications(raw: RawError, obj: dict[str, Any] | None) -> Signal:
         reason = (
             event_body.get("reason") or event_body.get("message") if isinstance(event_body, dict) else None
         )
-        return Signal(raw.status, _system_code(topic, event_body)[:_DETAILS_MAX], None, _text(reason))
-    status = raw.status if raw.status is not None else _int_or_none(obj.get("result"))
+        return Signal(raw.status, system_code(topic, event_body)[:_DETAILS_MAX], None, _text(reason))
+    status = raw.status if raw.status is not None else int_or_none(obj.get("result"))
     if "result" in obj:
         return Signal(status, None, None, _text(obj.get("message")))
     raw_code, details = _oauth_or_error_body(obj)
@@ -228,7 +229,7 @@ def _http_like(raw: RawError, obj: dict[str, Any] | None) -> Signal:
 
 def normalize(raw: RawError, now_epoch: float) -> Signal:
     """Extract the signal of one envelope; never raises on any JSON-shaped input."""
-    obj = _body_object(raw.body)
+    obj = body_object(raw.body)
     channel = raw.channel
     if channel is Channel.WEBMESSAGING and raw.platform is Platform.GENESYS:
         signal = _web_messaging(raw, obj)
@@ -242,3 +243,29 @@ def normalize(raw: RawError, now_epoch: float) -> Signal:
     if signal.raw_code is None and signal.status is not None:
         signal = signal._replace(raw_code=status_name(signal.status))
     return signal
+
+
+#: channels whose failures may arrive as a server message on a socket, with no status line
+_SOCKET_MESSAGES = frozenset({Channel.WEBMESSAGING, Channel.NOTIFICATIONS})
+NOTHING_TO_CLASSIFY = (
+    "not a valid envelope: nothing to classify it by: give status, closeCode or exception "
+    "(a webmessaging or notifications envelope may instead carry the server's message in body)"
+)
+
+
+def require_evidence(raw: RawError) -> None:
+    """No guessing (docs/taxonomy.md, "The RawError envelope"): raise :class:`EnvelopeError` for an
+    envelope with nothing a taxonomy routes by.
+
+    It needs a ``status``, a ``closeCode`` or an ``exception``; a Web Messaging or notifications
+    envelope may instead carry the server's message in ``body`` (a socket message has no status
+    line: a ``SessionExpiredEvent``, a ``v2.system.*`` topic), when the normalizer reads a status or
+    a rawCode from it. Anything else would be routed by the catch-all rule: a guess.
+    """
+    if raw.status is not None or raw.close_code is not None or raw.exception:
+        return
+    if raw.channel in _SOCKET_MESSAGES and raw.body is not None:
+        signal = normalize(raw, 0.0)
+        if signal.status is not None or signal.raw_code is not None:
+            return
+    raise EnvelopeError(NOTHING_TO_CLASSIFY)

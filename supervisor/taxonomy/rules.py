@@ -99,6 +99,11 @@ class EndpointGlob:
                     body += "/" + re.escape(segment)
             self._regex = re.compile(body + "/?", re.IGNORECASE)
 
+    @property
+    def literals(self) -> frozenset[str]:
+        """The pattern's literal segments, lower-cased (what a route template keeps of a path)."""
+        return frozenset(self._literals)
+
     def fullmatch(self, path: str) -> bool:
         """Whether the whole of ``path`` matches the pattern."""
         if self._regex is not None:
@@ -264,6 +269,8 @@ class Taxonomy:
     exception_default: CodeSpec
     sources: dict[str, str]
     responses: dict[str, ResponseSpec] = field(default_factory=dict)
+    # the version (or overlay path) an overlay extends; None for a complete file
+    extends: str | None = None
     _buckets: dict[int | None, tuple[Rule, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -135,3 +135,7 @@ M_ATTRIBUTE_MISMATCHES: Final = f"{NS}.attributes.mismatches"
 M_SUBSCRIBERS: Final = f"{NS}.api.subscribers"
 M_LAGGED_NOTICES: Final = f"{NS}.api.lagged_notices"
 M_LAGGED_DISCONNECTS: Final = f"{NS}.api.lagged_disconnects"
+# [taxonomy] shadow (docs/taxonomy.md, "Shadow"): every failure the shadow version routes otherwise
+M_SHADOW_DIVERGENCES: Final = f"{NS}.taxonomy.shadow_divergences"
+TAXONOMY_ACTIVE_CODE: Final = f"{NS}.taxonomy.active_code"
+TAXONOMY_SHADOW_CODE: Final = f"{NS}.taxonomy.shadow_code"

@@ -149,10 +149,13 @@ class Telemetry:
         sink_failures: Any = None,
         endpoints: Endpoints | None = None,
         outbox: Callable[[], int | None] | None = None,
+        shadow_divergences: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
         """What metrics read from the daemon's objects once they exist (tokens, the bus, the
-        endpoints' retry budgets, the durable outbox)."""
+        endpoints' retry budgets, the durable outbox, the shadow taxonomy's divergences)."""
         self.metrics.observe_tokens(tokens)
+        if shadow_divergences is not None:
+            self.metrics.observe_shadow(shadow_divergences)
         if sink_failures is not None:
             self.metrics.count("sink", lambda: int(sink_failures.sink_failures))
         if endpoints is not None:

@@ -59,6 +59,8 @@ class Metrics:
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
+        # [taxonomy] shadow: divergences by (active code, shadow code), read when collected
+        self._shadow: Callable[[], Mapping[tuple[str, str], int]] = dict
         meter.create_observable_gauge(
             A.M_SESSIONS,
             [self._observe_sessions],
@@ -175,6 +177,13 @@ class Metrics:
             description="Subscribers cut off after staying over their buffer past laggedDisconnectAfter",
         )
 
+        meter.create_observable_counter(
+            A.M_SHADOW_DIVERGENCES,
+            [self._observe_shadow],
+            unit="{failure}",
+            description="Failures the shadow taxonomy routes otherwise than the active one, by both codes",
+        )
+
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
     def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
@@ -186,6 +195,10 @@ class Metrics:
     def observe_outbox(self, depth: Callable[[], int | None]) -> None:
         """The durable outbox's depth (None while there is no store)."""
         self._outbox = depth
+
+    def observe_shadow(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """The shadow taxonomy's divergence counts (every one, not only those reported)."""
+        self._shadow = read
 
     def count(self, name: str, read: Callable[[], int]) -> None:
         """Read a running count (``sink``: bus sink failures, ``export``: failed exports; the socket
@@ -326,6 +339,12 @@ class Metrics:
     def _observe_outbox(self, options: CallbackOptions) -> Iterable[Observation]:
         depth = None if self._outbox is None else self._outbox()
         return [] if depth is None else [Observation(depth)]
+
+    def _observe_shadow(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(count, {A.TAXONOMY_ACTIVE_CODE: active, A.TAXONOMY_SHADOW_CODE: shadow})
+            for (active, shadow), count in sorted(self._shadow().items())
+        ]
 
     def _count(self, name: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -421,7 +421,8 @@ class NotificationsConnection:
                 # the runtime moves on (a fail-fast, or v1's reconnection on socket_closing)
                 await self.close(CloseCode.NORMAL_CLOSURE)
                 return signal.raw
-            event = self._t.pipeline.classifier.classify(signal.raw)
+            # reported (and classified, captured, shadowed) above: this is a second look, not a failure
+            event = self._t.pipeline.classifier.classify(signal.raw, observe=False)
             if event.taxonomy_class is not TaxonomyClass.TRANSIENT:
                 continue  # reported, nothing to repair (v1's unknown system topics, a result 400)
             ended = await self._repair(signal, event)

@@ -55,6 +55,8 @@ from supervisor.events import (
     RolloverReason,
     SessionTerminated,
     SessionTransition,
+    ShadowDivergence,
+    TaxonomyCaptureFailed,
     TerminationReason,
     TraceIds,
 )
@@ -794,6 +796,30 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         ),
     ),
     Example("events_dropped", EventsDropped("stdout", 12, 40)),
+    # -- the taxonomy at run time ([taxonomy] shadow and capture: docs/taxonomy.md) -------------------
+    Example(
+        "shadow_divergence",
+        ShadowDivergence("v2", "v2-site", "RATE_LIMITED", "THROTTLED", 12, ("code",), 60.0, timestamp=T1),
+    ),
+    Example(
+        "shadow_divergence.same_code_routed_otherwise",
+        ShadowDivergence(
+            "v2",
+            "v2-site",
+            "SERVER_ERROR",
+            "SERVER_ERROR",
+            1,
+            ("taxonomyClass", "retryable", "maxRetryBudget", "policy"),
+            60.0,
+            timestamp=T2,
+        ),
+    ),
+    Example(
+        "taxonomy_capture_failed",
+        TaxonomyCaptureFailed(
+            "/var/lib/session-supervisor/errors.ndjson", "No space left on device", 1520, timestamp=T2
+        ),
+    ),
     Example(
         "daemon_degraded",
         DaemonDegraded("store", "disk full: /var/lib/session-supervisor/state.db", timestamp=T0),

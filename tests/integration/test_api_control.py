@@ -19,6 +19,7 @@ from supervisor.api.protocol import ApiFault, Method
 from supervisor.errors import ConfigError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
+from supervisor.taxonomy.envelope import envelope_from_object
 from supervisor.transports.webmessaging import WebMessagingTransport
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness
@@ -28,6 +29,7 @@ from tests.integration.api_harness import Conn, Watcher, api_daemon
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=9)]
 
 V1 = (resources.files("supervisor.taxonomy") / "data" / "v1.toml").read_text(encoding="utf-8")
+THROTTLED = Path(__file__).parent.parent / "fixtures" / "taxonomy" / "throttled.toml"
 
 
 async def call(h: Harness, method: str, parameters: dict[str, Any] | None = None) -> Any:
@@ -193,6 +195,27 @@ async def test_a_taxonomy_switch_is_validated_first(
         )
         uses = [(e["target"], e["ok"]) for e in commands(h) if e["verb"] == "taxonomy.use"]
         assert uses[0] == (str(broken), False) and uses[-1] == (str(staged), True)
+
+
+async def test_a_taxonomy_switch_takes_an_overlay_and_locates_a_bad_one(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    """``ctl taxonomy use`` loads an overlay laid over its base (docs/taxonomy.md, "Overlays")."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('extends = "v9"\nversion = "bad"\n')
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        classifier = h.supervisor.wiring.classifier
+        refused = await call(h, Method.USE_TAXONOMY, {"version": str(bad)})
+        assert refused.error == ApiFault.INVALID_TAXONOMY
+        assert refused.parameters["problem"] == (
+            f"{bad}: extends: taxonomy version 'v9' is not shipped (shipped: v1, v2; or give a path)"
+        )
+        assert classifier.taxonomy.version == "v2"
+        switched = await call(h, Method.USE_TAXONOMY, {"version": str(THROTTLED)})
+        assert switched.parameters == {"previous": "v2", "version": "v2-throttled", "origin": str(THROTTLED)}
+        too_many = envelope_from_object({"platform": "genesys", "channel": "rest", "status": 429})
+        assert classifier.classify(too_many, observe=False).code == "THROTTLED"
 
 
 async def test_drain_and_reload(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:

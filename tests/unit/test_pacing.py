@@ -115,9 +115,30 @@ def test_an_unpaced_endpoint_engages_below_what_it_was_admitting() -> None:
     for _ in range(80):  # 80 admitted within one second
         clock.advance(0.01)
         pacer.admitted()
-    clock.advance(0.3)
+    clock.advance(0.05)
     pacer.throttled(1.0)
     assert pacer.rate == pytest.approx(40.0)
+
+
+def test_a_cut_counts_the_last_second_sliding_not_the_last_whole_second() -> None:
+    """A slow start that doubled within the last second is cut from what the last second admitted.
+
+    160 a second for a second, then 320 a second for 0.35 s: the last second (sliding) admitted
+    about 0.65 x 160 + 0.35 x 320 = 216; the last whole second, 160. Cut from 160 (x 0.85 = 136)
+    the rate would sit a third below a limit of about 200 and take half a minute to probe back.
+    """
+    clock = FakeClock()
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=None, backoff=0.85))
+    pacer.reserve()
+    for _ in range(160):
+        clock.advance(1 / 160)
+        pacer.admitted()
+    for _ in range(112):
+        clock.advance(1 / 320)
+        pacer.admitted()
+    pacer.throttled(1.0)
+    rate = pacer.rate
+    assert rate is not None and 0.85 * 200 <= rate <= 0.85 * 222
 
 
 def test_a_pause_is_never_shortened_by_a_later_shorter_retry_after() -> None:
@@ -350,12 +371,11 @@ def test_the_in_flight_cap_grows_to_twice_admitted_per_second_times_the_shortest
     for _ in range(50):  # one second of admissions at 50/s, each 0.3 s after it left
         take(pacer, clock)
         pacer.admitted(0.3)
-    clock.advance(1.0 - (clock.monotonic() % 1.0))  # the next second: the last one counts 50
-    assert pacer.in_flight_cap() == 30
-    pacer.admitted(2.0)
-    assert pacer.in_flight_cap() == 30
-    pacer.admitted(0.1)  # a shorter one is the new minimum
-    assert pacer.in_flight_cap() == 10
+    assert pacer.in_flight_cap() == 30  # the last second counts 50
+    pacer.admitted(2.0)  # the last second counts 51, the shortest round trip is still 0.3 s
+    assert pacer.in_flight_cap() == 31
+    pacer.admitted(0.1)  # a shorter one is the new minimum: 52 x 0.1 x 2
+    assert pacer.in_flight_cap() == 11
 
 
 def test_a_restart_forgets_the_round_trip_with_the_rate() -> None:

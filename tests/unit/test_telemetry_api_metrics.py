@@ -1,5 +1,5 @@
 """The metrics read from the daemon's parts (docs/telemetry.md): the socket API's subscribers, lagged notices and
-lagged disconnects; pacing; the retry budgets' refusals; the attribute outbox and its mismatches.
+lagged disconnects; pacing; the retry budgets' refusals; the attribute outbox and its mismatches; the shadow taxonomy's divergences.
 
 Read through an in-memory reader of the OpenTelemetry SDK, as the exporter's reader reads them.
 """
@@ -123,3 +123,21 @@ def test_the_outbox_depth_is_read_while_there_is_a_store_and_mismatches_count_ke
     metrics.event(AttributeMismatch("wm-1", "c-1", ("queue", "skill"), (4, 5), {"queue": "still-wrong"}, at))
     metrics.event(AttributeMismatch("wm-2", "c-2", ("queue",), (6,), {"queue": "newer-value"}, at))
     assert points(reader)[A.M_ATTRIBUTE_MISMATCHES] == [3]
+
+
+def test_shadow_divergences_are_counted_by_both_codes_every_one() -> None:
+    """``[taxonomy] shadow``: the metric reads every divergence, not only the (per-minute) events."""
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    assert not points(reader).get(A.M_SHADOW_DIVERGENCES)  # no shadow: nothing, not a zero
+    totals = {("RATE_LIMITED", "THROTTLED"): 7}
+    metrics.observe_shadow(lambda: totals)
+    assert points(reader)[A.M_SHADOW_DIVERGENCES] == [7]
+    totals[("QUEUE_FULL", "THROTTLED")] = 1
+    totals[("RATE_LIMITED", "THROTTLED")] = 9
+    assert sorted(points(reader)[A.M_SHADOW_DIVERGENCES]) == [1, 9]

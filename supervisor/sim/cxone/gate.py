@@ -136,7 +136,8 @@ class FaultGate:
             await asyncio.sleep(float(fault.params["latency_ms"]) / 1000.0)
         fault = self.match(FaultKind.RATE_LIMIT_STORM, key, endpoint)
         if fault is not None:
-            return self._throttled(fault, "TooManyRequests", "Rate limit exceeded; retry later")
+            text = fault.params.get("message") or "Rate limit exceeded; retry later"
+            return self._throttled(fault, "TooManyRequests", text)
         fault = self.match(FaultKind.QUEUE_FULL, key, endpoint)
         if fault is not None:
             return self._throttled(fault, "QUEUE_FULL", "The queue is full; no capacity for the request")
@@ -145,6 +146,7 @@ class FaultGate:
             status = int(fault.params["status"])
             headers = self._retry_after(fault)
             error, description = _5XX_ERRORS.get(status, _5XX_ERRORS[500])
+            description = fault.params.get("message") or description
             empty = self.body_of(fault) is ErrorBody.EMPTY
             return oauth_error(status, error, description, empty=empty, headers=headers)
         return None

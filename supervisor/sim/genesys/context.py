@@ -28,7 +28,8 @@ from supervisor.sim.recorder import Recorder
 __all__ = ["ErrorFactory", "FaultGate", "SimContext"]
 
 #: (status, kind of fault, Retry-After value or None) -> the platform-shaped error response
-ErrorFactory = Callable[[int, FaultKind, str | None], web.Response]
+#: (status, kind, Retry-After, the fault's ``message`` param: the error's text when given)
+ErrorFactory = Callable[[int, FaultKind, str | None, str | None], web.Response]
 
 
 @dataclass(slots=True)
@@ -101,13 +102,15 @@ class FaultGate:
             await self.hold(hole)
         burst = self.hit(FaultKind.SERVER_ERROR_BURST, session_key, endpoint)
         if burst is not None:
-            return error(int(burst.params["status"]), burst.kind, self._retry_after(burst))
+            return error(
+                int(burst.params["status"]), burst.kind, self._retry_after(burst), burst.params.get("message")
+            )
         storm = self.hit(FaultKind.RATE_LIMIT_STORM, session_key, endpoint)
         if storm is not None:
-            return error(429, storm.kind, self._retry_after(storm))
+            return error(429, storm.kind, self._retry_after(storm), storm.params.get("message"))
         full = self.hit(FaultKind.QUEUE_FULL, session_key, endpoint)
         if full is not None:
-            return error(429, full.kind, self._retry_after(full))
+            return error(429, full.kind, self._retry_after(full), None)
         return None
 
     def _retry_after(self, fault: Fault) -> str | None:

@@ -45,10 +45,12 @@ async def _answer(http: web.Request, corr: str) -> web.Response:
     if sess is None:
         return error_response(401, ErrorCode.BAD_CREDENTIALS, corr)
 
-    def fault_error(status: int, kind: FaultKind, retry_after: str | None) -> web.Response:
+    def fault_error(
+        status: int, kind: FaultKind, retry_after: str | None, message: str | None
+    ) -> web.Response:
         headers = {"Retry-After": retry_after} if retry_after is not None else None
         code = ErrorCode.TOO_MANY_REQUESTS if status == 429 else STATUS_CODES[status]
-        return error_response(status, code, corr, None, headers)
+        return error_response(status, code, corr, message, headers)
 
     early = await ctx.gate.before(sess.token, _ENDPOINT, fault_error)
     if early is not None:

@@ -65,11 +65,15 @@ async def _token(request: web.Request) -> web.Response:
     creds = _basic(request.headers.get("Authorization"))
     key = creds[0] if creds else "anonymous"
 
-    def fault_error(status: int, kind: FaultKind, retry_after: str | None) -> web.Response:
+    def fault_error(
+        status: int, kind: FaultKind, retry_after: str | None, message: str | None
+    ) -> web.Response:
         headers = {"Retry-After": retry_after} if retry_after is not None else None
         if status == 429:
-            return oauth_error(429, "too_many_requests", "Rate limit exceeded.", headers)
-        return oauth_error(status, "server_error", "The server is temporarily unavailable.", headers)
+            return oauth_error(429, "too_many_requests", message or "Rate limit exceeded.", headers)
+        return oauth_error(
+            status, "server_error", message or "The server is temporarily unavailable.", headers
+        )
 
     response = await ctx.gate.before(key, ENDPOINT, fault_error)
     if response is None:

@@ -120,7 +120,9 @@ async def _serve(
         return error_response(429, ErrorCode.TOO_MANY_REQUESTS, corr, msg, headers)
     key = http.match_info.get("conversationId") or http.match_info.get("channelId") or token.id
 
-    def fault_error(status: int, kind: FaultKind, retry_after: str | None) -> web.Response:
+    def fault_error(
+        status: int, kind: FaultKind, retry_after: str | None, message: str | None
+    ) -> web.Response:
         headers = dict(limits)
         if retry_after is not None:
             headers["Retry-After"] = retry_after
@@ -128,9 +130,10 @@ async def _serve(
             details = [{"errorCode": "QUEUE_FULL"}]
             return error_response(429, ErrorCode.QUEUE_FULL, corr, None, headers, details)
         if status == 429:
-            msg = f"Rate limit exceeded the maximum [{ctx.config.rate_limit}] requests within [60] seconds"
+            limit = ctx.config.rate_limit
+            msg = message or f"Rate limit exceeded the maximum [{limit}] requests within [60] seconds"
             return error_response(429, ErrorCode.TOO_MANY_REQUESTS, corr, msg, headers)
-        return error_response(status, STATUS_CODES[status], corr, None, headers)
+        return error_response(status, STATUS_CODES[status], corr, message, headers)
 
     early = await ctx.gate.before(key, endpoint, fault_error)
     if early is not None:

@@ -168,11 +168,14 @@ class WebMessagingServer(GuestConnections):
 
     def _early_fault(self, key: str, tracing: str | None) -> tuple[bytes, str] | None:
         gate = self.ctx.gate
-        if gate.hit(FaultKind.SERVER_ERROR_BURST, key, ENDPOINT) is not None:
-            return self._error(WmCode.UNEXPECTED_ERROR, _FAILED, tracing), "string"
+        burst = gate.hit(FaultKind.SERVER_ERROR_BURST, key, ENDPOINT)
+        if burst is not None:
+            text = burst.params.get("message") or _FAILED
+            return self._error(WmCode.UNEXPECTED_ERROR, text, tracing), "string"
         storm = gate.hit(FaultKind.RATE_LIMIT_STORM, key, ENDPOINT)
         if storm is not None:
-            return self._too_many(retry_after_seconds(storm.params.get("retry_after")), tracing)
+            retry_after = retry_after_seconds(storm.params.get("retry_after"))
+            return self._too_many(retry_after, tracing, storm.params.get("message"))
         return None
 
     def _error(self, code: int, text: str, tracing: str | None) -> bytes:
@@ -184,10 +187,13 @@ class WebMessagingServer(GuestConnections):
     def _error_tracing(self, tracing: str | None) -> str | None:
         return tracing if self.ctx.config.wm_error_tracing_id else None
 
-    def _too_many(self, retry_after: int | None, tracing: str | None) -> tuple[bytes, str]:
+    def _too_many(
+        self, retry_after: int | None, tracing: str | None, message: str | None = None
+    ) -> tuple[bytes, str]:
         """4029 as GMT ``Response.kt`` ``tooManyRequests`` has it: class ``TooManyRequestsErrorMessage``,
         code 429, body ``{retryAfter, errorCode: 4029, errorMessage}``, no ``tracingId``."""
-        body: dict[str, Any] = {"errorCode": 4029, "errorMessage": "Message rate too high for this session"}
+        text = message or "Message rate too high for this session"
+        body: dict[str, Any] = {"errorCode": 4029, "errorMessage": text}
         if retry_after is not None:
             body = {"retryAfter": retry_after, **body}
         payload = wm_envelope("response", WmClass.TOO_MANY_REQUESTS, 429, body, self._error_tracing(tracing))
