@@ -26,7 +26,7 @@ _HEADER = """\
 The explicit machines (`machines/`). Edge labels are the machine's event names;
 `SessionCore` and `Circuit` (the pure drivers) map each classified `SdkErrorEvent` to one
 of them and return the resulting effects as data. Both machines are strict: an event the
-current state does not accept raises, and `terminated` accepts nothing.
+current state does not accept raises, and `terminated` and `handed_over` accept nothing.
 """
 
 _SECTIONS: tuple[tuple[str, str, Any], ...] = (
@@ -35,7 +35,9 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "One per supervised session. `connection_lost` schedules a reconnection (the first waits "
         "U(2 s, 8 s), seed edge case 1); `throttled` defers it while the endpoint's circuit is open "
         "(RECONNECTION_THROTTLED, not counted as an attempt); every edge into `terminated` emits "
-        "SESSION_TERMINATED with its reason.",
+        "SESSION_TERMINATED with its reason. `hand_over` is a stop with a store: the session is left "
+        "alive on the platform for the next start (state `handed-over` on the wire, SESSION_HANDED_OVER, "
+        'no SESSION_TERMINATED; docs/runtime.md, "Lifecycle").',
         SessionMachine,
     ),
     (

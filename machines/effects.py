@@ -29,6 +29,7 @@ from supervisor.events import (
     RetryExhausted,
     RetryKind,
     RetrySuccess,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -53,6 +54,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "ScheduleReconnect",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "TerminationReason",
@@ -106,6 +108,7 @@ Effect = (
     ScheduleReconnect
     | Reconnect
     | SessionTerminated
+    | SessionHandedOver
     | SessionTransition
     | RetryAttempt
     | RetrySuccess

@@ -32,7 +32,12 @@ Rules (seed sections in brackets):
   RETRY_EXHAUSTED (the platform said "not today", the Genesys Java SDK's 180 s rule);
 * while the endpoint's circuit is open a due reconnection is deferred, not counted, and
   RECONNECTION_THROTTLED is emitted [edge case 1];
-* nothing leaves ``terminated``: a full re-authentication builds a new SessionCore [section 3].
+* nothing leaves ``terminated``: a full re-authentication builds a new SessionCore [section 3];
+* a daemon that stops with a store hands its sessions over (beyond the seed): the session moves to
+  ``handed-over``, a final state of its own, with SESSION_HANDED_OVER and no SESSION_TERMINATED: it
+  did not end, the platform keeps it (a guest socket closed with 1001 and no ``closeSession``, a
+  CXone poll stopped with no DELETE) and the next start takes it over. Nothing leaves
+  ``handed-over`` either: this process supervises the session no more.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from machines.effects import (
     RetryKind,
     RetrySuccess,
     ScheduleReconnect,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -71,6 +77,7 @@ class SessionMachine(StateMachine):
     active = State(value=SessionState.ACTIVE)
     reconnecting = State(value=SessionState.RECONNECTING)
     terminated = State(final=True, value=SessionState.TERMINATED)
+    handed_over = State(final=True, value=SessionState.HANDED_OVER)
 
     # seed section 3: only a response with conversationId, agentId and status activates
     validated = connecting.to(active)
@@ -92,6 +99,8 @@ class SessionMachine(StateMachine):
     graceful_close = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
     # explicit stop or daemon shutdown
     stop = connecting.to(terminated) | active.to(terminated) | reconnecting.to(terminated)
+    # daemon shutdown with a store: left alive on the platform for the next start (docs/runtime.md)
+    hand_over = connecting.to(handed_over) | active.to(handed_over) | reconnecting.to(handed_over)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +172,12 @@ class SessionCore:
 
     @property
     def terminated(self) -> bool:
-        return self.state is SessionState.TERMINATED
+        """The machine accepts nothing more: the session ended, or was handed over."""
+        return self.state in _FINAL
+
+    @property
+    def handed_over(self) -> bool:
+        return self.state is SessionState.HANDED_OVER
 
     @property
     def horizon_deadline(self) -> float | None:
@@ -208,7 +222,7 @@ class SessionCore:
         the operation's alone (its retries belong to the retry executor).
         """
         state = self.state
-        if state is SessionState.TERMINATED:
+        if state in _FINAL:
             raise InputRejected(self.session_id, state, f"failure({event.code})")
         rule = route(event)
         if rule is Route.FAIL_FAST:
@@ -285,6 +299,19 @@ class SessionCore:
         if self.terminated:
             raise InputRejected(self.session_id, self.state, "stop")
         return self._terminate("stop", TerminationReason.STOPPED, None, None)
+
+    def hand_over(self) -> list[Effect]:
+        """Daemon shutdown with a store: the session is left alive for the next start to take over.
+
+        SESSION_HANDED_OVER, never SESSION_TERMINATED: nothing ended, so nothing is to be revoked
+        or re-authenticated (the event carries no ``action``).
+        """
+        if self.terminated:
+            raise InputRejected(self.session_id, self.state, "hand_over")
+        source = self.state
+        now_iso = iso_utc(self._clock.time())
+        transition = self._move("hand_over", "HANDED_OVER", now_iso)
+        return [transition, SessionHandedOver(self.session_id, source, timestamp=now_iso)]
 
     # -- internals ------------------------------------------------------------------------
 
@@ -389,3 +416,5 @@ class SessionCore:
 
 
 _DEFAULT_CONFIG: Final = SessionConfig()
+#: the states nothing leaves
+_FINAL: Final = frozenset({SessionState.TERMINATED, SessionState.HANDED_OVER})

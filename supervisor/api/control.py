@@ -33,6 +33,7 @@ from anyio import to_thread
 from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
+from supervisor.api.control_messages import MessageVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -54,7 +55,13 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
-from supervisor.runtime.sessions import DesiredSessions, SessionControl, SessionReader, TaxonomySwitch
+from supervisor.runtime.sessions import (
+    DesiredSessions,
+    SessionControl,
+    SessionMessaging,
+    SessionReader,
+    TaxonomySwitch,
+)
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 from supervisor.vocabulary import CloseCode, SessionState
 
@@ -77,6 +84,8 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.RELOAD: "reload",
     Method.SET_ATTRIBUTES: "attributes.set",
     Method.RESOLVE_MISMATCH: "mismatch.resolve",
+    Method.SEND_MESSAGE: "send",
+    Method.SET_AGENT_STATE: "agent-state",
 }
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
 # a control client that does not read its reply for this long is cut off
@@ -120,6 +129,7 @@ class ControlService:
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
         roles: ControlRoles | None = None,
+        messaging: SessionMessaging | None = None,
     ) -> None:
         self.sessions = sessions
         self.operations = operations
@@ -139,6 +149,8 @@ class ControlService:
         # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
         self.attribute_verbs = AttributeVerbs(attributes)
+        # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
+        self.message_verbs = MessageVerbs(sessions, messaging)
 
     # ------------------------------------------------------------------ connection
     async def handle(self, connection: Connection) -> None:
@@ -242,6 +254,8 @@ class ControlService:
             Method.LIST_MISMATCHES: attributes.list_mismatches,
             Method.RESOLVE_MISMATCH: attributes.resolve_mismatch,
             Method.ATTRIBUTES_STATUS: attributes.status,
+            Method.SEND_MESSAGE: self.message_verbs.send_message,
+            Method.SET_AGENT_STATE: self.message_verbs.set_agent_state,
         }
         return await attribute_verbs[method](published, parameters)
 
@@ -374,9 +388,13 @@ class ControlService:
             error = _unsupported(Method.DRAIN, "this daemon was started without a stop request")
             publish(error)
             raise error
+        end_sessions = parameters.get("endSessions", False)
+        if end_sessions is True:
+            # before the drain begins: it reads this when it decides what to do with each session
+            self.operations.end_sessions_at_drain()
         publish(None)
         stop.set()
-        return {"draining": True}
+        return {"draining": True, "handover": self.operations.hands_over}
 
     async def use_taxonomy(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
         version = parameters.get("version")

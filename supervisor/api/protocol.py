@@ -77,6 +77,9 @@ class Method(enum.StrEnum):
     LIST_MISMATCHES = f"{CONTROL}.ListMismatches"
     RESOLVE_MISMATCH = f"{CONTROL}.ResolveMismatch"
     ATTRIBUTES_STATUS = f"{CONTROL}.AttributesStatus"
+    # on a live session's behalf: supervisor/api/control_messages.py
+    SEND_MESSAGE = f"{CONTROL}.SendMessage"
+    SET_AGENT_STATE = f"{CONTROL}.SetAgentState"
 
 
 # -- framing -----------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from supervisor.api.connection import UnixService
 from supervisor.api.control import ControlService, Reload
 from supervisor.api.events import SocketApiListening
 from supervisor.api.fanout import Hub
-from supervisor.api.listen import policies, resolve_group, socket_paths
+from supervisor.api.listen import platform_policy, policies, resolve_group, socket_paths
+from supervisor.api.platform_events import PlatformEvents
 from supervisor.api.subscribe import SubscribeService
 from supervisor.attributes import AttributeService
 from supervisor.bus import EventBus
@@ -41,6 +42,7 @@ from supervisor.runtime.sessions import (
     CircuitReader,
     DesiredSessions,
     SessionControl,
+    SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
@@ -68,11 +70,15 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        messaging: SessionMessaging | None = None,
+        platform: PlatformEvents | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
         self.board = StateBoard(sessions, circuits, clock, boot_id=bus.boot_id)
-        self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now)
+        # the sessions' platform events (the platform stream); None: a daemon built without them
+        self.platform = platform
+        self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now, platform=platform)
         self.bus.subscribe(self.board)
         resolved = paths if paths is not None else socket_paths(config, environ)
         self.off_reason: str | None = resolved if isinstance(resolved, str) else None
@@ -92,6 +98,7 @@ class SocketApi:
             cap_bytes=config.subscriber_buffer_bytes,
             lagged_disconnect_after=config.lagged_disconnect_after,
             handshake_timeout=config.handshake_timeout,
+            platform_policy=platform_policy(config),
         )
         self.control_service = ControlService(
             sessions,
@@ -108,6 +115,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            messaging=messaging,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,
@@ -173,6 +181,9 @@ class SocketApi:
         out: dict[str, Any] = {}
         if self.subscribe is not None:
             out["subscribe"] = {**self.subscribe.stats(), **self.hub.stats()}
+            if self.platform is not None:
+                # counts only (records, gaps, the windows' size): never content
+                out["subscribe"]["platformEvents"] = self.platform.stats()
         if self.control is not None and self.control_service is not None:
             out["control"] = {**self.control.stats(), "deniedCalls": self.control_service.denied}
         return out

@@ -19,8 +19,15 @@ from rich.text import Text
 from supervisor.vocabulary import SessionState
 
 # the troubled first; a row's state is the wire's string, which looks a member up by its value
-_ORDER = (SessionState.TERMINATED, SessionState.RECONNECTING, SessionState.CONNECTING, SessionState.ACTIVE)
+_ORDER = (
+    SessionState.TERMINATED,
+    SessionState.RECONNECTING,
+    SessionState.CONNECTING,
+    SessionState.ACTIVE,
+    SessionState.HANDED_OVER,
+)
 _STYLE = {
+    SessionState.HANDED_OVER: "cyan",
     SessionState.ACTIVE: "green",
     SessionState.CONNECTING: "yellow",
     SessionState.RECONNECTING: "yellow",

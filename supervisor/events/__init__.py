@@ -48,6 +48,7 @@ from supervisor.events.session import (
     RetryExhausted,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "ShadowDivergence",

@@ -463,6 +463,8 @@ def socket_api(
         reload=reload,
         desired=durable,
         attributes=None if durable is None else durable.attributes,
+        messaging=supervisor,
+        platform=wiring.platform_events,
     )
 
 

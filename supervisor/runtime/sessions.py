@@ -11,6 +11,7 @@ The other interfaces are what one part needs of another, named by that need (doc
 * :class:`SessionBook`: what the supervisor asks of the durable store (which sessions run at start,
   what they resume; the write-ahead and the end of each runner);
 * :class:`SessionControl`: the control operations (start a configured session, stop one);
+* :class:`SessionMessaging`: what is done on a live session's behalf (a message, the agent's state);
 * :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
 * :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
 * :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries).
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -41,6 +42,7 @@ __all__ = [
     "Plan",
     "SessionBook",
     "SessionControl",
+    "SessionMessaging",
     "SessionReader",
     "SessionTable",
     "TaxonomySwitch",
@@ -86,6 +88,32 @@ class SessionControl(Protocol):
 
     async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose; unknown ids raise SessionError."""
+
+    def end_sessions_at_drain(self) -> None:
+        """The coming drain ends every session (``ctl drain --end-sessions``) instead of handing
+        them over to the next start."""
+
+    @property
+    def hands_over(self) -> bool:
+        """What the drain will do to the sessions: True leaves them alive for the next start."""
+
+
+class SessionMessaging(Protocol):
+    """What the control socket does on a live session's behalf: send a message, set the agent's state."""
+
+    async def send_message(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        client_id: str | None = None,
+    ) -> Mapping[str, Any]:
+        """Send a guest message (Web Messaging); the platform's record of it. Raises SessionError
+        (unknown, not active, no messages on this kind), OperationError (refused, or unconfirmed)."""
+
+    async def set_agent_state(self, session_id: str, state: str, reason: str | None = None) -> None:
+        """Ask for the agent's state (CXone). Raises SessionError or OperationError."""
 
 
 class TaxonomySwitch(Protocol):
@@ -146,6 +174,13 @@ class SessionBook(Protocol):
 
     async def forget(self, session_id: str) -> None:
         """The session left the configuration."""
+
+    def hands_over(self) -> bool:
+        """A drain leaves the sessions alive for the next start (a store that can write, and the
+        configuration's ``handover.onStop`` is ``handover``); False: it ends them."""
+
+    def ends_at_stop(self) -> bool:
+        """A drain ends the sessions on the platform (a store, and ``handover.onStop`` is ``end``)."""
 
     def draining(self) -> None:
         """The drain began."""

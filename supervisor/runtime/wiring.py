@@ -14,10 +14,10 @@ import os
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -27,11 +27,12 @@ from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
 from machines.session import SessionConfig
+from supervisor.api.platform_events import PlatformEvents, WindowLimits
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext, kept_headers
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
-from supervisor.config import Config, Secret, SessionKind, SessionSpec, read_secret
+from supervisor.config import Config, EventsConfig, Secret, SessionKind, SessionSpec, read_secret
 from supervisor.errors import ConfigError
 from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
@@ -39,11 +40,14 @@ from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
 from supervisor.runtime.hooks import BusHooks
+from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
+from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
@@ -117,6 +121,19 @@ class Wiring:
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
+        # every session's platform events: numbered, windowed, handed to the socket API's platform
+        # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
+        self.platform_events = PlatformEvents(
+            boot_id=self.bus.boot_id, clock=self.clock, limits=window_limits(config.events)
+        )
+        self.bus.subscribe(self.platform_events)
+        # closes the gaps the hub finds where the platform allows (supervisor/runtime/resync.py); the
+        # supervisor attaches its session table and serves it
+        self.resyncer = Resyncer(
+            self.platform_events,
+            in_flight=config.events.resync_in_flight,
+            read_conversation=self.read_conversation,
+        )
 
     # ------------------------------------------------------------------ resources
     async def __aenter__(self) -> Wiring:
@@ -190,6 +207,7 @@ class Wiring:
         self.secrets = secrets
         self.session_config = _session_config(config)
         self.circuits.configure(_circuit_config(config))
+        self.platform_events.limits = window_limits(config.events)
         return retired
 
     def use_taxonomy(self, taxonomy: Taxonomy) -> None:
@@ -204,6 +222,36 @@ class Wiring:
         if session_id is None or len(shards) == 1:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
+
+    async def read_conversation(self, ctx: SessionContext, conversation_id: str) -> Mapping[str, Any]:
+        """A Genesys conversation's current state, ``GET /api/v2/conversations/{id}`` (PY269
+        ``ConversationsApi.get_conversation``), through the executor on ``genesys:api`` with the
+        session's pool and the credential's token (a resync's snapshot: supervisor/runtime/resync.py).
+        Raises OperationError or CircuitOpenError."""
+        gen = self.config.platforms.genesys
+        if gen is None:
+            raise ConfigError("platforms.genesys: not configured")
+        response = await self.pipeline_for(Platform.GENESYS, ctx.session_id).request(
+            "GET",
+            f"{gen.api_url.rstrip('/')}/api/v2/conversations/{quote(conversation_id, safe='')}",
+            ctx=ctx,
+            circuit=EndpointId.api(Platform.GENESYS),
+            operation="conversation.get",
+            channel=Channel.REST,
+            route="/api/v2/conversations/{conversationId}",
+        )
+        body = response.json()
+        return body if isinstance(body, dict) else {}
+
+    def guest_history(self, session_id: str) -> GuestHistory | None:
+        """The Web Messaging guest history on the Genesys API host, read through the executor on
+        ``genesys:api`` with the session's pool, signed by the guest JWT (not the OAuth token)."""
+        gen = self.config.platforms.genesys
+        shards = self._shards.get(Platform.GENESYS)
+        if gen is None or not shards:
+            return None
+        client = self.pipeline_for(Platform.GENESYS, session_id).client
+        return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
 
     def _build_platform(
         self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
@@ -270,7 +318,8 @@ class Wiring:
         attempts are admitted).
 
         ``resume``: what the durable store kept of the session's server side (the Web Messaging
-        guest token after a planned restart: the same guest session is resumed, newSession:false).
+        guest token after a planned restart: the same guest session is resumed, newSession:false;
+        the CXone agent session's rolling id after a handover: polled on, no new start).
         """
         platforms = self.config.platforms
         if spec.kind is SessionKind.WEBMESSAGING:
@@ -296,6 +345,9 @@ class Wiring:
                 executor=self.executor,
                 guest_token=token,
                 resuming=token is not None,
+                history=self.guest_history(spec.id),
+                send_check_after=gen.send_check_after,
+                on_event=webmessaging_sink(self.platform_events, spec.id),
             )
             return wm, GENESYS_WEBMESSAGING
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -306,7 +358,7 @@ class Wiring:
             ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
-            sink = self.notification_sink
+            sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -317,7 +369,7 @@ class Wiring:
                 sleep=self.sleep,
                 # every session of one OAuth client shares the client's 20 channels
                 quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
-                on_event=None if sink is None else partial(sink, spec.id),
+                on_event=sink,
             )
             return nt, GENESYS_STREAMING
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
@@ -335,8 +387,37 @@ class Wiring:
             poll_timeout=cx.poll_timeout,
             poll_watchdog=cx.poll_watchdog,
             sleep=self.sleep,
+            on_events=cxone_sink(self.platform_events, spec.id),
+            on_snapshot=self._snapshot_sink(spec.id),
+            # a handover's agent session: polled on with the id the last daemon left, no new start
+            resume_session_id=(resume or {}).get("platformSessionId"),
         )
         return at, CONNECT_ENDPOINT
+
+    def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
+        """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the
+        resyncer knows it (a gap the batch brings is then told ``snapshot``)."""
+        deliver = cxone_sink(self.platform_events, session_id, snapshot=True)
+        resyncer = self.resyncer
+
+        def sink(events: list[dict[str, Any]]) -> None:
+            with resyncer.snapshot_batch(session_id):
+                deliver(events)
+
+        return sink
+
+    def _noting(self, embedder: NotificationSink | None) -> NotificationSink:
+        """The notifications embedder's sink, after the resyncer noted the conversation an event names."""
+        resyncer = self.resyncer
+
+        def sink(session_id: str, message: Mapping[str, Any]) -> None:
+            topic = message.get("topicName")
+            if isinstance(topic, str):
+                resyncer.noted(session_id, topic, message.get("eventBody"))
+            if embedder is not None:
+                embedder(session_id, message)
+
+        return sink
 
     def runner_for(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """A new runner for ``spec`` (a new machine: a full authentication cycle, or the resumption
@@ -356,6 +437,13 @@ class Wiring:
             config=self.session_config,
             sleep=self.sleep,
         )
+
+
+def window_limits(events: EventsConfig) -> WindowLimits:
+    """``[events]`` as the platform events' windows take it."""
+    return WindowLimits(
+        events=events.window_events, bytes=events.window_bytes, total_bytes=events.window_total_bytes
+    )
 
 
 def _circuit_config(config: Config) -> CircuitConfig:

@@ -17,12 +17,17 @@ __all__ = ["CircuitState", "SessionState"]
 
 
 class SessionState(enum.StrEnum):
-    """Where a supervised session is: connecting → active ⇄ reconnecting → terminated."""
+    """Where a supervised session is: connecting → active ⇄ reconnecting → terminated, or handed-over.
+
+    ``handed-over``: the daemon stopped with a store and left the session alive on the platform for
+    the next start to take over (docs/runtime.md, "Lifecycle"); this process supervises it no more.
+    """
 
     CONNECTING = "connecting"
     ACTIVE = "active"
     RECONNECTING = "reconnecting"
     TERMINATED = "terminated"
+    HANDED_OVER = "handed-over"
 
 
 class CircuitState(enum.StrEnum):

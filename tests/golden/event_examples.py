@@ -53,6 +53,7 @@ from supervisor.events import (
     RetryKind,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     ShadowDivergence,
@@ -220,6 +221,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
             "wm-3", SessionState.RECONNECTING, SessionState.CONNECTING, "reconnect", "RECONNECT_DUE", T1
         ),
         WM3,
+    ),
+    Example(
+        "session_transition.hand_over",
+        SessionTransition(
+            "cx-1", SessionState.ACTIVE, SessionState.HANDED_OVER, "hand_over", "HANDED_OVER", T1
+        ),
+        CX1,
     ),
     Example(
         "session_transition.fail_fast",
@@ -510,6 +518,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         "session_terminated.stopped",
         _terminated("nt-1", TerminationReason.STOPPED, None, None, None, None),
         NT1,
+    ),
+    # -- SESSION_HANDED_OVER: a stop with a store left the session alive for the next start -------------
+    Example("session_handed_over.active", SessionHandedOver("cx-1", SessionState.ACTIVE, timestamp=T1), CX1),
+    Example(
+        "session_handed_over.reconnecting",
+        SessionHandedOver("wm-2", SessionState.RECONNECTING, timestamp=T1),
+        WM2,
     ),
     # -- SDK_ERROR_CLASSIFIED (seed section 1): trigger and every flag present and absent -------------
     # published without a correlation: the SdkErrorEvent's context carries the ids

@@ -43,7 +43,15 @@ def test_the_roles_the_issue_names() -> None:
         "ListMismatches",
         "AttributesStatus",
     }
-    assert by_role[Role.OPERATOR] == {"StartSession", "StopSession", "SetAttributes", "ResolveMismatch"}
+    assert by_role[Role.OPERATOR] == {
+        "StartSession",
+        "StopSession",
+        "SetAttributes",
+        "ResolveMismatch",
+        # on a live session's behalf: a guest message, an agent's state (operator verbs)
+        "SendMessage",
+        "SetAgentState",
+    }
     assert by_role[Role.ADMINISTRATOR] == {"Drain", "Reload", "UseTaxonomy"}
 
 

@@ -20,6 +20,7 @@ from machines.effects import (
     RetryExhausted,
     RetrySuccess,
     ScheduleReconnect,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -543,6 +544,42 @@ def test_stop_terminates_with_stopped(clock: FakeClock) -> None:
     (terminated,) = of(effects, SessionTerminated)
     assert terminated.reason is TerminationReason.STOPPED
     assert (terminated.trigger, terminated.raw_status, terminated.raw_code) == (None, None, None)
+
+
+@pytest.mark.parametrize("state", [SessionState.CONNECTING, SessionState.ACTIVE, SessionState.RECONNECTING])
+def test_a_handover_leaves_the_session_alive_without_terminating_it(
+    clock: FakeClock, state: SessionState
+) -> None:
+    """A stop with a store: SESSION_HANDED_OVER from whatever state the session was in, never
+    SESSION_TERMINATED (nothing ended: nothing is to be revoked or re-authenticated)."""
+    core = new_core(clock) if state is SessionState.CONNECTING else active_core(clock)
+    if state is SessionState.RECONNECTING:
+        core.failure(drop())
+    assert core.state is state
+    effects = core.hand_over()
+    (transition,) = of(effects, SessionTransition)
+    assert (transition.source, transition.target, transition.trigger) == (
+        state,
+        SessionState.HANDED_OVER,
+        "hand_over",
+    )
+    (handed,) = of(effects, SessionHandedOver)
+    assert handed.previous is state and handed.timestamp == iso_utc(clock.time())
+    assert "action" not in handed.fields()
+    assert not of(effects, SessionTerminated)
+    assert core.state is SessionState.HANDED_OVER and core.handed_over and core.terminated
+    # final: nothing leaves it, a second hand-over or a stop included
+    for act in (core.hand_over, core.stop, lambda: core.failure(drop()), lambda: core.session_response(None)):
+        with pytest.raises(InputRejected):
+            act()
+
+
+def test_a_terminated_session_cannot_be_handed_over(clock: FakeClock) -> None:
+    core = active_core(clock)
+    core.stop()
+    with pytest.raises(InputRejected):
+        core.hand_over()
+    assert not core.handed_over
 
 
 def test_the_machine_class_is_strict_and_terminated_is_final() -> None:
