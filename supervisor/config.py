@@ -154,6 +154,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
     retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+    # read Genesys' inin-ratelimit-count/allowed/reset from every REST answer and slow an endpoint's
+    # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
+    # 429 slows them
+    rate_limit_headers: bool = True
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

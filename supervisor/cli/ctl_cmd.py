@@ -311,6 +311,79 @@ def reload_summary(result: Any) -> str:
     return "reloaded: " + ", ".join(parts)
 
 
+@ctl.group()
+def circuit() -> None:
+    """Isolate, close or reset one endpoint's circuit by hand (administrators).
+
+    \b
+    An isolated endpoint admits nothing: REST calls to it fail at once, its sessions wait
+    in reconnecting with their reconnection horizon standing still, attribute updates stay
+    queued. `close` (or the end of --for) ends the isolation; `reset` closes a circuit from
+    any state with its counters cleared (after a false trip). An isolation lives in the
+    daemon's memory: a restart closes every circuit. Endpoints: `ctl status` lists those in
+    use (genesys:api, genesys:oauth, genesys:webmessaging, genesys:streaming, cxone:api,
+    cxone:oauth, cxone:agent-sessions). Exit 0 when done, 1 when refused (an unknown
+    endpoint, closing a circuit that is open rather than isolated), 2 on bad usage.
+
+    \b
+    Examples:
+      session-supervisor ctl circuit isolate genesys:webmessaging --for 1800
+      session-supervisor ctl circuit close genesys:webmessaging --json
+      session-supervisor ctl circuit reset cxone:api
+    """
+
+
+def _circuit_call(method: str, parameters: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    try:
+        return _call(method, parameters)
+    except ApiError as error:
+        if as_json:
+            _emit({"error": error.name, **error.parameters}, True, "")
+        raise
+
+
+def _circuit_line(result: dict[str, Any]) -> str:
+    moved = (
+        f"{result['previous']} -> {result['state']}" if result["changed"] else f"{result['state']}, unchanged"
+    )
+    until = f" for {result['forSeconds']:g} s" if result.get("forSeconds") is not None else ""
+    return f"circuit {result['endpoint']}: {moved}{until}"
+
+
+@circuit.command("isolate")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@click.option(
+    "--for",
+    "for_s",
+    metavar="S",
+    type=click.FloatRange(min=0.0, min_open=True, max=7 * 24 * 3600.0),
+    help="End the isolation by itself after S seconds (default: until `close` or `reset`).",
+)
+@_json_option
+def circuit_isolate(endpoint: str, for_s: float | None, as_json: bool) -> None:
+    """Isolate ENDPOINT: admit nothing to it until closed, reset, or S seconds (--for)."""
+    result = _circuit_call(Method.ISOLATE_CIRCUIT, {"endpoint": endpoint, "forSeconds": for_s}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("close")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_close(endpoint: str, as_json: bool) -> None:
+    """End ENDPOINT's isolation (a closed circuit is left as it is)."""
+    result = _circuit_call(Method.CLOSE_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("reset")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_reset(endpoint: str, as_json: bool) -> None:
+    """Close ENDPOINT's circuit from any state, its counters cleared (after a false trip)."""
+    result = _circuit_call(Method.RESET_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
 # attribute updates (docs/attributes.md): ctl attributes set|status, ctl mismatches, ctl resolve
 for _verb in (ctl_attributes.attributes, ctl_attributes.mismatches, ctl_attributes.resolve):
     ctl.add_command(_verb)

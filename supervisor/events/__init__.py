@@ -29,8 +29,10 @@ from supervisor.events.circuit import (
     CircuitClosed,
     CircuitEvent,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
+    ManualAction,
     PacingChanged,
 )
 from supervisor.events.daemon import (
@@ -59,6 +61,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "ConnectionRolledOver",
@@ -70,6 +73,7 @@ __all__ = [
     "ErrorClassified",
     "Event",
     "EventsDropped",
+    "ManualAction",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",

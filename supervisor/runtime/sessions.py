@@ -14,7 +14,8 @@ The other interfaces are what one part needs of another, named by that need (doc
 * :class:`SessionMessaging`: what is done on a live session's behalf (a message, the agent's state);
 * :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
 * :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
-* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries).
+* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries);
+* :class:`CircuitControl`: an operator's hand on a circuit (``ctl circuit isolate|close|reset``).
 
 The socket API, the systemd glue and the demo import these, never the supervisor, its wiring or the
 store's class (``tests/unit/test_import_rules.py`` holds them to it).
@@ -36,9 +37,11 @@ from supervisor.taxonomy import Taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = [
+    "CircuitControl",
     "CircuitReader",
     "CircuitView",
     "DesiredSessions",
+    "ManualMove",
     "Plan",
     "SessionBook",
     "SessionControl",
@@ -152,6 +155,41 @@ class CircuitReader(Protocol):
     """Every endpoint's circuit breaker made so far (a circuit is made on first use)."""
 
     def all(self) -> Mapping[EndpointId, CircuitView]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ManualMove:
+    """What one ``ctl circuit`` verb did to an endpoint's circuit: its state before and after
+    (``changed`` False: nothing to do, closing a circuit that is closed), and ``for_s`` of an
+    isolation that ends by itself."""
+
+    endpoint: EndpointId
+    circuit_id: str
+    previous: CircuitState
+    state: CircuitState
+    changed: bool
+    for_s: float | None = None
+
+
+class CircuitControl(Protocol):
+    """Manual control of the endpoints' circuits (supervisor/runtime/circuits.py; the decisions are
+    the circuit machine's). An isolation lives in memory: a restart closes every circuit."""
+
+    def find(self, name: str) -> EndpointId | None:
+        """The endpoint named ``name`` (``genesys:api``); None when the daemon has no such endpoint."""
+
+    def endpoints(self) -> list[EndpointId]:
+        """The endpoints an operator may name."""
+
+    def isolate(self, endpoint: EndpointId, for_s: float | None = None) -> ManualMove:
+        """Admit nothing to ``endpoint`` until closed, reset or ``for_s`` seconds from now."""
+
+    def close(self, endpoint: EndpointId) -> ManualMove:
+        """End its isolation; a circuit not isolated is left as it is (``changed`` False: the caller
+        refuses to close an open or half-open one, which is reset, not closed)."""
+
+    def reset(self, endpoint: EndpointId) -> ManualMove:
+        """Closed with its counters cleared, from any state."""
 
 
 class SessionBook(Protocol):

@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
@@ -66,6 +67,10 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+        #: ``ctl circuit isolate|close|reset`` and the end of an isolation's ``--for``
+        self.manual_circuits = ManualCircuits(
+            wiring.attempts, lambda: self.config, bus=wiring.bus, clock=wiring.clock, sleep=wiring.sleep
+        )
         #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
         self._end_sessions = False
 
@@ -96,6 +101,7 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
                 book = self.book

@@ -286,7 +286,10 @@ class Wiring:
         else:
             return
         # one credential, one token cache, one executor: only the connection pools are sharded
-        self._shards[platform] = [RequestPipeline(c, self.executor, tokens=tokens) for c in clients]
+        headers = config.admission.rate_limit_headers
+        self._shards[platform] = [
+            RequestPipeline(c, self.executor, tokens=tokens, rate_limit_headers=headers) for c in clients
+        ]
         self.pipelines[platform] = self._shards[platform][0]
 
     def _clients_for(
@@ -466,7 +469,9 @@ def _endpoints(config: Config, clock: Clock, circuits: CircuitRegistry) -> Endpo
         connect = PacingConfig(
             initial_rate=settings.initial_rate, probe=probe, in_flight_floor=settings.connects_in_flight
         )
-        rest = PacingConfig(initial_rate=None, probe=probe)
+        # REST calls also slow down once half their token's rate window is spent (the platform's
+        # inin-ratelimit-* reading; a pipeline without [admission] rateLimitHeaders reads none)
+        rest = PacingConfig(initial_rate=None, probe=probe, headroom=0.5)
     return Endpoints(
         clock,
         circuits,

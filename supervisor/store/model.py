@@ -228,6 +228,8 @@ class RowChange:
     # a re-send after a mismatch (counts against the repair budget)
     repair: bool = False
     error: str | None = None
+    # the claim counted a send that never left (the endpoint's circuit refused it): take it back
+    unsent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from supervisor.attributes.events import (
 from supervisor.events import (
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     ConnectionRolledOver,
@@ -45,6 +46,7 @@ from supervisor.events import (
     ErrorClassified,
     Event,
     EventsDropped,
+    ManualAction,
     PacingChanged,
     Published,
     ReconnectionThrottled,
@@ -767,6 +769,47 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     ),
     Example("circuit_breaker_half_open", CircuitHalfOpened(CIRCUIT_WM, 1, timestamp=T1)),
     Example("circuit_breaker_closed", CircuitClosed(CIRCUIT_WM, 1, timestamp=T2)),
+    # -- CIRCUIT_MANUAL: every action; an isolation with an end and one without -------------------
+    Example(
+        "circuit_transition.isolate",
+        CircuitTransition(CIRCUIT_WM, CircuitState.CLOSED, CircuitState.ISOLATED, "isolate", "MANUAL", T0),
+    ),
+    Example(
+        "circuit_manual.isolate_for",
+        CircuitManual(
+            CIRCUIT_WM,
+            ManualAction.ISOLATE,
+            CircuitState.OPEN,
+            CircuitState.ISOLATED,
+            1800.0,
+            T2,
+            timestamp=T0,
+        ),
+    ),
+    Example(
+        "circuit_manual.isolate",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.ISOLATE, CircuitState.CLOSED, CircuitState.ISOLATED, timestamp=T0
+        ),
+    ),
+    Example(
+        "circuit_manual.close",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.CLOSE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T1
+        ),
+    ),
+    Example(
+        "circuit_manual.expire",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.EXPIRE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
+    Example(
+        "circuit_manual.reset",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.RESET, CircuitState.HALF_OPEN, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
     # -- PACING_CHANGED: every reason; a rate and a previous rate absent (unpaced) --------------------
     Example(
         "pacing_changed.throttled",
