@@ -104,6 +104,15 @@ class RetryExecutor:
         self._backoff = Backoff(clock, rng if rng is not None else random.Random(), hooks)
         self._token = TokenFetch(attempts, self._backoff, self._classify, clock, hooks, self._reports)
 
+    @property
+    def refresh_before_retry_s(self) -> float:
+        """Before a retry, a token expiring within this is refreshed (``tokens.refreshBeforeRetry``)."""
+        return self._refresh_before_retry
+
+    @refresh_before_retry_s.setter
+    def refresh_before_retry_s(self, seconds: float) -> None:
+        self._refresh_before_retry = seconds
+
     async def token(self, ctx: SessionContext, tokens: TokenCache, fetch: Fetch) -> Token:
         """A token from ``fetch`` (supervisor/rest/token_fetch.py): a 4xx is TOKEN_REFRESH_FAILED
         (fail-fast); a 5xx or a network failure is retried per its policy."""

@@ -332,6 +332,7 @@ class Daemon:
             )
         requests: ReloadRequests | None = None
         reload_answer: Reload | None = None
+        reloader: Reloader | None = None
         config_path = options.config_path
         if config_path is not None:
             reloader = Reloader(supervisor, lambda: options.selected(load_config(config_path)))
@@ -350,6 +351,9 @@ class Daemon:
         extra = list(body.attach(view)) if body is not None else []
         api = self._socket_api(wiring, supervisor, durable, stop, reload_answer, warn)
         services.extend(api.services)
+        if reloader is not None and options.sockets is None:
+            # the [sockets] access lists, roles and limits a reload reads go to the API it serves
+            reloader.apply_sockets = api.api.reconfigure
         if telemetry is not None:
             hub = api.api.hub
             telemetry.observe_subscribers(
