@@ -173,7 +173,9 @@ class DaemonConfig:
         config = load_config(path)
         config_dir = path.resolve().parent
         # reads telemetry.headersFile like the platforms' credentials and checks the OTEL_* variables
-        settings = resolve_settings(config.telemetry, environ, config_dir=config_dir)
+        settings = resolve_settings(
+            config.telemetry, environ, config_dir=config_dir, prometheus_key=f"{path}: telemetry.prometheus"
+        )
         return cls(config, path, config_dir, environ, telemetry=settings, say=say)
 
     @property
@@ -344,7 +346,11 @@ class Daemon:
         if telemetry is not None:
             bus.subscribe(telemetry)
             telemetry.observe(
-                tokens=wiring.tokens, sink_failures=bus, shadow_divergences=lambda: tap.divergences
+                tokens=wiring.tokens,
+                sink_failures=bus,
+                endpoints=wiring.attempts.endpoints,
+                outbox=None if durable is None else durable.outbox_depth,
+                shadow_divergences=lambda: tap.divergences,
             )
             services.append(telemetry.service(grace_s))
         systemd = None
@@ -415,7 +421,8 @@ class Daemon:
         return await run_daemon(
             supervisor,
             grace_s=grace_s,
-            bind=[api],
+            # the Prometheus endpoint's port with the sockets: one held by another process ends the start
+            bind=[api, *(telemetry.bindings if telemetry is not None else ())],
             services=services,
             body=body,
             on_ready=ready,
