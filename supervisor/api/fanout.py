@@ -133,6 +133,10 @@ class Hub:
         self._publish = publish
         self._timestamp = timestamp
         self._subscribers: tuple[Subscriber, ...] = ()
+        # the ``platform`` stream's subscribers, indexed so that a record costs only the subscribers
+        # that may want it: those whose filter names sessions, by session; the others (every session)
+        self._platform_by_session: dict[str, tuple[Subscriber, ...]] = {}
+        self._platform_any: tuple[Subscriber, ...] = ()
         self.lag_disconnects = 0
         # `lagged` notices of subscribers gone (the live ones count their own)
         self._retired_lags = 0
@@ -160,19 +164,45 @@ class Hub:
                 # as a live record: what a lag drops of the replay is told as a gap too
                 subscriber.outbox.push_platform(record)
         self._subscribers = (*self._subscribers, subscriber)
+        if subscription.platform:
+            if subscription.sessions is None:
+                self._platform_any = (*self._platform_any, subscriber)
+            else:
+                index = self._platform_by_session
+                for session_id in subscription.sessions:
+                    index[session_id] = (*index.get(session_id, ()), subscriber)
 
     def platform_record(self, record: PlatformRecord) -> None:
-        """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits."""
-        for subscriber in self._subscribers:
-            subscription = subscriber.subscription
-            if subscription.platform and subscription.wants_platform(
-                record.session_id, record.platform, record.agent_id, record.event_type
-            ):
-                subscriber.outbox.push_platform(record)
-                subscriber.wake()
+        """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits.
+
+        Only the subscribers that take every session and those whose filter names the record's
+        session are asked (the index), not every subscriber: with subscribers that each watch their
+        share of the sessions, a record costs the one or few that watch its session.
+        """
+        session_id = record.session_id
+        watching = self._platform_by_session.get(session_id)
+        for subscribers in (self._platform_any, watching) if watching else (self._platform_any,):
+            for subscriber in subscribers:
+                if subscriber.subscription.wants_platform(
+                    session_id, record.platform, record.agent_id, record.event_type
+                ):
+                    subscriber.outbox.push_platform(record)
+                    subscriber.wake()
 
     def remove(self, subscriber: Subscriber) -> None:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+        subscription = subscriber.subscription
+        if subscription.platform:
+            if subscription.sessions is None:
+                self._platform_any = tuple(s for s in self._platform_any if s is not subscriber)
+            else:
+                index = self._platform_by_session
+                for session_id in subscription.sessions:
+                    rest = tuple(s for s in index.get(session_id, ()) if s is not subscriber)
+                    if rest:
+                        index[session_id] = rest
+                    else:
+                        index.pop(session_id, None)
         self._retired_lags += subscriber.outbox.lags
         if subscriber.disconnected_for_lag:
             self.lag_disconnects += 1

@@ -14,6 +14,7 @@ from supervisor.api.connection import Connection
 from supervisor.api.events import ControlCommand, Peer
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.messages import Subscription, parse_subscription
+from supervisor.api.platform_events import PlatformEvents
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
@@ -148,3 +149,81 @@ async def test_circuit_events_reach_the_subscribers_of_their_endpoint_by_platfor
             assert circuits_seen("cxone") == ["circuit:cxone:api"]
             # wm-0 connects through genesys:webmessaging (the session table says)
             assert circuits_seen("wm-0") == ["circuit:genesys:webmessaging"]
+
+
+async def test_platform_records_reach_exactly_the_subscribers_whose_filters_pass_them_and_none_once_gone() -> (
+    None
+):
+    """The fan-out's index (by session, and the subscribers of every session) sends a record to those
+    that watch its session or every session, with their other filters applied; a subscriber removed
+    gets nothing more, and the others keep getting theirs."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        board = StateBoard(supervisor.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
+        events = PlatformEvents(boot_id=bus.boot_id, clock=clock)
+        hub = Hub(board, publish=bus.publish, timestamp=lambda: "t", platform=events)
+        states = [s.value for s in SessionState]
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            subscribers: dict[str, Subscriber] = {}
+            for name, selection in (
+                ("every", {}),
+                ("cx-1", {"sessions": ["cx-1"]}),
+                ("cx-1 too", {"sessions": ["cx-1", "cx-3"]}),
+                ("cx-2", {"sessions": ["cx-2"]}),
+                ("cx-2 states", {"sessions": ["cx-2"], "eventTypes": ["AgentState"]}),
+                ("not platform", {"sessions": ["cx-1"]}),
+            ):
+                streams = [] if name == "not platform" else ["platform"]
+                subscription = parse_subscription(
+                    {"filter": selection, "streams": streams}, known_states=states
+                )
+                subscriber = Subscriber(
+                    Connection(ours, Peer(0, 0, 0)),
+                    subscription,
+                    cap_bytes=1 << 20,
+                    lagged_disconnect_after=5.0,
+                    snapshot=hub.snapshot_frame,
+                )
+                hub.add(subscriber)
+                subscriber.outbox.take()  # the snapshot
+                subscribers[name] = subscriber
+
+            def seen(name: str) -> list[tuple[str, str | None]]:
+                frames, _ = subscribers[name].outbox.take()
+                out = []
+                for frame in frames:
+                    parameters = json.loads(frame.rstrip(b"\0"))["parameters"]
+                    out.append((parameters["sessionId"], parameters.get("eventType", parameters["type"])))
+                return out
+
+            for session_id, event_type in (
+                ("cx-1", "AgentState"),
+                ("cx-2", "ContactEvent"),
+                ("cx-2", "AgentState"),
+            ):
+                events.delivered(session_id, "cxone", event_type, {}, {})
+            start_1, start_2 = ("cx-1", "gap"), ("cx-2", "gap")
+            assert seen("every") == [
+                start_1,
+                ("cx-1", "AgentState"),
+                start_2,
+                ("cx-2", "ContactEvent"),
+                ("cx-2", "AgentState"),
+            ]
+            assert seen("cx-1") == [start_1, ("cx-1", "AgentState")]
+            assert seen("cx-1 too") == [start_1, ("cx-1", "AgentState")]
+            assert seen("cx-2") == [start_2, ("cx-2", "ContactEvent"), ("cx-2", "AgentState")]
+            # a gap is never hidden by the event-type filter
+            assert seen("cx-2 states") == [start_2, ("cx-2", "AgentState")]
+            assert seen("not platform") == []
+            events.delivered("cx-3", "cxone", "AgentState", {}, {})
+            assert seen("cx-1 too") == seen("every") == [("cx-3", "gap"), ("cx-3", "AgentState")]
+            assert seen("cx-1") == seen("cx-2") == []
+            hub.remove(subscribers["cx-1"])
+            hub.remove(subscribers["every"])
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert seen("cx-1") == seen("every") == []
+            assert seen("cx-1 too") == [("cx-1", "AgentState")]
