@@ -8,7 +8,10 @@ disconnects it once it has been over its cap for ``lagged_disconnect_after`` sec
 
 A delta's or an event's frame is encoded once, however many subscribers get it. The platform
 events hub (supervisor/api/platform_events.py) hands its records here the same way
-(:meth:`Hub.platform_record`): only subscribers of the ``platform`` stream get them.
+(:meth:`Hub.platform_record`): only subscribers of the ``platform`` stream get them, found
+through an index (by session for those whose filter names sessions); those that take every record
+share runs of records (supervisor/api/outbox.py, ``PlatformRun``): a record costs one append for
+all of them, not one push and one wake per subscriber.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.events import SubscriberDisconnected
 from supervisor.api.messages import Delta, Subscription, encode_message
-from supervisor.api.outbox import LaggedGap, Outbox
+from supervisor.api.outbox import LaggedGap, Outbox, PlatformRun
 from supervisor.api.platform_events import PlatformEvents, PlatformRecord
 from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, wire
 
@@ -81,7 +84,7 @@ class Subscriber:
                 continue
             if not await self._send(b"".join(frames)):
                 return
-            self.delivered += len(frames)
+            self.delivered += outbox.taken
             if recovery and not outbox.lagged:
                 self._deadline = math.inf  # caught up: the lag notice and the snapshot are out
 
@@ -137,6 +140,10 @@ class Hub:
         # that may want it: those whose filter names sessions, by session; the others (every session)
         self._platform_by_session: dict[str, tuple[Subscriber, ...]] = {}
         self._platform_any: tuple[Subscriber, ...] = ()
+        # those that take every record (no filter on the stream): they share runs of records
+        # (supervisor/api/outbox.py, PlatformRun), one append per record for all of them
+        self._platform_all: tuple[Subscriber, ...] = ()
+        self._run: PlatformRun | None = None
         self.lag_disconnects = 0
         # `lagged` notices of subscribers gone (the live ones count their own)
         self._retired_lags = 0
@@ -165,7 +172,11 @@ class Hub:
                 subscriber.outbox.push_platform(record)
         self._subscribers = (*self._subscribers, subscriber)
         if subscription.platform:
-            if subscription.sessions is None:
+            # the open run was put into the others' outboxes only: the next record opens a new one
+            self._run = None
+            if _takes_every_record(subscription):
+                self._platform_all = (*self._platform_all, subscriber)
+            elif subscription.sessions is None:
                 self._platform_any = (*self._platform_any, subscriber)
             else:
                 index = self._platform_by_session
@@ -179,6 +190,18 @@ class Hub:
         session are asked (the index), not every subscriber: with subscribers that each watch their
         share of the sessions, a record costs the one or few that watch its session.
         """
+        every = self._platform_all
+        if every:
+            run = self._run
+            if run is None or run.sealed:
+                run = self._run = PlatformRun()
+                run.append(record)
+                for subscriber in every:
+                    subscriber.outbox.push_run(run)
+                    subscriber.wake()
+            else:
+                # still the last item of every such outbox (nothing else happened to them since)
+                run.append(record)
         session_id = record.session_id
         watching = self._platform_by_session.get(session_id)
         for subscribers in (self._platform_any, watching) if watching else (self._platform_any,):
@@ -193,7 +216,10 @@ class Hub:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
         subscription = subscriber.subscription
         if subscription.platform:
-            if subscription.sessions is None:
+            self._run = None
+            if _takes_every_record(subscription):
+                self._platform_all = tuple(s for s in self._platform_all if s is not subscriber)
+            elif subscription.sessions is None:
                 self._platform_any = tuple(s for s in self._platform_any if s is not subscriber)
             else:
                 index = self._platform_by_session
@@ -279,6 +305,16 @@ class Hub:
             return sessions is None or any(self.board.endpoint_of(s) == endpoint for s in sessions)
         # daemon-wide events (drain, a taxonomy switch, the daemon's lifecycle) go to everyone who asked
         return True
+
+
+def _takes_every_record(subscription: Subscription) -> bool:
+    """A ``platform`` subscription with no filter that applies to records: it takes them all."""
+    return (
+        subscription.sessions is None
+        and subscription.platforms is None
+        and subscription.agents is None
+        and subscription.event_types is None
+    )
 
 
 def _session_of(published: Published) -> str | None:
