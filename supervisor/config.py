@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from supervisor.config_durable import AttributesConfig, StoreConfig
+from supervisor.config_durable import AttributesConfig, HandoverConfig, StoreConfig
 from supervisor.config_urls import HTTP, WS, url_problem
 
 # their home was here: importers keep importing them from supervisor.config
@@ -154,6 +154,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
     retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+    # read Genesys' inin-ratelimit-count/allowed/reset from every REST answer and slow an endpoint's
+    # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
+    # 429 slows them
+    rate_limit_headers: bool = True
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -317,6 +321,8 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    # what a stop does to the sessions with a store: hand them over (default) or end them
+    handover: HandoverConfig = msgspec.field(default_factory=HandoverConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
     taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
 

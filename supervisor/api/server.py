@@ -39,6 +39,7 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
 from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import (
+    CircuitControl,
     CircuitReader,
     DesiredSessions,
     SessionControl,
@@ -70,6 +71,7 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        circuit_control: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
         platform: PlatformEvents | None = None,
     ) -> None:
@@ -115,6 +117,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            circuits=circuit_control,
             messaging=messaging,
         )
         common: dict[str, Any] = {

@@ -29,8 +29,10 @@ from supervisor.events.circuit import (
     CircuitClosed,
     CircuitEvent,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
+    ManualAction,
     PacingChanged,
 )
 from supervisor.events.daemon import (
@@ -48,6 +50,7 @@ from supervisor.events.session import (
     RetryExhausted,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "ConnectionRolledOver",
@@ -69,6 +73,7 @@ __all__ = [
     "ErrorClassified",
     "Event",
     "EventsDropped",
+    "ManualAction",
     "PacingChanged",
     "Published",
     "ReconnectionThrottled",
@@ -77,6 +82,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "ShadowDivergence",

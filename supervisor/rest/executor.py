@@ -50,13 +50,16 @@ from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetail
 from supervisor.rest.token_fetch import TOKEN_OPERATION, Fetch, TokenFetch, ensure_from, refresh_from
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
-__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "Reading", "RetryExecutor", "Sleep"]
 
 T = TypeVar("T")
 # one attempt: given the current token, the result, or a description of the failure
 Attempt = Callable[[Token | None], Awaitable[T | RawError | SdkErrorEvent]]
+# what a successful result says of the platform's rate window (None: nothing)
+Reading = Callable[[T], RateLimitReading | None]
 
 
 class _Kind(enum.Enum):
@@ -128,6 +131,7 @@ class RetryExecutor:
         method: str | None = None,
         idempotent: bool = True,
         admitted: Flight | None = None,
+        reading: Reading[T] | None = None,
     ) -> T:
         """Run one logical operation; return its result or raise.
 
@@ -144,7 +148,9 @@ class RetryExecutor:
         the caller reads back before anything is sent again. ``admitted``: a connect attempt the
         caller already admitted on its endpoint (a session's CXone start: the runner waited for its
         slot and asked the circuit); it is the operation's first attempt, and its retries are
-        asked of the same endpoint.
+        asked of the same endpoint. ``reading``: what a successful result says of the platform's
+        rate window (Genesys' ``inin-ratelimit-*``), told to the endpoint with the success (its pace
+        slows before the window is spent: ``Pacer.reading``).
         """
         hooks = self._hooks
         gate = None
@@ -153,7 +159,9 @@ class RetryExecutor:
         elif circuit is not None:
             gate = self.attempts.get(circuit)
         if hooks is None:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None, reading
+            )
         details = OperationDetails(
             operation,
             ctx,
@@ -165,9 +173,13 @@ class RetryExecutor:
         )
         scope = hooks.operation(details)
         if scope is None:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details, reading
+            )
         with scope:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details, reading
+            )
 
     async def _run(
         self,
@@ -179,6 +191,7 @@ class RetryExecutor:
         idempotent: bool,
         admitted: Flight | None,
         details: OperationDetails | None,
+        reading: Reading[T] | None = None,
     ) -> T:
         hooks = self._hooks
         reports = self._reports
@@ -221,7 +234,7 @@ class RetryExecutor:
                 raise
             if not isinstance(outcome, _Failure):
                 if flight is not None:
-                    flight.answered(None, reports)
+                    flight.answered(None, reports, None if reading is None else reading(outcome))
                 if hooks is not None and details is not None:
                     retried = None
                     if resends:

@@ -456,6 +456,7 @@ def socket_api(
         reload=reload,
         desired=durable,
         attributes=None if durable is None else durable.attributes,
+        circuit_control=supervisor.manual_circuits,
         messaging=supervisor,
         platform=wiring.platform_events,
     )

@@ -24,6 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
@@ -66,6 +67,12 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+        #: ``ctl circuit isolate|close|reset`` and the end of an isolation's ``--for``
+        self.manual_circuits = ManualCircuits(
+            wiring.attempts, lambda: self.config, bus=wiring.bus, clock=wiring.clock, sleep=wiring.sleep
+        )
+        #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
+        self._end_sessions = False
 
     @property
     def config(self) -> Config:
@@ -94,6 +101,7 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
                 book = self.book
@@ -197,13 +205,32 @@ class Supervisor:
             return current  # `ctl start` started it again meanwhile, on the new configuration
         return self.add(spec)
 
+    def end_sessions_at_drain(self) -> None:
+        """``ctl drain --end-sessions``: the drain ends every session instead of handing it over."""
+        self._end_sessions = True
+
+    @property
+    def hands_over(self) -> bool:
+        """What a drain now does to the sessions: True hands them over (left alive on the platform for
+        the next start), False ends them (guests closeSession'd, CXone agent sessions DELETEd)."""
+        return self.book is not None and self.book.hands_over() and not self._end_sessions
+
     async def shutdown(self, grace_s: float) -> None:
-        """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
+        """Stop intake, hand every session over (a store) or close it with 1001 (going away, ended
+        on the platform), wait at most ``grace_s``."""
+        hand_over = self.hands_over
         self.draining.set()
         if self.book is not None:
             self.book.draining()
+        # asked to end them (``ctl drain --end-sessions``, ``handover.onStop = "end"``): 1000, so a guest
+        # session gets closeSession and the ledger closes it; else (no store) 1001 as it always was
+        ended = self._end_sessions or (self.book is not None and self.book.ends_at_stop())
+        code = CloseCode.NORMAL_CLOSURE if ended else CloseCode.GOING_AWAY
         for runner in list(self.runners.values()):
-            await runner.stop(CloseCode.GOING_AWAY)
+            if hand_over:
+                runner.hand_over()
+            else:
+                await runner.stop(code)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
         with anyio.move_on_after(grace_s):
             for done in list(self._done.values()):

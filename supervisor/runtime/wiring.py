@@ -286,7 +286,10 @@ class Wiring:
         else:
             return
         # one credential, one token cache, one executor: only the connection pools are sharded
-        self._shards[platform] = [RequestPipeline(c, self.executor, tokens=tokens) for c in clients]
+        headers = config.admission.rate_limit_headers
+        self._shards[platform] = [
+            RequestPipeline(c, self.executor, tokens=tokens, rate_limit_headers=headers) for c in clients
+        ]
         self.pipelines[platform] = self._shards[platform][0]
 
     def _clients_for(
@@ -318,7 +321,8 @@ class Wiring:
         attempts are admitted).
 
         ``resume``: what the durable store kept of the session's server side (the Web Messaging
-        guest token after a planned restart: the same guest session is resumed, newSession:false).
+        guest token after a planned restart: the same guest session is resumed, newSession:false;
+        the CXone agent session's rolling id after a handover: polled on, no new start).
         """
         platforms = self.config.platforms
         if spec.kind is SessionKind.WEBMESSAGING:
@@ -388,6 +392,8 @@ class Wiring:
             sleep=self.sleep,
             on_events=cxone_sink(self.platform_events, spec.id),
             on_snapshot=self._snapshot_sink(spec.id),
+            # a handover's agent session: polled on with the id the last daemon left, no new start
+            resume_session_id=(resume or {}).get("platformSessionId"),
         )
         return at, CONNECT_ENDPOINT
 
@@ -463,7 +469,9 @@ def _endpoints(config: Config, clock: Clock, circuits: CircuitRegistry) -> Endpo
         connect = PacingConfig(
             initial_rate=settings.initial_rate, probe=probe, in_flight_floor=settings.connects_in_flight
         )
-        rest = PacingConfig(initial_rate=None, probe=probe)
+        # REST calls also slow down once half their token's rate window is spent (the platform's
+        # inin-ratelimit-* reading; a pipeline without [admission] rateLimitHeaders reads none)
+        rest = PacingConfig(initial_rate=None, probe=probe, headroom=0.5)
     return Endpoints(
         clock,
         circuits,

@@ -1,7 +1,7 @@
 """The degraded conditions the daemon detects itself (:mod:`supervisor.systemd.degraded`).
 
 * ``circuit:<endpoint>`` while an endpoint's breaker is open or half-open: the platform (or that
-  part of it) is down or refusing. A restart would only repeat the handshakes the breaker is
+  part of it) is down or refusing; or isolated by an operator (``CIRCUIT_MANUAL``), until closed. A restart would only repeat the handshakes the breaker is
   holding back (docs/architecture.md: no reconnection storms), so this is degraded, never unhealthy.
 * ``state-directory`` while ``$STATE_DIRECTORY`` (systemd's ``StateDirectory=``, where the durable
   store keeps its file) is read-only, or has less than :data:`MIN_FREE_BYTES` or no inode left:
@@ -23,9 +23,10 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from supervisor.events import CircuitClosed, CircuitOpened, Published
+from supervisor.events import CircuitClosed, CircuitManual, CircuitOpened, Published
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.systemd.degraded import Degraded
+from supervisor.vocabulary import CircuitState
 
 __all__ = [
     "MIN_FREE_BYTES",
@@ -56,6 +57,13 @@ class CircuitConditions:
             )
         elif isinstance(event, CircuitClosed):
             self._degraded.clear(_condition(event.circuit_id))
+        elif isinstance(event, CircuitManual):
+            # an isolation holds the endpoint's sessions as an open circuit does; a close, a reset
+            # or the end of --for leads to closed, which a CIRCUIT_BREAKER_CLOSED never follows
+            if event.state is CircuitState.CLOSED:
+                self._degraded.clear(_condition(event.circuit_id))
+            else:
+                self._degraded.raise_condition(_condition(event.circuit_id), "isolated by an operator")
 
 
 class StoreConditions:

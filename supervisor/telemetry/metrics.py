@@ -85,7 +85,7 @@ class Metrics:
             A.M_CIRCUIT_STATE,
             [self._observe_circuits],
             unit="1",
-            description="1 for each circuit's current state (closed, open, half_open), 0 for the others",
+            description="1 for each circuit's current state (closed, open, half_open, isolated), 0 for the others",
         )
         self.circuit_transitions = meter.create_counter(
             A.M_CIRCUIT_TRANSITIONS, unit="{transition}", description="Circuit transitions by endpoint"

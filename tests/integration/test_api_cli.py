@@ -176,7 +176,7 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
         assert ended["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
 
         code, out, err = await ctl(sockets, "drain", "--json")
-        assert (code, json.loads(out), err) == (0, {"draining": True}, "")
+        assert (code, json.loads(out), err) == (0, {"draining": True, "handover": False}, "")
         with anyio.fail_after(20):
             assert await process.wait() == 0
             assert await watch_process.wait() == 0  # the daemon closed the stream: exit 0
