@@ -173,7 +173,7 @@ class Hub:
         self._subscribers = (*self._subscribers, subscriber)
         if subscription.platform:
             # the open run was put into the others' outboxes only: the next record opens a new one
-            self._run = None
+            self._seal_run()
             if _takes_every_record(subscription):
                 self._platform_all = (*self._platform_all, subscriber)
             elif subscription.sessions is None:
@@ -182,6 +182,11 @@ class Hub:
                 index = self._platform_by_session
                 for session_id in subscription.sessions:
                     index[session_id] = (*index.get(session_id, ()), subscriber)
+
+    def _seal_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.seal()
 
     def platform_record(self, record: PlatformRecord) -> None:
         """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits.
@@ -216,7 +221,7 @@ class Hub:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
         subscription = subscriber.subscription
         if subscription.platform:
-            self._run = None
+            self._seal_run()
             if _takes_every_record(subscription):
                 self._platform_all = tuple(s for s in self._platform_all if s is not subscriber)
             elif subscription.sessions is None:

@@ -20,8 +20,9 @@ what a lag drops of them is remembered per session (the first and last ``session
 last gap notice lost), and the recovery tells it after the snapshot as ``gap`` messages
 (``reason: "lagged"``): a client that wants the records asks for them again with ``since``.
 The subscribers that take every record share :class:`PlatformRun` items (one append per record
-for all of them, the bytes joined once); a run's records count against the cap when the run is
-pushed, so an outbox may hold up to :data:`RUN_BYTES` more than its cap before it lags.
+for all of them, the bytes joined once); the records appended to an open run are charged to its
+holders when it is sealed, so an outbox may hold up to :data:`RUN_BYTES` more than its cap before
+it lags.
 """
 
 from __future__ import annotations
@@ -75,27 +76,38 @@ class PlatformRun:
     subscribers take it, and the run's bytes are joined once for all of them. A run is *sealed*
     (takes no more records; the next record opens a new run) as soon as anything else happens to an
     outbox holding it (another message pushed, a lag, a writer's take) or it reaches
-    :data:`RUN_BYTES`, so every outbox still gets every record once and in push order.
+    :data:`RUN_BYTES`, so every outbox still gets every record once and in push order. At the seal,
+    each holder is charged the bytes appended since it got the run (and lags if that takes it over
+    its cap).
     """
 
-    __slots__ = ("_joined", "bytes", "records", "sealed")
+    __slots__ = ("_holders", "_joined", "bytes", "records", "sealed")
 
     def __init__(self) -> None:
         self.records: list[PlatformRecord] = []
         self.bytes = 0
         self.sealed = False
         self._joined: bytes | None = None
+        self._holders: list[Outbox] = []
 
     def append(self, record: PlatformRecord) -> None:
         self.records.append(record)
         self.bytes += len(record.frame)
         if self.bytes >= RUN_BYTES:
-            self.sealed = True
+            self.seal()
+
+    def seal(self) -> None:
+        if self.sealed:
+            return
+        self.sealed = True
+        holders, self._holders = self._holders, []
+        for outbox in holders:
+            outbox._run_sealed(self)
 
     @property
     def frame(self) -> bytes:
         """The records' frames, joined once (a take seals the run: every holder gets the same bytes)."""
-        self.sealed = True
+        self.seal()
         joined = self._joined
         if joined is None:
             joined = self._joined = b"".join([record.frame for record in self.records])
@@ -116,6 +128,7 @@ class Outbox:
         "_next",
         "_on_lag",
         "_run",
+        "_run_charged",
         "_snapshot",
         "backlogged",
         "conflated",
@@ -155,6 +168,8 @@ class Outbox:
         self.conflated = 0
         # the shared run this outbox holds as its last item, while the run is open
         self._run: PlatformRun | None = None
+        # the run's bytes this outbox was charged when it got the run
+        self._run_charged = 0
         # messages handed out by the last take (a run is as many messages as it has records)
         self.taken = 0
 
@@ -201,7 +216,7 @@ class Outbox:
         appended to it while it stays this outbox's last item."""
         if self.lagged:
             # a lagged outbox counts each record it loses: no more records may reach it through the run
-            run.sealed = True
+            run.seal()
             self.lost += len(run.records)
             for record in run.records:
                 self._lose(record)
@@ -209,15 +224,27 @@ class Outbox:
         self._append(run, run.bytes, None)
         if self.lagged:
             # the run took this outbox over its cap: its records are counted lost, no more reach it
-            run.sealed = True
-        else:
+            run.seal()
+        elif not run.sealed:
             self._run = run
+            self._run_charged = run.bytes
+            run._holders.append(self)
 
-    def _seal(self) -> None:
+    def _detach(self) -> None:
+        """Seal the open run this outbox holds, charging it what was appended since (the caller checks the cap)."""
         run = self._run
         if run is not None:
-            run.sealed = True
             self._run = None
+            self._bytes += run.bytes - self._run_charged
+            run.seal()
+
+    def _run_sealed(self, run: PlatformRun) -> None:
+        """Another holder sealed the run: charge what was appended to it since this outbox got it."""
+        if self._run is run:
+            self._run = None
+            self._bytes += run.bytes - self._run_charged
+            if self._bytes > self._cap and not self.lagged:
+                self._lag()
 
     def _lose(self, record: PlatformRecord) -> None:
         lost = self._lost_platform.get(record.session_id)
@@ -229,7 +256,7 @@ class Outbox:
         self, item: Delta | bytes | PlatformRecord | PlatformRun, size: int, session_id: str | None
     ) -> None:
         # whatever comes after an open run must not be overtaken by records appended to it
-        self._seal()
+        self._detach()
         key = self._next
         self._next += 1
         self._items[key] = item
@@ -240,7 +267,7 @@ class Outbox:
             self._lag()
 
     def _lag(self) -> None:
-        self._seal()
+        self._detach()
         for item in self._items.values():
             if isinstance(item, PlatformRun):
                 self.lost += len(item.records)
@@ -263,7 +290,7 @@ class Outbox:
         After a lag the pending messages are gone already: the notice and a snapshot built now
         replace them, and whatever is pushed after this call follows the snapshot.
         """
-        self._seal()
+        self._detach()
         if self.lagged:
             lost, self.lost = self.lost, 0
             self.lagged = False

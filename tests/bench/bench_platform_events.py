@@ -245,13 +245,17 @@ async def daemon(sessions: int, subscribers: int, rate: int, seconds: float, sha
                 period = 1.0 / rate
                 begin = time.monotonic()
                 published = 0
-                while (now := time.monotonic()) - begin < seconds:
+                total = int(seconds * rate)
+                # every event of the run is published: a daemon that cannot keep the pace takes longer
+                # (the published rate says so), not fewer events
+                while published < total:
+                    now = time.monotonic()
                     # every event due by now, then one yield: what 5,000 transports' tasks do in one
                     # turn of the loop (each reads what its socket got; the writers they wake run in
                     # the next turn). The loop's timers tick in about a millisecond: one sleep per
                     # event would cap the rate near 1,000/s; a daemon that falls behind reads more
                     # per turn, as a real one would
-                    due = min(int((now - begin) * rate) + 1, int(seconds * rate))
+                    due = min(int((now - begin) * rate) + 1, total)
                     while published < due:
                         # what get-next-event carries (docs/platforms.md, "NICE CXone")
                         event = {

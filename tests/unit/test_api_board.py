@@ -15,6 +15,7 @@ from supervisor.api.connection import Connection
 from supervisor.api.events import ControlCommand, Peer
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.messages import Subscription, encode_message, parse_subscription
+from supervisor.api.outbox import RUN_BYTES
 from supervisor.api.platform_events import PlatformEvents
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
@@ -320,3 +321,28 @@ async def test_a_subscriber_of_every_record_that_lags_is_told_each_record_it_los
             events.delivered("cx-1", "cxone", "AgentState", {}, {})
             assert [m["sessionSeq"] for m in _messages(slow)] == [11]
             assert [m["sessionSeq"] for m in _messages(fast)] == [11]
+
+
+async def test_records_appended_to_a_shared_run_count_against_the_cap_of_a_subscriber_that_never_reads() -> (
+    None
+):
+    """The runs seal at RUN_BYTES and charge their holders what was appended to them: a subscriber
+    of every record that never reads lags within its cap plus one run, as any other would."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        hub, events = _platform_hub(wiring, bus, clock)
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            cap = 16 * 1024
+            stuck, other = (
+                _every_record(hub, ours, cap_bytes=cap),
+                _every_record(hub, ours, cap_bytes=1 << 30),
+            )
+            sizes: list[int] = []
+            events.listen(lambda record: sizes.append(len(record.frame)))
+            while sum(sizes) <= cap + RUN_BYTES:
+                events.delivered("cx-1", "cxone", "AgentState", {"text": "x" * 200}, {})
+                assert stuck.outbox.pending_bytes <= cap + RUN_BYTES
+            assert stuck.outbox.lagged and not other.outbox.lagged
+            assert other.outbox.pending_bytes >= sum(sizes) - RUN_BYTES
