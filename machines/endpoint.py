@@ -374,3 +374,8 @@ class Endpoint:
     def may_retry(self) -> bool:
         """May a retry that came due go out now? Counted when it may."""
         return self._budget is None or self._budget.allow_retry()
+
+    @property
+    def retries_refused(self) -> int | None:
+        """Retries the retry budget refused so far (a metric); None when the endpoint has no budget."""
+        return None if self._budget is None else self._budget.refused

@@ -187,6 +187,11 @@ class SessionCore:
     def handed_over(self) -> bool:
         return self.state is SessionState.HANDED_OVER
 
+    def configure(self, config: SessionConfig) -> None:
+        """Take reloaded reconnection settings: the next delay and horizon check use them (a
+        reconnection already scheduled keeps its delay)."""
+        self._config = config
+
     @property
     def horizon_deadline(self) -> float | None:
         """Monotonic time past which the current reconnection gives up; None while connected, and

@@ -275,6 +275,10 @@ class EventsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_f
     resync_in_flight: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
 
 
+# ``[telemetry] prometheus``: ``port``, ``:port``, ``host:port`` with an IPv4 literal or ``localhost``, ``[v6]:port``
+PROMETHEUS_ADDRESS = r"^(?:(?:\[[0-9A-Fa-f:.]+\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost)?:)?[0-9]{1,5}$"
+
+
 class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
 
@@ -286,6 +290,9 @@ class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     service_name: _Id | None = None
     # a credential file of collector headers (``name=value``, one per line or comma-separated)
     headers_file: str | None = None
+    # a Prometheus scrape endpoint, ``host:port`` (an IP literal or ``localhost``) or a bare ``port``
+    # (127.0.0.1); needs the ``[prometheus]`` extra (docs/telemetry.md, "Prometheus")
+    prometheus: Annotated[str, msgspec.Meta(pattern=PROMETHEUS_ADDRESS)] | None = None
 
 
 class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

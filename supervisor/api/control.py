@@ -167,14 +167,27 @@ class ControlService:
         self.message_verbs = MessageVerbs(sessions, messaging)
 
     # ------------------------------------------------------------------ connection
+    def configure(self, *, roles: ControlRoles, handshake_timeout: float, idle_timeout: float) -> None:
+        """Reloaded roles (asked again at every call) and the timeouts of the calls to come."""
+        self.roles = roles
+        self._handshake = handshake_timeout
+        self._idle = idle_timeout
+
+    def _role(self, peer: Peer) -> Role | None:
+        return Role.ADMINISTRATOR if self.roles is None else self.roles.role_of(peer)
+
     async def handle(self, connection: Connection) -> None:
         peer = connection.peer
-        role = Role.ADMINISTRATOR if self.roles is None else self.roles.role_of(peer)
-        if role is None:  # the accept loop refuses such a peer first; never serve one
+        if self._role(peer) is None:  # the accept loop refuses such a peer first; never serve one
             connection.close()
             return
         frames = await self._first_call(connection)
         while frames:
+            # asked at every call: a reload may have changed the peer's role since it connected
+            role = self._role(peer)
+            if role is None:
+                connection.close()
+                return
             replies = [await self._answer(peer, role, frame) for frame in frames]
             data = b"".join(r for r in replies if r)
             if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):

@@ -95,7 +95,7 @@ class SocketApi:
         create_control = paths is None and config.control is None
         subscribe_policy, control_policy = policies(config)
         handed = dict(listeners or {})
-        subscriber_side = SubscribeService(
+        self._subscriber_side = subscriber_side = SubscribeService(
             self.hub,
             cap_bytes=config.subscriber_buffer_bytes,
             lagged_disconnect_after=config.lagged_disconnect_after,
@@ -149,6 +149,27 @@ class SocketApi:
 
     def _now(self) -> str:
         return iso_utc(self.clock.time())
+
+    def reconfigure(self, config: SocketsConfig) -> None:
+        """A reload's ``[sockets]``: the access lists, roles and limits apply at once (a peer newly
+        refused is refused at its next connect, and its open connections end); the paths, mode,
+        group and ``enabled`` need a restart (the reload names ``sockets`` in ``restartRequired``)."""
+        if self.subscribe is None or self.control is None or self.control_service is None:
+            return
+        subscribe_policy, control_policy = policies(config)
+        self.subscribe.reconfigure(subscribe_policy, config.max_connections)
+        self.control.reconfigure(control_policy, config.max_connections)
+        self._subscriber_side.configure(
+            cap_bytes=config.subscriber_buffer_bytes,
+            lagged_disconnect_after=config.lagged_disconnect_after,
+            handshake_timeout=config.handshake_timeout,
+            platform_policy=platform_policy(config),
+        )
+        self.control_service.configure(
+            roles=control_policy,
+            handshake_timeout=config.handshake_timeout,
+            idle_timeout=config.control_idle_timeout,
+        )
 
     @property
     def enabled(self) -> bool:

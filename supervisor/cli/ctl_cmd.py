@@ -285,8 +285,11 @@ def reload(as_json: bool) -> None:
     """Re-read the configuration and credentials (as SIGHUP does).
 
     \b
-    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged";
-    with --json the daemon's answer: {"result": {"added", "removed", "restarted", "unchanged"}}.
+    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged",
+    then "; restart required for: store" when a changed table only a restart applies; with --json
+    the daemon's answer: {"result": {"added", "removed", "restarted", "keptDown", "unchanged",
+    "restartRequired", "credentialsRotated"}}. A refused reload (the file, a credential file, a
+    rotated credential the platform refused) is one line on stderr and exit 1: nothing changed.
     """
     result = _call(Method.RELOAD)
     _emit(result, as_json, reload_summary(result.get("result")))
@@ -308,7 +311,14 @@ def reload_summary(result: Any) -> str:
     unchanged = result.get("unchanged")
     if isinstance(unchanged, int):
         parts.append(f"{unchanged} unchanged")
-    return "reloaded: " + ", ".join(parts)
+    line = "reloaded: " + ", ".join(parts)
+    rotated = result.get("credentialsRotated")
+    if isinstance(rotated, list) and rotated:
+        line += "; credentials rotated: " + ", ".join(str(p) for p in rotated)
+    restart = result.get("restartRequired")
+    if isinstance(restart, list) and restart:
+        line += "; restart required for: " + ", ".join(str(t) for t in restart)
+    return line
 
 
 @ctl.group()

@@ -36,6 +36,8 @@ from supervisor.events.circuit import (
     PacingChanged,
 )
 from supervisor.events.daemon import (
+    CredentialAccepted,
+    CredentialRefused,
     DaemonForcedExit,
     DaemonStarted,
     DaemonStopped,
@@ -66,6 +68,8 @@ __all__ = [
     "CircuitTransition",
     "ConnectionRolledOver",
     "Correlation",
+    "CredentialAccepted",
+    "CredentialRefused",
     "DaemonForcedExit",
     "DaemonStarted",
     "DaemonStopped",

@@ -104,6 +104,15 @@ class RetryExecutor:
         self._backoff = Backoff(clock, rng if rng is not None else random.Random(), hooks)
         self._token = TokenFetch(attempts, self._backoff, self._classify, clock, hooks, self._reports)
 
+    @property
+    def refresh_before_retry_s(self) -> float:
+        """Before a retry, a token expiring within this is refreshed (``tokens.refreshBeforeRetry``)."""
+        return self._refresh_before_retry
+
+    @refresh_before_retry_s.setter
+    def refresh_before_retry_s(self, seconds: float) -> None:
+        self._refresh_before_retry = seconds
+
     async def token(self, ctx: SessionContext, tokens: TokenCache, fetch: Fetch) -> Token:
         """A token from ``fetch`` (supervisor/rest/token_fetch.py): a 4xx is TOKEN_REFRESH_FAILED
         (fail-fast); a 5xx or a network failure is retried per its policy."""
@@ -329,6 +338,9 @@ class RetryExecutor:
                 if self._hooks is not None:
                     self._hooks.classified(outcome)
                 failure = _Failure(outcome, _Kind.ANSWERED)
+                if details is not None and outcome.raw_status is not None and outcome.raw_status < 600:
+                    # the answer's HTTP status (a 200 without a field it needs): it got a response
+                    details.status = outcome.raw_status
             elif isinstance(outcome, RawError):
                 event = self._classify(outcome)
                 # a write that may have been applied is read back, never sent again blindly
@@ -337,7 +349,16 @@ class RetryExecutor:
                 if details is not None:
                     details.status = outcome.status
             else:
+                if details is not None:
+                    details.status = _status_of(outcome)
                 return outcome
         if details is not None:
             details.event = failure.event
         return failure
+
+
+def _status_of(outcome: object) -> int | None:
+    """The HTTP status of a successful attempt's answer (an httpx response), None for another answer
+    (an in-band socket request's reply): telemetry's ``http.response.status_code`` on the attempt."""
+    status = getattr(outcome, "status_code", None)
+    return status if isinstance(status, int) else None

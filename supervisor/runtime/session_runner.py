@@ -129,6 +129,16 @@ class SessionRunner:
         return self.core.state
 
     @property
+    def tokens(self) -> TokenCache | None:
+        """The platform credential's token cache this session revokes on a fail-fast that condemns it."""
+        return self._tokens
+
+    def use_tokens(self, tokens: TokenCache | None) -> None:
+        """The platform was rebuilt by a reload that did not restart this session (a Web Messaging
+        guest keeps its connection when the OAuth client changes): revoke the new cache from now on."""
+        self._tokens = tokens
+
+    @property
     def context(self) -> SessionContext:
         """The session as known now: configured ids plus what it learned (the live connection's too)."""
         connection = self._connection

@@ -15,7 +15,7 @@ writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -28,7 +28,7 @@ from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.wiring import Rotation, Wiring
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
@@ -84,15 +84,24 @@ class Supervisor:
         return self.sessions.runners
 
     def reconfigure(
-        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self,
+        config: Config,
+        secrets: dict[Platform, tuple[Secret | None, ...]],
+        rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
-        """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
+        """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
+        whose token source is swapped), the table's entries, and every running session's
+        reconnection settings (its next reconnection uses them) and platform token cache.
 
         Returns the HTTP clients no longer used, for the caller to close once the sessions that used
         them are stopped (Wiring.reconfigure).
         """
-        retired = self.wiring.reconfigure(config, secrets)
+        retired = self.wiring.reconfigure(config, secrets, rotations)
         self.sessions.configure(config)
+        for runner in self.runners.values():
+            runner.core.configure(self.wiring.session_config)
+            # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
+            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
         return retired
 
     # ------------------------------------------------------------------ lifecycle

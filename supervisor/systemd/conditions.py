@@ -11,6 +11,10 @@
 * ``store`` while the durable store (docs/store.md) refuses writes (``STORE_DEGRADED`` until
   ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
   state-directory probe tells the operator before the first write fails.
+* ``credentials`` while a rotated credential the platform refused waits for a good one
+  (``CREDENTIAL_REFUSED`` until ``CREDENTIAL_ACCEPTED`` for every platform refused;
+  :class:`CredentialConditions`): the credential in use serves the sessions until it is revoked at
+  the platform, which a restart would not cure either.
 """
 
 from __future__ import annotations
@@ -23,7 +27,14 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from supervisor.events import CircuitClosed, CircuitManual, CircuitOpened, Published
+from supervisor.events import (
+    CircuitClosed,
+    CircuitManual,
+    CircuitOpened,
+    CredentialAccepted,
+    CredentialRefused,
+    Published,
+)
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.systemd.degraded import Degraded
 from supervisor.vocabulary import CircuitState
@@ -32,6 +43,7 @@ __all__ = [
     "MIN_FREE_BYTES",
     "PROBE_INTERVAL_S",
     "CircuitConditions",
+    "CredentialConditions",
     "StateDirectoryProbe",
     "StoreConditions",
     "state_directory",
@@ -80,6 +92,36 @@ class StoreConditions:
             self._degraded.raise_condition(self.CONDITION, f"{event.problem}: acknowledgements refused")
         elif isinstance(event, StoreRecovered):
             self._degraded.clear(self.CONDITION)
+
+
+class CredentialConditions:
+    """A bus sink: ``credentials`` raised while a platform's rotated credential stays refused,
+    cleared once every refused platform's configured credential is in use."""
+
+    CONDITION = "credentials"
+
+    def __init__(self, degraded: Degraded) -> None:
+        self._degraded = degraded
+        self._refused: dict[str, str] = {}
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, CredentialRefused):
+            self._refused[event.platform] = event.problem
+        elif isinstance(event, CredentialAccepted):
+            if self._refused.pop(event.platform, None) is None:
+                return
+        else:
+            return
+        if not self._refused:
+            self._degraded.clear(self.CONDITION)
+            return
+        # the platforms, then the first key the problem names: a status line, not the whole error
+        platforms = ", ".join(sorted(self._refused))
+        first = next(iter(self._refused.values())).split(":")[0]
+        self._degraded.raise_condition(
+            self.CONDITION, f"rotated credential refused ({platforms}: {first}); the one in use stays"
+        )
 
 
 def _condition(circuit_id: str) -> str:

@@ -39,6 +39,8 @@ from supervisor.events import (
     CircuitTransition,
     ConnectionRolledOver,
     Correlation,
+    CredentialAccepted,
+    CredentialRefused,
     DaemonForcedExit,
     DaemonStarted,
     DaemonStopped,
@@ -890,6 +892,21 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2", kept_down=("cx-9",)),
     ),
     Example("config_reloaded.nothing_changed", ConfigReloaded((), (), (), 50, "v1")),
+    Example(
+        "config_reloaded.restart_required",
+        ConfigReloaded((), (), (), 50, "v2", restart_required=("store", "telemetry")),
+    ),
+    Example(
+        "credential_refused",
+        CredentialRefused(
+            "genesys",
+            "platforms.genesys.clientSecretFile: the genesys token endpoint refused the new credential "
+            "(HTTP 401 AUTH_CLIENT_INVALID): the credential in use stays, nothing is reloaded",
+            timestamp=T0,
+        ),
+    ),
+    Example("credential_accepted", CredentialAccepted("genesys", True, timestamp=T1)),
+    Example("credential_accepted.file_put_back", CredentialAccepted("cxone", False, timestamp=T1)),
     Example(
         "config_reload_failed",
         ConfigReloadFailed("config.toml: sessions[3].platform: expected 'genesys' or 'cxone', got 'avaya'"),

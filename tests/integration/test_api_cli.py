@@ -465,7 +465,15 @@ async def test_reload_prints_what_changed_and_its_json_for_scripts(
         code, out, err = await ctl(sockets, "reload", "--json")
         assert (code, err) == (0, "")
         assert json.loads(out) == {
-            "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
+            "result": {
+                "added": [],
+                "removed": ["wm-1", "wm-2"],
+                "restarted": [],
+                "keptDown": [],
+                "unchanged": 1,
+                "restartRequired": [],
+                "credentialsRotated": [],
+            }
         }
         await ctl(sockets, "drain")
         with anyio.fail_after(20):
