@@ -14,7 +14,7 @@ from contextlib import ExitStack
 
 import anyio
 
-from machines.endpoint import Refused
+from machines.endpoint import Refused, Wait
 from supervisor.errors import CircuitOpenError
 from supervisor.library.core import Answer, Core, End, Plan, Replay, Request
 from supervisor.library.gate import Door, ended, with_token_age
@@ -52,9 +52,13 @@ async def run(
         # a Retry-After holds the whole endpoint: nobody is sent before it ends
         while (held := door.held_for()) > 0:
             await sleep(held)
-        ticket = door.ask()
-        if isinstance(ticket, Refused):
-            raise CircuitOpenError(ticket.circuit_id, ticket.retry_in_s)
+        admission = door.ask()
+        while isinstance(admission, Wait):  # the slot of the endpoint's pace (engaged by a throttle)
+            await sleep(admission.seconds)
+            admission = door.ask(admission.booking)
+        if isinstance(admission, Refused):
+            raise CircuitOpenError(admission.circuit_id, admission.retry_in_s)
+        ticket = admission
         with ExitStack() as scope:
             if details is not None:
                 for hook in hooks:

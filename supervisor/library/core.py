@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from machines.circuit import CircuitConfig
+from machines.pacing import PacingConfig
 from machines.registry import CircuitRegistry, Endpoints
 from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.retry.backoff import GiveUpReason, RetryDecision, decide_retry
@@ -55,6 +56,8 @@ MAX_ENDPOINTS: Final = 1000
 DEFAULT_RAISE_ON: Final[frozenset[TaxonomyClass | Trigger]] = frozenset(
     {TaxonomyClass.STATE_CORRUPTING, *Trigger}
 )
+#: the daemon's REST pacing: engaged at the first throttle only
+REST_PACING: Final = PacingConfig(initial_rate=None)
 #: the retry budget across calls: retries may add 10 % of the calls, at least 5 a second (the daemon's)
 DEFAULT_BUDGET: Final = (0.1, 5.0)
 # methods that may have been applied when their answer is lost (RFC 9110 section 9.2.2: not idempotent)
@@ -149,8 +152,15 @@ class Core:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng: Rng = rng if rng is not None else random.Random()
         self.classifier = Classifier(loaded, self.clock)
+        # the daemon's REST endpoints (supervisor/runtime/wiring.py): unpaced until the platform first
+        # throttles, then paced, so the 429s of calls already in flight are that throttle's echo and
+        # count once toward the circuit (a storm met by twenty callers at once must not open it)
         self.endpoints = Endpoints(
-            self.clock, CircuitRegistry(self.clock, circuit, self.rng), budget=budget, limit=max_endpoints
+            self.clock,
+            CircuitRegistry(self.clock, circuit, self.rng),
+            rest=REST_PACING,
+            budget=budget,
+            limit=max_endpoints,
         )
         self.max_endpoints = max_endpoints
         self.routes = tuple((t, _compiled(t)) for t in routes)

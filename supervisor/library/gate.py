@@ -14,7 +14,7 @@ from typing import Final
 
 import msgspec
 
-from machines.endpoint import Endpoint, Refused, Ticket, Wait
+from machines.endpoint import Booking, Endpoint, Refused, Ticket, Wait
 from supervisor.errors import SdkError
 from supervisor.library.core import Answer, Core, End
 from supervisor.library.tokens import Tokens
@@ -45,12 +45,10 @@ class Door:
         with self._lock:
             return self._endpoint.held_for()
 
-    def ask(self) -> Ticket | Refused:
+    def ask(self, booking: Booking | None = None) -> Ticket | Wait | Refused:
+        """Admitted, refused, or wait for the slot of the endpoint's pace and ask again with ``booking``."""
         with self._lock:
-            answer = self._endpoint.ask()
-        # the library's endpoints keep no pacer (no slot to wait for): admitted or refused
-        assert not isinstance(answer, Wait)
-        return answer
+            return self._endpoint.ask(booking)
 
     def answered(self, ticket: Ticket, failure: SdkErrorEvent | None, sent_at: float) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
-from machines.endpoint import Refused
+from machines.endpoint import Refused, Wait
 from supervisor.errors import CircuitOpenError
 from supervisor.library.core import Answer, Core, End, Plan, Replay, Request
 from supervisor.library.gate import Door, ended, with_token_age
@@ -51,9 +51,13 @@ def run(
         # a Retry-After holds the whole endpoint: nobody is sent before it ends
         while (held := door.held_for()) > 0:
             sleep(held)
-        ticket = door.ask()
-        if isinstance(ticket, Refused):
-            raise CircuitOpenError(ticket.circuit_id, ticket.retry_in_s)
+        admission = door.ask()
+        while isinstance(admission, Wait):  # the slot of the endpoint's pace (engaged by a throttle)
+            sleep(admission.seconds)
+            admission = door.ask(admission.booking)
+        if isinstance(admission, Refused):
+            raise CircuitOpenError(admission.circuit_id, admission.retry_in_s)
+        ticket = admission
         with ExitStack() as scope:
             if details is not None:
                 for hook in hooks:

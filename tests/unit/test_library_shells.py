@@ -12,6 +12,7 @@ import websockets.exceptions
 from websockets.frames import Close
 
 import supervisor
+from machines.pacing import PacingConfig
 from machines.registry import CircuitRegistry, Endpoints
 from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext, raw_from_response
@@ -98,7 +99,10 @@ def through_the_daemon(sequence: list[tuple[int, str | None]]) -> tuple[Seen, ob
     queue = answers(sequence)
     rng = random.Random(7)
     ctx = SessionContext("s", Platform.GENESYS, Channel.REST)
-    endpoints = Endpoints(clock, CircuitRegistry(clock, None, rng), budget=(0.1, 5.0))
+    # the daemon's REST endpoints (supervisor/runtime/wiring.py, admission adaptive)
+    endpoints = Endpoints(
+        clock, CircuitRegistry(clock, None, rng), rest=PacingConfig(initial_rate=None), budget=(0.1, 5.0)
+    )
 
     async def sleep(s: float) -> None:
         seen.waits.append(s)

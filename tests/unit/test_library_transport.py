@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -459,3 +460,52 @@ def test_classify_is_public_and_reads_a_response_an_exception_or_an_envelope() -
 
 def test_anyio_is_what_the_async_shell_sleeps_with() -> None:
     assert ResilientTransport("genesys")._async_sleep is anyio.sleep
+
+
+@pytest.mark.anyio
+async def test_twenty_callers_meeting_one_429_storm_do_not_open_the_circuit_and_wait_out_retry_after(
+    clock: FakeClock,
+) -> None:
+    in_flight = anyio.Event()
+    storm_answered = anyio.Event()
+    sent: list[float] = []
+    answered: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(clock.monotonic())
+        if len(sent) > 20:
+            return httpx.Response(200)
+        if len(sent) == 20:
+            in_flight.set()
+        await in_flight.wait()  # all twenty in flight when the storm answers, at one moment
+        if not answered:
+            clock.advance(0.05)  # the round trip
+        answered.append(clock.monotonic())
+        if len(answered) == 20:
+            storm_answered.set()
+        return too_many("1")
+
+    async def async_sleep(seconds: float) -> None:
+        # nobody's time moves before every caller has its 429; then each wakes at its own time
+        wake = clock.monotonic() + seconds
+        await storm_answered.wait()
+        if clock.monotonic() < wake:
+            clock.set(wake)
+        await anyio.lowlevel.checkpoint()
+
+    t = ResilientTransport(
+        "genesys", transport=httpx.MockTransport(handler), clock=clock, async_sleep=async_sleep
+    )
+    statuses: list[int] = []
+    async with httpx.AsyncClient(transport=t) as client:
+
+        async def one() -> None:
+            statuses.append((await client.get(USER)).status_code)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(20):
+                group.start_soon(one)
+    assert set(answered) == {1000.05}
+    # the twenty 429s of calls in flight together were one throttle for the circuit (its echo), not twenty
+    assert statuses == [200] * 20
+    assert min(sent[20:]) >= max(answered) + 1.0  # nobody went back before the Retry-After ended
