@@ -58,6 +58,12 @@ def _replayable(request: httpx.Request) -> bool:
     return isinstance(request.stream, httpx.ByteStream)
 
 
+def _request_line(request: httpx.Request) -> str:
+    """``GET https://host/path`` (no query: it may carry ids or secrets), for the hooks' ``name``."""
+    url = request.url
+    return f"{request.method} {url.scheme}://{url.host}{url.path}"
+
+
 class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
     """An httpx transport (sync and async) that classifies, retries and guards (module docstring)."""
 
@@ -175,7 +181,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             self._facts(request),
             attempt,
             discard,
-            name=f"{request.method} {request.url.copy_with(query=None)}",
+            name=_request_line(request),
             tokens=self._tokens,
             hooks=self._hooks,
             sleep=self._sleep,
@@ -213,7 +219,7 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             self._facts(request),
             attempt,
             discard,
-            name=f"{request.method} {request.url.copy_with(query=None)}",
+            name=_request_line(request),
             tokens=self._tokens,
             hooks=self._hooks,
             sleep=self._async_sleep,

@@ -18,6 +18,7 @@ taxonomy flags ``reconcileBeforeRetry`` (a 504 on a create: it may have been app
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -163,13 +164,18 @@ class Core:
             limit=max_endpoints,
         )
         self.max_endpoints = max_endpoints
+        self._endpoint_of = functools.lru_cache(maxsize=4096)(self._endpoint)
         self.routes = tuple((t, _compiled(t)) for t in routes)
         self.raise_on = frozenset(raise_on)
         # the seed's correlation fields of every event (conversationId, agentId), never a credential
         self.context: dict[str, Any] = dict(context or {})
 
     def endpoint(self, method: str, host: str, port: int | None, path: str) -> EndpointId:
-        """An endpoint: the platform, the host, the method and the route template."""
+        """An endpoint: the platform, the host, the method and the route template (remembered for the
+        4,096 request lines last seen: a call's hot path does not match its path again)."""
+        return self._endpoint_of(method, host, port, path)
+
+    def _endpoint(self, method: str, host: str, port: int | None, path: str) -> EndpointId:
         where = host if port is None else f"{host}:{port}"
         # (an endpoint's name holds no ':'; the port's is written as in a URL's escaping)
         name = f"{method} {where}{route_template(path, self.routes)}".replace(":", "%3A")
