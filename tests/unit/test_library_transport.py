@@ -118,12 +118,19 @@ def test_a_retry_budget_spent_returns_the_last_answer_with_its_event(clock: Fake
         response.raise_for_status()  # the caller's, as without the library
 
 
-def test_a_permanent_answer_is_returned_at_once_with_its_event(clock: FakeClock) -> None:
+def test_a_permanent_answer_is_returned_at_once_with_its_event_and_the_caller_s_context(clock: FakeClock) -> None:
     wire = Wire(clock, httpx.Response(404, json={"code": "not.found", "status": 404}))
-    with httpx.Client(transport=transport(clock, wire)) as client:
+    context = {"conversationId": "conv-1", "agentId": "agent-1"}
+    with httpx.Client(transport=transport(clock, wire, context=context)) as client:
         response = client.get(USER)
     assert response.status_code == 404
-    assert response.extensions[EVENT_EXTENSION].code == "RESOURCE_NOT_FOUND"
+    event = response.extensions[EVENT_EXTENSION]
+    assert event.code == "RESOURCE_NOT_FOUND"
+    assert event.as_json()["context"] == {
+        "conversationId": "conv-1",
+        "agentId": "agent-1",
+        "endpoint": "GET /api/v2/users/2f8a3b9e-0000-4000-8000-000000000001",
+    }
     assert len(wire.sent) == 1
 
 
