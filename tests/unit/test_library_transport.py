@@ -118,7 +118,9 @@ def test_a_retry_budget_spent_returns_the_last_answer_with_its_event(clock: Fake
         response.raise_for_status()  # the caller's, as without the library
 
 
-def test_a_permanent_answer_is_returned_at_once_with_its_event_and_the_caller_s_context(clock: FakeClock) -> None:
+def test_a_permanent_answer_is_returned_at_once_with_its_event_and_the_caller_s_context(
+    clock: FakeClock,
+) -> None:
     wire = Wire(clock, httpx.Response(404, json={"code": "not.found", "status": 404}))
     context = {"conversationId": "conv-1", "agentId": "agent-1"}
     with httpx.Client(transport=transport(clock, wire, context=context)) as client:
