@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from supervisor.config_durable import AttributesConfig, StoreConfig
+from supervisor.config_durable import AttributesConfig, HandoverConfig, StoreConfig
 from supervisor.config_urls import HTTP, WS, url_problem
 
 # their home was here: importers keep importing them from supervisor.config
@@ -76,6 +76,9 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     client_secret_file: str | None = None
     deployment_id: _Id | None = None
     keepalive: Keepalive = msgspec.field(default_factory=Keepalive)
+    # a Web Messaging send unanswered within keepalive.openTimeout is looked for (a late echo, the
+    # guest history) this long after, before it is sent again (once, with the same client id)
+    send_check_after: _Seconds = 3.0
 
 
 class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -151,6 +154,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
     retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+    # read Genesys' inin-ratelimit-count/allowed/reset from every REST answer and slow an endpoint's
+    # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
+    # 429 slows them
+    rate_limit_headers: bool = True
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -195,6 +202,10 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     observer_gids: list[_Uid] = msgspec.field(default_factory=list)
     operator_uids: list[_Uid] = msgspec.field(default_factory=list)
     operator_gids: list[_Uid] = msgspec.field(default_factory=list)
+    # the subscribe socket's platform stream (customer data): these besides the daemon's own uid and root;
+    # each list a subset of allowUids / allowGids (a peer must be let in to the socket first)
+    platform_allow_uids: list[_Uid] = msgspec.field(default_factory=list)
+    platform_allow_gids: list[_Uid] = msgspec.field(default_factory=list)
     # per subscriber: pending bytes past this are dropped and the subscriber told it lagged
     subscriber_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
     # a subscriber over its buffer this long without catching up is disconnected
@@ -226,6 +237,16 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
             if not set(ids) <= set(allowed):
                 whole = "allowUids" if name.endswith("Uids") else "allowGids"
                 raise ValueError(f"{name} must be a subset of {whole} (the control socket is never wider)")
+        for name, ids, allowed in (
+            ("platformAllowUids", self.platform_allow_uids, self.allow_uids),
+            ("platformAllowGids", self.platform_allow_gids, self.allow_gids),
+        ):
+            extra = sorted(set(ids) - set(allowed))
+            if extra:
+                whole = "allowUids" if name.endswith("Uids") else "allowGids"
+                raise ValueError(
+                    f"{name} must be a subset of {whole}: {extra[0]} could never connect to the subscribe socket"
+                )
         for kind, observers, operators in (
             ("uid", self.observer_uids, self.operator_uids),
             ("gid", self.observer_gids, self.operator_gids),
@@ -242,6 +263,22 @@ class SocketsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
         return int(self.mode, 8)
 
 
+class EventsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[events]``: the platform events' windows in memory (docs/configuration.md, docs/socket-api.md)."""
+
+    # per session: the last records kept for subscribers that come back with ``since``
+    window_events: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 100
+    window_bytes: Annotated[int, msgspec.Meta(ge=0, le=1 << 30)] = 64 * 1024
+    # every session's window together: past it the daemon's oldest records go first
+    window_total_bytes: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] = 256 * 1024 * 1024
+    # history and snapshot reads that close gaps, at most this many at once
+    resync_in_flight: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
+
+
+# ``[telemetry] prometheus``: ``port``, ``:port``, ``host:port`` with an IPv4 literal or ``localhost``, ``[v6]:port``
+PROMETHEUS_ADDRESS = r"^(?:(?:\[[0-9A-Fa-f:.]+\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost)?:)?[0-9]{1,5}$"
+
+
 class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
 
@@ -253,6 +290,9 @@ class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     service_name: _Id | None = None
     # a credential file of collector headers (``name=value``, one per line or comma-separated)
     headers_file: str | None = None
+    # a Prometheus scrape endpoint, ``host:port`` (an IP literal or ``localhost``) or a bare ``port``
+    # (127.0.0.1); needs the ``[prometheus]`` extra (docs/telemetry.md, "Prometheus")
+    prometheus: Annotated[str, msgspec.Meta(pattern=PROMETHEUS_ADDRESS)] | None = None
 
 
 class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -285,8 +325,11 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     telemetry: TelemetrySettings = msgspec.field(default_factory=TelemetrySettings)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     sockets: SocketsConfig = msgspec.field(default_factory=SocketsConfig)
+    events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    # what a stop does to the sessions with a store: hand them over (default) or end them
+    handover: HandoverConfig = msgspec.field(default_factory=HandoverConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
     taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
 

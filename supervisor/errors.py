@@ -14,6 +14,7 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     │   ├── TransportFailure             a transport met a failure: carries the RawError to classify
     │   │   └── ConnectionLost           the connection under an in-band request is gone
     │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
+    │   │   └── SendUnconfirmed          a message got no answer and was not found after: it may have arrived
     │   └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
     ├── ApiError                         a typed error of the socket API: an ApiFault + parameters
     │   ├── attributes.model.Refused     an attribute update refused for good (its fault says why)
@@ -31,6 +32,7 @@ above or into an answer (a simulator's HTTP error), so none reaches a user as it
 
     Exception
     ├── attributes.platform.OutcomeUnknown  a write may have been applied: read back, never re-send
+    ├── transports.webmessaging._Unanswered  a message got no answer: look for it before any re-send
     ├── store.model.ResolveRefused       a mismatch that cannot be resolved as asked (an ApiFault above)
     ├── store.schema.NewerSchema         the store file is a newer release's (a StoreError above)
     ├── store.schema.NotOurs             the file is not our store (a StoreError above)
@@ -122,13 +124,27 @@ class OperationError(SessionError):
         super().__init__(f"operation failed: {event.code}" + (" (retries exhausted)" if exhausted else ""))
 
 
+class SendUnconfirmed(OperationError):
+    """A message got no answer, and was found neither echoed nor in the guest history when it was
+    looked for (or the history could not be read): it may or may not have arrived. ``client_id`` is
+    what it was sent with; ``resent``: it was sent a second time, with that id."""
+
+    def __init__(self, failure: OperationError, client_id: str, *, resent: bool) -> None:
+        super().__init__(failure.event, exhausted=failure.exhausted, published=failure.published)
+        self.client_id = client_id
+        self.resent = resent
+
+
 class CircuitOpenError(SessionError):
     """The endpoint's circuit is open (or its one probe is out); try again in ``retry_in_s``."""
 
-    def __init__(self, circuit_id: str, retry_in_s: float) -> None:
+    def __init__(self, circuit_id: str, retry_in_s: float, *, isolated: bool = False) -> None:
         self.circuit_id = circuit_id
         self.retry_in_s = retry_in_s
-        super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")
+        #: an operator isolated the endpoint (``ctl circuit isolate``): nothing failed
+        self.isolated = isolated
+        held = "is isolated by an operator" if isolated else "is open"
+        super().__init__(f"circuit {circuit_id} {held}; retry in {retry_in_s:.1f} s")
 
 
 class SdkError(SessionError):

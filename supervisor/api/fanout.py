@@ -6,7 +6,9 @@ subscriber's writer. Nothing on this path awaits or touches a socket, so a subsc
 reads cannot slow the daemon or anyone else; its own outbox conflates, then lags, and its writer
 disconnects it once it has been over its cap for ``lagged_disconnect_after`` seconds.
 
-A delta's or an event's frame is encoded once, however many subscribers get it.
+A delta's or an event's frame is encoded once, however many subscribers get it. The platform
+events hub (supervisor/api/platform_events.py) hands its records here the same way
+(:meth:`Hub.platform_record`): only subscribers of the ``platform`` stream get them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.events import SubscriberDisconnected
 from supervisor.api.messages import Delta, Subscription, encode_message
-from supervisor.api.outbox import Outbox
+from supervisor.api.outbox import LaggedGap, Outbox
+from supervisor.api.platform_events import PlatformEvents, PlatformRecord
 from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, wire
 
 __all__ = ["Hub", "Subscriber"]
@@ -40,10 +43,11 @@ class Subscriber:
         cap_bytes: int,
         lagged_disconnect_after: float,
         snapshot: Callable[[Subscription], bytes],
+        lagged_gap: LaggedGap | None = None,
     ) -> None:
         self.connection = connection
         self.subscription = subscription
-        self.outbox = Outbox(cap_bytes, lambda: snapshot(subscription), self._lagging)
+        self.outbox = Outbox(cap_bytes, lambda: snapshot(subscription), self._lagging, lagged_gap)
         self._after = lagged_disconnect_after
         self._wake: anyio.Event | None = None
         # while over the cap: the moment past which the writer gives up (anyio's clock)
@@ -122,8 +126,10 @@ class Hub:
         *,
         publish: Callable[[Event], object],
         timestamp: Callable[[], str],
+        platform: PlatformEvents | None = None,
     ) -> None:
         self.board = board
+        self.platform = platform
         self._publish = publish
         self._timestamp = timestamp
         self._subscribers: tuple[Subscriber, ...] = ()
@@ -131,6 +137,8 @@ class Hub:
         # `lagged` notices of subscribers gone (the live ones count their own)
         self._retired_lags = 0
         board.on_change = self.publish
+        if platform is not None:
+            platform.listen(self.platform_record)
 
     @property
     def subscribers(self) -> tuple[Subscriber, ...]:
@@ -140,7 +148,28 @@ class Hub:
         return encode_message(self.board.snapshot(subscription))
 
     def add(self, subscriber: Subscriber) -> None:
+        """Register ``subscriber``; a ``platform`` subscription with ``since`` first gets what it
+        missed from the windows (in the same synchronous step: nothing falls in between)."""
+        subscription = subscriber.subscription
+        platform = self.platform
+        if platform is not None and subscription.platform and subscription.since:
+            for record in platform.replay(
+                subscription.since,
+                lambda r: subscription.wants_platform(r.session_id, r.platform, r.agent_id, r.event_type),
+            ):
+                # as a live record: what a lag drops of the replay is told as a gap too
+                subscriber.outbox.push_platform(record)
         self._subscribers = (*self._subscribers, subscriber)
+
+    def platform_record(self, record: PlatformRecord) -> None:
+        """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits."""
+        for subscriber in self._subscribers:
+            subscription = subscriber.subscription
+            if subscription.platform and subscription.wants_platform(
+                record.session_id, record.platform, record.agent_id, record.event_type
+            ):
+                subscriber.outbox.push_platform(record)
+                subscriber.wake()
 
     def remove(self, subscriber: Subscriber) -> None:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)

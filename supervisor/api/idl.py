@@ -44,18 +44,29 @@ interface {STATE}
 """
     + _SESSION
     + """
+# agents and eventTypes narrow the platform stream only (its records and gaps; eventTypes not gaps).
 type Filter (
   platforms: ?[]string,
   states: ?[]string,
-  sessions: ?[]string
+  sessions: ?[]string,
+  agents: ?[]string,
+  eventTypes: ?[]string
 )
+
+# What a client of the platform stream saw of one session: the bootId and the last sessionSeq.
+type Seen (bootId: string, seq: int)
 
 # Call with more: true. Replies, each with a type: snapshot (bootId, seq, sessions), delta (seq,
 # sessionId, state, previous, at, reason, platform, attempts, lastError, circuit), event (an
-# opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason).
+# opt-in stream's event in its wire form), lagged (count; a snapshot follows), end (reason);
+# with the platform stream also platform (bootId, sessionId, sessionSeq, agentId, platform,
+# eventType, the ids the event names, body, receivedAt, replayed, snapshot) and gap (bootId,
+# sessionId, agentId, platform, fromSeq, toSeq, seconds, resync, reason, at).
 # streams: circuits, retries, throttling, rollovers, terminations, errors, backpressure, attributes,
-# control, daemon, all.
-method Subscribe(filter: ?Filter, streams: ?[]string) -> (
+# control, daemon, all; and platform (not part of all; PermissionDenied unless the peer is in
+# [sockets] platformAllowUids / platformAllowGids). since (per session id; with the platform stream):
+# what was missed from the daemon's window, or a gap naming what fell out.
+method Subscribe(filter: ?Filter, streams: ?[]string, since: ?[string]Seen) -> (
   type: string,
   bootId: ?string,
   seq: ?int,
@@ -66,8 +77,23 @@ method Subscribe(filter: ?Filter, streams: ?[]string) -> (
   at: ?string,
   reason: ?string,
   count: ?int,
-  event: ?string
+  event: ?string,
+  sessionSeq: ?int,
+  agentId: ?string,
+  platform: ?string,
+  eventType: ?string,
+  body: ?object,
+  receivedAt: ?string,
+  replayed: ?bool,
+  snapshot: ?bool,
+  fromSeq: ?int,
+  toSeq: ?int,
+  seconds: ?float,
+  resync: ?string
 )
+
+# The platform stream to a peer its allow-lists do not name.
+error PermissionDenied (stream: string, problem: string)
 """
 )
 
@@ -75,7 +101,8 @@ _CONTROL = (
     f"""\
 # Control of the daemon: stricter than the subscribe socket; every verb that changes something is
 # published as a CONTROL_COMMAND event with the caller's uid, gid and pid. Each method needs a role:
-# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy).
+# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy,
+# IsolateCircuit, CloseCircuit, ResetCircuit).
 interface {CONTROL}
 
 """
@@ -93,8 +120,9 @@ method ShowSession(sessionId: string) -> (session: Session)
 method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool)
 # Close 1000 (CXone: end the agent session); idempotent.
 method StopSession(sessionId: string) -> (sessionId: string, state: string)
-# Drain like SIGTERM: close every session with 1001, then exit.
-method Drain() -> (draining: bool)
+# Drain like SIGTERM, then exit. With a store the sessions are handed over (left alive for the next
+# start: handover true); endSessions ends them on the platform instead (closeSession, DELETE).
+method Drain(endSessions: ?bool) -> (draining: bool, handover: bool)
 # A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
@@ -107,6 +135,26 @@ method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
 method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
 method AttributesStatus() -> (attributes: object)
+# Manual circuit control of one endpoint (genesys:api, cxone:agent-sessions, ...; Status lists them). An
+# isolated circuit admits nothing until closed, reset or forSeconds have passed; its sessions wait in
+# reconnecting and their horizon stands still. In memory only: a restart closes every circuit.
+method IsolateCircuit(endpoint: string, forSeconds: ?float) -> (endpoint: string, circuitId: string,
+  previous: string, state: string, changed: bool, forSeconds: ?float)
+# Ends an isolation (a closed circuit: changed false); an open or half-open circuit is reset, not closed.
+method CloseCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
+# Closed with its counters cleared, from any state (after a false trip).
+method ResetCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
+# A guest message on a live Web Messaging session, through the retry executor; clientId (default: a new
+# UUID) goes with every send of it. Answered with the platform's message id once the platform has it
+# (its echo, or the guest history entry found by clientId when the echo was lost).
+method SendMessage(sessionId: string, text: string, clientId: ?string) -> (sessionId: string,
+  messageId: string, clientId: string)
+# The agent state of a live CXone session (POST agent-sessions/{id}/state); the platform answers 202 and
+# the change arrives as an AgentState event.
+method SetAgentState(sessionId: string, state: string, reason: ?string) -> (sessionId: string,
+  state: string, reason: ?string, accepted: bool)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -121,8 +169,17 @@ error NoConversation (sessionId: string, problem: string)
 error NoSuchMismatch (mismatchId: int, problem: string)
 error AlreadyResolved (mismatchId: int, problem: string)
 error NotResolvable (mismatchId: int, problem: string)
+error SessionNotActive (sessionId: string, state: string, problem: string)
+error WrongSessionKind (sessionId: string, kind: string, problem: string)
+error ReadOnlyConversation (sessionId: string, problem: string)
+# The platform refused it for good: code is the taxonomy's, status the platform's own (HTTP, or Web Messaging's).
+error PlatformRejected (sessionId: string, code: string, status: ?int, problem: string)
+# No answer, and not found in the platform's echoes or the guest history after: it may have arrived.
+error SendUnconfirmed (sessionId: string, clientId: string, resent: bool, problem: string)
 # The caller's role (observer, operator, administrator) does not include the one the method needs.
 error PermissionDenied (method: string, role: string, granted: string, problem: string)
+error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
+error NotIsolated (endpoint: string, state: string, problem: string)
 """
 )
 

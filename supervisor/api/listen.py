@@ -39,6 +39,7 @@ __all__ = [
     "default_paths",
     "identity",
     "peer_of",
+    "platform_policy",
     "policies",
     "remove_if_ours",
     "resolve_group",
@@ -99,6 +100,13 @@ def policies(config: SocketsConfig, own_uid: int | None = None) -> tuple[AccessP
         observer_gids=frozenset(config.observer_gids),
     )
     return subscribe, control
+
+
+def platform_policy(config: SocketsConfig, own_uid: int | None = None) -> AccessPolicy:
+    """Who may have the subscribe socket's platform stream: the daemon's own uid and root always, plus
+    ``platformAllowUids`` and members of ``platformAllowGids`` (customer data: narrower than the socket)."""
+    own = frozenset({os.getuid() if own_uid is None else own_uid, 0})
+    return AccessPolicy(own | frozenset(config.platform_allow_uids), frozenset(config.platform_allow_gids))
 
 
 def peer_of(sock: socket.socket) -> Peer:

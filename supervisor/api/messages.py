@@ -1,14 +1,17 @@
 """What the subscribe socket says: the subscription a client asks for, and the messages it gets. Pure.
 
-A subscription is a filter (platforms, states, session ids; each absent or a list) and a list
-of opt-in event streams. The messages, each a reply's ``parameters`` with a ``type``
-(docs/socket-api.md, "Messages"):
+A subscription is a filter (platforms, states, session ids, agent ids, platform event types; each
+absent or a list), a list of opt-in event streams and, for the ``platform`` stream, ``since``: per
+session the bootId and the last ``sessionSeq`` the client saw. The messages, each a reply's
+``parameters`` with a ``type`` (docs/socket-api.md, "Messages"):
 
 * ``snapshot``: ``{bootId, seq, sessions: [...]}``, every matching session as of bus ``seq``;
 * ``delta``: one session's state change, with the bus ``seq`` of the transition it reflects
   and the state the subscriber saw before (``previous``);
 * ``event``: an opt-in stream's event in its wire form (supervisor/events/base.py ``wire``);
 * ``lagged``: ``{count}`` messages were dropped; a fresh ``snapshot`` follows at once;
+* ``platform`` and ``gap`` (the opt-in ``platform`` stream): a platform event of a session, and what
+  a session's platform events miss (supervisor/api/platform_events.py);
 * ``end``: the last reply (no ``continues``), when the daemon stops.
 """
 
@@ -27,6 +30,7 @@ from supervisor.vocabulary import Platform
 __all__ = [
     "ALL_STREAMS",
     "MAX_FILTER_ENTRIES",
+    "PLATFORM_STREAM",
     "STREAMS",
     "Delta",
     "Subscription",
@@ -42,13 +46,16 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "CIRCUIT_BREAKER_OPEN",
             "CIRCUIT_BREAKER_HALF_OPEN",
             "CIRCUIT_BREAKER_CLOSED",
+            # an operator's isolate, close or reset, and the end of an isolation's --for
+            "CIRCUIT_MANUAL",
         }
     ),
     "retries": frozenset({"RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}),
     "throttling": frozenset({"RECONNECTION_THROTTLED"}),
     # a connection replaced in place, the session still active (a notifications rollover: docs/runtime.md, "Notifications rollover")
     "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
-    "terminations": frozenset({"SESSION_TERMINATED"}),
+    # a session this daemon supervises no more: ended, or handed over to the next start by a stop
+    "terminations": frozenset({"SESSION_TERMINATED", "SESSION_HANDED_OVER"}),
     # a shadow taxonomy's divergences are about classified errors (docs/taxonomy.md, "Shadow")
     "errors": frozenset({"SDK_ERROR_CLASSIFIED", "SHADOW_DIVERGENCE"}),
     # attribute updates (docs/attributes.md): a tenant's queue full, and drained again
@@ -73,6 +80,9 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
 }
 #: every event on the bus, including names no stream lists yet (but SESSION_TRANSITION: that is the delta)
 ALL_STREAMS: Final = "all"
+#: the sessions' platform events and their gaps: customer data, opt-in and never part of "all"
+#: (a peer must be in [sockets] platformAllowUids / platformAllowGids)
+PLATFORM_STREAM: Final = "platform"
 MAX_FILTER_ENTRIES: Final = 10_000
 _MAX_ID = 200
 
@@ -88,10 +98,29 @@ class Subscription:
     # the event names the streams select; ``all_events`` when "all" was asked for
     events: frozenset[str] = field(default_factory=frozenset)
     all_events: bool = False
+    # the platform stream: its own filters (agents, event types), and what the client saw (since)
+    platform: bool = False
+    agents: frozenset[str] | None = None
+    event_types: frozenset[str] | None = None
+    since: Mapping[str, tuple[str, int]] | None = None
 
     @property
     def unfiltered(self) -> bool:
         return self.platforms is None and self.states is None and self.sessions is None
+
+    def wants_platform(
+        self, session_id: str, platform: str | None, agent_id: str | None, event_type: str | None
+    ) -> bool:
+        """A platform record (``event_type``) or a gap (None) passes the session, platform, agent
+        and event-type filters (the state filter does not apply: records are not states)."""
+        if self.sessions is not None and session_id not in self.sessions:
+            return False
+        if self.platforms is not None and platform not in self.platforms:
+            return False
+        if self.agents is not None and agent_id not in self.agents:
+            return False
+        types = self.event_types
+        return types is None or event_type is None or event_type in types
 
     def wants_state(self, state: str, previous: str | None) -> bool:
         """A delta matches the state filter when the session enters or leaves a filtered state."""
@@ -152,12 +181,20 @@ def parse_subscription(parameters: Mapping[str, Any], *, known_states: Iterable[
         unknown = sorted(states - allowed_states)[0]
         raise _bad("filter.states", f"unknown state '{unknown}' (known: {', '.join(sorted(allowed_states))})")
     sessions = _strings(raw_filter.get("sessions"), "filter.sessions")
+    agents = _strings(raw_filter.get("agents"), "filter.agents")
+    event_types = _strings(raw_filter.get("eventTypes"), "filter.eventTypes")
     streams = _strings(parameters.get("streams"), "streams") or frozenset()
-    known_streams = {*STREAMS, ALL_STREAMS}
+    known_streams = {*STREAMS, ALL_STREAMS, PLATFORM_STREAM}
     if not streams <= known_streams:
         unknown = sorted(streams - known_streams)[0]
         raise _bad("streams", f"unknown stream '{unknown}' (known: {', '.join(sorted(known_streams))})")
-    events = frozenset(name for stream in streams if stream != ALL_STREAMS for name in STREAMS[stream])
+    events = frozenset(
+        name for stream in streams if stream not in (ALL_STREAMS, PLATFORM_STREAM) for name in STREAMS[stream]
+    )
+    platform = PLATFORM_STREAM in streams
+    since = _since(parameters.get("since"))
+    if since is not None and not platform:
+        raise _bad("since", "since resumes the platform stream: ask for it in streams")
     return Subscription(
         platforms=platforms,
         states=states,
@@ -165,7 +202,34 @@ def parse_subscription(parameters: Mapping[str, Any], *, known_states: Iterable[
         streams=tuple(sorted(streams)),
         events=events,
         all_events=ALL_STREAMS in streams,
+        platform=platform,
+        agents=agents,
+        event_types=event_types,
+        since=since,
     )
+
+
+def _since(value: object) -> dict[str, tuple[str, int]] | None:
+    """``{SESSION_ID: {"bootId": ..., "seq": N}}``: per session, the last sessionSeq seen and its boot."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad("since", "expected an object of session ids")
+    if len(value) > MAX_FILTER_ENTRIES:
+        raise _bad("since", f"at most {MAX_FILTER_ENTRIES} sessions")
+    out: dict[str, tuple[str, int]] = {}
+    for session_id, seen in value.items():
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= _MAX_ID:
+            raise _bad("since", f"expected session ids of 1 to {_MAX_ID} characters")
+        if not isinstance(seen, dict):
+            raise _bad("since", f"{session_id}: expected an object with bootId and seq")
+        boot_id, seq = seen.get("bootId"), seen.get("seq")
+        if not isinstance(boot_id, str) or not 0 < len(boot_id) <= _MAX_ID:
+            raise _bad("since", f"{session_id}.bootId: expected a string of 1 to {_MAX_ID} characters")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 1 << 63:
+            raise _bad("since", f"{session_id}.seq: expected an integer from 0 to 2^63 - 1")
+        out[session_id] = (boot_id, seq)
+    return out
 
 
 # -- messages -----------------------------------------------------------------------------------------

@@ -14,6 +14,11 @@ waits or does I/O, so the publisher never awaits a socket (docs/robustness.md, "
   snapshot built at that moment (tokio's broadcast ``Lagged(n)``). ``on_lag`` tells the writer,
   which disconnects a subscriber that stays over the cap too long (Redis'
   ``client-output-buffer-limit pubsub``).
+
+Platform records (the ``platform`` stream) are never conflated either, and never dropped silently:
+what a lag drops of them is remembered per session (the first and last ``sessionSeq`` lost, the
+last gap notice lost), and the recovery tells it after the snapshot as ``gap`` messages
+(``reason: "lagged"``): a client that wants the records asks for them again with ``since``.
 """
 
 from __future__ import annotations
@@ -21,12 +26,37 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from supervisor.api.messages import Delta, encode_message
+from supervisor.api.platform_events import PlatformRecord
 
-__all__ = ["Outbox"]
+__all__ = ["LaggedGap", "Outbox"]
+
+#: builds the ``gap`` frame of one session's records a lag dropped: (session, platform, agent, first, last)
+LaggedGap = Callable[[str, str | None, str | None, int, int], bytes]
 
 
 def _nothing() -> None:
     return None
+
+
+class _Lost:
+    """What a lag dropped of one session's platform records."""
+
+    __slots__ = ("agent_id", "first", "gap", "last", "platform")
+
+    def __init__(self, record: PlatformRecord) -> None:
+        self.platform = record.platform
+        self.agent_id = record.agent_id
+        self.first = 0
+        self.last = 0
+        self.gap: bytes | None = None
+
+    def add(self, record: PlatformRecord) -> None:
+        if record.is_gap:
+            self.gap = record.frame
+            return
+        seq = record.position
+        self.first = seq if self.first == 0 else min(self.first, seq)
+        self.last = max(self.last, seq)
 
 
 class Outbox:
@@ -37,7 +67,9 @@ class Outbox:
         "_cap",
         "_head",
         "_items",
+        "_lagged_gap",
         "_latest",
+        "_lost_platform",
         "_next",
         "_on_lag",
         "_snapshot",
@@ -49,7 +81,11 @@ class Outbox:
     )
 
     def __init__(
-        self, cap_bytes: int, snapshot: Callable[[], bytes], on_lag: Callable[[], None] = _nothing
+        self,
+        cap_bytes: int,
+        snapshot: Callable[[], bytes],
+        on_lag: Callable[[], None] = _nothing,
+        lagged_gap: LaggedGap | None = None,
     ) -> None:
         self._cap = cap_bytes
         self._snapshot = snapshot
@@ -57,7 +93,10 @@ class Outbox:
         # the first snapshot, sent before anything else and outside the cap (it grows with sessions)
         self._head: bytes | None = None
         # push order is dict order; a conflated delta is popped and re-inserted at the back
-        self._items: dict[int, Delta | bytes] = {}
+        self._items: dict[int, Delta | bytes | PlatformRecord] = {}
+        # what lags dropped of each session's platform records, told at the recovery
+        self._lost_platform: dict[str, _Lost] = {}
+        self._lagged_gap = lagged_gap
         # session -> key of its newest delta still pending (conflation target)
         self._latest: dict[str, int] = {}
         self._next = 0
@@ -100,7 +139,21 @@ class Outbox:
             return
         self._append(frame, len(frame), None)
 
-    def _append(self, item: Delta | bytes, size: int, session_id: str | None) -> None:
+    def push_platform(self, record: PlatformRecord) -> None:
+        """A platform record or gap: never conflated; what a lag drops of it is told as a gap."""
+        if self.lagged:
+            self.lost += 1
+            self._lose(record)
+            return
+        self._append(record, len(record.frame), None)
+
+    def _lose(self, record: PlatformRecord) -> None:
+        lost = self._lost_platform.get(record.session_id)
+        if lost is None:
+            lost = self._lost_platform[record.session_id] = _Lost(record)
+        lost.add(record)
+
+    def _append(self, item: Delta | bytes | PlatformRecord, size: int, session_id: str | None) -> None:
         key = self._next
         self._next += 1
         self._items[key] = item
@@ -112,6 +165,9 @@ class Outbox:
 
     def _lag(self) -> None:
         self.lost += len(self._items)
+        for item in self._items.values():
+            if isinstance(item, PlatformRecord):
+                self._lose(item)
         self._items.clear()
         self._latest.clear()
         self._bytes = 0
@@ -128,11 +184,12 @@ class Outbox:
         if self.lagged:
             lost, self.lost = self.lost, 0
             self.lagged = False
+            gaps = self._platform_gaps()
             if self._head is not None:
                 # the first snapshot never left: the reader lost nothing it had, a fresh one is enough
                 self._head = None
-                return [self._snapshot()], True
-            return [encode_message({"type": "lagged", "count": lost}), self._snapshot()], True
+                return [self._snapshot(), *gaps], True
+            return [encode_message({"type": "lagged", "count": lost}), self._snapshot(), *gaps], True
         frames: list[bytes] = []
         if self._head is not None:
             frames.append(self._head)
@@ -143,3 +200,16 @@ class Outbox:
             self._latest.clear()
             self._bytes = 0
         return frames, False
+
+    def _platform_gaps(self) -> list[bytes]:
+        """The gaps a lag left in the platform records: the last gap notice lost, then the range lost."""
+        lost_platform, self._lost_platform = self._lost_platform, {}
+        frames: list[bytes] = []
+        for session_id, lost in lost_platform.items():
+            if lost.gap is not None:
+                frames.append(lost.gap)
+            if lost.last and self._lagged_gap is not None:
+                frames.append(
+                    self._lagged_gap(session_id, lost.platform, lost.agent_id, lost.first, lost.last)
+                )
+        return frames

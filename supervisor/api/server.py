@@ -30,7 +30,8 @@ from supervisor.api.connection import UnixService
 from supervisor.api.control import ControlService, Reload
 from supervisor.api.events import SocketApiListening
 from supervisor.api.fanout import Hub
-from supervisor.api.listen import policies, resolve_group, socket_paths
+from supervisor.api.listen import platform_policy, policies, resolve_group, socket_paths
+from supervisor.api.platform_events import PlatformEvents
 from supervisor.api.subscribe import SubscribeService
 from supervisor.attributes import AttributeService
 from supervisor.bus import EventBus
@@ -38,9 +39,11 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
 from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import (
+    CircuitControl,
     CircuitReader,
     DesiredSessions,
     SessionControl,
+    SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
@@ -68,11 +71,16 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        circuit_control: CircuitControl | None = None,
+        messaging: SessionMessaging | None = None,
+        platform: PlatformEvents | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
         self.board = StateBoard(sessions, circuits, clock, boot_id=bus.boot_id)
-        self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now)
+        # the sessions' platform events (the platform stream); None: a daemon built without them
+        self.platform = platform
+        self.hub = Hub(self.board, publish=self.bus.publish, timestamp=self._now, platform=platform)
         self.bus.subscribe(self.board)
         resolved = paths if paths is not None else socket_paths(config, environ)
         self.off_reason: str | None = resolved if isinstance(resolved, str) else None
@@ -87,11 +95,12 @@ class SocketApi:
         create_control = paths is None and config.control is None
         subscribe_policy, control_policy = policies(config)
         handed = dict(listeners or {})
-        subscriber_side = SubscribeService(
+        self._subscriber_side = subscriber_side = SubscribeService(
             self.hub,
             cap_bytes=config.subscriber_buffer_bytes,
             lagged_disconnect_after=config.lagged_disconnect_after,
             handshake_timeout=config.handshake_timeout,
+            platform_policy=platform_policy(config),
         )
         self.control_service = ControlService(
             sessions,
@@ -108,6 +117,8 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            circuits=circuit_control,
+            messaging=messaging,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,
@@ -138,6 +149,27 @@ class SocketApi:
 
     def _now(self) -> str:
         return iso_utc(self.clock.time())
+
+    def reconfigure(self, config: SocketsConfig) -> None:
+        """A reload's ``[sockets]``: the access lists, roles and limits apply at once (a peer newly
+        refused is refused at its next connect, and its open connections end); the paths, mode,
+        group and ``enabled`` need a restart (the reload names ``sockets`` in ``restartRequired``)."""
+        if self.subscribe is None or self.control is None or self.control_service is None:
+            return
+        subscribe_policy, control_policy = policies(config)
+        self.subscribe.reconfigure(subscribe_policy, config.max_connections)
+        self.control.reconfigure(control_policy, config.max_connections)
+        self._subscriber_side.configure(
+            cap_bytes=config.subscriber_buffer_bytes,
+            lagged_disconnect_after=config.lagged_disconnect_after,
+            handshake_timeout=config.handshake_timeout,
+            platform_policy=platform_policy(config),
+        )
+        self.control_service.configure(
+            roles=control_policy,
+            handshake_timeout=config.handshake_timeout,
+            idle_timeout=config.control_idle_timeout,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -173,6 +205,9 @@ class SocketApi:
         out: dict[str, Any] = {}
         if self.subscribe is not None:
             out["subscribe"] = {**self.subscribe.stats(), **self.hub.stats()}
+            if self.platform is not None:
+                # counts only (records, gaps, the windows' size): never content
+                out["subscribe"]["platformEvents"] = self.platform.stats()
         if self.control is not None and self.control_service is not None:
             out["control"] = {**self.control.stats(), "deniedCalls": self.control_service.denied}
         return out

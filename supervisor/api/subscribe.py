@@ -4,8 +4,10 @@ Before it, a client may ask ``org.varlink.service.GetInfo`` / ``GetInterfaceDesc
 each wait for a call is bounded by the handshake timeout. The Subscribe call registers the
 subscriber with the hub in the same synchronous step as its snapshot is taken, so the first
 reply is consistent with every delta after it. From then on the connection carries the stream
-only: any further call ends it (``StreamTakesNoCalls``), and so does closing. When the
-daemon stops, whatever is pending and a last ``end`` reply are written if the socket takes
+only: any further call ends it (``StreamTakesNoCalls``), and so does closing. The ``platform``
+stream carries customer data: a peer outside ``[sockets] platformAllowUids`` /
+``platformAllowGids`` (the daemon's uid and root always) is refused it with ``PermissionDenied``
+before anything is registered. When the daemon stops, whatever is pending and a last ``end`` reply are written if the socket takes
 them at once, and the connection is closed.
 """
 
@@ -14,9 +16,11 @@ from __future__ import annotations
 import anyio
 
 from supervisor.api.connection import Connection
+from supervisor.api.events import Peer
 from supervisor.api.fanout import Hub, Subscriber
 from supervisor.api.idl import service_reply
-from supervisor.api.messages import Subscription, parse_subscription
+from supervisor.api.listen import PeerPolicy
+from supervisor.api.messages import PLATFORM_STREAM, Subscription, parse_subscription
 from supervisor.api.protocol import (
     SERVICE,
     STATE,
@@ -50,8 +54,28 @@ class SubscribeService:
         cap_bytes: int,
         lagged_disconnect_after: float,
         handshake_timeout: float,
+        platform_policy: PeerPolicy | None = None,
     ) -> None:
         self.hub = hub
+        self.configure(
+            cap_bytes=cap_bytes,
+            lagged_disconnect_after=lagged_disconnect_after,
+            handshake_timeout=handshake_timeout,
+            platform_policy=platform_policy,
+        )
+
+    def configure(
+        self,
+        *,
+        cap_bytes: int,
+        lagged_disconnect_after: float,
+        handshake_timeout: float,
+        platform_policy: PeerPolicy | None,
+    ) -> None:
+        """The buffer, lag and handshake bounds of the connections accepted from now on, and who may
+        have the platform stream (at start, and on a reload)."""
+        # who may have the platform stream (None: nobody; the API was built without platform events)
+        self._platform_policy = platform_policy
         self._cap = cap_bytes
         self._after = lagged_disconnect_after
         self._handshake = handshake_timeout
@@ -82,7 +106,7 @@ class SubscribeService:
                 return None
             for index, frame in enumerate(frames):
                 try:
-                    answer = self._answer(frame)
+                    answer = self._answer(frame, connection.peer)
                 except ApiError as error:
                     answer = encode_error(error)
                 if isinstance(answer, bytes):
@@ -95,7 +119,7 @@ class SubscribeService:
                     return None
                 return answer
 
-    def _answer(self, frame: bytes) -> Subscription | bytes:
+    def _answer(self, frame: bytes, peer: Peer) -> Subscription | bytes:
         """The subscription a Subscribe call asks for, or the reply to any other call (b"" for oneway)."""
         call = parse_call(frame)
         check_method(call.method, _KNOWN)
@@ -108,7 +132,19 @@ class SubscribeService:
                 ApiFault.EXPECTED_MORE,
                 {"problem": "Subscribe streams its replies: call it with more: true"},
             )
-        return parse_subscription(call.parameters, known_states=_STATES)
+        subscription = parse_subscription(call.parameters, known_states=_STATES)
+        if subscription.platform:
+            policy = self._platform_policy
+            if policy is None or self.hub.platform is None or not policy.allows(peer):
+                raise ApiError(
+                    ApiFault.PLATFORM_DENIED,
+                    {
+                        "stream": PLATFORM_STREAM,
+                        "problem": f"the {PLATFORM_STREAM} stream carries customer data: uid {peer.uid} is not "
+                        "in [sockets] platformAllowUids or a member of platformAllowGids",
+                    },
+                )
+        return subscription
 
     async def _stream(self, connection: Connection, subscription: Subscription) -> None:
         hub = self.hub
@@ -119,6 +155,7 @@ class SubscribeService:
             cap_bytes=self._cap,
             lagged_disconnect_after=self._after,
             snapshot=hub.snapshot_frame,
+            lagged_gap=None if hub.platform is None else hub.platform.lagged_gap,
         )
         hub.add(subscriber)
         try:

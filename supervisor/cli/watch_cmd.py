@@ -10,7 +10,7 @@ import click
 import msgspec
 
 from supervisor.api.client import Client
-from supervisor.api.messages import ALL_STREAMS, STREAMS
+from supervisor.api.messages import ALL_STREAMS, PLATFORM_STREAM, STREAMS
 from supervisor.api.protocol import Method
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 from supervisor.vocabulary import Platform, SessionState
@@ -52,9 +52,11 @@ _FIRST_REPLY_TIMEOUT_S = 10.0
     "--events",
     "streams",
     multiple=True,
-    type=click.Choice((*STREAMS, ALL_STREAMS)),
+    type=click.Choice((*STREAMS, ALL_STREAMS, PLATFORM_STREAM)),
     help="Also stream these events (repeatable): circuits, retries, throttling, rollovers, terminations, "
-    "errors, backpressure, attributes, control, daemon, or all.",
+    "errors, backpressure, attributes, control, daemon, or all; and platform (the sessions' platform "
+    "events and gaps, with --json; not part of all, and only for the peers [sockets] platformAllowUids "
+    "and platformAllowGids name).",
 )
 def watch(
     socket_path: Path | None,
@@ -71,8 +73,8 @@ def watch(
     session (state, since, reconnection attempts, last error, its endpoint's circuit).
     With --json: the first line is {"type": "snapshot", "bootId", "seq", "sessions"},
     then "delta" lines (seq, sessionId, state, previous, at, reason), "event" lines for
-    the --events streams, and "lagged" (count) followed by a new "snapshot" if this
-    reader fell too far behind. Exit 0 when the daemon closes the stream; 1 with one
+    the --events streams ("platform" and "gap" lines for --events platform), and "lagged"
+    (count) followed by a new "snapshot" if this reader fell too far behind. Exit 0 when the daemon closes the stream; 1 with one
     line when it is not running or refuses us.
 
     \b

@@ -2,6 +2,7 @@
 
     connecting ──open()+validate──► active ──serve() ends──► reconnecting ──timer──► connecting
          └──────────────── fail-fast / exhausted / graceful close ─────────► terminated
+         └──────────────── daemon stop with a store (a handover) ──────────► handed-over
 
 * The session's connect endpoint admits every connection attempt, through the attempt shell
   (supervisor/attempts/; its :class:`~machines.endpoint.Endpoint` decides): the slot of its pace
@@ -35,7 +36,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionHandedOver, SessionTerminated
 from machines.session import SessionConfig, SessionCore
 from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
@@ -47,7 +48,14 @@ from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
-from supervisor.transports.base import Connection, MessageSender, Rolling, Rollover, Transport
+from supervisor.transports.base import (
+    AgentStateSetter,
+    Connection,
+    MessageSender,
+    Rolling,
+    Rollover,
+    Transport,
+)
 from supervisor.vocabulary import CloseCode, SessionState
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -103,6 +111,9 @@ class SessionRunner:
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
+        # the session waits because an isolation of its own connect endpoint refused it (woken
+        # when it ends); an isolated REST or token endpoint's refusal is waited out by its timer
+        self._held_by_gate = False
         # the connection attempt admitted while the session waited to reconnect
         self._flight: Flight | None = None
         self._connection: Connection | None = None
@@ -116,6 +127,16 @@ class SessionRunner:
     @property
     def state(self) -> SessionState:
         return self.core.state
+
+    @property
+    def tokens(self) -> TokenCache | None:
+        """The platform credential's token cache this session revokes on a fail-fast that condemns it."""
+        return self._tokens
+
+    def use_tokens(self, tokens: TokenCache | None) -> None:
+        """The platform was rebuilt by a reload that did not restart this session (a Web Messaging
+        guest keeps its connection when the OAuth client changes): revoke the new cache from now on."""
+        self._tokens = tokens
 
     @property
     def context(self) -> SessionContext:
@@ -142,7 +163,7 @@ class SessionRunner:
             connection, self._connection = self._connection, None
             if connection is not None:
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
 
     async def stop(self, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End the session on purpose: 1000 for an explicit stop, 1001 on daemon shutdown."""
@@ -150,6 +171,27 @@ class SessionRunner:
             return
         self._close_code = code
         self._execute(self.core.stop())
+
+    @property
+    def close_code(self) -> CloseCode:
+        """The code the connection was (or will be) closed with: 1000 on a stop, 1001 on a shutdown."""
+        return self._close_code
+
+    def hand_over(self) -> None:
+        """Daemon shutdown with a store: leave the session alive on the platform for the next start
+        (SESSION_HANDED_OVER; the connection abandoned, not closed: docs/runtime.md, "Lifecycle")."""
+        if self.core.terminated:
+            return
+        self._execute(self.core.hand_over())
+
+    async def _let_go(self, connection: Connection) -> None:
+        """The runner is done with ``connection``: abandoned when the session was handed over, else closed."""
+        if self.core.handed_over:
+            # what the connection learned (CXone's rolling id) is what the next start takes over
+            self._remember(self._context.learned(connection.learned))
+            await connection.abandon()
+        else:
+            await connection.close(self._close_code)
 
     def operation_failed(self, event: SdkErrorEvent) -> None:
         """An operation done for this session (a REST call, an in-band request) failed for good.
@@ -162,34 +204,73 @@ class SessionRunner:
         if event.fail_fast and not self.core.terminated:
             self._execute(self.core.failure(event))
 
-    async def send_message(
-        self, text: str, *, metadata: Mapping[str, str] | None = None
-    ) -> Mapping[str, Any]:
-        """Send a conversation message on the live connection, through the one retry executor.
+    @property
+    def live(self) -> Connection | None:
+        """The session's connection while it serves (None between connections)."""
+        return self._connection
 
-        Raises :class:`SessionError` when the session is not active or its transport sends no
-        messages, :class:`OperationError` when the message failed for good (a fail-fast one
-        also ends the session).
-        """
+    @property
+    def read_only(self) -> bool:
+        """The live connection's conversation takes no more messages from us (GMT goes read-only on
+        an agent's Presence Disconnect whose ``metadata.readOnly`` is ``"true"``)."""
+        connection = self._connection
+        return isinstance(connection, MessageSender) and connection.read_only
+
+    def _live(self) -> Connection:
         connection = self._connection
         if self.core.state is not SessionState.ACTIVE or connection is None:
             raise SessionError(f"session '{self.session_id}' is {self.core.state.value}, not active")
+        return connection
+
+    async def send_message(
+        self, text: str, *, metadata: Mapping[str, str] | None = None, client_id: str | None = None
+    ) -> Mapping[str, Any]:
+        """Send a conversation message on the live connection, through the one retry executor.
+
+        ``client_id`` goes with every send of it (the platform's record of it is looked for by it
+        before it is ever sent again). Raises :class:`SessionError` when the session is not active
+        or its transport sends no messages, :class:`OperationError` when the message failed for
+        good (a fail-fast one also ends the session).
+        """
+        connection = self._live()
         if not isinstance(connection, MessageSender):
             raise SessionError(
                 f"session '{self.session_id}' ({self._context.channel.value}) sends no messages"
             )
         try:
-            return await connection.send_message(text, metadata=metadata)
+            return await connection.send_message(text, metadata=metadata, client_id=client_id)
+        except OperationError as failure:
+            self.operation_failed(_decided(failure))
+            raise
+
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """Set the agent's state on the live connection (CXone), through the one retry executor.
+
+        Raises :class:`SessionError` when the session is not active or its transport has no agent
+        state, :class:`OperationError` when the platform refused it for good.
+        """
+        connection = self._live()
+        if not isinstance(connection, AgentStateSetter):
+            raise SessionError(
+                f"session '{self.session_id}' ({self._context.channel.value}) has no agent state"
+            )
+        try:
+            await connection.set_agent_state(state, reason)
         except OperationError as failure:
             self.operation_failed(_decided(failure))
             raise
 
     # ------------------------------------------------------------------ states
-    async def _pause(self, seconds: float) -> None:
-        """Wait, but wake at once when the session is stopped."""
+    async def _pause(self, seconds: float, *, held: bool = False) -> None:
+        """Wait, but wake at once when the session is stopped (``held``: or when the isolation of
+        the connect endpoint that refused it ends, whoever ends it)."""
         with anyio.CancelScope() as scope:
             self._wait_scope = scope
-            await self._sleep(seconds)
+            if held:
+                with self._gate.woken_on_release(scope):
+                    await self._sleep(seconds)
+            else:
+                await self._sleep(seconds)
         self._wait_scope = None
 
     def _stopped(self) -> bool:
@@ -215,7 +296,8 @@ class SessionRunner:
         due = self._due if self._due is not None else self._clock.monotonic()
         wait = due - self._clock.monotonic()
         if wait > 0:
-            await self._pause(wait)
+            # a session an isolation of its own connect endpoint holds comes back when it ends
+            await self._pause(wait, held=self.core.held and self._held_by_gate)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
         answer = await self._admitted()
@@ -223,7 +305,9 @@ class SessionRunner:
             return  # stopped, or the endpoint's next slot falls past the horizon
         if isinstance(answer, Refused):
             # seed edge case 1: the circuit is open: defer, not counted, RECONNECTION_THROTTLED
-            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001)))
+            # (isolated by an operator: the same, and the horizon stands still meanwhile)
+            self._held_by_gate = answer.isolated
+            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001), held=answer.isolated))
             return
         self._flight = answer
         self._execute(self.core.reconnect_due(None))
@@ -235,7 +319,8 @@ class SessionRunner:
             if answer is None:
                 return
             if isinstance(answer, Refused):
-                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001)))
+                self._held_by_gate = answer.isolated
+                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001), held=answer.isolated))
                 return
             flight = answer
         self.connects += 1
@@ -264,10 +349,10 @@ class SessionRunner:
                     flight.abandon()  # stopped while connecting
                 return
             if self.core.terminated:
-                # stopped just as the connection opened: close it, never serve it
+                # stopped (or handed over) just as the connection opened: never serve it
                 flight.abandon()
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
                 return
         except TransportFailure as failure:
             self._connect_failed(self._classify(failure.raw), flight)
@@ -281,7 +366,10 @@ class SessionRunner:
             # nothing (a lost probe times out by itself)
             flight.abandon()
             if not self.core.terminated:
-                self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+                self._held_by_gate = False  # (another endpoint's circuit: its own timer says when)
+                self._execute(
+                    self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated)
+                )
             return
         # the endpoint answered (unless the transport told it already, where the attempt was made)
         flight.settle(None)
@@ -372,7 +460,8 @@ class SessionRunner:
         with anyio.CancelScope(shield=True):
             await connection.close(CloseCode.GOING_AWAY)
         if not self.core.terminated:
-            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+            self._held_by_gate = False
+            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated))
 
     async def _report(self, raw: RawError | SdkErrorEvent) -> bool:
         """In-band failure from a live connection (or an event its transport named, published here):
@@ -419,6 +508,8 @@ class SessionRunner:
                 self._due = None
             elif isinstance(effect, SessionTerminated):
                 self._terminated(effect)
+            elif isinstance(effect, SessionHandedOver):
+                self._cancel_waits()
 
     def _terminated(self, effect: SessionTerminated) -> None:
         self.termination = effect
@@ -428,6 +519,10 @@ class SessionRunner:
             # the platform credential's token is shared by the sessions that use it: drop it when
             # the token itself failed, so the next use re-authenticates (once, single-flight)
             self._tokens.revoke()
+        self._cancel_waits()
+
+    def _cancel_waits(self) -> None:
+        """Wake the task: a serve, an open or a wait in progress ends now."""
         for scope in (self._serve_scope, self._wait_scope):
             if scope is not None:
                 scope.cancel()

@@ -15,7 +15,7 @@ writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -24,9 +24,11 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.runtime.circuits import ManualCircuits
+from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.wiring import Rotation, Wiring
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
@@ -54,6 +56,10 @@ class Supervisor:
         self.bus = wiring.bus
         #: the runners by session id and the configuration in force; this supervisor alone writes it
         self.sessions = sessions if sessions is not None else session_table(wiring)
+        # the platform events name each session's platform and agent as the table knows them
+        wiring.platform_events.describe_with(session_describer(self.sessions))
+        # the gaps it finds are closed for these sessions (supervisor/runtime/resync.py)
+        wiring.resyncer.attach(self.sessions)
         # set when each runner's task has ended (its close sent, its DELETE made), keyed by the
         # runner itself: a session id may have an old runner still closing and a new one starting
         self._done: dict[SessionRunner, anyio.Event] = {}
@@ -61,6 +67,12 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+        #: ``ctl circuit isolate|close|reset`` and the end of an isolation's ``--for``
+        self.manual_circuits = ManualCircuits(
+            wiring.attempts, lambda: self.config, bus=wiring.bus, clock=wiring.clock, sleep=wiring.sleep
+        )
+        #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
+        self._end_sessions = False
 
     @property
     def config(self) -> Config:
@@ -72,15 +84,24 @@ class Supervisor:
         return self.sessions.runners
 
     def reconfigure(
-        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self,
+        config: Config,
+        secrets: dict[Platform, tuple[Secret | None, ...]],
+        rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
-        """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
+        """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
+        whose token source is swapped), the table's entries, and every running session's
+        reconnection settings (its next reconnection uses them) and platform token cache.
 
         Returns the HTTP clients no longer used, for the caller to close once the sessions that used
         them are stopped (Wiring.reconfigure).
         """
-        retired = self.wiring.reconfigure(config, secrets)
+        retired = self.wiring.reconfigure(config, secrets, rotations)
         self.sessions.configure(config)
+        for runner in self.runners.values():
+            runner.core.configure(self.wiring.session_config)
+            # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
+            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
         return retired
 
     # ------------------------------------------------------------------ lifecycle
@@ -89,6 +110,9 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                await tg.start(self.manual_circuits.serve)
+                # the reads that close the platform stream's gaps run in this group
+                await tg.start(self.wiring.resyncer.serve)
                 book = self.book
                 if book is not None:
                     await tg.start(book.serve)
@@ -190,13 +214,32 @@ class Supervisor:
             return current  # `ctl start` started it again meanwhile, on the new configuration
         return self.add(spec)
 
+    def end_sessions_at_drain(self) -> None:
+        """``ctl drain --end-sessions``: the drain ends every session instead of handing it over."""
+        self._end_sessions = True
+
+    @property
+    def hands_over(self) -> bool:
+        """What a drain now does to the sessions: True hands them over (left alive on the platform for
+        the next start), False ends them (guests closeSession'd, CXone agent sessions DELETEd)."""
+        return self.book is not None and self.book.hands_over() and not self._end_sessions
+
     async def shutdown(self, grace_s: float) -> None:
-        """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
+        """Stop intake, hand every session over (a store) or close it with 1001 (going away, ended
+        on the platform), wait at most ``grace_s``."""
+        hand_over = self.hands_over
         self.draining.set()
         if self.book is not None:
             self.book.draining()
+        # asked to end them (``ctl drain --end-sessions``, ``handover.onStop = "end"``): 1000, so a guest
+        # session gets closeSession and the ledger closes it; else (no store) 1001 as it always was
+        ended = self._end_sessions or (self.book is not None and self.book.ends_at_stop())
+        code = CloseCode.NORMAL_CLOSURE if ended else CloseCode.GOING_AWAY
         for runner in list(self.runners.values()):
-            await runner.stop(CloseCode.GOING_AWAY)
+            if hand_over:
+                runner.hand_over()
+            else:
+                await runner.stop(code)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
         with anyio.move_on_after(grace_s):
             for done in list(self._done.values()):
@@ -231,10 +274,20 @@ class Supervisor:
             raise
 
     async def send_message(
-        self, session_id: str, text: str, *, metadata: Mapping[str, str] | None = None
+        self,
+        session_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Mapping[str, Any]:
-        """Send a conversation message on a session's live connection (in-band, retried by the executor)."""
-        return await self._runner(session_id).send_message(text, metadata=metadata)
+        """Send a conversation message on a session's live connection (in-band, retried by the
+        executor; ``client_id`` its deduplication id, transports/webmessaging.py)."""
+        return await self._runner(session_id).send_message(text, metadata=metadata, client_id=client_id)
+
+    async def set_agent_state(self, session_id: str, state: str, reason: str | None = None) -> None:
+        """Set a CXone session's agent state (its platform answers with an AgentState event)."""
+        await self._runner(session_id).set_agent_state(state, reason)
 
     # ------------------------------------------------------------------ status
     def states(self) -> dict[SessionState, int]:

@@ -58,6 +58,9 @@ class FaultKind(enum.StrEnum):
     SESSION_ENDED = "session_ended"
     STALE_SESSION = "stale_session"
     MALFORMED_BODY = "malformed_body"
+    # Web Messaging: a guest message is stored (it reaches the conversation and the guest history)
+    # but its echo is never sent, ``count`` times: the send's answer is lost, the message is not
+    DROP_ECHO = "drop_echo"
 
 
 #: kinds that act on open connections through :meth:`FaultController.on_activate`
@@ -253,6 +256,7 @@ PARAM_SPECS: dict[FaultKind, _Spec] = {
     FaultKind.SESSION_ENDED: {},
     FaultKind.STALE_SESSION: {},
     FaultKind.MALFORMED_BODY: {},
+    FaultKind.DROP_ECHO: {},
 }
 
 

@@ -148,6 +148,14 @@ CREATE INDEX mismatches_open ON mismatches (resolved_at);
 """
 
 
+#: a stop that handed the session over (left it alive on the platform for the next start) records
+#: when; the next start takes over a session left less than ``handover.maxAgeSeconds`` ago and ends
+#: an older one (docs/store.md, "Sessions across a restart")
+_V2: Final = """
+ALTER TABLE server_sessions ADD COLUMN left_at REAL;
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """Takes a store to schema ``version`` (from ``version - 1``)."""
@@ -160,6 +168,7 @@ class Migration:
 #: every schema version, in order; add the next one, never edit a released one
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
+    Migration(2, "server_sessions.left_at: when a stop handed the session over to the next start", _V2),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -6,6 +6,7 @@ Lifecycle driven by the runtime (supervisor/runtime/session_runner.py)::
     # the runtime validates connection.session_response and takes connection.learned
     raw = await connection.serve(report)          # runs until the connection ends: why it ended
     await connection.close(1001)                  # on shutdown (going away) or 1000 on stop
+    await connection.abandon()                    # or: a handover, the session left alive for the next start
 
 Failures are described with the mappers of :mod:`supervisor.boundary`, never decided here.
 ``flight`` is the connection attempt the runtime admitted on the session's connect endpoint
@@ -38,7 +39,9 @@ from supervisor.taxonomy import RawError
 from supervisor.vocabulary import CloseCode
 
 __all__ = [
+    "AgentStateSetter",
     "Connection",
+    "HistoryReader",
     "Learned",
     "MessageSender",
     "Reporter",
@@ -72,6 +75,12 @@ class Connection(Protocol):
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close the connection (1000 on stop, 1001 on daemon shutdown); never raises."""
 
+    async def abandon(self) -> None:
+        """Let go of the connection and leave its platform session alive for the next start to take
+        over (a handover, docs/runtime.md "Lifecycle"); never raises, never ends anything on the
+        platform: a guest socket is closed with 1001 and no ``closeSession``, a CXone poll is stopped
+        with no DELETE, a notifications channel is left to expire."""
+
 
 class Transport(Protocol):
     """Opens connections for one session."""
@@ -95,10 +104,31 @@ class Transport(Protocol):
 class MessageSender(Protocol):
     """A connection that can send a conversation message in-band (Web Messaging's ``onMessage``)."""
 
+    #: the conversation takes no more messages from this side (the agent ended it, read-only)
+    read_only: bool
+
     async def send_message(
-        self, text: str, *, metadata: Mapping[str, str] | None = None
+        self, text: str, *, metadata: Mapping[str, str] | None = None, client_id: str | None = None
     ) -> Mapping[str, Any]:
-        """Send ``text``; return the platform's answer. Raises OperationError when it fails for good."""
+        """Send ``text`` with ``client_id`` (its deduplication id); return the platform's answer.
+        Raises OperationError when it fails for good."""
+
+
+@runtime_checkable
+class HistoryReader(Protocol):
+    """A connection whose platform keeps a history it can read back (Web Messaging's guest history)."""
+
+    async def missed_messages(self) -> list[dict[str, Any]] | None:
+        """What the history holds that the session never delivered, oldest first; None when it
+        could not be read."""
+
+
+@runtime_checkable
+class AgentStateSetter(Protocol):
+    """A connection that can set its agent's state (CXone ``POST agent-sessions/{id}/state``)."""
+
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """Ask the platform for ``state``; raises OperationError when it refuses for good."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ Wire protocol (docs/platforms.md, "NICE CXone")::
                                                                                   304 (no body): idle
                                                                                   409: session ended
     DELETE {base}/services/{v}/agent-sessions/{S} {"forceLogoff","endContacts","ignorePersonalQueue"}
+    POST   {base}/services/{v}/agent-sessions/{S}/state {"state", "reason"?}             -> 202: the change
+                                                                                  arrives as an AgentState event
 
 The start, join and end parameters go in a JSON body, as NICE's agent SDK sends them
 (``@nice-devone/core-sdk`` ``acd-session-manager.js`` ``startSession``/``joinSession``/``endSession``,
@@ -58,7 +60,7 @@ import httpx
 
 from supervisor.attempts import Flight
 from supervisor.boundary import Learned, Reporter, SessionContext, raw_from_exception
-from supervisor.errors import OperationError, TransportFailure
+from supervisor.errors import OperationError, SessionError, TransportFailure
 from supervisor.rest.cxone_auth import CxoneApi
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.taxonomy import RawError, SdkErrorEvent
@@ -90,12 +92,15 @@ MAX_AGE_CEILING_S = 60.0
 CLOSE_TIMEOUT_S = 5.0
 
 _EXISTS = frozenset({409})
+# a poll on an agent session that ended (409, AGENT_SESSION_ENDED) or that the platform no longer knows
+_GONE = frozenset({404, 409})
 # cxone-get-next-adapter.js: both end the session for NICE's SDK
 _END_EVENTS = frozenset({"AgentSessionEnd", "RemoteAgentSessionEnd"})
 _START = "agent-session.start"
 _JOIN = "agent-session.join"
 _POLL = "agent-session.poll"
 _END = "agent-session.end"
+_STATE = "agent-session.state"
 
 
 class AgentSessionTransport:
@@ -126,6 +131,8 @@ class AgentSessionTransport:
         poll_watchdog: float = 90.0,
         sleep: Sleep = anyio.sleep,
         on_events: EventSink | None = None,
+        on_snapshot: EventSink | None = None,
+        resume_session_id: str | None = None,
     ) -> None:
         if not 0 <= poll_timeout <= 60:
             raise ValueError(
@@ -155,10 +162,18 @@ class AgentSessionTransport:
             self._join["asAgentId"] = agent
         #: the sessionId the last start (or join) answered: the agent session's anchor
         self.anchor: str | None = None
+        #: the agent session a handover left (its last rolling sessionId): the first open polls on
+        #: with it and makes no start; once used (or found ended) every later open starts anew
+        self._resume_id = resume_session_id
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.sleep = sleep
         self.on_events = on_events
+        # the platform's snapshot after a (re)join or a resync: the first poll's AgentSessionStart,
+        # the agent's state and open contacts (NICE cxone-get-next-adapter.js), or the replay that
+        # answers a poll on an outdated sessionId. Its own sink (a resync's ``snapshot`` flag);
+        # without one it goes to ``on_events`` like any batch
+        self.on_snapshot = on_snapshot
         base = pipeline.client.timeout
         # the server holds the request up to poll_timeout s: the read timeout must exceed it
         self.poll_http_timeout = httpx.Timeout(
@@ -185,6 +200,9 @@ class AgentSessionTransport:
         The login before it and the first poll after it go through their own endpoints.
         """
         sessions = await self._sessions_url()
+        resumed = await self._take_over(sessions)
+        if resumed is not None:
+            return resumed
         response = await self.pipeline.request(
             "POST",
             sessions,
@@ -222,6 +240,34 @@ class AgentSessionTransport:
             # INCOMPLETE_RESPONSE (seed section 3); nothing is invented here
             return connection
         await connection.first_poll()
+        return connection
+
+    async def _take_over(self, sessions: str) -> AgentSessionConnection | None:
+        """Poll on the agent session a handover left, with no start and no join; None when there is
+        none to take over, or the platform says it ended (a 409 or 404, or ``AgentSessionEnd``, on
+        that poll: then a start).
+
+        What NICE's SDK does with a sessionId it kept (core-sdk 26.2.1 ``cxone-client.js``
+        ``onLeaderChanged``: ``hasSessionId`` → ``toggleACDEventEmitter`` → ``startGetNextEvents``
+        on the stored ``acd_session_id``). A stored id the platform has since rotated past (a poll
+        answered as the daemon stopped) gets the platform's replay, ``AgentSessionStart`` and a new
+        id, which a first poll expects.
+        """
+        session_id, self._resume_id = self._resume_id, None
+        if session_id is None:
+            return None
+        # the admitted flight does not leave for it: the take-over is a poll on the API endpoint, not
+        # a connection attempt (the runner gives its place back); a start after a 409 takes it
+        connection = AgentSessionConnection(self, sessions, session_id)
+        try:
+            await connection.first_poll()
+        except OperationError as failure:
+            if failure.event.raw_status in _GONE:
+                return None  # the agent session ended meanwhile: a new start
+            raise
+        if connection.ended:
+            return None  # its last poll said AgentSessionEnd (ended for inactivity): a new start
+        self.anchor = session_id
         return connection
 
     async def aclose(self) -> None:
@@ -262,6 +308,11 @@ class AgentSessionConnection:
         self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
         self._ended = False  # the platform said AgentSessionEnd: the session is over
         self._closed = False
+
+    @property
+    def ended(self) -> bool:
+        """The platform said ``AgentSessionEnd``: the agent session is over."""
+        return self._ended
 
     @property
     def learned(self) -> Learned:
@@ -380,8 +431,9 @@ class AgentSessionConnection:
         )
         return OperationError(event)
 
-    def _deliver(self, events: list[dict[str, Any]]) -> None:
-        sink = self._t.on_events
+    def _deliver(self, events: list[dict[str, Any]], *, snapshot: bool = False) -> None:
+        t = self._t
+        sink = (t.on_snapshot or t.on_events) if snapshot else t.on_events
         if events and sink is not None:
             sink(events)
 
@@ -396,7 +448,7 @@ class AgentSessionConnection:
         else:
             events, _ = self._take(response, first=True)  # the first poll's AgentSessionStart is expected
         self._response = self._session_response(events)
-        self._deliver(events)
+        self._deliver(events, snapshot=True)
 
     def _session_response(self, events: list[dict[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {"sessionId": self.start_id}
@@ -446,9 +498,44 @@ class AgentSessionConnection:
             if resync is not None and not await report(resync):
                 # the taxonomy ends the session on it (v1): the snapshot is not passed on as news
                 raise OperationError(resync, published=True)
-            self._deliver(events)
+            # a resync's batch is the platform's snapshot (AgentSessionStart, state, contacts)
+            self._deliver(events, snapshot=resync is not None)
+
+    # ------------------------------------------------------------------ agent state
+    async def set_agent_state(self, state: str, reason: str | None = None) -> None:
+        """``POST agent-sessions/{sessionId}/state`` ``{"state", "reason"}``, as NICE's agent SDK sends
+        it (acd-sdk 26.2.1 ``agent-state-service.js`` ``setAgentState``, on core-sdk's
+        ``SET_AGENT_STATE_URI``; ``reason`` left out when there is none, as its ``JSON.stringify``
+        drops an undefined one). The platform answers 202; the change itself arrives as an
+        ``AgentState`` event on the next poll. Raises the pipeline's OperationError or CircuitOpenError."""
+        session_id = self.session_id
+        if session_id is None or self._ended or self._closed:
+            raise SessionError("the agent session is over")
+        body: dict[str, str] = {"state": state}
+        if reason is not None:
+            body["reason"] = reason
+        await self._t.pipeline.request(
+            "POST",
+            f"{self._sessions}/{session_id}/state",
+            ctx=self._ctx,
+            circuit=CIRCUIT,
+            operation=_STATE,
+            route=self._route + "/state",
+            json=body,
+        )
 
     # ------------------------------------------------------------------ closing
+    async def abandon(self) -> None:
+        """A handover: stop polling and leave the agent session logged in, no DELETE; never raises.
+
+        The rolling sessionId (``learned``) is what the next start polls: NICE's SDK keeps it too
+        (core-sdk 26.2.1 ``get-next-event-provider.js`` stores every poll's ``sessionId`` as
+        ``acd_session_id``), and a restarted client with one polls on without a new start
+        (``cxone-client.js`` ``onLeaderChanged``: ``hasSessionId`` → ``toggleACDEventEmitter``). The
+        runner cancels the poll in flight.
+        """
+        self._closed = True
+
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """End the platform session with DELETE so no orphan stays logged in; never raises.
 

@@ -20,6 +20,13 @@ Wire (docs/platforms.md, "Genesys Cloud Web Messaging"): ``wss://webmessaging.<d
   (:mod:`.wm_replies`: 4011, 4013, 4029 fail the oldest message still sending). A 4029 is the
   guest's own message rate (only that message fails), so the request has no circuit; its
   ``retryAfter`` is the executor's minimum delay; a refusal for good (4011, 4013) is not re-sent.
+  Each message carries a client id: the frame's ``tracingId`` (GMT ``MessageStore.prepareMessage``
+  sends its own message id there, and matches the echo back by it: ``StructuredMessage.toMessage``)
+  and the message's ``metadata`` (:data:`~.wm_history.CLIENT_ID_KEY`: the guest history names no
+  tracingId but keeps a message's metadata). A send left unanswered within ``openTimeout`` may have
+  reached the platform: it is never re-sent blindly. After ``sendCheckAfter`` s it is looked for by
+  its client id in what the platform echoed since, then in the guest history
+  (:mod:`.wm_history`); only when neither has it is it re-sent, once, with the same client id.
 
 The transport decides nothing (docs/architecture.md, "Data flows one way"): every failure becomes a RawError, or
 an event of a code the taxonomy defines and the transport names (drift, NOT_CONNECTED, ...).
@@ -33,6 +40,7 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -54,7 +62,13 @@ from supervisor.boundary import (
 )
 from supervisor.clock import Clock, SystemClock
 from supervisor.config import Keepalive
-from supervisor.errors import ConnectionLost, OperationError, TransportFailure
+from supervisor.errors import (
+    CircuitOpenError,
+    ConnectionLost,
+    OperationError,
+    SendUnconfirmed,
+    TransportFailure,
+)
 from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy import RawError, SdkErrorEvent
@@ -68,10 +82,12 @@ from supervisor.transports.sockets import (
     shutdown_socket,
 )
 from supervisor.transports.wm_health import EchoSchedule
+from supervisor.transports.wm_history import CLIENT_ID_KEY, GuestHistory, client_id_of
 from supervisor.transports.wm_replies import answers_oldest_message, is_failure
 from supervisor.vocabulary import CloseCode
 
 __all__ = [
+    "CONVERSATION_CLASSES",
     "HEALTH_CHECK_TRACING_ID",
     "WebMessagingConnection",
     "WebMessagingTransport",
@@ -80,7 +96,23 @@ __all__ = [
 # GMT HealthCheckProvider sends echo with this tracingId (base64 of "HealthCheckMessageId"), §1
 HEALTH_CHECK_TRACING_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 ENDPOINT = "/v1"
+#: inbound frames that are the conversation's messages or events, by their ``class`` (GMT
+#: ``shyrka/receive/MessageClassName.kt``): structured messages (text, typing and presence events,
+#: attachments in their content) and the attachment frames (metadata of a file uploaded or deleted).
+#: Session, JWT and error replies are the protocol's own, not the conversation's.
+CONVERSATION_CLASSES = frozenset(
+    {"StructuredMessage", "UploadSuccessEvent", "UploadFailureEvent", "AttachmentDeletedResponse"}
+)
 _TRACKED_REQUESTS = 256  # tracingId -> action, so a reply that names its request names the action
+_LATE_ECHOES = 256  # echoes of messages whose send had stopped waiting, by client id
+_SEEN_MESSAGES = 1024  # platform message ids this session delivered (a replay never repeats one)
+#: history pages read at most to close one gap (newest first: 4 x 25 messages)
+RESYNC_PAGES = 4
+# a history entry stamped this long before the link was lost may still be one we never heard [I]:
+# the platform's clock and ours differ, and a frame in flight when the link died is lost too
+_CLOCK_MARGIN_S = 5.0
+# GMT JwtHandler: a JWT is used while it has more than 5 s left
+_JWT_MARGIN_S = 5.0
 # codes the transport names from a SessionResponse (taxonomy v2; a version without them, v1, never
 # judged ``connected``'s value and keeps its documented behaviour)
 NOT_CONNECTED = "NOT_CONNECTED"
@@ -111,11 +143,18 @@ class WebMessagingTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         on_message: Callable[[Mapping[str, Any]], None] | None = None,
+        on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
         resuming: bool = False,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
+        history: GuestHistory | None = None,
+        send_check_after: float = 3.0,
     ) -> None:
         self.context = ctx
+        #: the guest history (REST, guest JWT): where an unanswered send is looked for
+        self.history = history
+        #: seconds an unanswered send waits for a late echo before the history is read
+        self.send_check_after = send_check_after
         # the echo health check's time (injected: tests move a fake clock instead of waiting)
         self.clock: Clock = clock or SystemClock()
         self.sleep: Sleep = sleep or anyio.sleep
@@ -131,10 +170,28 @@ class WebMessagingTransport:
         self._max_size = max_size
         self._proxy = proxy
         self._on_message = on_message
+        # every inbound frame of the conversation (CONVERSATION_CLASSES), with its class: the platform events
+        self._on_event = on_event
         self._live: WebMessagingConnection | None = None
+        # what this session delivered (platform message ids), and when its last link ended (epoch s):
+        # a resync after a reconnection fetches the guest history back to there
+        self.seen_ids: OrderedDict[str, None] = OrderedDict()
+        self.lost_at: float | None = None
         # this guest token has had a configured session: a later configure resumes it. A token kept
         # across a planned restart (``resuming``) had one: the platform must answer newSession:false
         self._configured = resuming and guest_token is not None
+
+    def saw(self, message: Mapping[str, Any]) -> bool:
+        """Remember a message this session delivered; False when it had been delivered already."""
+        message_id = message.get("id")
+        if not isinstance(message_id, str):
+            return True
+        if message_id in self.seen_ids:
+            return False
+        self.seen_ids[message_id] = None
+        while len(self.seen_ids) > _SEEN_MESSAGES:
+            self.seen_ids.popitem(last=False)
+        return True
 
     def resume_record(self) -> dict[str, str]:
         """What resumes this guest session after a restart: its token (kept in the state directory only)."""
@@ -282,6 +339,10 @@ class WebMessagingConnection:
         ka = transport._keepalive
         self._health = EchoSchedule(ka.echo_interval, transport.clock.monotonic())
         self._closed = False
+        # echoes that came after their send stopped waiting (openTimeout), by client id
+        self._late_echoes: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # the guest JWT for REST reads (getJwt) and its expiry, epoch seconds
+        self._jwt: tuple[str, float] | None = None
         #: the agent ended the conversation (a Presence Disconnect arrived)
         self.agent_disconnected = False
         #: ...and the platform said the guest is read-only now (``metadata.readOnly == "true"``)
@@ -338,44 +399,184 @@ class WebMessagingConnection:
             # anything else (a StructuredMessage push before the answer) is not the answer: keep reading
 
     async def send_message(
-        self, text: str, *, metadata: Mapping[str, str] | None = None
+        self,
+        text: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        client_id: str | None = None,
     ) -> Mapping[str, Any]:
         """Send a guest text (``onMessage``) and return the body of the platform's echo of it.
 
         An in-band request through the retry executor: a 4029 is retried after its
         ``retryAfter`` (seed edge case 2: a minimum delay), a 5000 per the server-error policy;
         a failure that ends the operation raises :class:`~supervisor.errors.OperationError`.
+        ``client_id`` (default: a new UUID) goes with every send of this message (module
+        docstring); a send left unanswered is looked for by it before it is sent again, once.
+        When the message was found in the guest history, the answer is that history entry.
         Must be called while :meth:`serve` runs (it reads the answers).
         """
         executor = self._t.executor
         if executor is None:
             raise RuntimeError("send_message needs a transport built with a retry executor")
-        message: dict[str, Any] = {"type": "Text", "text": text}
-        if metadata:
-            message["metadata"] = dict(metadata)
+        cid = client_id or str(uuid.uuid4())
+        message: dict[str, Any] = {
+            "type": "Text",
+            "text": text,
+            "metadata": {**(metadata or {}), CLIENT_ID_KEY: cid},
+        }
+        unanswered: OperationError | None = None
+        sends = 0
+        while sends < 2:  # the first send, and at most one re-send with the same client id
+            sends += 1
+            try:
+                return await self._send_once(executor, message, cid)
+            except _Unanswered as silence:
+                unanswered = silence.failure
+            found = await self._sent_meanwhile(cid)
+            if isinstance(found, Mapping):
+                return found
+            if found is _UNKNOWN:
+                break  # the history could not be read: sending again might deliver it twice
+        assert unanswered is not None
+        raise SendUnconfirmed(unanswered, cid, resent=sends > 1)
+
+    async def _send_once(
+        self, executor: RetryExecutor, message: dict[str, Any], cid: str
+    ) -> Mapping[str, Any]:
+        """One send operation (the executor's retries of an answered refusal included); raises
+        :class:`_Unanswered` when an attempt got no answer: its outcome is unknown."""
+        silent = False
 
         async def attempt_once(token: Token | None) -> dict[str, Any] | RawError:
+            nonlocal silent
             del token  # the guest token is the frame's own credential, not an OAuth bearer
-            answer = await self._request("onMessage", message=message)
+            answer = await self._exchange("onMessage", cid, message=message)
+            if answer is None:
+                # no answer within openTimeout: the message may be stored. The executor ends the
+                # operation on it (a lost answer, never retried blindly: a retry with a new
+                # tracingId was how a message arrived twice) and the send is looked for first
+                silent = True
+                raise ConnectionLost(self._silence("onMessage"))
             if isinstance(answer, RawError):
                 return answer
             # the echoed StructuredMessage: its body is the message as the platform stored it
             body = answer.get("body")
             return dict(body) if isinstance(body, Mapping) else {}
 
-        answer: Mapping[str, Any] = await executor.call(
-            attempt_once, ctx=self._ctx, operation="message.create", circuit=None, route="onMessage"
-        )
+        try:
+            answer: Mapping[str, Any] = await executor.call(
+                attempt_once,
+                ctx=self._ctx,
+                operation="message.create",
+                circuit=None,
+                route="onMessage",
+                idempotent=False,
+            )
+        except OperationError as failure:
+            if silent:
+                raise _Unanswered(failure) from None
+            raise
         return answer
 
+    async def _sent_meanwhile(self, cid: str) -> Mapping[str, Any] | object:
+        """What the platform holds of an unanswered send, after ``sendCheckAfter`` s: its late
+        echo, else its guest history entry; :data:`_ABSENT` when neither has it, :data:`_UNKNOWN`
+        when the history could not be read (or there is none to read)."""
+        await self._t.sleep(self._t.send_check_after)
+        echoed = self._late_echoes.pop(cid, None)
+        if echoed is not None:
+            return echoed
+        history = self._t.history
+        if history is None or self._ended is not None:
+            return _UNKNOWN
+        try:
+            jwt = await self._guest_jwt()
+            if jwt is None:
+                return _UNKNOWN
+            # the newest page: a message sent seconds ago is among the last 25 (GMT's page size)
+            page = await history.page(self._ctx, jwt)
+        except (OperationError, CircuitOpenError, ConnectionLost):
+            return _UNKNOWN
+        for entry in page.entities:
+            if entry.get("direction") == "Inbound" and client_id_of(entry) == cid:
+                self._t.saw(entry)  # delivered now: a later resync does not replay it
+                return dict(entry)
+        return _ABSENT
+
+    async def _guest_jwt(self) -> str | None:
+        """The guest JWT for REST reads (``getJwt``, GMT ``JwtHandler``: kept while it has more
+        than 5 s left); None when the platform did not give one."""
+        now = self._t.clock.time()
+        if self._jwt is not None and self._jwt[1] > now + _JWT_MARGIN_S:
+            return self._jwt[0]
+        answer = await self._request("getJwt")
+        body = answer.get("body") if isinstance(answer, dict) else None
+        jwt = body.get("jwt") if isinstance(body, Mapping) else None
+        exp = body.get("exp") if isinstance(body, Mapping) else None
+        if not isinstance(jwt, str) or not jwt:
+            return None
+        self._jwt = (jwt, float(exp) if isinstance(exp, int | float) else now)
+        return jwt
+
+    async def missed_messages(self) -> list[dict[str, Any]] | None:
+        """What the guest history holds that this session never delivered, since its last link
+        ended, oldest first (docs/platforms.md, "Guest history"); None when the history could not
+        be read (no history configured, no JWT, the read failed for good).
+
+        The pages are read newest first (at most :data:`RESYNC_PAGES`, each through the retry
+        executor on ``genesys:api``) down to the newest message this session delivered (or, for a
+        session that delivered none, one stamped before its link was lost). Each message returned
+        is remembered as delivered.
+        """
+        t = self._t
+        history = t.history
+        if history is None:
+            return None
+        # the paging stops at the newest message this session delivered; only a session that never
+        # delivered one is bounded by when its link was lost (the platform's clock is not ours)
+        since = None if t.lost_at is None or t.seen_ids else t.lost_at - _CLOCK_MARGIN_S
+        found: list[dict[str, Any]] = []
+        try:
+            jwt = await self._guest_jwt()
+            if jwt is None:
+                return None
+            for number in range(1, RESYNC_PAGES + 1):
+                page = await history.page(self._ctx, jwt, number)
+                reached = False
+                for entry in page.entities:
+                    message_id = entry.get("id")
+                    stamped = _epoch(entry)
+                    if (isinstance(message_id, str) and message_id in t.seen_ids) or (
+                        since is not None and stamped is not None and stamped < since
+                    ):
+                        reached = True  # newest first: the rest was heard, or is older than the gap
+                        break
+                    found.append(dict(entry))
+                if reached or number >= page.page_count or not page.entities:
+                    break
+        except (OperationError, CircuitOpenError, ConnectionLost):
+            return None
+        found.reverse()
+        return [m for m in found if t.saw(m)]
+
     async def _request(self, action: str, **fields: Any) -> dict[str, Any] | RawError:
-        """One in-band request: the answering frame, or the RawError of an error envelope.
+        """One in-band request: the answering frame, or the RawError of an error envelope or of
+        the silence (no answer within ``openTimeout``).
 
         Raises :class:`~supervisor.errors.ConnectionLost` when the link goes before the answer.
         """
+        answer = await self._exchange(action, str(uuid.uuid4()), **fields)
+        return self._silence(action) if answer is None else answer
+
+    def _silence(self, action: str) -> RawError:
+        silence = TimeoutError(f"no answer to {action} within {self._t._keepalive.open_timeout:g} s")
+        return raw_from_exception(silence, ctx=self._ctx, method=action, endpoint=ENDPOINT)
+
+    async def _exchange(self, action: str, tracing: str, **fields: Any) -> dict[str, Any] | RawError | None:
+        """Send one request with ``tracing`` as its tracingId; its answer, or None when none came
+        within ``openTimeout``. Raises :class:`~supervisor.errors.ConnectionLost` when the link goes."""
         if self._ended is not None:
             raise ConnectionLost(self._ended)
-        tracing = str(uuid.uuid4())
         pending = self._pending[tracing] = _Pending(action)
         try:
             try:
@@ -389,9 +590,6 @@ class WebMessagingConnection:
         finally:
             self._pending.pop(tracing, None)
         answer = pending.answer
-        if answer is None:
-            silence = TimeoutError(f"no answer to {action} within {self._t._keepalive.open_timeout:g} s")
-            return raw_from_exception(silence, ctx=self._ctx, method=action, endpoint=ENDPOINT)
         if isinstance(answer, ConnectionLost):
             raise answer
         return answer
@@ -453,6 +651,7 @@ class WebMessagingConnection:
         ended = await receive_frames(
             self._ws, self._ctx, ENDPOINT, self._classify_frame, report, self._let_go
         )
+        self._t.lost_at = self._t.clock.time()
         self._end_requests(ended)
         return ended
 
@@ -489,6 +688,12 @@ class WebMessagingConnection:
                     return None
             elif failure:
                 return self._raw(msg, method or ("echo" if tracing == HEALTH_CHECK_TRACING_ID else None))
+            elif method == "onMessage" and msg.get("class") == "StructuredMessage":
+                # the echo of a message whose send stopped waiting: kept for its check
+                body = msg.get("body")
+                self._late_echoes[tracing] = dict(body) if isinstance(body, Mapping) else {}
+                while len(self._late_echoes) > _LATE_ECHOES:
+                    self._late_echoes.popitem(last=False)
         elif failure:
             # error replies carry no tracingId (the vendor's fixtures): matched as GMT matches them
             waiter = self._oldest_message() if answers_oldest_message(msg) else None
@@ -497,7 +702,15 @@ class WebMessagingConnection:
                 return None
             return self._raw(msg, None)
         cls = msg.get("class")
-        if cls == "StructuredMessage" and tracing != HEALTH_CHECK_TRACING_ID:
+        if tracing == HEALTH_CHECK_TRACING_ID:
+            return None  # the health check's own echo: not the conversation's
+        if (
+            self._t._on_event is not None
+            and cls in CONVERSATION_CLASSES
+            and isinstance(msg.get("body"), Mapping)
+        ):
+            self._t._on_event(cls, msg["body"])
+        if cls == "StructuredMessage":
             body = msg.get("body")
             if _is_agent_disconnect(body):
                 # the agent ended the conversation: not an error. GMT MessagingClientImpl goes
@@ -506,8 +719,10 @@ class WebMessagingConnection:
                 self.agent_disconnected = True
                 meta = body.get("metadata") if isinstance(body, Mapping) else None
                 self.read_only = isinstance(meta, Mapping) and meta.get("readOnly") == "true"
-            if self._t._on_message is not None and isinstance(body, Mapping):
-                self._t._on_message(body)
+            if isinstance(body, Mapping):
+                self._t.saw(body)
+                if self._t._on_message is not None:
+                    self._t._on_message(body)
         return None
 
     def _oldest_message(self) -> _Pending | None:
@@ -518,6 +733,12 @@ class WebMessagingConnection:
             return None
         self._requests.pop(tracing, None)
         return self._pending.pop(tracing)
+
+    async def abandon(self) -> None:
+        """A handover: the socket closed with 1001 (going away) and no ``closeSession``, so the guest
+        session lives on and the next start resumes it with the same token (``newSession: false``,
+        GMT ``configureSession`` with the stored token); never raises."""
+        await self.close(CloseCode.GOING_AWAY)
 
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """closeSession (only on 1000: the session is over) then a close frame; never raises."""
@@ -538,6 +759,19 @@ class WebMessagingConnection:
         await shutdown_socket(self._ws, code, reason, self._t._close_timeout)
 
 
+class _Unanswered(Exception):
+    """A send got no answer (its ``failure``, NETWORK_TIMEOUT): its outcome is unknown."""
+
+    def __init__(self, failure: OperationError) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+# what the check of an unanswered send found: not there, or nothing it could tell
+_ABSENT = object()
+_UNKNOWN = object()
+
+
 async def _set_within(event: anyio.Event, seconds: float, sleep: Sleep) -> bool:
     """Whether ``event`` is set within ``seconds``, timed by ``sleep`` (the transport's clock)."""
     answered = False
@@ -552,6 +786,18 @@ async def _set_within(event: anyio.Event, seconds: float, sleep: Sleep) -> bool:
         answered = True
         tg.cancel_scope.cancel()
     return answered
+
+
+def _epoch(message: Mapping[str, Any]) -> float | None:
+    """When the platform stamped a history entry (``channel.time``, ISO 8601), epoch seconds."""
+    channel = message.get("channel")
+    stamp = channel.get("time") if isinstance(channel, Mapping) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _is_agent_disconnect(body: object) -> bool:

@@ -43,6 +43,8 @@ class ApiFault(enum.StrEnum):
     STREAM_TAKES_NO_CALLS = f"{PROTOCOL}.StreamTakesNoCalls"
     # a bug in the daemon's handling of this connection (logged with its traceback); closed
     INTERNAL_ERROR = f"{PROTOCOL}.InternalError"
+    # the subscribe socket: the platform stream, to a peer its allow-lists do not name
+    PLATFORM_DENIED = f"{STATE}.PermissionDenied"
     # the control socket's verbs
     NO_SUCH_SESSION = f"{CONTROL}.NoSuchSession"
     SESSION_RUNNING = f"{CONTROL}.SessionRunning"
@@ -58,8 +60,17 @@ class ApiFault(enum.StrEnum):
     NO_SUCH_MISMATCH = f"{CONTROL}.NoSuchMismatch"
     ALREADY_RESOLVED = f"{CONTROL}.AlreadyResolved"
     NOT_RESOLVABLE = f"{CONTROL}.NotResolvable"
+    # a message or an agent state on a live session (docs/socket-api.md, "SendMessage")
+    SESSION_NOT_ACTIVE = f"{CONTROL}.SessionNotActive"
+    WRONG_SESSION_KIND = f"{CONTROL}.WrongSessionKind"
+    READ_ONLY_CONVERSATION = f"{CONTROL}.ReadOnlyConversation"
+    PLATFORM_REJECTED = f"{CONTROL}.PlatformRejected"
+    SEND_UNCONFIRMED = f"{CONTROL}.SendUnconfirmed"
     # roles (docs/socket-api.md, "Roles"): the caller's role does not include the method's
     PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
+    # manual circuit control: an endpoint the daemon does not have; closing a circuit not isolated
+    NO_SUCH_ENDPOINT = f"{CONTROL}.NoSuchEndpoint"
+    NOT_ISOLATED = f"{CONTROL}.NotIsolated"
 
     @property
     def short(self) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -42,6 +43,7 @@ __all__ = [
     "GMT_CONFIGURE_SESSION",
     "GMT_ECHO",
     "GMT_ON_MESSAGE",
+    "GUEST_JWT",
     "HEALTH_CHECK_ANSWER",
     "HEALTH_CHECK_ID",
     "MESSAGE_TOO_LONG",
@@ -59,6 +61,8 @@ __all__ = [
 ]
 
 ACCESS_TOKEN = "wire-access-token"
+#: the guest JWT getJwt gives (its REST credential for the guest history)
+GUEST_JWT = "wire-guest-jwt"
 #: GMT EchoRequest.kt HealthCheckID (base64 of "HealthCheckMessageId")
 HEALTH_CHECK_ID = "SGVhbHRoQ2hlY2tNZXNzYWdlSWQ="
 
@@ -244,6 +248,12 @@ class GenesysWire:
     session_answers: deque[dict[str, Any]] = field(default_factory=deque)
     scripted: dict[str, deque[list[dict[str, Any]]]] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
+    #: the guest history (``GET /api/v2/webmessaging/messages``), newest first
+    history: list[dict[str, Any]] = field(default_factory=list)
+    #: a held ``onMessage`` is still stored in :attr:`history` (its answer lost, not the message)
+    store_held: bool = False
+    #: the guest history answers this error status instead (None: it answers)
+    history_status: int | None = None
     urls: dict[str, str] = field(default_factory=dict)
     _sockets: list[ServerConnection] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
@@ -317,6 +327,13 @@ class GenesysWire:
         if queue:
             return queue.popleft()
         if action in self.held:
+            if action == "onMessage" and self.store_held:
+                message = frame.get("message", {})
+                stored = message_echo(frame["tracingId"], message.get("text", ""), f"m-{next(self._ids)}")
+                body = stored["body"]
+                if "metadata" in message:
+                    body["metadata"] = message["metadata"]
+                self.history.insert(0, body)
             return []
         if action == "configureSession":
             return [self.session_answers.popleft() if self.session_answers else session_response()]
@@ -325,7 +342,42 @@ class GenesysWire:
             return [message_echo(frame["tracingId"], text, f"m-{next(self._ids)}")]
         if action == "echo":
             return [HEALTH_CHECK_ANSWER]
+        if action == "getJwt":
+            # GMT JwtResponse.kt {jwt, exp}: exp in epoch seconds, an hour on
+            body = {"jwt": GUEST_JWT, "exp": int(time.time()) + 3600}
+            return [
+                {
+                    "type": "response",
+                    "class": "JwtResponse",
+                    "code": 200,
+                    "body": body,
+                    "tracingId": frame["tracingId"],
+                }
+            ]
         return []
+
+    async def _history(self, request: web.Request) -> web.Response:
+        """GMT ``messageEntityResponseWith3Messages``'s shape: ``{entities, pageSize, pageNumber,
+        total, pageCount}``, newest first; 401 without the guest JWT."""
+        seen = await _seen(request)
+        self.requests.append(seen)
+        if self.history_status is not None:
+            body = {"message": "refused", "code": "bad.request", "status": self.history_status}
+            return web.json_response(body, status=self.history_status)
+        if (seen.auth_scheme, seen.auth_principal) != ("bearer", GUEST_JWT):
+            return web.json_response({"message": "no", "code": "bad.credentials", "status": 401}, status=401)
+        size = int(request.query.get("pageSize", "25"))
+        number = int(request.query.get("pageNumber", "1"))
+        page = self.history[(number - 1) * size : number * size]
+        pages = max(1, -(-len(self.history) // size))
+        body = {
+            "entities": page,
+            "pageSize": size,
+            "pageNumber": number,
+            "total": len(self.history),
+            "pageCount": pages,
+        }
+        return web.json_response(body)
 
 
 @asynccontextmanager
@@ -335,6 +387,7 @@ async def genesys_wire() -> AsyncIterator[GenesysWire]:
     app.router.add_post("/oauth/token", wire._token)
     app.router.add_get("/api/v2/conversations/{cid}", wire._get_conversation)
     app.router.add_patch("/api/v2/conversations/{cid}/participants/{pid}/attributes", wire._patch_attributes)
+    app.router.add_get("/api/v2/webmessaging/messages", wire._history)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import httpx
 import pytest
 
 from machines.registry import CircuitRegistry, Endpoints
@@ -27,13 +28,15 @@ from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock, SystemClock
 from supervisor.config import Keepalive
-from supervisor.errors import OperationError
+from supervisor.errors import OperationError, SendUnconfirmed
 from supervisor.events import ErrorClassified, Published
 from supervisor.rest.executor import RetryExecutor
+from supervisor.rest.pipeline import RequestPipeline
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.store import UpdateOutcome
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.transports.webmessaging import WebMessagingConnection, WebMessagingTransport
+from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_WEBMESSAGING, CloseCode
 from tests.conformance.conftest import G, sdk
 from tests.conformance.genesys_wire import (
@@ -44,6 +47,7 @@ from tests.conformance.genesys_wire import (
     GMT_CONFIGURE_SESSION,
     GMT_ECHO,
     GMT_ON_MESSAGE,
+    GUEST_JWT,
     HEALTH_CHECK_ID,
     MESSAGE_TOO_LONG,
     SESSION_EXPIRED,
@@ -235,7 +239,7 @@ def wm(
         keepalive=keepalive,
         executor=executor,
         clock=timers.clock,
-        sleep=timers.sleep,
+        sleep=kwargs.pop("sleep", timers.sleep),
         **kwargs,
     )
 
@@ -370,7 +374,14 @@ async def test_a_message_is_the_frame_gmt_sends(wire: GenesysWire) -> None:
     (frame,) = wire.sent("onMessage")
     # GMT SerializationTest "OnMessageRequest": {"token","message":{"text","type":"Text"},"tracingId","action"}
     assert {"token", "message", "tracingId", "action"} <= set(frame) <= GMT_ON_MESSAGE
-    assert frame["message"] == {"type": "Text", "text": "Hello world"}
+    # GMT TextMessage.kt: text, metadata?, content, channel?, type. The message's client id is the
+    # frame's tracingId (GMT MessageStore.prepareMessage) and goes in its metadata too
+    assert set(frame["message"]) <= {"text", "metadata", "content", "channel", "type"}
+    assert frame["message"] == {
+        "type": "Text",
+        "text": "Hello world",
+        "metadata": {"customMessageId": frame["tracingId"]},
+    }
     assert answer["text"] == "Hello world" and answer["direction"] == "Inbound"
     await conn.close(CloseCode.GOING_AWAY)
 
@@ -440,7 +451,8 @@ async def test_a_4029_is_resent_only_after_retry_after(wire: GenesysWire) -> Non
     assert answer["text"] == "hello"
     assert len(waits.delays) == 1 and waits.delays[0] >= 3.0
     first, again = wire.sent("onMessage")
-    assert first["message"] == again["message"] and first["tracingId"] != again["tracingId"]
+    # the same message, with the same client id (its tracingId): the platform refused the first
+    assert first["message"] == again["message"] and first["tracingId"] == again["tracingId"]
     await conn.close(CloseCode.GOING_AWAY)
 
 
@@ -488,6 +500,164 @@ async def test_a_session_error_is_the_sessions_not_a_messages(
                 await conn.send_message("hello")
     assert report.codes == [code] and result == report.raws
     assert getattr(info.value.event, "code", None) == code and not info.value.exhausted
+    assert len(wire.sent("onMessage")) == 1
+
+
+# ================================================================== a message left unanswered
+
+# an unanswered message is given up on fast here; the check after it waits on a recorded sleep
+UNANSWERED = Keepalive(ping_interval=60.0, ping_timeout=30.0, echo_interval=0.0, open_timeout=0.2)
+
+
+def with_history(wire: GenesysWire, waits: Waits, client: httpx.AsyncClient) -> WebMessagingTransport:
+    """A transport that reads the wire's guest history, its sendCheckAfter wait recorded by ``waits``."""
+    classifier = Classifier(load_taxonomy("v2"))
+    executor = RetryExecutor(
+        classifier,
+        Attempts(Endpoints(SystemClock(), CircuitRegistry(SystemClock()))),
+        SystemClock(),
+        sleep=waits,
+    )
+    history = GuestHistory(RequestPipeline(client, executor), wire.urls["api"])
+    return WebMessagingTransport(
+        ctx(),
+        url=wire.urls["webmessaging"],
+        deployment_id="dep-1",
+        keepalive=UNANSWERED,
+        executor=executor,
+        sleep=waits,
+        history=history,
+        send_check_after=1.5,
+    )
+
+
+async def _send(t: WebMessagingTransport, text: str) -> Mapping[str, Any] | OperationError:
+    conn = await t.open()
+    outcome: Mapping[str, Any] | OperationError
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve, Reports(classifier_of(t)))
+            try:
+                outcome = await conn.send_message(text)
+            except OperationError as failure:
+                outcome = failure
+            tg.cancel_scope.cancel()
+    await conn.close(CloseCode.GOING_AWAY)
+    return outcome
+
+
+async def test_an_unanswered_message_found_in_the_guest_history_is_not_sent_again(
+    wire: GenesysWire, http: httpx.AsyncClient
+) -> None:
+    """The platform stored the message but its echo never came: after sendCheckAfter the daemon reads the
+    guest history as GMT reads it (getJwt, then GET /api/v2/webmessaging/messages with the JWT as a bearer,
+    page 1 of 25), finds the message by its client id and answers with that entry: sent once."""
+    wire.hold("onMessage")
+    wire.store_held = True
+    waits = Waits()
+    answer = await _send(with_history(wire, waits, http), "kept")
+    assert isinstance(answer, Mapping) and answer["text"] == "kept"
+    (frame,) = wire.sent("onMessage")
+    assert answer["metadata"]["customMessageId"] == frame["tracingId"]
+    assert waits.delays == [1.5]  # sendCheckAfter, then the look-up
+    assert len(wire.sent("getJwt")) == 1
+    (read,) = wire.seen("GET", "/api/v2/webmessaging/")
+    # the request GMT's WebMessagingApi.getMessages makes (and PY269's get_webmessaging_messages)
+    assert (read.path, read.query) == (
+        "/api/v2/webmessaging/messages",
+        {"pageNumber": ["1"], "pageSize": ["25"]},
+    )
+    assert (read.auth_scheme, read.auth_principal) == ("bearer", GUEST_JWT)
+
+
+async def test_an_unanswered_message_not_in_the_history_is_sent_again_once_with_its_client_id(
+    wire: GenesysWire, http: httpx.AsyncClient
+) -> None:
+    """Neither echoed nor in the history: sent again, once, with the same tracingId and message; still
+    unanswered and not found, the send ends SendUnconfirmed (it may have arrived), never a third send."""
+    wire.hold("onMessage")
+    waits = Waits()
+    outcome = await _send(with_history(wire, waits, http), "lost")
+    assert isinstance(outcome, SendUnconfirmed) and outcome.resent
+    first, again = wire.sent("onMessage")
+    assert first["tracingId"] == again["tracingId"] == outcome.client_id
+    assert first["message"] == again["message"]
+    assert waits.delays == [1.5, 1.5]  # looked for after each send
+    assert len(wire.seen("GET", "/api/v2/webmessaging/")) == 2
+    assert len(wire.sent("getJwt")) == 1  # the JWT kept while it is valid (GMT JwtHandler)
+
+
+async def test_a_late_echo_answers_the_message_without_a_history_read(
+    wire: GenesysWire, http: httpx.AsyncClient
+) -> None:
+    """The echo came after openTimeout: the check finds it (the echo names the client id as its
+    tracingId) and neither reads the history nor sends again."""
+    wire.hold("onMessage")
+    t = with_history(wire, Waits(), http)
+    conn = await t.open()
+
+    async def late(seconds: float) -> None:  # sendCheckAfter: the late echo arrives meanwhile
+        (frame,) = wire.sent("onMessage")
+        await wire.push(message_echo(frame["tracingId"], "late", "m-late"))
+        await wait_until(lambda: frame["tracingId"] in conn._late_echoes)
+
+    t.sleep = late
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve, Reports(classifier_of(t)))
+            answer = await conn.send_message("late")
+            tg.cancel_scope.cancel()
+    assert answer["id"] == "m-late"
+    assert len(wire.sent("onMessage")) == 1 and wire.sent("getJwt") == []
+    await conn.close(CloseCode.GOING_AWAY)
+
+
+async def test_a_history_that_cannot_be_read_is_no_replay_and_no_resend(
+    wire: GenesysWire, http: httpx.AsyncClient
+) -> None:
+    """A history read the platform refuses (400, not retried): a resync gets None (told "failed"), and an
+    unanswered message is not sent again (the check could not tell: SendUnconfirmed, sent once)."""
+    wire.history_status = 400
+    t = with_history(wire, Waits(), http)
+    conn = await t.open()
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve, Reports(classifier_of(t)))
+            assert await conn.missed_messages() is None
+            wire.hold("onMessage")
+            with pytest.raises(SendUnconfirmed) as info:
+                await conn.send_message("unknown")
+            tg.cancel_scope.cancel()
+    assert not info.value.resent and len(wire.sent("onMessage")) == 1
+    await conn.close(CloseCode.GOING_AWAY)
+
+
+async def test_the_history_is_read_back_to_the_newest_message_the_session_delivered(
+    wire: GenesysWire, http: httpx.AsyncClient
+) -> None:
+    """After a reconnection the messages missed are those the history holds above the newest one the
+    session delivered, oldest first; each only once, however often the history is read."""
+    t = with_history(wire, Waits(), http)
+    conn = await t.open()
+    heard = message_echo("x", "heard", "m-heard")["body"]
+    wire.history = [message_echo("x", f"missed {i}", f"m-{i}")["body"] for i in (2, 1, 0)] + [heard]
+    with anyio.fail_after(LIMIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve, Reports(classifier_of(t)))
+            assert t.saw(heard)  # delivered live before the link was lost
+            missed = await conn.missed_messages()
+            again = await conn.missed_messages()
+            tg.cancel_scope.cancel()
+    assert missed is not None and [m["id"] for m in missed] == ["m-0", "m-1", "m-2"]
+    assert again == []  # never twice
+    await conn.close(CloseCode.GOING_AWAY)
+
+
+async def test_without_a_history_an_unanswered_message_is_never_sent_again(wire: GenesysWire) -> None:
+    wire.hold("onMessage")
+    t = wm(wire, keepalive=UNANSWERED, sleep=Waits())
+    outcome = await _send(t, "once")
+    assert isinstance(outcome, SendUnconfirmed) and not outcome.resent
     assert len(wire.sent("onMessage")) == 1
 
 

@@ -134,6 +134,7 @@ def genesys_config(urls: Mapping[str, str], sessions: int, **overrides: Any) -> 
         'clientId = "demo-client"',
         'clientSecretFile = "genesys-secret"',
         'deploymentId = "dep-1"',
+        f"sendCheckAfter = {overrides.get('send_check_after', 3.0)}",
         "[platforms.genesys.keepalive]",
         "echoInterval = 0",
         "pingInterval = 5.0",
@@ -249,18 +250,20 @@ def daemon_config(
     cxone: Mapping[str, str] | None = None,
     cxone_sessions: Sequence[tuple[str, str]] = (),
     credentials: Credentials | None = None,
+    genesys: Mapping[str, Any] | None = None,
 ) -> Path:
     """A config file for a daemon run as a process, with the sockets in ``directory/sockets`` (short
     enough for sun_path), Web Messaging sessions ``(id, conversation id)`` and CXone sessions
     ``(id, agent id)`` when ``cxone`` (the CXone simulator's URLs) is given; its credential files
-    (``credentials``, by default placeholders: CXone's only with ``cxone``)."""
+    (``credentials``, by default placeholders: CXone's only with ``cxone``); ``genesys``: overrides of
+    :func:`genesys_config` (``open_timeout``, ``send_check_after``, ...)."""
     sockets = directory / "sockets"
     sockets.mkdir(exist_ok=True)
     text = sockets_table(sockets / "subscribe.sock", sockets / "control.sock")
     if store is not None:
         text += f'[store]\npath = "{store}"\nsynchronous = "{synchronous}"\n'
     text += f"[attributes]\nqueueDepth = {queue_depth}\nverifyAfter = {verify_after}\n{extra}"
-    text += genesys_config(genesys_urls, 0)
+    text += genesys_config(genesys_urls, 0, **(genesys or {}))
     if cxone is not None:
         text += cxone_table(cxone)
     for session_id, conversation in sessions:

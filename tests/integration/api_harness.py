@@ -135,10 +135,12 @@ async def calls_as(
     uid: int,
     gid: int,
     groups: list[int],
+    more: bool = False,
 ) -> list[tuple[str | None, dict[str, Any]]] | str:
     """Make ``calls`` on one connection to ``path`` as ``uid`` (a forked child that drops root with
     ``os.setuid``: real peer credentials); each reply's (error, parameters), or why it could not
-    (``closed after N replies`` when the daemon closed the connection)."""
+    (``closed after N replies`` when the daemon closed the connection). ``more``: each call asks for
+    a stream (``Subscribe``), and its first reply is the one read."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: plain blocking sockets, then _exit (never back into pytest)
@@ -155,7 +157,7 @@ async def calls_as(
             buffer = b""
             try:
                 for method, parameters in calls:
-                    client.sendall(encode_call(method, parameters))
+                    client.sendall(encode_call(method, parameters, more=more))
                     while b"\0" not in buffer:
                         chunk = client.recv(1 << 16)
                         if not chunk:

@@ -439,6 +439,32 @@ async def test_replay_for_the_sessions_own_agent_is_resynced_and_goes_on(rig: Ri
     assert rig.types().count("AgentSessionStart") == 2  # the snapshot was delivered, as the SDK takes it
 
 
+@pytest.mark.parametrize("version", ["v2"])
+async def test_the_platforms_snapshots_go_to_the_snapshot_sink_and_news_to_the_event_sink(rig: Rig) -> None:
+    """The first poll after a start (AgentSessionStart, the agent's state) and the batch of a resync
+    are the platform's snapshot (NICE cxone-get-next-adapter.js): they go to ``on_snapshot``; what
+    the platform sends afterwards (a contact) is news, on ``on_events``."""
+    snapshots: list[list[str]] = []
+    transport = rig.transport(
+        poll_timeout=10, on_snapshot=lambda batch: snapshots.append([str(e.get("Type")) for e in batch])
+    )
+    conn = await transport.open()
+    assert snapshots and snapshots[0][0] == "AgentSessionStart" and rig.events == []
+    rig.sim.faults.inject(Fault(kind=FaultKind.STALE_SESSION, endpoint="*get-next-event", count=1))
+
+    async def after_the_resync_a_contact_then_the_end() -> None:
+        await wait_until(lambda: len(snapshots) == 2)
+        rig.sim.push_contact(agent_id=AGENT)
+        await wait_until(functools.partial(_delivered, rig, "CallContactEvent", 1))
+        rig.sim.end_session(agent_id=AGENT)
+
+    outcome = await _serve(conn, after_the_resync_a_contact_then_the_end)
+
+    assert _event(outcome).code == "AGENT_SESSION_ENDED"
+    assert snapshots[1][0] == "AgentSessionStart"  # the resync's replay: a snapshot again
+    assert "AgentSessionStart" not in rig.types() and "CallContactEvent" in rig.types()
+
+
 @pytest.mark.parametrize("version", ["v1", "v2"])
 async def test_session_start_naming_another_agent_is_session_id_mismatch(rig: Rig) -> None:
     """What the platform's recovery cannot explain: an AgentSessionStart for another agent."""
@@ -642,3 +668,55 @@ async def test_reopen_after_close_starts_a_fresh_session(rig: Rig) -> None:
     assert second.learned.platform_session_id == second.session_id
     assert rig.sim.recorder.request_count("POST", START, 202) == 2
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
+
+
+# --------------------------------------------------------------------------- handover
+
+
+async def test_abandon_leaves_the_agent_session_logged_in_and_a_new_transport_polls_on_with_its_id(
+    rig: Rig,
+) -> None:
+    """A handover: abandon() sends nothing (no DELETE); the next daemon's transport, given the rolling
+    id, polls on with it and makes no start and no join (NICE core-sdk: a kept ``acd_session_id`` is
+    polled on)."""
+    first = await rig.transport().open()
+    start_id = str(first.session_response["sessionId"])
+    kept = first.learned.platform_session_id
+    assert kept is not None
+    sent = len(rig.sent)
+    await first.abandon()
+    await first.close(CloseCode.GOING_AWAY)  # a close after the abandon changes nothing either
+    assert len(rig.sent) == sent
+    assert rig.handle(start_id).session.ended is None
+
+    second_transport = rig.transport(resume_session_id=kept)
+    second = await second_transport.open()
+    # the first start only: no start, no join
+    assert rig.sim.recorder.request_count("POST", START) == 1
+    assert rig.sim.recorder.request_count("POST", START + "/join") == 0
+    assert rig.polled_ids()[-1] == kept
+    assert second.session_response["sessionId"] == kept and second.session_response["agentId"] == AGENT
+    assert second_transport.resume_record() == {"platformSessionId": kept}
+    # the same agent session, its chain followed on
+    assert rig.sim.state.handle(second.learned.platform_session_id or "") is rig.handle(start_id)
+    # a later open (a reconnection) starts as before: the kept id is used once
+    await second.close(CloseCode.GOING_AWAY)
+    await second_transport.open()
+    assert rig.sim.recorder.request_count("POST", START) == 2
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["agent-session-end", "409"])
+async def test_a_kept_id_of_an_ended_agent_session_is_answered_with_a_new_start(
+    rig: Rig, silent: bool
+) -> None:
+    """The platform ended the agent session while no daemon polled it: the take-over's poll answers
+    AgentSessionEnd (or, once that was delivered, 409), and the transport starts a new one."""
+    first = await rig.transport().open()
+    kept = first.learned.platform_session_id
+    assert kept is not None
+    await first.abandon()
+    rig.sim.state.end(kept, EndReason.INACTIVITY, silent=silent)
+
+    conn = await rig.transport(resume_session_id=kept).open()
+    assert rig.sim.recorder.request_count("POST", START, 202) == 2
+    assert conn.session_response["sessionId"] != kept

@@ -43,8 +43,24 @@ def test_the_roles_the_issue_names() -> None:
         "ListMismatches",
         "AttributesStatus",
     }
-    assert by_role[Role.OPERATOR] == {"StartSession", "StopSession", "SetAttributes", "ResolveMismatch"}
-    assert by_role[Role.ADMINISTRATOR] == {"Drain", "Reload", "UseTaxonomy"}
+    assert by_role[Role.OPERATOR] == {
+        "StartSession",
+        "StopSession",
+        "SetAttributes",
+        "ResolveMismatch",
+        # on a live session's behalf: a guest message, an agent's state (operator verbs)
+        "SendMessage",
+        "SetAgentState",
+    }
+    # an endpoint's circuit acts on every session that uses it: the daemon's
+    assert by_role[Role.ADMINISTRATOR] == {
+        "Drain",
+        "Reload",
+        "UseTaxonomy",
+        "IsolateCircuit",
+        "CloseCircuit",
+        "ResetCircuit",
+    }
 
 
 def test_each_role_includes_the_ones_below() -> None:

@@ -84,7 +84,11 @@ def test_the_daemons_descriptions_say_what_the_verbs_take() -> None:
 
     assert kinds(Method.RESOLVE_MISMATCH) == {"mismatchId": Kind.INT, "resolution": Kind.STRING}
     assert kinds(Method.SET_ATTRIBUTES) == {"sessionId": Kind.STRING, "attributes": Kind.MAP}
-    assert kinds(Method.SUBSCRIBE) == {"filter": Kind.NULLABLE, "streams": Kind.NULLABLE}
+    assert kinds(Method.SUBSCRIBE) == {
+        "filter": Kind.NULLABLE,
+        "streams": Kind.NULLABLE,
+        "since": Kind.NULLABLE,
+    }
     assert kinds(Method.STATUS) == {}
 
 

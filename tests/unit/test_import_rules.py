@@ -73,6 +73,7 @@ PURE_API = (
     "supervisor.api.protocol",
     "supervisor.api.messages",
     "supervisor.api.outbox",
+    "supervisor.api.platform_events",
     "supervisor.api.events",
     "supervisor.api.idl",
     "supervisor.api.signatures",

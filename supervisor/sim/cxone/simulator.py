@@ -27,6 +27,7 @@ from supervisor.errors import SimulatorError
 from supervisor.sim import serving
 from supervisor.sim.admin import make_admin_app
 from supervisor.sim.cxone import api, auth
+from supervisor.sim.cxone.admin_routes import admin_routes
 from supervisor.sim.cxone.config import CxoneSimConfig
 from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
 from supervisor.sim.cxone.gate import FaultGate, FaultWaker
@@ -128,7 +129,13 @@ class CxoneSimulator:
         apps = {
             "auth": self._app("auth", ctx, auth.add_routes, auth.auth_key_of),
             "api": self._app("api", ctx, api.add_routes, api.api_key_of),
-            "admin": make_admin_app(self.faults, self.recorder, name="cxone", urls=dict(self.urls)),
+            "admin": make_admin_app(
+                self.faults,
+                self.recorder,
+                name="cxone",
+                urls=dict(self.urls),
+                routes=admin_routes(self.set_agent_state),
+            ),
         }
         self._api_app = apps["api"]
         try:
@@ -214,6 +221,16 @@ class CxoneSimulator:
     ) -> None:
         """Queue any event dict on a session (PascalCase keys, string values)."""
         self.state.push_event(session_key or self._key_for(agent_id), event)
+
+    def set_agent_state(self, agent_id: str | int, state: str, reason: str = "") -> AgentSession:
+        """Change an agent's state as ``POST agent-sessions/{sessionId}/state`` does (a supervisor or
+        the agent's own desktop did it): the ``AgentState`` event follows on every poller.
+
+        Raises:
+            SimulatorError: no live session for the agent; SimStateError (400) for a state other
+            than Available / Unavailable.
+        """
+        return self.state.set_state(self._key_for(agent_id), state, reason)
 
     def end_session(self, *, agent_id: str | int | None = None, session_key: str | None = None) -> None:
         """End a session from the platform side: the next poll gets AgentSessionEnd, then 409."""

@@ -27,7 +27,8 @@ Frames in: ``{"action", "token", "tracingId"?, ...}``. Frames out: ``{"type","cl
 Error replies carry **no** ``tracingId``, as every error fixture of the vendor (GMT ``Response.kt``);
 GMT fails its oldest message still sending (``MessageStore.onMessageError``).
 ``wm_error_tracing_id`` echoes the request's ``tracingId`` on errors too (an extension).
-Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, SESSION_EXPIRED
+Faults: RATE_LIMIT_STORM (4029), SERVER_ERROR_BURST (5000), LATENCY, DROP_ECHO (a message stored, its
+echo not sent), SESSION_EXPIRED
 (``mode:"code"`` 4006 on the next request; ``mode:"event"`` SessionExpiredEvent pushed now),
 CONNECTION_CLOSED_EVENT, MISSING_FIELDS / MALFORMED_BODY on SessionResponse,
 and the connection faults of :class:`~supervisor.sim.genesys.connections.WsListener`.
@@ -308,6 +309,10 @@ class WebMessagingServer(GuestConnections):
             conv.remember(body)
             customer.communication.message_ids.append(msg_id)
             self.ctx.changed(ConversationChange("message", conv, customer, message=body))
+        if self.ctx.gate.hit(FaultKind.DROP_ECHO, token, ENDPOINT) is not None:
+            # stored and in the history, but its answer lost on the way back (DROP_ECHO)
+            self.ctx.recorder.record_event("echo_dropped", listener=LISTENER)
+            return
         payload = wm_envelope("message", WmClass.STRUCTURED_MESSAGE, 200, body, tracing)
         await self._send(conn, payload, WmClass.STRUCTURED_MESSAGE.value)
 
