@@ -41,6 +41,7 @@ from supervisor.library.gate import Doors
 from supervisor.library.hooks import RetryHook
 from supervisor.library.tokens import TokenFetch, Tokens
 from supervisor.rest.tokens import Token
+from supervisor.taxonomy.headers import parse_rate_limit
 from supervisor.taxonomy.loader import DEFAULT_VERSION
 from supervisor.taxonomy.model import Channel, Platform, TaxonomyClass, Trigger
 from supervisor.taxonomy.rules import Taxonomy
@@ -166,7 +167,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             except HTTP_FAILURES as exc:
                 return self._raw_of_error(request, exc)
             if response.status_code < 400:
-                return Answer(response)
+                # the platform's rate window, read as the daemon reads it (the pace slows before it is spent)
+                return Answer(response, reading=parse_rate_limit(response.headers))
             response.request = request  # (the client sets it only on what the transport returns)
             response.read()
             return self._raw_of_response(response)
@@ -204,7 +206,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             except HTTP_FAILURES as exc:
                 return self._raw_of_error(request, exc)
             if response.status_code < 400:
-                return Answer(response)
+                # the platform's rate window, read as the daemon reads it (the pace slows before it is spent)
+                return Answer(response, reading=parse_rate_limit(response.headers))
             response.request = request
             await response.aread()
             return self._raw_of_response(response)

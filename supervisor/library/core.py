@@ -33,6 +33,7 @@ from supervisor.clock import Clock, Rng, SystemClock
 from supervisor.retry.backoff import GiveUpReason, RetryDecision, decide_retry
 from supervisor.taxonomy.classifier import Classifier
 from supervisor.taxonomy.envelope import RawError
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.taxonomy.loader import DEFAULT_VERSION, load_taxonomy
 from supervisor.taxonomy.model import Platform, SdkErrorEvent, TaxonomyClass, Trigger
 from supervisor.taxonomy.rules import Taxonomy
@@ -57,8 +58,9 @@ MAX_ENDPOINTS: Final = 1000
 DEFAULT_RAISE_ON: Final[frozenset[TaxonomyClass | Trigger]] = frozenset(
     {TaxonomyClass.STATE_CORRUPTING, *Trigger}
 )
-#: the daemon's REST pacing: engaged at the first throttle only
-REST_PACING: Final = PacingConfig(initial_rate=None)
+#: the daemon's REST pacing (supervisor/runtime/wiring.py): engaged at the first throttle, and slowed by the
+#: platform's rate window once half of it is spent (inin-ratelimit-*)
+REST_PACING: Final = PacingConfig(initial_rate=None, headroom=0.5)
 #: the retry budget across calls: retries may add 10 % of the calls, at least 5 a second (the daemon's)
 DEFAULT_BUDGET: Final = (0.1, 5.0)
 # methods that may have been applied when their answer is lost (RFC 9110 section 9.2.2: not idempotent)
@@ -287,3 +289,5 @@ class Answer:
     raw: RawError | None = None
     not_sent: bool = False
     error: BaseException | None = None
+    #: what a successful answer said of the platform's rate window (Genesys' inin-ratelimit-*)
+    reading: RateLimitReading | None = None

@@ -20,6 +20,7 @@ from supervisor.library.core import Answer, Core, End
 from supervisor.library.tokens import Tokens
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy.envelope import RawError
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.taxonomy.model import SdkErrorEvent
 from supervisor.vocabulary import EndpointId
 
@@ -50,9 +51,15 @@ class Door:
         with self._lock:
             return self._endpoint.ask(booking)
 
-    def answered(self, ticket: Ticket, failure: SdkErrorEvent | None, sent_at: float) -> None:
+    def answered(
+        self,
+        ticket: Ticket,
+        failure: SdkErrorEvent | None,
+        sent_at: float,
+        reading: RateLimitReading | None = None,
+    ) -> None:
         with self._lock:
-            self._endpoint.answered(ticket, failure, sent_at)
+            self._endpoint.answered(ticket, failure, sent_at, reading)
 
     def may_retry(self) -> bool:
         with self._lock:

@@ -67,7 +67,7 @@ def run(
             sent_at = clock.monotonic()
             answer = attempt(token)
             if answer.raw is None:
-                door.answered(ticket, None, sent_at)
+                door.answered(ticket, None, sent_at, answer.reading)
                 return answer, None
             event = core.classify(with_token_age(answer.raw, tokens, token, age_async=False))
             step = plan.failed(

@@ -101,7 +101,10 @@ def through_the_daemon(sequence: list[tuple[int, str | None]]) -> tuple[Seen, ob
     ctx = SessionContext("s", Platform.GENESYS, Channel.REST)
     # the daemon's REST endpoints (supervisor/runtime/wiring.py, admission adaptive)
     endpoints = Endpoints(
-        clock, CircuitRegistry(clock, None, rng), rest=PacingConfig(initial_rate=None), budget=(0.1, 5.0)
+        clock,
+        CircuitRegistry(clock, None, rng),
+        rest=PacingConfig(initial_rate=None, headroom=0.5),
+        budget=(0.1, 5.0),
     )
 
     async def sleep(s: float) -> None:

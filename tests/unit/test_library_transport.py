@@ -518,3 +518,16 @@ async def test_twenty_callers_meeting_one_429_storm_do_not_open_the_circuit_and_
     # the twenty 429s of calls in flight together were one throttle for the circuit (its echo), not twenty
     assert statuses == [200] * 20
     assert min(sent[20:]) >= max(answered) + 1.0  # nobody went back before the Retry-After ended
+
+
+def test_a_rate_window_spent_to_its_last_call_holds_the_next_call_until_it_starts_again(
+    clock: FakeClock,
+) -> None:
+    spent = {"inin-ratelimit-count": "300", "inin-ratelimit-allowed": "300", "inin-ratelimit-reset": "7"}
+    wire = Wire(clock, httpx.Response(200, headers=spent), httpx.Response(200))
+    with httpx.Client(transport=transport(clock, wire)) as client:
+        client.get(USER)
+        client.get(USER)
+    assert len(wire.sent) == 2
+    # Genesys said the window is spent and starts again in 7 s: the second call waited for it, unrefused
+    assert wire.times[1] - wire.times[0] >= 7.0
