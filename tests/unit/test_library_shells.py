@@ -228,3 +228,41 @@ def test_a_decorated_function_s_circuit_opens_and_refuses() -> None:
     with pytest.raises(CircuitOpenError):
         flaky()
     assert len(calls) == 5
+
+
+def test_a_decorated_function_s_hooks_get_stamina_s_details_and_scope_each_retry() -> None:
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    clock, _, sleep, _ = decorated_clock()
+    seen: list[supervisor.RetryDetails] = []
+    inside: list[int] = []
+    scoped = [False]
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        scoped[0] = True
+        yield
+        scoped[0] = False
+
+    def hook(details: supervisor.RetryDetails) -> object:
+        seen.append(details)
+        return scope()
+
+    raised = [httpx.ConnectError("refused")]
+
+    @supervisor.resilient(platform="cxone", operation="agent-state", clock=clock, sleep=sleep, hooks=[hook])  # type: ignore[arg-type, list-item]
+    def call() -> str:
+        inside.append(scoped[0])
+        if raised:
+            raise raised.pop(0)
+        return "ok"
+
+    assert call() == "ok"
+    assert inside == [False, True]  # the retry ran inside the hook's context manager
+    (details,) = seen
+    assert (details.name, details.retry_num, details.caused_by.code) == (
+        "cxone:agent-state",
+        1,
+        "CONNECTION_FAILED",
+    )
