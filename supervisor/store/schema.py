@@ -148,6 +148,15 @@ CREATE INDEX mismatches_open ON mismatches (resolved_at);
 """
 
 
+# sessions added over the control socket (AddSession) are desired sessions too: their spec (the
+# configuration's session entry, as JSON) and where they came from ('config': the file; 'api': the
+# control socket) survive restarts and reloads (docs/store.md, "Tables")
+_V2: Final = """
+ALTER TABLE desired_sessions ADD COLUMN origin TEXT NOT NULL DEFAULT 'config' CHECK (origin IN ('config', 'api'));
+ALTER TABLE desired_sessions ADD COLUMN spec TEXT;
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """Takes a store to schema ``version`` (from ``version - 1``)."""
@@ -160,6 +169,7 @@ class Migration:
 #: every schema version, in order; add the next one, never edit a released one
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
+    Migration(2, "desired sessions say their origin (config or api) and keep an added session's spec", _V2),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -68,6 +68,11 @@ class ApiFault(enum.StrEnum):
     SEND_UNCONFIRMED = f"{CONTROL}.SendUnconfirmed"
     # roles (docs/socket-api.md, "Roles"): the caller's role does not include the method's
     PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
+    # sessions as data (docs/socket-api.md, "AddSession")
+    INVALID_SESSION_SPEC = f"{CONTROL}.InvalidSessionSpec"
+    SESSION_EXISTS = f"{CONTROL}.SessionExists"
+    CONFIGURED_SESSION = f"{CONTROL}.ConfiguredSession"
+    NO_STORE = f"{CONTROL}.NoStore"
 
     @property
     def short(self) -> str:

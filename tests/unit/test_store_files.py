@@ -124,6 +124,8 @@ async def test_a_store_written_by_the_release_before_the_stamp_is_stamped_and_ke
             "wm-1": DesiredState.STOPPED,
             "cx-0": DesiredState.TERMINATED,
         }
+        # migrated: every session of that release was the file's (origin config, no spec kept)
+        assert {(v.origin, v.spec) for v in desired.values()} == {("config", None)}
         server = (await opened.server_sessions())["wm-0"]
         assert (server.state, server.guest_token, server.conversation_id) == (
             ServerState.OPEN,
