@@ -19,7 +19,12 @@ import anyio
 import pytest
 
 from supervisor.api.protocol import Method
+from supervisor.config import SessionKind, SessionSpec, load_config
+from supervisor.runtime.durable import Durable
+from supervisor.runtime.supervisor import Supervisor, session_table
+from supervisor.runtime.wiring import SESSIONS_PER_CLIENT, Wiring
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from supervisor.vocabulary import Platform
 from tests.harness.config import daemon_config
 from tests.harness.process import CLI, Daemon, running_daemon
 
@@ -181,3 +186,38 @@ async def test_adding_without_a_store_is_refused(genesys_sim: GenesysSimulator, 
         assert "nothing was added" in err
         assert await origins(daemon) == {"wm-0": "config"}
         await daemon.stop()
+
+
+async def test_the_http_pools_grow_with_the_sessions_added(
+    genesys_sim: GenesysSimulator, workdir: Path
+) -> None:
+    """One pool per 32 sessions of a platform, whatever their origin: a file with one session has one
+    pool; 70 sessions added make it three, each sized for its share (a pool made for the one session
+    keeps room for 32). The sessions' calls are spread over all of them."""
+    store = workdir / "store.sqlite3"
+    path = daemon_config(genesys_sim.urls, workdir, [("wm-0", None)], store=store)
+    config = load_config(path)
+    async with Wiring(config, config_dir=path.parent, environ={}) as wiring:
+        sessions = session_table(wiring)
+        durable = await Durable.open(
+            config, sessions=sessions, wiring=wiring, environ={}, bus=wiring.bus, clock=wiring.clock
+        )
+        supervisor = Supervisor(wiring, durable, sessions=sessions)
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(supervisor.serve)
+                assert wiring.pool_sizes(Platform.GENESYS) == [2 * SESSIONS_PER_CLIENT + 20]
+                specs = [
+                    SessionSpec(f"wm-a{i}", Platform.GENESYS, SessionKind.WEBMESSAGING) for i in range(70)
+                ]
+                await supervisor.add_sessions(specs)
+                assert wiring.pool_sizes(Platform.GENESYS) == [2 * SESSIONS_PER_CLIENT + 20] * 3
+                pools = {id(wiring.pipeline_for(Platform.GENESYS, s.id).client) for s in specs}
+                assert len(pools) == 3
+                # removing sessions leaves the pools (the next sessions added use them)
+                await supervisor.remove_session("wm-a0")
+                assert len(wiring.pool_sizes(Platform.GENESYS)) == 3
+                await supervisor.shutdown(2.0)
+                tg.cancel_scope.cancel()
+        finally:
+            await durable.aclose()
