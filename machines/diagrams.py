@@ -26,7 +26,7 @@ _HEADER = """\
 The explicit machines (`machines/`). Edge labels are the machine's event names;
 `SessionCore` and `Circuit` (the pure drivers) map each classified `SdkErrorEvent` to one
 of them and return the resulting effects as data. Both machines are strict: an event the
-current state does not accept raises, and `terminated` accepts nothing.
+current state does not accept raises, and `terminated` and `handed_over` accept nothing.
 """
 
 _SECTIONS: tuple[tuple[str, str, Any], ...] = (
@@ -35,7 +35,9 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "One per supervised session. `connection_lost` schedules a reconnection (the first waits "
         "U(2 s, 8 s), seed edge case 1); `throttled` defers it while the endpoint's circuit is open "
         "(RECONNECTION_THROTTLED, not counted as an attempt); every edge into `terminated` emits "
-        "SESSION_TERMINATED with its reason.",
+        "SESSION_TERMINATED with its reason. `hand_over` is a stop with a store: the session is left "
+        "alive on the platform for the next start (state `handed-over` on the wire, SESSION_HANDED_OVER, "
+        'no SESSION_TERMINATED; docs/runtime.md, "Lifecycle").',
         SessionMachine,
     ),
     (
@@ -43,7 +45,10 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "One per endpoint, driven by that endpoint's `Endpoint` alone (below). `trip`: 5 consecutive "
         "TRANSIENT failures within 10 s; `probe`: the first `admit()` after the 30 s open period hands "
         "out the single half-open probe; `probe_failed` covers a failed or timed-out probe (all "
-        "numbers from `CircuitConfig`).",
+        "numbers from `CircuitConfig`). By hand (`ctl circuit`, an administrator's verb): `isolate` from "
+        "any state (again: only its end moves) admits nothing until `close`, or `isolation_ended` when "
+        "its `--for` is over; `reset` leads any state to `closed` with its counters cleared. There is "
+        "no always-closed state; an isolation lives in memory only.",
         CircuitMachine,
     ),
 )

@@ -21,6 +21,7 @@ from supervisor.events import (
     REVOKE_AND_REAUTHENTICATE,
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     Event,
@@ -29,6 +30,7 @@ from supervisor.events import (
     RetryExhausted,
     RetryKind,
     RetrySuccess,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -40,6 +42,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEffect",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "Effect",
@@ -53,6 +56,7 @@ __all__ = [
     "RetryKind",
     "RetrySuccess",
     "ScheduleReconnect",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
     "TerminationReason",
@@ -106,6 +110,7 @@ Effect = (
     ScheduleReconnect
     | Reconnect
     | SessionTerminated
+    | SessionHandedOver
     | SessionTransition
     | RetryAttempt
     | RetrySuccess
@@ -113,4 +118,4 @@ Effect = (
     | ReconnectionThrottled
 )
 # what the circuit machine returns: all of them are events
-CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed
+CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed | CircuitManual

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from supervisor.config_durable import AttributesConfig, StoreConfig
+from supervisor.config_durable import AttributesConfig, HandoverConfig, StoreConfig
 from supervisor.config_urls import HTTP, WS, url_problem
 
 # their home was here: importers keep importing them from supervisor.config
@@ -154,6 +154,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
     retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+    # read Genesys' inin-ratelimit-count/allowed/reset from every REST answer and slow an endpoint's
+    # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
+    # 429 slows them
+    rate_limit_headers: bool = True
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -271,6 +275,10 @@ class EventsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_f
     resync_in_flight: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
 
 
+# ``[telemetry] prometheus``: ``port``, ``:port``, ``host:port`` with an IPv4 literal or ``localhost``, ``[v6]:port``
+PROMETHEUS_ADDRESS = r"^(?:(?:\[[0-9A-Fa-f:.]+\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost)?:)?[0-9]{1,5}$"
+
+
 class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
 
@@ -282,6 +290,9 @@ class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     service_name: _Id | None = None
     # a credential file of collector headers (``name=value``, one per line or comma-separated)
     headers_file: str | None = None
+    # a Prometheus scrape endpoint, ``host:port`` (an IP literal or ``localhost``) or a bare ``port``
+    # (127.0.0.1); needs the ``[prometheus]`` extra (docs/telemetry.md, "Prometheus")
+    prometheus: Annotated[str, msgspec.Meta(pattern=PROMETHEUS_ADDRESS)] | None = None
 
 
 class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -317,6 +328,8 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    # what a stop does to the sessions with a store: hand them over (default) or end them
+    handover: HandoverConfig = msgspec.field(default_factory=HandoverConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
     taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
 

@@ -1,4 +1,4 @@
-"""The ``[store]`` and ``[attributes]`` tables of the configuration (docs/configuration.md).
+"""The ``[store]``, ``[handover]`` and ``[attributes]`` tables of the configuration (docs/configuration.md).
 
 Kept beside :mod:`supervisor.config`, which includes them in :class:`~supervisor.config.Config`:
 
@@ -6,6 +6,10 @@ Kept beside :mod:`supervisor.config`, which includes them in :class:`~supervisor
 [store]
 path = "/var/lib/session-supervisor/store.sqlite3"   # default: $STATE_DIRECTORY/store.sqlite3
 synchronous = "full"                                 # "full" (survives power loss) or "normal"
+
+[handover]
+onStop = "handover"      # a stop with a store leaves the sessions alive for the next start; "end" ends them
+maxAgeSeconds = 240      # a session left longer ago than this is ended at start, not taken over
 
 [attributes]
 queueDepth = 50          # seed edge case 2: a request queue with a maximum depth of 50
@@ -16,11 +20,34 @@ sensitive = ["ssn"]      # keys whose values never appear in events, logs or ans
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["AttributesConfig", "StoreConfig"]
+from supervisor.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_HANDOVER_MAX_AGE_S",
+    "ON_STOP_ENV",
+    "AttributesConfig",
+    "HandoverConfig",
+    "StopAction",
+    "StoreConfig",
+    "stop_action",
+]
+
+#: overrides ``handover.onStop`` (a systemd drop-in's ``Environment=``: docs/systemd.md, "Stopping")
+ON_STOP_ENV = "SESSION_SUPERVISOR_ON_STOP"
+
+#: the platforms' inactivity window minus a margin. CXone: an agent session with no request for its
+#: inactivity timeout ends; the client may set it (``inactivityTimeout``, NICE core-sdk 26.2.1
+#: ``start-session-request.d.ts``) and no vendor source states the platform's default: 300 s is
+#: inferred [I] (the CXone simulator's ``inactivity_timeout_s``). Less a 60 s margin for the time a
+#: restart and the first poll take. A guest session lives far longer (its ``durationSeconds``, the
+#: Genesys simulator's ``wm_session_ttl_s``), a channel 24 h: the shortest window decides
+DEFAULT_HANDOVER_MAX_AGE_S = 240.0
 
 _Key = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
@@ -34,6 +61,38 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     # "full": the WAL is synced at every commit (an acknowledged update survives power loss);
     # "normal": it survives kill -9 but not an OS crash (SQLite "PRAGMA synchronous"; docs/store.md)
     synchronous: Literal["full", "normal"] = "full"
+
+
+class StopAction(enum.StrEnum):
+    """What a stop (SIGTERM, ``ctl drain``) does to the sessions when a store is configured."""
+
+    # left alive on the platform, taken over by the next start (docs/runtime.md, "Lifecycle")
+    HANDOVER = "handover"
+    # ended on the platform: guests closeSession, CXone agent sessions DELETE
+    END = "end"
+
+
+class HandoverConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[handover]``: what a stop leaves for the next start. Without a store a stop always ends the
+    sessions (nothing would remember them)."""
+
+    on_stop: StopAction = StopAction.HANDOVER
+    # a session left longer ago than this is ended at start rather than taken over: the platform
+    # has (or is about to have) ended it for inactivity
+    max_age_seconds: Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)] = DEFAULT_HANDOVER_MAX_AGE_S
+
+
+def stop_action(handover: HandoverConfig, environ: Mapping[str, str]) -> StopAction:
+    """``handover.onStop``, or ``$SESSION_SUPERVISOR_ON_STOP`` when set (a unit's drop-in); raises
+    ConfigError naming the variable for a value that is neither."""
+    raw = environ.get(ON_STOP_ENV, "")
+    if not raw:
+        return handover.on_stop
+    try:
+        return StopAction(raw)
+    except ValueError:
+        choices = " or ".join(repr(a.value) for a in StopAction)
+        raise ConfigError(f"${ON_STOP_ENV}: expected {choices}, got {raw[:64]!r}") from None
 
 
 class AttributesConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

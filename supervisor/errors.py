@@ -138,10 +138,13 @@ class SendUnconfirmed(OperationError):
 class CircuitOpenError(SessionError):
     """The endpoint's circuit is open (or its one probe is out); try again in ``retry_in_s``."""
 
-    def __init__(self, circuit_id: str, retry_in_s: float) -> None:
+    def __init__(self, circuit_id: str, retry_in_s: float, *, isolated: bool = False) -> None:
         self.circuit_id = circuit_id
         self.retry_in_s = retry_in_s
-        super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")
+        #: an operator isolated the endpoint (``ctl circuit isolate``): nothing failed
+        self.isolated = isolated
+        held = "is isolated by an operator" if isolated else "is open"
+        super().__init__(f"circuit {circuit_id} {held}; retry in {retry_in_s:.1f} s")
 
 
 class ApiError(SupervisorError):

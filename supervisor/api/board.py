@@ -152,7 +152,9 @@ class StateBoard:
             row.attempts = event.attempt
         elif isinstance(event, ErrorClassified):
             session_id = event.event.context.get("sessionId")
-            if isinstance(session_id, str):
+            # a failure classified for no session (a token endpoint's own context, "oauth", when a
+            # reload tries a rotated credential) makes no row: it would show as a session
+            if isinstance(session_id, str) and self._known(session_id):
                 row = self._row(session_id)
                 sdk = event.event
                 row.last_error = {"code": sdk.code, "class": sdk.taxonomy_class.value, "at": sdk.timestamp}
@@ -192,6 +194,13 @@ class StateBoard:
         )
 
     # ------------------------------------------------------------------ rows
+    def _known(self, session_id: str) -> bool:
+        return (
+            session_id in self._rows
+            or session_id in self._sessions.runners
+            or self._sessions.spec(session_id) is not None
+        )
+
     def _row(self, session_id: str) -> Row:
         row = self._rows.get(session_id)
         if row is None:

@@ -103,7 +103,8 @@ _CONTROL = (
     f"""\
 # Control of the daemon: stricter than the subscribe socket; every verb that changes something is
 # published as a CONTROL_COMMAND event with the caller's uid, gid and pid. Each method needs a role:
-# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy).
+# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy,
+# IsolateCircuit, CloseCircuit, ResetCircuit).
 interface {CONTROL}
 
 """
@@ -121,8 +122,9 @@ method ShowSession(sessionId: string) -> (session: Session)
 method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool)
 # Close 1000 (CXone: end the agent session); idempotent.
 method StopSession(sessionId: string) -> (sessionId: string, state: string)
-# Drain like SIGTERM: close every session with 1001, then exit.
-method Drain() -> (draining: bool)
+# Drain like SIGTERM, then exit. With a store the sessions are handed over (left alive for the next
+# start: handover true); endSessions ends them on the platform instead (closeSession, DELETE).
+method Drain(endSessions: ?bool) -> (draining: bool, handover: bool)
 # A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
@@ -135,6 +137,17 @@ method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
 method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
 method AttributesStatus() -> (attributes: object)
+# Manual circuit control of one endpoint (genesys:api, cxone:agent-sessions, ...; Status lists them). An
+# isolated circuit admits nothing until closed, reset or forSeconds have passed; its sessions wait in
+# reconnecting and their horizon stands still. In memory only: a restart closes every circuit.
+method IsolateCircuit(endpoint: string, forSeconds: ?float) -> (endpoint: string, circuitId: string,
+  previous: string, state: string, changed: bool, forSeconds: ?float)
+# Ends an isolation (a closed circuit: changed false); an open or half-open circuit is reset, not closed.
+method CloseCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
+# Closed with its counters cleared, from any state (after a false trip).
+method ResetCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
 # A guest message on a live Web Messaging session, through the retry executor; clientId (default: a new
 # UUID) goes with every send of it. Answered with the platform's message id once the platform has it
 # (its echo, or the guest history entry found by clientId when the echo was lost).
@@ -177,6 +190,8 @@ error InvalidSessionSpec (index: int, sessionId: ?string, problem: string)
 error SessionExists (index: int, sessionId: string, origin: string, problem: string)
 error ConfiguredSession (sessionId: string, problem: string)
 error NoStore (problem: string)
+error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
+error NotIsolated (endpoint: string, state: string, problem: string)
 """
 )
 

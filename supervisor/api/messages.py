@@ -46,13 +46,16 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "CIRCUIT_BREAKER_OPEN",
             "CIRCUIT_BREAKER_HALF_OPEN",
             "CIRCUIT_BREAKER_CLOSED",
+            # an operator's isolate, close or reset, and the end of an isolation's --for
+            "CIRCUIT_MANUAL",
         }
     ),
     "retries": frozenset({"RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}),
     "throttling": frozenset({"RECONNECTION_THROTTLED"}),
     # a connection replaced in place, the session still active (a notifications rollover: docs/runtime.md, "Notifications rollover")
     "rollovers": frozenset({"CONNECTION_ROLLED_OVER"}),
-    "terminations": frozenset({"SESSION_TERMINATED"}),
+    # a session this daemon supervises no more: ended, or handed over to the next start by a stop
+    "terminations": frozenset({"SESSION_TERMINATED", "SESSION_HANDED_OVER"}),
     # a shadow taxonomy's divergences are about classified errors (docs/taxonomy.md, "Shadow")
     "errors": frozenset({"SDK_ERROR_CLASSIFIED", "SHADOW_DIVERGENCE"}),
     # attribute updates (docs/attributes.md): a tenant's queue full, and drained again

@@ -8,7 +8,8 @@ lesson). Now each peer has a role, decided on accept from its credentials (``SO_
   varlink's own ``GetInfo`` / ``GetInterfaceDescription``);
 * **operator**: what acts on sessions and their messages: start, stop, add and remove sessions, set
   attributes, resolve a mismatch, send a message, set an agent's state;
-* **administrator**: what acts on the daemon: drain, reload, switch the taxonomy (and circuits).
+* **administrator**: what acts on the daemon: drain, reload, switch the taxonomy, isolate, close
+  and reset an endpoint's circuit.
 
 Each role includes the ones below it. :data:`VERB_ROLES` is the one table; a method missing from
 it needs the administrator role (closed by default; a test fails for any method without a row).
@@ -73,6 +74,10 @@ VERB_ROLES: Final[Mapping[str, Role]] = {
     Method.DRAIN: Role.ADMINISTRATOR,
     Method.RELOAD: Role.ADMINISTRATOR,
     Method.USE_TAXONOMY: Role.ADMINISTRATOR,
+    # an endpoint's circuit acts on every session that uses it: the daemon's, not a session's
+    Method.ISOLATE_CIRCUIT: Role.ADMINISTRATOR,
+    Method.CLOSE_CIRCUIT: Role.ADMINISTRATOR,
+    Method.RESET_CIRCUIT: Role.ADMINISTRATOR,
 }
 
 

@@ -313,11 +313,22 @@ def agent_state(session_id: str, state: str, reason: str | None, as_json: bool) 
 
 
 @ctl.command()
+@click.option(
+    "--end-sessions",
+    is_flag=True,
+    help="End every session on the platform (guests closeSession, CXone DELETE) instead of handing "
+    "them over to the next start.",
+)
 @_json_option
-def drain(as_json: bool) -> None:
-    """Drain the daemon like SIGTERM: close every session with 1001, then it exits."""
-    result = _call(Method.DRAIN)
-    _emit(result, as_json, "draining: the daemon closes its sessions and exits")
+def drain(end_sessions: bool, as_json: bool) -> None:
+    """Drain the daemon like SIGTERM, then it exits. With a store the sessions are handed over (left
+    alive for the next start); --end-sessions ends them. Needs the administrator role."""
+    result = _call(Method.DRAIN, {"endSessions": True} if end_sessions else None)
+    if result.get("handover"):
+        said = "draining: the daemon hands its sessions over to the next start and exits"
+    else:
+        said = "draining: the daemon ends its sessions and exits"
+    _emit(result, as_json, said)
 
 
 @ctl.group()
@@ -348,8 +359,11 @@ def reload(as_json: bool) -> None:
     """Re-read the configuration and credentials (as SIGHUP does).
 
     \b
-    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged";
-    with --json the daemon's answer: {"result": {"added", "removed", "restarted", "unchanged"}}.
+    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged",
+    then "; restart required for: store" when a changed table only a restart applies; with --json
+    the daemon's answer: {"result": {"added", "removed", "restarted", "keptDown", "unchanged",
+    "restartRequired", "credentialsRotated"}}. A refused reload (the file, a credential file, a
+    rotated credential the platform refused) is one line on stderr and exit 1: nothing changed.
     """
     result = _call(Method.RELOAD)
     _emit(result, as_json, reload_summary(result.get("result")))
@@ -371,7 +385,87 @@ def reload_summary(result: Any) -> str:
     unchanged = result.get("unchanged")
     if isinstance(unchanged, int):
         parts.append(f"{unchanged} unchanged")
-    return "reloaded: " + ", ".join(parts)
+    line = "reloaded: " + ", ".join(parts)
+    rotated = result.get("credentialsRotated")
+    if isinstance(rotated, list) and rotated:
+        line += "; credentials rotated: " + ", ".join(str(p) for p in rotated)
+    restart = result.get("restartRequired")
+    if isinstance(restart, list) and restart:
+        line += "; restart required for: " + ", ".join(str(t) for t in restart)
+    return line
+
+
+@ctl.group()
+def circuit() -> None:
+    """Isolate, close or reset one endpoint's circuit by hand (administrators).
+
+    \b
+    An isolated endpoint admits nothing: REST calls to it fail at once, its sessions wait
+    in reconnecting with their reconnection horizon standing still, attribute updates stay
+    queued. `close` (or the end of --for) ends the isolation; `reset` closes a circuit from
+    any state with its counters cleared (after a false trip). An isolation lives in the
+    daemon's memory: a restart closes every circuit. Endpoints: `ctl status` lists those in
+    use (genesys:api, genesys:oauth, genesys:webmessaging, genesys:streaming, cxone:api,
+    cxone:oauth, cxone:agent-sessions). Exit 0 when done, 1 when refused (an unknown
+    endpoint, closing a circuit that is open rather than isolated), 2 on bad usage.
+
+    \b
+    Examples:
+      session-supervisor ctl circuit isolate genesys:webmessaging --for 1800
+      session-supervisor ctl circuit close genesys:webmessaging --json
+      session-supervisor ctl circuit reset cxone:api
+    """
+
+
+def _circuit_call(method: str, parameters: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    try:
+        return _call(method, parameters)
+    except ApiError as error:
+        if as_json:
+            _emit({"error": error.name, **error.parameters}, True, "")
+        raise
+
+
+def _circuit_line(result: dict[str, Any]) -> str:
+    moved = (
+        f"{result['previous']} -> {result['state']}" if result["changed"] else f"{result['state']}, unchanged"
+    )
+    until = f" for {result['forSeconds']:g} s" if result.get("forSeconds") is not None else ""
+    return f"circuit {result['endpoint']}: {moved}{until}"
+
+
+@circuit.command("isolate")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@click.option(
+    "--for",
+    "for_s",
+    metavar="S",
+    type=click.FloatRange(min=0.0, min_open=True, max=7 * 24 * 3600.0),
+    help="End the isolation by itself after S seconds (default: until `close` or `reset`).",
+)
+@_json_option
+def circuit_isolate(endpoint: str, for_s: float | None, as_json: bool) -> None:
+    """Isolate ENDPOINT: admit nothing to it until closed, reset, or S seconds (--for)."""
+    result = _circuit_call(Method.ISOLATE_CIRCUIT, {"endpoint": endpoint, "forSeconds": for_s}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("close")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_close(endpoint: str, as_json: bool) -> None:
+    """End ENDPOINT's isolation (a closed circuit is left as it is)."""
+    result = _circuit_call(Method.CLOSE_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("reset")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_reset(endpoint: str, as_json: bool) -> None:
+    """Close ENDPOINT's circuit from any state, its counters cleared (after a false trip)."""
+    result = _circuit_call(Method.RESET_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
 
 
 # attribute updates (docs/attributes.md): ctl attributes set|status, ctl mismatches, ctl resolve

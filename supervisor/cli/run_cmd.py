@@ -13,7 +13,7 @@ import anyio
 import click
 
 from supervisor.cli.import_name import import_name_warning
-from supervisor.config import SocketsConfig
+from supervisor.config import Config, SocketsConfig
 from supervisor.taxonomy import ENV_VAR, Taxonomy, resolve_version
 from supervisor.taxonomy.gaps import gaps
 
@@ -58,9 +58,10 @@ def run(config_path: Path, check: bool) -> None:
 
     \b
     Signals:
-      SIGTERM/SIGINT  stop intake, close sessions with 1001, wait at most daemon.shutdownGrace
-                      seconds, exit 0 (`ctl drain` does the same); a second one forces the exit
-                      (exit 1, DAEMON_FORCED_EXIT)
+      SIGTERM/SIGINT  stop intake; with a store hand the sessions over to the next start (left
+                      alive on the platform), else end them (1001, CXone DELETE); wait at most
+                      daemon.shutdownGrace seconds, exit 0 (`ctl drain` does the same; `ctl drain
+                      --end-sessions` ends them); a second one forces the exit (exit 1)
       SIGHUP          reload the configuration and credential files (validated first; on any
                       error the daemon keeps running on the old one: CONFIG_RELOAD_FAILED);
                       `ctl reload` does the same
@@ -120,7 +121,31 @@ def _check(options: DaemonConfig, config_path: Path) -> None:
 
     anyio.run(check_credentials, backend="asyncio")
     _check_socket_paths(config_path, config.sockets, options.environ)
+    stop = stop_line(config, options.environ)  # a bad $SESSION_SUPERVISOR_ON_STOP fails the check
     click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
+    click.echo(stop)
+
+
+def stop_line(config: Config, environ: Mapping[str, str]) -> str:
+    """What a stop (SIGTERM, ``ctl drain``) will do to the sessions, as ``run --check`` says it."""
+    from supervisor.config_durable import ON_STOP_ENV, StopAction, stop_action
+    from supervisor.runtime.durable import store_path
+
+    path = store_path(config, environ)
+    handover = config.handover
+    action = stop_action(handover, environ)  # ConfigError for a bad $SESSION_SUPERVISOR_ON_STOP
+    if path is None:
+        return (
+            "stop: no store ([store] path, or $STATE_DIRECTORY): a stop ends every session "
+            "(CXone agents are logged out); configure one to hand sessions over to the next start"
+        )
+    if action is StopAction.END:
+        said = f"${ON_STOP_ENV}" if environ.get(ON_STOP_ENV) else 'handover.onStop = "end"'
+        return f"stop: ends every session ({said}; store: {path})"
+    return (
+        f"stop: hands every session over to the next start (store: {path}); one left more than "
+        f"{handover.max_age_seconds:g} s before that start is ended instead"
+    )
 
 
 def _say(line: str) -> None:

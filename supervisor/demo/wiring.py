@@ -151,4 +151,7 @@ def daemon_config(
     }
     if store is not None:
         data["store"] = {"path": str(store)}
+        # the store lives in the run's temporary directory: no later start takes anything over, so the
+        # demo's end ends its sessions rather than handing them over
+        data["handover"] = {"onStop": "end"}
     return parse_config(data, "demo")

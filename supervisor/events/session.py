@@ -26,6 +26,7 @@ __all__ = [
     "RetryExhausted",
     "RetrySuccess",
     "RolloverReason",
+    "SessionHandedOver",
     "SessionTerminated",
     "SessionTransition",
 ]
@@ -167,6 +168,19 @@ class SessionTerminated(Event):
         if self.code is not None:
             out["code"] = self.code
         return out
+
+
+class SessionHandedOver(StampedEvent, frozen=True):
+    """The daemon stopped with a store and left the session alive on the platform for the next start.
+
+    Not an end: no ``action`` (nothing is to be revoked or re-authenticated), and no SESSION_TERMINATED
+    follows; the next start takes the session over (docs/runtime.md, "Lifecycle"). ``previous`` is the
+    state the session was in (a reconnecting session is handed over too: the next start connects it).
+    """
+
+    name: ClassVar[str] = "SESSION_HANDED_OVER"
+    session_id: str
+    previous: SessionState
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,13 @@ the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
   where the platform allows (supervisor/runtime/reconcile.py);
 * **while running**, each session's server side is written before its first connection attempt
   (write-ahead: a crash after it leaves what a restart needs), confirmed when it goes active,
-  closed when it ends (the guest token wiped); a drain leaves a guest session resumable;
+  closed when it ends (the guest token wiped);
+* **a stop hands the sessions over** (``[handover] onStop``, default ``handover``): each session is
+  left alive on the platform and its row keeps what the next start needs, with ``left_at``; the
+  next start first ends every session left more than ``handover.maxAgeSeconds`` ago (the platform
+  has, or soon will have, ended it for inactivity), then takes the others over (a guest resumes its
+  token, a CXone agent session is polled on with its last id: no start, no join), before it
+  reconciles orphans;
 * it runs the :class:`~supervisor.attributes.AttributeService` and answers its questions about
   sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
 
@@ -29,6 +35,7 @@ as it says; any other leaves the sessions to run from the configuration alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,7 @@ from supervisor.attributes import AttributeService, Settings
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import Config, SessionKind, SessionSpec, parse_session
+from supervisor.config_durable import StopAction, stop_action
 from supervisor.errors import ConfigError, StoreError
 from supervisor.events import Published, SessionTransition, TerminationReason
 from supervisor.runtime.reconcile import reconcile
@@ -53,7 +61,7 @@ from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
-from supervisor.vocabulary import Platform, SessionState
+from supervisor.vocabulary import CloseCode, Platform, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -99,8 +107,12 @@ class Durable:
         desired: dict[str, DesiredSession] | None = None,
         server: dict[str, ServerSession] | None = None,
         background: bool = True,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
+        # $SESSION_SUPERVISOR_ON_STOP overrides handover.onStop (checked here: a bad value ends the start)
+        self.environ = dict(environ or {})
+        stop_action(config.handover, self.environ)
         # False: the attribute service's work runs only when someone calls its run_due (tests do)
         self.background = background
         self.problem = problem
@@ -141,6 +153,7 @@ class Durable:
             "bus": bus,
             "clock": clock,
             "background": background,
+            "environ": environ,
         }
         if path is None:
             return cls(config, None, problem=NO_STORE, **common)
@@ -198,15 +211,53 @@ class Durable:
             return Plan(False, reason=desired.reason or desired.state.value)
         self._started.add(spec.id)
         row = self.server.get(spec.id)
-        if (
-            row is not None
-            and row.state is ServerState.OPEN
-            and row.kind == spec.kind.value
-            and row.guest_token is not None
-        ):
-            # a planned restart (or a crash) left the guest session open: resume it, same conversation
+        if row is None or row.state is ServerState.CLOSED or row.kind != spec.kind.value:
+            return Plan(True)
+        if row.guest_token is not None and row.state is ServerState.OPEN:
+            # a handover (or a crash) left the guest session open: resume it, same conversation
             return Plan(True, resume={"guestToken": row.guest_token})
+        if row.left_at is not None and row.platform_session_id is not None and row.kind == "agent-session":
+            # a handover left the agent session logged in: poll on with its last id, no new start
+            return Plan(True, resume={"platformSessionId": row.platform_session_id})
         return Plan(True)
+
+    def stop_action(self) -> StopAction | None:
+        """What a stop does to the sessions: ``[handover] onStop`` (``$SESSION_SUPERVISOR_ON_STOP``
+        overrides it) with a store that can write; None without one (nothing would remember them: the
+        drain closes them as it always did)."""
+        if self.store is None:
+            return None
+        return stop_action(self.sessions.config.handover, self.environ)
+
+    def hands_over(self) -> bool:
+        return self.stop_action() is StopAction.HANDOVER
+
+    def ends_at_stop(self) -> bool:
+        return self.stop_action() is StopAction.END
+
+    async def _end_stale(self) -> None:
+        """Before any session starts: end every session a stop left longer ago than
+        ``handover.maxAgeSeconds`` (published as SESSION_RECONCILED, closed in the ledger), so
+        the start that follows opens a new one rather than taking over one the platform has
+        ended, or is about to end, for inactivity."""
+        store = self.store
+        if store is None:
+            return
+        max_age = self.sessions.config.handover.max_age_seconds
+        now = self.clock.time()
+        stale = [
+            row
+            for row in self.server.values()
+            if row.state is not ServerState.CLOSED and row.left_at is not None and now - row.left_at > max_age
+        ]
+        if not stale:
+            return
+        outcomes = await reconcile(store, stale, self.wiring, self.bus, self.clock)
+        self.reconciled.update(outcomes)
+        for row in stale:
+            # not taken over: the session starts anew (a FAILED end stays open in the ledger for the
+            # next start, but is not resumed now either)
+            self.server[row.session_id] = dataclasses.replace(row, state=ServerState.CLOSED, guest_token=None)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the attribute service and end the orphans a crash left; started at once."""
@@ -215,6 +266,8 @@ class Durable:
             self._tg = tg
             unsubscribe = self.bus.subscribe(self._on_event)
             try:
+                # before task_status.started(): the supervisor plans its sessions once this returns
+                await self._end_stale()
                 if self.store is not None:
                     # a store that fails here is degraded: its health hook reported it
                     with contextlib.suppress(StoreError):
@@ -323,9 +376,16 @@ class Durable:
 
     async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
         """The runner is done: a termination stays across restarts; the server side is closed, except
-        a guest session a drain leaves for the next start to resume."""
+        a session a drain handed over, which is left (``left_at``) for the next start to take over."""
         store = self.store
         if store is None:
+            return
+        if runner.core.handed_over:
+            # alive on the platform: what the next start polls on (CXone's rolling id) and when it was left
+            ctx = runner.context
+            await self._quietly(
+                store.session_left(runner.session_id, self.clock.time(), ctx.platform_session_id)
+            )
             return
         ended = runner.termination
         platform = runner.context.platform
@@ -333,8 +393,13 @@ class Durable:
             reason = f"{ended.reason.value}/{ended.trigger.value if ended.trigger else ended.code}"
             await self._quietly(self._desire(runner.session_id, platform, DesiredState.TERMINATED, reason))
         stopped = ended is None or ended.reason is TerminationReason.STOPPED
-        if draining and stopped and runner.context.channel is Channel.WEBMESSAGING:
-            return  # closed with 1001 and no closeSession: the next start resumes it
+        if (
+            draining
+            and stopped
+            and runner.close_code is CloseCode.GOING_AWAY
+            and runner.context.channel is Channel.WEBMESSAGING
+        ):
+            return  # closed with 1001 and no closeSession: the guest session lives on, the next start resumes it
         await self._quietly(store.session_closed(runner.session_id, "closed", self.clock.time()))
 
     async def desire(

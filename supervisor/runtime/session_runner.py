@@ -2,6 +2,7 @@
 
     connecting ──open()+validate──► active ──serve() ends──► reconnecting ──timer──► connecting
          └──────────────── fail-fast / exhausted / graceful close ─────────► terminated
+         └──────────────── daemon stop with a store (a handover) ──────────► handed-over
 
 * The session's connect endpoint admits every connection attempt, through the attempt shell
   (supervisor/attempts/; its :class:`~machines.endpoint.Endpoint` decides): the slot of its pace
@@ -35,7 +36,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionTerminated
+from machines.effects import Effect, Reconnect, ScheduleReconnect, SessionHandedOver, SessionTerminated
 from machines.session import SessionConfig, SessionCore
 from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
@@ -110,6 +111,9 @@ class SessionRunner:
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
+        # the session waits because an isolation of its own connect endpoint refused it (woken
+        # when it ends); an isolated REST or token endpoint's refusal is waited out by its timer
+        self._held_by_gate = False
         # the connection attempt admitted while the session waited to reconnect
         self._flight: Flight | None = None
         self._connection: Connection | None = None
@@ -123,6 +127,16 @@ class SessionRunner:
     @property
     def state(self) -> SessionState:
         return self.core.state
+
+    @property
+    def tokens(self) -> TokenCache | None:
+        """The platform credential's token cache this session revokes on a fail-fast that condemns it."""
+        return self._tokens
+
+    def use_tokens(self, tokens: TokenCache | None) -> None:
+        """The platform was rebuilt by a reload that did not restart this session (a Web Messaging
+        guest keeps its connection when the OAuth client changes): revoke the new cache from now on."""
+        self._tokens = tokens
 
     @property
     def context(self) -> SessionContext:
@@ -149,7 +163,7 @@ class SessionRunner:
             connection, self._connection = self._connection, None
             if connection is not None:
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
 
     async def stop(self, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End the session on purpose: 1000 for an explicit stop, 1001 on daemon shutdown."""
@@ -157,6 +171,27 @@ class SessionRunner:
             return
         self._close_code = code
         self._execute(self.core.stop())
+
+    @property
+    def close_code(self) -> CloseCode:
+        """The code the connection was (or will be) closed with: 1000 on a stop, 1001 on a shutdown."""
+        return self._close_code
+
+    def hand_over(self) -> None:
+        """Daemon shutdown with a store: leave the session alive on the platform for the next start
+        (SESSION_HANDED_OVER; the connection abandoned, not closed: docs/runtime.md, "Lifecycle")."""
+        if self.core.terminated:
+            return
+        self._execute(self.core.hand_over())
+
+    async def _let_go(self, connection: Connection) -> None:
+        """The runner is done with ``connection``: abandoned when the session was handed over, else closed."""
+        if self.core.handed_over:
+            # what the connection learned (CXone's rolling id) is what the next start takes over
+            self._remember(self._context.learned(connection.learned))
+            await connection.abandon()
+        else:
+            await connection.close(self._close_code)
 
     def operation_failed(self, event: SdkErrorEvent) -> None:
         """An operation done for this session (a REST call, an in-band request) failed for good.
@@ -226,11 +261,16 @@ class SessionRunner:
             raise
 
     # ------------------------------------------------------------------ states
-    async def _pause(self, seconds: float) -> None:
-        """Wait, but wake at once when the session is stopped."""
+    async def _pause(self, seconds: float, *, held: bool = False) -> None:
+        """Wait, but wake at once when the session is stopped (``held``: or when the isolation of
+        the connect endpoint that refused it ends, whoever ends it)."""
         with anyio.CancelScope() as scope:
             self._wait_scope = scope
-            await self._sleep(seconds)
+            if held:
+                with self._gate.woken_on_release(scope):
+                    await self._sleep(seconds)
+            else:
+                await self._sleep(seconds)
         self._wait_scope = None
 
     def _stopped(self) -> bool:
@@ -256,7 +296,8 @@ class SessionRunner:
         due = self._due if self._due is not None else self._clock.monotonic()
         wait = due - self._clock.monotonic()
         if wait > 0:
-            await self._pause(wait)
+            # a session an isolation of its own connect endpoint holds comes back when it ends
+            await self._pause(wait, held=self.core.held and self._held_by_gate)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
         answer = await self._admitted()
@@ -264,7 +305,9 @@ class SessionRunner:
             return  # stopped, or the endpoint's next slot falls past the horizon
         if isinstance(answer, Refused):
             # seed edge case 1: the circuit is open: defer, not counted, RECONNECTION_THROTTLED
-            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001)))
+            # (isolated by an operator: the same, and the horizon stands still meanwhile)
+            self._held_by_gate = answer.isolated
+            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001), held=answer.isolated))
             return
         self._flight = answer
         self._execute(self.core.reconnect_due(None))
@@ -276,7 +319,8 @@ class SessionRunner:
             if answer is None:
                 return
             if isinstance(answer, Refused):
-                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001)))
+                self._held_by_gate = answer.isolated
+                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001), held=answer.isolated))
                 return
             flight = answer
         self.connects += 1
@@ -305,10 +349,10 @@ class SessionRunner:
                     flight.abandon()  # stopped while connecting
                 return
             if self.core.terminated:
-                # stopped just as the connection opened: close it, never serve it
+                # stopped (or handed over) just as the connection opened: never serve it
                 flight.abandon()
                 with anyio.CancelScope(shield=True):
-                    await connection.close(self._close_code)
+                    await self._let_go(connection)
                 return
         except TransportFailure as failure:
             self._connect_failed(self._classify(failure.raw), flight)
@@ -322,7 +366,10 @@ class SessionRunner:
             # nothing (a lost probe times out by itself)
             flight.abandon()
             if not self.core.terminated:
-                self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+                self._held_by_gate = False  # (another endpoint's circuit: its own timer says when)
+                self._execute(
+                    self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated)
+                )
             return
         # the endpoint answered (unless the transport told it already, where the attempt was made)
         flight.settle(None)
@@ -413,7 +460,8 @@ class SessionRunner:
         with anyio.CancelScope(shield=True):
             await connection.close(CloseCode.GOING_AWAY)
         if not self.core.terminated:
-            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+            self._held_by_gate = False
+            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated))
 
     async def _report(self, raw: RawError | SdkErrorEvent) -> bool:
         """In-band failure from a live connection (or an event its transport named, published here):
@@ -460,6 +508,8 @@ class SessionRunner:
                 self._due = None
             elif isinstance(effect, SessionTerminated):
                 self._terminated(effect)
+            elif isinstance(effect, SessionHandedOver):
+                self._cancel_waits()
 
     def _terminated(self, effect: SessionTerminated) -> None:
         self.termination = effect
@@ -469,6 +519,10 @@ class SessionRunner:
             # the platform credential's token is shared by the sessions that use it: drop it when
             # the token itself failed, so the next use re-authenticates (once, single-flight)
             self._tokens.revoke()
+        self._cancel_waits()
+
+    def _cancel_waits(self) -> None:
+        """Wake the task: a serve, an open or a wait in progress ends now."""
         for scope in (self._serve_scope, self._wait_scope):
             if scope is not None:
                 scope.cancel()

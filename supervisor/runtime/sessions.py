@@ -14,7 +14,8 @@ The other interfaces are what one part needs of another, named by that need (doc
 * :class:`SessionMessaging`: what is done on a live session's behalf (a message, the agent's state);
 * :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
 * :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
-* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries).
+* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries);
+* :class:`CircuitControl`: an operator's hand on a circuit (``ctl circuit isolate|close|reset``).
 
 The socket API, the systemd glue and the demo import these, never the supervisor, its wiring or the
 store's class (``tests/unit/test_import_rules.py`` holds them to it).
@@ -37,9 +38,11 @@ from supervisor.taxonomy import Taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = [
+    "CircuitControl",
     "CircuitReader",
     "CircuitView",
     "DesiredSessions",
+    "ManualMove",
     "Origin",
     "Plan",
     "SessionBook",
@@ -112,6 +115,14 @@ class SessionControl(Protocol):
     async def remove_session(self, session_id: str) -> None:
         """A session added over the control socket: closed as ``stop`` closes it, and forgotten."""
 
+    def end_sessions_at_drain(self) -> None:
+        """The coming drain ends every session (``ctl drain --end-sessions``) instead of handing
+        them over to the next start."""
+
+    @property
+    def hands_over(self) -> bool:
+        """What the drain will do to the sessions: True leaves them alive for the next start."""
+
 
 class SessionMessaging(Protocol):
     """What the control socket does on a live session's behalf: send a message, set the agent's state."""
@@ -169,6 +180,41 @@ class CircuitReader(Protocol):
     def all(self) -> Mapping[EndpointId, CircuitView]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ManualMove:
+    """What one ``ctl circuit`` verb did to an endpoint's circuit: its state before and after
+    (``changed`` False: nothing to do, closing a circuit that is closed), and ``for_s`` of an
+    isolation that ends by itself."""
+
+    endpoint: EndpointId
+    circuit_id: str
+    previous: CircuitState
+    state: CircuitState
+    changed: bool
+    for_s: float | None = None
+
+
+class CircuitControl(Protocol):
+    """Manual control of the endpoints' circuits (supervisor/runtime/circuits.py; the decisions are
+    the circuit machine's). An isolation lives in memory: a restart closes every circuit."""
+
+    def find(self, name: str) -> EndpointId | None:
+        """The endpoint named ``name`` (``genesys:api``); None when the daemon has no such endpoint."""
+
+    def endpoints(self) -> list[EndpointId]:
+        """The endpoints an operator may name."""
+
+    def isolate(self, endpoint: EndpointId, for_s: float | None = None) -> ManualMove:
+        """Admit nothing to ``endpoint`` until closed, reset or ``for_s`` seconds from now."""
+
+    def close(self, endpoint: EndpointId) -> ManualMove:
+        """End its isolation; a circuit not isolated is left as it is (``changed`` False: the caller
+        refuses to close an open or half-open one, which is reset, not closed)."""
+
+    def reset(self, endpoint: EndpointId) -> ManualMove:
+        """Closed with its counters cleared, from any state."""
+
+
 class SessionBook(Protocol):
     """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
 
@@ -196,6 +242,13 @@ class SessionBook(Protocol):
 
     async def forget(self, session_id: str) -> None:
         """The session left the configuration."""
+
+    def hands_over(self) -> bool:
+        """A drain leaves the sessions alive for the next start (a store that can write, and the
+        configuration's ``handover.onStop`` is ``handover``); False: it ends them."""
+
+    def ends_at_stop(self) -> bool:
+        """A drain ends the sessions on the platform (a store, and ``handover.onStop`` is ``end``)."""
 
     def draining(self) -> None:
         """The drain began."""

@@ -24,10 +24,11 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
+from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.wiring import Rotation, Wiring
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
@@ -69,6 +70,12 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+        #: ``ctl circuit isolate|close|reset`` and the end of an isolation's ``--for``
+        self.manual_circuits = ManualCircuits(
+            wiring.attempts, lambda: self.config, bus=wiring.bus, clock=wiring.clock, sleep=wiring.sleep
+        )
+        #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
+        self._end_sessions = False
 
     @property
     def config(self) -> Config:
@@ -80,15 +87,24 @@ class Supervisor:
         return self.sessions.runners
 
     def reconfigure(
-        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self,
+        config: Config,
+        secrets: dict[Platform, tuple[Secret | None, ...]],
+        rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
-        """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
+        """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
+        whose token source is swapped), the table's entries, and every running session's
+        reconnection settings (its next reconnection uses them) and platform token cache.
 
         Returns the HTTP clients no longer used, for the caller to close once the sessions that used
         them are stopped (Wiring.reconfigure).
         """
-        retired = self.wiring.reconfigure(config, secrets)
+        retired = self.wiring.reconfigure(config, secrets, rotations)
         self.sessions.configure(config)
+        for runner in self.runners.values():
+            runner.core.configure(self.wiring.session_config)
+            # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
+            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
         return retired
 
     # ------------------------------------------------------------------ lifecycle
@@ -97,6 +113,7 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
                 book = self.book
@@ -242,13 +259,32 @@ class Supervisor:
             return current  # `ctl start` started it again meanwhile, on the new configuration
         return self.add(spec)
 
+    def end_sessions_at_drain(self) -> None:
+        """``ctl drain --end-sessions``: the drain ends every session instead of handing it over."""
+        self._end_sessions = True
+
+    @property
+    def hands_over(self) -> bool:
+        """What a drain now does to the sessions: True hands them over (left alive on the platform for
+        the next start), False ends them (guests closeSession'd, CXone agent sessions DELETEd)."""
+        return self.book is not None and self.book.hands_over() and not self._end_sessions
+
     async def shutdown(self, grace_s: float) -> None:
-        """Stop intake, close every session with 1001 (going away), wait at most ``grace_s``."""
+        """Stop intake, hand every session over (a store) or close it with 1001 (going away, ended
+        on the platform), wait at most ``grace_s``."""
+        hand_over = self.hands_over
         self.draining.set()
         if self.book is not None:
             self.book.draining()
+        # asked to end them (``ctl drain --end-sessions``, ``handover.onStop = "end"``): 1000, so a guest
+        # session gets closeSession and the ledger closes it; else (no store) 1001 as it always was
+        ended = self._end_sessions or (self.book is not None and self.book.ends_at_stop())
+        code = CloseCode.NORMAL_CLOSURE if ended else CloseCode.GOING_AWAY
         for runner in list(self.runners.values()):
-            await runner.stop(CloseCode.GOING_AWAY)
+            if hand_over:
+                runner.hand_over()
+            else:
+                await runner.stop(code)
         # not shielded: a second signal cancels the drain at once (supervisor/runtime/main.py)
         with anyio.move_on_after(grace_s):
             for done in list(self._done.values()):

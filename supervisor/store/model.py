@@ -99,6 +99,9 @@ class ServerSession:
     closed_at: float | None = None
     # how it ended: "closed" (by us, live), "ended" (by reconciliation), "already_gone", "not_cleanable: ..."
     outcome: str | None = None
+    # epoch seconds a stop handed it over (left it alive on the platform for the next start); None:
+    # not handed over since it was last opened (schema version 2)
+    left_at: float | None = None
 
 
 class RowStatus(enum.StrEnum):
@@ -229,6 +232,8 @@ class RowChange:
     # a re-send after a mismatch (counts against the repair budget)
     repair: bool = False
     error: str | None = None
+    # the claim counted a send that never left (the endpoint's circuit refused it): take it back
+    unsent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +304,9 @@ class Store(Protocol):
         self, session_id: str, conversation_id: str | None, platform_session_id: str | None
     ) -> None: ...
     async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None: ...
+    async def session_left(
+        self, session_id: str, left_at: float, platform_session_id: str | None
+    ) -> None: ...
 
     # outbox, ledger, mismatches
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult: ...

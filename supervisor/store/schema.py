@@ -148,10 +148,17 @@ CREATE INDEX mismatches_open ON mismatches (resolved_at);
 """
 
 
+#: a stop that handed the session over (left it alive on the platform for the next start) records
+#: when; the next start takes over a session left less than ``handover.maxAgeSeconds`` ago and ends
+#: an older one (docs/store.md, "Sessions across a restart")
+_V2: Final = """
+ALTER TABLE server_sessions ADD COLUMN left_at REAL;
+"""
+
 # sessions added over the control socket (AddSession) are desired sessions too: their spec (the
 # configuration's session entry, as JSON) and where they came from ('config': the file; 'api': the
 # control socket) survive restarts and reloads (docs/store.md, "Tables")
-_V2: Final = """
+_V3: Final = """
 ALTER TABLE desired_sessions ADD COLUMN origin TEXT NOT NULL DEFAULT 'config' CHECK (origin IN ('config', 'api'));
 ALTER TABLE desired_sessions ADD COLUMN spec TEXT;
 """
@@ -169,7 +176,8 @@ class Migration:
 #: every schema version, in order; add the next one, never edit a released one
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
-    Migration(2, "desired sessions say their origin (config or api) and keep an added session's spec", _V2),
+    Migration(2, "server_sessions.left_at: when a stop handed the session over to the next start", _V2),
+    Migration(3, "desired sessions say their origin (config or api) and keep an added session's spec", _V3),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -12,6 +12,7 @@ __all__ = [
     "forget_desired",
     "server_sessions",
     "session_closed",
+    "session_left",
     "session_opened",
     "session_opening",
     "set_desired",
@@ -68,8 +69,10 @@ _SERVER_COLUMNS = (
 )
 
 
-def server_sessions(conn: sqlite3.Connection) -> dict[str, ServerSession]:
-    rows = conn.execute(f"SELECT {_SERVER_COLUMNS} FROM server_sessions").fetchall()
+def server_sessions(conn: sqlite3.Connection, *, left_at: bool = True) -> dict[str, ServerSession]:
+    """The session ledger; ``left_at`` False reads a file of schema version 1 (no such column)."""
+    columns = _SERVER_COLUMNS + (", left_at" if left_at else ", NULL")
+    rows = conn.execute(f"SELECT {columns} FROM server_sessions").fetchall()
     return {
         r[0]: ServerSession(
             session_id=r[0],
@@ -83,6 +86,7 @@ def server_sessions(conn: sqlite3.Connection) -> dict[str, ServerSession]:
             guest_token=r[8],
             closed_at=r[9],
             outcome=r[10],
+            left_at=r[11],
         )
         for r in rows
     }
@@ -102,7 +106,7 @@ def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
         "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
         "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
         "platform_session_id = COALESCE(excluded.platform_session_id, server_sessions.platform_session_id), "
-        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL",
+        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL, left_at = NULL",
         (
             session.session_id,
             session.platform,
@@ -135,4 +139,17 @@ def session_closed(conn: sqlite3.Connection, session_id: str, outcome: str, clos
         "UPDATE server_sessions SET state = ?, guest_token = NULL, closed_at = ?, outcome = ? "
         "WHERE session_id = ?",
         (ServerState.CLOSED.value, closed_at, outcome, session_id),
+    )
+
+
+def session_left(
+    conn: sqlite3.Connection, session_id: str, left_at: float, platform_session_id: str | None
+) -> None:
+    """A stop handed the session over: still open on the platform, with what the next start polls
+    (CXone's rolling sessionId, kept over the anchor when known) and when it was left."""
+    conn.execute(
+        "UPDATE server_sessions SET left_at = ?, "
+        "platform_session_id = COALESCE(?, platform_session_id) "
+        "WHERE session_id = ? AND state != ?",
+        (left_at, platform_session_id, session_id, ServerState.CLOSED.value),
     )

@@ -266,6 +266,11 @@ class SqliteStore:
     async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None:
         await self._run(lambda conn: sql_sessions.session_closed(conn, session_id, outcome, closed_at))
 
+    async def session_left(self, session_id: str, left_at: float, platform_session_id: str | None) -> None:
+        await self._run(
+            lambda conn: sql_sessions.session_left(conn, session_id, left_at, platform_session_id)
+        )
+
     # ------------------------------------------------------------------ outbox, ledger, mismatches
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
         return await self._run(lambda conn: sql_outbox.submit(conn, submission, max_depth))
@@ -464,9 +469,11 @@ def _read_only_sync(path: Path) -> Snapshot:
         identity, version = identify(conn)
         if identity is Identity.NEW:
             return Snapshot({}, {})
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version != 1:
             raise StoreError(where, f"schema version {version} must be migrated first, which needs writing")
-        return Snapshot(sql_sessions.desired_sessions(conn), sql_sessions.server_sessions(conn))
+        # a version 1 file (a store the upgrade could not migrate, read-only) has no left_at: none was left
+        ledger = sql_sessions.server_sessions(conn, left_at=version >= 2)
+        return Snapshot(sql_sessions.desired_sessions(conn), ledger)
     except (NewerSchema, NotOurs) as exc:
         raise StoreError(where, str(exc)) from None
     except sqlite3.Error as exc:

@@ -43,13 +43,14 @@ def compose(
 ) -> str:
     """The status text from counts (pure): ``1834/2000 active · 3 reconnecting · circuits open: 1``."""
     total = sum(states.values())
-    active, connecting, reconnecting, terminated = (
+    active, connecting, reconnecting, terminated, handed_over = (
         states.get(state, 0)
         for state in (
             SessionState.ACTIVE,
             SessionState.CONNECTING,
             SessionState.RECONNECTING,
             SessionState.TERMINATED,
+            SessionState.HANDED_OVER,
         )
     )
     parts = [f"{active}/{total} {SessionState.ACTIVE}"]
@@ -58,6 +59,9 @@ def compose(
     parts.append(f"{reconnecting} {SessionState.RECONNECTING}")
     if terminated:
         parts.append(f"{terminated} {SessionState.TERMINATED}")
+    if handed_over:
+        # a stop with a store: left alive on the platform for the next start
+        parts.append(f"{handed_over} {SessionState.HANDED_OVER}")
     parts.append(f"circuits open: {open_circuits}")
     if outbox is not None:
         parts.append(f"outbox {outbox}")

@@ -132,6 +132,12 @@ class SessionTracker:
             segment.end_reason = event.reason
             session.state = SessionState.TERMINATED
             return
+        if event.target == SessionState.HANDED_OVER:
+            # a stop left the session to the next start: its last segment ends here, none begins
+            self._end(session, segment, now, event.target, event.reason)
+            session.state = SessionState.HANDED_OVER
+            session.current = None
+            return
         attempt = segment.attempt if event.target == SessionState.CONNECTING else 0
         self._end(session, segment, now, event.target, event.reason)
         self._begin(session, event.target, now, attempt)

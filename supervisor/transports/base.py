@@ -6,6 +6,7 @@ Lifecycle driven by the runtime (supervisor/runtime/session_runner.py)::
     # the runtime validates connection.session_response and takes connection.learned
     raw = await connection.serve(report)          # runs until the connection ends: why it ended
     await connection.close(1001)                  # on shutdown (going away) or 1000 on stop
+    await connection.abandon()                    # or: a handover, the session left alive for the next start
 
 Failures are described with the mappers of :mod:`supervisor.boundary`, never decided here.
 ``flight`` is the connection attempt the runtime admitted on the session's connect endpoint
@@ -73,6 +74,12 @@ class Connection(Protocol):
 
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close the connection (1000 on stop, 1001 on daemon shutdown); never raises."""
+
+    async def abandon(self) -> None:
+        """Let go of the connection and leave its platform session alive for the next start to take
+        over (a handover, docs/runtime.md "Lifecycle"); never raises, never ends anything on the
+        platform: a guest socket is closed with 1001 and no ``closeSession``, a CXone poll is stopped
+        with no DELETE, a notifications channel is left to expire."""
 
 
 class Transport(Protocol):

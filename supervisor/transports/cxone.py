@@ -92,6 +92,8 @@ MAX_AGE_CEILING_S = 60.0
 CLOSE_TIMEOUT_S = 5.0
 
 _EXISTS = frozenset({409})
+# a poll on an agent session that ended (409, AGENT_SESSION_ENDED) or that the platform no longer knows
+_GONE = frozenset({404, 409})
 # cxone-get-next-adapter.js: both end the session for NICE's SDK
 _END_EVENTS = frozenset({"AgentSessionEnd", "RemoteAgentSessionEnd"})
 _START = "agent-session.start"
@@ -130,6 +132,7 @@ class AgentSessionTransport:
         sleep: Sleep = anyio.sleep,
         on_events: EventSink | None = None,
         on_snapshot: EventSink | None = None,
+        resume_session_id: str | None = None,
     ) -> None:
         if not 0 <= poll_timeout <= 60:
             raise ValueError(
@@ -159,6 +162,9 @@ class AgentSessionTransport:
             self._join["asAgentId"] = agent
         #: the sessionId the last start (or join) answered: the agent session's anchor
         self.anchor: str | None = None
+        #: the agent session a handover left (its last rolling sessionId): the first open polls on
+        #: with it and makes no start; once used (or found ended) every later open starts anew
+        self._resume_id = resume_session_id
         self.poll_timeout = poll_timeout
         self.poll_watchdog = poll_watchdog
         self.sleep = sleep
@@ -194,6 +200,9 @@ class AgentSessionTransport:
         The login before it and the first poll after it go through their own endpoints.
         """
         sessions = await self._sessions_url()
+        resumed = await self._take_over(sessions)
+        if resumed is not None:
+            return resumed
         response = await self.pipeline.request(
             "POST",
             sessions,
@@ -231,6 +240,34 @@ class AgentSessionTransport:
             # INCOMPLETE_RESPONSE (seed section 3); nothing is invented here
             return connection
         await connection.first_poll()
+        return connection
+
+    async def _take_over(self, sessions: str) -> AgentSessionConnection | None:
+        """Poll on the agent session a handover left, with no start and no join; None when there is
+        none to take over, or the platform says it ended (a 409 or 404, or ``AgentSessionEnd``, on
+        that poll: then a start).
+
+        What NICE's SDK does with a sessionId it kept (core-sdk 26.2.1 ``cxone-client.js``
+        ``onLeaderChanged``: ``hasSessionId`` → ``toggleACDEventEmitter`` → ``startGetNextEvents``
+        on the stored ``acd_session_id``). A stored id the platform has since rotated past (a poll
+        answered as the daemon stopped) gets the platform's replay, ``AgentSessionStart`` and a new
+        id, which a first poll expects.
+        """
+        session_id, self._resume_id = self._resume_id, None
+        if session_id is None:
+            return None
+        # the admitted flight does not leave for it: the take-over is a poll on the API endpoint, not
+        # a connection attempt (the runner gives its place back); a start after a 409 takes it
+        connection = AgentSessionConnection(self, sessions, session_id)
+        try:
+            await connection.first_poll()
+        except OperationError as failure:
+            if failure.event.raw_status in _GONE:
+                return None  # the agent session ended meanwhile: a new start
+            raise
+        if connection.ended:
+            return None  # its last poll said AgentSessionEnd (ended for inactivity): a new start
+        self.anchor = session_id
         return connection
 
     async def aclose(self) -> None:
@@ -271,6 +308,11 @@ class AgentSessionConnection:
         self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
         self._ended = False  # the platform said AgentSessionEnd: the session is over
         self._closed = False
+
+    @property
+    def ended(self) -> bool:
+        """The platform said ``AgentSessionEnd``: the agent session is over."""
+        return self._ended
 
     @property
     def learned(self) -> Learned:
@@ -483,6 +525,17 @@ class AgentSessionConnection:
         )
 
     # ------------------------------------------------------------------ closing
+    async def abandon(self) -> None:
+        """A handover: stop polling and leave the agent session logged in, no DELETE; never raises.
+
+        The rolling sessionId (``learned``) is what the next start polls: NICE's SDK keeps it too
+        (core-sdk 26.2.1 ``get-next-event-provider.js`` stores every poll's ``sessionId`` as
+        ``acd_session_id``), and a restarted client with one polls on without a new start
+        (``cxone-client.js`` ``onLeaderChanged``: ``hasSessionId`` → ``toggleACDEventEmitter``). The
+        runner cancels the poll in flight.
+        """
+        self._closed = True
+
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """End the platform session with DELETE so no orphan stays logged in; never raises.
 

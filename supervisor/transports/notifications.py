@@ -574,6 +574,11 @@ class NotificationsConnection:
     def _heartbeat(self) -> None:
         self.heartbeats += 1
 
+    async def abandon(self) -> None:
+        """A handover: the channel sockets closed with 1001 and the channel left to expire (no API
+        deletes a channel, and its subscriptions are not removed); never raises."""
+        await self.close(CloseCode.GOING_AWAY)
+
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """Close every channel socket with ``code`` (1000 stop, 1001 shutdown); never raises."""
         if self._closed:

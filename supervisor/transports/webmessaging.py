@@ -734,6 +734,12 @@ class WebMessagingConnection:
         self._requests.pop(tracing, None)
         return self._pending.pop(tracing)
 
+    async def abandon(self) -> None:
+        """A handover: the socket closed with 1001 (going away) and no ``closeSession``, so the guest
+        session lives on and the next start resumes it with the same token (``newSession: false``,
+        GMT ``configureSession`` with the stored token); never raises."""
+        await self.close(CloseCode.GOING_AWAY)
+
     async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
         """closeSession (only on 1000: the session is over) then a close frame; never raises."""
         if self._closed:

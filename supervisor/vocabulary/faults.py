@@ -73,6 +73,9 @@ class ApiFault(enum.StrEnum):
     SESSION_EXISTS = f"{CONTROL}.SessionExists"
     CONFIGURED_SESSION = f"{CONTROL}.ConfiguredSession"
     NO_STORE = f"{CONTROL}.NoStore"
+    # manual circuit control: an endpoint the daemon does not have; closing a circuit not isolated
+    NO_SUCH_ENDPOINT = f"{CONTROL}.NoSuchEndpoint"
+    NOT_ISOLATED = f"{CONTROL}.NotIsolated"
 
     @property
     def short(self) -> str:

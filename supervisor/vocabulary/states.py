@@ -17,17 +17,24 @@ __all__ = ["CircuitState", "SessionState"]
 
 
 class SessionState(enum.StrEnum):
-    """Where a supervised session is: connecting → active ⇄ reconnecting → terminated."""
+    """Where a supervised session is: connecting → active ⇄ reconnecting → terminated, or handed-over.
+
+    ``handed-over``: the daemon stopped with a store and left the session alive on the platform for
+    the next start to take over (docs/runtime.md, "Lifecycle"); this process supervises it no more.
+    """
 
     CONNECTING = "connecting"
     ACTIVE = "active"
     RECONNECTING = "reconnecting"
     TERMINATED = "terminated"
+    HANDED_OVER = "handed-over"
 
 
 class CircuitState(enum.StrEnum):
-    """Where an endpoint's circuit breaker is: closed → open → half_open (seed section 2)."""
+    """Where an endpoint's circuit breaker is: closed → open → half_open (seed section 2), or
+    ``isolated`` by an operator (``ctl circuit isolate``) until closed, reset or its time is up."""
 
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
+    ISOLATED = "isolated"

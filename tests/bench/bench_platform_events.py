@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -97,8 +98,8 @@ def reader(path: str, subscribers: int) -> None:
         sock.connect(path)
         sock.sendall(encode_call(Method.SUBSCRIBE, {"streams": ["platform"]}, more=True))
         sock.setblocking(False)
-        # [pending bytes, sampled, frames counted]
-        selector.register(sock, selectors.EVENT_READ, [b"", index < SAMPLED, 0])
+        # [pending bytes, sampled, frames counted, heard from]
+        selector.register(sock, selectors.EVENT_READ, [b"", index < SAMPLED, 0, False])
     selector.register(sys.stdin, selectors.EVENT_READ, None)
     latencies: list[float] = []
     lagged = 0
@@ -106,11 +107,18 @@ def reader(path: str, subscribers: int) -> None:
     cpu0 = time.process_time()
     ready = False
     done = False
+    target: int | None = None
+    deadline = 0.0
     while not done:
-        for key, _ in selector.select():
+        for key, _ in selector.select(timeout=1.0):
             state = key.data
             if state is None:
-                done = sys.stdin.readline().strip() == "done"
+                # "done N": read on until every subscriber has N frames (or 30 s)
+                command, _, count = sys.stdin.readline().strip().partition(" ")
+                if command == "done":
+                    target = int(count)
+                    deadline = time.monotonic() + 30
+                    selector.unregister(sys.stdin)
                 continue
             sock = key.fileobj
             assert isinstance(sock, socket.socket)
@@ -132,11 +140,16 @@ def reader(path: str, subscribers: int) -> None:
                 state[2] += data.count(b"\0")
                 if b'"type":"lagged"' in data:
                     lagged += 1
-            if state not in counts:
+            if not state[3]:
+                state[3] = True
                 counts.append(state)
             if not ready and len(counts) == subscribers:
                 ready = True
                 print("ready", flush=True)
+        if target is not None and (
+            all(state[2] >= target for state in counts) or time.monotonic() > deadline
+        ):
+            done = True
     latencies.sort()
     frames = [state[2] for state in counts]
     print(
@@ -189,32 +202,38 @@ async def daemon(sessions: int, subscribers: int, rate: int, seconds: float) -> 
                 period = 1.0 / rate
                 begin = time.monotonic()
                 published = 0
-                while time.monotonic() - begin < seconds:
-                    due = begin + published * period
-                    now = time.monotonic()
-                    if due > now:
-                        await anyio.sleep(due - now)
-                    # what get-next-event carries (docs/platforms.md, "NICE CXone"), stamped for the reader
-                    event = {
-                        "Type": "AgentState",
-                        "CurrentState": "Available",
-                        "CurrentOutReason": "",
-                        "StartTimeUTC": "2026-12-02T04:00:00.000Z",
-                        "AcwTimeout": "0",
-                        "IsAcw": "False",
-                        "NextStates": [],
-                        "NextIsAcw": "False",
-                        "t": time.monotonic(),
-                    }
-                    sinks[published % sessions]([event])
-                    published += 1
+                while (now := time.monotonic()) - begin < seconds:
+                    # every event due by now (the loop's timers tick in about a millisecond: one
+                    # sleep per event would cap the rate near 1,000/s), yielding every 8 so the
+                    # writers run as they would between a transport's awaits
+                    due = min(int((now - begin) * rate) + 1, int(seconds * rate))
+                    while published < due:
+                        # what get-next-event carries (docs/platforms.md, "NICE CXone"), stamped for the reader
+                        event = {
+                            "Type": "AgentState",
+                            "CurrentState": "Available",
+                            "CurrentOutReason": "",
+                            "StartTimeUTC": "2026-12-02T04:00:00.000Z",
+                            "AcwTimeout": "0",
+                            "IsAcw": "False",
+                            "NextStates": [],
+                            "NextIsAcw": "False",
+                            "t": time.monotonic(),
+                        }
+                        sinks[published % sessions]([event])
+                        published += 1
+                        if published % 8 == 0:
+                            await anyio.lowlevel.checkpoint()
+                    await anyio.sleep(period)
                 elapsed = time.monotonic() - begin
                 # until every subscriber has read everything (or 30 s)
-                await wait_for(lambda: not api.hub.stats()["pendingBytes"], 30)
+                # until every subscriber's writer handed everything to its socket (or 30 s)
+                await wait_for(lambda: all(s.delivered > published for s in api.hub.subscribers), 30)
                 cpu = time.process_time() - cpu0
                 stats = hub.stats()
                 rss = rss_bytes() - rss0
-                await proc.stdin.send(b"done\n")
+                # the reader reads on until it has the snapshot and every event on every socket
+                await proc.stdin.send(f"done {published + 1}\n".encode())
                 reader_ = json.loads(await lines.__anext__())
                 await proc.wait()
                 tg.cancel_scope.cancel()

@@ -34,10 +34,13 @@ from supervisor.attributes.events import (
 from supervisor.events import (
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     ConnectionRolledOver,
     Correlation,
+    CredentialAccepted,
+    CredentialRefused,
     DaemonForcedExit,
     DaemonStarted,
     DaemonStopped,
@@ -45,6 +48,7 @@ from supervisor.events import (
     ErrorClassified,
     Event,
     EventsDropped,
+    ManualAction,
     PacingChanged,
     Published,
     ReconnectionThrottled,
@@ -53,6 +57,7 @@ from supervisor.events import (
     RetryKind,
     RetrySuccess,
     RolloverReason,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     ShadowDivergence,
@@ -220,6 +225,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
             "wm-3", SessionState.RECONNECTING, SessionState.CONNECTING, "reconnect", "RECONNECT_DUE", T1
         ),
         WM3,
+    ),
+    Example(
+        "session_transition.hand_over",
+        SessionTransition(
+            "cx-1", SessionState.ACTIVE, SessionState.HANDED_OVER, "hand_over", "HANDED_OVER", T1
+        ),
+        CX1,
     ),
     Example(
         "session_transition.fail_fast",
@@ -511,6 +523,13 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         _terminated("nt-1", TerminationReason.STOPPED, None, None, None, None),
         NT1,
     ),
+    # -- SESSION_HANDED_OVER: a stop with a store left the session alive for the next start -------------
+    Example("session_handed_over.active", SessionHandedOver("cx-1", SessionState.ACTIVE, timestamp=T1), CX1),
+    Example(
+        "session_handed_over.reconnecting",
+        SessionHandedOver("wm-2", SessionState.RECONNECTING, timestamp=T1),
+        WM2,
+    ),
     # -- SDK_ERROR_CLASSIFIED (seed section 1): trigger and every flag present and absent -------------
     # published without a correlation: the SdkErrorEvent's context carries the ids
     Example(
@@ -752,6 +771,47 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     ),
     Example("circuit_breaker_half_open", CircuitHalfOpened(CIRCUIT_WM, 1, timestamp=T1)),
     Example("circuit_breaker_closed", CircuitClosed(CIRCUIT_WM, 1, timestamp=T2)),
+    # -- CIRCUIT_MANUAL: every action; an isolation with an end and one without -------------------
+    Example(
+        "circuit_transition.isolate",
+        CircuitTransition(CIRCUIT_WM, CircuitState.CLOSED, CircuitState.ISOLATED, "isolate", "MANUAL", T0),
+    ),
+    Example(
+        "circuit_manual.isolate_for",
+        CircuitManual(
+            CIRCUIT_WM,
+            ManualAction.ISOLATE,
+            CircuitState.OPEN,
+            CircuitState.ISOLATED,
+            1800.0,
+            T2,
+            timestamp=T0,
+        ),
+    ),
+    Example(
+        "circuit_manual.isolate",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.ISOLATE, CircuitState.CLOSED, CircuitState.ISOLATED, timestamp=T0
+        ),
+    ),
+    Example(
+        "circuit_manual.close",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.CLOSE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T1
+        ),
+    ),
+    Example(
+        "circuit_manual.expire",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.EXPIRE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
+    Example(
+        "circuit_manual.reset",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.RESET, CircuitState.HALF_OPEN, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
     # -- PACING_CHANGED: every reason; a rate and a previous rate absent (unpaced) --------------------
     Example(
         "pacing_changed.throttled",
@@ -832,6 +892,21 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2", kept_down=("cx-9",)),
     ),
     Example("config_reloaded.nothing_changed", ConfigReloaded((), (), (), 50, "v1")),
+    Example(
+        "config_reloaded.restart_required",
+        ConfigReloaded((), (), (), 50, "v2", restart_required=("store", "telemetry")),
+    ),
+    Example(
+        "credential_refused",
+        CredentialRefused(
+            "genesys",
+            "platforms.genesys.clientSecretFile: the genesys token endpoint refused the new credential "
+            "(HTTP 401 AUTH_CLIENT_INVALID): the credential in use stays, nothing is reloaded",
+            timestamp=T0,
+        ),
+    ),
+    Example("credential_accepted", CredentialAccepted("genesys", True, timestamp=T1)),
+    Example("credential_accepted.file_put_back", CredentialAccepted("cxone", False, timestamp=T1)),
     Example(
         "config_reload_failed",
         ConfigReloadFailed("config.toml: sessions[3].platform: expected 'genesys' or 'cxone', got 'avaya'"),

@@ -176,7 +176,7 @@ async def test_watch_json_and_ctl_status_json_as_a_script_uses_them(
         assert ended["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
 
         code, out, err = await ctl(sockets, "drain", "--json")
-        assert (code, json.loads(out), err) == (0, {"draining": True}, "")
+        assert (code, json.loads(out), err) == (0, {"draining": True, "handover": False}, "")
         with anyio.fail_after(20):
             assert await process.wait() == 0
             assert await watch_process.wait() == 0  # the daemon closed the stream: exit 0
@@ -465,7 +465,15 @@ async def test_reload_prints_what_changed_and_its_json_for_scripts(
         code, out, err = await ctl(sockets, "reload", "--json")
         assert (code, err) == (0, "")
         assert json.loads(out) == {
-            "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
+            "result": {
+                "added": [],
+                "removed": ["wm-1", "wm-2"],
+                "restarted": [],
+                "keptDown": [],
+                "unchanged": 1,
+                "restartRequired": [],
+                "credentialsRotated": [],
+            }
         }
         await ctl(sockets, "drain")
         with anyio.fail_after(20):

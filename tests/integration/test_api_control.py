@@ -235,7 +235,7 @@ async def test_drain_and_reload(genesys_sim: GenesysSimulator, tmp_path: Path) -
         assert failed.error == ApiFault.RELOAD_FAILED and "sessions[0].kind" in failed.parameters["problem"]
         assert not stop.is_set()
         drained = await call(h, Method.DRAIN)
-        assert drained.parameters == {"draining": True} and stop.is_set()
+        assert drained.parameters == {"draining": True, "handover": False} and stop.is_set()
         status = (await call(h, Method.STATUS)).parameters
         assert status["draining"] is True
         assert [(e["verb"], e["ok"]) for e in commands(h)] == [

@@ -103,12 +103,16 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
                 (Method.STOP_SESSION, {"sessionId": "wm-1"}),
                 (Method.DRAIN, {}),
                 (Method.USE_TAXONOMY, {"version": "v1"}),
+                # ending every session on the platform is the administrator's drain too
+                (Method.DRAIN, {"endSessions": True}),
             ],
         )
         assert replies[0] == (None, {"sessionId": "wm-1", "state": "terminated"})
         assert denied(replies[1], "administrator", "operator") and denied(
             replies[2], "administrator", "operator"
         )
+        assert denied(replies[3], "administrator", "operator")
+        assert not stop.is_set()  # refused: nothing drains
 
         # an operator by a supplementary group; listed both in controlAllowUids and observerUids: an observer
         replies = await as_uid(
@@ -134,7 +138,7 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
         conn = await Conn.open(h.control)  # root: an administrator
         status = (await conn.call(Method.STATUS)).parameters
         await conn.aclose()
-        assert status["sockets"]["control"]["deniedCalls"] == 8
+        assert status["sockets"]["control"]["deniedCalls"] == 9
         assert status["sockets"]["control"]["refusedPeers"] == 1
 
     commands = h.recorded.named("CONTROL_COMMAND")
@@ -148,6 +152,7 @@ async def test_each_role_gets_its_verbs_and_a_refused_verb_reaches_nothing(
         ("start", OBSERVER, None, "operator"),
         ("drain", OPERATOR, None, "administrator"),
         ("taxonomy.use", OPERATOR, None, "administrator"),
+        ("drain", OPERATOR, None, "administrator"),
         ("reload", OPS_MEMBER, None, "administrator"),
         ("stop", BOTH, "wm-0", "operator"),
         # past the role check: the daemon has no reload function (its own refusal, no role in it)
@@ -194,18 +199,24 @@ async def test_the_role_keys_in_a_config_file_with_ctl_run_as_other_users(
             )
             code, out, err = await ctl(OPS_MEMBER, "drain", groups=(OPS_GID,))
             assert code == 1 and "Drain needs the administrator role" in err and err.count("\n") == 1
+            code, out, err = await ctl(OPS_MEMBER, "drain", "--end-sessions", groups=(OPS_GID,))
+            assert code == 1 and "Drain needs the administrator role" in err and err.count("\n") == 1
             code, out, err = await ctl(OPS_MEMBER, "stop", "wm-0", groups=(OPS_GID,))
             assert (code, err) == (0, "") and "stopped wm-0" in out
             # not listed anywhere: the peer check closes without a byte, as before roles
             code, out, err = await ctl(STRANGER, "status")
             assert code == 1 and "closed the connection without answering" in err
             status = await daemon.acall(Method.STATUS)
-            assert status["sockets"]["control"]["deniedCalls"] == 2
+            assert status["sockets"]["control"]["deniedCalls"] == 3
             code, out, err = await ctl(0, "status")  # root: what a person reads
-            assert (code, err) == (0, "") and "1 peers refused, 2 calls denied for the caller's role" in out
+            assert (code, err) == (0, "") and "1 peers refused, 3 calls denied for the caller's role" in out
             assert await daemon.stop() == 0
         assert daemon.err == ""
         refused = [
             (c["verb"], c["by"]["uid"], c["required"]) for c in daemon.named("CONTROL_COMMAND") if not c["ok"]
         ]
-        assert refused == [("stop", OBSERVER, "operator"), ("drain", OPS_MEMBER, "administrator")]
+        assert refused == [
+            ("stop", OBSERVER, "operator"),
+            ("drain", OPS_MEMBER, "administrator"),
+            ("drain", OPS_MEMBER, "administrator"),
+        ]

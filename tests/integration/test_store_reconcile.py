@@ -103,14 +103,16 @@ async def test_desired_sessions_are_taken_over_and_orphans_ended_after_kill_9(
         assert ledger["wm-1"]["guest_token"] is None and ledger["wm-1"]["outcome"].startswith("ended")
         assert ledger["wm-0"]["guest_token"] == tokens["wm-0"]
         assert await second.stop() == 0
-    # a planned stop (the drain) leaves the guest session resumable, ends the agent session
+    # a planned stop (the drain) with a store hands both over: the guest session resumable, the
+    # agent still logged in (tests/integration/test_handover.py has the rest)
     assert tokens["wm-0"] in genesys_sim.state.sessions
-    assert server_sessions(store)["wm-0"]["state"] == "open"
-    assert cxone_sim.state.session_for_agent(AGENTS[0]) is None
-    # ... and the planned restart resumes it: the same token, still no new conversation
+    assert server_sessions(store)["wm-0"]["state"] == server_sessions(store)["cx-0"]["state"] == "open"
+    assert cxone_sim.state.session_for_agent(AGENTS[0]) is agent_sessions[AGENTS[0]]
+    # ... and the planned restart takes them over: the same token, still no new conversation, the same agent session
     async with running_daemon(fewer) as third:
         await third.wait_ready(2)
         assert server_sessions(store)["wm-0"]["guest_token"] == tokens["wm-0"]
         assert len(genesys_sim.state.conversations) == conversations
+        assert cxone_sim.state.session_for_agent(AGENTS[0]) is agent_sessions[AGENTS[0]]
         assert not third.named("SESSION_TERMINATED") and not third.named("SESSION_RECONCILED")
         assert await third.stop() == 0

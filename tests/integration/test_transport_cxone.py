@@ -668,3 +668,55 @@ async def test_reopen_after_close_starts_a_fresh_session(rig: Rig) -> None:
     assert second.learned.platform_session_id == second.session_id
     assert rig.sim.recorder.request_count("POST", START, 202) == 2
     assert rig.sim.recorder.request_count("DELETE", ONE, 202) == 1
+
+
+# --------------------------------------------------------------------------- handover
+
+
+async def test_abandon_leaves_the_agent_session_logged_in_and_a_new_transport_polls_on_with_its_id(
+    rig: Rig,
+) -> None:
+    """A handover: abandon() sends nothing (no DELETE); the next daemon's transport, given the rolling
+    id, polls on with it and makes no start and no join (NICE core-sdk: a kept ``acd_session_id`` is
+    polled on)."""
+    first = await rig.transport().open()
+    start_id = str(first.session_response["sessionId"])
+    kept = first.learned.platform_session_id
+    assert kept is not None
+    sent = len(rig.sent)
+    await first.abandon()
+    await first.close(CloseCode.GOING_AWAY)  # a close after the abandon changes nothing either
+    assert len(rig.sent) == sent
+    assert rig.handle(start_id).session.ended is None
+
+    second_transport = rig.transport(resume_session_id=kept)
+    second = await second_transport.open()
+    # the first start only: no start, no join
+    assert rig.sim.recorder.request_count("POST", START) == 1
+    assert rig.sim.recorder.request_count("POST", START + "/join") == 0
+    assert rig.polled_ids()[-1] == kept
+    assert second.session_response["sessionId"] == kept and second.session_response["agentId"] == AGENT
+    assert second_transport.resume_record() == {"platformSessionId": kept}
+    # the same agent session, its chain followed on
+    assert rig.sim.state.handle(second.learned.platform_session_id or "") is rig.handle(start_id)
+    # a later open (a reconnection) starts as before: the kept id is used once
+    await second.close(CloseCode.GOING_AWAY)
+    await second_transport.open()
+    assert rig.sim.recorder.request_count("POST", START) == 2
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["agent-session-end", "409"])
+async def test_a_kept_id_of_an_ended_agent_session_is_answered_with_a_new_start(
+    rig: Rig, silent: bool
+) -> None:
+    """The platform ended the agent session while no daemon polled it: the take-over's poll answers
+    AgentSessionEnd (or, once that was delivered, 409), and the transport starts a new one."""
+    first = await rig.transport().open()
+    kept = first.learned.platform_session_id
+    assert kept is not None
+    await first.abandon()
+    rig.sim.state.end(kept, EndReason.INACTIVITY, silent=silent)
+
+    conn = await rig.transport(resume_session_id=kept).open()
+    assert rig.sim.recorder.request_count("POST", START, 202) == 2
+    assert conn.session_response["sessionId"] != kept

@@ -239,6 +239,19 @@ async def test_blackhole_is_ended_by_the_ping_health_check(genesys: Genesys) -> 
 # -- the socket ends -------------------------------------------------------------------------------------
 
 
+async def test_abandon_closes_the_socket_with_1001_and_leaves_the_channel_to_expire(genesys: Genesys) -> None:
+    """A handover: the channel socket goes with 1001; nothing is asked of the REST API (no channel or
+    subscription is deleted: the channel expires with its token)."""
+    n = make(genesys)
+    conn = await n.transport.open()
+    rec = genesys.sim.recorder
+    requests = rec.request_count()
+    await conn.abandon()
+    await wait_until(lambda: rec.events("client_close", listener="streaming", code=1001) == 1)
+    assert rec.request_count() == requests
+    assert rec.request_count(method="DELETE") == 0
+
+
 async def test_drop_is_an_abnormal_closure(genesys: Genesys) -> None:
     n = make(genesys)
     conn = await n.transport.open()

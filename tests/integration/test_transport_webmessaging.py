@@ -143,6 +143,24 @@ async def test_open_gives_a_complete_session_response(genesys: Genesys) -> None:
     assert rec.ws_messages("webmessaging", "in", "configureSession") == 1
 
 
+async def test_abandon_leaves_the_guest_session_for_a_new_transport_to_resume(genesys: Genesys) -> None:
+    """A handover: the socket goes with 1001 and no closeSession; the next daemon's transport, given the
+    kept token, is answered newSession: false, on the same conversation."""
+    t = transport(genesys)
+    first = await t.open()
+    token = t.guest_token
+    conversation = genesys.sim.conversation_of(token)
+    await first.abandon()
+    rec = genesys.sim.recorder
+    await wait_until(lambda: rec.events("client_close", listener="webmessaging", code=1001) == 1)
+    assert rec.ws_messages("webmessaging", "in", "closeSession") == 0
+    later = transport(genesys, guest_token=token, resuming=True)
+    second = await later.open()
+    assert second.session_response["newSession"] is False
+    assert genesys.sim.conversation_of(token) is conversation
+    await second.close(CloseCode.GOING_AWAY)
+
+
 async def test_reconnect_resumes_the_conversation_with_the_same_guest_token(genesys: Genesys) -> None:
     t = transport(genesys)
     first = await t.open()

@@ -23,6 +23,7 @@ from machines.effects import (
     Reconnect,
     ReconnectionThrottled,
     ScheduleReconnect,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -132,6 +133,7 @@ class SessionProperties(RuleBasedStateMachine):
             assert core.state is was
             return []
         assert was is not SessionState.TERMINATED, f"{name} accepted by a terminated session"
+        assert was is not SessionState.HANDED_OVER, f"{name} accepted by a handed-over session"
         self._check(was, effects)
         return effects
 
@@ -158,6 +160,9 @@ class SessionProperties(RuleBasedStateMachine):
             self.terminations.extend(terminated)
         else:
             assert not terminated
+        if core.state is SessionState.HANDED_OVER:
+            # a handover ends nothing: one SESSION_HANDED_OVER, no termination, no reconnection
+            assert [type(e) for e in effects] == [SessionTransition, SessionHandedOver]
         for e in effects:
             if isinstance(e, ScheduleReconnect):
                 assert not self.fail_fast_seen
@@ -181,6 +186,11 @@ class SessionProperties(RuleBasedStateMachine):
             self.fail_fast_seen = True
             assert any(isinstance(e, SessionTerminated) for e in effects)
 
+    @rule()
+    @precondition(lambda self: self.core is not None and self.steps >= self.fatal_after)
+    def hand_over(self) -> None:
+        self._feed("hand_over", lambda c: c.hand_over())
+
     @rule(event=st.sampled_from(FATAL))
     @precondition(lambda self: self.core is not None and self.steps >= self.fatal_after)
     def fatal_failure(self, event: SdkErrorEvent) -> None:
@@ -197,7 +207,7 @@ class SessionProperties(RuleBasedStateMachine):
         was = core.state
         attempts = core.attempts
         effects = self._feed("failure", lambda c: c.failure(event))
-        if was is SessionState.TERMINATED:
+        if was in (SessionState.TERMINATED, SessionState.HANDED_OVER):
             return
         if event.fail_fast:
             self.fail_fast_seen = True

@@ -20,6 +20,7 @@ from machines.effects import (
     RetryExhausted,
     RetrySuccess,
     ScheduleReconnect,
+    SessionHandedOver,
     SessionTerminated,
     SessionTransition,
     TerminationReason,
@@ -445,6 +446,46 @@ def test_a_circuit_open_past_the_horizon_ends_the_session(clock: FakeClock) -> N
     assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
 
 
+def test_an_isolation_longer_than_the_horizon_ends_no_session(clock: FakeClock) -> None:
+    """An operator's isolation holds the session: its horizon stands still (docs/runtime.md,
+    "Manual circuit control"), and runs again, moved by the time held, once the isolation lets go."""
+    core = active_core(clock, config=SessionConfig(horizon_s=60.0))
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    lost_at = clock.monotonic()
+    clock.set(schedule.at)
+    held_at = clock.monotonic()
+    for _ in range(20):  # 20 x 30 s of isolation: ten horizons
+        effects = core.reconnect_due(30.0, held=True)
+        assert core.state is SessionState.RECONNECTING and core.attempts == 1
+        assert of(effects, ReconnectionThrottled) and core.held
+        assert core.horizon_deadline is None  # nothing runs out while held
+        clock.advance(30.0)
+    held_for = clock.monotonic() - held_at
+    effects = core.reconnect_due(None)  # the isolation ended: the attempt goes
+    assert of(effects, Reconnect) and not core.held
+    # the horizon runs again from where it stood: the time held is added to it
+    assert core.horizon_deadline == pytest.approx(lost_at + 60.0 + held_for)
+    # and it still ends a session that does not come back within what is left of it
+    effects = core.failure(drop())
+    (schedule,) = of(effects, ScheduleReconnect)
+    clock.set(schedule.at)
+    effects = core.reconnect_due(60.0)  # an ordinary open circuit past what is left: HORIZON
+    assert core.state is SessionState.TERMINATED
+    assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
+
+
+def test_a_live_connection_an_isolation_refuses_waits_with_its_horizon_held(clock: FakeClock) -> None:
+    core = active_core(clock, config=SessionConfig(horizon_s=10.0))
+    effects = core.connect_refused(30.0, held=True)  # a CXone poll refused by an isolated cxone:api
+    assert core.state is SessionState.RECONNECTING and core.held and core.horizon_deadline is None
+    assert of(effects, ReconnectionThrottled)
+    clock.advance(30.0)
+    core.reconnect_due(None)
+    assert core.state is SessionState.CONNECTING
+    # 30 s after the refusal, with a horizon of 10 s: the horizon starts only now
+    assert core.horizon_deadline == pytest.approx(clock.monotonic() + 10.0)
+
+
 def test_a_success_restarts_the_horizon(clock: FakeClock) -> None:
     core = active_core(clock, config=SessionConfig(horizon_s=20.0))
     (schedule,) = of(core.failure(drop()), ScheduleReconnect)
@@ -543,6 +584,42 @@ def test_stop_terminates_with_stopped(clock: FakeClock) -> None:
     (terminated,) = of(effects, SessionTerminated)
     assert terminated.reason is TerminationReason.STOPPED
     assert (terminated.trigger, terminated.raw_status, terminated.raw_code) == (None, None, None)
+
+
+@pytest.mark.parametrize("state", [SessionState.CONNECTING, SessionState.ACTIVE, SessionState.RECONNECTING])
+def test_a_handover_leaves_the_session_alive_without_terminating_it(
+    clock: FakeClock, state: SessionState
+) -> None:
+    """A stop with a store: SESSION_HANDED_OVER from whatever state the session was in, never
+    SESSION_TERMINATED (nothing ended: nothing is to be revoked or re-authenticated)."""
+    core = new_core(clock) if state is SessionState.CONNECTING else active_core(clock)
+    if state is SessionState.RECONNECTING:
+        core.failure(drop())
+    assert core.state is state
+    effects = core.hand_over()
+    (transition,) = of(effects, SessionTransition)
+    assert (transition.source, transition.target, transition.trigger) == (
+        state,
+        SessionState.HANDED_OVER,
+        "hand_over",
+    )
+    (handed,) = of(effects, SessionHandedOver)
+    assert handed.previous is state and handed.timestamp == iso_utc(clock.time())
+    assert "action" not in handed.fields()
+    assert not of(effects, SessionTerminated)
+    assert core.state is SessionState.HANDED_OVER and core.handed_over and core.terminated
+    # final: nothing leaves it, a second hand-over or a stop included
+    for act in (core.hand_over, core.stop, lambda: core.failure(drop()), lambda: core.session_response(None)):
+        with pytest.raises(InputRejected):
+            act()
+
+
+def test_a_terminated_session_cannot_be_handed_over(clock: FakeClock) -> None:
+    core = active_core(clock)
+    core.stop()
+    with pytest.raises(InputRejected):
+        core.hand_over()
+    assert not core.handed_over
 
 
 def test_the_machine_class_is_strict_and_terminated_is_final() -> None:

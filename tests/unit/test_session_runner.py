@@ -39,14 +39,20 @@ class GatedConnection:
     def __init__(self) -> None:
         self.closed_with: int | None = None
         self.served = False
+        self.serving = anyio.Event()
+        self.abandoned = False
 
     async def serve(self, report: Reporter) -> RawError:
         self.served = True
+        self.serving.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.closed_with = code
+
+    async def abandon(self) -> None:
+        self.abandoned = True
 
 
 class GatedTransport:
@@ -77,13 +83,13 @@ class GatedTransport:
         pass
 
 
-def runner_for(transport: GatedTransport) -> SessionRunner:
+def runner_for(transport: GatedTransport, bus: EventBus | None = None) -> SessionRunner:
     clock = SystemClock()
     return SessionRunner(
         transport,
         classifier=Classifier(load_taxonomy("v1"), clock),
         gate=Attempts(Endpoints(clock)).connect(EP),
-        bus=EventBus(),
+        bus=bus if bus is not None else EventBus(),
         clock=clock,
         rng=random.Random(1),
         config=SessionConfig(first_delay_s=(0.01, 0.02)),
@@ -105,6 +111,35 @@ async def test_an_attempt_that_ends_after_stop_is_ignored_and_closed(fail: bool)
     if not fail:
         assert transport.connection.closed_with == 1001
         assert not transport.connection.served
+
+
+@pytest.mark.parametrize("while_opening", [True, False])
+async def test_a_handover_abandons_the_connection_and_never_closes_it(while_opening: bool) -> None:
+    """hand_over() while serving (or while open() is in flight): the connection is abandoned (left
+    alive on the platform), never closed; SESSION_HANDED_OVER, no SESSION_TERMINATED."""
+    transport = GatedTransport(fail=False)
+    bus = EventBus()
+    seen: list[str] = []
+    bus.subscribe(lambda published: seen.append(published.event.name))
+    runner = runner_for(transport, bus)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run)
+        await transport.entered.wait()
+        if while_opening:
+            runner.hand_over()
+            transport.gate.set()
+        else:
+            transport.gate.set()
+            with anyio.fail_after(5):
+                await transport.connection.serving.wait()
+            runner.hand_over()
+    assert runner.state.value == "handed-over" and runner.core.handed_over
+    assert runner.termination is None
+    assert transport.connection.abandoned and transport.connection.closed_with is None
+    assert "SESSION_HANDED_OVER" in seen and "SESSION_TERMINATED" not in seen
+    runner.hand_over()  # a second one changes nothing
+    await runner.stop()
+    assert runner.state.value == "handed-over"
 
 
 class CountingSource:

@@ -26,7 +26,15 @@ import anyio
 import pytest
 
 from supervisor.errors import StoreError
-from supervisor.store import DesiredSession, DesiredState, RowStatus, ServerState, SqliteStore, UpdateOutcome
+from supervisor.store import (
+    DesiredSession,
+    DesiredState,
+    RowStatus,
+    ServerSession,
+    ServerState,
+    SqliteStore,
+    UpdateOutcome,
+)
 from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, expected_schema
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +46,11 @@ def file_size(path: str) -> int:
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "store"
 #: a file written by the release of each schema version (before the stamp: 6e20883)
-RELEASED = {1: FIXTURES / "v1-6e20883.sqlite3", 2: FIXTURES / "v2-fa29174.sqlite3"}
+RELEASED = {
+    1: FIXTURES / "v1-6e20883.sqlite3",
+    2: FIXTURES / "v2-handover.sqlite3",
+    3: FIXTURES / "v3-sessions.sqlite3",
+}
 REFUSED = "refusing to open it"
 
 
@@ -188,11 +200,11 @@ async def test_a_file_of_every_earlier_version_migrates_to_the_current_one(
     assert header(path)["application_id"] == APPLICATION_ID
 
 
-async def test_a_store_of_version_2_keeps_the_sessions_added_over_the_control_socket(tmp_path: Path) -> None:
-    """Version 2's desired sessions say their origin, and an added session's entry comes back as it was
+async def test_a_store_of_version_3_keeps_the_sessions_added_over_the_control_socket(tmp_path: Path) -> None:
+    """Version 3's desired sessions say their origin, and an added session's entry comes back as it was
     kept (the daemon starts it again from that entry)."""
     path = tmp_path / "store.sqlite3"
-    shutil.copyfile(RELEASED[2], path)
+    shutil.copyfile(RELEASED[3], path)
     opened = await SqliteStore.open(path, synchronous="normal")
     try:
         desired = await opened.desired_sessions()
@@ -200,6 +212,7 @@ async def test_a_store_of_version_2_keeps_the_sessions_added_over_the_control_so
             "wm-0": "config",
             "wm-1": "config",
             "cx-0": "config",
+            "cx-1": "config",
             "agent-4711": "api",
             "wm-api-1": "api",
         }
@@ -217,6 +230,33 @@ async def test_a_store_of_version_2_keeps_the_sessions_added_over_the_control_so
             desired["agent-4711"].spec,
         )
         assert len(await opened.live_rows()) == 3  # its pending updates are there too
+    finally:
+        await opened.aclose()
+
+
+async def test_a_handover_recorded_in_version_2_is_read_and_a_version_1_file_has_none(tmp_path: Path) -> None:
+    """Schema version 2 adds ``left_at``: the release's file keeps the handover it recorded (the agent
+    session's last rolling id, when it was left); a migrated version 1 file has no session left."""
+    path = tmp_path / "v2.sqlite3"
+    shutil.copyfile(RELEASED[2], path)
+    opened = await SqliteStore.open(path, synchronous="normal")
+    try:
+        server = await opened.server_sessions()
+        left = server["cx-1"]
+        assert (left.state, left.left_at, left.platform_session_id) == (ServerState.OPEN, 1040.0, "rolling-7")
+        assert (server["wm-0"].left_at, server["wm-0"].guest_token) == (1040.0, "guest-tok-0")
+        # a new opening of the session clears it: it is no longer left
+        await opened.session_opening(
+            ServerSession("cx-1", "cxone", "agent-session", ServerState.OPEN, 1050.0)
+        )
+        assert (await opened.server_sessions())["cx-1"].left_at is None
+    finally:
+        await opened.aclose()
+    old = tmp_path / "v1.sqlite3"
+    shutil.copyfile(RELEASED[1], old)
+    opened = await SqliteStore.open(old, synchronous="normal")
+    try:
+        assert all(row.left_at is None for row in (await opened.server_sessions()).values())
     finally:
         await opened.aclose()
 
