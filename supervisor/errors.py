@@ -147,6 +147,26 @@ class CircuitOpenError(SessionError):
         super().__init__(f"circuit {circuit_id} {held}; retry in {retry_in_s:.1f} s")
 
 
+class SdkError(SessionError):
+    """A call through the library (``supervisor.http``, ``supervisor.resilient``) failed for good.
+
+    ``event`` is the :class:`~supervisor.taxonomy.model.SdkErrorEvent` that decided it (the seed's
+    fields: ``event.as_json()``); ``outcome_unknown`` is True when the request may have been applied
+    and was not sent again (a 504 on a create): read back before sending it again.
+    """
+
+    def __init__(
+        self, event: SdkErrorEvent, *, outcome_unknown: bool = False, exhausted: bool = False
+    ) -> None:
+        self.event = event
+        self.outcome_unknown = outcome_unknown
+        self.exhausted = exhausted
+        what = " (outcome unknown: not sent again)" if outcome_unknown else ""
+        if exhausted:
+            what = " (retries exhausted)"
+        super().__init__(f"{event.platform or 'call'} failed: {event.code}{what}")
+
+
 class ApiError(SupervisorError):
     """A typed error of the socket API (docs/socket-api.md): its :class:`ApiFault` and ``parameters``.
 

@@ -21,7 +21,8 @@ never lost: cancelled waiters and attempts give theirs back), then waiting out a
 came back meanwhile and the respacing of waiters released together. Circuit and pacing moves go
 to the caller's :class:`Reports` (the executor's hooks, or the bus).
 
-A later issue adds a library's sync and async shells over the same core.
+The library's sync and async shells (supervisor/library/) drive the same core for applications that
+call the platforms themselves (docs/library.md).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ window (docs/platforms.md, "Genesys Cloud Platform REST"). Pure: the current tim
 from __future__ import annotations
 
 import calendar
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ def parse_retry_after_ms(value: object, now_epoch: float) -> int | None:
     when = parse_http_date(value.strip())
     if when is None:
         return None
-    return max(0, round((when - now_epoch) * 1000.0))
+    # rounded up: a retry made after this many whole milliseconds is never earlier than the date
+    return max(0, math.ceil((when - now_epoch) * 1000.0))
 
 
 def parse_http_date(value: str) -> float | None:
