@@ -38,6 +38,7 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
 from supervisor.api.control_messages import MessageVerbs
+from supervisor.api.control_sessions import SessionVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -95,6 +96,8 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.RESET_CIRCUIT: "circuit.reset",
     Method.SEND_MESSAGE: "send",
     Method.SET_AGENT_STATE: "agent-state",
+    Method.ADD_SESSION: "sessions.add",
+    Method.REMOVE_SESSION: "sessions.remove",
 }
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
@@ -165,6 +168,8 @@ class ControlService:
         self.attribute_verbs = AttributeVerbs(attributes)
         # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
         self.message_verbs = MessageVerbs(sessions, messaging)
+        # sessions added and removed at run time (supervisor/api/control_sessions.py)
+        self.session_verbs = SessionVerbs(sessions, operations)
 
     # ------------------------------------------------------------------ connection
     def configure(self, *, roles: ControlRoles, handshake_timeout: float, idle_timeout: float) -> None:
@@ -286,6 +291,8 @@ class ControlService:
             Method.ATTRIBUTES_STATUS: attributes.status,
             Method.SEND_MESSAGE: self.message_verbs.send_message,
             Method.SET_AGENT_STATE: self.message_verbs.set_agent_state,
+            Method.ADD_SESSION: self.session_verbs.add_sessions,
+            Method.REMOVE_SESSION: self.session_verbs.remove_sessions,
         }
         return await attribute_verbs[method](published, parameters)
 

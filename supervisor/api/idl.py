@@ -32,7 +32,9 @@ type Session (
   attempts: int,
   lastError: ?(code: string, class: string, at: string),
   circuit: ?(endpoint: string, state: string),
-  termination: ?object
+  termination: ?object,
+  # "config": declared by the configuration file; "api": added over the control socket (AddSession)
+  origin: ?string
 )
 """
 
@@ -155,6 +157,12 @@ method SendMessage(sessionId: string, text: string, clientId: ?string) -> (sessi
 # the change arrives as an AgentState event.
 method SetAgentState(sessionId: string, state: string, reason: ?string) -> (sessionId: string,
   state: string, reason: ?string, accepted: bool)
+# Sessions added at run time (docs/socket-api.md, "AddSession"): at most 200 entries per call, each the
+# configuration's [[sessions]] fields (platform implied by kind), validated as the file's entries are and
+# answered on its own in results (added, or refused with error and problem); kept in the store, then started.
+method AddSession(sessions: []object) -> (results: []object, added: int, refused: int)
+# Sessions added over the control socket: closed as StopSession closes them, and forgotten (the store too).
+method RemoveSession(sessionIds: []string) -> (results: []object, removed: int)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -178,6 +186,10 @@ error PlatformRejected (sessionId: string, code: string, status: ?int, problem: 
 error SendUnconfirmed (sessionId: string, clientId: string, resent: bool, problem: string)
 # The caller's role (observer, operator, administrator) does not include the one the method needs.
 error PermissionDenied (method: string, role: string, granted: string, problem: string)
+error InvalidSessionSpec (index: int, sessionId: ?string, problem: string)
+error SessionExists (index: int, sessionId: string, origin: string, problem: string)
+error ConfiguredSession (sessionId: string, problem: string)
+error NoStore (problem: string)
 error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
 error NotIsolated (endpoint: string, state: string, problem: string)
 """

@@ -84,6 +84,9 @@ class Method(enum.StrEnum):
     # on a live session's behalf: supervisor/api/control_messages.py
     SEND_MESSAGE = f"{CONTROL}.SendMessage"
     SET_AGENT_STATE = f"{CONTROL}.SetAgentState"
+    # sessions added and removed at run time: supervisor/api/control_sessions.py
+    ADD_SESSION = f"{CONTROL}.AddSession"
+    REMOVE_SESSION = f"{CONTROL}.RemoveSession"
 
 
 # -- framing -----------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ lesson). Now each peer has a role, decided on accept from its credentials (``SO_
 
 * **observer**: the read verbs (status, sessions, one session, mismatches, attribute status, and
   varlink's own ``GetInfo`` / ``GetInterfaceDescription``);
-* **operator**: what acts on sessions and their messages: start, stop, set attributes, resolve a
-  mismatch, send a message, set an agent's state;
+* **operator**: what acts on sessions and their messages: start, stop, add and remove sessions, set
+  attributes, resolve a mismatch, send a message, set an agent's state;
 * **administrator**: what acts on the daemon: drain, reload, switch the taxonomy, isolate, close
   and reset an endpoint's circuit.
 
@@ -69,6 +69,8 @@ VERB_ROLES: Final[Mapping[str, Role]] = {
     Method.RESOLVE_MISMATCH: Role.OPERATOR,
     Method.SEND_MESSAGE: Role.OPERATOR,
     Method.SET_AGENT_STATE: Role.OPERATOR,
+    Method.ADD_SESSION: Role.OPERATOR,
+    Method.REMOVE_SESSION: Role.OPERATOR,
     Method.DRAIN: Role.ADMINISTRATOR,
     Method.RELOAD: Role.ADMINISTRATOR,
     Method.USE_TAXONOMY: Role.ADMINISTRATOR,

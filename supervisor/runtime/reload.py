@@ -309,6 +309,16 @@ class Reloader:
             read = await to_thread.run_sync(self._read, self._configured_taxonomy, abandon_on_cancel=True)
         except SupervisorError as exc:
             return self._failed(str(exc))
+        # ids are unique across origins: the file may not take over a session added over the
+        # control socket (which would then be two sessions, or one silently changing hands)
+        added = self._supervisor.sessions.added
+        clash = next((i for i, s in enumerate(read.config.sessions) if s.id in added), None)
+        if clash is not None:
+            session_id = read.config.sessions[clash].id
+            return self._failed(
+                f"sessions[{clash}].id: session '{session_id}' was added over the control socket; "
+                "remove it there first (ctl sessions remove) or give the file's entry another id"
+            )
         # a rotated credential is tried before anything changes: refused, the whole reload is
         rotations = await self._rotations(read)
         if isinstance(rotations, str):

@@ -150,6 +150,10 @@ class Wiring:
         self._shards: dict[Platform, list[RequestPipeline]] = {}
         self.secrets: dict[Platform, tuple[Secret | None, ...]] = {}
         self._clients: dict[Platform, list[httpx.AsyncClient]] = {}
+        # per platform: the sessions added over the control socket (the pools are sized for the file's
+        # sessions and these together: Wiring.grow)
+        self.added: dict[Platform, int] = {}
+        self._pool_limits: dict[int, int] = {}
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
@@ -363,7 +367,9 @@ class Wiring:
         self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> None:
         timeout = httpx.Timeout(config.daemon.request_timeout)
-        sessions = sum(1 for spec in config.sessions if spec.platform is platform)
+        sessions = sum(1 for spec in config.sessions if spec.platform is platform) + self.added.get(
+            platform, 0
+        )
         early = config.tokens.early_refresh
         if platform is Platform.GENESYS and config.platforms.genesys is not None:
             clients = self._clients_for(platform, timeout, sessions)
@@ -404,15 +410,42 @@ class Wiring:
         Each session may hold its long poll and one other call (a start, a DELETE) at once.
         """
         shards = max(1, -(-sessions // SESSIONS_PER_CLIENT))
-        per = -(-max(sessions, 1) // shards)
-        limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
-        clients = []
-        for _ in range(shards):
-            # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
-            transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
-            clients.append(httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False))
+        clients = [self._client(timeout, -(-max(sessions, 1) // shards)) for _ in range(shards)]
         self._clients[platform] = clients
         return clients
+
+    def _client(self, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
+        # each client holds at least SESSIONS_PER_CLIENT sessions' worth: a pool made for a few
+        # sessions keeps its share when sessions are added later (Wiring.grow)
+        per = max(sessions, SESSIONS_PER_CLIENT)
+        limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
+        # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
+        transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
+        client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
+        self._pool_limits[id(client)] = 2 * per + 20
+        return client
+
+    def grow(self, platform: Platform, added: int) -> None:
+        """The platform now has ``added`` sessions from the control socket: more pools when the file's
+        sessions and these together need them (one per :data:`SESSIONS_PER_CLIENT`). Pools never
+        shrink while the daemon runs: a removed session's share stays for the next one added."""
+        self.added[platform] = added
+        shards = self._shards.get(platform)
+        clients = self._clients.get(platform)
+        if not shards or clients is None:
+            return
+        sessions = sum(1 for spec in self.config.sessions if spec.platform is platform) + added
+        wanted = -(-sessions // SESSIONS_PER_CLIENT)
+        timeout = httpx.Timeout(self.config.daemon.request_timeout)
+        tokens = shards[0].tokens
+        while len(clients) < wanted:
+            client = self._client(timeout, SESSIONS_PER_CLIENT)
+            clients.append(client)
+            shards.append(RequestPipeline(client, self.executor, tokens=tokens))
+
+    def pool_sizes(self, platform: Platform) -> list[int]:
+        """The connection limit of each HTTP client (pool) of a platform, in the order they were made."""
+        return [self._pool_limits[id(client)] for client in self._clients.get(platform, [])]
 
     # ------------------------------------------------------------------ sessions
     def transport_for(

@@ -399,8 +399,8 @@ def connections(server: socket.socket) -> int:
     ("args", "named"),
     [
         (["ctl", "show", b"wm-\xff"], "'ID'"),
-        (["ctl", "start", b"\xc3("], "'ID'"),
-        (["ctl", "stop", b"wm-\xff"], "'ID'"),
+        (["ctl", "start", b"\xc3("], "'[ID]...'"),
+        (["ctl", "stop", b"wm-\xff"], "'[ID]...'"),
         (["ctl", "sessions", "--session", b"\xff"], "'--session'"),
         (["ctl", "taxonomy", "use", b"/etc/tax\xff.toml"], "'VERSION|PATH'"),
         (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'SESSION_ID'"),

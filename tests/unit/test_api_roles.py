@@ -51,6 +51,9 @@ def test_the_roles_the_issue_names() -> None:
         # on a live session's behalf: a guest message, an agent's state (operator verbs)
         "SendMessage",
         "SetAgentState",
+        # sessions added and removed at run time (operator verbs)
+        "AddSession",
+        "RemoveSession",
     }
     # an endpoint's circuit acts on every session that uses it: the daemon's
     assert by_role[Role.ADMINISTRATOR] == {
