@@ -84,10 +84,10 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
     ]
     lines = ci_lines(result)
     # step 1 is the README's one test command, exactly: lint, types and the default suite
-    assert lines[0] == "ci: step 1/5: ./dev test (budget 1500 s): ./dev test"
-    assert "ci: step 2/5: heavy suite signal_sweep (budget 240 s): ./dev pytest -m signal_sweep" in lines
-    assert "ci: step 3/5: heavy suite prometheus (budget 240 s): ./dev pytest -m prometheus" in lines
-    assert "ci: step 4/5: heavy suite rotel (budget 180 s): ./dev pytest -m rotel" in lines
+    assert lines[0] == "ci: step 1/5: ./dev test (budget 930 s): ./dev test"
+    assert "ci: step 2/5: heavy suite signal_sweep (budget 120 s): ./dev pytest -m signal_sweep" in lines
+    assert "ci: step 3/5: heavy suite prometheus (budget 150 s): ./dev pytest -m prometheus" in lines
+    assert "ci: step 4/5: heavy suite rotel (budget 90 s): ./dev pytest -m rotel" in lines
     assert "ci: step 5/5: heavy suite systemd_pid1 (budget 480 s): ./dev pytest -m systemd_pid1" in lines
     assert [re.sub(r" in \d+ s$", "", line) for line in lines[-6:]] == [
         "ci: summary",
@@ -107,12 +107,12 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
     ]
 
 
-def test_the_budgets_stay_under_forty_five_minutes_in_all() -> None:
-    # half of the 90 minutes a CI run may take: a loaded machine has room to be slow
+def test_the_budgets_stay_under_thirty_minutes_in_all() -> None:
+    # CI on 2 cores must finish within 30 minutes, the heavy suites included: the budgets are what guarantees it
     script = (ROOT / ".ci" / "run").read_text()
     fixed = [int(n) for n in re.findall(r"^TEST_BUDGET_S=(\d+)", script, re.MULTILINE)]
     assert len(fixed) == 1
-    assert sum(fixed) + sum(heavy_suites().values()) < 45 * 60
+    assert sum(fixed) + sum(heavy_suites().values()) < 30 * 60
 
 
 DEFAULT_RUN = "python -m pytest [HYPOTHESIS_PROFILE=ci]"
