@@ -120,8 +120,9 @@ class SubmitAnswer:
 
 def subject(session_id: str | None, conversation_id: str) -> str:
     """What an update's events and REST calls are correlated by: its session's id, or, for an update
-    by conversation id with no supervised session, ``conversation:<id>`` (no session is named: the
-    events' ``sessionId`` field says null; subscribers filtering by a session never see it)."""
+    by conversation id with no supervised session, ``conversation:<id>`` (the events' ``sessionId``;
+    it names no session, so a subscriber following a session never sees it, and the answers, rows
+    and listed mismatches say ``sessionId`` null)."""
     return session_id if session_id is not None else f"conversation:{conversation_id}"
 
 

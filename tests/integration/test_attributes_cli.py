@@ -250,6 +250,7 @@ async def test_a_failed_read_of_a_conversation_with_no_session_flags_the_update_
         assert flagged["reason"] == "failed: QUEUE_FULL"
         (event,) = daemon.named("ATTRIBUTE_MISMATCH")
         assert event["conversationId"] == other.id and event["keys"] == ["note"]
+        assert event["sessionId"] == f"conversation:{other.id}"  # the correlation, no session's id
         assert dict(other.customer().attributes) == {}
         # nothing ended: the one session is still active
         status = await daemon.acall(Method.STATUS)
