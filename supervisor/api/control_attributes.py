@@ -56,11 +56,24 @@ class AttributeVerbs:
 
     async def set_attributes(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
         session_id = parameters.get("sessionId")
-        if not isinstance(session_id, str) or not 0 < len(session_id) <= 200:
+        conversation_id = parameters.get("conversationId")
+        if (session_id is None) == (conversation_id is None):
+            raise _invalid("sessionId", "sessionId or conversationId: expected exactly one of them")
+        if session_id is not None and (not isinstance(session_id, str) or not 0 < len(session_id) <= 200):
             raise _invalid("sessionId", "sessionId: expected a string of 1 to 200 characters")
+        if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not 0 < len(conversation_id) <= 200
+        ):
+            raise _invalid("conversationId", "conversationId: expected a string of 1 to 200 characters")
+        platform = parameters.get("platform", "genesys")
+        if platform not in ("genesys", "cxone"):
+            raise _invalid("platform", "platform: expected 'genesys' or 'cxone'")
         attributes = parameters.get("attributes")
         if not isinstance(attributes, Mapping):
             raise _invalid("attributes", "attributes: expected an object of KEY: VALUE strings")
+        if conversation_id is not None:
+            return await self._set_by_conversation(publish, conversation_id, platform, attributes)
+        assert isinstance(session_id, str)  # checked above
         done = publish("attributes.set", session_id, None)
         try:
             service = self._require(Method.SET_ATTRIBUTES)
@@ -77,6 +90,34 @@ class AttributeVerbs:
             done(error)
             raise
         publish("attributes.set", session_id, answer.update_id)(None)
+        return answer.as_wire()
+
+    async def _set_by_conversation(
+        self, publish: Publish, conversation_id: str, platform: str, attributes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        done = publish("attributes.set", None, f"conversation:{conversation_id}")
+        try:
+            if platform == "cxone":
+                # the daemon writes no CXone contact data (docs/attributes.md says why)
+                raise Refused(
+                    ApiFault.UNSUPPORTED,
+                    "CXone conversations take no attribute updates: the daemon writes no CXone contact data",
+                    conversationId=conversation_id,
+                    platform=platform,
+                )
+            service = self._require(Method.SET_ATTRIBUTES)
+            answer = await service.submit_conversation(conversation_id, attributes)
+        except Refused as refused:
+            error = _refusal(refused)
+            done(error)
+            raise error from None
+        except Backpressured as full:
+            done(full)
+            raise
+        except ApiError as error:
+            done(error)
+            raise
+        publish("attributes.set", None, answer.update_id)(None)
         return answer.as_wire()
 
     async def list_mismatches(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -128,10 +128,14 @@ method Drain(endSessions: ?bool) -> (draining: bool, handover: bool)
 # A shipped version (v1, v2) or a taxonomy file; validated before it replaces the active one.
 method UseTaxonomy(version: string) -> (previous: string, version: string, origin: string)
 method Reload() -> (result: object)
-# Attribute updates of a session's conversation (docs/attributes.md). Answered once the update is durably in
-# the outbox (acknowledged); a full queue answers Backpressure (try again after retryAfterSeconds).
-method SetAttributes(sessionId: string, attributes: [string]string) -> (accepted: bool, updateId: string,
-  sessionId: string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)
+# Attribute updates of a session's conversation, or of a Genesys conversation by its id with no session
+# (exactly one of sessionId, conversationId; platform "genesys" is implied, "cxone" is refused: Unsupported)
+# (docs/attributes.md). Answered once the update is durably in the outbox (acknowledged); a full queue
+# answers Backpressure (try again after retryAfterSeconds). sessionId is null in the answer to an update
+# by conversation id.
+method SetAttributes(sessionId: ?string, conversationId: ?string, platform: ?string,
+  attributes: [string]string) -> (accepted: bool, updateId: string,
+  sessionId: ?string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)
 # What verification could not repair; values of sensitive keys are never shown.
 method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).

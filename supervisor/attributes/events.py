@@ -66,7 +66,7 @@ class RateLimitBackpressureReleased(Event):
 @dataclass(frozen=True, slots=True)
 class AttributeMismatch(Event):
     name: ClassVar[str] = "ATTRIBUTE_MISMATCH"
-    session_id: str
+    session_id: str | None
     conversation_id: str
     keys: tuple[str, ...]
     mismatch_ids: tuple[int, ...]
@@ -92,7 +92,7 @@ class AttributeMismatch(Event):
 class AttributeMismatchResolved(Event):
     name: ClassVar[str] = "ATTRIBUTE_MISMATCH_RESOLVED"
     mismatch_id: int
-    session_id: str
+    session_id: str | None
     conversation_id: str
     key: str
     resolution: str

@@ -100,7 +100,8 @@ class SubmitAnswer:
     """What an acknowledged submission answers: it is durably in the outbox."""
 
     update_id: str
-    session_id: str
+    # None: an update by conversation id, with no supervised session
+    session_id: str | None
     conversation_id: str
     coalesced: tuple[str, ...]
     queue_depth: int
@@ -115,6 +116,14 @@ class SubmitAnswer:
             "coalescedKeys": list(self.coalesced),
             "queueDepth": self.queue_depth,
         }
+
+
+def subject(session_id: str | None, conversation_id: str) -> str:
+    """What an update's events and REST calls are correlated by: its session's id, or, for an update
+    by conversation id with no supervised session, ``conversation:<id>`` (the events' ``sessionId``;
+    it names no session, so a subscriber following a session never sees it, and the answers, rows
+    and listed mismatches say ``sessionId`` null)."""
+    return session_id if session_id is not None else f"conversation:{conversation_id}"
 
 
 def check_attributes(attributes: object) -> dict[str, str]:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from supervisor.attempts import Gate
 from supervisor.attributes.events import AttributeMismatch
-from supervisor.attributes.model import Settings
+from supervisor.attributes.model import Settings, subject
 from supervisor.attributes.platform import Conversation, GenesysAttributes, OutcomeUnknown, Target
 from supervisor.attributes.scheduler import Kind, Scheduler, Work
 from supervisor.attributes.verify import judge
@@ -48,7 +48,7 @@ __all__ = ["ENDPOINT", "Sender"]
 
 ENDPOINT = "PATCH /api/v2/conversations/{conversationId}/participants/{participantId}/attributes"
 #: where a queued write goes, from its tenant, session and conversation (None: not configured now)
-TargetOf = Callable[[str, str, str], "Target | None"]
+TargetOf = Callable[[str, str | None, str], "Target | None"]
 
 
 def _event(failure: OperationError) -> SdkErrorEvent:
@@ -85,7 +85,7 @@ class Sender:
         self._api = GenesysAttributes()
         self.scheduler = scheduler
         #: conversation -> (tenant, session) whose writes it carries
-        self.owner: dict[str, tuple[str, str]] = {}
+        self.owner: dict[str, tuple[str, str | None]] = {}
         #: conversation -> its last read, while no write of ours was accepted since: the next send's
         #: "before" without another read (a verification's read-back is the next send's pre-read)
         self._reads: dict[str, Conversation] = {}
@@ -115,7 +115,7 @@ class Sender:
             gate = self._gates[tenant] = self._api.gate(target)
         return gate.held_for()
 
-    def _target(self, work: Work) -> tuple[str, Target] | None:
+    def _target(self, work: Work) -> tuple[str | None, Target] | None:
         owner = self.owner.get(work.conversation_id)
         if owner is None:
             return None
@@ -176,7 +176,7 @@ class Sender:
     async def _carry(
         self,
         work: Work,
-        session_id: str,
+        session_id: str | None,
         target: Target,
         participant_id: str | None,
         claim: Claim,
@@ -221,8 +221,9 @@ class Sender:
         self.scheduler.after(check, self.settings.verify_after_s)
         await self._drained(work.tenant)
 
-    async def _read_failed(self, work: Work, session_id: str, event: SdkErrorEvent) -> None:
-        if event.fail_fast:
+    async def _read_failed(self, work: Work, session_id: str | None, event: SdkErrorEvent) -> None:
+        if event.fail_fast and session_id is not None:
+            # a session's machine decides; an update with no session has none to end (it is flagged)
             self._failed(session_id, event)
         if event.retryable:
             self.scheduler.after(work, self._backoff(event))
@@ -247,8 +248,9 @@ class Sender:
         retry_after = 0.0 if event.retry_after_ms is None else event.retry_after_ms / 1000.0
         return max(retry_after, self.settings.failure_backoff_s)
 
-    async def _send_failed(self, claim: Claim, session_id: str, event: SdkErrorEvent) -> None:
-        if event.fail_fast:
+    async def _send_failed(self, claim: Claim, session_id: str | None, event: SdkErrorEvent) -> None:
+        if event.fail_fast and session_id is not None:
+            # a session's machine decides; an update with no session has none to end (it is flagged)
             self._failed(session_id, event)
         if not event.retryable:
             await self._settle_failed(claim, session_id, event, f"failed: {event.code}")
@@ -284,7 +286,7 @@ class Sender:
             await self._drained(first.tenant)
 
     async def _settle_failed(
-        self, claim: Claim, session_id: str, event: SdkErrorEvent | None, reason: str
+        self, claim: Claim, session_id: str | None, event: SdkErrorEvent | None, reason: str
     ) -> None:
         store = self.store
         now = self._clock.time()
@@ -374,7 +376,9 @@ class Sender:
                 self._now(),
                 values,
             ),
-            Correlation(first.session_id, conversation_id=first.conversation_id),
+            Correlation(
+                subject(first.session_id, first.conversation_id), conversation_id=first.conversation_id
+            ),
         )
 
     def _left_queue(self, n: int) -> None:

@@ -30,6 +30,7 @@ from supervisor.attributes.model import (
     Settings,
     SubmitAnswer,
     check_attributes,
+    subject,
 )
 from supervisor.attributes.platform import Target
 from supervisor.attributes.scheduler import Kind, Scheduler, Work
@@ -70,8 +71,12 @@ class Targets(Protocol):
     def accept(self, session_id: str) -> Accepted:
         """The session may take updates now; raises Refused (unknown, terminated, no conversation, CXone)."""
 
-    def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
-        """Where to send a queued write (None: the platform is not configured now)."""
+    def accept_conversation(self, conversation_id: str) -> Accepted:
+        """Updates by conversation id with no session may go to Genesys now; raises Refused (no credential)."""
+
+    def target(self, tenant: str, session_id: str | None, conversation_id: str) -> Target | None:
+        """Where to send a queued write (None: the platform is not configured now); ``session_id``
+        None: an update by conversation id with no session."""
 
     def failed(self, session_id: str, event: SdkErrorEvent) -> None:
         """A fail-fast met while writing for the session: its machine decides (QUEUE_FULL ends it)."""
@@ -100,7 +105,7 @@ class AttributeService:
         self.scheduler = Scheduler(clock, self._handle, concurrency=settings.concurrency, held=self._held)
         self._episodes = Episodes(settings.queue_depth, settings.resume_at)
         self.sender: Sender | None = None
-        self._owner: dict[str, tuple[str, str]] = {}
+        self._owner: dict[str, tuple[str, str | None]] = {}
         if store is not None:
             self.sender = Sender(
                 store,
@@ -133,7 +138,25 @@ class AttributeService:
             self.counters["rejected"] += 1
             raise
 
-    async def _submit(self, session_id: str, attributes: Mapping[str, object]) -> SubmitAnswer:
+    async def submit_conversation(
+        self, conversation_id: str, attributes: Mapping[str, object]
+    ) -> SubmitAnswer:
+        """Queue an update of a Genesys conversation by its id, with no supervised session (post-call
+        middleware, after the agent's session is gone); sent, read back, repaired and flagged as a
+        session's update is. Raises Refused, or Backpressured (try later)."""
+        self.counters["submitted"] += 1
+        try:
+            return await self._submit(None, attributes, conversation_id)
+        except Backpressured:
+            self.counters["refused"] += 1
+            raise
+        except Refused:
+            self.counters["rejected"] += 1
+            raise
+
+    async def _submit(
+        self, session_id: str | None, attributes: Mapping[str, object], conversation_id: str | None = None
+    ) -> SubmitAnswer:
         try:
             values = check_attributes(attributes)
         except ValueError as exc:
@@ -141,7 +164,11 @@ class AttributeService:
         if not self._accepting:
             raise Refused(ApiFault.NOT_ACCEPTING, "the daemon is draining: updates are not accepted")
         store = self._require_store()
-        accepted = self._targets.accept(session_id)
+        if session_id is not None:
+            accepted = self._targets.accept(session_id)
+        else:
+            assert conversation_id is not None
+            accepted = self._targets.accept_conversation(conversation_id)
         tenant = accepted.tenant
         limit = self.settings.queue_depth
         if self._episodes.active(tenant):
@@ -241,7 +268,7 @@ class AttributeService:
             AttributeMismatchResolved(
                 m.id, m.session_id, m.conversation_id, m.attribute, resolution.value, self._now()
             ),
-            Correlation(m.session_id, conversation_id=m.conversation_id),
+            Correlation(subject(m.session_id, m.conversation_id), conversation_id=m.conversation_id),
         )
         if resolution is Resolution.RESEND:
             self._owner.setdefault(m.conversation_id, (m.tenant, m.session_id))

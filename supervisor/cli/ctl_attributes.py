@@ -59,11 +59,24 @@ def attributes() -> None:
 
 
 @attributes.command("set")
-@click.argument("session_id", metavar="SESSION_ID", type=UTF8)
-@click.argument("pairs", metavar="KEY=VALUE...", nargs=-1, required=True, type=UTF8)
+@click.argument("args", metavar="[SESSION_ID] KEY=VALUE...", nargs=-1, required=True, type=UTF8)
+@click.option(
+    "--conversation",
+    "conversation_id",
+    metavar="ID",
+    type=UTF8,
+    help="Update this Genesys conversation by its id, with no supervised session (no SESSION_ID then).",
+)
+@click.option(
+    "--platform",
+    type=click.Choice(["genesys", "cxone"]),
+    help="The conversation's platform (with --conversation; genesys is implied, cxone is refused).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
-def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> None:
-    """Queue an update of SESSION_ID's conversation attributes.
+def set_attributes(
+    args: tuple[str, ...], conversation_id: str | None, platform: str | None, as_json: bool
+) -> None:
+    """Queue an update of SESSION_ID's conversation attributes, or of a conversation by id.
 
     \b
     Exit 0 once the daemon has it durably (it survives a crash; it is sent, verified 3 s
@@ -72,14 +85,25 @@ def set_attributes(session_id: str, pairs: tuple[str, ...], as_json: bool) -> No
     Values of keys listed in [attributes] sensitive never appear in events or answers.
 
     \b
-    Example:
+    Examples:
       session-supervisor ctl attributes set wm-3 survey=yes disposition=resolved --json
+      session-supervisor ctl attributes set --conversation 5c0c4e0e-... wrapup=sale
     """
+    if conversation_id is None:
+        if platform is not None:
+            raise click.UsageError("--platform goes with --conversation")
+        if len(args) < 2:
+            raise click.UsageError("expected SESSION_ID and at least one KEY=VALUE (or --conversation ID)")
+        params: dict[str, Any] = {"sessionId": args[0]}
+        pairs = args[1:]
+    else:
+        params = {"conversationId": conversation_id, "platform": platform or "genesys"}
+        pairs = args
     values = _pairs(pairs)
     try:
         result = _call(
             Method.SET_ATTRIBUTES,
-            {"sessionId": session_id, "attributes": values},
+            {**params, "attributes": values},
             hint="split the update into several",
         )
     except ApiError as error:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from supervisor.attributes import Accepted, Refused
+from supervisor.attributes.model import subject
 from supervisor.attributes.platform import Target
 from supervisor.boundary import SessionContext
 from supervisor.runtime.sessions import SessionReader
@@ -84,15 +85,30 @@ class SessionTargets:
             )
         return Accepted(f"genesys:{gen.client_id}", conversation)
 
-    def target(self, tenant: str, session_id: str, conversation_id: str) -> Target | None:
+    def accept_conversation(self, conversation_id: str) -> Accepted:
+        # no session to ask: only the Genesys credential the writes go out with
+        gen = self._sessions.config.platforms.genesys
+        if gen is None or gen.client_id is None:
+            raise Refused(
+                ApiFault.UNSUPPORTED,
+                "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
+                conversationId=conversation_id,
+            )
+        return Accepted(f"genesys:{gen.client_id}", conversation_id)
+
+    def target(self, tenant: str, session_id: str | None, conversation_id: str) -> Target | None:
         pipeline = self._wiring.pipelines.get(Platform.GENESYS)
         gen = self._sessions.config.platforms.genesys
         if pipeline is None or gen is None:
             return None
-        runner = self._sessions.runners.get(session_id)
+        runner = None if session_id is None else self._sessions.runners.get(session_id)
         agent = runner.context.agent_id if runner is not None else None
         ctx = SessionContext(
-            session_id, Platform.GENESYS, Channel.REST, agent_id=agent, conversation_id=conversation_id
+            subject(session_id, conversation_id),
+            Platform.GENESYS,
+            Channel.REST,
+            agent_id=agent,
+            conversation_id=conversation_id,
         )
         return Target(pipeline, gen.api_url, ctx)
 

@@ -150,7 +150,8 @@ class OutboxRow:
 
     id: int
     tenant: str
-    session_id: str
+    # None: an update by conversation id, with no supervised session
+    session_id: str | None
     conversation_id: str
     attribute: str
     # None once the row is settled (the value is wiped: payloads limited to what reconciliation needs)
@@ -193,7 +194,8 @@ class Submission:
 
     update_id: str
     tenant: str
-    session_id: str
+    # None: an update by conversation id, with no supervised session
+    session_id: str | None
     conversation_id: str
     attributes: Mapping[str, str]
     sensitive: frozenset[str]
@@ -260,7 +262,8 @@ class Mismatch:
     id: int
     row_id: int
     tenant: str
-    session_id: str
+    # None: an update by conversation id, with no supervised session
+    session_id: str | None
     conversation_id: str
     attribute: str
     sensitive: bool

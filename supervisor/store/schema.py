@@ -163,6 +163,58 @@ ALTER TABLE desired_sessions ADD COLUMN origin TEXT NOT NULL DEFAULT 'config' CH
 ALTER TABLE desired_sessions ADD COLUMN spec TEXT;
 """
 
+# an attribute update may name a conversation with no supervised session (post-call middleware thinks
+# in conversation ids after the agent's session is gone): ``updates.session_id`` and
+# ``outbox.session_id`` become optional. SQLite cannot drop a NOT NULL constraint in place, so both
+# tables are rebuilt as https://www.sqlite.org/lang_altertable.html ("Making Other Kinds Of Table
+# Schema Changes") says: make the new table, copy, drop the old, rename the new, re-make its indexes.
+# update_rows and mismatches refer to them by name and keep referring to the rebuilt tables;
+# :func:`migrate` switches foreign keys off around the transaction and checks them before it commits.
+_V4: Final = """
+CREATE TABLE updates_v4 (
+    update_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session_id TEXT,
+    conversation_id TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    keys INTEGER NOT NULL,
+    coalesced INTEGER NOT NULL
+);
+INSERT INTO updates_v4 (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced)
+    SELECT update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced FROM updates;
+DROP TABLE updates;
+ALTER TABLE updates_v4 RENAME TO updates;
+
+CREATE TABLE outbox_v4 (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    session_id TEXT,
+    conversation_id TEXT NOT NULL,
+    attribute TEXT NOT NULL,
+    value TEXT,
+    sensitive INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'sending', 'accepted', 'verified', 'repaired',
+                                           'flagged', 'superseded', 'resolved')),
+    created_at REAL NOT NULL,
+    sends INTEGER NOT NULL DEFAULT 0,
+    repairs INTEGER NOT NULL DEFAULT 0,
+    not_before REAL,
+    before_hash TEXT,
+    ledger_id INTEGER,
+    accepted_at REAL,
+    last_error TEXT
+);
+INSERT INTO outbox_v4 (id, tenant, session_id, conversation_id, attribute, value, sensitive, status,
+                       created_at, sends, repairs, not_before, before_hash, ledger_id, accepted_at, last_error)
+    SELECT id, tenant, session_id, conversation_id, attribute, value, sensitive, status,
+           created_at, sends, repairs, not_before, before_hash, ledger_id, accepted_at, last_error FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v4 RENAME TO outbox;
+CREATE UNIQUE INDEX outbox_one_pending ON outbox (conversation_id, attribute) WHERE status = 'pending';
+CREATE INDEX outbox_by_status ON outbox (status, tenant);
+CREATE INDEX outbox_by_attribute ON outbox (conversation_id, attribute);
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
@@ -178,6 +230,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
     Migration(2, "server_sessions.left_at: when a stop handed the session over to the next start", _V2),
     Migration(3, "desired sessions say their origin (config or api) and keep an added session's spec", _V3),
+    Migration(
+        4, "attribute updates without a session: updates and outbox rebuilt with session_id optional", _V4
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -286,20 +341,39 @@ def migrate(conn: sqlite3.Connection, found: int) -> None:
 
     ``conn`` is in autocommit mode (``isolation_level=None``): each step is its own transaction.
     The first step stamps the file (:data:`APPLICATION_ID`) with the tables it makes.
+
+    Foreign keys are off while the steps run (a step may rebuild a table others refer to: dropping
+    the old one would otherwise fail or cascade) and on again afterwards if they were on;
+    ``PRAGMA foreign_keys`` is a no-op inside a transaction, so it is switched around each one
+    (https://www.sqlite.org/foreignkeys.html, section 2). Each step checks every reference
+    (``PRAGMA foreign_key_check``) before it commits, and rolls back if one dangles.
     """
-    for migration in MIGRATIONS[found:]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _statements(migration.script):
-                conn.execute(statement)
-            # PRAGMA takes no parameters; the values are our own integers
-            if migration.version == 1:
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
-            conn.execute(f"PRAGMA user_version = {migration.version:d}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+    enforced = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        for migration in MIGRATIONS[found:]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(migration.script):
+                    conn.execute(statement)
+                dangling = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if dangling:
+                    table, rowid, parent, _ = dangling[0]
+                    raise sqlite3.IntegrityError(
+                        f"migration {migration.version}: {len(dangling)} dangling reference(s), the first "
+                        f"from {table} row {rowid} to {parent}"
+                    )
+                # PRAGMA takes no parameters; the values are our own integers
+                if migration.version == 1:
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+                conn.execute(f"PRAGMA user_version = {migration.version:d}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+    finally:
+        if enforced:
+            conn.execute("PRAGMA foreign_keys = ON")
 
 
 def stamp(conn: sqlite3.Connection) -> None:

@@ -403,9 +403,10 @@ def connections(server: socket.socket) -> int:
         (["ctl", "stop", b"wm-\xff"], "'[ID]...'"),
         (["ctl", "sessions", "--session", b"\xff"], "'--session'"),
         (["ctl", "taxonomy", "use", b"/etc/tax\xff.toml"], "'VERSION|PATH'"),
-        (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'SESSION_ID'"),
-        (["ctl", "attributes", "set", "wm-1", b"k=\xfe"], "'KEY=VALUE...'"),
-        (["ctl", "attributes", "set", "wm-1", b"\xfe=v"], "'KEY=VALUE...'"),
+        (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'[SESSION_ID] KEY=VALUE...'"),
+        (["ctl", "attributes", "set", "wm-1", b"k=\xfe"], "'[SESSION_ID] KEY=VALUE...'"),
+        (["ctl", "attributes", "set", "wm-1", b"\xfe=v"], "'[SESSION_ID] KEY=VALUE...'"),
+        (["ctl", "attributes", "set", "--conversation", b"c-\xff", "k=v"], "'--conversation'"),
         (["watch", "--json", "--session", b"wm-\xff"], "'--session'"),
     ],
 )

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from supervisor.api.protocol import Method
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.harness.config import daemon_config
@@ -179,4 +180,80 @@ async def test_a_cxone_session_is_refused_naming_why(
         code, status, _ = await ctl(daemon, "attributes", "status", "--json")
         assert code == 0 and status is not None
         assert (status["attributes"]["acknowledged"], status["attributes"]["scheduled"]) == (0, 0)
+        assert await daemon.stop() == 0
+
+
+async def test_an_update_by_conversation_id_with_no_session_is_written_read_back_and_verified(
+    genesys_sim: GenesysSimulator, workdir: Path
+) -> None:
+    """Post-call middleware: ``ctl attributes set --conversation ID`` with no supervised session at
+    all; the update is written, read back and verified like a session's, and ``ctl attributes
+    status`` says so. ``--platform cxone`` is refused (Unsupported, exit 1), nothing queued."""
+    conv = genesys_sim.create_conversation()
+    config = daemon_config(genesys_sim.urls, workdir, [], store=workdir / "store.sqlite3")
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(0)
+        code, answer, err = await ctl(
+            daemon, "attributes", "set", "--conversation", conv.id, "wrapup=sale", "survey=yes", "--json"
+        )
+        assert code == 0, err
+        assert answer is not None and answer["accepted"] is True
+        assert (answer["sessionId"], answer["conversationId"]) == (None, conv.id)
+        await daemon.settled()
+        assert dict(conv.customer().attributes) == {"wrapup": "sale", "survey": "yes"}
+        code, status, _ = await ctl(daemon, "attributes", "status", "--json")
+        assert code == 0 and status is not None
+        assert status["attributes"]["rows"]["verified"] == 2 and status["attributes"]["acknowledged"] == 1
+        # written once, then read back (a GET before the write, one after it to verify)
+        assert genesys_sim.recorder.request_count(method="PATCH") == 1
+        code, listed, _ = await ctl(daemon, "mismatches", "--json")
+        assert listed == {"mismatches": []}
+
+        code, refused, err = await ctl(
+            daemon, "attributes", "set", "--conversation", conv.id, "--platform", "cxone", "a=1", "--json"
+        )
+        assert code == 1 and err.count("\n") == 1 and ".Unsupported:" in err, err
+        assert "writes no CXone contact data" in err
+        assert refused is not None and refused["accepted"] is False
+        # a session id and --platform, or --conversation and no pair: bad usage, the daemon is not asked
+        for args in (["wm-0", "--platform", "genesys", "a=1"], ["--conversation", conv.id]):
+            code, _, err = await ctl(daemon, "attributes", "set", *args)
+            assert code == 2 and err.startswith("session-supervisor: usage error:"), (args, err)
+        code, status, _ = await ctl(daemon, "attributes", "status", "--json")
+        assert status is not None and status["attributes"]["acknowledged"] == 1
+        assert await daemon.stop() == 0
+
+
+async def test_a_failed_read_of_a_conversation_with_no_session_flags_the_update_and_ends_nothing(
+    genesys_sim: GenesysSimulator, workdir: Path
+) -> None:
+    """The read before the write meets a fail-fast error (QUEUE_FULL, which ends a session whose
+    update meets it): with no session the update is flagged, and the supervised session on another
+    conversation stays active."""
+    mine = genesys_sim.create_conversation()
+    other = genesys_sim.create_conversation()
+    config = daemon_config(genesys_sim.urls, workdir, [("wm-0", mine.id)], store=workdir / "store.sqlite3")
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(1)
+        genesys_sim.faults.inject(
+            Fault(kind=FaultKind.QUEUE_FULL, endpoint="GET /api/v2/conversations/{conversationId}", count=1)
+        )
+        code, _, err = await ctl(
+            daemon, "attributes", "set", "--conversation", other.id, "note=hello", "--json"
+        )
+        assert code == 0, err
+        await daemon.settled()
+        code, listed, _ = await ctl(daemon, "mismatches", "--json")
+        assert listed is not None
+        (flagged,) = listed["mismatches"]
+        assert (flagged["sessionId"], flagged["conversationId"], flagged["key"]) == (None, other.id, "note")
+        assert flagged["reason"] == "failed: QUEUE_FULL"
+        (event,) = daemon.named("ATTRIBUTE_MISMATCH")
+        assert event["conversationId"] == other.id and event["keys"] == ["note"]
+        assert event["sessionId"] == f"conversation:{other.id}"  # the correlation, no session's id
+        assert dict(other.customer().attributes) == {}
+        # nothing ended: the one session is still active
+        status = await daemon.acall(Method.STATUS)
+        assert status["sessions"]["byState"] == {"active": 1}
+        assert not daemon.named("SESSION_TERMINATED")
         assert await daemon.stop() == 0

@@ -226,3 +226,25 @@ async def test_a_read_back_without_the_conversations_anchors_decides_nothing(
         ledger = list((await h.durable.store.ledger()).values())  # type: ignore[union-attr]
         assert [(e.outcome, e.error_code) for e in ledger] == [(Outcome.FAILED, "INCOMPLETE_RESPONSE")]
         assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes"}  # what the write did stands
+
+
+async def test_an_update_by_conversation_id_with_no_session_is_repaired_and_survives_a_restart(
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The Python API by conversation id, no session configured at all: an update acknowledged and
+    not yet sent when the daemon stops is sent by the next run (its row has no session), and a
+    silently dropped write is detected and repaired as a session's is."""
+    conv = genesys_sim.create_conversation(attributes={"survey": "unset"})
+    text = attributes_config(genesys_sim.urls, [], store=tmp_path / "store.sqlite3")
+    async with durable_daemon(text, tmp_path, clock=clock) as h:
+        answer = await h.service.submit_conversation(conv.id, {"survey": "yes"})
+        assert (answer.session_id, answer.conversation_id) == (None, conv.id)
+        assert answer.as_wire()["sessionId"] is None
+    assert customer_attributes(genesys_sim, conv.id) == {"survey": "unset"}  # not sent yet
+    async with durable_daemon(text, tmp_path, clock=clock) as h:
+        genesys_sim.faults.inject(Fault(kind=FaultKind.SILENT_DROP_ATTRIBUTES, params={"after": 0}, count=1))
+        outcomes = await h.settle()
+        assert outcomes == {answer.update_id: UpdateOutcome.REPAIRED}
+        assert customer_attributes(genesys_sim, conv.id) == {"survey": "yes"}
+        assert genesys_sim.recorder.attributes_dropped(conv.id) == 1
+        assert not h.recorded.named("ATTRIBUTE_MISMATCH")

@@ -83,7 +83,13 @@ def test_the_daemons_descriptions_say_what_the_verbs_take() -> None:
         return {f.name: f.type.kind for f in SIGNATURES[method]}
 
     assert kinds(Method.RESOLVE_MISMATCH) == {"mismatchId": Kind.INT, "resolution": Kind.STRING}
-    assert kinds(Method.SET_ATTRIBUTES) == {"sessionId": Kind.STRING, "attributes": Kind.MAP}
+    # a session's update, or a conversation's by id with no session: exactly one of the two ids
+    assert kinds(Method.SET_ATTRIBUTES) == {
+        "sessionId": Kind.NULLABLE,
+        "conversationId": Kind.NULLABLE,
+        "platform": Kind.NULLABLE,
+        "attributes": Kind.MAP,
+    }
     assert kinds(Method.SUBSCRIBE) == {
         "filter": Kind.NULLABLE,
         "streams": Kind.NULLABLE,

@@ -33,9 +33,10 @@ from supervisor.store import (
     ServerSession,
     ServerState,
     SqliteStore,
+    Submission,
     UpdateOutcome,
 )
-from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, expected_schema
+from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, expected_schema, migrate
 
 pytestmark = pytest.mark.anyio
 
@@ -50,6 +51,7 @@ RELEASED = {
     1: FIXTURES / "v1-6e20883.sqlite3",
     2: FIXTURES / "v2-handover.sqlite3",
     3: FIXTURES / "v3-sessions.sqlite3",
+    4: FIXTURES / "v4-byconv.sqlite3",
 }
 REFUSED = "refusing to open it"
 
@@ -232,6 +234,81 @@ async def test_a_store_of_version_3_keeps_the_sessions_added_over_the_control_so
         assert len(await opened.live_rows()) == 3  # its pending updates are there too
     finally:
         await opened.aclose()
+
+
+async def test_a_store_of_version_3_migrates_with_its_pending_updates_and_takes_updates_with_no_session(
+    tmp_path: Path,
+) -> None:
+    """Migration 4 rebuilds ``updates`` and ``outbox`` (session_id becomes optional): every row of the
+    previous release comes through as it was, references from update_rows and mismatches included,
+    and an update by conversation id with no session is kept and read back."""
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[3], path)
+    conn = sqlite3.connect(f"file:{RELEASED[3]}?immutable=1", uri=True)
+    try:
+        before = {
+            table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
+            for table in ("updates", "outbox", "update_rows", "mismatches")
+        }
+    finally:
+        conn.close()
+    assert before["outbox"] and before["updates"] and before["mismatches"]
+    opened = await SqliteStore.open(path, synchronous="normal")
+    try:
+        live = await opened.live_rows()
+        assert len(live) == 3 and {row.session_id for row in live} == {"wm-0"}
+        assert [m.session_id for m in await opened.mismatches()] == ["wm-0"]
+        result = await opened.submit(
+            Submission(
+                "u-conv", "genesys:https://api.example.test", None, "conv-9", {"k": "v"}, frozenset(), 2000.0
+            ),
+            50,
+        )
+        assert result.accepted
+        mine = [row for row in await opened.live_rows() if row.conversation_id == "conv-9"]
+        assert [(row.session_id, row.attribute, row.value) for row in mine] == [(None, "k", "v")]
+    finally:
+        await opened.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        for table, rows in before.items():
+            after = sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
+            assert all(r in after for r in rows), f"{table} lost rows in migration 4"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert int(conn.execute("PRAGMA foreign_keys").fetchone()[0]) == 0  # a fresh connection's default
+    finally:
+        conn.close()
+
+
+async def test_a_version_4_store_keeps_an_update_with_no_session(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[4], path)
+    opened = await SqliteStore.open(path, synchronous="normal")
+    try:
+        mine = [row for row in await opened.live_rows() if row.conversation_id == "conv-9"]
+        assert [(row.session_id, row.attribute, row.value) for row in mine] == [(None, "wrapup", "sale")]
+    finally:
+        await opened.aclose()
+
+
+def test_a_migration_that_leaves_a_dangling_reference_is_rolled_back(tmp_path: Path) -> None:
+    """migrate() turns foreign keys off to rebuild tables, so it checks them itself before committing."""
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[3], path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        # a row of update_rows pointing at an outbox row that is not there (foreign keys off to make it)
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("INSERT INTO update_rows (update_id, row_id) VALUES ('u-1', 999999)")
+        conn.execute("PRAGMA foreign_keys = ON")
+        with pytest.raises(sqlite3.IntegrityError, match="migration 4: 1 dangling reference"):
+            migrate(conn, 3)
+        assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == 3
+        assert int(conn.execute("PRAGMA foreign_keys").fetchone()[0]) == 1  # switched back on
+        assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name LIKE '%_v4'").fetchall()
+    finally:
+        conn.close()
 
 
 async def test_a_handover_recorded_in_version_2_is_read_and_a_version_1_file_has_none(tmp_path: Path) -> None:
