@@ -24,10 +24,22 @@ STATE_CORRUPTING are the caller's business, not the endpoint's health, and so is
 failure the taxonomy flags ``circuitNeutral`` (a 401 on a token our clock let lapse: 1,000 sessions
 sharing a credential whose token just ran out would otherwise open the circuit for everyone, and
 refuse the very replays that recover them; docs/taxonomy.md, "The 401 rule").
+
+Manual control, beyond the seed (Polly's ``CircuitBreakerManualControl``, Resilience4j's
+``FORCED_OPEN``: operators isolate an endpoint for a maintenance window and reset one after a false
+trip): :meth:`Circuit.isolate` moves any state to ``isolated``, which admits nothing until
+:meth:`Circuit.close` (or, with ``for_s``, the end of that period, noticed by the first ``admit()``
+after it or by :meth:`Circuit.expire`) leads back to ``closed``; :meth:`Circuit.reset` leads any
+state to ``closed`` with its counters cleared (the run of failures, the trips the optional growth
+counts). There is no always-closed state. An isolated circuit refuses as an open one does, saying
+``isolated`` so that its callers can tell a hand from a failure (docs/runtime.md, "Manual circuit
+control"); it is told when it may admit at the earliest: the end of ``for_s``, or ``open_s`` for an
+isolation without an end (the caller asks again, as it would of an open circuit).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
@@ -39,11 +51,13 @@ from machines.effects import (
     CircuitClosed,
     CircuitEffect,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     InputRejected,
 )
 from supervisor.clock import Clock, Rng, iso_utc
+from supervisor.events import ManualAction
 from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
 from supervisor.vocabulary.states import CircuitState
 
@@ -63,6 +77,24 @@ class CircuitMachine(StateMachine):
     probe_succeeded = half_open.to(closed)
     # seed section 2: "Failure returns to Open" (a probe timeout counts as a failure)
     probe_failed = half_open.to(open)
+
+    # manual control (Polly's Isolate(), Resilience4j's FORCED_OPEN): a maintenance window; an
+    # isolation given again only moves its end
+    isolated = State(value=CircuitState.ISOLATED)
+    isolate = (
+        closed.to(isolated) | open.to(isolated) | half_open.to(isolated) | isolated.to.itself(internal=True)  # type: ignore[no-untyped-call,unused-ignore]
+    )
+    # the operator ends the isolation (Polly's Close())
+    close = isolated.to(closed)
+    # the isolation's period ran out
+    isolation_ended = isolated.to(closed)
+    # closed with every counter cleared, from any state (Polly's Reset(): a false trip)
+    reset = (
+        closed.to.itself(internal=True)  # type: ignore[no-untyped-call,unused-ignore]
+        | open.to(closed)
+        | half_open.to(closed)
+        | isolated.to(closed)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +137,8 @@ class Admission:
     retry_in_s: float = 0.0
     probe_id: int = 0
     effects: tuple[CircuitEffect, ...] = field(default=())
+    # refused because an operator isolated the endpoint (not because it failed)
+    isolated: bool = False
 
 
 # the hot path (closed circuit) allocates nothing
@@ -124,6 +158,7 @@ class Circuit:
         "_clock",
         "_config",
         "_failures",
+        "_isolated_until",
         "_open_until",
         "_probe_deadline",
         "_probe_id",
@@ -150,6 +185,8 @@ class Circuit:
         self._probe_id = 0
         # consecutive openings without a successful probe, for the optional growth
         self._trips = 0
+        # while isolated: the monotonic end of the isolation (inf: until closed or reset)
+        self._isolated_until = math.inf
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -166,6 +203,18 @@ class Circuit:
     def consecutive_failures(self) -> int:
         return len(self._failures)
 
+    @property
+    def trips(self) -> int:
+        """Consecutive openings without a successful probe (what the optional growth counts)."""
+        return self._trips
+
+    @property
+    def isolated_until(self) -> float | None:
+        """While isolated with an end: its monotonic time; None otherwise (or isolated until closed)."""
+        if self._state is not CircuitState.ISOLATED or math.isinf(self._isolated_until):
+            return None
+        return self._isolated_until
+
     def retry_in_s(self) -> float | None:
         """Seconds until the circuit may admit again; None while it admits (closed, or open and due)."""
         state = self.state
@@ -174,6 +223,8 @@ class Circuit:
             return None
         if state is CircuitState.OPEN:
             return None if now >= self._open_until else self._open_until - now
+        if state is CircuitState.ISOLATED:
+            return None if now >= self._isolated_until else self._isolation_retry_in(now)
         return max(self._probe_deadline - now, 0.0)
 
     # -- inputs ---------------------------------------------------------------------------
@@ -185,6 +236,11 @@ class Circuit:
             return ADMITTED
         now = self._clock.monotonic()
         effects: tuple[CircuitEffect, ...] = ()
+        if state is CircuitState.ISOLATED:
+            if now < self._isolated_until:
+                return Admission(False, retry_in_s=self._isolation_retry_in(now), isolated=True)
+            # the isolation's period is over: closed again, and this call is admitted
+            return Admission(True, effects=self._end_isolation("isolation_ended", ManualAction.EXPIRE))
         if state is CircuitState.HALF_OPEN:
             if now < self._probe_deadline:
                 # seed section 2: a single probe; concurrent callers are refused at once
@@ -249,7 +305,80 @@ class Circuit:
             return _NO_EFFECTS
         return self._reopen("PROBE_TIMEOUT", self._clock.monotonic())
 
+    # -- manual control (docs/runtime.md, "Manual circuit control") -------------------------
+
+    def isolate(self, for_s: float | None = None) -> tuple[CircuitEffect, ...]:
+        """Admit nothing until :meth:`close`, :meth:`reset` or, with ``for_s``, that many seconds.
+
+        From any state; an isolation given again replaces the end of the one in force. A
+        half-open probe still out is a late answer from now on (it moves nothing).
+        """
+        if for_s is not None and not (for_s > 0.0 and math.isfinite(for_s)):
+            raise ValueError(f"an isolation lasts a positive number of seconds, got {for_s!r}")
+        source = self._state
+        now = self._clock.monotonic()
+        self._isolated_until = math.inf if for_s is None else now + for_s
+        now_iso = iso_utc(self._clock.time())
+        until = None if for_s is None else iso_utc(self._clock.time() + for_s)
+        manual = CircuitManual(
+            self.circuit_id,
+            ManualAction.ISOLATE,
+            source,
+            CircuitState.ISOLATED,
+            for_s,
+            until,
+            timestamp=now_iso,
+        )
+        if source is CircuitState.ISOLATED:
+            return (manual,)  # (an internal move: only its end changed)
+        return (self._move("isolate", "MANUAL", now_iso), manual)
+
+    def close(self) -> tuple[CircuitEffect, ...]:
+        """End an isolation: ``closed``, its counters as they were. Only an isolated circuit closes
+        by hand (an open one is :meth:`reset`); any other state raises InputRejected."""
+        if self._state is not CircuitState.ISOLATED:
+            raise InputRejected(self.circuit_id, self._state, "close")
+        return self._end_isolation("close", ManualAction.CLOSE)
+
+    def expire(self) -> tuple[CircuitEffect, ...]:
+        """The isolation's period is over by now: ``closed`` (nothing when it is not, or there is none)."""
+        if self._state is not CircuitState.ISOLATED or self._clock.monotonic() < self._isolated_until:
+            return _NO_EFFECTS
+        return self._end_isolation("isolation_ended", ManualAction.EXPIRE)
+
+    def reset(self) -> tuple[CircuitEffect, ...]:
+        """From any state to ``closed`` with its counters cleared: the run of failures, the trips
+        the optional growth counts, the open period. A probe still out is a late answer from now on."""
+        source = self._state
+        self._failures.clear()
+        self._trips = 0
+        self._open_until = 0.0
+        self._isolated_until = math.inf
+        now_iso = iso_utc(self._clock.time())
+        manual = CircuitManual(
+            self.circuit_id, ManualAction.RESET, source, CircuitState.CLOSED, timestamp=now_iso
+        )
+        return (self._move("reset", "MANUAL", now_iso), manual)
+
     # -- internals ------------------------------------------------------------------------
+
+    def _isolation_retry_in(self, now: float) -> float:
+        # the end of the isolation, or, without one, an open period (the caller asks again then,
+        # as it would of an open circuit; the runtime wakes its waiting sessions when it ends), at
+        # least a second: an open period of 0 must not make its callers ask in a loop
+        return min(self._isolated_until - now, max(self._config.open_s, 1.0))
+
+    def _end_isolation(self, machine_event: str, action: ManualAction) -> tuple[CircuitEffect, ...]:
+        self._isolated_until = math.inf
+        now_iso = iso_utc(self._clock.time())
+        return (
+            self._move(
+                machine_event, "MANUAL" if action is ManualAction.CLOSE else "ISOLATION_ENDED", now_iso
+            ),
+            CircuitManual(
+                self.circuit_id, action, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=now_iso
+            ),
+        )
 
     def _is_current_probe(self, probe_id: int, input_name: str) -> bool:
         if probe_id < 0 or probe_id > self._probe_id:

@@ -45,7 +45,10 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "One per endpoint, driven by that endpoint's `Endpoint` alone (below). `trip`: 5 consecutive "
         "TRANSIENT failures within 10 s; `probe`: the first `admit()` after the 30 s open period hands "
         "out the single half-open probe; `probe_failed` covers a failed or timed-out probe (all "
-        "numbers from `CircuitConfig`).",
+        "numbers from `CircuitConfig`). By hand (`ctl circuit`, an administrator's verb): `isolate` from "
+        "any state (again: only its end moves) admits nothing until `close`, or `isolation_ended` when "
+        "its `--for` is over; `reset` leads any state to `closed` with its counters cleared. There is "
+        "no always-closed state; an isolation lives in memory only.",
         CircuitMachine,
     ),
 )

@@ -21,6 +21,7 @@ from supervisor.events import (
     REVOKE_AND_REAUTHENTICATE,
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     Event,
@@ -41,6 +42,7 @@ __all__ = [
     "CircuitClosed",
     "CircuitEffect",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
     "Effect",
@@ -116,4 +118,4 @@ Effect = (
     | ReconnectionThrottled
 )
 # what the circuit machine returns: all of them are events
-CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed
+CircuitEffect = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed | CircuitManual

@@ -47,8 +47,9 @@ from machines.effects import CircuitEffect
 from machines.pacing import Pacer, PacerReport, echo_of_throttle
 from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.taxonomy.model import SdkErrorEvent, TaxonomyClass
-from supervisor.vocabulary import EndpointId
+from supervisor.vocabulary import CircuitState, EndpointId
 
 __all__ = [
     "GO",
@@ -91,11 +92,13 @@ GO: Final = Ticket()
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """The circuit refused the attempt: it may admit again in ``retry_in_s`` at the earliest."""
+    """The circuit refused the attempt: it may admit again in ``retry_in_s`` at the earliest.
+    ``isolated``: an operator isolated the endpoint (``ctl circuit isolate``), nothing failed."""
 
     circuit_id: str
     retry_in_s: float
     effects: tuple[CircuitEffect, ...] = ()
+    isolated: bool = False
 
 
 class Booking:
@@ -232,7 +235,9 @@ class Endpoint:
                 return wait
         admission = self._circuit.admit()
         if not admission.allowed:
-            return Refused(self._circuit.circuit_id, admission.retry_in_s, admission.effects)
+            return Refused(
+                self._circuit.circuit_id, admission.retry_in_s, admission.effects, admission.isolated
+            )
         if admission.probe_id or admission.effects:
             return Ticket(admission.probe_id, admission.effects)
         return GO
@@ -292,14 +297,24 @@ class Endpoint:
         go now, else the seconds to wait before asking again (``Pacer.respace``)."""
         return 0.0 if self._pacer is None else self._pacer.respace(queued_at)
 
-    def answered(self, ticket: Ticket, failure: SdkErrorEvent | None, sent_at: float) -> Moves:
+    def answered(
+        self,
+        ticket: Ticket,
+        failure: SdkErrorEvent | None,
+        sent_at: float,
+        reading: RateLimitReading | None = None,
+    ) -> Moves:
         """The attempt that left at ``sent_at`` (monotonic) was answered: ``failure`` None when
         the endpoint answered it (a success, or a success the caller then judged incomplete: the
-        endpoint is healthy), else its classified failure. Each is told once, here."""
+        endpoint is healthy), else its classified failure. Each is told once, here. ``reading``:
+        what the answer said of the platform's rate window (``Pacer.reading``: the pace slows
+        before the window is spent)."""
         circuit, pacer = self._circuit, self._pacer
         if failure is None:
             effects = circuit.record_success(ticket.probe_id)
             report = None if pacer is None else pacer.admitted(self._clock.monotonic() - sent_at)
+            if reading is not None and pacer is not None:
+                report = pacer.reading(reading) or report
             return QUIET if not effects and report is None else Moves(effects, report)
         throttled = throttles(failure)
         effects = _NO_EFFECTS
@@ -322,6 +337,33 @@ class Endpoint:
         (``Pacer.lost``: restart from the initial rate unless attempts are going through)."""
         return None if self._pacer is None else self._pacer.lost()
 
+    # -- manual control of the circuit (docs/runtime.md, "Manual circuit control") -------------
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        return self._circuit.state
+
+    @property
+    def isolated_until(self) -> float | None:
+        """The monotonic end of the circuit's isolation, when it has one (``Circuit.isolated_until``)."""
+        return self._circuit.isolated_until
+
+    def isolate(self, for_s: float | None = None) -> tuple[CircuitEffect, ...]:
+        """Admit nothing until closed, reset or ``for_s`` seconds from now (``Circuit.isolate``)."""
+        return self._circuit.isolate(for_s)
+
+    def close(self) -> tuple[CircuitEffect, ...]:
+        """End the circuit's isolation (``Circuit.close``: only an isolated circuit closes by hand)."""
+        return self._circuit.close()
+
+    def expire(self) -> tuple[CircuitEffect, ...]:
+        """The isolation's period is over by now: closed (``Circuit.expire``; nothing otherwise)."""
+        return self._circuit.expire()
+
+    def reset(self) -> tuple[CircuitEffect, ...]:
+        """Closed with the circuit's counters cleared, from any state (``Circuit.reset``)."""
+        return self._circuit.reset()
+
     # -- the retry budget across calls ---------------------------------------------------------
 
     def called(self) -> None:
@@ -332,3 +374,8 @@ class Endpoint:
     def may_retry(self) -> bool:
         """May a retry that came due go out now? Counted when it may."""
         return self._budget is None or self._budget.allow_retry()
+
+    @property
+    def retries_refused(self) -> int | None:
+        """Retries the retry budget refused so far (a metric); None when the endpoint has no budget."""
+        return None if self._budget is None else self._budget.refused

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from supervisor.clock import Clock
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
 __all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
@@ -101,6 +102,12 @@ class PacingConfig:
     # (RFC 5681 section 2), and a throttle comes back with at most about this many attempts behind
     # it. None: no cap (REST calls; docs/benchmarks.md "Admission at a binding limit")
     in_flight_floor: int | None = None
+    # the platform's own reading of the rate window (Genesys' inin-ratelimit-count/allowed/reset,
+    # :meth:`Pacer.reading`): once this share of the window is spent, what is left of it is spread
+    # over the time left, so the window is not spent before it starts again and nothing is refused.
+    # Below it the endpoint goes at its own pace (a burst that fits the window is not slowed).
+    # None: readings are ignored (docs/benchmarks.md, "Slowing down before the 429")
+    headroom: float | None = None
 
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
@@ -115,6 +122,8 @@ class PacingConfig:
             raise ValueError(f"in_flight_floor must be >= 1 or None, got {self.in_flight_floor!r}")
         if not self.cubic_c > 0:
             raise ValueError(f"cubic_c must be > 0, got {self.cubic_c!r}")
+        if self.headroom is not None and not 0.0 <= self.headroom < 1.0:
+            raise ValueError(f"headroom must be within [0, 1) or None, got {self.headroom!r}")
         for name in (
             "increase",
             "default_pause_s",
@@ -153,6 +162,8 @@ class Pacer:
 
     __slots__ = (
         "_admitted_slices",
+        "_ceiling",
+        "_ceiling_until",
         "_clock",
         "_config",
         "_last_booked",
@@ -207,13 +218,29 @@ class Pacer:
         self._slice = 0
         #: rises with every throttle: a slot reserved before it is void (the caller reserves again)
         self.generation = 0
+        # the platform's rate window read from its answers (:meth:`reading`): attempts per second
+        # that spend what is left of it by its end, until that end (monotonic); None: no ceiling
+        self._ceiling: float | None = None
+        self._ceiling_until = -math.inf
 
     # -- inspection ---------------------------------------------------------------------------
 
     @property
     def rate(self) -> float | None:
         """Attempts per second admitted now; None while the endpoint is unpaced."""
-        return self._rate
+        return self._pace(self._clock.monotonic())
+
+    @property
+    def ceiling(self) -> float | None:
+        """The rate the platform's window reading allows now (:meth:`reading`); None: no ceiling."""
+        return self._ceiling if self._clock.monotonic() < self._ceiling_until else None
+
+    def _pace(self, now: float) -> float | None:
+        """The rate slots are handed out at: the adaptive rate, under the window's ceiling if any."""
+        rate = self._rate
+        if self._ceiling is None or now >= self._ceiling_until:
+            return rate
+        return self._ceiling if rate is None else min(rate, self._ceiling)
 
     @property
     def caps_in_flight(self) -> bool:
@@ -252,15 +279,21 @@ class Pacer:
         now = self._clock.monotonic()
         start = max(now, self._paused_until)
         rate = self._rate
-        if rate is None:
-            return start - now, start <= now
         cfg = self._config
         initial = cfg.initial_rate
-        if initial is not None and rate > initial and now - self._last_booked > cfg.idle_restart_s:
+        if (
+            rate is not None
+            and initial is not None
+            and rate > initial
+            and now - self._last_booked > cfg.idle_restart_s
+        ):
             # idle: restart from the initial rate; slow start regrows it up to the last cut
-            rate = self._rate = initial
+            self._rate = initial
             self._published_rate = initial
             self._min_rtt = math.inf
+        rate = self._pace(now)
+        if rate is None:
+            return start - now, start <= now
         slot = max(start, self._tat)
         if slot - now > cfg.lookahead_s:
             return min(slot - now, cfg.lookahead_s), False
@@ -278,10 +311,10 @@ class Pacer:
         which spaces the late ones again at the rate: a stall does not bank capacity. A caller on
         time goes at once.
         """
-        rate = self._rate
+        now = self._clock.monotonic()
+        rate = self._pace(now)
         if rate is None:
             return 0.0
-        now = self._clock.monotonic()
         tat = max(self._sent_tat, now)
         early = tat - now - self._config.send_burst_s
         if now - due >= self._config.send_burst_s and early > 1e-6:  # (not a float's rounding)
@@ -300,7 +333,8 @@ class Pacer:
         send check again, as a late caller: the waiters released together leave spaced at the
         rate. One that got its place at once goes (its send was checked on time).
         """
-        if self._rate is None or self._clock.monotonic() - queued_at < self._config.send_burst_s:
+        now = self._clock.monotonic()
+        if self._pace(now) is None or now - queued_at < self._config.send_burst_s:
             return 0.0
         return self.send(queued_at)
 
@@ -331,6 +365,48 @@ class Pacer:
             self._published_rate = self._rate
             return PacerReport(self.endpoint, self._rate, published, "probe", kind=self.kind)
         return None
+
+    def reading(self, reading: RateLimitReading) -> PacerReport | None:
+        """An answer read the platform's rate window of its token: ``count`` of ``allowed`` spent,
+        starting again in ``reset_s`` (docs/platforms.md, "Genesys Cloud Platform REST").
+
+        Once ``headroom`` of the window is spent, the attempts left in it are spread evenly over the
+        time left: a ceiling of ``(allowed - count) / reset_s`` per second until the window starts
+        again, so the window lasts until then and no answer is a 429 (a Retry-After pause costs the
+        whole endpoint more than going a little slower); a window spent to the last call pauses the
+        endpoint until it starts again, as a Retry-After would. Below ``headroom`` there is no
+        ceiling: a burst that fits in what the window has left goes at once. The adaptive rate
+        (slow start, the cut on a throttle) still applies under the ceiling. A ``PacerReport``
+        (reason ``ratelimit``) when the ceiling comes on or is lifted, or the endpoint is paused,
+        not for each reading.
+        """
+        headroom = self._config.headroom
+        if headroom is None:
+            return None
+        now = self._clock.monotonic()
+        before = self._ceiling if now < self._ceiling_until else None
+        # (a reset of 0 s: the window starts again within the second the answer was sent)
+        reset_s = max(reading.reset_s, 1.0)
+        left = reading.allowed - reading.count
+        paused = 0.0
+        if reading.used < headroom:
+            ceiling = None
+        elif left > 0:
+            ceiling = left / reset_s
+        else:
+            # the window is spent: nobody asks before it starts again (a call now is a 429), as
+            # after a Retry-After; then the ceiling of that window is over
+            ceiling = 1.0 / reset_s
+            pause_until = now + reset_s
+            if pause_until > self._paused_until + 1e-9:
+                self._paused_until = pause_until
+                self.generation += 1
+                paused = reset_s
+        self._ceiling = ceiling
+        self._ceiling_until = now + reset_s if ceiling is not None else -math.inf
+        if (before is None) == (ceiling is None) and not paused:
+            return None
+        return PacerReport(self.endpoint, self._pace(now), before, "ratelimit", paused, self.kind)
 
     def lost(self) -> PacerReport | None:
         """The platform dropped a connection (the session reconnects): restart from ``initial_rate``.

@@ -40,6 +40,10 @@ class CircuitRegistry:
     def all(self) -> dict[EndpointId, Circuit]:
         return dict(self._circuits)
 
+    def forget(self, endpoint: EndpointId) -> None:
+        """Drop ``endpoint``'s circuit (a bounded table evicted the endpoint)."""
+        self._circuits.pop(endpoint, None)
+
 
 class Endpoints:
     """One :class:`~machines.endpoint.Endpoint` per endpoint, made on first use (docs/runtime.md, "One attempt path").
@@ -50,9 +54,13 @@ class Endpoints:
     endpoint paces REST calls from ``rest`` and engages only at the first throttle, and both
     cap retries across calls with ``budget`` (ratio, minimum per second). A token endpoint has its
     circuit only. With admission not adaptive (``connect`` and ``rest`` None) there are no pacers.
+
+    ``limit``: at most this many endpoints are kept, the least recently used one (and its circuit)
+    forgotten to make room (the library's endpoints are named by route, which a caller's URLs
+    could multiply without end); None, the daemon's: its endpoints are few and named by config.
     """
 
-    __slots__ = ("_budget", "_connect", "_endpoints", "_rest", "circuits", "clock")
+    __slots__ = ("_budget", "_connect", "_endpoints", "_limit", "_rest", "circuits", "clock")
 
     def __init__(
         self,
@@ -62,8 +70,12 @@ class Endpoints:
         connect: PacingConfig | None = None,
         rest: PacingConfig | None = None,
         budget: tuple[float, float] | None = None,
+        limit: int | None = None,
     ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit!r}")
         self.clock = clock
+        self._limit = limit
         self.circuits = circuits if circuits is not None else CircuitRegistry(clock)
         self._connect = connect
         self._rest = rest
@@ -81,7 +93,13 @@ class Endpoints:
     def get(self, name: EndpointId) -> Endpoint:
         """The endpoint ``name`` as made before, else a REST endpoint."""
         endpoint = self._endpoints.get(name)
-        return endpoint if endpoint is not None else self._made(name, EndpointKind.REST)
+        if endpoint is None:
+            return self._made(name, EndpointKind.REST)
+        if self._limit is not None:
+            # most recently used last (a dict keeps insertion order): the first is evicted first
+            del self._endpoints[name]
+            self._endpoints[name] = endpoint
+        return endpoint
 
     def all(self) -> dict[EndpointId, Endpoint]:
         return dict(self._endpoints)
@@ -100,6 +118,10 @@ class Endpoints:
             if self._budget is not None:
                 ratio, min_per_s = self._budget
                 budget = RetryBudget(self.clock, ratio=ratio, min_per_s=min_per_s)
+        if self._limit is not None and len(self._endpoints) >= self._limit:
+            oldest = next(iter(self._endpoints))
+            del self._endpoints[oldest]
+            self.circuits.forget(oldest)
         endpoint = self._endpoints[name] = Endpoint(
             name, kind, self.clock, self.circuits.get(name), pacer=pacer, budget=budget
         )

@@ -32,6 +32,10 @@ Rules (seed sections in brackets):
   RETRY_EXHAUSTED (the platform said "not today", the Genesys Java SDK's 180 s rule);
 * while the endpoint's circuit is open a due reconnection is deferred, not counted, and
   RECONNECTION_THROTTLED is emitted [edge case 1];
+* while an operator holds the endpoint isolated (``held``: ``ctl circuit isolate``, beyond the
+  seed) the session waits the same way and its horizon does not run: the time spent held is
+  added to the horizon when the isolation lets it try again (docs/runtime.md, "Manual circuit
+  control"). A maintenance window is nobody's failure, and must not end a session;
 * nothing leaves ``terminated``: a full re-authentication builds a new SessionCore [section 3];
 * a daemon that stops with a store hands its sessions over (beyond the seed): the session moves to
   ``handed-over``, a final state of its own, with SESSION_HANDED_OVER and no SESSION_TERMINATED: it
@@ -136,6 +140,7 @@ class SessionCore:
         "_attempts",
         "_clock",
         "_config",
+        "_held_since",
         "_last_delay_ms",
         "_lost_at",
         "_rng",
@@ -158,6 +163,9 @@ class SessionCore:
         self._last_delay_ms: float | None = None
         # monotonic time the connection was lost (the horizon runs from there); None while up
         self._lost_at: float | None = None
+        # monotonic time an isolation of the endpoint began holding the session (the horizon
+        # stands still meanwhile); None when nothing holds it
+        self._held_since: float | None = None
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -179,10 +187,23 @@ class SessionCore:
     def handed_over(self) -> bool:
         return self.state is SessionState.HANDED_OVER
 
+    def configure(self, config: SessionConfig) -> None:
+        """Take reloaded reconnection settings: the next delay and horizon check use them (a
+        reconnection already scheduled keeps its delay)."""
+        self._config = config
+
     @property
     def horizon_deadline(self) -> float | None:
-        """Monotonic time past which the current reconnection gives up; None while connected."""
-        return None if self._lost_at is None else self._lost_at + self._config.horizon_s
+        """Monotonic time past which the current reconnection gives up; None while connected, and
+        while an isolation holds the session (its horizon does not run)."""
+        if self._lost_at is None or self._held_since is not None:
+            return None
+        return self._lost_at + self._config.horizon_s
+
+    @property
+    def held(self) -> bool:
+        """An isolation of its endpoint holds the session (its horizon stands still)."""
+        return self._held_since is not None
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -213,6 +234,7 @@ class SessionCore:
         self._attempts = 0
         self._last_delay_ms = None
         self._lost_at = None
+        self._held_since = None
         return effects
 
     def failure(self, event: SdkErrorEvent) -> list[Effect]:
@@ -239,18 +261,25 @@ class SessionCore:
             return self._terminate("fail_fast", TerminationReason.PERMANENT_SESSION_ERROR, event, event.code)
         return []
 
-    def reconnect_due(self, circuit_open_remaining_s: float | None) -> list[Effect]:
+    def reconnect_due(self, circuit_open_remaining_s: float | None, *, held: bool = False) -> list[Effect]:
         """The reconnection timer fired; ``circuit_open_remaining_s`` is None when the circuit admits.
 
         Admitted: move to connecting and emit :class:`Reconnect`. Refused: defer to
         ``now + remaining`` without counting an attempt, emit RECONNECTION_THROTTLED
-        (seed edge case 1). Accepted only while reconnecting, so a second timer is caught.
+        (seed edge case 1). ``held``: refused by an operator's isolation, the horizon stands
+        still until it lets the session try again. Accepted only while reconnecting, so a
+        second timer is caught.
         """
         self._require(SessionState.RECONNECTING, "reconnect_due")
         now_iso = iso_utc(self._clock.time())
+        refused = circuit_open_remaining_s is not None and circuit_open_remaining_s > 0.0
+        if refused and held:
+            self._hold()
+        else:
+            self._release()
         if circuit_open_remaining_s is not None and circuit_open_remaining_s > 0.0:
             delay = circuit_open_remaining_s
-            if self._past_horizon(delay):
+            if not held and self._past_horizon(delay):
                 # the endpoint stays closed past the horizon: the session gives up (RETRY_EXHAUSTED)
                 return self._give_up(None, GiveUpReason.HORIZON)
             if self._config.throttle_jitter_s > 0.0:
@@ -267,11 +296,12 @@ class SessionCore:
             ]
         return [self._move("reconnect", "RECONNECT_DUE", now_iso), Reconnect(self.session_id, self._attempts)]
 
-    def connect_refused(self, circuit_open_remaining_s: float) -> list[Effect]:
+    def connect_refused(self, circuit_open_remaining_s: float, *, held: bool = False) -> list[Effect]:
         """An attempt could not even start: a circuit it needs is open for ``remaining`` s.
 
         Not counted as an attempt (seed edge case 1); the session waits in ``reconnecting``
-        and the horizon runs from now if it was not already running. Accepted while connecting,
+        and the horizon runs from now if it was not already running (``held``: an operator's
+        isolation refused it, the horizon stands still meanwhile). Accepted while connecting,
         and while active: a live connection whose own next request (a CXone poll) the circuit
         refused has not failed either, it cannot go on (no failure is made up for it).
         """
@@ -279,10 +309,14 @@ class SessionCore:
             self._require(SessionState.CONNECTING, "connect_refused")
         if self._lost_at is None:
             self._lost_at = self._clock.monotonic()
+        if held:
+            self._hold()
+        else:
+            self._release()
         delay = max(circuit_open_remaining_s, 0.0)
         if self._config.throttle_jitter_s > 0.0:
             delay += self._rng.random() * self._config.throttle_jitter_s
-        if self._past_horizon(delay):
+        if not held and self._past_horizon(delay):
             return self._give_up(None, GiveUpReason.HORIZON)
         now_iso = iso_utc(self._clock.time())
         attempt = self._attempts
@@ -332,8 +366,22 @@ class SessionCore:
         self._send(machine_event)
         return SessionTransition(self.session_id, source, self.state, machine_event, reason, now_iso)
 
+    def _hold(self) -> None:
+        """An isolation holds the session: its horizon stands still from now (if it ran)."""
+        if self._held_since is None and self._lost_at is not None:
+            self._held_since = self._clock.monotonic()
+
+    def _release(self) -> None:
+        """Nothing holds the session any more: the horizon runs again, moved by the time held."""
+        held_since = self._held_since
+        if held_since is not None:
+            self._held_since = None
+            if self._lost_at is not None:
+                self._lost_at += self._clock.monotonic() - held_since
+
     def _drop(self, event: SdkErrorEvent) -> list[Effect]:
         """Connection lost: schedule the next reconnection, or give up past the horizon."""
+        self._release()
         policy: RetryPolicy = event.policy
         index = self._attempts  # 0-based: reconnections already scheduled since the last success
         if index == 0:

@@ -38,10 +38,24 @@ _EXPORTS: dict[str, str] = {
     "FaultKind": "supervisor.sim.faults",
     # the injected clock those examples drive the simulators with
     "FakeClock": "supervisor.clock",
+    # the decision core as a library (docs/library.md): each name is a contract, changed only after
+    # one minor release of DeprecationWarning (docs/library.md, "Compatibility")
+    "ResilientTransport": "supervisor.http",
+    "resilient": "supervisor.library.decorator",
+    "classify": "supervisor.library.classify",
+    "Tokens": "supervisor.library.tokens",
+    "RetryDetails": "supervisor.library.hooks",
+    "RetryHook": "supervisor.library.hooks",
+    "SdkError": "supervisor.errors",
+    "CircuitOpenError": "supervisor.errors",
+    "SdkErrorEvent": "supervisor.taxonomy.model",
+    "TaxonomyClass": "supervisor.taxonomy.model",
+    "Trigger": "supervisor.taxonomy.model",
 }
 
 __all__ = [
     "DISTRIBUTION",
+    "CircuitOpenError",
     "CxoneSimConfig",
     "CxoneSimulator",
     "FakeClock",
@@ -49,7 +63,17 @@ __all__ = [
     "FaultKind",
     "GenesysSimConfig",
     "GenesysSimulator",
+    "ResilientTransport",
+    "RetryDetails",
+    "RetryHook",
+    "SdkError",
+    "SdkErrorEvent",
+    "TaxonomyClass",
+    "Tokens",
+    "Trigger",
     "__version__",
+    "classify",
+    "resilient",
 ]
 
 

@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -154,6 +154,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     retry_budget_ratio: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 0.1
     # ... plus this many retries per second whatever the traffic
     retry_budget_min_per_second: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 5.0
+    # read Genesys' inin-ratelimit-count/allowed/reset from every REST answer and slow an endpoint's
+    # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
+    # 429 slows them
+    rate_limit_headers: bool = True
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -271,6 +275,10 @@ class EventsConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_f
     resync_in_flight: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
 
 
+# ``[telemetry] prometheus``: ``port``, ``:port``, ``host:port`` with an IPv4 literal or ``localhost``, ``[v6]:port``
+PROMETHEUS_ADDRESS = r"^(?:(?:\[[0-9A-Fa-f:.]+\]|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost)?:)?[0-9]{1,5}$"
+
+
 class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``[telemetry]``: OpenTelemetry export (docs/telemetry.md); each key wins over its OTEL_* variable."""
 
@@ -282,6 +290,9 @@ class TelemetrySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     service_name: _Id | None = None
     # a credential file of collector headers (``name=value``, one per line or comma-separated)
     headers_file: str | None = None
+    # a Prometheus scrape endpoint, ``host:port`` (an IP literal or ``localhost``) or a bare ``port``
+    # (127.0.0.1); needs the ``[prometheus]`` extra (docs/telemetry.md, "Prometheus")
+    prometheus: Annotated[str, msgspec.Meta(pattern=PROMETHEUS_ADDRESS)] | None = None
 
 
 class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -430,36 +441,76 @@ def _check(config: Config, origin: str) -> None:
         if spec.id in seen:
             raise ConfigError(f"{origin}: {where}.id: duplicate session id '{spec.id}'")
         seen.add(spec.id)
-        if getattr(config.platforms, spec.platform.value) is None:
-            raise ConfigError(f"{origin}: {where}.platform: [platforms.{spec.platform}] is not configured")
-        if spec.platform is Platform.CXONE and spec.kind is not SessionKind.AGENT_SESSION:
-            raise ConfigError(f"{origin}: {where}.kind: a cxone session is an 'agent-session'")
-        if spec.platform is Platform.GENESYS and spec.kind is SessionKind.AGENT_SESSION:
-            raise ConfigError(
-                f"{origin}: {where}.kind: a genesys session is 'webmessaging' or 'notifications'"
-            )
-        genesys = config.platforms.genesys
-        if spec.kind is SessionKind.WEBMESSAGING and genesys is not None:
-            if genesys.webmessaging_url is None:
-                raise ConfigError(f"{origin}: platforms.genesys.webmessagingUrl: required by {where}")
-            if (spec.deployment_id or genesys.deployment_id) is None:
-                raise ConfigError(
-                    f"{origin}: {where}.deploymentId: required (or platforms.genesys.deploymentId)"
-                )
-        if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
-            if genesys.client_id is None:
-                raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
-            if spec.agent_id is None:
-                # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
-                raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
+        if spec.kind is SessionKind.NOTIFICATIONS:
             channels += 1
-            if channels > GENESYS_CHANNELS_PER_CLIENT:
-                # a 21st channel would evict the oldest: two sessions would fight over a channel forever
-                raise ConfigError(
-                    f"{origin}: {where}.kind: more than {GENESYS_CHANNELS_PER_CLIENT} notifications sessions; "
-                    f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
-                    "(platforms.genesys.clientId is shared by all of them)"
-                )
+        check_session(config, spec, origin, where, notifications=channels)
+
+
+def check_session(config: Config, spec: SessionSpec, origin: str, where: str, *, notifications: int) -> None:
+    """Whether ``spec`` can run on ``config``'s platforms: the one check of a session entry, for the
+    file's ``[[sessions]]`` and for sessions added over the control socket alike.
+
+    ``notifications``: the notifications sessions there would be with this one (Genesys' channel limit).
+    """
+    if getattr(config.platforms, spec.platform.value) is None:
+        raise ConfigError(f"{origin}: {where}.platform: [platforms.{spec.platform}] is not configured")
+    if spec.platform is Platform.CXONE and spec.kind is not SessionKind.AGENT_SESSION:
+        raise ConfigError(f"{origin}: {where}.kind: a cxone session is an 'agent-session'")
+    if spec.platform is Platform.GENESYS and spec.kind is SessionKind.AGENT_SESSION:
+        raise ConfigError(f"{origin}: {where}.kind: a genesys session is 'webmessaging' or 'notifications'")
+    genesys = config.platforms.genesys
+    if spec.kind is SessionKind.WEBMESSAGING and genesys is not None:
+        if genesys.webmessaging_url is None:
+            raise ConfigError(f"{origin}: platforms.genesys.webmessagingUrl: required by {where}")
+        if (spec.deployment_id or genesys.deployment_id) is None:
+            raise ConfigError(f"{origin}: {where}.deploymentId: required (or platforms.genesys.deploymentId)")
+    if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
+        if genesys.client_id is None:
+            raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+        if spec.agent_id is None:
+            # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
+            raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
+        if notifications > GENESYS_CHANNELS_PER_CLIENT:
+            # a 21st channel would evict the oldest: two sessions would fight over a channel forever
+            raise ConfigError(
+                f"{origin}: {where}.kind: more than {GENESYS_CHANNELS_PER_CLIENT} notifications sessions; "
+                f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
+                "(platforms.genesys.clientId is shared by all of them)"
+            )
+
+
+#: the platform each session kind runs on (a spec added over the control socket may leave it out)
+KIND_PLATFORM: Final[Mapping[SessionKind, Platform]] = {
+    SessionKind.WEBMESSAGING: Platform.GENESYS,
+    SessionKind.NOTIFICATIONS: Platform.GENESYS,
+    SessionKind.AGENT_SESSION: Platform.CXONE,
+}
+
+
+def parse_session(raw: object, config: Config, origin: str, where: str, *, notifications: int) -> SessionSpec:
+    """One session entry given as data (a JSON object over the control socket), validated exactly as
+    a ``[[sessions]]`` entry of the file is: the same fields and types, then :func:`check_session`.
+
+    ``platform`` may be left out: the kind implies it (a given one is checked against the kind).
+    ``notifications``: the notifications sessions there are already. Errors are located at ``where``
+    (``sessions[3].kind: ...``), as the file's are.
+    """
+    if isinstance(raw, Mapping) and "platform" not in raw and isinstance(raw.get("kind"), str):
+        implied = next((p for k, p in KIND_PLATFORM.items() if k.value == raw["kind"]), None)
+        if implied is not None:
+            raw = {**raw, "platform": implied.value}
+    try:
+        spec = msgspec.convert(raw, SessionSpec)
+    except msgspec.ValidationError as exc:
+        path, problem = located(str(exc))
+        # msgspec locates it in the entry ($.kind): said as the file's errors say it (sessions[3].kind)
+        suffix = path.removeprefix("$").lstrip(".")
+        field = f"{where}.{suffix}" if suffix else where
+        wrapped = msgspec.ValidationError(f"{problem} - at `$.{field}`")
+        raise _located(origin, wrapped) from None
+    extra = 1 if spec.kind is SessionKind.NOTIFICATIONS else 0
+    check_session(config, spec, origin, where, notifications=notifications + extra)
+    return spec
 
 
 def load_config(path: str | Path) -> Config:

@@ -138,10 +138,33 @@ class SendUnconfirmed(OperationError):
 class CircuitOpenError(SessionError):
     """The endpoint's circuit is open (or its one probe is out); try again in ``retry_in_s``."""
 
-    def __init__(self, circuit_id: str, retry_in_s: float) -> None:
+    def __init__(self, circuit_id: str, retry_in_s: float, *, isolated: bool = False) -> None:
         self.circuit_id = circuit_id
         self.retry_in_s = retry_in_s
-        super().__init__(f"circuit {circuit_id} is open; retry in {retry_in_s:.1f} s")
+        #: an operator isolated the endpoint (``ctl circuit isolate``): nothing failed
+        self.isolated = isolated
+        held = "is isolated by an operator" if isolated else "is open"
+        super().__init__(f"circuit {circuit_id} {held}; retry in {retry_in_s:.1f} s")
+
+
+class SdkError(SessionError):
+    """A call through the library (``supervisor.http``, ``supervisor.resilient``) failed for good.
+
+    ``event`` is the :class:`~supervisor.taxonomy.model.SdkErrorEvent` that decided it (the seed's
+    fields: ``event.as_json()``); ``outcome_unknown`` is True when the request may have been applied
+    and was not sent again (a 504 on a create): read back before sending it again.
+    """
+
+    def __init__(
+        self, event: SdkErrorEvent, *, outcome_unknown: bool = False, exhausted: bool = False
+    ) -> None:
+        self.event = event
+        self.outcome_unknown = outcome_unknown
+        self.exhausted = exhausted
+        what = " (outcome unknown: not sent again)" if outcome_unknown else ""
+        if exhausted:
+            what = " (retries exhausted)"
+        super().__init__(f"{event.platform or 'call'} failed: {event.code}{what}")
 
 
 class ApiError(SupervisorError):

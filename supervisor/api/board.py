@@ -32,7 +32,7 @@ from supervisor.events import (
     SessionTerminated,
     SessionTransition,
 )
-from supervisor.runtime.sessions import CircuitReader, SessionReader
+from supervisor.runtime.sessions import CircuitReader, Origin, SessionReader
 from supervisor.vocabulary import CircuitState, EndpointId, SessionState
 
 __all__ = ["Row", "StateBoard"]
@@ -64,6 +64,8 @@ class Row:
     attempts: int = 0
     last_error: dict[str, str] | None = None
     termination: dict[str, Any] | None = None
+    # "config" (the file's) or "api" (added over the control socket)
+    origin: str = "config"
 
     @property
     def wire_state(self) -> str:
@@ -91,6 +93,7 @@ class Row:
             "attempts": self.attempts,
             "lastError": self.last_error,
             "circuit": circuit,
+            "origin": self.origin,
         }
         if self.platform_session_id is not None:
             out["platformSessionId"] = self.platform_session_id
@@ -149,7 +152,9 @@ class StateBoard:
             row.attempts = event.attempt
         elif isinstance(event, ErrorClassified):
             session_id = event.event.context.get("sessionId")
-            if isinstance(session_id, str):
+            # a failure classified for no session (a token endpoint's own context, "oauth", when a
+            # reload tries a rotated credential) makes no row: it would show as a session
+            if isinstance(session_id, str) and self._known(session_id):
                 row = self._row(session_id)
                 sdk = event.event
                 row.last_error = {"code": sdk.code, "class": sdk.taxonomy_class.value, "at": sdk.timestamp}
@@ -189,6 +194,13 @@ class StateBoard:
         )
 
     # ------------------------------------------------------------------ rows
+    def _known(self, session_id: str) -> bool:
+        return (
+            session_id in self._rows
+            or session_id in self._sessions.runners
+            or self._sessions.spec(session_id) is not None
+        )
+
     def _row(self, session_id: str) -> Row:
         row = self._rows.get(session_id)
         if row is None:
@@ -211,6 +223,7 @@ class StateBoard:
                 None,
                 self.started_at,
                 agent_id=agent,
+                origin=self._origin(session_id),
             )
         context = runner.context
         row = Row(
@@ -224,6 +237,7 @@ class StateBoard:
             conversation_id=context.conversation_id,
             platform_session_id=context.platform_session_id,
             attempts=runner.core.attempts,
+            origin=self._origin(session_id),
         )
         if runner.termination is not None:
             t = runner.termination
@@ -235,6 +249,9 @@ class StateBoard:
                 "at": t.timestamp,
             }
         return row
+
+    def _origin(self, session_id: str) -> str:
+        return (self._sessions.origin_of(session_id) or Origin.CONFIG).value
 
     def rows(self) -> list[Row]:
         """Every supervised session (the runners' order), seeded where the bus has not spoken yet."""

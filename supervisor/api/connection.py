@@ -157,6 +157,8 @@ class UnixService:
         self._listener = listener
         # (device, inode, ctime) of the file we bound, removed at exit only if still ours; None if handed over
         self._ours: Identity | None = None
+        # each connection's cancel scope: a reload that takes a peer's access away ends its connections
+        self._running: dict[Connection, anyio.CancelScope] = {}
         self.active = 0
         self.accepted = 0
         self.refused = 0
@@ -172,6 +174,20 @@ class UnixService:
             "overCapacity": self.over_capacity,
             "internalErrors": self.internal_errors,
         }
+
+    def reconfigure(self, policy: PeerPolicy, max_connections: int) -> int:
+        """Take a reloaded access list and connection cap: new connections are checked against
+        ``policy``, and the connections of peers it no longer lets in are ended now (their access
+        was taken away; they would otherwise keep it for as long as they stay connected). Returns
+        how many were ended."""
+        self.policy = policy
+        self._max = max_connections
+        ended = 0
+        for connection, scope in list(self._running.items()):
+            if not policy.allows(connection.peer):
+                scope.cancel()
+                ended += 1
+        return ended
 
     def bind(self) -> None:
         """Bind now (before any session starts): a path held by a live daemon fails here, not mid-start."""
@@ -261,7 +277,9 @@ class UnixService:
 
     async def _run(self, connection: Connection) -> None:
         try:
-            await self._handler(connection)
+            with anyio.CancelScope() as scope:
+                self._running[connection] = scope
+                await self._handler(connection)
         except Exception:  # the last-resort boundary of one connection: never the daemon's
             self.internal_errors += 1
             _log.error(
@@ -277,5 +295,6 @@ class UnixService:
                 )
             )
         finally:
+            self._running.pop(connection, None)
             self.active -= 1
             connection.close()

@@ -12,6 +12,10 @@ error (protocol.ApiFault); every verb that changes something is published as
   off the event loop), validated completely before it replaces the classifier's taxonomy
   (``TAXONOMY_SWITCHED``); a file that does not validate is refused and nothing changes.
 * ``Reload``: the reload function of the daemon; ``Unsupported`` until one is given.
+* ``IsolateCircuit`` / ``CloseCircuit`` / ``ResetCircuit``: an operator's hand on one endpoint's
+  circuit (docs/runtime.md, "Manual circuit control"); an endpoint the daemon does not have is
+  ``NoSuchEndpoint`` (naming those it has), closing a circuit that is open or half-open rather than
+  isolated is ``NotIsolated`` (that is a reset). ``CIRCUIT_MANUAL`` says what moved.
 
 What the verbs act on is handed over at construction (supervisor/runtime/sessions.py): the session
 table to read, the control operations, the taxonomy switch, the desired sessions and the attribute
@@ -34,6 +38,7 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.control_attributes import AttributeVerbs, Publish
 from supervisor.api.control_messages import MessageVerbs
+from supervisor.api.control_sessions import SessionVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
@@ -56,14 +61,16 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.distribution import VERSION
 from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
 from supervisor.runtime.sessions import (
+    CircuitControl,
     DesiredSessions,
+    ManualMove,
     SessionControl,
     SessionMessaging,
     SessionReader,
     TaxonomySwitch,
 )
 from supervisor.taxonomy import Taxonomy, load_taxonomy
-from supervisor.vocabulary import CloseCode, SessionState
+from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, SessionState
 
 __all__ = ["ControlService", "Reload"]
 
@@ -84,9 +91,16 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.RELOAD: "reload",
     Method.SET_ATTRIBUTES: "attributes.set",
     Method.RESOLVE_MISMATCH: "mismatch.resolve",
+    Method.ISOLATE_CIRCUIT: "circuit.isolate",
+    Method.CLOSE_CIRCUIT: "circuit.close",
+    Method.RESET_CIRCUIT: "circuit.reset",
     Method.SEND_MESSAGE: "send",
     Method.SET_AGENT_STATE: "agent-state",
+    Method.ADD_SESSION: "sessions.add",
+    Method.REMOVE_SESSION: "sessions.remove",
 }
+#: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
+MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
 # a control client that does not read its reply for this long is cut off
 _WRITE_TIMEOUT_S: Final = 30.0
@@ -129,9 +143,12 @@ class ControlService:
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
         roles: ControlRoles | None = None,
+        circuits: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
     ) -> None:
         self.sessions = sessions
+        # manual circuit control; None: a daemon that offers none (the verbs answer Unsupported)
+        self.circuits = circuits
         self.operations = operations
         self._bus = bus
         self._taxonomy = taxonomy
@@ -151,16 +168,31 @@ class ControlService:
         self.attribute_verbs = AttributeVerbs(attributes)
         # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
         self.message_verbs = MessageVerbs(sessions, messaging)
+        # sessions added and removed at run time (supervisor/api/control_sessions.py)
+        self.session_verbs = SessionVerbs(sessions, operations)
 
     # ------------------------------------------------------------------ connection
+    def configure(self, *, roles: ControlRoles, handshake_timeout: float, idle_timeout: float) -> None:
+        """Reloaded roles (asked again at every call) and the timeouts of the calls to come."""
+        self.roles = roles
+        self._handshake = handshake_timeout
+        self._idle = idle_timeout
+
+    def _role(self, peer: Peer) -> Role | None:
+        return Role.ADMINISTRATOR if self.roles is None else self.roles.role_of(peer)
+
     async def handle(self, connection: Connection) -> None:
         peer = connection.peer
-        role = Role.ADMINISTRATOR if self.roles is None else self.roles.role_of(peer)
-        if role is None:  # the accept loop refuses such a peer first; never serve one
+        if self._role(peer) is None:  # the accept loop refuses such a peer first; never serve one
             connection.close()
             return
         frames = await self._first_call(connection)
         while frames:
+            # asked at every call: a reload may have changed the peer's role since it connected
+            role = self._role(peer)
+            if role is None:
+                connection.close()
+                return
             replies = [await self._answer(peer, role, frame) for frame in frames]
             data = b"".join(r for r in replies if r)
             if data and not await connection.send(data, max_wait_s=_WRITE_TIMEOUT_S):
@@ -239,6 +271,9 @@ class ControlService:
             Method.DRAIN: self.drain,
             Method.USE_TAXONOMY: self.use_taxonomy,
             Method.RELOAD: self.reload_config,
+            Method.ISOLATE_CIRCUIT: self.isolate_circuit,
+            Method.CLOSE_CIRCUIT: self.close_circuit,
+            Method.RESET_CIRCUIT: self.reset_circuit,
         }
         if method in verbs:
             return await verbs[method](peer, parameters)
@@ -256,6 +291,8 @@ class ControlService:
             Method.ATTRIBUTES_STATUS: attributes.status,
             Method.SEND_MESSAGE: self.message_verbs.send_message,
             Method.SET_AGENT_STATE: self.message_verbs.set_agent_state,
+            Method.ADD_SESSION: self.session_verbs.add_sessions,
+            Method.REMOVE_SESSION: self.session_verbs.remove_sessions,
         }
         return await attribute_verbs[method](published, parameters)
 
@@ -435,6 +472,91 @@ class ControlService:
             raise error from None
         publish(None)
         return {"result": dict(result)}
+
+    # ------------------------------------------------------------------ circuits
+    def _endpoint(self, method: str, verb: str, peer: Peer, parameters: Mapping[str, Any]) -> EndpointId:
+        """The endpoint a circuit verb names; refused (and published) when the daemon has none such."""
+        name = parameters.get("endpoint")
+        if not isinstance(name, str) or not 0 < len(name) <= 200:
+            raise ApiError(
+                ApiFault.INVALID_PARAMETER,
+                {"parameter": "endpoint", "problem": "endpoint: expected a string of 1 to 200 characters"},
+            )
+        publish = self._published(verb, peer, target=name)
+        circuits = self.circuits
+        if circuits is None:
+            error = _unsupported(method, "this daemon offers no manual circuit control")
+            publish(error)
+            raise error
+        endpoint = circuits.find(name)
+        if endpoint is None:
+            known = [str(e) for e in circuits.endpoints()]
+            error = ApiError(
+                ApiFault.NO_SUCH_ENDPOINT,
+                {
+                    "endpoint": name,
+                    "endpoints": known,
+                    "problem": f"no endpoint '{name}' (this daemon has: {', '.join(known) or 'none'})",
+                },
+            )
+            publish(error)
+            raise error
+        return endpoint
+
+    async def isolate_circuit(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        for_s = parameters.get("forSeconds")
+        if for_s is not None and not (isinstance(for_s, int | float) and 0 < for_s <= MAX_ISOLATION_S):
+            raise ApiError(
+                ApiFault.INVALID_PARAMETER,
+                {
+                    "parameter": "forSeconds",
+                    "problem": f"forSeconds: expected a number of seconds within (0, {MAX_ISOLATION_S:.0f}]",
+                },
+            )
+        endpoint = self._endpoint(Method.ISOLATE_CIRCUIT, "circuit.isolate", peer, parameters)
+        assert self.circuits is not None  # (_endpoint refused a daemon without)
+        self._published("circuit.isolate", peer, target=str(endpoint))(None)
+        move = self.circuits.isolate(endpoint, None if for_s is None else float(for_s))
+        return _move_wire(move)
+
+    async def close_circuit(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        endpoint = self._endpoint(Method.CLOSE_CIRCUIT, "circuit.close", peer, parameters)
+        assert self.circuits is not None
+        publish = self._published("circuit.close", peer, target=str(endpoint))
+        move = self.circuits.close(endpoint)
+        if not move.changed and move.previous is not CircuitState.CLOSED:
+            state = move.previous.value
+            error = ApiError(
+                ApiFault.NOT_ISOLATED,
+                {
+                    "endpoint": str(endpoint),
+                    "state": state,
+                    "problem": f"circuit of '{endpoint}' is {state}, not isolated: reset it to close it",
+                },
+            )
+            publish(error)
+            raise error
+        publish(None)
+        return _move_wire(move)
+
+    async def reset_circuit(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:
+        endpoint = self._endpoint(Method.RESET_CIRCUIT, "circuit.reset", peer, parameters)
+        assert self.circuits is not None
+        self._published("circuit.reset", peer, target=str(endpoint))(None)
+        return _move_wire(self.circuits.reset(endpoint))
+
+
+def _move_wire(move: ManualMove) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "endpoint": str(move.endpoint),
+        "circuitId": move.circuit_id,
+        "previous": move.previous.value,
+        "state": move.state.value,
+        "changed": move.changed,
+    }
+    if move.for_s is not None:
+        out["forSeconds"] = move.for_s
+    return out
 
 
 def _unsupported(method: str, problem: str) -> ApiError:

@@ -8,7 +8,10 @@ disconnects it once it has been over its cap for ``lagged_disconnect_after`` sec
 
 A delta's or an event's frame is encoded once, however many subscribers get it. The platform
 events hub (supervisor/api/platform_events.py) hands its records here the same way
-(:meth:`Hub.platform_record`): only subscribers of the ``platform`` stream get them.
+(:meth:`Hub.platform_record`): only subscribers of the ``platform`` stream get them, found
+through an index (by session for those whose filter names sessions); those that take every record
+share runs of records (supervisor/api/outbox.py, ``PlatformRun``): a record costs one append for
+all of them, not one push and one wake per subscriber.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.events import SubscriberDisconnected
 from supervisor.api.messages import Delta, Subscription, encode_message
-from supervisor.api.outbox import LaggedGap, Outbox
+from supervisor.api.outbox import LaggedGap, Outbox, PlatformRun
 from supervisor.api.platform_events import PlatformEvents, PlatformRecord
 from supervisor.events import CircuitEvent, ErrorClassified, Event, Published, wire
 
@@ -81,7 +84,7 @@ class Subscriber:
                 continue
             if not await self._send(b"".join(frames)):
                 return
-            self.delivered += len(frames)
+            self.delivered += outbox.taken
             if recovery and not outbox.lagged:
                 self._deadline = math.inf  # caught up: the lag notice and the snapshot are out
 
@@ -133,6 +136,14 @@ class Hub:
         self._publish = publish
         self._timestamp = timestamp
         self._subscribers: tuple[Subscriber, ...] = ()
+        # the ``platform`` stream's subscribers, indexed so that a record costs only the subscribers
+        # that may want it: those whose filter names sessions, by session; the others (every session)
+        self._platform_by_session: dict[str, tuple[Subscriber, ...]] = {}
+        self._platform_any: tuple[Subscriber, ...] = ()
+        # those that take every record (no filter on the stream): they share runs of records
+        # (supervisor/api/outbox.py, PlatformRun), one append per record for all of them
+        self._platform_all: tuple[Subscriber, ...] = ()
+        self._run: PlatformRun | None = None
         self.lag_disconnects = 0
         # `lagged` notices of subscribers gone (the live ones count their own)
         self._retired_lags = 0
@@ -160,19 +171,69 @@ class Hub:
                 # as a live record: what a lag drops of the replay is told as a gap too
                 subscriber.outbox.push_platform(record)
         self._subscribers = (*self._subscribers, subscriber)
+        if subscription.platform:
+            # the open run was put into the others' outboxes only: the next record opens a new one
+            self._seal_run()
+            if _takes_every_record(subscription):
+                self._platform_all = (*self._platform_all, subscriber)
+            elif subscription.sessions is None:
+                self._platform_any = (*self._platform_any, subscriber)
+            else:
+                index = self._platform_by_session
+                for session_id in subscription.sessions:
+                    index[session_id] = (*index.get(session_id, ()), subscriber)
+
+    def _seal_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.seal()
 
     def platform_record(self, record: PlatformRecord) -> None:
-        """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits."""
-        for subscriber in self._subscribers:
-            subscription = subscriber.subscription
-            if subscription.platform and subscription.wants_platform(
-                record.session_id, record.platform, record.agent_id, record.event_type
-            ):
-                subscriber.outbox.push_platform(record)
-                subscriber.wake()
+        """A platform record or gap, to each ``platform`` subscriber whose filters it passes. Never awaits.
+
+        Only the subscribers that take every session and those whose filter names the record's
+        session are asked (the index), not every subscriber: with subscribers that each watch their
+        share of the sessions, a record costs the one or few that watch its session.
+        """
+        every = self._platform_all
+        if every:
+            run = self._run
+            if run is None or run.sealed:
+                run = self._run = PlatformRun()
+                run.append(record)
+                for subscriber in every:
+                    subscriber.outbox.push_run(run)
+                    subscriber.wake()
+            else:
+                # still the last item of every such outbox (nothing else happened to them since)
+                run.append(record)
+        session_id = record.session_id
+        watching = self._platform_by_session.get(session_id)
+        for subscribers in (self._platform_any, watching) if watching else (self._platform_any,):
+            for subscriber in subscribers:
+                if subscriber.subscription.wants_platform(
+                    session_id, record.platform, record.agent_id, record.event_type
+                ):
+                    subscriber.outbox.push_platform(record)
+                    subscriber.wake()
 
     def remove(self, subscriber: Subscriber) -> None:
         self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+        subscription = subscriber.subscription
+        if subscription.platform:
+            self._seal_run()
+            if _takes_every_record(subscription):
+                self._platform_all = tuple(s for s in self._platform_all if s is not subscriber)
+            elif subscription.sessions is None:
+                self._platform_any = tuple(s for s in self._platform_any if s is not subscriber)
+            else:
+                index = self._platform_by_session
+                for session_id in subscription.sessions:
+                    rest = tuple(s for s in index.get(session_id, ()) if s is not subscriber)
+                    if rest:
+                        index[session_id] = rest
+                    else:
+                        index.pop(session_id, None)
         self._retired_lags += subscriber.outbox.lags
         if subscriber.disconnected_for_lag:
             self.lag_disconnects += 1
@@ -249,6 +310,16 @@ class Hub:
             return sessions is None or any(self.board.endpoint_of(s) == endpoint for s in sessions)
         # daemon-wide events (drain, a taxonomy switch, the daemon's lifecycle) go to everyone who asked
         return True
+
+
+def _takes_every_record(subscription: Subscription) -> bool:
+    """A ``platform`` subscription with no filter that applies to records: it takes them all."""
+    return (
+        subscription.sessions is None
+        and subscription.platforms is None
+        and subscription.agents is None
+        and subscription.event_types is None
+    )
 
 
 def _session_of(published: Published) -> str | None:

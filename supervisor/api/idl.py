@@ -32,7 +32,9 @@ type Session (
   attempts: int,
   lastError: ?(code: string, class: string, at: string),
   circuit: ?(endpoint: string, state: string),
-  termination: ?object
+  termination: ?object,
+  # "config": declared by the configuration file; "api": added over the control socket (AddSession)
+  origin: ?string
 )
 """
 
@@ -101,7 +103,8 @@ _CONTROL = (
     f"""\
 # Control of the daemon: stricter than the subscribe socket; every verb that changes something is
 # published as a CONTROL_COMMAND event with the caller's uid, gid and pid. Each method needs a role:
-# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy).
+# observer (reads), operator (sessions and attributes), administrator (Drain, Reload, UseTaxonomy,
+# IsolateCircuit, CloseCircuit, ResetCircuit).
 interface {CONTROL}
 
 """
@@ -134,6 +137,17 @@ method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)
 # resolution: "resend" (send our value again) or "accept-server" (keep what the server holds).
 method ResolveMismatch(mismatchId: int, resolution: string) -> (mismatch: object)
 method AttributesStatus() -> (attributes: object)
+# Manual circuit control of one endpoint (genesys:api, cxone:agent-sessions, ...; Status lists them). An
+# isolated circuit admits nothing until closed, reset or forSeconds have passed; its sessions wait in
+# reconnecting and their horizon stands still. In memory only: a restart closes every circuit.
+method IsolateCircuit(endpoint: string, forSeconds: ?float) -> (endpoint: string, circuitId: string,
+  previous: string, state: string, changed: bool, forSeconds: ?float)
+# Ends an isolation (a closed circuit: changed false); an open or half-open circuit is reset, not closed.
+method CloseCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
+# Closed with its counters cleared, from any state (after a false trip).
+method ResetCircuit(endpoint: string) -> (endpoint: string, circuitId: string, previous: string,
+  state: string, changed: bool)
 # A guest message on a live Web Messaging session, through the retry executor; clientId (default: a new
 # UUID) goes with every send of it. Answered with the platform's message id once the platform has it
 # (its echo, or the guest history entry found by clientId when the echo was lost).
@@ -143,6 +157,12 @@ method SendMessage(sessionId: string, text: string, clientId: ?string) -> (sessi
 # the change arrives as an AgentState event.
 method SetAgentState(sessionId: string, state: string, reason: ?string) -> (sessionId: string,
   state: string, reason: ?string, accepted: bool)
+# Sessions added at run time (docs/socket-api.md, "AddSession"): at most 200 entries per call, each the
+# configuration's [[sessions]] fields (platform implied by kind), validated as the file's entries are and
+# answered on its own in results (added, or refused with error and problem); kept in the store, then started.
+method AddSession(sessions: []object) -> (results: []object, added: int, refused: int)
+# Sessions added over the control socket: closed as StopSession closes them, and forgotten (the store too).
+method RemoveSession(sessionIds: []string) -> (results: []object, removed: int)
 
 error NoSuchSession (sessionId: string)
 error SessionRunning (sessionId: string, state: string)
@@ -166,6 +186,12 @@ error PlatformRejected (sessionId: string, code: string, status: ?int, problem: 
 error SendUnconfirmed (sessionId: string, clientId: string, resent: bool, problem: string)
 # The caller's role (observer, operator, administrator) does not include the one the method needs.
 error PermissionDenied (method: string, role: string, granted: string, problem: string)
+error InvalidSessionSpec (index: int, sessionId: ?string, problem: string)
+error SessionExists (index: int, sessionId: string, origin: string, problem: string)
+error ConfiguredSession (sessionId: string, problem: string)
+error NoStore (problem: string)
+error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
+error NotIsolated (endpoint: string, state: string, problem: string)
 """
 )
 

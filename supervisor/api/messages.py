@@ -46,6 +46,8 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "CIRCUIT_BREAKER_OPEN",
             "CIRCUIT_BREAKER_HALF_OPEN",
             "CIRCUIT_BREAKER_CLOSED",
+            # an operator's isolate, close or reset, and the end of an isolation's --for
+            "CIRCUIT_MANUAL",
         }
     ),
     "retries": frozenset({"RETRY_ATTEMPT", "RETRY_SUCCESS", "RETRY_EXHAUSTED"}),

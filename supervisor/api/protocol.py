@@ -77,9 +77,16 @@ class Method(enum.StrEnum):
     LIST_MISMATCHES = f"{CONTROL}.ListMismatches"
     RESOLVE_MISMATCH = f"{CONTROL}.ResolveMismatch"
     ATTRIBUTES_STATUS = f"{CONTROL}.AttributesStatus"
+    # manual circuit control (docs/runtime.md, "Manual circuit control"): supervisor/api/control.py
+    ISOLATE_CIRCUIT = f"{CONTROL}.IsolateCircuit"
+    CLOSE_CIRCUIT = f"{CONTROL}.CloseCircuit"
+    RESET_CIRCUIT = f"{CONTROL}.ResetCircuit"
     # on a live session's behalf: supervisor/api/control_messages.py
     SEND_MESSAGE = f"{CONTROL}.SendMessage"
     SET_AGENT_STATE = f"{CONTROL}.SetAgentState"
+    # sessions added and removed at run time: supervisor/api/control_sessions.py
+    ADD_SESSION = f"{CONTROL}.AddSession"
+    REMOVE_SESSION = f"{CONTROL}.RemoveSession"
 
 
 # -- framing -----------------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ lesson). Now each peer has a role, decided on accept from its credentials (``SO_
 
 * **observer**: the read verbs (status, sessions, one session, mismatches, attribute status, and
   varlink's own ``GetInfo`` / ``GetInterfaceDescription``);
-* **operator**: what acts on sessions and their messages: start, stop, set attributes, resolve a
-  mismatch, send a message, set an agent's state;
-* **administrator**: what acts on the daemon: drain, reload, switch the taxonomy (and circuits).
+* **operator**: what acts on sessions and their messages: start, stop, add and remove sessions, set
+  attributes, resolve a mismatch, send a message, set an agent's state;
+* **administrator**: what acts on the daemon: drain, reload, switch the taxonomy, isolate, close
+  and reset an endpoint's circuit.
 
 Each role includes the ones below it. :data:`VERB_ROLES` is the one table; a method missing from
 it needs the administrator role (closed by default; a test fails for any method without a row).
@@ -68,9 +69,15 @@ VERB_ROLES: Final[Mapping[str, Role]] = {
     Method.RESOLVE_MISMATCH: Role.OPERATOR,
     Method.SEND_MESSAGE: Role.OPERATOR,
     Method.SET_AGENT_STATE: Role.OPERATOR,
+    Method.ADD_SESSION: Role.OPERATOR,
+    Method.REMOVE_SESSION: Role.OPERATOR,
     Method.DRAIN: Role.ADMINISTRATOR,
     Method.RELOAD: Role.ADMINISTRATOR,
     Method.USE_TAXONOMY: Role.ADMINISTRATOR,
+    # an endpoint's circuit acts on every session that uses it: the daemon's, not a session's
+    Method.ISOLATE_CIRCUIT: Role.ADMINISTRATOR,
+    Method.CLOSE_CIRCUIT: Role.ADMINISTRATOR,
+    Method.RESET_CIRCUIT: Role.ADMINISTRATOR,
 }
 
 

@@ -39,6 +39,7 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
 from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import (
+    CircuitControl,
     CircuitReader,
     DesiredSessions,
     SessionControl,
@@ -70,6 +71,7 @@ class SocketApi:
         listeners: Mapping[str, socket.socket] | None = None,
         desired: DesiredSessions | None = None,
         attributes: AttributeService | None = None,
+        circuit_control: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
         platform: PlatformEvents | None = None,
     ) -> None:
@@ -93,7 +95,7 @@ class SocketApi:
         create_control = paths is None and config.control is None
         subscribe_policy, control_policy = policies(config)
         handed = dict(listeners or {})
-        subscriber_side = SubscribeService(
+        self._subscriber_side = subscriber_side = SubscribeService(
             self.hub,
             cap_bytes=config.subscriber_buffer_bytes,
             lagged_disconnect_after=config.lagged_disconnect_after,
@@ -115,6 +117,7 @@ class SocketApi:
             desired=desired,
             attributes=attributes,
             roles=control_policy,
+            circuits=circuit_control,
             messaging=messaging,
         )
         common: dict[str, Any] = {
@@ -146,6 +149,27 @@ class SocketApi:
 
     def _now(self) -> str:
         return iso_utc(self.clock.time())
+
+    def reconfigure(self, config: SocketsConfig) -> None:
+        """A reload's ``[sockets]``: the access lists, roles and limits apply at once (a peer newly
+        refused is refused at its next connect, and its open connections end); the paths, mode,
+        group and ``enabled`` need a restart (the reload names ``sockets`` in ``restartRequired``)."""
+        if self.subscribe is None or self.control is None or self.control_service is None:
+            return
+        subscribe_policy, control_policy = policies(config)
+        self.subscribe.reconfigure(subscribe_policy, config.max_connections)
+        self.control.reconfigure(control_policy, config.max_connections)
+        self._subscriber_side.configure(
+            cap_bytes=config.subscriber_buffer_bytes,
+            lagged_disconnect_after=config.lagged_disconnect_after,
+            handshake_timeout=config.handshake_timeout,
+            platform_policy=platform_policy(config),
+        )
+        self.control_service.configure(
+            roles=control_policy,
+            handshake_timeout=config.handshake_timeout,
+            idle_timeout=config.control_idle_timeout,
+        )
 
     @property
     def enabled(self) -> bool:

@@ -57,6 +57,23 @@ class SubscribeService:
         platform_policy: PeerPolicy | None = None,
     ) -> None:
         self.hub = hub
+        self.configure(
+            cap_bytes=cap_bytes,
+            lagged_disconnect_after=lagged_disconnect_after,
+            handshake_timeout=handshake_timeout,
+            platform_policy=platform_policy,
+        )
+
+    def configure(
+        self,
+        *,
+        cap_bytes: int,
+        lagged_disconnect_after: float,
+        handshake_timeout: float,
+        platform_policy: PeerPolicy | None,
+    ) -> None:
+        """The buffer, lag and handshake bounds of the connections accepted from now on, and who may
+        have the platform stream (at start, and on a reload)."""
         # who may have the platform stream (None: nobody; the API was built without platform events)
         self._platform_policy = platform_policy
         self._cap = cap_bytes

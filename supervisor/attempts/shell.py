@@ -21,26 +21,29 @@ never lost: cancelled waiters and attempts give theirs back), then waiting out a
 came back meanwhile and the respacing of waiters released together. Circuit and pacing moves go
 to the caller's :class:`Reports` (the executor's hooks, or the bus).
 
-A later issue adds a library's sync and async shells over the same core.
+The library's sync and async shells (supervisor/library/) drive the same core for applications that
+call the platforms themselves (docs/library.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 import anyio
 
-from machines.effects import CircuitEffect
+from machines.effects import CircuitEffect, CircuitManual
 from machines.endpoint import QUIET, Endpoint, Refused, Ticket, Wait
 from machines.pacing import PacerReport
 from machines.registry import Endpoints
 from supervisor.clock import Clock
 from supervisor.errors import CircuitOpenError
 from supervisor.taxonomy import SdkErrorEvent
-from supervisor.vocabulary import EndpointId
+from supervisor.taxonomy.headers import RateLimitReading
+from supervisor.vocabulary import CircuitState, EndpointId
 
 __all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Pending", "Refused", "Reports", "Sleep"]
 
@@ -120,13 +123,29 @@ class _Waiter:
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
-    __slots__ = ("_clock", "_endpoint", "_waiters", "endpoint_id")
+    __slots__ = ("_clock", "_endpoint", "_held", "_waiters", "endpoint_id")
 
     def __init__(self, endpoint: Endpoint, clock: Clock) -> None:
         self.endpoint_id = endpoint.endpoint_id
         self._endpoint = endpoint
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
+        # the waits of callers the isolation refused, woken when it ends (:meth:`woken_on_release`)
+        self._held: set[anyio.CancelScope] = set()
+
+    @property
+    def circuit_id(self) -> str:
+        return self._endpoint.circuit_id
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        """Where the endpoint's circuit is now (read only: the endpoint decides)."""
+        return self._endpoint.circuit_state
+
+    @property
+    def isolated_until(self) -> float | None:
+        """The monotonic end of the circuit's isolation, when it has one."""
+        return self._endpoint.isolated_until
 
     # -- admission --------------------------------------------------------------------------
 
@@ -136,7 +155,7 @@ class Gate:
         answer = self._endpoint.ask()
         if isinstance(answer, Ticket):
             if answer.effects:
-                reports.circuit(answer.effects)
+                self._moved(answer.effects, reports)
             return Flight(self, answer, reports, sleep)
         return answer
 
@@ -166,7 +185,7 @@ class Gate:
                 return None
             answer = endpoint.ask(answer.booking)
         if answer.effects:
-            reports.circuit(answer.effects)
+            self._moved(answer.effects, reports)
         if isinstance(answer, Refused):
             return answer
         return Flight(self, answer, reports, sleep)
@@ -177,7 +196,44 @@ class Gate:
         if isinstance(answer, Flight):
             return answer
         assert isinstance(answer, Refused)  # no deadline and no stop: admitted or refused
-        raise CircuitOpenError(answer.circuit_id, answer.retry_in_s)
+        raise CircuitOpenError(answer.circuit_id, answer.retry_in_s, isolated=answer.isolated)
+
+    # -- manual control of the circuit (docs/runtime.md, "Manual circuit control") -----------------
+
+    def isolate(self, reports: Reports, for_s: float | None = None) -> tuple[CircuitEffect, ...]:
+        """Isolate the endpoint's circuit (``Circuit.isolate``); its moves go to ``reports``."""
+        return self._moved(self._endpoint.isolate(for_s), reports)
+
+    def close(self, reports: Reports) -> tuple[CircuitEffect, ...]:
+        """End the isolation (``Circuit.close``); the callers it held are woken."""
+        return self._moved(self._endpoint.close(), reports)
+
+    def expire(self, reports: Reports) -> tuple[CircuitEffect, ...]:
+        """The isolation's period is over by now: closed, the callers it held woken (else nothing)."""
+        return self._moved(self._endpoint.expire(), reports)
+
+    def reset(self, reports: Reports) -> tuple[CircuitEffect, ...]:
+        """Closed with the circuit's counters cleared (``Circuit.reset``); held callers are woken."""
+        return self._moved(self._endpoint.reset(), reports)
+
+    @contextlib.contextmanager
+    def woken_on_release(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """While the block runs, ``scope`` is cancelled when the circuit's isolation ends (closed,
+        reset, or its period over): a session the isolation refused waits for that, not for a timer."""
+        self._held.add(scope)
+        try:
+            yield
+        finally:
+            self._held.discard(scope)
+
+    def _moved(self, effects: tuple[CircuitEffect, ...], reports: Reports) -> tuple[CircuitEffect, ...]:
+        if effects:
+            reports.circuit(effects)
+        if any(isinstance(e, CircuitManual) and e.state is CircuitState.CLOSED for e in effects):
+            held, self._held = self._held, set()
+            for scope in held:
+                scope.cancel()
+        return effects
 
     # -- the endpoint's other inputs -----------------------------------------------------------
 
@@ -306,16 +362,23 @@ class Flight:
         self.sent_at = clock.monotonic()
         self._stage = _LEFT
 
-    def answered(self, failure: SdkErrorEvent | None, reports: Reports | None = None) -> None:
+    def answered(
+        self,
+        failure: SdkErrorEvent | None,
+        reports: Reports | None = None,
+        reading: RateLimitReading | None = None,
+    ) -> None:
         """The attempt was answered: ``failure`` None when the endpoint answered it (success, or a
-        success judged incomplete), else its classified failure. Told once; later calls do nothing."""
+        success judged incomplete), else its classified failure; ``reading``: what the answer said
+        of the platform's rate window (its pace slows before the window is spent). Told once; later
+        calls do nothing."""
         if self._stage != _LEFT:
             return
         self._stage = _DONE
         if self._placed:
             self._placed = False
             self._gate._release()
-        moves = self._gate._endpoint.answered(self.ticket, failure, self.sent_at)
+        moves = self._gate._endpoint.answered(self.ticket, failure, self.sent_at, reading)
         if moves is QUIET:
             return
         out = reports if reports is not None else self._reports

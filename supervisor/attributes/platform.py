@@ -177,7 +177,13 @@ class GenesysAttributes:
 
         try:
             result: httpx.Response = await pipeline.call(
-                attempt_once, ctx=ctx, circuit=CIRCUIT, operation=operation, idempotent=json is None
+                attempt_once,
+                ctx=ctx,
+                circuit=CIRCUIT,
+                operation=operation,
+                idempotent=json is None,
+                # the answer's inin-ratelimit-* slow the endpoint before its window is spent
+                reading=pipeline.rate_reading,
             )
         except OperationError as failure:
             event = failure.event

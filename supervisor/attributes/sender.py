@@ -204,7 +204,9 @@ class Sender:
             self.scheduler.after(check, self.settings.verify_after_s)
             return
         except CircuitOpenError as refused:
-            await self._requeue(claim, refused.retry_in_s, "CIRCUIT_OPEN")
+            # nothing left: the circuit refused the request (open, or isolated by an operator), so
+            # it is no send, and never one that flags the writes (docs/runtime.md, "Manual circuit control")
+            await self._requeue(claim, refused.retry_in_s, "CIRCUIT_OPEN", sent=False)
             return
         except OperationError as failure:
             await self._send_failed(claim, session_id, _event(failure))
@@ -254,14 +256,16 @@ class Sender:
         await self._requeue(claim, self._backoff(event), event.code, event)
 
     async def _requeue(
-        self, claim: Claim, delay: float, code: str, event: SdkErrorEvent | None = None
+        self, claim: Claim, delay: float, code: str, event: SdkErrorEvent | None = None, *, sent: bool = True
     ) -> None:
-        """Queue the writes again, not before ``delay``; a write out of sends is flagged instead."""
+        """Queue the writes again, not before ``delay``; a write out of sends is flagged instead.
+        ``sent`` False: the request never left (a circuit refused it): the send the claim counted is
+        taken back, and nothing is flagged for it."""
         store = self.store
         now = self._clock.time()
-        spent = [r for r in claim.rows if r.sends >= self.settings.max_sends]
+        spent = [r for r in claim.rows if r.sends >= self.settings.max_sends] if sent else []
         again = [
-            RowChange(r.id, RowStatus.PENDING, not_before=now + delay, error=code)
+            RowChange(r.id, RowStatus.PENDING, not_before=now + delay, error=code, unsent=not sent)
             for r in claim.rows
             if r not in spent
         ]

@@ -11,8 +11,9 @@ import msgspec
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
-from supervisor.cli import ctl_attributes
+from supervisor.cli import ctl_attributes, ctl_sessions
 from supervisor.cli.common import stdout_console
+from supervisor.cli.ctl_sessions import Selection, act_options, selector_options
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 from supervisor.errors import ApiError
 from supervisor.vocabulary import Platform, SessionState
@@ -113,30 +114,36 @@ def status(as_json: bool) -> None:
     _emit(result, as_json, "\n".join(lines))
 
 
-@ctl.command()
-@click.option("--platform", "platforms", multiple=True, type=click.Choice(_PLATFORMS))
-@click.option("--state", "states", multiple=True, type=click.Choice(_STATES))
+@ctl.group(invoke_without_command=True)
+@selector_options
 @click.option("--session", "sessions", multiple=True, metavar="ID", type=UTF8)
 @_json_option
+@click.pass_context
 def sessions(
-    platforms: tuple[str, ...], states: tuple[str, ...], sessions: tuple[str, ...], as_json: bool
+    ctx: click.Context,
+    states: tuple[str, ...],
+    reasons: tuple[str, ...],
+    platforms: tuple[str, ...],
+    kinds: tuple[str, ...],
+    origins: tuple[str, ...],
+    sessions: tuple[str, ...],
+    as_json: bool,
 ) -> None:
-    """List sessions (optionally filtered) with state, attempts, last error and circuit."""
-    result = _call(
-        Method.LIST_SESSIONS,
-        {
-            "platforms": list(platforms) or None,
-            "states": list(states) or None,
-            "sessions": list(sessions) or None,
-        },
-    )
+    """List sessions (optionally filtered) with state, origin, attempts, last error and circuit;
+    `sessions add` and `sessions remove` change which sessions there are."""
+    if ctx.invoked_subcommand is not None:
+        return
+    selection = Selection(states, reasons, platforms, kinds, origins)
+    result = _call(Method.LIST_SESSIONS, {"sessions": list(sessions) or None})
+    result["sessions"] = [row for row in result["sessions"] if selection.matches(row)]
     if as_json:
         _emit(result, True, "")
         return
     from rich.table import Table
 
     table = Table(pad_edge=False)
-    for column in ("session", "platform", "kind", "state", "since", "attempts", "last error", "circuit"):
+    columns = ("session", "platform", "kind", "origin", "state", "since", "attempts", "last error", "circuit")
+    for column in columns:
         table.add_column(column, no_wrap=True)
     for row in result["sessions"]:
         error = row.get("lastError") or {}
@@ -145,6 +152,7 @@ def sessions(
             row["sessionId"],
             row["platform"],
             row["kind"],
+            row.get("origin", "config"),
             row["state"],
             row["since"],
             str(row["attempts"]),
@@ -152,6 +160,10 @@ def sessions(
             f"{circuit.get('endpoint', '')} {circuit.get('state', '')}".strip(),
         )
     stdout_console().print(table)
+
+
+sessions.add_command(ctl_sessions.add_command())
+sessions.add_command(ctl_sessions.remove_command())
 
 
 @ctl.command()
@@ -165,26 +177,88 @@ def show(session_id: str, as_json: bool) -> None:
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID", type=UTF8)
+@click.argument("session_ids", metavar="[ID]...", nargs=-1, type=UTF8)
+@selector_options
+@act_options
 @_json_option
-def start(session_id: str, as_json: bool) -> None:
-    """Start a configured session that is not running: a full authentication cycle.
+def start(
+    session_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    reasons: tuple[str, ...],
+    platforms: tuple[str, ...],
+    kinds: tuple[str, ...],
+    origins: tuple[str, ...],
+    everything: bool,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Start sessions that are not running: a full authentication cycle each.
 
+    \b
     After a fail-fast (SESSION_TERMINATED, action REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE)
     this is the re-authentication: a new session, nothing reused from the old one.
+    Ids, selectors or --all (e.g. `ctl start --state terminated --yes` after an outage);
+    one answer per session (with --json one JSON object per line), paced by admission.
     """
-    result = _call(Method.START_SESSION, {"sessionId": session_id})
-    again = " (re-authenticating)" if result.get("reauthenticated") else ""
-    _emit(result, as_json, f"started {result['sessionId']}: {result['state']}{again}")
+    if len(session_ids) == 1 and not (
+        states or reasons or platforms or kinds or origins or everything or dry_run
+    ):
+        result = _call(Method.START_SESSION, {"sessionId": session_ids[0]})
+        again = " (re-authenticating)" if result.get("reauthenticated") else ""
+        _emit(result, as_json, f"started {result['sessionId']}: {result['state']}{again}")
+        return
+    ctl_sessions.act(
+        "start",
+        Method.START_SESSION,
+        session_ids,
+        Selection(states, reasons, platforms, kinds, origins, everything),
+        yes=yes,
+        dry_run=dry_run,
+        as_json=as_json,
+        line=lambda r: (
+            f"started {r['sessionId']}: {r['state']}"
+            + (" (re-authenticating)" if r.get("reauthenticated") else "")
+        ),
+    )
 
 
 @ctl.command()
-@click.argument("session_id", metavar="ID", type=UTF8)
+@click.argument("session_ids", metavar="[ID]...", nargs=-1, type=UTF8)
+@selector_options
+@act_options
 @_json_option
-def stop(session_id: str, as_json: bool) -> None:
-    """Stop a session: close 1000 (CXone: end the agent session); it is not reconnected."""
-    result = _call(Method.STOP_SESSION, {"sessionId": session_id})
-    _emit(result, as_json, f"stopped {result['sessionId']}: {result['state']}")
+def stop(
+    session_ids: tuple[str, ...],
+    states: tuple[str, ...],
+    reasons: tuple[str, ...],
+    platforms: tuple[str, ...],
+    kinds: tuple[str, ...],
+    origins: tuple[str, ...],
+    everything: bool,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Stop sessions: close 1000 (CXone: end the agent session); they are not reconnected.
+
+    Ids, selectors or --all; one answer per session (with --json one JSON object per line)."""
+    if len(session_ids) == 1 and not (
+        states or reasons or platforms or kinds or origins or everything or dry_run
+    ):
+        result = _call(Method.STOP_SESSION, {"sessionId": session_ids[0]})
+        _emit(result, as_json, f"stopped {result['sessionId']}: {result['state']}")
+        return
+    ctl_sessions.act(
+        "stop",
+        Method.STOP_SESSION,
+        session_ids,
+        Selection(states, reasons, platforms, kinds, origins, everything),
+        yes=yes,
+        dry_run=dry_run,
+        as_json=as_json,
+        line=lambda r: f"stopped {r['sessionId']}: {r['state']}",
+    )
 
 
 @ctl.command()
@@ -285,8 +359,11 @@ def reload(as_json: bool) -> None:
     """Re-read the configuration and credentials (as SIGHUP does).
 
     \b
-    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged";
-    with --json the daemon's answer: {"result": {"added", "removed", "restarted", "unchanged"}}.
+    Prints what changed, e.g. "reloaded: 1 added (wm-3), none removed, 1 restarted (wm-0), 2 unchanged",
+    then "; restart required for: store" when a changed table only a restart applies; with --json
+    the daemon's answer: {"result": {"added", "removed", "restarted", "keptDown", "unchanged",
+    "restartRequired", "credentialsRotated"}}. A refused reload (the file, a credential file, a
+    rotated credential the platform refused) is one line on stderr and exit 1: nothing changed.
     """
     result = _call(Method.RELOAD)
     _emit(result, as_json, reload_summary(result.get("result")))
@@ -308,7 +385,87 @@ def reload_summary(result: Any) -> str:
     unchanged = result.get("unchanged")
     if isinstance(unchanged, int):
         parts.append(f"{unchanged} unchanged")
-    return "reloaded: " + ", ".join(parts)
+    line = "reloaded: " + ", ".join(parts)
+    rotated = result.get("credentialsRotated")
+    if isinstance(rotated, list) and rotated:
+        line += "; credentials rotated: " + ", ".join(str(p) for p in rotated)
+    restart = result.get("restartRequired")
+    if isinstance(restart, list) and restart:
+        line += "; restart required for: " + ", ".join(str(t) for t in restart)
+    return line
+
+
+@ctl.group()
+def circuit() -> None:
+    """Isolate, close or reset one endpoint's circuit by hand (administrators).
+
+    \b
+    An isolated endpoint admits nothing: REST calls to it fail at once, its sessions wait
+    in reconnecting with their reconnection horizon standing still, attribute updates stay
+    queued. `close` (or the end of --for) ends the isolation; `reset` closes a circuit from
+    any state with its counters cleared (after a false trip). An isolation lives in the
+    daemon's memory: a restart closes every circuit. Endpoints: `ctl status` lists those in
+    use (genesys:api, genesys:oauth, genesys:webmessaging, genesys:streaming, cxone:api,
+    cxone:oauth, cxone:agent-sessions). Exit 0 when done, 1 when refused (an unknown
+    endpoint, closing a circuit that is open rather than isolated), 2 on bad usage.
+
+    \b
+    Examples:
+      session-supervisor ctl circuit isolate genesys:webmessaging --for 1800
+      session-supervisor ctl circuit close genesys:webmessaging --json
+      session-supervisor ctl circuit reset cxone:api
+    """
+
+
+def _circuit_call(method: str, parameters: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    try:
+        return _call(method, parameters)
+    except ApiError as error:
+        if as_json:
+            _emit({"error": error.name, **error.parameters}, True, "")
+        raise
+
+
+def _circuit_line(result: dict[str, Any]) -> str:
+    moved = (
+        f"{result['previous']} -> {result['state']}" if result["changed"] else f"{result['state']}, unchanged"
+    )
+    until = f" for {result['forSeconds']:g} s" if result.get("forSeconds") is not None else ""
+    return f"circuit {result['endpoint']}: {moved}{until}"
+
+
+@circuit.command("isolate")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@click.option(
+    "--for",
+    "for_s",
+    metavar="S",
+    type=click.FloatRange(min=0.0, min_open=True, max=7 * 24 * 3600.0),
+    help="End the isolation by itself after S seconds (default: until `close` or `reset`).",
+)
+@_json_option
+def circuit_isolate(endpoint: str, for_s: float | None, as_json: bool) -> None:
+    """Isolate ENDPOINT: admit nothing to it until closed, reset, or S seconds (--for)."""
+    result = _circuit_call(Method.ISOLATE_CIRCUIT, {"endpoint": endpoint, "forSeconds": for_s}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("close")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_close(endpoint: str, as_json: bool) -> None:
+    """End ENDPOINT's isolation (a closed circuit is left as it is)."""
+    result = _circuit_call(Method.CLOSE_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
+
+
+@circuit.command("reset")
+@click.argument("endpoint", metavar="ENDPOINT", type=UTF8)
+@_json_option
+def circuit_reset(endpoint: str, as_json: bool) -> None:
+    """Close ENDPOINT's circuit from any state, its counters cleared (after a false trip)."""
+    result = _circuit_call(Method.RESET_CIRCUIT, {"endpoint": endpoint}, as_json)
+    _emit(result, as_json, _circuit_line(result))
 
 
 # attribute updates (docs/attributes.md): ctl attributes set|status, ctl mismatches, ctl resolve

@@ -14,6 +14,7 @@ import anyio
 import click
 
 from supervisor.cli.common import command_for_another_terminal, stderr_console, stdout_console
+from supervisor.config import PROMETHEUS_ADDRESS
 from supervisor.demo.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 _NAMES = tuple(SCENARIOS)
@@ -23,6 +24,12 @@ _OTLP_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 def _otlp_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not _OTLP_URL.match(value):
         raise click.BadParameter(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+def _prometheus_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not re.match(PROMETHEUS_ADDRESS, value):
+        raise click.BadParameter(f"expected HOST:PORT (an IP address or localhost) or PORT, got {value!r}")
     return value
 
 
@@ -77,6 +84,14 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     "e.g. http://127.0.0.1:4318; docs/telemetry.md).",
 )
 @click.option(
+    "--prometheus",
+    metavar="ADDRESS",
+    default=None,
+    callback=_prometheus_address,
+    help="Serve the run's metrics on a Prometheus scrape endpoint at HOST:PORT or PORT (loopback), "
+    'e.g. 127.0.0.1:9464; needs the [prometheus] extra (docs/telemetry.md, "Prometheus").',
+)
+@click.option(
     "--progress/--no-progress",
     default=None,
     help="Live progress on stderr (default: only when stderr is a terminal).",
@@ -89,6 +104,7 @@ def demo(
     fast: bool,
     timeout_s: float | None,
     otlp: str | None,
+    prometheus: str | None,
     progress: bool | None,
 ) -> None:
     """Supervise --sessions sessions against in-process Genesys and CXone simulators and play a scenario.
@@ -100,13 +116,19 @@ def demo(
     """
     from supervisor.demo.runner import DemoOptions, DemoTimedOut, demo_settings, run_demo
 
-    if otlp is not None:
+    if otlp is not None or prometheus is not None:
         # the collector's settings and the OTEL_* variables the SDK reads, before anything starts:
         # a value it refuses is one line naming it, exit 1 (main() prints the ConfigError)
-        demo_settings(otlp, None)
+        demo_settings(otlp, None, prometheus=prometheus)
     show = sys.stderr.isatty() if progress is None else progress
     options = DemoOptions(
-        scenario=scenario, sessions=sessions, seed=seed, fast=fast, timeout_s=timeout_s, otlp=otlp
+        scenario=scenario,
+        sessions=sessions,
+        seed=seed,
+        fast=fast,
+        timeout_s=timeout_s,
+        otlp=otlp,
+        prometheus=prometheus,
     )
 
     def announce(sockets: tuple[Path, Path] | str) -> None:

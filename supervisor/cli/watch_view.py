@@ -35,7 +35,13 @@ _STYLE = {
 }
 _RANK: dict[SessionState | None, int] = {state: rank for rank, state in enumerate(_ORDER)}
 _NOTABLE = frozenset(
-    {"SESSION_TERMINATED", "CIRCUIT_BREAKER_OPEN", "CIRCUIT_BREAKER_CLOSED", "RETRY_EXHAUSTED"}
+    {
+        "SESSION_TERMINATED",
+        "CIRCUIT_BREAKER_OPEN",
+        "CIRCUIT_BREAKER_CLOSED",
+        "CIRCUIT_MANUAL",
+        "RETRY_EXHAUSTED",
+    }
 )
 # lines the table needs besides its rows: header, column titles, borders, events, footer
 _CHROME = 12
@@ -108,6 +114,9 @@ def _describe(message: dict[str, Any]) -> str:
         return f"{at} {message.get('sessionId')} terminated: {message.get('reason')} {cause}".rstrip()
     if name == "RETRY_EXHAUSTED":
         return f"{at} {message.get('sessionId')} retries exhausted: {message.get('code')}"
+    if name == "CIRCUIT_MANUAL":
+        until = f" until {str(message['until'])[11:19]}" if message.get("until") else ""
+        return f"{at} {message.get('circuitId')} {message.get('action')} (by hand): {message.get('state')}{until}"
     return f"{at} {message.get('circuitId')} {str(name).removeprefix('CIRCUIT_BREAKER_').lower()}"
 
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import random
+import re
 import resource
 import tempfile
 from collections.abc import Callable, Mapping
@@ -28,7 +29,7 @@ from rich.console import Console
 
 from supervisor.attributes import AttributeService
 from supervisor.clock import SystemClock
-from supervisor.config import TelemetrySettings
+from supervisor.config import PROMETHEUS_ADDRESS, TelemetrySettings
 from supervisor.demo.attributes_play import AttributesPlay
 from supervisor.demo.observe import Observer
 from supervisor.demo.progress import Progress
@@ -63,6 +64,8 @@ class DemoOptions:
     timeout_s: float | None = None
     # an OTLP/HTTP collector's base URL: traces and metrics of the run go there (docs/telemetry.md)
     otlp: str | None = None
+    # a Prometheus scrape endpoint's address (``[telemetry] prometheus``'s form): the run's metrics, pulled
+    prometheus: str | None = None
 
 
 class _Run:
@@ -123,7 +126,11 @@ class _Run:
                     clock=self.clock,
                     rng=random.Random(opts.seed),
                     grace_s=_GRACE_S,
-                    telemetry=None if opts.otlp is None else demo_settings(opts.otlp, workdir),
+                    telemetry=(
+                        None
+                        if opts.otlp is None and opts.prometheus is None
+                        else demo_settings(opts.otlp, workdir, prometheus=opts.prometheus)
+                    ),
                     sockets=SocketsAt(workdir / "subscribe.sock", workdir / "control.sock", on_sockets),
                     # the durable store (docs/attributes.md), in the run's temporary directory: the attributes scenario
                     durable=self.play is not None,
@@ -308,8 +315,9 @@ _GRACE_S = 5.0
 DEMO_SERVICE_NAME = "session-supervisor-demo"
 
 
-def demo_settings(otlp: str, workdir: Path | None) -> ExportSettings:
-    """``demo --otlp URL``'s export settings; raises ConfigError (the CLI checks them before anything starts).
+def demo_settings(otlp: str | None, workdir: Path | None, *, prometheus: str | None = None) -> ExportSettings:
+    """``demo --otlp URL --prometheus ADDRESS``'s export settings; raises ConfigError (the CLI checks
+    them before anything starts).
 
     The demo's environment is its own: no OTEL_* variable of the shell changes the run. What the
     OpenTelemetry SDK reads from the process environment whatever it is handed (at its import, in
@@ -317,8 +325,12 @@ def demo_settings(otlp: str, workdir: Path | None) -> ExportSettings:
     """
     from supervisor.telemetry import resolve_settings
 
-    table = TelemetrySettings(endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME)
-    settings = resolve_settings(table, {}, config_dir=workdir)
+    if prometheus is not None and not re.match(PROMETHEUS_ADDRESS, prometheus):
+        raise ConfigError(f"--prometheus: expected HOST:PORT or PORT, got {prometheus!r}")
+    table = TelemetrySettings(
+        endpoint=otlp, sample_ratio=1.0, service_name=DEMO_SERVICE_NAME, prometheus=prometheus
+    )
+    settings = resolve_settings(table, {}, config_dir=workdir, prometheus_key="--prometheus")
     if settings is None:  # pragma: no cover - an endpoint always turns it on
         raise ConfigError("--otlp: telemetry stayed off")
     return settings

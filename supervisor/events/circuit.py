@@ -1,9 +1,10 @@
-"""An endpoint's events: its circuit's transitions (seed section 2, CIRCUIT_BREAKER_*) and its
-adaptive pacing (PACING_CHANGED; docs/runtime.md, "Admission").
+"""An endpoint's events: its circuit's transitions (seed section 2, CIRCUIT_BREAKER_*), an operator's
+hand on it (CIRCUIT_MANUAL) and its adaptive pacing (PACING_CHANGED; docs/runtime.md, "Admission").
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,8 +16,10 @@ __all__ = [
     "CircuitClosed",
     "CircuitEvent",
     "CircuitHalfOpened",
+    "CircuitManual",
     "CircuitOpened",
     "CircuitTransition",
+    "ManualAction",
     "PacingChanged",
 ]
 
@@ -71,7 +74,37 @@ class CircuitClosed(StampedEvent, frozen=True):
     probe_id: int
 
 
-CircuitEvent = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed
+class ManualAction(enum.StrEnum):
+    """What moved a circuit by hand (``ctl circuit``), or ended what a hand had set."""
+
+    # isolated for a maintenance window (Polly's Isolate(), Resilience4j's FORCED_OPEN)
+    ISOLATE = "isolate"
+    # the isolation ended by the operator's word
+    CLOSE = "close"
+    # the isolation's ``--for`` ran out
+    EXPIRE = "expire"
+    # closed with its counters cleared (after a false trip: Polly's Reset())
+    RESET = "reset"
+
+
+class CircuitManual(StampedEvent, frozen=True):
+    """An endpoint's circuit was isolated, closed or reset by an operator, or its isolation ran out.
+
+    Published instead of CIRCUIT_BREAKER_OPEN: an isolation is nobody's failure. ``previous`` and
+    ``state`` are the circuit's states before and after; ``forS`` and ``until`` (wall time) say when
+    an isolation given ``--for`` ends by itself (absent: until closed or reset).
+    """
+
+    name: ClassVar[str] = "CIRCUIT_MANUAL"
+    circuit_id: str
+    action: ManualAction
+    previous: CircuitState
+    state: CircuitState
+    for_s: float | None = None
+    until: str | None = None
+
+
+CircuitEvent = CircuitTransition | CircuitOpened | CircuitHalfOpened | CircuitClosed | CircuitManual
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +114,9 @@ class PacingChanged(Event):
     ``reason`` is ``throttled`` (the platform refused for rate: the rate was cut), ``probe``
     (the rate grew; reported each time it doubles), ``pause`` (a further Retry-After lengthened
     the endpoint's pause) or ``restart`` (the platform dropped a connection while the endpoint
-    was quiet: the rate starts again from the initial rate). ``pausedForS`` is the window nobody
+    was quiet: the rate starts again from the initial rate) or ``ratelimit`` (the platform's
+    inin-ratelimit-* reading put a ceiling on the rate, lifted it, or paused the endpoint until its
+    window starts again). ``pausedForS`` is the window nobody
     attempts in (a Retry-After applies to the whole endpoint); ``kind`` says what is paced:
     ``connect`` or ``rest``.
     """

@@ -1,5 +1,5 @@
-"""The daemon's own events: its lifecycle (started, stopping, stopped, forced exit) and a sink
-that could not keep up.
+"""The daemon's own events: its lifecycle (started, stopping, stopped, forced exit), a sink
+that could not keep up, and what a reload did with a rotated credential.
 """
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from supervisor.events.base import Event, WireEvent
+from supervisor.events.base import Event, StampedEvent, WireEvent
 
 __all__ = [
+    "CredentialAccepted",
+    "CredentialRefused",
     "DaemonForcedExit",
     "DaemonStarted",
     "DaemonStopped",
@@ -63,3 +65,26 @@ class EventsDropped(WireEvent, frozen=True):
     sink: str
     dropped: int
     total_dropped: int
+
+
+class CredentialRefused(StampedEvent, frozen=True):
+    """A reload found a rotated credential the platform refused (or that could not be verified):
+    the credential in use stays, its tokens keep serving the sessions, and the ``credentials``
+    degraded condition is raised until a good one arrives (docs/runtime.md, "Rotation").
+
+    ``problem`` is the located one-line error (the config key, the code); never the secret.
+    """
+
+    name: ClassVar[str] = "CREDENTIAL_REFUSED"
+    platform: str
+    problem: str
+
+
+class CredentialAccepted(StampedEvent, frozen=True):
+    """The configured credential of ``platform`` is the one in use again: ``rotated`` when a
+    reload swapped the token source to a new one the platform granted, false when the file was
+    put back to the credential in use. Clears the ``credentials`` degraded condition."""
+
+    name: ClassVar[str] = "CREDENTIAL_ACCEPTED"
+    platform: str
+    rotated: bool

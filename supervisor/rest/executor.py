@@ -50,13 +50,16 @@ from supervisor.rest.hooks import AttemptDetails, ExecutorHooks, OperationDetail
 from supervisor.rest.token_fetch import TOKEN_OPERATION, Fetch, TokenFetch, ensure_from, refresh_from
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Classifier, RawError, SdkErrorEvent
+from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
-__all__ = ["TOKEN_OPERATION", "Attempt", "RetryExecutor", "Sleep"]
+__all__ = ["TOKEN_OPERATION", "Attempt", "Reading", "RetryExecutor", "Sleep"]
 
 T = TypeVar("T")
 # one attempt: given the current token, the result, or a description of the failure
 Attempt = Callable[[Token | None], Awaitable[T | RawError | SdkErrorEvent]]
+# what a successful result says of the platform's rate window (None: nothing)
+Reading = Callable[[T], RateLimitReading | None]
 
 
 class _Kind(enum.Enum):
@@ -101,6 +104,15 @@ class RetryExecutor:
         self._backoff = Backoff(clock, rng if rng is not None else random.Random(), hooks)
         self._token = TokenFetch(attempts, self._backoff, self._classify, clock, hooks, self._reports)
 
+    @property
+    def refresh_before_retry_s(self) -> float:
+        """Before a retry, a token expiring within this is refreshed (``tokens.refreshBeforeRetry``)."""
+        return self._refresh_before_retry
+
+    @refresh_before_retry_s.setter
+    def refresh_before_retry_s(self, seconds: float) -> None:
+        self._refresh_before_retry = seconds
+
     async def token(self, ctx: SessionContext, tokens: TokenCache, fetch: Fetch) -> Token:
         """A token from ``fetch`` (supervisor/rest/token_fetch.py): a 4xx is TOKEN_REFRESH_FAILED
         (fail-fast); a 5xx or a network failure is retried per its policy."""
@@ -128,6 +140,7 @@ class RetryExecutor:
         method: str | None = None,
         idempotent: bool = True,
         admitted: Flight | None = None,
+        reading: Reading[T] | None = None,
     ) -> T:
         """Run one logical operation; return its result or raise.
 
@@ -144,7 +157,9 @@ class RetryExecutor:
         the caller reads back before anything is sent again. ``admitted``: a connect attempt the
         caller already admitted on its endpoint (a session's CXone start: the runner waited for its
         slot and asked the circuit); it is the operation's first attempt, and its retries are
-        asked of the same endpoint.
+        asked of the same endpoint. ``reading``: what a successful result says of the platform's
+        rate window (Genesys' ``inin-ratelimit-*``), told to the endpoint with the success (its pace
+        slows before the window is spent: ``Pacer.reading``).
         """
         hooks = self._hooks
         gate = None
@@ -153,7 +168,9 @@ class RetryExecutor:
         elif circuit is not None:
             gate = self.attempts.get(circuit)
         if hooks is None:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, None, reading
+            )
         details = OperationDetails(
             operation,
             ctx,
@@ -165,9 +182,13 @@ class RetryExecutor:
         )
         scope = hooks.operation(details)
         if scope is None:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details, reading
+            )
         with scope:
-            return await self._run(attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details)
+            return await self._run(
+                attempt_once, ctx, operation, gate, tokens, idempotent, admitted, details, reading
+            )
 
     async def _run(
         self,
@@ -179,6 +200,7 @@ class RetryExecutor:
         idempotent: bool,
         admitted: Flight | None,
         details: OperationDetails | None,
+        reading: Reading[T] | None = None,
     ) -> T:
         hooks = self._hooks
         reports = self._reports
@@ -221,7 +243,7 @@ class RetryExecutor:
                 raise
             if not isinstance(outcome, _Failure):
                 if flight is not None:
-                    flight.answered(None, reports)
+                    flight.answered(None, reports, None if reading is None else reading(outcome))
                 if hooks is not None and details is not None:
                     retried = None
                     if resends:
@@ -316,6 +338,9 @@ class RetryExecutor:
                 if self._hooks is not None:
                     self._hooks.classified(outcome)
                 failure = _Failure(outcome, _Kind.ANSWERED)
+                if details is not None and outcome.raw_status is not None and outcome.raw_status < 600:
+                    # the answer's HTTP status (a 200 without a field it needs): it got a response
+                    details.status = outcome.raw_status
             elif isinstance(outcome, RawError):
                 event = self._classify(outcome)
                 # a write that may have been applied is read back, never sent again blindly
@@ -324,7 +349,16 @@ class RetryExecutor:
                 if details is not None:
                     details.status = outcome.status
             else:
+                if details is not None:
+                    details.status = _status_of(outcome)
                 return outcome
         if details is not None:
             details.event = failure.event
         return failure
+
+
+def _status_of(outcome: object) -> int | None:
+    """The HTTP status of a successful attempt's answer (an httpx response), None for another answer
+    (an in-band socket request's reply): telemetry's ``http.response.status_code`` on the attempt."""
+    status = getattr(outcome, "status_code", None)
+    return status if isinstance(status, int) else None

@@ -19,9 +19,10 @@ import httpx
 
 from supervisor.attempts import Flight, Gate
 from supervisor.boundary import HTTP_FAILURES, SessionContext, TokenAge, raw_from_exception, raw_from_response
-from supervisor.rest.executor import Attempt, RetryExecutor
+from supervisor.rest.executor import Attempt, Reading, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
+from supervisor.taxonomy.headers import RateLimitReading, parse_rate_limit
 from supervisor.vocabulary import EndpointId
 
 T = TypeVar("T")
@@ -44,15 +45,27 @@ class ResponseCheck:
     kind: str | None = None
 
 
+def _reading(response: httpx.Response) -> RateLimitReading | None:
+    return parse_rate_limit(response.headers)
+
+
 class RequestPipeline:
     """HTTP requests of one platform through the retry executor, signed by its token cache."""
 
     def __init__(
-        self, client: httpx.AsyncClient, executor: RetryExecutor, *, tokens: TokenCache | None = None
+        self,
+        client: httpx.AsyncClient,
+        executor: RetryExecutor,
+        *,
+        tokens: TokenCache | None = None,
+        rate_limit_headers: bool = True,
     ) -> None:
         self.client = client
         self.executor = executor
         self.tokens = tokens
+        # read the platform's rate window from each successful answer (inin-ratelimit-*) and tell
+        # it to the endpoint's pace ([admission] rateLimitHeaders; docs/runtime.md, "Admission")
+        self._reading = _reading if rate_limit_headers else None
 
     @property
     def classifier(self) -> Classifier:
@@ -70,8 +83,11 @@ class RequestPipeline:
         circuit: EndpointId,
         operation: str,
         idempotent: bool = True,
+        reading: Reading[T] | None = None,
     ) -> T:
-        """Run one logical operation with this platform's token cache (see RetryExecutor.call)."""
+        """Run one logical operation with this platform's token cache (see RetryExecutor.call);
+        ``reading``: what a result says of the platform's rate window (:attr:`rate_reading` for an
+        HTTP response)."""
         return await self.executor.call(
             attempt_once,
             ctx=ctx,
@@ -79,7 +95,13 @@ class RequestPipeline:
             circuit=circuit,
             tokens=self.tokens,
             idempotent=idempotent,
+            reading=reading,
         )
+
+    @property
+    def rate_reading(self) -> Reading[httpx.Response] | None:
+        """How this pipeline reads the rate window from an answer (None: ``rateLimitHeaders`` off)."""
+        return self._reading
 
     async def request(
         self,
@@ -139,6 +161,7 @@ class RequestPipeline:
             server=(parsed.host, parsed.port),
             method=method,
             admitted=admitted,
+            reading=self._reading,
         )
 
     def token_age(self, token: Token | None) -> TokenAge | None:

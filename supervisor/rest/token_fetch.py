@@ -140,7 +140,7 @@ class TokenFetch:
     ) -> Token | SdkErrorEvent:
         """One fetch, its failure classified here so the attempt's scope sees it."""
         try:
-            return await fetch()
+            token = await fetch()
         except TransportFailure as exc:
             raw = exc.raw
             event = self._classify(raw)
@@ -148,6 +148,10 @@ class TokenFetch:
                 details.event = event
                 details.status = raw.status
             return event
+        if details is not None:
+            # a token is only ever taken from a 200 answer (RFC 6749 section 5.1; supervisor/rest/tokens.py)
+            details.status = 200
+        return token
 
 
 def ensure_from(tokens: TokenCache, min_validity_s: float) -> Fetch:

@@ -14,6 +14,13 @@
 The sources: Genesys' client-credentials grant here, CXone's OpenID Connect login (with its refresh
 and the discovery of the tenant's API) in :mod:`supervisor.rest.cxone_auth`.
 
+**A rotated credential swaps the source, not the token** (:meth:`TokenCache.trial`,
+:meth:`TokenCache.swap`): a reload first fetches one token from a source built on the new
+credential, without touching the cache; only if that is granted does the cache take the new
+source, and the token it got is kept for the next refresh. The token in use stays until then:
+a notifications channel rolls over when the cache's token is replaced (docs/runtime.md,
+"Notifications rollover"), and a rotation must not touch any channel.
+
 Tokens live in memory only and never appear in a log line or a repr.
 """
 
@@ -78,12 +85,28 @@ class TokenCache:
         self._clock = clock
         self._early = early_refresh_s
         self._token: Token | None = None
+        # a token a rotated credential's source granted (``swap``), taken at the next refresh
+        self._next: Token | None = None
         self._inflight: anyio.Event | None = None
         self._failure: BaseException | None = None
         self.fetches = 0
         self.refreshes = 0
         # fetches the token endpoint refused or never answered (telemetry counts them)
         self.failures = 0
+
+    @property
+    def early_refresh_s(self) -> float:
+        """How long before its expiry a cached token is refreshed (``tokens.earlyRefresh``)."""
+        return self._early
+
+    @early_refresh_s.setter
+    def early_refresh_s(self, seconds: float) -> None:
+        self._early = seconds
+
+    @property
+    def source(self) -> TokenSource:
+        """Where tokens come from (the credential in use)."""
+        return self._source
 
     @property
     def endpoint(self) -> tuple[str, str, int | None] | None:
@@ -160,7 +183,34 @@ class TokenCache:
                 raise failure
             # the fetch we waited for was cancelled (its caller was stopped): fetch ourselves
 
+    async def trial(self, source: TokenSource) -> Token:
+        """One token from ``source`` (a rotated credential's), leaving this cache as it is.
+
+        Raises :class:`TransportFailure` as :meth:`refresh` does; the retry executor's token step
+        runs it (``executor.token(ctx, cache, lambda: cache.trial(source))``), so the fetch is an
+        ``oauth.token`` operation behind the credential's endpoint like any other.
+        """
+        access, lifetime, refresh, extra = await source.fetch(None)
+        return Token(access, self._clock.monotonic() + lifetime, refresh, lifetime=lifetime, extra=extra)
+
+    def swap(self, source: TokenSource, granted: Token) -> None:
+        """Take ``source`` (the rotated credential) for every fetch from now on.
+
+        ``granted`` is the token :meth:`trial` got from it: the next refresh takes it instead of
+        asking again while it is still good. The token in use is not replaced (module docstring).
+        """
+        self._source = source
+        self._next = granted
+
     async def _fetch(self, stale: Token | None) -> Token:
+        pending, self._next = self._next, None
+        if pending is not None and pending.remaining(self._clock.monotonic()) > _window(self._early, pending):
+            # the rotated credential's first token: already granted, still good
+            self._token = pending
+            self.fetches += 1
+            if stale is not None:
+                self.refreshes += 1
+            return pending
         done = self._inflight = anyio.Event()
         try:
             refresh = stale.refresh if stale is not None else None
@@ -189,6 +239,7 @@ class TokenCache:
     def revoke(self) -> None:
         """Forget the cached token (fail-fast: "revoke local session storage")."""
         self._token = None
+        self._next = None
 
 
 def _window(wanted: float, token: Token) -> float:

@@ -171,7 +171,9 @@ class DaemonConfig:
         config = load_config(path)
         config_dir = path.resolve().parent
         # reads telemetry.headersFile like the platforms' credentials and checks the OTEL_* variables
-        settings = resolve_settings(config.telemetry, environ, config_dir=config_dir)
+        settings = resolve_settings(
+            config.telemetry, environ, config_dir=config_dir, prometheus_key=f"{path}: telemetry.prometheus"
+        )
         return cls(config, path, config_dir, environ, telemetry=settings, say=say)
 
     @property
@@ -303,7 +305,11 @@ class Daemon:
         if telemetry is not None:
             bus.subscribe(telemetry)
             telemetry.observe(
-                tokens=wiring.tokens, sink_failures=bus, shadow_divergences=lambda: tap.divergences
+                tokens=wiring.tokens,
+                sink_failures=bus,
+                endpoints=wiring.attempts.endpoints,
+                outbox=None if durable is None else durable.outbox_depth,
+                shadow_divergences=lambda: tap.divergences,
             )
             services.append(telemetry.service(grace_s))
         warn = _warning(options.say)
@@ -326,6 +332,7 @@ class Daemon:
             )
         requests: ReloadRequests | None = None
         reload_answer: Reload | None = None
+        reloader: Reloader | None = None
         config_path = options.config_path
         if config_path is not None:
             reloader = Reloader(supervisor, lambda: options.selected(load_config(config_path)))
@@ -344,6 +351,9 @@ class Daemon:
         extra = list(body.attach(view)) if body is not None else []
         api = self._socket_api(wiring, supervisor, durable, stop, reload_answer, warn)
         services.extend(api.services)
+        if reloader is not None and options.sockets is None:
+            # the [sockets] access lists, roles and limits a reload reads go to the API it serves
+            reloader.apply_sockets = api.api.reconfigure
         if telemetry is not None:
             hub = api.api.hub
             telemetry.observe_subscribers(
@@ -371,7 +381,8 @@ class Daemon:
         return await run_daemon(
             supervisor,
             grace_s=grace_s,
-            bind=[api],
+            # the Prometheus endpoint's port with the sockets: one held by another process ends the start
+            bind=[api, *(telemetry.bindings if telemetry is not None else ())],
             services=services,
             body=body,
             on_ready=ready,
@@ -456,6 +467,7 @@ def socket_api(
         reload=reload,
         desired=durable,
         attributes=None if durable is None else durable.attributes,
+        circuit_control=supervisor.manual_circuits,
         messaging=supervisor,
         platform=wiring.platform_events,
     )

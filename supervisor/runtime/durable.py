@@ -36,23 +36,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.attributes import AttributeService, Settings
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
-from supervisor.config import Config, SessionSpec
+from supervisor.config import Config, SessionKind, SessionSpec, parse_session
 from supervisor.config_durable import StopAction, stop_action
-from supervisor.errors import StoreError
+from supervisor.errors import ConfigError, StoreError
 from supervisor.events import Published, SessionTransition, TerminationReason
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
-from supervisor.runtime.sessions import Plan, SessionReader
+from supervisor.runtime.sessions import Origin, Plan, SessionReader
 from supervisor.runtime.targets import SessionTargets
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
@@ -280,6 +281,53 @@ class Durable:
                 unsubscribe()
                 self._tg = None
 
+    def added_sessions(self, config: Config) -> list[SessionSpec]:
+        """The sessions added over the control socket that the store kept (origin ``api``), in the
+        order they were added, each validated on ``config`` as AddSession validated it.
+
+        One the configuration can no longer run (its platform's table gone) is not started and stays
+        in the store for a configuration that can; an id the file now declares is the file's."""
+        declared = {spec.id for spec in config.sessions}
+        notifications = sum(1 for spec in config.sessions if spec.kind is SessionKind.NOTIFICATIONS)
+        out: list[SessionSpec] = []
+        for desired in self.desired.values():
+            if desired.origin != Origin.API or desired.spec is None or desired.session_id in declared:
+                continue
+            try:
+                raw = msgspec.json.decode(desired.spec)
+                spec = parse_session(
+                    raw, config, "store", f"sessions[{desired.session_id}]", notifications=notifications
+                )
+            except (msgspec.DecodeError, ConfigError):
+                continue
+            if spec.kind is SessionKind.NOTIFICATIONS:
+                notifications += 1
+            out.append(spec)
+        return out
+
+    async def keep_added(self, specs: Sequence[SessionSpec]) -> None:
+        """Sessions added over the control socket, kept as desired sessions (origin ``api``, their
+        spec as JSON) in one transaction before any starts; raises StoreError when they cannot be."""
+        store = self.store
+        if store is None:
+            raise StoreError("store", self.problem or NO_STORE)
+        now = self.clock.time()
+        rows = [
+            DesiredSession(
+                spec.id,
+                spec.platform.value,
+                DesiredState.RUNNING,
+                None,
+                now,
+                origin=Origin.API.value,
+                spec=msgspec.json.encode(spec).decode(),
+            )
+            for spec in specs
+        ]
+        await store.add_sessions(rows)
+        for row in rows:
+            self.desired[row.session_id] = row
+
     def planned(self) -> None:
         """Every configured session that runs now has been handed over: what is left open is orphaned."""
         if self._planned is not None:
@@ -290,9 +338,11 @@ class Durable:
         if store is None or self._planned is None:
             return
         await self._planned.wait()
-        configured = {spec.id for spec in self.sessions.config.sessions}
-        for session_id in list(self.desired):
-            if session_id not in configured:
+        configured = {spec.id for spec in self.sessions.config.sessions} | set(self.sessions.added)
+        for session_id, desired in list(self.desired.items()):
+            # a session added over the control socket stays until RemoveSession, even when this
+            # configuration cannot run it (its platform's table gone): a later one may
+            if session_id not in configured and desired.origin != Origin.API:
                 await self._quietly(store.forget_desired(session_id))
         orphans = [
             row

@@ -111,6 +111,9 @@ class SessionRunner:
         self._tokens = tokens
         self._sleep = sleep
         self._due: float | None = None
+        # the session waits because an isolation of its own connect endpoint refused it (woken
+        # when it ends); an isolated REST or token endpoint's refusal is waited out by its timer
+        self._held_by_gate = False
         # the connection attempt admitted while the session waited to reconnect
         self._flight: Flight | None = None
         self._connection: Connection | None = None
@@ -124,6 +127,16 @@ class SessionRunner:
     @property
     def state(self) -> SessionState:
         return self.core.state
+
+    @property
+    def tokens(self) -> TokenCache | None:
+        """The platform credential's token cache this session revokes on a fail-fast that condemns it."""
+        return self._tokens
+
+    def use_tokens(self, tokens: TokenCache | None) -> None:
+        """The platform was rebuilt by a reload that did not restart this session (a Web Messaging
+        guest keeps its connection when the OAuth client changes): revoke the new cache from now on."""
+        self._tokens = tokens
 
     @property
     def context(self) -> SessionContext:
@@ -248,11 +261,16 @@ class SessionRunner:
             raise
 
     # ------------------------------------------------------------------ states
-    async def _pause(self, seconds: float) -> None:
-        """Wait, but wake at once when the session is stopped."""
+    async def _pause(self, seconds: float, *, held: bool = False) -> None:
+        """Wait, but wake at once when the session is stopped (``held``: or when the isolation of
+        the connect endpoint that refused it ends, whoever ends it)."""
         with anyio.CancelScope() as scope:
             self._wait_scope = scope
-            await self._sleep(seconds)
+            if held:
+                with self._gate.woken_on_release(scope):
+                    await self._sleep(seconds)
+            else:
+                await self._sleep(seconds)
         self._wait_scope = None
 
     def _stopped(self) -> bool:
@@ -278,7 +296,8 @@ class SessionRunner:
         due = self._due if self._due is not None else self._clock.monotonic()
         wait = due - self._clock.monotonic()
         if wait > 0:
-            await self._pause(wait)
+            # a session an isolation of its own connect endpoint holds comes back when it ends
+            await self._pause(wait, held=self.core.held and self._held_by_gate)
         if self.core.state is not SessionState.RECONNECTING:
             return  # stopped while waiting
         answer = await self._admitted()
@@ -286,7 +305,9 @@ class SessionRunner:
             return  # stopped, or the endpoint's next slot falls past the horizon
         if isinstance(answer, Refused):
             # seed edge case 1: the circuit is open: defer, not counted, RECONNECTION_THROTTLED
-            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001)))
+            # (isolated by an operator: the same, and the horizon stands still meanwhile)
+            self._held_by_gate = answer.isolated
+            self._execute(self.core.reconnect_due(max(answer.retry_in_s, 0.001), held=answer.isolated))
             return
         self._flight = answer
         self._execute(self.core.reconnect_due(None))
@@ -298,7 +319,8 @@ class SessionRunner:
             if answer is None:
                 return
             if isinstance(answer, Refused):
-                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001)))
+                self._held_by_gate = answer.isolated
+                self._execute(self.core.connect_refused(max(answer.retry_in_s, 0.001), held=answer.isolated))
                 return
             flight = answer
         self.connects += 1
@@ -344,7 +366,10 @@ class SessionRunner:
             # nothing (a lost probe times out by itself)
             flight.abandon()
             if not self.core.terminated:
-                self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+                self._held_by_gate = False  # (another endpoint's circuit: its own timer says when)
+                self._execute(
+                    self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated)
+                )
             return
         # the endpoint answered (unless the transport told it already, where the attempt was made)
         flight.settle(None)
@@ -435,7 +460,8 @@ class SessionRunner:
         with anyio.CancelScope(shield=True):
             await connection.close(CloseCode.GOING_AWAY)
         if not self.core.terminated:
-            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001)))
+            self._held_by_gate = False
+            self._execute(self.core.connect_refused(max(refused.retry_in_s, 0.001), held=refused.isolated))
 
     async def _report(self, raw: RawError | SdkErrorEvent) -> bool:
         """In-band failure from a live connection (or an event its transport named, published here):

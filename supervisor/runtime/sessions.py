@@ -14,7 +14,8 @@ The other interfaces are what one part needs of another, named by that need (doc
 * :class:`SessionMessaging`: what is done on a live session's behalf (a message, the agent's state);
 * :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
 * :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
-* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries).
+* :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries);
+* :class:`CircuitControl`: an operator's hand on a circuit (``ctl circuit isolate|close|reset``).
 
 The socket API, the systemd glue and the demo import these, never the supervisor, its wiring or the
 store's class (``tests/unit/test_import_rules.py`` holds them to it).
@@ -22,7 +23,8 @@ store's class (``tests/unit/test_import_rules.py`` holds them to it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -36,9 +38,12 @@ from supervisor.taxonomy import Taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
 __all__ = [
+    "CircuitControl",
     "CircuitReader",
     "CircuitView",
     "DesiredSessions",
+    "ManualMove",
+    "Origin",
     "Plan",
     "SessionBook",
     "SessionControl",
@@ -47,6 +52,13 @@ __all__ = [
     "SessionTable",
     "TaxonomySwitch",
 ]
+
+
+class Origin(enum.StrEnum):
+    """Where a session's entry comes from (``origin`` in Status and the snapshot)."""
+
+    CONFIG = "config"  # a [[sessions]] entry of the configuration file
+    API = "api"  # added over the control socket (AddSession), kept in the store
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +82,14 @@ class SessionReader(Protocol):
         """Every session with a runner, in the order they were started (read-only)."""
 
     def spec(self, session_id: str) -> SessionSpec | None:
-        """The configured entry of a session, None when the configuration does not name it."""
+        """The entry of a session (the file's, or one added over the control socket), None when neither names it."""
+
+    def origin_of(self, session_id: str) -> Origin | None:
+        """Where a session's entry comes from (the file or the control socket), None when neither names it."""
+
+    @property
+    def added(self) -> Mapping[str, SessionSpec]:
+        """The sessions added over the control socket, in the order they were added (read-only)."""
 
     def endpoint_of(self, session_id: str) -> EndpointId | None:
         """The circuit endpoint a configured session connects through (None: not configured)."""
@@ -88,6 +107,13 @@ class SessionControl(Protocol):
 
     async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose; unknown ids raise SessionError."""
+
+    async def add_sessions(self, specs: Sequence[SessionSpec]) -> list[SessionRunner]:
+        """Sessions added over the control socket: kept in the store, then started (raises
+        StoreError when they cannot be kept, ConfigError when the daemon takes no session)."""
+
+    async def remove_session(self, session_id: str) -> None:
+        """A session added over the control socket: closed as ``stop`` closes it, and forgotten."""
 
     def end_sessions_at_drain(self) -> None:
         """The coming drain ends every session (``ctl drain --end-sessions``) instead of handing
@@ -154,6 +180,41 @@ class CircuitReader(Protocol):
     def all(self) -> Mapping[EndpointId, CircuitView]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ManualMove:
+    """What one ``ctl circuit`` verb did to an endpoint's circuit: its state before and after
+    (``changed`` False: nothing to do, closing a circuit that is closed), and ``for_s`` of an
+    isolation that ends by itself."""
+
+    endpoint: EndpointId
+    circuit_id: str
+    previous: CircuitState
+    state: CircuitState
+    changed: bool
+    for_s: float | None = None
+
+
+class CircuitControl(Protocol):
+    """Manual control of the endpoints' circuits (supervisor/runtime/circuits.py; the decisions are
+    the circuit machine's). An isolation lives in memory: a restart closes every circuit."""
+
+    def find(self, name: str) -> EndpointId | None:
+        """The endpoint named ``name`` (``genesys:api``); None when the daemon has no such endpoint."""
+
+    def endpoints(self) -> list[EndpointId]:
+        """The endpoints an operator may name."""
+
+    def isolate(self, endpoint: EndpointId, for_s: float | None = None) -> ManualMove:
+        """Admit nothing to ``endpoint`` until closed, reset or ``for_s`` seconds from now."""
+
+    def close(self, endpoint: EndpointId) -> ManualMove:
+        """End its isolation; a circuit not isolated is left as it is (``changed`` False: the caller
+        refuses to close an open or half-open one, which is reset, not closed)."""
+
+    def reset(self, endpoint: EndpointId) -> ManualMove:
+        """Closed with its counters cleared, from any state."""
+
+
 class SessionBook(Protocol):
     """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
 
@@ -162,6 +223,13 @@ class SessionBook(Protocol):
 
     def planned(self) -> None:
         """Every session that runs has been handed over (what is left open on a server is orphaned)."""
+
+    def added_sessions(self, config: Config) -> list[SessionSpec]:
+        """The sessions added over the control socket that the store kept, valid on ``config``, in
+        the order they were added (an id the file now declares is the file's)."""
+
+    async def keep_added(self, specs: Sequence[SessionSpec]) -> None:
+        """Keep sessions added over the control socket (raises StoreError when they cannot be kept)."""
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The book's own work (attribute updates, ending orphans); started at once."""
@@ -199,6 +267,9 @@ class SessionTable:
         self._endpoint_for = endpoint_for
         self._config = config
         self._specs = _specs(config)
+        # sessions added over the control socket: never in the file, kept in the store
+        self._added: dict[str, SessionSpec] = {}
+        self._added_view: Mapping[str, SessionSpec] = MappingProxyType(self._added)
 
     # ------------------------------------------------------------------ read
     @property
@@ -210,10 +281,20 @@ class SessionTable:
         return self._view
 
     def spec(self, session_id: str) -> SessionSpec | None:
-        return self._specs.get(session_id)
+        spec = self._specs.get(session_id)
+        return spec if spec is not None else self._added.get(session_id)
+
+    def origin_of(self, session_id: str) -> Origin | None:
+        if session_id in self._specs:
+            return Origin.CONFIG
+        return Origin.API if session_id in self._added else None
+
+    @property
+    def added(self) -> Mapping[str, SessionSpec]:
+        return self._added_view
 
     def endpoint_of(self, session_id: str) -> EndpointId | None:
-        spec = self._specs.get(session_id)
+        spec = self.spec(session_id)
         return None if spec is None else self._endpoint_for(spec)
 
     def states(self) -> dict[SessionState, int]:
@@ -234,6 +315,14 @@ class SessionTable:
             return False
         del self._runners[runner.session_id]
         return True
+
+    def add(self, spec: SessionSpec) -> None:
+        """A session added over the control socket (its entry; a runner is put separately)."""
+        self._added[spec.id] = spec
+
+    def drop(self, session_id: str) -> None:
+        """A session added over the control socket was removed."""
+        self._added.pop(session_id, None)
 
     def configure(self, config: Config) -> None:
         """The configuration a reload adopted."""

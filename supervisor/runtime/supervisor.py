@@ -15,7 +15,7 @@ writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -23,15 +23,19 @@ import httpx
 from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
-from supervisor.errors import ConfigError, OperationError, SessionError
+from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
+from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
-from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.wiring import Rotation, Wiring
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
 
-__all__ = ["Supervisor", "session_table"]
+__all__ = ["NO_STORE", "Supervisor", "session_table"]
+
+#: why a session cannot be added without a store (it would not survive a restart)
+NO_STORE = "no store to keep added sessions in: set [store] path, or run under systemd with StateDirectory="
 
 
 def session_table(wiring: Wiring) -> SessionTable:
@@ -66,6 +70,10 @@ class Supervisor:
         #: set once the drain began: no session is started from then on, and a reload in progress
         #: stops where it is (supervisor/runtime/reload.py)
         self.draining = anyio.Event()
+        #: ``ctl circuit isolate|close|reset`` and the end of an isolation's ``--for``
+        self.manual_circuits = ManualCircuits(
+            wiring.attempts, lambda: self.config, bus=wiring.bus, clock=wiring.clock, sleep=wiring.sleep
+        )
         #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
         self._end_sessions = False
 
@@ -79,15 +87,24 @@ class Supervisor:
         return self.sessions.runners
 
     def reconfigure(
-        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self,
+        config: Config,
+        secrets: dict[Platform, tuple[Secret | None, ...]],
+        rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
-        """Adopt a reloaded configuration: the wiring's platforms and the table's entries.
+        """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
+        whose token source is swapped), the table's entries, and every running session's
+        reconnection settings (its next reconnection uses them) and platform token cache.
 
         Returns the HTTP clients no longer used, for the caller to close once the sessions that used
         them are stopped (Wiring.reconfigure).
         """
-        retired = self.wiring.reconfigure(config, secrets)
+        retired = self.wiring.reconfigure(config, secrets, rotations)
         self.sessions.configure(config)
+        for runner in self.runners.values():
+            runner.core.configure(self.wiring.session_config)
+            # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
+            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
         return retired
 
     # ------------------------------------------------------------------ lifecycle
@@ -96,12 +113,18 @@ class Supervisor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
                 book = self.book
                 if book is not None:
                     await tg.start(book.serve)
-                for spec in self.config.sessions:
+                if book is not None:
+                    # the sessions added over the control socket before this start: entries again
+                    for spec in book.added_sessions(self.config):
+                        self.sessions.add(spec)
+                    self._count_added()
+                for spec in [*self.config.sessions, *self.sessions.added.values()]:
                     plan = book.plan(spec) if book is not None else None
                     if plan is None:
                         self.start(spec)
@@ -129,6 +152,43 @@ class Supervisor:
         done = self._done[runner] = anyio.Event()
         tg.start_soon(self._run_runner, runner, done, resume is not None, name=f"session:{spec.id}")
         return runner
+
+    # ------------------------------------------------------------------ sessions as data
+    async def add_sessions(self, specs: Sequence[SessionSpec]) -> list[SessionRunner]:
+        """Sessions added over the control socket (validated by the caller, ids new to the daemon):
+        kept in the store first (they survive restarts and reloads), then started; their first
+        attempts are admitted by their endpoints as start-up's are (docs/runtime.md, "Admission").
+
+        Raises StoreError when they cannot be kept (no store, or a failed write): nothing is added."""
+        book = self.book
+        if book is None:
+            raise StoreError("store", NO_STORE)
+        if self._tg is None or self.draining.is_set():
+            raise ConfigError("the supervisor is not accepting sessions")
+        await book.keep_added(specs)
+        for spec in specs:
+            self.sessions.add(spec)
+        self._count_added()
+        return [self.start(spec) for spec in specs]
+
+    async def remove_session(self, session_id: str) -> None:
+        """A session added over the control socket is closed as ``stop`` closes it (close 1000, CXone
+        DELETE), waited for, and forgotten (its store row too): it stays gone after a restart."""
+        runner = self.runners.get(session_id)
+        if runner is not None:
+            await self._stop_and_wait(runner, CloseCode.NORMAL_CLOSURE)
+            self.sessions.discard(runner)
+        self.sessions.drop(session_id)
+        self._count_added()
+        if self.book is not None:
+            await self.book.forget(session_id)
+
+    def _count_added(self) -> None:
+        """The HTTP pools grow with the added sessions of each platform (Wiring.grow)."""
+        for platform in Platform:
+            added = sum(1 for spec in self.sessions.added.values() if spec.platform is platform)
+            if added > self.wiring.added.get(platform, 0):
+                self.wiring.grow(platform, added)
 
     async def _run_runner(self, runner: SessionRunner, done: anyio.Event, resumed: bool = False) -> None:
         try:

@@ -14,6 +14,8 @@ import os
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -21,6 +23,7 @@ from urllib.parse import quote
 
 import anyio
 import httpx
+import msgspec
 from anyio import to_thread
 
 from machines.circuit import CircuitConfig
@@ -38,7 +41,7 @@ from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
-from supervisor.rest.tokens import GenesysClientCredentials, TokenCache
+from supervisor.rest.tokens import GenesysClientCredentials, Token, TokenCache, TokenSource
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
 from supervisor.runtime.resync import Resyncer
@@ -53,10 +56,39 @@ from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, Endpo
 #: what a notifications session's events are handed to, with the session id (an embedder's hook)
 NotificationSink = Callable[[str, Mapping[str, Any]], None]
 
-__all__ = ["SESSIONS_PER_CLIENT", "Wiring"]
+__all__ = ["CREDENTIAL_KEYS", "SESSIONS_PER_CLIENT", "Rotation", "Wiring", "platform_table"]
 
 #: sessions per HTTP client (connection pool) of a platform (see Wiring._clients_for)
 SESSIONS_PER_CLIENT = 32
+
+#: the credential files of each platform's table, by config key: what they hold is the credential,
+#: compared (and rotated) by its value, never as a change of the table
+CREDENTIAL_KEYS: dict[Platform, tuple[str, ...]] = {
+    Platform.GENESYS: ("platforms.genesys.clientSecretFile",),
+    Platform.CXONE: ("platforms.cxone.clientSecretFile", "platforms.cxone.passwordFile"),
+}
+_FILE_FIELDS = ("client_secret_file", "password_file")
+
+
+def platform_table(config: Config, platform: Platform) -> msgspec.Struct | None:
+    """``platform``'s table without the names of its credential files (the files' content is compared
+    on its own: a file renamed with the same secret in it changes nothing)."""
+    table = getattr(config.platforms, platform.value)
+    if table is None:
+        return None
+    fields = {f: None for f in _FILE_FIELDS if hasattr(table, f)}
+    replaced: msgspec.Struct = msgspec.structs.replace(table, **fields)
+    return replaced
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """A rotated credential, already granted a token by its platform (Wiring.trial_rotation)."""
+
+    platform: Platform
+    source: TokenSource
+    token: Token
+    secrets: tuple[Secret | None, ...]
 
 
 class Wiring:
@@ -118,6 +150,10 @@ class Wiring:
         self._shards: dict[Platform, list[RequestPipeline]] = {}
         self.secrets: dict[Platform, tuple[Secret | None, ...]] = {}
         self._clients: dict[Platform, list[httpx.AsyncClient]] = {}
+        # per platform: the sessions added over the control socket (the pools are sized for the file's
+        # sessions and these together: Wiring.grow)
+        self.added: dict[Platform, int] = {}
+        self._pool_limits: dict[int, int] = {}
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         self.notification_sink = notification_sink
@@ -182,19 +218,63 @@ class Wiring:
     def _read(self, name: str | None, key: str) -> Secret | None:
         return read_secret(name, key=key, config_dir=self.config_dir, environ=self.environ)
 
+    def rotated(
+        self, config: Config, secrets: Mapping[Platform, tuple[Secret | None, ...]]
+    ) -> list[Platform]:
+        """The platforms whose credential alone changed: the table the same (but for the files'
+        names), a token cache in use, another secret. Those swap their token source (a rotation);
+        a platform whose table changed is rebuilt instead (:meth:`reconfigure`)."""
+        out = []
+        for platform in Platform:
+            same_table = platform_table(self.config, platform) == platform_table(config, platform)
+            if same_table and platform in self.tokens and self.secrets.get(platform) != secrets.get(platform):
+                out.append(platform)
+        return out
+
+    async def trial_rotation(
+        self, platform: Platform, config: Config, secrets: Mapping[Platform, tuple[Secret | None, ...]]
+    ) -> Rotation:
+        """A token from the rotated credential, fetched before anything changes: through the retry
+        executor's token step (``oauth.token``, the credential's endpoint and circuit), the cache
+        left as it is. Raises OperationError (refused, or retries spent) or CircuitOpenError."""
+        tokens = self.tokens[platform]
+        source = self._source(platform, config, secrets, self._clients[platform][0])
+        # rotated() lists only platforms with a token cache, and the same table: a client id still
+        assert source is not None
+        if isinstance(source, CxoneLogin) and isinstance(tokens.source, CxoneLogin):
+            # logins are counted per credential: the new one's first marks a new login, so the
+            # tenant's API is discovered again after it (rest/cxone_auth.py, CxoneApi)
+            source.logins = tokens.source.logins
+        ctx = SessionContext("credential-rotation", platform, Channel.REST)
+        token = await self.executor.token(ctx, tokens, partial(tokens.trial, source))
+        return Rotation(platform, source, token, secrets[platform])
+
     def reconfigure(
-        self, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self,
+        config: Config,
+        secrets: dict[Platform, tuple[Secret | None, ...]],
+        rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
-        """Adopt ``config``: rebuild the platforms whose table or credentials changed.
+        """Adopt ``config``: rebuild the platforms whose table changed; swap the token source of
+        those whose credential alone changed (``rotations``, each already granted a token); apply
+        the global settings a running daemon can take (circuits, reconnection, tokens, the REST
+        timeout).
 
         Returns the clients the rebuilt platforms no longer use, for the caller to close once
         the sessions that used them are stopped.
         """
         retired: list[httpx.AsyncClient] = []
+        swapped = {rotation.platform: rotation for rotation in rotations}
+        kept = dict(secrets)
         for platform in Platform:
-            before = (getattr(self.config.platforms, platform.value), self.secrets.get(platform))
-            after = (getattr(config.platforms, platform.value), secrets.get(platform))
-            if before == after:
+            if platform_table(self.config, platform) == platform_table(config, platform):
+                rotation = swapped.get(platform)
+                if rotation is not None:
+                    self.tokens[platform].swap(rotation.source, rotation.token)
+                    kept[platform] = rotation.secrets
+                elif platform in self.secrets:
+                    # not rotated (no token cache uses it, or the same secret): what is in use stays
+                    kept[platform] = self.secrets[platform]
                 continue
             retired.extend(self._clients.pop(platform, []))
             self.tokens.pop(platform, None)
@@ -204,9 +284,16 @@ class Wiring:
             self._shards.pop(platform, None)
             self._build_platform(platform, config, secrets)
         self.config = config
-        self.secrets = secrets
+        self.secrets = kept
         self.session_config = _session_config(config)
         self.circuits.configure(_circuit_config(config))
+        timeout = httpx.Timeout(config.daemon.request_timeout)
+        for clients in self._clients.values():
+            for client in clients:
+                client.timeout = timeout
+        for cache in self.tokens.values():
+            cache.early_refresh_s = config.tokens.early_refresh
+        self.executor.refresh_before_retry_s = config.tokens.refresh_before_retry
         self.platform_events.limits = window_limits(config.events)
         return retired
 
@@ -253,18 +340,41 @@ class Wiring:
         client = self.pipeline_for(Platform.GENESYS, session_id).client
         return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
 
+    @staticmethod
+    def _source(
+        platform: Platform,
+        config: Config,
+        secrets: Mapping[Platform, tuple[Secret | None, ...]],
+        client: httpx.AsyncClient,
+    ) -> TokenSource | None:
+        """The token source of ``platform``'s credential, or None (a Genesys table without a client)."""
+        if platform is Platform.GENESYS:
+            gen = config.platforms.genesys
+            assert gen is not None
+            (secret,) = secrets[platform]
+            if gen.client_id is None or secret is None:
+                return None
+            return GenesysClientCredentials(client, gen.login_url, gen.client_id, secret)
+        cx = config.platforms.cxone
+        assert cx is not None
+        secret, password = secrets[platform]
+        # read_secrets checked the client, the configuration the access key (config.py)
+        assert cx.client_id is not None and secret is not None
+        assert cx.username is not None and password is not None
+        return CxoneLogin(client, cx.auth_url, cx.client_id, secret, cx.username, password)
+
     def _build_platform(
         self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
     ) -> None:
         timeout = httpx.Timeout(config.daemon.request_timeout)
-        sessions = sum(1 for spec in config.sessions if spec.platform is platform)
+        sessions = sum(1 for spec in config.sessions if spec.platform is platform) + self.added.get(
+            platform, 0
+        )
         early = config.tokens.early_refresh
         if platform is Platform.GENESYS and config.platforms.genesys is not None:
-            gen = config.platforms.genesys
             clients = self._clients_for(platform, timeout, sessions)
-            (secret,) = secrets[platform]
-            if gen.client_id is not None and secret is not None:
-                source = GenesysClientCredentials(clients[0], gen.login_url, gen.client_id, secret)
+            source = self._source(platform, config, secrets, clients[0])
+            if source is not None:
                 self.tokens[platform] = TokenCache(
                     source, self.clock, early_refresh_s=early, platform=platform
                 )
@@ -272,11 +382,8 @@ class Wiring:
         elif platform is Platform.CXONE and config.platforms.cxone is not None:
             cx = config.platforms.cxone
             clients = self._clients_for(platform, timeout, sessions)
-            secret, password = secrets[platform]
-            # read_secrets checked the client, the configuration the access key (config.py)
-            assert cx.client_id is not None and secret is not None
-            assert cx.username is not None and password is not None
-            login = CxoneLogin(clients[0], cx.auth_url, cx.client_id, secret, cx.username, password)
+            login = self._source(platform, config, secrets, clients[0])
+            assert login is not None
             tokens = self.tokens[platform] = TokenCache(
                 login, self.clock, early_refresh_s=early, platform=platform
             )
@@ -286,7 +393,10 @@ class Wiring:
         else:
             return
         # one credential, one token cache, one executor: only the connection pools are sharded
-        self._shards[platform] = [RequestPipeline(c, self.executor, tokens=tokens) for c in clients]
+        headers = config.admission.rate_limit_headers
+        self._shards[platform] = [
+            RequestPipeline(c, self.executor, tokens=tokens, rate_limit_headers=headers) for c in clients
+        ]
         self.pipelines[platform] = self._shards[platform][0]
 
     def _clients_for(
@@ -300,15 +410,42 @@ class Wiring:
         Each session may hold its long poll and one other call (a start, a DELETE) at once.
         """
         shards = max(1, -(-sessions // SESSIONS_PER_CLIENT))
-        per = -(-max(sessions, 1) // shards)
-        limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
-        clients = []
-        for _ in range(shards):
-            # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
-            transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
-            clients.append(httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False))
+        clients = [self._client(timeout, -(-max(sessions, 1) // shards)) for _ in range(shards)]
         self._clients[platform] = clients
         return clients
+
+    def _client(self, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
+        # each client holds at least SESSIONS_PER_CLIENT sessions' worth: a pool made for a few
+        # sessions keeps its share when sessions are added later (Wiring.grow)
+        per = max(sessions, SESSIONS_PER_CLIENT)
+        limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
+        # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
+        transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
+        client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
+        self._pool_limits[id(client)] = 2 * per + 20
+        return client
+
+    def grow(self, platform: Platform, added: int) -> None:
+        """The platform now has ``added`` sessions from the control socket: more pools when the file's
+        sessions and these together need them (one per :data:`SESSIONS_PER_CLIENT`). Pools never
+        shrink while the daemon runs: a removed session's share stays for the next one added."""
+        self.added[platform] = added
+        shards = self._shards.get(platform)
+        clients = self._clients.get(platform)
+        if not shards or clients is None:
+            return
+        sessions = sum(1 for spec in self.config.sessions if spec.platform is platform) + added
+        wanted = -(-sessions // SESSIONS_PER_CLIENT)
+        timeout = httpx.Timeout(self.config.daemon.request_timeout)
+        tokens = shards[0].tokens
+        while len(clients) < wanted:
+            client = self._client(timeout, SESSIONS_PER_CLIENT)
+            clients.append(client)
+            shards.append(RequestPipeline(client, self.executor, tokens=tokens))
+
+    def pool_sizes(self, platform: Platform) -> list[int]:
+        """The connection limit of each HTTP client (pool) of a platform, in the order they were made."""
+        return [self._pool_limits[id(client)] for client in self._clients.get(platform, [])]
 
     # ------------------------------------------------------------------ sessions
     def transport_for(
@@ -431,8 +568,10 @@ class Wiring:
             bus=self.bus,
             clock=self.clock,
             rng=self.rng,
-            # the platform credential's cache: REST calls made for the session use it, so a
-            # fail-fast that condemns the token revokes it (the next user re-authenticates once)
+            # the platform credential's cache: REST calls made for the session use it (a guest's
+            # connection never does, its attribute updates do), so a fail-fast that condemns the
+            # token revokes it (the next user re-authenticates once); a reload that rebuilds the
+            # platform hands the new cache to the sessions it does not restart (Supervisor.reconfigure)
             tokens=self.tokens.get(spec.platform),
             config=self.session_config,
             sleep=self.sleep,
@@ -466,7 +605,9 @@ def _endpoints(config: Config, clock: Clock, circuits: CircuitRegistry) -> Endpo
         connect = PacingConfig(
             initial_rate=settings.initial_rate, probe=probe, in_flight_floor=settings.connects_in_flight
         )
-        rest = PacingConfig(initial_rate=None, probe=probe)
+        # REST calls also slow down once half their token's rate window is spent (the platform's
+        # inin-ratelimit-* reading; a pipeline without [admission] rateLimitHeaders reads none)
+        rest = PacingConfig(initial_rate=None, probe=probe, headroom=0.5)
     return Endpoints(
         clock,
         circuits,

@@ -68,6 +68,10 @@ class DesiredSession:
     # why it is not running: the termination reason and trigger, or "ctl stop"
     reason: str | None = None
     updated_at: float = 0.0
+    # "config": declared by the configuration file; "api": added over the control socket (AddSession),
+    # whose configuration entry is kept here as JSON (``spec``) so it survives restarts and reloads
+    origin: str = "config"
+    spec: str | None = None
 
 
 class ServerState(enum.StrEnum):
@@ -228,6 +232,8 @@ class RowChange:
     # a re-send after a mismatch (counts against the repair budget)
     repair: bool = False
     error: str | None = None
+    # the claim counted a send that never left (the endpoint's circuit refused it): take it back
+    unsent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +297,7 @@ class Store(Protocol):
     async def desired_sessions(self) -> dict[str, DesiredSession]: ...
     async def set_desired(self, desired: DesiredSession) -> None: ...
     async def forget_desired(self, session_id: str) -> None: ...
+    async def add_sessions(self, added: Sequence[DesiredSession]) -> None: ...
     async def server_sessions(self) -> dict[str, ServerSession]: ...
     async def session_opening(self, session: ServerSession) -> None: ...
     async def session_opened(

@@ -155,6 +155,14 @@ _V2: Final = """
 ALTER TABLE server_sessions ADD COLUMN left_at REAL;
 """
 
+# sessions added over the control socket (AddSession) are desired sessions too: their spec (the
+# configuration's session entry, as JSON) and where they came from ('config': the file; 'api': the
+# control socket) survive restarts and reloads (docs/store.md, "Tables")
+_V3: Final = """
+ALTER TABLE desired_sessions ADD COLUMN origin TEXT NOT NULL DEFAULT 'config' CHECK (origin IN ('config', 'api'));
+ALTER TABLE desired_sessions ADD COLUMN spec TEXT;
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
@@ -169,6 +177,7 @@ class Migration:
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "the first schema (docs/store.md, Tables): sessions, outbox, ledger, mismatches, meta", _V1),
     Migration(2, "server_sessions.left_at: when a stop handed the session over to the next start", _V2),
+    Migration(3, "desired sessions say their origin (config or api) and keep an added session's spec", _V3),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -293,6 +293,8 @@ def record(
             params.append(ch.accepted_at)
         if ch.repair:
             sets.append("repairs = repairs + 1")
+        if ch.unsent:
+            sets.append("sends = MAX(sends - 1, 0)")
         if ch.error is not None:
             sets.append("last_error = ?")
             params.append(ch.error)

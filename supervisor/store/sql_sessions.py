@@ -7,6 +7,7 @@ import sqlite3
 from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
 
 __all__ = [
+    "add_sessions",
     "desired_sessions",
     "forget_desired",
     "server_sessions",
@@ -19,12 +20,19 @@ __all__ = [
 
 
 def desired_sessions(conn: sqlite3.Connection) -> dict[str, DesiredSession]:
+    # rowid order: sessions added over the control socket come back in the order they were added
     rows = conn.execute(
-        "SELECT session_id, platform, state, reason, updated_at FROM desired_sessions"
+        "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions ORDER BY rowid"
     ).fetchall()
     return {
         r[0]: DesiredSession(
-            session_id=r[0], platform=r[1], state=DesiredState(r[2]), reason=r[3], updated_at=r[4]
+            session_id=r[0],
+            platform=r[1],
+            state=DesiredState(r[2]),
+            reason=r[3],
+            updated_at=r[4],
+            origin=r[5],
+            spec=r[6],
         )
         for r in rows
     }
@@ -36,6 +44,18 @@ def set_desired(conn: sqlite3.Connection, desired: DesiredSession) -> None:
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
         "reason = excluded.reason, updated_at = excluded.updated_at",
         (desired.session_id, desired.platform, desired.state.value, desired.reason, desired.updated_at),
+    )
+
+
+def add_sessions(conn: sqlite3.Connection, added: list[DesiredSession]) -> None:
+    """Sessions added over the control socket: their row with origin and spec, in one transaction
+    (a row an earlier session of the same id left is replaced)."""
+    conn.executemany(
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
+        "reason = excluded.reason, updated_at = excluded.updated_at, origin = excluded.origin, spec = excluded.spec",
+        [(d.session_id, d.platform, d.state.value, d.reason, d.updated_at, d.origin, d.spec) for d in added],
     )
 
 

@@ -243,6 +243,10 @@ class SqliteStore:
     async def set_desired(self, desired: DesiredSession) -> None:
         await self._run(lambda conn: sql_sessions.set_desired(conn, desired))
 
+    async def add_sessions(self, added: Sequence[DesiredSession]) -> None:
+        rows = list(added)
+        await self._run(lambda conn: sql_sessions.add_sessions(conn, rows))
+
     async def forget_desired(self, session_id: str) -> None:
         await self._run(lambda conn: sql_sessions.forget_desired(conn, session_id))
 

@@ -1,7 +1,7 @@
 """The degraded conditions the daemon detects itself (:mod:`supervisor.systemd.degraded`).
 
 * ``circuit:<endpoint>`` while an endpoint's breaker is open or half-open: the platform (or that
-  part of it) is down or refusing. A restart would only repeat the handshakes the breaker is
+  part of it) is down or refusing; or isolated by an operator (``CIRCUIT_MANUAL``), until closed. A restart would only repeat the handshakes the breaker is
   holding back (docs/architecture.md: no reconnection storms), so this is degraded, never unhealthy.
 * ``state-directory`` while ``$STATE_DIRECTORY`` (systemd's ``StateDirectory=``, where the durable
   store keeps its file) is read-only, or has less than :data:`MIN_FREE_BYTES` or no inode left:
@@ -11,6 +11,10 @@
 * ``store`` while the durable store (docs/store.md) refuses writes (``STORE_DEGRADED`` until
   ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
   state-directory probe tells the operator before the first write fails.
+* ``credentials`` while a rotated credential the platform refused waits for a good one
+  (``CREDENTIAL_REFUSED`` until ``CREDENTIAL_ACCEPTED`` for every platform refused;
+  :class:`CredentialConditions`): the credential in use serves the sessions until it is revoked at
+  the platform, which a restart would not cure either.
 """
 
 from __future__ import annotations
@@ -23,14 +27,23 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
-from supervisor.events import CircuitClosed, CircuitOpened, Published
+from supervisor.events import (
+    CircuitClosed,
+    CircuitManual,
+    CircuitOpened,
+    CredentialAccepted,
+    CredentialRefused,
+    Published,
+)
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.systemd.degraded import Degraded
+from supervisor.vocabulary import CircuitState
 
 __all__ = [
     "MIN_FREE_BYTES",
     "PROBE_INTERVAL_S",
     "CircuitConditions",
+    "CredentialConditions",
     "StateDirectoryProbe",
     "StoreConditions",
     "state_directory",
@@ -56,6 +69,13 @@ class CircuitConditions:
             )
         elif isinstance(event, CircuitClosed):
             self._degraded.clear(_condition(event.circuit_id))
+        elif isinstance(event, CircuitManual):
+            # an isolation holds the endpoint's sessions as an open circuit does; a close, a reset
+            # or the end of --for leads to closed, which a CIRCUIT_BREAKER_CLOSED never follows
+            if event.state is CircuitState.CLOSED:
+                self._degraded.clear(_condition(event.circuit_id))
+            else:
+                self._degraded.raise_condition(_condition(event.circuit_id), "isolated by an operator")
 
 
 class StoreConditions:
@@ -72,6 +92,36 @@ class StoreConditions:
             self._degraded.raise_condition(self.CONDITION, f"{event.problem}: acknowledgements refused")
         elif isinstance(event, StoreRecovered):
             self._degraded.clear(self.CONDITION)
+
+
+class CredentialConditions:
+    """A bus sink: ``credentials`` raised while a platform's rotated credential stays refused,
+    cleared once every refused platform's configured credential is in use."""
+
+    CONDITION = "credentials"
+
+    def __init__(self, degraded: Degraded) -> None:
+        self._degraded = degraded
+        self._refused: dict[str, str] = {}
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, CredentialRefused):
+            self._refused[event.platform] = event.problem
+        elif isinstance(event, CredentialAccepted):
+            if self._refused.pop(event.platform, None) is None:
+                return
+        else:
+            return
+        if not self._refused:
+            self._degraded.clear(self.CONDITION)
+            return
+        # the platforms, then the first key the problem names: a status line, not the whole error
+        platforms = ", ".join(sorted(self._refused))
+        first = next(iter(self._refused.values())).split(":")[0]
+        self._degraded.raise_condition(
+            self.CONDITION, f"rotated credential refused ({platforms}: {first}); the one in use stays"
+        )
 
 
 def _condition(circuit_id: str) -> str:

@@ -40,6 +40,7 @@ from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import CircuitReader, SessionReader
 from supervisor.systemd.conditions import (
     CircuitConditions,
+    CredentialConditions,
     StateDirectoryProbe,
     StoreConditions,
     state_directory,
@@ -86,6 +87,7 @@ class Systemd:
         bus.subscribe(self.status)
         bus.subscribe(CircuitConditions(self.degraded))
         bus.subscribe(StoreConditions(self.degraded))
+        bus.subscribe(CredentialConditions(self.degraded))
         if store_problem is not None:
             # the store failed to open before this glue subscribed: its STORE_DEGRADED went by
             self.degraded.raise_condition(

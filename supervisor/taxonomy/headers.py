@@ -1,11 +1,15 @@
-"""Server hints: ``Retry-After`` (RFC 9110 section 10.2.3) and ``Cache-Control: max-age``
-(RFC 9111 section 5.2.2.1). Pure: the current time is passed in.
+"""Server hints: ``Retry-After`` (RFC 9110 section 10.2.3), ``Cache-Control: max-age``
+(RFC 9111 section 5.2.2.1) and Genesys Cloud's ``inin-ratelimit-*`` reading of the token's rate
+window (docs/platforms.md, "Genesys Cloud Platform REST"). Pure: the current time is passed in.
 """
 
 from __future__ import annotations
 
 import calendar
+import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 _DELTA_SECONDS = re.compile(r"^\s*(\d{1,10})\s*$", re.ASCII)
 _MONTHS = {
@@ -40,7 +44,8 @@ def parse_retry_after_ms(value: object, now_epoch: float) -> int | None:
     when = parse_http_date(value.strip())
     if when is None:
         return None
-    return max(0, round((when - now_epoch) * 1000.0))
+    # rounded up: a retry made after this many whole milliseconds is never earlier than the date
+    return max(0, math.ceil((when - now_epoch) * 1000.0))
 
 
 def parse_http_date(value: str) -> float | None:
@@ -83,3 +88,47 @@ def parse_max_age_ms(value: object) -> int | None:
     if not match:
         return None
     return int(match.group(1)) * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitReading:
+    """What one answer says of the rate window its token is counted in: ``count`` requests of the
+    ``allowed`` ones counted so far, the window starting again in ``reset_s`` seconds.
+
+    Genesys Cloud's ``inin-ratelimit-count``, ``inin-ratelimit-allowed`` and ``inin-ratelimit-reset``
+    (docs/platforms.md says where their meaning comes from, and what of it is inferred).
+    """
+
+    count: int
+    allowed: int
+    reset_s: float
+
+    @property
+    def used(self) -> float:
+        """The share of the window spent (``count / allowed``; 1 and more: the next one is refused)."""
+        return self.count / self.allowed
+
+
+_COUNT = "inin-ratelimit-count"
+_ALLOWED = "inin-ratelimit-allowed"
+_RESET = "inin-ratelimit-reset"
+
+
+def _whole(value: object) -> int | None:
+    if not isinstance(value, str) or len(value) > 12:
+        return None
+    match = _DELTA_SECONDS.match(value)
+    return None if match is None else int(match.group(1))
+
+
+def parse_rate_limit(headers: Mapping[str, str]) -> RateLimitReading | None:
+    """The answer's rate-window reading, or None when one of the three headers is absent or not a
+    non-negative integer, or ``allowed`` is 0 (a reading we cannot act on is no reading)."""
+    count, allowed, reset = (
+        _whole(headers.get(_COUNT)),
+        _whole(headers.get(_ALLOWED)),
+        _whole(headers.get(_RESET)),
+    )
+    if count is None or allowed is None or reset is None or allowed == 0:
+        return None
+    return RateLimitReading(count, allowed, float(reset))

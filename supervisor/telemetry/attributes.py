@@ -27,6 +27,14 @@ NETWORK_PROTOCOL: Final = "network.protocol.name"
 SERVICE_NAME: Final = "service.name"
 SERVICE_VERSION: Final = "service.version"
 SERVICE_INSTANCE: Final = "service.instance.id"
+TELEMETRY_SDK_LANGUAGE: Final = "telemetry.sdk.language"
+TELEMETRY_SDK_NAME: Final = "telemetry.sdk.name"
+TELEMETRY_SDK_VERSION: Final = "telemetry.sdk.version"
+# the semantic-conventions version these names follow (every name above is in it), on the resource
+# and the instrumentation scope: a backend that knows the schema can translate a later rename
+SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.44.0"
+# the status of a WebSocket opening handshake that succeeded (RFC 6455 section 4.2.2: 101 Switching Protocols)
+SWITCHING_PROTOCOLS: Final = 101
 
 # -- correlation (docs/runtime.md: sessionId, agentId, conversationId, platformSessionId) ----------
 AGENT_ID: Final = f"{NS}.agent.id"
@@ -97,7 +105,8 @@ SESSION_STATE: Final = f"{NS}.session.state"
 OUTCOME: Final = f"{NS}.outcome"
 CREDENTIAL: Final = f"{NS}.credential"
 
-# -- metric names -----------------------------------------------------------------------------------
+# -- metric names: every instrument's, in this one list (docs/telemetry.md, "Metrics"; Prometheus spells
+# them with underscores, a ``_total`` suffix on counters: docs/monitoring/README.md) ---------------------
 M_SESSIONS: Final = f"{NS}.sessions"
 M_RECONNECT_ATTEMPTS: Final = f"{NS}.reconnection.attempts"
 M_RECONNECT_OUTCOMES: Final = f"{NS}.reconnection.outcomes"
@@ -117,6 +126,12 @@ M_PACING_CHANGES: Final = f"{NS}.pacing.changes"
 PACING_ENDPOINT: Final = f"{NS}.pacing.endpoint"
 PACING_KIND: Final = f"{NS}.pacing.kind"
 PACING_REASON: Final = f"{NS}.pacing.reason"
+# beyond the seed (docs/runtime.md, "Admission"): retries an endpoint's retry budget refused, by endpoint
+M_RETRY_BUDGET_REFUSALS: Final = f"{NS}.retry.budget_refusals"
+ENDPOINT: Final = f"{NS}.endpoint"
+# attribute updates (docs/attributes.md): waiting in the durable outbox; keys verification could not repair
+M_OUTBOX_DEPTH: Final = f"{NS}.attributes.outbox_depth"
+M_ATTRIBUTE_MISMATCHES: Final = f"{NS}.attributes.mismatches"
 M_SUBSCRIBERS: Final = f"{NS}.api.subscribers"
 M_LAGGED_NOTICES: Final = f"{NS}.api.lagged_notices"
 M_LAGGED_DISCONNECTS: Final = f"{NS}.api.lagged_disconnects"

@@ -100,6 +100,10 @@ class CircuitTracker:
         if period.enter is not None:
             source, trigger, reason = period.enter
             attrs[A.CIRCUIT_REASON] = reason
+            if period.state is CircuitState.OPEN:
+                # an open period is an error span: error.type says why it opened (the semantic code
+                # of the trip's last failure, or PROBE_FAILED / PROBE_TIMEOUT; machines/circuit.py)
+                attrs[A.ERROR_TYPE] = reason
             events.append(_transition(period.start, source, period.state, trigger, reason))
         if period.leave is not None:
             source, target, trigger, reason = period.leave

@@ -12,13 +12,15 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskStatus
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.version import __version__ as SDK_VERSION
 
+from machines.registry import Endpoints
 from supervisor.config import Config, SessionKind, read_secret
 from supervisor.errors import ConfigError
 from supervisor.events import (
@@ -49,6 +51,9 @@ from supervisor.telemetry.settings import ExportSettings, package_version, resol
 from supervisor.telemetry.spans import SessionShape, SpanFactory
 from supervisor.vocabulary import Platform
 
+if TYPE_CHECKING:
+    from supervisor.telemetry.prometheus import PrometheusEndpoint
+
 __all__ = ["FLUSH_CAP_S", "Telemetry", "configured_secrets", "shapes_of"]
 
 
@@ -70,16 +75,21 @@ class Telemetry:
     ) -> None:
         self.settings = settings
         version = package_version()
+        # built here, not with Resource.create: that merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+        # from the process environment by itself, and the demo promises to ignore the shell's OTEL_*
+        # (settings.resource holds what resolve_settings read from the environment it was given)
         self.resource = Resource(
             {
-                "telemetry.sdk.language": "python",
-                "telemetry.sdk.name": "opentelemetry",
+                A.TELEMETRY_SDK_LANGUAGE: "python",
+                A.TELEMETRY_SDK_NAME: "opentelemetry",
                 **settings.resource,
+                A.TELEMETRY_SDK_VERSION: SDK_VERSION,
                 A.SERVICE_NAME: settings.service_name,
                 A.SERVICE_VERSION: version,
                 # the JSON lines' bootId: a restart is a new instance
                 A.SERVICE_INSTANCE: boot_id,
-            }
+            },
+            schema_url=A.SCHEMA_URL,
         )
         self.scrubber = Scrubber([*secrets, *settings.secret_values])
         self.pipeline = ExportPipeline(settings, self.resource, self.scrubber)
@@ -92,7 +102,7 @@ class Telemetry:
         self.operations = OperationTracer(factory, sampler, ids, self.sessions)
         self.tracing = settings.traces_endpoint is not None
         self.metrics = Metrics(
-            self.pipeline.meter("session_supervisor.telemetry", version),
+            self.pipeline.meter("session_supervisor.telemetry", version, A.SCHEMA_URL),
             sessions=self.sessions.states,
             circuits=lambda: self.circuits.states,
             segment_attempt=self._segment_attempt,
@@ -137,15 +147,27 @@ class Telemetry:
         *,
         tokens: Mapping[Platform, TokenCache],
         sink_failures: Any = None,
+        endpoints: Endpoints | None = None,
+        outbox: Callable[[], int | None] | None = None,
         shadow_divergences: Callable[[], Mapping[tuple[str, str], int]] | None = None,
     ) -> None:
-        """What metrics read from the daemon's objects once they exist (tokens, the bus, the shadow
-        taxonomy's divergences)."""
+        """What metrics read from the daemon's objects once they exist (tokens, the bus, the
+        endpoints' retry budgets, the durable outbox, the shadow taxonomy's divergences)."""
         self.metrics.observe_tokens(tokens)
         if shadow_divergences is not None:
             self.metrics.observe_shadow(shadow_divergences)
         if sink_failures is not None:
             self.metrics.count("sink", lambda: int(sink_failures.sink_failures))
+        if endpoints is not None:
+            self.metrics.observe_endpoints(endpoints)
+        if outbox is not None:
+            self.metrics.observe_outbox(outbox)
+
+    @property
+    def bindings(self) -> list[PrometheusEndpoint]:
+        """What the lifecycle binds before any session starts: the Prometheus endpoint, when configured."""
+        endpoint = self.pipeline.prometheus
+        return [] if endpoint is None else [endpoint]
 
     def observe_subscribers(
         self, *, subscribers: Callable[[], int], lagged: Callable[[], int], disconnected: Callable[[], int]

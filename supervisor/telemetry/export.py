@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.from_thread
@@ -35,7 +36,7 @@ from opentelemetry.sdk.metrics import (
     MeterProvider,
     TraceBasedExemplarFilter,
 )
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -43,6 +44,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from supervisor.errors import ConfigError
 from supervisor.telemetry.scrub import Scrubber, ScrubbingMetricExporter, ScrubbingSpanExporter
 from supervisor.telemetry.settings import ExportSettings
+
+if TYPE_CHECKING:
+    from supervisor.telemetry.prometheus import PrometheusEndpoint
 
 __all__ = ["CloseReport", "ExportPipeline"]
 
@@ -138,6 +142,7 @@ class ExportPipeline:
         self.metrics: ScrubbingMetricExporter | None = None
         self._reader: PeriodicExportingMetricReader | None = None
         self._meter_provider: MeterProvider | None = None
+        readers: list[MetricReader] = []
         if settings.metrics_endpoint is not None:
             self.metrics = ScrubbingMetricExporter(
                 OTLPMetricExporter(
@@ -157,18 +162,27 @@ class ExportPipeline:
             self._reader = PeriodicExportingMetricReader(
                 self.metrics, export_interval_millis=interval_ms, export_timeout_millis=sdk.metric_timeout_ms
             )
+            readers.append(self._reader)
+        self.prometheus: PrometheusEndpoint | None = None
+        if settings.prometheus is not None:
+            # the scrape endpoint's pull reader, on the same provider (imported only when configured)
+            from supervisor.telemetry.prometheus import PrometheusEndpoint
+
+            self.prometheus = PrometheusEndpoint(settings.prometheus)
+            readers.append(self.prometheus.reader)
+        if readers:
             # no atexit hook: the SDK's would join the reader for up to 30 s at interpreter exit
             self._meter_provider = MeterProvider(
                 resource=resource,
-                metric_readers=[self._reader],
+                metric_readers=readers,
                 shutdown_on_exit=False,
                 exemplar_filter=_EXEMPLAR_FILTERS[sdk.exemplar_filter](),
             )
 
-    def meter(self, name: str, version: str) -> Meter:
+    def meter(self, name: str, version: str, schema_url: str | None = None) -> Meter:
         if self._meter_provider is None:
-            return NoOpMeterProvider().get_meter(name, version)
-        return self._meter_provider.get_meter(name, version)
+            return NoOpMeterProvider().get_meter(name, version, schema_url)
+        return self._meter_provider.get_meter(name, version, schema_url)
 
     @property
     def export_failures(self) -> int:

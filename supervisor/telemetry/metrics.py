@@ -13,6 +13,8 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from machines.registry import Endpoints
+from supervisor.attributes.events import AttributeMismatch
 from supervisor.events import (
     CircuitTransition,
     Event,
@@ -52,6 +54,8 @@ class Metrics:
         self._circuits = circuits
         self._segment_attempt = segment_attempt
         self._tokens: Mapping[Platform, TokenCache] = {}
+        self._endpoints: Endpoints | None = None
+        self._outbox: Callable[[], int | None] | None = None
         self._counts: dict[str, Callable[[], int]] = {}
         # the last rate PACING_CHANGED told, per (endpoint, kind): None while unpaced (beyond the seed)
         self._pacing: dict[tuple[str, str], float | None] = {}
@@ -85,7 +89,7 @@ class Metrics:
             A.M_CIRCUIT_STATE,
             [self._observe_circuits],
             unit="1",
-            description="1 for each circuit's current state (closed, open, half_open), 0 for the others",
+            description="1 for each circuit's current state (closed, open, half_open, isolated), 0 for the others",
         )
         self.circuit_transitions = meter.create_counter(
             A.M_CIRCUIT_TRANSITIONS, unit="{transition}", description="Circuit transitions by endpoint"
@@ -134,6 +138,25 @@ class Metrics:
             unit="{change}",
             description="Pacing changes: throttled (rate cut), probe (rate doubled), pause (Retry-After lengthened)",
         )
+        # the retry budget across calls (beyond the seed, docs/runtime.md, "Admission"): what it turned away
+        meter.create_observable_counter(
+            A.M_RETRY_BUDGET_REFUSALS,
+            [self._observe_budgets],
+            unit="{retry}",
+            description="Retries that came due and were not sent: the endpoint's retry budget was spent",
+        )
+        # attribute updates (docs/attributes.md): the durable outbox, and what verification could not repair
+        meter.create_observable_gauge(
+            A.M_OUTBOX_DEPTH,
+            [self._observe_outbox],
+            unit="{update}",
+            description="Attribute updates waiting in the durable outbox to be sent or verified",
+        )
+        self.mismatches = meter.create_counter(
+            A.M_ATTRIBUTE_MISMATCHES,
+            unit="{key}",
+            description="Attribute keys whose read-back differed and could not be repaired (ATTRIBUTE_MISMATCH)",
+        )
         # the socket API's subscribers (docs/socket-api.md): read from its hub once it exists
         meter.create_observable_gauge(
             A.M_SUBSCRIBERS,
@@ -164,6 +187,14 @@ class Metrics:
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
     def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
         self._tokens = tokens
+
+    def observe_endpoints(self, endpoints: Endpoints) -> None:
+        """The endpoints whose retry budgets the refusals are read from."""
+        self._endpoints = endpoints
+
+    def observe_outbox(self, depth: Callable[[], int | None]) -> None:
+        """The durable outbox's depth (None while there is no store)."""
+        self._outbox = depth
 
     def observe_shadow(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> None:
         """The shadow taxonomy's divergence counts (every one, not only those reported)."""
@@ -235,6 +266,9 @@ class Metrics:
                     A.PACING_REASON: event.reason,
                 },
             )
+        elif kind is AttributeMismatch:
+            assert isinstance(event, AttributeMismatch)
+            self.mismatches.add(len(event.keys))
         elif kind is CircuitTransition:
             assert isinstance(event, CircuitTransition)
             self.circuit_transitions.add(
@@ -262,8 +296,13 @@ class Metrics:
         return [Observation(counts.get(state, 0), {A.SESSION_STATE: state.value}) for state in SessionState]
 
     def _observe_circuits(self, options: CallbackOptions) -> Iterable[Observation]:
+        # every endpoint's circuit: one that never moved is closed (a dashboard counts them by state)
+        states: dict[str, CircuitState] = {}
+        if self._endpoints is not None:
+            states = {endpoint.circuit_id: CircuitState.CLOSED for endpoint in self._endpoints.all().values()}
+        states.update(self._circuits())
         out = []
-        for circuit_id, current in sorted(self._circuits().items()):
+        for circuit_id, current in sorted(states.items()):
             for state in CircuitState:
                 value = 1 if state is current else 0
                 out.append(Observation(value, {A.CIRCUIT_ID: circuit_id, A.CIRCUIT_STATE: state.value}))
@@ -284,6 +323,22 @@ class Metrics:
             for (endpoint, kind), rate in sorted(self._pacing.items())
             if rate is not None
         ]
+
+    def _observe_budgets(self, options: CallbackOptions) -> Iterable[Observation]:
+        endpoints = self._endpoints
+        if endpoints is None:
+            return []
+        out = []
+        # (the reader's thread: a copy of the table, made in one step)
+        for name, endpoint in sorted(endpoints.all().items()):
+            refused = endpoint.retries_refused
+            if refused is not None:
+                out.append(Observation(refused, {A.ENDPOINT: str(name)}))
+        return out
+
+    def _observe_outbox(self, options: CallbackOptions) -> Iterable[Observation]:
+        depth = None if self._outbox is None else self._outbox()
+        return [] if depth is None else [Observation(depth)]
 
     def _observe_shadow(self, options: CallbackOptions) -> Iterable[Observation]:
         return [

@@ -14,7 +14,9 @@ than ignored: the OTLP exporter would otherwise read it behind our back.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,10 +61,17 @@ class ExportSettings:
     metric_interval_s: float | None = None
     # what the SDK's constructors would read from OTEL_* (checked; handed over explicitly)
     sdk: SdkSettings = field(default_factory=SdkSettings)
+    # the Prometheus scrape endpoint's (host, port); None: none (``[telemetry] prometheus``)
+    prometheus: tuple[str, int] | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.traces_endpoint is not None or self.metrics_endpoint is not None
+        return self.traces_endpoint is not None or self.metrics_endpoint is not None or self.metered
+
+    @property
+    def metered(self) -> bool:
+        """Metrics are collected: pushed over OTLP, scraped by Prometheus, or both."""
+        return self.metrics_endpoint is not None or self.prometheus is not None
 
     @property
     def secret_values(self) -> tuple[str, ...]:
@@ -74,34 +83,30 @@ def resolve_settings(
     environ: Mapping[str, str],
     *,
     config_dir: Path | None = None,
+    prometheus_key: str = "telemetry.prometheus",
 ) -> ExportSettings | None:
-    """The settings to export with, or None when telemetry is off. Raises ConfigError."""
+    """The settings to export with, or None when telemetry is off. Raises ConfigError.
+
+    ``prometheus_key`` locates ``table.prometheus`` in the errors about it (the file and the key).
+    """
     if _true(environ.get("OTEL_SDK_DISABLED")):
         return None
     traces = _signal_endpoint(table.endpoint, environ, "TRACES", "v1/traces")
     metrics = _signal_endpoint(table.endpoint, environ, "METRICS", "v1/metrics")
-    if traces is None and metrics is None:
+    where = prometheus_key
+    prometheus = None if table.prometheus is None else prometheus_address(table.prometheus, where)
+    if traces is None and metrics is None and prometheus is None:
         return None
-    # the OTLP exporter reads these straight from the process environment: check both
-    for env in (environ, os.environ):
-        for name in _HEADER_VARS:
-            if env.get(name):
-                raise ConfigError(
-                    f"{name} is set: collector credentials come from telemetry.headersFile "
-                    "(a credential file), never from the environment"
-                )
-        for name in _PROTOCOL_VARS:
-            value = env.get(name)
-            if value and value.strip().lower() != _PROTOCOL:
-                raise ConfigError(
-                    f"{name}={value}: only OTLP over HTTP with protobuf ({_PROTOCOL}) is built in"
-                )
+    if traces is not None or metrics is not None:
+        _check_otlp_environment(environ)
     # the values the SDK's constructors would read, checked and handed to them (environment.py);
     # what it reads from the process environment itself is checked there too
     sdk = read_sdk_settings(environ)
     check_sdk_reads(environ)
     if environ is not os.environ:
         check_sdk_reads(os.environ)
+    if prometheus is not None:
+        check_prometheus_extra(where)
     secret = read_secret(
         table.headers_file, key="telemetry.headersFile", config_dir=config_dir, environ=environ
     )
@@ -116,7 +121,66 @@ def resolve_settings(
         resource=resource,
         headers=headers,
         sdk=sdk,
+        prometheus=prometheus,
     )
+
+
+def _check_otlp_environment(environ: Mapping[str, str]) -> None:
+    """What the OTLP exporters would read behind our back: credentials, another protocol."""
+    # the OTLP exporter reads these straight from the process environment: check both
+    for env in (environ, os.environ):
+        for name in _HEADER_VARS:
+            if env.get(name):
+                raise ConfigError(
+                    f"{name} is set: collector credentials come from telemetry.headersFile "
+                    "(a credential file), never from the environment"
+                )
+        for name in _PROTOCOL_VARS:
+            value = env.get(name)
+            if value and value.strip().lower() != _PROTOCOL:
+                raise ConfigError(
+                    f"{name}={value}: only OTLP over HTTP with protobuf ({_PROTOCOL}) is built in"
+                )
+
+
+#: how to get what ``[telemetry] prometheus`` needs (pyproject.toml's optional dependencies)
+PROMETHEUS_EXTRA = "pip install 'session-supervisor[prometheus]'"
+# the module of the [prometheus] extra the scrape endpoint is built on (supervisor/telemetry/prometheus.py)
+PROMETHEUS_MODULE = "opentelemetry.exporter.prometheus"
+
+
+def prometheus_address(value: str, where: str) -> tuple[str, int]:
+    """``[telemetry] prometheus`` as (host, port): a bare port (or ``:port``) is loopback, 127.0.0.1.
+
+    The host is an IP literal (``[...]`` around IPv6) or ``localhost`` (127.0.0.1): a name that DNS
+    could answer differently from one start to the next is not accepted. Any other address than
+    loopback is bound as written: the endpoint has no authentication, so putting it on a network is
+    the configuration's explicit choice (docs/telemetry.md, "Prometheus").
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        host = ""
+    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"{where}: {value!r}: {host!r} is not an IP address") from None
+    port = int(port_text) if port_text.isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{where}: {value!r}: expected a port from 1 to 65535")
+    return str(address), port
+
+
+def check_prometheus_extra(where: str) -> None:
+    """The ``[prometheus]`` extra is installed (its import is the check); else one line naming it."""
+    try:
+        importlib.import_module(PROMETHEUS_MODULE)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{where}: the Prometheus endpoint needs the [prometheus] extra ({PROMETHEUS_EXTRA}): {exc}"
+        ) from None
 
 
 def _true(value: str | None) -> bool:

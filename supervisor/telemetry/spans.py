@@ -122,7 +122,7 @@ class SpanFactory:
         self._resource = resource
         self._ids = ids
         self._shapes = shapes
-        self._scope = InstrumentationScope("session_supervisor.telemetry", version)
+        self._scope = InstrumentationScope("session_supervisor.telemetry", version, A.SCHEMA_URL)
 
     def shape(self, session_id: str) -> SessionShape | None:
         return self._shapes.get(session_id)
@@ -360,8 +360,14 @@ class SpanFactory:
         if last is not None:
             _failure(attrs, last)
             _raw_status(attrs, last.raw_status)
+            if last.raw_status is not None and last.raw_status >= CloseCode.NORMAL_CLOSURE:
+                # closed after it opened: the upgrade itself was answered 101
+                attrs[A.HTTP_STATUS] = A.SWITCHING_PROTOCOLS
         elif failed and segment.end_reason is not None:
             attrs[A.ERROR_TYPE] = segment.end_reason
+        elif segment.next_state is SessionState.ACTIVE:
+            # the session went active over this socket: its upgrade was answered 101
+            attrs[A.HTTP_STATUS] = A.SWITCHING_PROTOCOLS
         path = shape.websocket[2] if shape.websocket is not None else ""
         return self.span(
             f"websocket.open {path}".rstrip(),

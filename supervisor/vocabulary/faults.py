@@ -68,6 +68,14 @@ class ApiFault(enum.StrEnum):
     SEND_UNCONFIRMED = f"{CONTROL}.SendUnconfirmed"
     # roles (docs/socket-api.md, "Roles"): the caller's role does not include the method's
     PERMISSION_DENIED = f"{CONTROL}.PermissionDenied"
+    # sessions as data (docs/socket-api.md, "AddSession")
+    INVALID_SESSION_SPEC = f"{CONTROL}.InvalidSessionSpec"
+    SESSION_EXISTS = f"{CONTROL}.SessionExists"
+    CONFIGURED_SESSION = f"{CONTROL}.ConfiguredSession"
+    NO_STORE = f"{CONTROL}.NoStore"
+    # manual circuit control: an endpoint the daemon does not have; closing a circuit not isolated
+    NO_SUCH_ENDPOINT = f"{CONTROL}.NoSuchEndpoint"
+    NOT_ISOLATED = f"{CONTROL}.NotIsolated"
 
     @property
     def short(self) -> str:

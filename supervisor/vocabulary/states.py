@@ -31,8 +31,10 @@ class SessionState(enum.StrEnum):
 
 
 class CircuitState(enum.StrEnum):
-    """Where an endpoint's circuit breaker is: closed → open → half_open (seed section 2)."""
+    """Where an endpoint's circuit breaker is: closed → open → half_open (seed section 2), or
+    ``isolated`` by an operator (``ctl circuit isolate``) until closed, reset or its time is up."""
 
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
+    ISOLATED = "isolated"

@@ -34,10 +34,13 @@ from supervisor.attributes.events import (
 from supervisor.events import (
     CircuitClosed,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     ConnectionRolledOver,
     Correlation,
+    CredentialAccepted,
+    CredentialRefused,
     DaemonForcedExit,
     DaemonStarted,
     DaemonStopped,
@@ -45,6 +48,7 @@ from supervisor.events import (
     ErrorClassified,
     Event,
     EventsDropped,
+    ManualAction,
     PacingChanged,
     Published,
     ReconnectionThrottled,
@@ -767,6 +771,47 @@ EXAMPLES: Final[tuple[Example, ...]] = (
     ),
     Example("circuit_breaker_half_open", CircuitHalfOpened(CIRCUIT_WM, 1, timestamp=T1)),
     Example("circuit_breaker_closed", CircuitClosed(CIRCUIT_WM, 1, timestamp=T2)),
+    # -- CIRCUIT_MANUAL: every action; an isolation with an end and one without -------------------
+    Example(
+        "circuit_transition.isolate",
+        CircuitTransition(CIRCUIT_WM, CircuitState.CLOSED, CircuitState.ISOLATED, "isolate", "MANUAL", T0),
+    ),
+    Example(
+        "circuit_manual.isolate_for",
+        CircuitManual(
+            CIRCUIT_WM,
+            ManualAction.ISOLATE,
+            CircuitState.OPEN,
+            CircuitState.ISOLATED,
+            1800.0,
+            T2,
+            timestamp=T0,
+        ),
+    ),
+    Example(
+        "circuit_manual.isolate",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.ISOLATE, CircuitState.CLOSED, CircuitState.ISOLATED, timestamp=T0
+        ),
+    ),
+    Example(
+        "circuit_manual.close",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.CLOSE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T1
+        ),
+    ),
+    Example(
+        "circuit_manual.expire",
+        CircuitManual(
+            CIRCUIT_WM, ManualAction.EXPIRE, CircuitState.ISOLATED, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
+    Example(
+        "circuit_manual.reset",
+        CircuitManual(
+            CIRCUIT_CX, ManualAction.RESET, CircuitState.HALF_OPEN, CircuitState.CLOSED, timestamp=T2
+        ),
+    ),
     # -- PACING_CHANGED: every reason; a rate and a previous rate absent (unpaced) --------------------
     Example(
         "pacing_changed.throttled",
@@ -847,6 +892,21 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         ConfigReloaded(("wm-5",), ("wm-0",), ("cx-1", "cx-2"), 47, "v2", kept_down=("cx-9",)),
     ),
     Example("config_reloaded.nothing_changed", ConfigReloaded((), (), (), 50, "v1")),
+    Example(
+        "config_reloaded.restart_required",
+        ConfigReloaded((), (), (), 50, "v2", restart_required=("store", "telemetry")),
+    ),
+    Example(
+        "credential_refused",
+        CredentialRefused(
+            "genesys",
+            "platforms.genesys.clientSecretFile: the genesys token endpoint refused the new credential "
+            "(HTTP 401 AUTH_CLIENT_INVALID): the credential in use stays, nothing is reloaded",
+            timestamp=T0,
+        ),
+    ),
+    Example("credential_accepted", CredentialAccepted("genesys", True, timestamp=T1)),
+    Example("credential_accepted.file_put_back", CredentialAccepted("cxone", False, timestamp=T1)),
     Example(
         "config_reload_failed",
         ConfigReloadFailed("config.toml: sessions[3].platform: expected 'genesys' or 'cxone', got 'avaya'"),

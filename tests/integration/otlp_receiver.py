@@ -58,6 +58,9 @@ class Span:
     start: int
     end: int
     resource: dict[str, Any]
+    # the schema URLs of the span's resource and of its instrumentation scope ("" when none)
+    resource_schema_url: str = ""
+    scope_schema_url: str = ""
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attributes.get(key, default)
@@ -234,6 +237,8 @@ class OtlpReceiver:
                             start=s.start_time_unix_nano,
                             end=s.end_time_unix_nano,
                             resource=resource,
+                            resource_schema_url=rs.schema_url,
+                            scope_schema_url=ss.schema_url,
                         )
                     )
         with self._lock:

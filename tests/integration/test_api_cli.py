@@ -399,8 +399,8 @@ def connections(server: socket.socket) -> int:
     ("args", "named"),
     [
         (["ctl", "show", b"wm-\xff"], "'ID'"),
-        (["ctl", "start", b"\xc3("], "'ID'"),
-        (["ctl", "stop", b"wm-\xff"], "'ID'"),
+        (["ctl", "start", b"\xc3("], "'[ID]...'"),
+        (["ctl", "stop", b"wm-\xff"], "'[ID]...'"),
         (["ctl", "sessions", "--session", b"\xff"], "'--session'"),
         (["ctl", "taxonomy", "use", b"/etc/tax\xff.toml"], "'VERSION|PATH'"),
         (["ctl", "attributes", "set", b"wm-\xff", "k=v"], "'SESSION_ID'"),
@@ -465,7 +465,15 @@ async def test_reload_prints_what_changed_and_its_json_for_scripts(
         code, out, err = await ctl(sockets, "reload", "--json")
         assert (code, err) == (0, "")
         assert json.loads(out) == {
-            "result": {"added": [], "removed": ["wm-1", "wm-2"], "restarted": [], "unchanged": 1}
+            "result": {
+                "added": [],
+                "removed": ["wm-1", "wm-2"],
+                "restarted": [],
+                "keptDown": [],
+                "unchanged": 1,
+                "restartRequired": [],
+                "credentialsRotated": [],
+            }
         }
         await ctl(sockets, "drain")
         with anyio.fail_after(20):

@@ -26,6 +26,7 @@ from tests.harness.config import genesys_config
 from tests.harness.process import Output
 from tests.harness.waits import wait_until
 from tests.integration.otlp_receiver import OtlpReceiver
+from tests.integration.semconv_checks import semantic_convention_problems
 
 pytestmark = [pytest.mark.integration, pytest.mark.genesys_sim(seed=2)]
 
@@ -158,7 +159,11 @@ def test_collector_headers_from_the_environment_are_refused(
     assert "leak" not in err and "Traceback" not in err
 
 
-def test_demo_otlp_exports_the_scenario(receiver: OtlpReceiver, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_otlp_exports_the_scenario(
+    receiver: OtlpReceiver, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the demo ignores the shell's OTEL_* variables: this resource attribute must not reach a span
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "x=y")
     with pytest.raises(SystemExit) as exited:
         main(
             [
@@ -192,6 +197,12 @@ def test_demo_otlp_exports_the_scenario(receiver: OtlpReceiver, capsys: pytest.C
     templates = {s.attr("url.template") for s in polls}
     assert len(templates) == 1 and templates.pop().endswith("/agent-sessions/{sessionId}/get-next-event")
     assert any(p.metric == "session_supervisor.session.terminations" for p in receiver.points)
+    # the resource is the one the project builds (telemetry.sdk.version from the SDK), never the environment's
+    assert all("x" not in s.resource for s in receiver.spans)
+    # semantic conventions: every successful HTTP attempt and opened WebSocket carries its status,
+    # the resource and the scope their schema URL
+    assert semantic_convention_problems(receiver.spans) == []
+    assert any(s.attr("http.response.status_code") == 101 for s in receiver.spans)
 
 
 @pytest.mark.parametrize("url", ["localhost:4318", "ws://127.0.0.1:4318", "http://"])

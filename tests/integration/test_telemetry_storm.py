@@ -61,6 +61,7 @@ async def test_a_storm_exports_one_segment_span_per_reconnection(
             e["sessionId"] for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "reconnect"
         )
         assert sum(reconnections.values()) > N  # some sessions needed more than one reconnection
+        refused: set[str] = set()  # the semantic codes the refused handshakes got
         for session in h.runners:
             dropped = [s for s in of(receiver, "session.active", session) if s.attr("error.type")]
             reconnecting = of(receiver, "session.reconnecting", session)
@@ -99,6 +100,12 @@ async def test_a_storm_exports_one_segment_span_per_reconnection(
                     # refused by the platform's admission control
                     assert handshake.status == "ERROR"
                     assert handshake.attr("http.response.status_code") == 503
+                    refused.add(handshake.attr("error.type"))
+                else:
+                    # the session went active over it: the upgrade was answered 101 Switching Protocols
+                    assert attempt.attr("session_supervisor.session.next_state") == "active"
+                    assert handshake.status == "UNSET"
+                    assert handshake.attr("http.response.status_code") == 101
         # the RETRY_ATTEMPT lines lead to the reconnecting segments
         named = {(s.trace_id, s.span_id) for s in receiver.named("session.reconnecting")}
         lines = [e for e in h.recorded.named("RETRY_ATTEMPT") if e["kind"] == "reconnect"]
@@ -111,6 +118,13 @@ async def test_a_storm_exports_one_segment_span_per_reconnection(
         assert first.attr("session_supervisor.circuit.id") == "circuit:genesys:webmessaging"
         assert first.attr("session_supervisor.circuit.next_state") == "half_open"
         assert first.attr("session_supervisor.circuit.consecutive_failures") >= 5
+        # an open period is an error span with error.type: why it opened (the trip's semantic code, or
+        # PROBE_FAILED when a half-open probe was refused again)
+        for period in opened:
+            assert period.status == "ERROR"
+            assert period.attr("error.type") == period.attr("session_supervisor.circuit.reason")
+        assert first.attr("error.type") in refused  # the trip's last failure: a refused handshake
+        assert all(s.attr("error.type") is None for s in receiver.named("circuit.half_open"))
         assert [name for name, _, _ in first.events] == ["circuit.transition", "circuit.transition"]
         (line,) = h.recorded.named("CIRCUIT_BREAKER_OPEN")[:1]
         assert (line["traceId"], line["spanId"]) == (first.trace_id, first.span_id)

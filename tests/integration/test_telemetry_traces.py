@@ -107,7 +107,11 @@ async def test_a_retried_call_is_one_operation_span_with_one_client_span_per_att
         assert [a.kind for a in attempts] == ["CLIENT"] * 3
         assert [resend(a) for a in attempts] == [0, 1, 2]
         assert [a.attr("session_supervisor.resend.reason") for a in attempts] == [None, "retry", "retry"]
-        assert [a.attr("http.response.status_code") for a in attempts] == [429, 429, None]
+        # every attempt that got a response says its status, the success's too (semantic conventions)
+        assert [a.attr("http.response.status_code") for a in attempts] == [429, 429, 200]
+        (token_request,) = receiver.children(fetch)
+        assert (token_request.kind, token_request.name) == ("CLIENT", "POST /oauth/token")
+        assert token_request.attr("http.response.status_code") == 200
         for failed in attempts[:2]:
             assert failed.status == "ERROR"
             assert failed.attr("error.type") == "RATE_LIMITED"
@@ -199,7 +203,7 @@ async def test_a_sampled_out_success_records_nothing_and_a_sampled_one_is_whole(
             if ops:
                 (attempt,) = receiver.children(ops[0])
                 assert attempt.kind == "CLIENT" and resend(attempt) == 0
-                assert attempt.attr("http.response.status_code") is None  # a success: no failure status
+                assert attempt.attr("http.response.status_code") == 200  # a success says its status too
 
 
 async def test_a_token_rotation_replays_once_with_resend_count_1(

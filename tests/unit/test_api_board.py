@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -13,7 +14,9 @@ from supervisor.api.board import StateBoard
 from supervisor.api.connection import Connection
 from supervisor.api.events import ControlCommand, Peer
 from supervisor.api.fanout import Hub, Subscriber
-from supervisor.api.messages import Subscription, parse_subscription
+from supervisor.api.messages import Subscription, encode_message, parse_subscription
+from supervisor.api.outbox import RUN_BYTES
+from supervisor.api.platform_events import PlatformEvents
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
@@ -148,3 +151,198 @@ async def test_circuit_events_reach_the_subscribers_of_their_endpoint_by_platfor
             assert circuits_seen("cxone") == ["circuit:cxone:api"]
             # wm-0 connects through genesys:webmessaging (the session table says)
             assert circuits_seen("wm-0") == ["circuit:genesys:webmessaging"]
+
+
+async def test_platform_records_reach_exactly_the_subscribers_whose_filters_pass_them_and_none_once_gone() -> (
+    None
+):
+    """The fan-out's index (by session, and the subscribers of every session) sends a record to those
+    that watch its session or every session, with their other filters applied; a subscriber removed
+    gets nothing more, and the others keep getting theirs."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        board = StateBoard(supervisor.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
+        events = PlatformEvents(boot_id=bus.boot_id, clock=clock)
+        hub = Hub(board, publish=bus.publish, timestamp=lambda: "t", platform=events)
+        states = [s.value for s in SessionState]
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            subscribers: dict[str, Subscriber] = {}
+            for name, selection in (
+                ("every", {}),
+                ("cx-1", {"sessions": ["cx-1"]}),
+                ("cx-1 too", {"sessions": ["cx-1", "cx-3"]}),
+                ("cx-2", {"sessions": ["cx-2"]}),
+                ("cx-2 states", {"sessions": ["cx-2"], "eventTypes": ["AgentState"]}),
+                ("not platform", {"sessions": ["cx-1"]}),
+            ):
+                streams = [] if name == "not platform" else ["platform"]
+                subscription = parse_subscription(
+                    {"filter": selection, "streams": streams}, known_states=states
+                )
+                subscriber = Subscriber(
+                    Connection(ours, Peer(0, 0, 0)),
+                    subscription,
+                    cap_bytes=1 << 20,
+                    lagged_disconnect_after=5.0,
+                    snapshot=hub.snapshot_frame,
+                )
+                hub.add(subscriber)
+                subscriber.outbox.take()  # the snapshot
+                subscribers[name] = subscriber
+
+            def seen(name: str) -> list[tuple[str, str | None]]:
+                frames, _ = subscribers[name].outbox.take()
+                out = []
+                # a run of records shared by the subscribers of every record is one write of several frames
+                for frame in b"".join(frames).split(b"\0")[:-1]:
+                    parameters = json.loads(frame)["parameters"]
+                    out.append((parameters["sessionId"], parameters.get("eventType", parameters["type"])))
+                return out
+
+            for session_id, event_type in (
+                ("cx-1", "AgentState"),
+                ("cx-2", "ContactEvent"),
+                ("cx-2", "AgentState"),
+            ):
+                events.delivered(session_id, "cxone", event_type, {}, {})
+            start_1, start_2 = ("cx-1", "gap"), ("cx-2", "gap")
+            assert seen("every") == [
+                start_1,
+                ("cx-1", "AgentState"),
+                start_2,
+                ("cx-2", "ContactEvent"),
+                ("cx-2", "AgentState"),
+            ]
+            assert seen("cx-1") == [start_1, ("cx-1", "AgentState")]
+            assert seen("cx-1 too") == [start_1, ("cx-1", "AgentState")]
+            assert seen("cx-2") == [start_2, ("cx-2", "ContactEvent"), ("cx-2", "AgentState")]
+            # a gap is never hidden by the event-type filter
+            assert seen("cx-2 states") == [start_2, ("cx-2", "AgentState")]
+            assert seen("not platform") == []
+            events.delivered("cx-3", "cxone", "AgentState", {}, {})
+            assert seen("cx-1 too") == seen("every") == [("cx-3", "gap"), ("cx-3", "AgentState")]
+            assert seen("cx-1") == seen("cx-2") == []
+            hub.remove(subscribers["cx-1"])
+            hub.remove(subscribers["every"])
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert seen("cx-1") == seen("every") == []
+            assert seen("cx-1 too") == [("cx-1", "AgentState")]
+
+
+def _platform_hub(wiring: Wiring, bus: EventBus, clock: FakeClock) -> tuple[Hub, PlatformEvents]:
+    board = StateBoard(Supervisor(wiring).sessions, wiring.circuits, clock, boot_id=bus.boot_id)
+    events = PlatformEvents(boot_id=bus.boot_id, clock=clock)
+    return Hub(board, publish=bus.publish, timestamp=lambda: "t", platform=events), events
+
+
+def _every_record(hub: Hub, sock: socket.socket, cap_bytes: int = 1 << 20) -> Subscriber:
+    subscription = parse_subscription({"streams": ["platform"]}, known_states=[s.value for s in SessionState])
+    subscriber = Subscriber(
+        Connection(sock, Peer(0, 0, 0)),
+        subscription,
+        cap_bytes=cap_bytes,
+        lagged_disconnect_after=5.0,
+        snapshot=hub.snapshot_frame,
+        lagged_gap=None if hub.platform is None else hub.platform.lagged_gap,
+    )
+    hub.add(subscriber)
+    subscriber.outbox.take()  # the snapshot
+    return subscriber
+
+
+def _messages(subscriber: Subscriber) -> list[dict[str, Any]]:
+    frames, _ = subscriber.outbox.take()
+    return [json.loads(f)["parameters"] for f in b"".join(frames).split(b"\0")[:-1]]
+
+
+async def test_subscribers_of_every_record_share_runs_and_each_gets_every_record_once_in_push_order() -> None:
+    """A run of records shared by the subscribers of every record takes the records that follow only
+    while it is every holder's last item: a message pushed to one of them, or a writer's take, seals
+    it and the next record opens a new run."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        hub, events = _platform_hub(wiring, bus, clock)
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            a, b = _every_record(hub, ours), _every_record(hub, ours)
+
+            def records(subscriber: Subscriber) -> list[object]:
+                return [m.get("sessionSeq", m["type"]) for m in _messages(subscriber)]
+
+            for _ in range(3):
+                events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            a.outbox.push_frame(encode_message({"type": "event", "name": "X"}))
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert records(a) == ["gap", 1, 2, 3, "event", 4]
+            assert a.outbox.taken == 6  # a run counts as the records it holds
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert records(b) == ["gap", 1, 2, 3, 4, 5]
+            assert records(a) == [5]
+            # one that comes later gets what follows it, and the others lose nothing meanwhile
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            c = _every_record(hub, ours)
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert records(a) == records(b) == [6, 7]
+            assert records(c) == [7]
+            hub.remove(a)
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert records(a) == []
+            assert records(b) == records(c) == [8]
+
+
+async def test_a_subscriber_of_every_record_that_lags_is_told_each_record_it_lost_while_the_others_get_them() -> (
+    None
+):
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        hub, events = _platform_hub(wiring, bus, clock)
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})  # its start-up gap and record 1
+            size = events.total_bytes // 2  # the gap's and record 1's frames: about one record's each
+            slow, fast = _every_record(hub, ours, cap_bytes=3 * size), _every_record(hub, ours)
+            taken: list[int] = []
+            for _ in range(9):  # records 2..10: the slow one's outbox goes over its cap on the way
+                events.delivered("cx-1", "cxone", "AgentState", {}, {})
+                if not slow.outbox.lagged:
+                    # the fast writer keeps up (every record opens a new run) until the slow one lags;
+                    # then a record lost by the lagged one must not ride an open run unseen
+                    taken += [m["sessionSeq"] for m in _messages(fast)]
+            assert slow.outbox.lagged and len(taken) < 9
+            assert taken + [m["sessionSeq"] for m in _messages(fast)] == list(range(2, 11))
+            lagged, _snapshot, gap = _messages(slow)
+            assert lagged == {"type": "lagged", "count": 9}
+            assert (gap["type"], gap["reason"], gap["fromSeq"], gap["toSeq"]) == ("gap", "lagged", 2, 10)
+            events.delivered("cx-1", "cxone", "AgentState", {}, {})
+            assert [m["sessionSeq"] for m in _messages(slow)] == [11]
+            assert [m["sessionSeq"] for m in _messages(fast)] == [11]
+
+
+async def test_records_appended_to_a_shared_run_count_against_the_cap_of_a_subscriber_that_never_reads() -> (
+    None
+):
+    """The runs seal at RUN_BYTES and charge their holders what was appended to them: a subscriber
+    of every record that never reads lags within its cap plus one run, as any other would."""
+    clock = FakeClock()
+    bus = EventBus()
+    async with Wiring(parse_config(CONFIG, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        hub, events = _platform_hub(wiring, bus, clock)
+        ours, theirs = socket.socketpair(socket.AF_UNIX)
+        with ours, theirs:
+            cap = 16 * 1024
+            stuck, other = (
+                _every_record(hub, ours, cap_bytes=cap),
+                _every_record(hub, ours, cap_bytes=1 << 30),
+            )
+            sizes: list[int] = []
+            events.listen(lambda record: sizes.append(len(record.frame)))
+            while sum(sizes) <= cap + RUN_BYTES:
+                events.delivered("cx-1", "cxone", "AgentState", {"text": "x" * 200}, {})
+                assert stuck.outbox.pending_bytes <= cap + RUN_BYTES
+            assert stuck.outbox.lagged and not other.outbox.lagged
+            assert other.outbox.pending_bytes >= sum(sizes) - RUN_BYTES

@@ -51,8 +51,19 @@ def test_the_roles_the_issue_names() -> None:
         # on a live session's behalf: a guest message, an agent's state (operator verbs)
         "SendMessage",
         "SetAgentState",
+        # sessions added and removed at run time (operator verbs)
+        "AddSession",
+        "RemoveSession",
     }
-    assert by_role[Role.ADMINISTRATOR] == {"Drain", "Reload", "UseTaxonomy"}
+    # an endpoint's circuit acts on every session that uses it: the daemon's
+    assert by_role[Role.ADMINISTRATOR] == {
+        "Drain",
+        "Reload",
+        "UseTaxonomy",
+        "IsolateCircuit",
+        "CloseCircuit",
+        "ResetCircuit",
+    }
 
 
 def test_each_role_includes_the_ones_below() -> None:

@@ -78,41 +78,56 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "mypy ",
         "python -m pytest [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]",
     ]
     lines = ci_lines(result)
     # step 1 is the README's one test command, exactly: lint, types and the default suite
-    assert lines[0] == "ci: step 1/2: ./dev test (budget 1500 s): ./dev test"
-    assert "ci: step 2/2: heavy suite signal_sweep (budget 240 s): ./dev pytest -m signal_sweep" in lines
-    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-3:]] == [
+    assert lines[0] == "ci: step 1/4: ./dev test (budget 1500 s): ./dev test"
+    assert "ci: step 2/4: heavy suite signal_sweep (budget 240 s): ./dev pytest -m signal_sweep" in lines
+    assert "ci: step 3/4: heavy suite prometheus (budget 240 s): ./dev pytest -m prometheus" in lines
+    assert "ci: step 4/4: heavy suite rotel (budget 180 s): ./dev pytest -m rotel" in lines
+    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-5:]] == [
         "ci: summary",
         "ci:   ./dev test: passed",
         "ci:   heavy suite signal_sweep: passed",
+        "ci:   heavy suite prometheus: passed",
+        "ci:   heavy suite rotel: passed",
     ]
     # each pytest step prints its own summary
-    assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == ["default", "signal_sweep"]
+    assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == [
+        "default",
+        "signal_sweep",
+        "prometheus",
+        "rotel",
+    ]
 
 
-def test_the_budgets_stay_under_thirty_minutes_in_all() -> None:
+def test_the_budgets_stay_under_forty_minutes_in_all() -> None:
+    # under half of the 90 minutes a CI run may take: a loaded machine has room to be slow
     script = (ROOT / ".ci" / "run").read_text()
     fixed = [int(n) for n in re.findall(r"^TEST_BUDGET_S=(\d+)", script, re.MULTILINE)]
     assert len(fixed) == 1
-    assert sum(fixed) + sum(heavy_suites().values()) < 30 * 60
+    assert sum(fixed) + sum(heavy_suites().values()) < 40 * 60
 
 
 DEFAULT_RUN = "python -m pytest [HYPOTHESIS_PROFILE=ci]"
 SWEEP_RUN = "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]"
+PROMETHEUS_RUN = "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]"
+ROTEL_RUN = "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]"
+HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN]
 
 
 @pytest.mark.parametrize(
     ("env", "failed", "pytest_runs"),
     [
         # ./dev test stops at a lint or type failure, as on a laptop; the heavy suites still run
-        ({"FAKE_EXIT_mypy": "1"}, "./dev test: FAILED (exit 1)", [SWEEP_RUN]),
-        ({"FAKE_EXIT_default": "1"}, "./dev test: FAILED (exit 1)", [DEFAULT_RUN, SWEEP_RUN]),
+        ({"FAKE_EXIT_mypy": "1"}, "./dev test: FAILED (exit 1)", HEAVY_RUNS),
+        ({"FAKE_EXIT_default": "1"}, "./dev test: FAILED (exit 1)", [DEFAULT_RUN, *HEAVY_RUNS]),
         (
             {"FAKE_EXIT_signal_sweep": "1"},
             "heavy suite signal_sweep: FAILED (exit 1)",
-            [DEFAULT_RUN, SWEEP_RUN],
+            [DEFAULT_RUN, *HEAVY_RUNS],
         ),
     ],
     ids=["lint", "default", "heavy"],
@@ -123,7 +138,7 @@ def test_a_failing_step_fails_the_run_and_every_other_step_still_runs(
     result, calls = run(fake_venv, ".ci/run", **env)
     assert result.returncode == 1
     assert [c for c in calls if c.startswith("python -m pytest")] == pytest_runs
-    summary = ci_lines(result)[-3:]
+    summary = ci_lines(result)[-5:]
     assert [line for line in summary if "FAILED" in line] == [
         f"ci:   {failed} in {line_seconds(summary, failed)} s"
     ]
@@ -139,7 +154,7 @@ def test_a_step_that_finds_no_test_fails(fake_venv: Path, step: str) -> None:
     result, _ = run(fake_venv, ".ci/run", **{f"FAKE_EXIT_{step}": "5"})
     assert result.returncode == 1
     assert "dev: pytest collected no tests; that is a failure here" in result.stderr
-    assert sum("FAILED (exit 1)" in line for line in ci_lines(result)[-3:]) == 1
+    assert sum("FAILED (exit 1)" in line for line in ci_lines(result)[-5:]) == 1
 
 
 def test_a_step_past_its_budget_is_ended_and_fails(fake_venv: Path, tmp_path: Path) -> None:

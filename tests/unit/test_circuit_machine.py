@@ -14,11 +14,13 @@ from machines.effects import (
     CircuitClosed,
     CircuitEffect,
     CircuitHalfOpened,
+    CircuitManual,
     CircuitOpened,
     CircuitTransition,
     InputRejected,
 )
-from supervisor.clock import FakeClock
+from supervisor.clock import FakeClock, iso_utc
+from supervisor.events import ManualAction
 from supervisor.taxonomy.model import RetryPolicy, Scope, SdkErrorEvent, TaxonomyClass
 from supervisor.vocabulary import CircuitState
 
@@ -352,3 +354,174 @@ def test_the_machine_class_is_strict() -> None:
     sm.send("trip")
     with pytest.raises(TransitionNotAllowed):
         sm.send("trip")
+
+
+# -- manual control: isolated, close, reset (docs/runtime.md, "Manual circuit control") ------------
+
+
+def manual(effects: tuple[CircuitEffect, ...]) -> CircuitManual:
+    (found,) = telemetry(effects, CircuitManual)
+    return found
+
+
+@pytest.mark.parametrize("start", ["closed", "open", "half_open"])
+def test_isolate_from_any_state_refuses_everyone_as_isolated(clock: FakeClock, start: str) -> None:
+    circuit = new_circuit(clock)
+    if start != "closed":
+        trip(circuit, clock)
+    if start == "half_open":
+        clock.advance(30.0)
+        assert circuit.admit().probe
+    previous = circuit.state
+    effects = circuit.isolate()
+    assert circuit.state is CircuitState.ISOLATED
+    (moved,) = telemetry(effects, CircuitTransition)
+    assert (moved.source, moved.target, moved.trigger) == (previous, CircuitState.ISOLATED, "isolate")
+    event = manual(effects)
+    assert (event.action, event.previous, event.state) == (
+        ManualAction.ISOLATE,
+        previous,
+        CircuitState.ISOLATED,
+    )
+    assert event.for_s is None and event.until is None
+    # nobody gets in, however long it lasts, and the refusal says it is an isolation
+    for _ in range(3):
+        clock.advance(3600.0)
+        admission = circuit.admit()
+        assert not admission.allowed and admission.isolated and not admission.probe
+        # an isolation without an end is asked again every open period, as an open circuit is
+        assert admission.retry_in_s == pytest.approx(30.0)
+    assert not telemetry(effects, CircuitOpened)  # nobody's failure: no CIRCUIT_BREAKER_OPEN
+
+
+def test_an_isolated_circuit_counts_no_failure_and_ignores_a_late_probe(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    trip(circuit, clock)
+    clock.advance(30.0)
+    probe = circuit.admit()
+    circuit.isolate()
+    # the probe handed out before the isolation answers late: nothing moves
+    assert circuit.record_failure(FAIL, probe.probe_id) == ()
+    assert circuit.record_success(probe.probe_id) == ()
+    for _ in range(10):
+        assert circuit.record_failure(FAIL) == ()
+    assert circuit.state is CircuitState.ISOLATED
+
+
+def test_close_ends_an_isolation_and_keeps_the_counters(clock: FakeClock) -> None:
+    circuit = new_circuit(clock, growth=True)
+    trip(circuit, clock)
+    circuit.isolate()
+    effects = circuit.close()
+    assert circuit.state is CircuitState.CLOSED
+    event = manual(effects)
+    assert (event.action, event.previous, event.state) == (
+        ManualAction.CLOSE,
+        CircuitState.ISOLATED,
+        CircuitState.CLOSED,
+    )
+    assert circuit.admit() is ADMITTED
+    # the trips counted before the isolation still lengthen the next open period (growth)
+    assert circuit.trips == 1
+    opened = telemetry(trip(circuit, clock), CircuitOpened)
+    assert opened[0].trips == 2 and opened[0].open_s == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize("start", ["closed", "open", "half_open"])
+def test_close_is_refused_unless_isolated(clock: FakeClock, start: str) -> None:
+    circuit = new_circuit(clock)
+    if start != "closed":
+        trip(circuit, clock)
+    if start == "half_open":
+        clock.advance(30.0)
+        circuit.admit()
+    with pytest.raises(InputRejected):
+        circuit.close()
+
+
+def test_reset_closes_from_any_state_and_clears_the_counters(clock: FakeClock) -> None:
+    circuit = new_circuit(clock, growth=True)
+    trip(circuit, clock)
+    assert circuit.trips == 1
+    effects = circuit.reset()
+    event = manual(effects)
+    assert (event.action, event.previous, event.state) == (
+        ManualAction.RESET,
+        CircuitState.OPEN,
+        CircuitState.CLOSED,
+    )
+    assert circuit.state is CircuitState.CLOSED and circuit.admit() is ADMITTED
+    assert circuit.trips == 0
+    # the next trip is a first trip again: its open period is the base one
+    opened = telemetry(trip(circuit, clock), CircuitOpened)
+    assert opened[0].trips == 1 and opened[0].open_s == pytest.approx(30.0)
+    # and from closed, the run of failures is cleared
+    circuit.reset()
+    for _ in range(4):
+        circuit.record_failure(FAIL)
+    circuit.reset()
+    assert circuit.consecutive_failures == 0
+    assert circuit.record_failure(FAIL) == ()
+    # and from isolated
+    circuit.isolate(60.0)
+    assert manual(circuit.reset()).previous is CircuitState.ISOLATED
+    assert circuit.state is CircuitState.CLOSED and circuit.isolated_until is None
+
+
+def test_an_isolation_for_a_period_ends_by_itself(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    effects = circuit.isolate(600.0)
+    event = manual(effects)
+    assert event.for_s == 600.0 and event.until == iso_utc(clock.time() + 600.0)
+    assert circuit.isolated_until == pytest.approx(clock.monotonic() + 600.0)
+    clock.advance(590.0)
+    admission = circuit.admit()
+    assert not admission.allowed and admission.isolated
+    assert admission.retry_in_s == pytest.approx(10.0)  # the end comes before an open period
+    assert circuit.expire() == ()  # not yet
+    clock.advance(10.0)
+    ended = circuit.expire()
+    assert manual(ended).action is ManualAction.EXPIRE
+    (moved,) = telemetry(ended, CircuitTransition)
+    assert moved.trigger == "isolation_ended"
+    assert circuit.state is CircuitState.CLOSED and circuit.admit() is ADMITTED
+
+
+def test_the_first_admit_after_the_period_ends_the_isolation_and_is_admitted(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    circuit.isolate(5.0)
+    clock.advance(5.0)
+    admission = circuit.admit()
+    assert admission.allowed and not admission.isolated
+    assert manual(admission.effects).action is ManualAction.EXPIRE
+    assert circuit.state is CircuitState.CLOSED
+
+
+def test_isolating_again_moves_only_the_end(clock: FakeClock) -> None:
+    circuit = new_circuit(clock)
+    circuit.isolate(5.0)
+    effects = circuit.isolate()  # until closed now
+    assert telemetry(effects, CircuitTransition) == []
+    assert manual(effects).previous is CircuitState.ISOLATED
+    clock.advance(60.0)
+    assert circuit.expire() == () and circuit.state is CircuitState.ISOLATED
+    assert circuit.isolated_until is None
+
+
+@pytest.mark.parametrize("for_s", [0.0, -1.0, float("inf"), float("nan")])
+def test_an_isolation_lasts_a_positive_finite_time(clock: FakeClock, for_s: float) -> None:
+    circuit = new_circuit(clock)
+    with pytest.raises(ValueError, match="positive"):
+        circuit.isolate(for_s)
+    assert circuit.state is CircuitState.CLOSED
+
+
+def test_the_machine_has_no_always_closed_state() -> None:
+    # isolated is the one manual state, and every state leads back to closed by reset
+    assert {s.value for s in CircuitMachine.states} == set(CircuitState)
+    sm = CircuitMachine()
+    sm.send("isolate")
+    with pytest.raises(TransitionNotAllowed):
+        sm.send("trip")
+    sm.send("close")
+    assert sm.current_state_value is CircuitState.CLOSED

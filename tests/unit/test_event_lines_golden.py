@@ -63,7 +63,7 @@ from supervisor.bus import EventBus
 from supervisor.cli import cli
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
-from supervisor.events import Event, RetryKind, RolloverReason, TerminationReason
+from supervisor.events import Event, ManualAction, RetryKind, RolloverReason, TerminationReason
 from supervisor.runtime.stdout import StdoutEvents
 from supervisor.runtime.supervisor import Supervisor
 from supervisor.runtime.wiring import Wiring
@@ -102,6 +102,7 @@ WIRE_ENUMS: Final[tuple[type[enum.Enum], ...]] = (
     RolloverReason,
     TaxonomyClass,
     Scope,
+    ManualAction,
 )
 
 

@@ -96,8 +96,14 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     ),
     (
         6,
-        "transports; attribute updates (they send through the REST client); telemetry (executor hooks, bus sinks)",
-        ("supervisor.transports", "supervisor.attributes", "supervisor.telemetry"),
+        "transports; attribute updates (they send through the REST client); telemetry (executor hooks, bus sinks); the library (supervisor.http, its shells)",
+        (
+            "supervisor.transports",
+            "supervisor.attributes",
+            "supervisor.telemetry",
+            "supervisor.library",
+            "supervisor.http",
+        ),
     ),
     (
         5,
@@ -544,8 +550,14 @@ def test_the_reach_check_catches_what_it_should(module: str, source: str, bad: b
 
 # -- one attempt path --------------------------------------------------------------------------------
 
-#: the shells, the only modules that call an Endpoint (a library's sync and async shells join later)
-ENDPOINT_SHELLS = ("supervisor.attempts.shell",)
+#: the shells, the only modules that call an Endpoint: the daemon's async shell; the library's door
+#: (each endpoint under its lock) and its sync and async shells (docs/library.md)
+ENDPOINT_SHELLS = (
+    "supervisor.attempts.shell",
+    "supervisor.library.gate",
+    "supervisor.library.sync_shell",
+    "supervisor.library.async_shell",
+)
 #: who may make (not call) Endpoints and the machines inside them
 ENDPOINT_MAKERS = ("machines.registry",)
 #: the machines an Endpoint drives, by the module that defines them

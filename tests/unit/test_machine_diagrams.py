@@ -36,13 +36,36 @@ def test_session_diagram_shows_every_state_and_edge() -> None:
     assert labels == edges
 
 
+def _edges(text: str) -> dict[tuple[str, str], set[str]]:
+    """(source, target) -> the events of that edge (the generator merges parallel edges)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for line in text.splitlines():
+        if " --> " in line and " : " in line:
+            pair, labels = line.strip().split(" : ")
+            source, target = pair.split(" --> ")
+            out[(source, target)] = set(labels.split(", "))
+    return out
+
+
 def test_circuit_diagram_has_the_seed_cycle() -> None:
     text = mermaid(CircuitMachine)
-    for edge in (
-        "closed --> open : trip",
-        "open --> half_open : probe",
-        "half_open --> closed : probe_succeeded",
-        "half_open --> open : probe_failed",
-    ):
-        assert f"    {edge}\n" in text
+    edges = _edges(text)
+    assert "trip" in edges[("closed", "open")]
+    assert "probe" in edges[("open", "half_open")]
+    assert "probe_succeeded" in edges[("half_open", "closed")]
+    assert "probe_failed" in edges[("half_open", "open")]
     assert "[*] --> closed" in text
+
+
+def test_circuit_diagram_draws_manual_control() -> None:
+    """isolate from every state; close, the end of --for and reset lead back to closed; reset from any."""
+    edges = _edges(mermaid(CircuitMachine))
+    for state in ("closed", "open", "half_open"):
+        assert "isolate" in edges[(state, "isolated")]
+    for state in ("open", "half_open"):
+        assert "reset" in edges[(state, "closed")]
+    assert edges[("closed", "closed")] == {"reset (internal)"}  # the counters cleared, the state kept
+    assert edges[("isolated", "closed")] == {"close", "isolation_ended", "reset"}
+    assert "isolate (internal)" in edges[("isolated", "isolated")]
+    # no always-closed state: isolated is the one state beyond the seed's three
+    assert {state.id for state in CircuitMachine.states} == {"closed", "open", "half_open", "isolated"}

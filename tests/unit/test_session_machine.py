@@ -446,6 +446,46 @@ def test_a_circuit_open_past_the_horizon_ends_the_session(clock: FakeClock) -> N
     assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
 
 
+def test_an_isolation_longer_than_the_horizon_ends_no_session(clock: FakeClock) -> None:
+    """An operator's isolation holds the session: its horizon stands still (docs/runtime.md,
+    "Manual circuit control"), and runs again, moved by the time held, once the isolation lets go."""
+    core = active_core(clock, config=SessionConfig(horizon_s=60.0))
+    (schedule,) = of(core.failure(drop()), ScheduleReconnect)
+    lost_at = clock.monotonic()
+    clock.set(schedule.at)
+    held_at = clock.monotonic()
+    for _ in range(20):  # 20 x 30 s of isolation: ten horizons
+        effects = core.reconnect_due(30.0, held=True)
+        assert core.state is SessionState.RECONNECTING and core.attempts == 1
+        assert of(effects, ReconnectionThrottled) and core.held
+        assert core.horizon_deadline is None  # nothing runs out while held
+        clock.advance(30.0)
+    held_for = clock.monotonic() - held_at
+    effects = core.reconnect_due(None)  # the isolation ended: the attempt goes
+    assert of(effects, Reconnect) and not core.held
+    # the horizon runs again from where it stood: the time held is added to it
+    assert core.horizon_deadline == pytest.approx(lost_at + 60.0 + held_for)
+    # and it still ends a session that does not come back within what is left of it
+    effects = core.failure(drop())
+    (schedule,) = of(effects, ScheduleReconnect)
+    clock.set(schedule.at)
+    effects = core.reconnect_due(60.0)  # an ordinary open circuit past what is left: HORIZON
+    assert core.state is SessionState.TERMINATED
+    assert telemetry(effects, RetryExhausted)[0].fields()["giveUp"] == "HORIZON"
+
+
+def test_a_live_connection_an_isolation_refuses_waits_with_its_horizon_held(clock: FakeClock) -> None:
+    core = active_core(clock, config=SessionConfig(horizon_s=10.0))
+    effects = core.connect_refused(30.0, held=True)  # a CXone poll refused by an isolated cxone:api
+    assert core.state is SessionState.RECONNECTING and core.held and core.horizon_deadline is None
+    assert of(effects, ReconnectionThrottled)
+    clock.advance(30.0)
+    core.reconnect_due(None)
+    assert core.state is SessionState.CONNECTING
+    # 30 s after the refusal, with a horizon of 10 s: the horizon starts only now
+    assert core.horizon_deadline == pytest.approx(clock.monotonic() + 10.0)
+
+
 def test_a_success_restarts_the_horizon(clock: FakeClock) -> None:
     core = active_core(clock, config=SessionConfig(horizon_s=20.0))
     (schedule,) = of(core.failure(drop()), ScheduleReconnect)

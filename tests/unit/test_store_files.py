@@ -26,7 +26,15 @@ import anyio
 import pytest
 
 from supervisor.errors import StoreError
-from supervisor.store import DesiredState, RowStatus, ServerSession, ServerState, SqliteStore, UpdateOutcome
+from supervisor.store import (
+    DesiredSession,
+    DesiredState,
+    RowStatus,
+    ServerSession,
+    ServerState,
+    SqliteStore,
+    UpdateOutcome,
+)
 from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, expected_schema
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +46,11 @@ def file_size(path: str) -> int:
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "store"
 #: a file written by the release of each schema version (before the stamp: 6e20883)
-RELEASED = {1: FIXTURES / "v1-6e20883.sqlite3", 2: FIXTURES / "v2-handover.sqlite3"}
+RELEASED = {
+    1: FIXTURES / "v1-6e20883.sqlite3",
+    2: FIXTURES / "v2-handover.sqlite3",
+    3: FIXTURES / "v3-sessions.sqlite3",
+}
 REFUSED = "refusing to open it"
 
 
@@ -124,6 +136,8 @@ async def test_a_store_written_by_the_release_before_the_stamp_is_stamped_and_ke
             "wm-1": DesiredState.STOPPED,
             "cx-0": DesiredState.TERMINATED,
         }
+        # migrated: every session of that release was the file's (origin config, no spec kept)
+        assert {(v.origin, v.spec) for v in desired.values()} == {("config", None)}
         server = (await opened.server_sessions())["wm-0"]
         assert (server.state, server.guest_token, server.conversation_id) == (
             ServerState.OPEN,
@@ -184,6 +198,40 @@ async def test_a_file_of_every_earlier_version_migrates_to_the_current_one(
         await opened.aclose()
     assert header(path)["user_version"] == SCHEMA_VERSION
     assert header(path)["application_id"] == APPLICATION_ID
+
+
+async def test_a_store_of_version_3_keeps_the_sessions_added_over_the_control_socket(tmp_path: Path) -> None:
+    """Version 3's desired sessions say their origin, and an added session's entry comes back as it was
+    kept (the daemon starts it again from that entry)."""
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[3], path)
+    opened = await SqliteStore.open(path, synchronous="normal")
+    try:
+        desired = await opened.desired_sessions()
+        assert {k: v.origin for k, v in desired.items()} == {
+            "wm-0": "config",
+            "wm-1": "config",
+            "cx-0": "config",
+            "cx-1": "config",
+            "agent-4711": "api",
+            "wm-api-1": "api",
+        }
+        assert list(desired)[-2:] == ["agent-4711", "wm-api-1"]  # in the order they were added
+        assert desired["agent-4711"].spec is not None and '"agentId":"4711"' in desired["agent-4711"].spec
+        assert desired["wm-api-1"].state is DesiredState.TERMINATED
+        # a later write of its desired state (ctl stop, a fail-fast) keeps its origin and entry
+        await opened.set_desired(
+            DesiredSession("agent-4711", "cxone", DesiredState.STOPPED, "ctl stop", 1040.0)
+        )
+        again = (await opened.desired_sessions())["agent-4711"]
+        assert (again.state, again.origin, again.spec) == (
+            DesiredState.STOPPED,
+            "api",
+            desired["agent-4711"].spec,
+        )
+        assert len(await opened.live_rows()) == 3  # its pending updates are there too
+    finally:
+        await opened.aclose()
 
 
 async def test_a_handover_recorded_in_version_2_is_read_and_a_version_1_file_has_none(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The socket API's metrics (docs/telemetry.md): subscribers, lagged notices and lagged disconnects.
+"""The metrics read from the daemon's parts (docs/telemetry.md): the socket API's subscribers, lagged notices and
+lagged disconnects; pacing; the retry budgets' refusals; the attribute outbox and its mismatches; the shadow taxonomy's divergences.
 
 Read through an in-memory reader of the OpenTelemetry SDK, as the exporter's reader reads them.
 """
@@ -8,6 +9,9 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from machines.registry import Endpoints
+from supervisor.attributes.events import AttributeMismatch
+from supervisor.clock import FakeClock
 from supervisor.events import PacingChanged
 from supervisor.telemetry import attributes as A
 from supervisor.telemetry.metrics import Metrics
@@ -71,6 +75,54 @@ def test_pacing_rates_and_changes_follow_pacing_changed() -> None:
     )
     after = points(reader)
     assert after[A.M_PACING_RATE] == [28] and sorted(after[A.M_PACING_CHANGES]) == [1, 1, 1]
+
+
+def test_retry_budget_refusals_are_read_per_endpoint_that_has_a_budget() -> None:
+    clock = FakeClock()
+    endpoints = Endpoints(clock, budget=(0.0, 0.1))  # one retry per 10 s window, whatever the calls
+    api = endpoints.get(EndpointId(Platform.GENESYS, "api"))
+    endpoints.token(EndpointId.oauth(Platform.GENESYS))  # a token endpoint has no budget: no series
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    assert not points(reader).get(A.M_RETRY_BUDGET_REFUSALS)  # nothing to read from yet
+    metrics.observe_endpoints(endpoints)
+    assert points(reader)[A.M_RETRY_BUDGET_REFUSALS] == [0]
+    assert api.may_retry()
+    assert not api.may_retry() and not api.may_retry()  # the budget is spent: two refused
+    assert points(reader)[A.M_RETRY_BUDGET_REFUSALS] == [2]
+    data = reader.get_metrics_data()
+    assert data is not None
+    (labels,) = [
+        dict(p.attributes or {})
+        for m in data.resource_metrics[0].scope_metrics[0].metrics
+        if m.name == A.M_RETRY_BUDGET_REFUSALS
+        for p in m.data.data_points
+    ]
+    assert labels == {A.ENDPOINT: "genesys:api"}
+
+
+def test_the_outbox_depth_is_read_while_there_is_a_store_and_mismatches_count_keys() -> None:
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    depth: list[int | None] = [None]
+    metrics.observe_outbox(lambda: depth[0])
+    assert not points(reader).get(A.M_OUTBOX_DEPTH)  # no store: no series, not a zero
+    depth[0] = 12
+    assert points(reader)[A.M_OUTBOX_DEPTH] == [12]
+    at = "2026-12-01T00:00:00.000Z"
+    metrics.event(AttributeMismatch("wm-1", "c-1", ("queue", "skill"), (4, 5), {"queue": "still-wrong"}, at))
+    metrics.event(AttributeMismatch("wm-2", "c-2", ("queue",), (6,), {"queue": "newer-value"}, at))
+    assert points(reader)[A.M_ATTRIBUTE_MISMATCHES] == [3]
 
 
 def test_shadow_divergences_are_counted_by_both_codes_every_one() -> None:

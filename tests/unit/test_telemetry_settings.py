@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,80 @@ def test_the_sampler_decides_by_ratio_per_operation_and_once_per_session() -> No
     assert 0.35 < sum(decisions.values()) / len(decisions) < 0.65
     with pytest.raises(ValueError, match="ratio"):
         Sampler(1.5)
+
+
+# -- the Prometheus endpoint ([telemetry] prometheus) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ("9464", ("127.0.0.1", 9464)),  # a bare port is loopback
+        (":9464", ("127.0.0.1", 9464)),
+        ("localhost:9100", ("127.0.0.1", 9100)),
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("[::1]:9464", ("::1", 9464)),
+        # any other address only when written out: the endpoint has no authentication
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        ("10.1.2.3:9464", ("10.1.2.3", 9464)),
+    ],
+)
+def test_the_prometheus_endpoint_is_loopback_unless_an_address_is_written(
+    value: str, address: tuple[str, int]
+) -> None:
+    settings = resolve_settings(TelemetrySettings(prometheus=value), {})
+    assert settings is not None and settings.enabled and settings.metered
+    assert settings.prometheus == address
+    # Prometheus alone: nothing is pushed, no span is traced
+    assert settings.traces_endpoint is None and settings.metrics_endpoint is None
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('prometheus = "metrics.example:9464"', "telemetry.prometheus"),  # a DNS name: not accepted
+        ('prometheus = "9464/metrics"', "telemetry.prometheus"),
+        ('prometheus = "http://127.0.0.1:9464"', "telemetry.prometheus"),
+    ],
+)
+def test_a_prometheus_address_that_is_not_host_port_is_refused_where_it_is_read(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse_config(f"[platforms]\n[telemetry]\n{text}\n", "supervisor.toml")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "expected a port from 1 to 65535"),
+        ("70000", "expected a port from 1 to 65535"),
+        ("999.1.1.1:9464", "'999.1.1.1' is not an IP address"),
+    ],
+)
+def test_a_prometheus_address_out_of_range_is_one_located_line(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve_settings(
+            TelemetrySettings(prometheus=value), {}, prometheus_key="a.toml: telemetry.prometheus"
+        )
+    assert str(raised.value) == f"a.toml: telemetry.prometheus: {value!r}: {message}"
+
+
+def test_otel_sdk_disabled_turns_the_prometheus_endpoint_off_too() -> None:
+    assert resolve_settings(TelemetrySettings(prometheus="9464"), {"OTEL_SDK_DISABLED": "true"}) is None
+
+
+def test_a_prometheus_endpoint_without_the_extra_is_one_line_naming_the_key_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the extra's module cannot be imported (None in sys.modules: what an absent package does)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.prometheus", None)
+    with pytest.raises(ConfigError) as raised:
+        resolve_settings(
+            TelemetrySettings(prometheus="9464"), {}, prometheus_key="a.toml: telemetry.prometheus"
+        )
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith(
+        "a.toml: telemetry.prometheus: the Prometheus endpoint needs the [prometheus] extra "
+        "(pip install 'session-supervisor[prometheus]'): "
+    )

@@ -186,6 +186,14 @@ class GenesysSimulator:
 
     # -- Python API for tests and the demo ------------------------------------------------------------
 
+    def rotate_client_secret(self, client_id: str, secret: str) -> None:
+        """The platform's administrator gives an OAuth client a new secret: from now on ``POST
+        /oauth/token`` accepts only ``secret`` for ``client_id`` (``clients`` then restricts the
+        simulator to the clients it names). Tokens issued before stay valid until they expire [I:
+        Genesys documents no revocation of a client's tokens when its secret changes]."""
+        # ``clients`` is the simulator's account store: the config is frozen, its table is not
+        self.config.clients[client_id] = secret
+
     def tick(self) -> None:
         """Apply due fault schedules and expiries now (after advancing a FakeClock)."""
         self.faults.fire_due()
