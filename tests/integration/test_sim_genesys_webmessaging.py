@@ -67,6 +67,9 @@ async def test_configure_new_then_resume(genesys: Genesys) -> None:
     rec = genesys.sim.recorder
     assert rec.attempts_total("webmessaging") == {"accepted": 2, "refused": 0}
     assert rec.ws_messages("webmessaging", "in", "configureSession") == 2
+    # each answer counted as new or resumed (the handover benchmark reads these)
+    assert rec.events("session_configured", newSession=True) == 1
+    assert rec.events("session_configured", newSession=False) == 1
 
 
 async def test_on_message_echo_and_custom_attributes(genesys: Genesys) -> None:

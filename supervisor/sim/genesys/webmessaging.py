@@ -232,6 +232,8 @@ class WebMessagingServer(GuestConnections):
         if new:
             sess = state.new_session(token, deployment)
         assert sess is not None
+        # counted per answer: a restart that takes its guests over must answer none of them as new
+        self.ctx.recorder.record_event("session_configured", listener=LISTENER, newSession=new)
         for other in list(self.by_token.get(token, ())):
             if other is not conn:  # the same session opened elsewhere (§1, "SessionLimitReached")
                 self._closed_event(other, None)
