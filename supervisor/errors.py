@@ -15,7 +15,8 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     │   │   └── ConnectionLost           the connection under an in-band request is gone
     │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
     │   │   └── SendUnconfirmed          a message got no answer and was not found after: it may have arrived
-    │   └── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
+    │   ├── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
+    │   └── SdkError                     a library call failed for good: carries its SdkErrorEvent
     ├── ApiError                         a typed error of the socket API: an ApiFault + parameters
     │   ├── attributes.model.Refused     an attribute update refused for good (its fault says why)
     │   └── attributes.model.Backpressured  the tenant's queue is full: try again later

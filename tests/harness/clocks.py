@@ -17,6 +17,7 @@ its own ``clock`` fixture: a module that needs another start asks with ``@pytest
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -25,7 +26,7 @@ import pytest
 
 from supervisor.clock import FakeClock
 
-__all__ = ["DEFAULT_START", "FakeClock", "FakeTimers", "advancing", "clock"]
+__all__ = ["DEFAULT_START", "FakeClock", "FakeTimers", "SlowClock", "advancing", "clock"]
 
 #: the fake clock's monotonic start (any positive number: deadlines computed before it stay positive)
 DEFAULT_START = 1000.0
@@ -43,6 +44,19 @@ def clock(request: pytest.FixtureRequest) -> FakeClock:
     marker = request.node.get_closest_marker("clock")
     start = DEFAULT_START if marker is None else float(marker.kwargs.get("start", DEFAULT_START))
     return FakeClock(start=start)
+
+
+class SlowClock(FakeClock):
+    """A fake clock that takes a moment to read, letting other threads run while it is read.
+
+    For tests of code that must take a lock around a decision that reads the clock (the library's
+    sync shell: a circuit that sees itself open and lets the probe go): with a plain fake clock the
+    GIL rarely switches threads between the two, and a missing lock goes unseen.
+    """
+
+    def monotonic(self) -> float:
+        time.sleep(0.0002)  # a real pause on purpose: it hands the GIL to the other threads
+        return super().monotonic()
 
 
 class FakeTimers:

@@ -22,6 +22,7 @@ from supervisor.http import EVENT_EXTENSION, ResilientTransport
 from supervisor.rest.executor import RetryExecutor
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import EndpointId
+from tests.harness.clocks import advancing
 
 URL = "https://api.mypurecloud.com/api/v2/users/2f8a3b9e-0000-4000-8000-000000000001"
 
@@ -107,9 +108,7 @@ def through_the_daemon(sequence: list[tuple[int, str | None]]) -> tuple[Seen, ob
         budget=(0.1, 5.0),
     )
 
-    async def sleep(s: float) -> None:
-        seen.waits.append(s)
-        clock.advance(s)
+    sleep = advancing(clock, seen.waits)
 
     executor = RetryExecutor(
         Classifier(load_taxonomy("v2"), clock), Attempts(endpoints), clock, rng=rng, sleep=sleep

@@ -10,7 +10,6 @@ from __future__ import annotations
 import email.utils
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,6 +26,7 @@ from supervisor.library.core import route_template
 from supervisor.library.hooks import RetryDetails
 from supervisor.library.tokens import Tokens
 from supervisor.taxonomy import TaxonomyClass, Trigger
+from tests.harness.clocks import SlowClock, advancing
 
 API = "https://api.mypurecloud.com"
 ATTRS = API + "/api/v2/conversations/5b0f4c4e-1111-2222-3333-444455556666/participants/p1/attributes"
@@ -64,22 +64,14 @@ def transport(clock: FakeClock, wire: Wire, **kwargs: object) -> ResilientTransp
     def sleep(seconds: float) -> None:
         clock.advance(seconds)
 
-    async def async_sleep(seconds: float) -> None:
-        clock.advance(seconds)
-
     kwargs.setdefault("platform", "genesys")
     return ResilientTransport(
         transport=httpx.MockTransport(wire),
         clock=clock,
         sleep=sleep,
-        async_sleep=async_sleep,
+        async_sleep=advancing(clock),
         **kwargs,  # type: ignore[arg-type]
     )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(start=1000.0)
 
 
 def too_many(retry_after: str | None = None) -> httpx.Response:
@@ -338,15 +330,6 @@ def switch_often() -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(before)
-
-
-class SlowClock(FakeClock):
-    """A clock that takes a moment to read (it lets other threads run): the circuit reads it between
-    seeing itself open and letting the probe go, so a decision taken without its lock races there."""
-
-    def monotonic(self) -> float:
-        time.sleep(0.0002)
-        return super().monotonic()
 
 
 @pytest.mark.usefixtures("switch_often")
