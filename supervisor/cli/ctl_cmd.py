@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,26 +202,8 @@ def start(
     Ids, selectors or --all (e.g. `ctl start --state terminated --yes` after an outage);
     one answer per session (with --json one JSON object per line), paced by admission.
     """
-    if len(session_ids) == 1 and not (
-        states or reasons or platforms or kinds or origins or everything or dry_run
-    ):
-        result = _call(Method.START_SESSION, {"sessionId": session_ids[0]})
-        again = " (re-authenticating)" if result.get("reauthenticated") else ""
-        _emit(result, as_json, f"started {result['sessionId']}: {result['state']}{again}")
-        return
-    ctl_sessions.act(
-        "start",
-        Method.START_SESSION,
-        session_ids,
-        Selection(states, reasons, platforms, kinds, origins, everything),
-        yes=yes,
-        dry_run=dry_run,
-        as_json=as_json,
-        line=lambda r: (
-            f"started {r['sessionId']}: {r['state']}"
-            + (" (re-authenticating)" if r.get("reauthenticated") else "")
-        ),
-    )
+    selection = Selection(states, reasons, platforms, kinds, origins, everything)
+    _start_or_stop("start", Method.START_SESSION, _started, session_ids, selection, yes, dry_run, as_json)
 
 
 @ctl.command()
@@ -243,21 +226,37 @@ def stop(
     """Stop sessions: close 1000 (CXone: end the agent session); they are not reconnected.
 
     Ids, selectors or --all; one answer per session (with --json one JSON object per line)."""
-    if len(session_ids) == 1 and not (
-        states or reasons or platforms or kinds or origins or everything or dry_run
-    ):
-        result = _call(Method.STOP_SESSION, {"sessionId": session_ids[0]})
-        _emit(result, as_json, f"stopped {result['sessionId']}: {result['state']}")
+    selection = Selection(states, reasons, platforms, kinds, origins, everything)
+    _start_or_stop("stop", Method.STOP_SESSION, _stopped, session_ids, selection, yes, dry_run, as_json)
+
+
+def _started(result: dict[str, Any]) -> str:
+    again = " (re-authenticating)" if result.get("reauthenticated") else ""
+    return f"started {result['sessionId']}: {result['state']}{again}"
+
+
+def _stopped(result: dict[str, Any]) -> str:
+    return f"stopped {result['sessionId']}: {result['state']}"
+
+
+def _start_or_stop(
+    verb: str,
+    method: Method,
+    line: Callable[[dict[str, Any]], str],
+    session_ids: tuple[str, ...],
+    selection: Selection,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """One id and nothing else: one call, its answer as ever (a refusal exits 1 with its line); ids,
+    selectors or --all: one call per session through ``ctl_sessions.act``, one answer each."""
+    if len(session_ids) == 1 and not (selection.given or dry_run):
+        result = _call(method, {"sessionId": session_ids[0]})
+        _emit(result, as_json, line(result))
         return
     ctl_sessions.act(
-        "stop",
-        Method.STOP_SESSION,
-        session_ids,
-        Selection(states, reasons, platforms, kinds, origins, everything),
-        yes=yes,
-        dry_run=dry_run,
-        as_json=as_json,
-        line=lambda r: f"stopped {r['sessionId']}: {r['state']}",
+        verb, method, session_ids, selection, yes=yes, dry_run=dry_run, as_json=as_json, line=line
     )
 
 

@@ -73,6 +73,19 @@ def _client() -> Client:
     return Client(path)
 
 
+def _report(result: dict[str, Any], done: object, line: str, as_json: bool) -> bool:
+    """Print one session's answer of an add or a remove: the object with --json, else ``line`` when it
+    was done; a refusal's one error line on stderr either way. Whether it was done."""
+    if as_json:
+        _write(result)
+    elif done:
+        click.echo(line)
+    if not done:
+        problem = f"{_short(result['error'])}: {result['problem']}"
+        click.echo(f"session-supervisor: error: {problem}", err=True)
+    return bool(done)
+
+
 def _refused_call(error: ApiError, as_json: bool) -> click.exceptions.Exit:
     if as_json:
         _write({"error": error.name, **error.parameters})
@@ -312,15 +325,10 @@ def add_command() -> click.Command:
                 for (number, _), result in zip(batch, answer["results"], strict=True):
                     if source is not None:
                         result = {"line": number, **result}
-                    if not result.get("added"):
-                        failures += 1
-                    if as_json:
-                        _write(result)
-                    elif result.get("added"):
-                        click.echo(f"added {result['sessionId']}: {result['state']}")
-                    if not result.get("added"):
-                        problem = f"{_short(result['error'])}: {result['problem']}"
-                        click.echo(f"session-supervisor: error: {problem}", err=True)
+                    done = result.get("added")
+                    failures += not _report(
+                        result, done, f"added {result.get('sessionId')}: {result.get('state')}", as_json
+                    )
         if failures:
             raise click.exceptions.Exit(1)
 
@@ -345,15 +353,8 @@ def remove_command() -> click.Command:
                 except ApiError as error:
                     raise _refused_call(error, as_json) from None
                 for result in answer["results"]:
-                    if not result.get("removed"):
-                        failures += 1
-                    if as_json:
-                        _write(result)
-                    elif result.get("removed"):
-                        click.echo(f"removed {result['sessionId']}")
-                    if not result.get("removed"):
-                        problem = f"{_short(result['error'])}: {result['problem']}"
-                        click.echo(f"session-supervisor: error: {problem}", err=True)
+                    done = result.get("removed")
+                    failures += not _report(result, done, f"removed {result.get('sessionId')}", as_json)
         if failures:
             raise click.exceptions.Exit(1)
 
