@@ -1,0 +1,177 @@
+"""The WebSocket bridge against the daemon and the Genesys simulator, over real sockets (docs/bridge.md).
+
+The daemon runs in-process with its socket API on real Unix sockets; the bridge subscribes to it as
+any subscriber does and serves plain WebSocket clients (``websockets``' own client) on loopback. What
+a client receives is compared with what its token's scope allows: its agent's sessions, the sessions
+it names, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from supervisor.api.protocol import Method
+from supervisor.bridge.ratelimit import FailureLimiter
+from supervisor.bridge.server import Bridge, BridgeSettings, Listen, load_tokens
+from supervisor.sim.genesys import GenesysSimulator
+from tests.harness.config import genesys_config
+from tests.harness.in_process import Harness
+from tests.integration.api_harness import Conn, api_daemon
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.genesys_sim(seed=5)]
+
+AGENT0 = "token-of-agent-a-0"
+WM2 = "token-naming-wm-2"
+ORIGIN = "https://desktop.example.test"
+
+
+def line(token: str, **scope: Any) -> str:
+    return json.dumps({"sha256": hashlib.sha256(token.encode()).hexdigest(), **scope}) + "\n"
+
+
+@contextlib.asynccontextmanager
+async def bridged(
+    h: Harness, tmp: Path, *, limiter: FailureLimiter | None = None
+) -> AsyncIterator[tuple[Bridge, str]]:
+    tokens = tmp / "tokens"
+    tokens.write_text(line(AGENT0, agents=["a-0"]) + line(WM2, sessions=["wm-2"]))
+    settings = BridgeSettings(
+        socket=h.subscribe, listen=Listen("127.0.0.1", 0), tokens=tokens, origins=frozenset({ORIGIN})
+    )
+    bridge = Bridge(settings, load_tokens(tokens), limiter=limiter)
+    server = await bridge.start()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bridge.follow)
+        try:
+            yield bridge, f"ws://127.0.0.1:{bridge.port}"
+        finally:
+            server.close()
+            await server.wait_closed()
+            tg.cancel_scope.cancel()
+
+
+async def receive(ws: ClientConnection, limit_s: float = 10.0) -> dict[str, Any]:
+    with anyio.fail_after(limit_s):
+        message = await ws.recv()
+    parsed: dict[str, Any] = json.loads(message)
+    return parsed
+
+
+async def until(ws: ClientConnection, predicate: Any, seen: list[dict[str, Any]]) -> dict[str, Any]:
+    while True:
+        message = await receive(ws)
+        seen.append(message)
+        if predicate(message):
+            return message
+
+
+async def stop(h: Harness, session_id: str) -> None:
+    conn = await Conn.open(h.control)
+    try:
+        reply = await conn.call(Method.STOP_SESSION, {"sessionId": session_id})
+        assert reply.error is None, reply
+    finally:
+        await conn.aclose()
+
+
+async def test_each_token_gets_its_scope_only(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
+    async with api_daemon(genesys_config(genesys_sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        async with bridged(h, tmp_path) as (_, url):
+            # a script: the bearer header on the upgrade; a browser-like client: the first message
+            async with (
+                connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as by_agent,
+                connect(url, origin=ORIGIN) as by_session,  # type: ignore[arg-type]
+            ):
+                await by_session.send(json.dumps({"token": WM2}))
+                snapshot = await receive(by_agent)
+                assert snapshot["type"] == "snapshot" and isinstance(snapshot["bootId"], str)
+                assert [(s["sessionId"], s["agentId"]) for s in snapshot["sessions"]] == [("wm-0", "a-0")]
+                assert [s["sessionId"] for s in (await receive(by_session))["sessions"]] == ["wm-2"]
+
+                # another agent's session ends first: nobody here may see it
+                await stop(h, "wm-1")
+                await stop(h, "wm-0")
+                await stop(h, "wm-2")
+                seen: list[dict[str, Any]] = []
+                ended = await until(by_agent, lambda m: m.get("event") == "SESSION_TERMINATED", seen)
+                assert (ended["sessionId"], ended["agentId"]) == ("wm-0", "a-0")
+                assert ended["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
+                assert {m.get("sessionId") for m in seen} == {"wm-0"}
+                # the delta carries no agentId: the bridge routed it by the session's agent from the snapshot
+                assert [(m["type"], m["state"]) for m in seen if m["type"] == "delta"] == [
+                    ("delta", "terminated")
+                ]
+                other: list[dict[str, Any]] = []
+                await until(by_session, lambda m: m.get("event") == "SESSION_TERMINATED", other)
+                assert {m.get("sessionId") for m in other} == {"wm-2"}
+
+            # a client that comes later starts from the bridge's mirror: the session terminated, with its action
+            async with connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as late:
+                (row,) = (await receive(late))["sessions"]
+                assert row["state"] == "terminated"
+                assert row["termination"]["action"] == "REVOKE_LOCAL_STORAGE_AND_REAUTHENTICATE"
+
+
+async def test_refusals(
+    genesys_sim: GenesysSimulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: h.all_in("active"))
+        # room for the five failures below (the limit has its own test)
+        async with bridged(h, tmp_path, limiter=FailureLimiter(burst=10)) as (bridge, url):
+            with pytest.raises(InvalidStatus) as wrong:
+                async with connect(url, additional_headers={"Authorization": "Bearer not-a-token"}):
+                    pass
+            assert wrong.value.response.status_code == 401
+            with pytest.raises(InvalidStatus) as elsewhere:
+                async with connect(url, origin="https://evil.example.test"):  # type: ignore[arg-type]
+                    pass
+            assert elsewhere.value.response.status_code == 403
+            # a browser of the allowed origin, with a wrong token, and with none
+            for first in ({"token": "not-a-token"}, {}, "not json"):
+                async with connect(url, origin=ORIGIN) as ws:  # type: ignore[arg-type]
+                    await ws.send(first if isinstance(first, str) else json.dumps(first))
+                    with pytest.raises(ConnectionClosed) as closed:
+                        await receive(ws)
+                    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+            # an authenticated client that sends anything more ends its stream
+            async with connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as ws:
+                await receive(ws)
+                await ws.send("{}")
+                with pytest.raises(ConnectionClosed):
+                    await receive(ws)
+            assert bridge.stats()["failedAuthentications"] == 5  # 401, the origin, three first messages
+    out = capsys.readouterr()
+    assert "not-a-token" not in out.out + out.err and AGENT0 not in out.out + out.err
+    assert [json.loads(x)["event"] for x in out.out.splitlines()].count("BRIDGE_AUTH_FAILED") == 4
+
+
+async def test_failed_authentications_are_limited_per_address(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: h.all_in("active"))
+        # two failures allowed, then one more every 1,000 s: the test's time cannot refill it
+        limiter = FailureLimiter(burst=2, rate=0.001)
+        async with bridged(h, tmp_path, limiter=limiter) as (bridge, url):
+            statuses = []
+            for token in ("wrong-1", "wrong-2", AGENT0):
+                try:
+                    async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}):
+                        statuses.append(101)
+                except InvalidStatus as exc:
+                    statuses.append(exc.response.status_code)
+            # the right token too, from the limited address: refused before it is looked at
+            assert statuses == [401, 401, 429]
+            assert bridge.stats()["rateLimited"] == 1
