@@ -24,11 +24,12 @@ _encode = msgspec.json.Encoder().encode
 
 
 class Outbox:
-    """See the module docstring; ``now`` is the caller's clock (seconds)."""
+    """See the module docstring; ``now`` is the caller's clock (seconds). Messages are UTF-8 JSON, sent as
+    text frames."""
 
     def __init__(self, cap_bytes: int) -> None:
         self.cap_bytes = cap_bytes
-        self._pending: deque[str] = deque()
+        self._pending: deque[bytes] = deque()
         self._bytes = 0
         # messages dropped since the client fell behind (its `lagged` count); None while it keeps up
         self._dropped: int | None = None
@@ -43,7 +44,7 @@ class Outbox:
     def pending(self) -> int:
         return len(self._pending)
 
-    def push(self, text: str, size: int, now: float) -> bool:
+    def push(self, text: bytes, size: int, now: float) -> bool:
         """Queue one message of ``size`` bytes; True when it made the client fall behind just now."""
         if self._dropped is not None:
             self._dropped += 1
@@ -59,13 +60,13 @@ class Outbox:
         self._bytes += size
         return False
 
-    def take(self, snapshot: Callable[[], str]) -> list[str]:
+    def take(self, snapshot: Callable[[], bytes]) -> list[bytes]:
         """Everything pending, oldest first; after a lag (the connection took all it was handed), the
         ``lagged`` notice and a fresh snapshot from ``snapshot``."""
         if self._dropped is not None:
             count, self._dropped = self._dropped, None
             self.lagged_since = None
-            return [_encode({"type": "lagged", "count": count}).decode(), snapshot()]
+            return [_encode({"type": "lagged", "count": count}), snapshot()]
         out = list(self._pending)
         self._pending.clear()
         self._bytes = 0

@@ -324,13 +324,14 @@ class Bridge:
                 await client.wake.wait()
                 continue
             for message in messages:
-                await connection.send(message)
+                # UTF-8 JSON already: a text frame without decoding it to str and back
+                await connection.send(message, text=True)
             self.delivered += len(messages)
 
-    def _snapshot(self, client: _Client) -> str:
-        return _encode(self.mirror.snapshot_for(client.scope)).decode()
+    def _snapshot(self, client: _Client) -> bytes:
+        return _encode(self.mirror.snapshot_for(client.scope))
 
-    def _push(self, client: _Client, text: str, size: int | None = None) -> None:
+    def _push(self, client: _Client, text: bytes, size: int | None = None) -> None:
         loop = asyncio.get_running_loop()
         if client.outbox.push(text, len(text) if size is None else size, loop.time()):
             loop.call_later(self.settings.lagged_disconnect_after, self._lag_deadline, client)
@@ -371,7 +372,7 @@ class Bridge:
             for client in self._clients:
                 self._push(client, self._snapshot(client))
             return
-        text = _encode(message).decode()
+        text = _encode(message)
         size = len(text)
         if route in (Route.EVERYONE, Route.END):
             for client in self._clients:

@@ -202,12 +202,12 @@ def test_the_table_of_addresses_is_bounded() -> None:
 
 def test_a_client_over_its_cap_gets_lagged_then_a_fresh_snapshot() -> None:
     outbox = Outbox(cap_bytes=10)
-    assert not outbox.push("aaaa", 4, 0.0)
-    assert not outbox.push("bbbb", 4, 0.1)
-    assert outbox.push("cccc", 4, 0.2)  # 12 > 10: everything pending dropped
-    assert not outbox.push("dddd", 4, 0.3)  # dropped too, counted
+    assert not outbox.push(b"aaaa", 4, 0.0)
+    assert not outbox.push(b"bbbb", 4, 0.1)
+    assert outbox.push(b"cccc", 4, 0.2)  # 12 > 10: everything pending dropped
+    assert not outbox.push(b"dddd", 4, 0.3)  # dropped too, counted
     assert outbox.lagging and not outbox.overdue(10.1, 10.0) and outbox.overdue(10.2, 10.0)
-    assert outbox.take(lambda: "SNAP") == ['{"type":"lagged","count":4}', "SNAP"]
+    assert outbox.take(lambda: b"SNAP") == [b'{"type":"lagged","count":4}', b"SNAP"]
     assert not outbox.lagging and not outbox.overdue(99.0, 10.0)
-    assert not outbox.push("eeee", 4, 1.0)
-    assert outbox.take(lambda: "SNAP") == ["eeee"]
+    assert not outbox.push(b"eeee", 4, 1.0)
+    assert outbox.take(lambda: b"SNAP") == [b"eeee"]
