@@ -123,6 +123,8 @@ class _Client:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # why the bridge is ending this client (the daemon is gone): its writer sends what is pending, then closes
     ending: tuple[int, str] | None = None
+    # the sessions whose platform records come through this client's own subscription (``since``), not the shared one
+    resumed: frozenset[str] = frozenset()
 
 
 class _Log:
@@ -160,7 +162,7 @@ class Bridge:
         self._by_session: dict[str, set[_Client]] = {}
         # connections admitted by the upgrade and not yet ended (the cap counts them)
         self._open = 0
-        self._preauthorized: dict[ServerConnection, tuple[Scope, bytes]] = {}
+        self._preauthorized: dict[ServerConnection, _Authorized] = {}
         self._upstream_platform = tokens.any_platform
         self._upstream: asyncio.StreamWriter | None = None
         self.delivered = 0
@@ -248,7 +250,7 @@ class Bridge:
             if scope is None:
                 self._failed(peer, now, "Authorization")
                 return connection.respond(http.HTTPStatus.UNAUTHORIZED, "authentication failed\n")
-            self._preauthorized[connection] = (scope, digest_of(token.strip()))
+            self._preauthorized[connection] = (scope, digest_of(token.strip()), None)
         self._open += 1
         return None
 
@@ -265,26 +267,36 @@ class Bridge:
                 authorized = await self._first_message(connection, peer)
                 if authorized is None:
                     return
-            scope, digest = authorized
+            scope, digest, since = authorized
+            if since and not scope.platform:
+                await connection.close(
+                    _POLICY, "since resumes the platform stream: this token is not allowed it"
+                )
+                return
             client = _Client(connection, peer, scope, digest, Outbox(self.settings.client_buffer_bytes))
+            client.resumed = frozenset(since or ())
             self._add(client)
+            tasks: list[asyncio.Future[None]] = []
             try:
                 if self.mirror.ready:
                     self._push(client, self._snapshot(client))
+                if since:
+                    tasks.append(asyncio.ensure_future(self._resume(client, since)))
                 writer = asyncio.ensure_future(self._write(client))
                 reader = asyncio.ensure_future(self._read(client))
                 await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (writer, reader):
+                tasks += (writer, reader)
+            finally:
+                self._drop(client)
+                for task in tasks:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                         await task
-            finally:
-                self._drop(client)
         finally:
             self._open -= 1
 
-    async def _first_message(self, connection: ServerConnection, peer: str) -> tuple[Scope, bytes] | None:
-        """A browser's authentication: ``{"token": "..."}`` within the handshake timeout."""
+    async def _first_message(self, connection: ServerConnection, peer: str) -> _Authorized | None:
+        """A browser's authentication: ``{"token": "...", "since": {...}}`` within the handshake timeout."""
         try:
             async with asyncio.timeout(self.settings.handshake_timeout):
                 message = await connection.recv()
@@ -295,15 +307,62 @@ class Bridge:
         except ConnectionClosed:
             return None
         token: object = None
+        since: object = None
         with contextlib.suppress(ValueError):
             parsed = json.loads(message)
-            token = parsed.get("token") if isinstance(parsed, dict) else None
+            if isinstance(parsed, dict):
+                token, since = parsed.get("token"), parsed.get("since")
         scope = self.tokens.scope_of(token) if isinstance(token, str) else None
         if scope is None or not isinstance(token, str):
             self._failed(peer, time.monotonic(), "message")
             await connection.close(_POLICY, "authentication failed")
             return None
-        return scope, digest_of(token)
+        if since is not None and not (isinstance(since, dict) and since):
+            await connection.close(_POLICY, "since: expected an object of session ids (docs/socket-api.md)")
+            return None
+        return scope, digest_of(token), since
+
+    async def _resume(self, client: _Client, since: dict[str, Any]) -> None:
+        """A client coming back with ``since``: its own subscription of the socket for those sessions.
+
+        The daemon replays what the client missed from its windows, then goes on live
+        (docs/socket-api.md, "Coming back with `since`"); the shared subscription's records of those sessions
+        are not sent to this client (:attr:`_Client.resumed`), so each record reaches it once, in order. The
+        daemon checks ``since`` as any subscriber's (a refusal closes the client with the daemon's problem).
+        When this subscription ends, the client is ended too: it would miss its sessions' records.
+        """
+        call = {"filter": {"sessions": sorted(since)}, "streams": ["platform"], "since": since}
+        reason = "the daemon closed the resumed stream: connect again"
+        code = _GOING_AWAY
+        writer: asyncio.StreamWriter | None = None
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(self.settings.socket))
+            writer.write(encode_call(Method.SUBSCRIBE, call, more=True))
+            decoder = FrameDecoder(CLIENT_MAX_MESSAGE_BYTES)
+            while data := await reader.read(1 << 16):
+                for frame in decoder.feed(data):
+                    reply = parse_reply(frame)
+                    if reply.error is not None:
+                        code = _POLICY
+                        problem = str(reply.parameters.get("problem", reply.error))
+                        reason = f"since refused by the daemon: {problem}"[:120]
+                        return
+                    record = reply.parameters
+                    session_id = record.get("sessionId")
+                    if record.get("type") not in ("platform", "gap") or not isinstance(session_id, str):
+                        continue  # its snapshot, deltas, lagged notices: the shared stream's to send
+                    agent = self.mirror.agent_of(session_id)
+                    if agent is None and isinstance(record.get("agentId"), str):
+                        agent = record["agentId"]
+                    if client.scope.allows(session_id, agent):
+                        self._push(client, _encode(record))
+        except (OSError, ApiError):
+            pass
+        finally:
+            if writer is not None:
+                writer.close()
+            if client in self._clients:
+                self._end(client, code, reason)
 
     async def _read(self, client: _Client) -> None:
         """A client sends nothing after its token: a message ends its stream (as a call on a subscription)."""
@@ -378,8 +437,9 @@ class Bridge:
             for client in self._clients:
                 self._push(client, text, size)
             return
+        resumable = route is Route.PLATFORM
         for client in self._candidates(routed):
-            if routed.allows(client.scope):
+            if routed.allows(client.scope) and not (resumable and routed.session_id in client.resumed):
                 self._push(client, text, size)
 
     def _candidates(self, routed: Routed) -> set[_Client]:
@@ -456,6 +516,10 @@ class Bridge:
         asyncio.get_running_loop().call_later(
             self.settings.handshake_timeout, client.connection.transport.abort
         )
+
+
+#: a client's scope, its token's digest (to find it again after a reload), and its ``since`` (or None)
+_Authorized = tuple[Scope, bytes, dict[str, Any] | None]
 
 
 def _authorization(headers: Headers) -> str | None:

@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from supervisor.api.protocol import Method
 from supervisor.bridge.ratelimit import FailureLimiter
 from supervisor.bridge.server import Bridge, BridgeSettings, Listen, load_tokens
+from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness
@@ -175,3 +176,62 @@ async def test_failed_authentications_are_limited_per_address(
             # the right token too, from the limited address: refused before it is looked at
             assert statuses == [401, 401, 429]
             assert bridge.stats()["rateLimited"] == 1
+
+
+PLATFORM0 = "token-of-a-0-with-platform-events"
+
+
+async def test_platform_records_and_since_for_tokens_allowed_them(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line(PLATFORM0, agents=["a-0"], platform=True) + line(AGENT0, agents=["a-0"]))
+    async with api_daemon(genesys_config(genesys_sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
+        settings = BridgeSettings(socket=h.subscribe, listen=Listen("127.0.0.1", 0), tokens=tokens)
+        bridge = Bridge(settings, load_tokens(tokens))
+        server = await bridge.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bridge.follow)
+            url = f"ws://127.0.0.1:{bridge.port}"
+            # coming back from another boot: the daemon's window replays a-0's session; a-1's is not sent
+            since = {
+                "wm-0": {"bootId": "an-earlier-boot", "seq": 3},
+                "wm-1": {"bootId": "an-earlier-boot", "seq": 3},
+            }
+            async with connect(url) as resumed, connect(url) as plain:
+                await resumed.send(json.dumps({"token": PLATFORM0, "since": since}))
+                await plain.send(json.dumps({"token": AGENT0, "since": since}))
+                assert (await receive(resumed))["type"] == "snapshot"
+                replayed: list[dict[str, Any]] = []
+                await until(
+                    resumed, lambda m: m.get("type") == "gap" and m.get("reason") == "started", replayed
+                )
+                assert [(m["type"], m["sessionId"], m.get("reason")) for m in replayed] == [
+                    ("gap", "wm-0", "restarted"),
+                    ("gap", "wm-0", "started"),
+                ]
+                # since without the platform stream in the token's scope: refused
+                with pytest.raises(ConnectionClosed) as refused:
+                    await receive(plain)
+                assert refused.value.rcvd is not None and refused.value.rcvd.code == 1008
+                assert "not allowed" in refused.value.rcvd.reason
+            # a token without the platform stream never gets a platform record, live ones included
+            async with (
+                connect(url, additional_headers={"Authorization": f"Bearer {PLATFORM0}"}) as with_stream,
+                connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as without,
+            ):
+                await receive(with_stream)
+                await receive(without)
+                genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))  # reconnected: a gap "reconnected" each
+                live: list[dict[str, Any]] = []
+                await until(
+                    with_stream, lambda m: m.get("type") == "gap" and m["reason"] == "reconnected", live
+                )
+                assert {m["sessionId"] for m in live} == {"wm-0"}
+                seen: list[dict[str, Any]] = []
+                await until(without, lambda m: m.get("type") == "delta" and m["state"] == "active", seen)
+                assert [m["type"] for m in seen if m["type"] in ("platform", "gap")] == []
+            server.close()
+            await server.wait_closed()
+            tg.cancel_scope.cancel()
