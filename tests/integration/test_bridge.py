@@ -181,6 +181,12 @@ async def test_failed_authentications_are_limited_per_address(
 PLATFORM0 = "token-of-a-0-with-platform-events"
 
 
+def platform_of(messages: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    return [
+        (m["type"], m["sessionId"], m.get("reason")) for m in messages if m["type"] in ("platform", "gap")
+    ]
+
+
 async def test_platform_records_and_since_for_tokens_allowed_them(
     genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
@@ -194,44 +200,46 @@ async def test_platform_records_and_since_for_tokens_allowed_them(
         async with anyio.create_task_group() as tg:
             tg.start_soon(bridge.follow)
             url = f"ws://127.0.0.1:{bridge.port}"
-            # coming back from another boot: the daemon's window replays a-0's session; a-1's is not sent
-            since = {
-                "wm-0": {"bootId": "an-earlier-boot", "seq": 3},
-                "wm-1": {"bootId": "an-earlier-boot", "seq": 3},
-            }
-            async with connect(url) as resumed, connect(url) as plain:
-                await resumed.send(json.dumps({"token": PLATFORM0, "since": since}))
-                await plain.send(json.dumps({"token": AGENT0, "since": since}))
-                assert (await receive(resumed))["type"] == "snapshot"
-                replayed: list[dict[str, Any]] = []
-                await until(
-                    resumed, lambda m: m.get("type") == "gap" and m.get("reason") == "started", replayed
-                )
-                assert [(m["type"], m["sessionId"], m.get("reason")) for m in replayed] == [
-                    ("gap", "wm-0", "restarted"),
-                    ("gap", "wm-0", "started"),
-                ]
-                # since without the platform stream in the token's scope: refused
-                with pytest.raises(ConnectionClosed) as refused:
-                    await receive(plain)
-                assert refused.value.rcvd is not None and refused.value.rcvd.code == 1008
-                assert "not allowed" in refused.value.rcvd.reason
-            # a token without the platform stream never gets a platform record, live ones included
+            earlier = {"bootId": "an-earlier-boot", "seq": 3}
+            bearer = "Authorization"
             async with (
-                connect(url, additional_headers={"Authorization": f"Bearer {PLATFORM0}"}) as with_stream,
-                connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as without,
+                connect(url) as resumed,
+                connect(url) as refused,
+                connect(url, additional_headers={bearer: f"Bearer {PLATFORM0}"}) as live,
+                connect(url, additional_headers={bearer: f"Bearer {AGENT0}"}) as without,
             ):
-                await receive(with_stream)
-                await receive(without)
-                genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))  # reconnected: a gap "reconnected" each
-                live: list[dict[str, Any]] = []
-                await until(
-                    with_stream, lambda m: m.get("type") == "gap" and m["reason"] == "reconnected", live
+                # coming back from another boot, naming a-0's session and a-1's
+                await resumed.send(
+                    json.dumps({"token": PLATFORM0, "since": {"wm-0": earlier, "wm-1": earlier}})
                 )
-                assert {m["sessionId"] for m in live} == {"wm-0"}
-                seen: list[dict[str, Any]] = []
-                await until(without, lambda m: m.get("type") == "delta" and m["state"] == "active", seen)
-                assert [m["type"] for m in seen if m["type"] in ("platform", "gap")] == []
+                await refused.send(json.dumps({"token": AGENT0, "since": {"wm-0": earlier}}))
+                for ws in (resumed, live, without):
+                    assert (await receive(ws))["type"] == "snapshot"
+                # since from a token without the platform stream: refused
+                with pytest.raises(ConnectionClosed) as closed:
+                    await receive(refused)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+                assert "not allowed" in closed.value.rcvd.reason
+
+                # both sessions reconnect: a live gap "reconnected" each; then a-0's session ends (the marker:
+                # what a client got before it is everything it was sent of the above)
+                genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+                first: list[dict[str, Any]] = []
+                await until(live, lambda m: m.get("reason") == "reconnected", first)
+                await h.wait(lambda: h.all_in("active"))
+                await stop(h, "wm-0")
+                ended = lambda m: m.get("event") == "SESSION_TERMINATED"  # noqa: E731
+                got = {name: list[dict[str, Any]]() for name in ("resumed", "live", "without")}
+                for name, ws in (("resumed", resumed), ("live", live), ("without", without)):
+                    await until(ws, ended, got[name])
+            # the window's replay of a-0's session (none of a-1's), then the live gap once, not twice
+            assert platform_of(got["resumed"]) == [
+                ("gap", "wm-0", "restarted"),
+                ("gap", "wm-0", "started"),
+                ("gap", "wm-0", "reconnected"),
+            ]
+            assert platform_of(first + got["live"]) == [("gap", "wm-0", "reconnected")]
+            assert platform_of(got["without"]) == []
             server.close()
             await server.wait_closed()
             tg.cancel_scope.cancel()
