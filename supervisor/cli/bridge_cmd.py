@@ -23,7 +23,8 @@ Security (docs/bridge.md):
     platform stream, customer data); make a digest with:
       printf %s "$TOKEN" | sha256sum
   - a client authenticates with "Authorization: Bearer TOKEN" on the upgrade, or (a browser cannot
-    set that header) with a first message {"token": "TOKEN"}; failures are rate-limited per address;
+    set that header) with a first message {"token": "TOKEN"} (a platform token may add "since", as on
+    the subscribe socket); failures are rate-limited per address;
   - a browser (its upgrade carries Origin) is refused until --origin names its page's origin;
   - SIGHUP re-reads the tokens file (a bad file keeps the current tokens); SIGTERM stops.
 

@@ -243,3 +243,40 @@ async def test_platform_records_and_since_for_tokens_allowed_them(
             server.close()
             await server.wait_closed()
             tg.cancel_scope.cancel()
+
+
+async def test_the_connection_cap_and_a_revoked_token(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line(AGENT0, agents=["a-0"]) + line(WM2, sessions=["wm-0"]))
+    async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: h.all_in("active"))
+        settings = BridgeSettings(
+            socket=h.subscribe, listen=Listen("127.0.0.1", 0), tokens=tokens, max_connections=2
+        )
+        bridge = Bridge(settings, load_tokens(tokens))
+        server = await bridge.start()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bridge.follow)
+            url = f"ws://127.0.0.1:{bridge.port}"
+            async with (
+                connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}) as revoked,
+                connect(url, additional_headers={"Authorization": f"Bearer {WM2}"}) as kept,
+            ):
+                await receive(revoked)
+                await receive(kept)
+                with pytest.raises(InvalidStatus) as over:
+                    async with connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}):
+                        pass
+                assert over.value.response.status_code == 503
+                # SIGHUP's work: AGENT0's line is gone; its client is closed, the other keeps its stream
+                tokens.write_text(line(WM2, sessions=["wm-0"]))
+                bridge.reload()
+                with pytest.raises(ConnectionClosed) as closed:
+                    await receive(revoked)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+                await stop(h, "wm-0")
+                seen: list[dict[str, Any]] = []
+                await until(kept, lambda m: m.get("event") == "SESSION_TERMINATED", seen)
+            server.close()
+            await server.wait_closed()
+            tg.cancel_scope.cancel()
