@@ -280,3 +280,34 @@ async def test_the_connection_cap_and_a_revoked_token(genesys_sim: GenesysSimula
             server.close()
             await server.wait_closed()
             tg.cancel_scope.cancel()
+
+
+async def test_a_stopping_daemon_ends_each_client_with_its_end_record(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line(AGENT0, agents=["a-0"]))
+    async with anyio.create_task_group() as tg:
+        async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
+            await h.wait(lambda: h.all_in("active"))
+            settings = BridgeSettings(socket=h.subscribe, listen=Listen("127.0.0.1", 0), tokens=tokens)
+            bridge = Bridge(settings, load_tokens(tokens))
+            server = await bridge.start()
+            tg.start_soon(bridge.follow)
+            ws = await connect(
+                f"ws://127.0.0.1:{bridge.port}", additional_headers={"Authorization": f"Bearer {AGENT0}"}
+            )
+            assert (await receive(ws))["type"] == "snapshot"
+        # the daemon drained and stopped: what it sent last reaches the client, then the bridge closes it
+        seen: list[dict[str, Any]] = []
+        with pytest.raises(ConnectionClosed) as closed:
+            await until(ws, lambda m: False, seen)
+        assert seen[-1] == {"type": "end", "reason": "daemon stopping"}
+        assert [(m["type"], m.get("state") or m.get("event")) for m in seen[:-1]] == [
+            ("delta", "terminated"),
+            ("event", "SESSION_TERMINATED"),
+        ]
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        server.close()
+        await server.wait_closed()
+        tg.cancel_scope.cancel()

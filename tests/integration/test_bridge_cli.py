@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import ssl
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,84 @@ async def test_sighup_rereads_the_tokens_and_no_token_is_ever_printed(tmp_path: 
     printed = "\n".join(output.lines) + output.err
     assert FIRST not in printed and SECOND not in printed
     assert output.err == ""
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl, as an operator makes one for a test)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"openssl cannot make a test certificate: {made.stderr.decode().strip()[-200:]}")
+    return cert, key
+
+
+async def test_tls_off_loopback_and_a_certificate_that_does_not_load(
+    tmp_path: Path, certificate: tuple[Path, Path]
+) -> None:
+    cert, key = certificate
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line(FIRST, ["a-0"]))
+    code, out, err = await run(
+        "--socket", str(tmp_path / "s.sock"), "--tokens", str(tokens), "--cert", str(key), "--key", str(key)
+    )
+    assert (code, out) == (1, "") and err.startswith(
+        f"session-supervisor: error: --cert {key} / --key {key}: cannot load"
+    )
+    assert err.count("\n") == 1
+    # with a certificate, a non-loopback address is served (wss://)
+    process = await anyio.open_process(
+        [
+            *CLI,
+            "--socket",
+            str(tmp_path / "s.sock"),
+            "--tokens",
+            str(tokens),
+            "--listen",
+            "0.0.0.0:0",
+            "--cert",
+            str(cert),
+            "--key",
+            str(key),
+        ]
+    )
+    output = Output(process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(output.pump)
+        await wait_until(lambda: any(r.get("event") == "BRIDGE_LISTENING" for r in output.records), 20)
+        (listening,) = [r for r in output.records if r.get("event") == "BRIDGE_LISTENING"]
+        assert listening["url"].startswith("wss://0.0.0.0:")
+        port = listening["url"].rsplit(":", 1)[1]
+        trusted = ssl.create_default_context(cafile=str(cert))
+        async with connect(
+            f"wss://127.0.0.1:{port}", ssl=trusted, additional_headers={"Authorization": f"Bearer {FIRST}"}
+        ) as ws:
+            assert ws.protocol.state.name == "OPEN"
+        with pytest.raises(ssl.SSLCertVerificationError):  # a client that does not trust it is not fooled
+            async with connect(f"wss://127.0.0.1:{port}", ssl=ssl.create_default_context()):
+                pass
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(10):
+            assert await process.wait() == 0
