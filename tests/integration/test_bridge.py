@@ -311,3 +311,38 @@ async def test_a_stopping_daemon_ends_each_client_with_its_end_record(
         server.close()
         await server.wait_closed()
         tg.cancel_scope.cancel()
+
+
+async def test_a_client_past_its_buffer_is_told_lagged_then_gets_a_fresh_snapshot(tmp_path: Path) -> None:
+    """The bridge's reading of the daemon never waits for a client: records pushed faster than a client's
+    connection takes them (here all at once, before its writer runs) are dropped past its buffer and
+    counted, then the client gets ``lagged`` and a snapshot of where its sessions are now."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line(AGENT0, agents=["a-0"]))
+    settings = BridgeSettings(
+        socket=tmp_path / "no-daemon.sock",
+        listen=Listen("127.0.0.1", 0),
+        tokens=tokens,
+        client_buffer_bytes=64 * 1024,
+    )
+    bridge = Bridge(settings, load_tokens(tokens))
+    server = await bridge.start()
+    bridge.dispatch(
+        {"type": "snapshot", "bootId": "b", "seq": 1, "sessions": [{"sessionId": "wm-0", "agentId": "a-0"}]}
+    )
+    async with connect(
+        f"ws://127.0.0.1:{bridge.port}", additional_headers={"Authorization": f"Bearer {AGENT0}"}
+    ) as ws:
+        assert (await receive(ws))["sessions"] == [{"sessionId": "wm-0", "agentId": "a-0"}]
+        states = ("reconnecting", "connecting", "active")
+        for seq in range(2, 1002):  # ~3 KB each: 3 MB for a buffer of 64 KiB
+            delta = {"type": "delta", "seq": seq, "sessionId": "wm-0", "state": states[seq % 3], "at": "t"}
+            bridge.dispatch({**delta, "reason": "x" * 3000})
+        seen: list[dict[str, Any]] = []
+        await until(ws, lambda m: m["type"] == "snapshot", seen)
+    server.close()
+    await server.wait_closed()
+    *deltas, lagged, snapshot = seen
+    assert lagged == {"type": "lagged", "count": 1000 - len(deltas)} and len(deltas) < 30
+    assert [d["seq"] for d in deltas] == list(range(2, 2 + len(deltas)))  # what was kept, in order
+    assert snapshot["seq"] == 1001 and snapshot["sessions"][0]["state"] == states[1001 % 3]
