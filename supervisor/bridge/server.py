@@ -39,6 +39,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from supervisor.api.protocol import CLIENT_MAX_MESSAGE_BYTES, FrameDecoder, Method, encode_call, parse_reply
 from supervisor.bridge.outbox import Outbox
@@ -160,9 +161,10 @@ class Bridge:
         # the clients by agent and by session named in their scope: a record costs the few that may want it
         self._by_agent: dict[str, set[_Client]] = {}
         self._by_session: dict[str, set[_Client]] = {}
-        # connections admitted by the upgrade and not yet ended (the cap counts them)
-        self._open = 0
-        self._preauthorized: dict[ServerConnection, _Authorized] = {}
+        # connections admitted by the upgrade and not yet ended (the cap counts them), with the scope of an
+        # Authorization header; one whose handshake failed after the check never reaches the handler: it is
+        # pruned when closed, so a client that drops its upgrades cannot hold the cap's slots
+        self._admitted: dict[ServerConnection, _Authorized | None] = {}
         self._upstream_platform = tokens.any_platform
         self._upstream: asyncio.StreamWriter | None = None
         self.delivered = 0
@@ -235,7 +237,10 @@ class Bridge:
                 "BRIDGE_REFUSED", peer=peer, reason="origin not allowed", origin=origin[:200], **self.stats()
             )
             return connection.respond(http.HTTPStatus.FORBIDDEN, "origin not allowed (--origin)\n")
-        if self._open >= self.settings.max_connections:
+        if len(self._admitted) >= self.settings.max_connections:
+            for gone in [c for c in self._admitted if c.state is State.CLOSED]:
+                del self._admitted[gone]
+        if len(self._admitted) >= self.settings.max_connections:
             self.log(
                 "BRIDGE_REFUSED",
                 peer=peer,
@@ -250,8 +255,9 @@ class Bridge:
             if scope is None:
                 self._failed(peer, now, "Authorization")
                 return connection.respond(http.HTTPStatus.UNAUTHORIZED, "authentication failed\n")
-            self._preauthorized[connection] = (scope, digest_of(token.strip()), None)
-        self._open += 1
+            self._admitted[connection] = (scope, digest_of(token.strip()), None)
+        else:
+            self._admitted[connection] = None
         return None
 
     def _failed(self, peer: str, now: float, how: str) -> None:
@@ -262,7 +268,7 @@ class Bridge:
     async def _handle(self, connection: ServerConnection) -> None:
         peer = str(connection.remote_address[0])
         try:
-            authorized = self._preauthorized.pop(connection, None)
+            authorized = self._admitted.get(connection)
             if authorized is None:
                 authorized = await self._first_message(connection, peer)
                 if authorized is None:
@@ -293,7 +299,7 @@ class Bridge:
                     with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                         await task
         finally:
-            self._open -= 1
+            self._admitted.pop(connection, None)
 
     async def _first_message(self, connection: ServerConnection, peer: str) -> _Authorized | None:
         """A browser's authentication: ``{"token": "...", "since": {...}}`` within the handshake timeout."""
@@ -460,7 +466,7 @@ class Bridge:
             self.log(
                 "BRIDGE_UPSTREAM_LOST",
                 socket=str(self.settings.socket),
-                problem=problem or "closed",
+                problem=problem or "the daemon ended the stream",
                 retryS=wait,
             )
             self._end_clients("daemon unavailable")
