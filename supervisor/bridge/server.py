@@ -26,6 +26,7 @@ import http
 import ipaddress
 import json
 import logging
+import math
 import ssl
 import sys
 import time
@@ -61,6 +62,7 @@ _GOING_AWAY = 1001
 _TRY_AGAIN_LATER = 1013
 _RECONNECT_FIRST_S = 1.0
 _RECONNECT_MAX_S = 30.0
+_REFUSAL_LINE_EVERY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,9 @@ class Bridge:
         self._upstream_platform = tokens.any_platform
         self._upstream: asyncio.StreamWriter | None = None
         self.delivered = 0
+        # upgrades refused at the connection cap, and when that was last said
+        self.over_cap = 0
+        self._over_cap_logged = -math.inf
         self.server: Server | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,6 +204,7 @@ class Bridge:
             "clients": len(self._clients),
             "failedAuthentications": self.limiter.failures,
             "rateLimited": self.limiter.refused,
+            "overCap": self.over_cap,
             "delivered": self.delivered,
         }
 
@@ -241,12 +247,18 @@ class Bridge:
             for gone in [c for c in self._admitted if c.state is State.CLOSED]:
                 del self._admitted[gone]
         if len(self._admitted) >= self.settings.max_connections:
-            self.log(
-                "BRIDGE_REFUSED",
-                peer=peer,
-                reason="too many connections",
-                limit=self.settings.max_connections,
-            )
+            # one line per 10 s with the count, not one per refusal: a client retrying in a loop would
+            # flood the journal (as the daemon's own peer refusals, supervisor/api/refusals.py)
+            self.over_cap += 1
+            if now - self._over_cap_logged >= _REFUSAL_LINE_EVERY_S:
+                self._over_cap_logged = now
+                self.log(
+                    "BRIDGE_REFUSED",
+                    peer=peer,
+                    reason="too many connections",
+                    limit=self.settings.max_connections,
+                    refused=self.over_cap,
+                )
             return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "too many connections\n")
         authorization = _authorization(request.headers)
         if authorization is not None:

@@ -245,7 +245,9 @@ async def test_platform_records_and_since_for_tokens_allowed_them(
             tg.cancel_scope.cancel()
 
 
-async def test_the_connection_cap_and_a_revoked_token(genesys_sim: GenesysSimulator, tmp_path: Path) -> None:
+async def test_the_connection_cap_and_a_revoked_token(
+    genesys_sim: GenesysSimulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(line(AGENT0, agents=["a-0"]) + line(WM2, sessions=["wm-0"]))
     async with api_daemon(genesys_config(genesys_sim.urls, 1), tmp_path) as h:
@@ -264,10 +266,15 @@ async def test_the_connection_cap_and_a_revoked_token(genesys_sim: GenesysSimula
             ):
                 await receive(revoked)
                 await receive(kept)
-                with pytest.raises(InvalidStatus) as over:
-                    async with connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}):
-                        pass
-                assert over.value.response.status_code == 503
+                for _ in range(3):
+                    with pytest.raises(InvalidStatus) as over:
+                        async with connect(url, additional_headers={"Authorization": f"Bearer {AGENT0}"}):
+                            pass
+                    assert over.value.response.status_code == 503
+                # counted each time, said once (a client retrying in a loop does not flood the journal)
+                assert bridge.stats()["overCap"] == 3
+                refused = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+                assert [r["refused"] for r in refused if r["event"] == "BRIDGE_REFUSED"] == [1]
                 # SIGHUP's work: AGENT0's line is gone; its client is closed, the other keeps its stream
                 tokens.write_text(line(WM2, sessions=["wm-0"]))
                 bridge.reload()
