@@ -36,7 +36,7 @@ from supervisor.boundary import (
 )
 from supervisor.clock import Clock, Rng
 from supervisor.library import async_shell, sync_shell
-from supervisor.library.core import DEFAULT_RAISE_ON, Answer, Core, Request
+from supervisor.library.core import DEFAULT_RAISE_ON, PACE_FLOOR, PACE_RECOVERY, Answer, Core, Request
 from supervisor.library.gate import Doors
 from supervisor.library.hooks import RetryHook
 from supervisor.library.tokens import TokenFetch, Tokens
@@ -46,7 +46,7 @@ from supervisor.taxonomy.loader import DEFAULT_VERSION
 from supervisor.taxonomy.model import Channel, Platform, TaxonomyClass, Trigger
 from supervisor.taxonomy.rules import Taxonomy
 
-__all__ = ["EVENT_EXTENSION", "ResilientTransport"]
+__all__ = ["EVENT_EXTENSION", "PACE_FLOOR", "PACE_RECOVERY", "ResilientTransport"]
 
 #: the response extension that holds the SdkErrorEvent of a failure returned to the caller
 EVENT_EXTENSION: Final = "session_supervisor.event"
@@ -78,6 +78,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         routes: Iterable[str] = (),
         raise_on: Collection[TaxonomyClass | Trigger] = DEFAULT_RAISE_ON,
         hooks: Sequence[RetryHook] = (),
+        pace_floor: float = PACE_FLOOR,
+        pace_recovery: float = PACE_RECOVERY,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
         rng: Rng | None = None,
@@ -85,7 +87,15 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self._core = Core(
-            platform, taxonomy, routes=routes, raise_on=raise_on, context=context, clock=clock, rng=rng
+            platform,
+            taxonomy,
+            routes=routes,
+            raise_on=raise_on,
+            context=context,
+            clock=clock,
+            rng=rng,
+            pace_floor=pace_floor,
+            pace_recovery=pace_recovery,
         )
         self._doors = Doors(self._core)
         if token is None or isinstance(token, Tokens):

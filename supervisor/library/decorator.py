@@ -33,7 +33,7 @@ from supervisor.boundary import (
 )
 from supervisor.clock import Clock, Rng
 from supervisor.library import async_shell, sync_shell
-from supervisor.library.core import DEFAULT_RAISE_ON, Answer, Core, Request
+from supervisor.library.core import DEFAULT_RAISE_ON, PACE_FLOOR, PACE_RECOVERY, Answer, Core, Request
 from supervisor.library.gate import Doors
 from supervisor.library.hooks import RetryHook
 from supervisor.rest.tokens import Token
@@ -59,6 +59,8 @@ def resilient(
     context: Mapping[str, Any] | None = None,
     raise_on: Collection[TaxonomyClass | Trigger] = DEFAULT_RAISE_ON,
     hooks: Sequence[RetryHook] = (),
+    pace_floor: float = PACE_FLOOR,
+    pace_recovery: float = PACE_RECOVERY,
     clock: Clock | None = None,
     rng: Rng | None = None,
     sleep: Callable[[float], None] | None = None,
@@ -66,7 +68,16 @@ def resilient(
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a sync or async function (the module docstring); ``SdkError`` when the call ends in a
     failure it raised, or one in ``raise_on``; a response it returned otherwise, with its event."""
-    core = Core(platform, taxonomy, raise_on=raise_on, context=context, clock=clock, rng=rng)
+    core = Core(
+        platform,
+        taxonomy,
+        raise_on=raise_on,
+        context=context,
+        clock=clock,
+        rng=rng,
+        pace_floor=pace_floor,
+        pace_recovery=pace_recovery,
+    )
     doors = Doors(core)
     ctx = SessionContext("library", core.platform, Channel(channel))
     endpoint = core.operation(operation)
