@@ -53,6 +53,7 @@ __all__ = [
     "Replay",
     "Request",
     "Retry",
+    "pacing",
     "route_template",
 ]
 
@@ -98,7 +99,7 @@ def route_template(path: str, routes: Iterable[tuple[str, re.Pattern[str]]] = ()
     return "/".join("{id}" if _ID.match(segment) else segment for segment in path.split("/"))
 
 
-def _positive(name: str, value: object, unit: str, *, zero: bool, at_most: float) -> float:
+def _bounded(name: str, value: object, unit: str, *, zero: bool, at_most: float) -> float:
     """``value`` as a float, or a one-line error naming the option (a bool is not a number here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number ({unit}), got {value!r}")
@@ -115,8 +116,8 @@ def pacing(floor: float = PACE_FLOOR, recovery: float = PACE_RECOVERY) -> Pacing
 
     Raises ``TypeError`` or ``ValueError`` (one line, naming ``pace_floor`` or ``pace_recovery``) for a value
     that is not a number, not finite, or out of range."""
-    floor = _positive("pace_floor", floor, "calls a second", zero=False, at_most=REST_PACING.max_rate)
-    recovery = _positive(
+    floor = _bounded("pace_floor", floor, "calls a second", zero=False, at_most=REST_PACING.max_rate)
+    recovery = _bounded(
         "pace_recovery",
         recovery,
         "share of the pace added per second of admitted calls",
