@@ -615,3 +615,38 @@ def test_a_pace_option_out_of_range_is_a_one_line_error_naming_it(
     with pytest.raises(error) as raised:
         supervisor.resilient(platform="genesys", operation="x", **options)  # type: ignore[arg-type]
     assert str(raised.value) == message
+
+
+class ShortTokens:
+    """Tokens that live 200 s, named t1, t2, ... in the order fetched."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.issued: list[str] = []
+
+    def __call__(self) -> tuple[str, float]:
+        self.issued.append(f"t{len(self.issued) + 1}")
+        return self.issued[-1], self.clock.time() + 200
+
+    async def afetch(self) -> tuple[str, float]:
+        return self()
+
+
+def test_a_retry_is_signed_with_a_token_refreshed_when_less_than_a_minute_is_left(clock: FakeClock) -> None:
+    # the Retry-After (150 s) leaves the first token 50 s of its 200: the retry needs one with a minute or more
+    wire = Wire(clock, too_many("150"), httpx.Response(200))
+    with httpx.Client(transport=transport(clock, wire, token=ShortTokens(clock))) as client:
+        assert client.get(USER).status_code == 200
+    assert [a for _t, _m, a in wire.sent] == ["Bearer t1", "Bearer t2"]
+    assert wire.times[1] - wire.times[0] >= 150.0
+
+
+@pytest.mark.anyio
+async def test_an_async_retry_is_signed_with_a_token_refreshed_when_less_than_a_minute_is_left(
+    clock: FakeClock,
+) -> None:
+    wire = Wire(clock, too_many("150"), httpx.Response(200))
+    async with httpx.AsyncClient(transport=transport(clock, wire, token=ShortTokens(clock).afetch)) as client:
+        assert (await client.get(USER)).status_code == 200
+    assert [a for _t, _m, a in wire.sent] == ["Bearer t1", "Bearer t2"]
+    assert wire.times[1] - wire.times[0] >= 150.0
