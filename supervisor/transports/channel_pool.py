@@ -1,0 +1,752 @@
+"""Genesys notifications channels shared by many agent sessions of one OAuth client
+(docs/runtime.md, "Shared notification channels"; docs/platforms.md, "Genesys Cloud notifications").
+
+A notifications session is a *member*: its agent's topics on a channel its client shares. One
+:class:`ChannelPool` per OAuth client holds its :class:`SharedChannel`\\ s, each up to
+``topic_limit`` topics (1,000: GN3P README, "the 1000 topics per channel subscription limit"),
+at most ``channel_limit`` of them (20: PY269 ``post_notifications_channels``, "a limit of 20
+channels per user/app combination. Creating a 21st channel will remove the channel with oldest
+last used date"). A session that would need a 21st channel is refused with
+:class:`~supervisor.errors.ChannelLimit`: the daemon never creates one.
+
+Each channel is driven by its machine (:class:`machines.channel.ChannelCore`) in a task of the
+pool's group: connecting (``POST /api/v2/notifications/channels``, the socket, one ``PUT
+.../subscriptions`` with every member's topic), open, reconnecting (the first reconnection after
+U(2 s, 8 s), each admitted by the streaming endpoint, so its circuit defers it), closed (its last
+member left). While it is open, members that join are added in batches with ``POST
+.../subscriptions`` (PY269 ``post_notifications_channel_subscriptions``, "Add a list of
+subscriptions to the existing list"), one request for all that joined while the previous one was
+out; members that leave are removed with one ``PUT`` of the topics that stay (PY269
+``put_notifications_channel_subscriptions``, "Replace the current list"): the platform has no
+verb that removes one topic (``delete_notifications_channel_subscriptions`` "Remove all
+subscriptions").
+
+A channel's drop (its socket ended, ``{"result":"404"}``: expired or evicted by a 21st channel of
+the client, ``socket_closing``, ``token_revoked``) is the channel's: every member's connection
+ends with the channel's RawError, so its session moves to reconnecting; the member stays on the
+channel, and its session's reconnection (admitted, so paced, by the streaming endpoint) waits for
+the channel's one reconnection, whose ``PUT`` carries every member's topic again. A planned
+renewal (the channel's expiry or its token's) is make-before-break: the new channel is created,
+connected and subscribed before the old one is drained and closed; the members do not notice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from machines.channel import ChannelCore, MembersDropped, ScheduleChannelReconnect
+from supervisor.attempts import SILENT, Flight, Gate, Late, Refused, Reports
+from supervisor.boundary import Learned, Reporter, SessionContext
+from supervisor.clock import Clock, Rng
+from supervisor.config import GENESYS_TOPICS_PER_CHANNEL, Keepalive
+from supervisor.errors import ChannelLimit, CircuitOpenError, OperationError, TransportFailure
+from supervisor.events import RolloverReason
+from supervisor.rest.pipeline import RequestPipeline
+from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.transports.channel_quota import GENESYS_CHANNEL_LIMIT, ChannelQuota
+from supervisor.transports.notifications import (
+    CHANNELS_PATH,
+    CIRCUIT,
+    NotificationsTransport,
+    channel_gone,
+)
+from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Signal
+from supervisor.transports.overlap import OverlapDedupe
+from supervisor.vocabulary import CloseCode, Platform
+from supervisor.vocabulary.states import ChannelState
+
+__all__ = [
+    "ChannelPool",
+    "ChannelPools",
+    "Member",
+    "Membership",
+    "SharedChannel",
+    "SharedNotificationsTransport",
+]
+
+_JSON = {"Accept": "application/json", "Content-Type": "application/json"}
+# what the channel says about itself that ends it: a new channel is needed
+_DROPS = (Notice.CLOSING, Notice.GONE, Notice.TOKEN_REVOKED)
+# what says its topics were changed under it: put them all again
+_RESUBSCRIBE = (Notice.DISPLACED, Notice.CHANGED)
+
+EventHandler = Callable[[Mapping[str, Any]], None]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class Member:
+    """One agent session on a shared channel: its topics, its sink, and what ended it."""
+
+    session_id: str
+    topics: tuple[str, ...]
+    on_event: EventHandler | None
+    channel: SharedChannel | None = None
+    # set when the member's topics are subscribed on an open channel (or its join failed)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    failure: BaseException | None = None
+    # set when the channel dropped under the member (``dropped_by``: the channel's RawError)
+    lost: anyio.Event = field(default_factory=anyio.Event)
+    dropped_by: RawError | None = None
+    sink_failures: int = 0
+
+    def deliver(self, message: Mapping[str, Any]) -> None:
+        sink = self.on_event
+        if sink is None:
+            return
+        try:
+            sink(message)
+        except Exception:
+            # an embedder's sink that fails must not end the channel: counted, not raised
+            self.sink_failures += 1
+
+
+class SharedChannel:
+    """One notifications channel of a pool, driven by its :class:`ChannelCore`."""
+
+    def __init__(self, pool: ChannelPool, key: str) -> None:
+        self.pool = pool
+        self.key = key
+        self.core = ChannelCore(key, pool.clock, pool.rng)
+        self.ctx = SessionContext(key, Platform.GENESYS, Channel.NOTIFICATIONS)
+        self.members: dict[str, Member] = {}
+        # the topics the platform holds for this channel, and the members waiting to be added
+        self.subscribed: set[str] = set()
+        self._to_add: dict[str, Member] = {}
+        self._to_remove = False
+        self._work = anyio.Event()
+        self.link: ChannelLink | None = None
+        self.place_taken = False
+        self._dedupe = OverlapDedupe()
+        self._serving: TaskGroup | None = None
+        #: counts the tests and the benchmark read
+        self.connections = 0
+        self.rollovers = 0
+        self.batches = 0
+
+    # -- members ----------------------------------------------------------------------------------
+
+    @property
+    def topic_count(self) -> int:
+        return len(self._topics())
+
+    def _topics(self) -> list[str]:
+        return list(dict.fromkeys(t for m in self.members.values() for t in m.topics))
+
+    def room_for(self, member: Member) -> bool:
+        if self.core.state is ChannelState.CLOSED:
+            return False
+        held = set(self._topics())
+        return len(held | set(member.topics)) <= self.pool.topic_limit
+
+    def add(self, member: Member) -> None:
+        self.core.join(member.session_id)
+        self.members[member.session_id] = member
+        member.channel = self
+        if self.core.state is ChannelState.OPEN and not set(member.topics) <= self.subscribed:
+            self._to_add[member.session_id] = member
+            self._work.set()
+        elif self.core.state is ChannelState.OPEN:
+            member.ready.set()
+
+    def remove(self, member: Member, *, quietly: bool) -> None:
+        """The member leaves for good; ``quietly``: no request to the platform (a shutdown, a
+        handover: the channel goes with the daemon)."""
+        if self.members.get(member.session_id) is not member:
+            return
+        del self.members[member.session_id]
+        self._to_add.pop(member.session_id, None)
+        self.core.leave(member.session_id)
+        member.channel = None
+        if not quietly and self.core.state is ChannelState.OPEN:
+            self._to_remove = True
+        self._work.set()
+
+    # -- the driver ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drive the channel until it closes (its last member left, or the pool is cancelled)."""
+        core = self.core
+        try:
+            while core.state is not ChannelState.CLOSED:
+                if not self.members and core.state is not ChannelState.RECONNECTING:
+                    core.close()
+                    break
+                if core.state is ChannelState.CONNECTING:
+                    await self._connect()
+                elif core.state is ChannelState.OPEN:
+                    await self._serve()
+                else:
+                    await self._await_reconnect()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._close_link(
+                    CloseCode.GOING_AWAY
+                    if core.state is not ChannelState.CLOSED
+                    else CloseCode.NORMAL_CLOSURE
+                )
+            if core.state is not ChannelState.CLOSED:
+                core.close()
+            self.pool._closed(self)
+            for member in list(self.members.values()):
+                member.channel = None
+                if not member.ready.is_set():
+                    member.failure = TransportFailure(self._raw(CloseCode.GOING_AWAY))
+                    member.ready.set()
+
+    def _raw(self, code: CloseCode) -> RawError:
+        return RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, close_code=int(code))
+
+    async def _connect(self) -> None:
+        """Create, connect and subscribe a channel with every member's topic, admitted by the
+        streaming endpoint (its circuit and pace); on failure the channel drops and waits."""
+        pool = self.pool
+        answer = await pool.gate.ask(pool.reports, pool.sleep) if pool.gate is not None else None
+        if isinstance(answer, (Refused, Late)):
+            wait = answer.retry_in_s if isinstance(answer, Refused) else answer.wait_s
+            self._dropped(self._raw(CloseCode.TRY_AGAIN_LATER))
+            self._schedule(self.core.reconnect_due(max(wait, 0.001)))
+            return
+        flight = answer if isinstance(answer, Flight) else None
+        topics = self._topics()
+        place = await pool.quota.reserve()
+        transport = pool.transport(topics)
+        try:
+            link = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat, flight=flight)
+        except (OperationError, TransportFailure, CircuitOpenError) as exc:
+            if flight is not None:
+                failure = exc.raw if isinstance(exc, TransportFailure) else None
+                flight.settle(None if failure is None else pool.classify(failure))
+            raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
+            self._dropped(raw)
+            return
+        if flight is not None:
+            flight.settle(None)
+        self.link = link
+        self.connections += 1
+        self.subscribed = set(topics)
+        self.core.connected()
+        self._to_add = {sid: m for sid, m in self.members.items() if not set(m.topics) <= self.subscribed}
+        for member in self.members.values():
+            if set(member.topics) <= self.subscribed:
+                member.ready.set()
+        if self._to_add:
+            self._work.set()
+
+    async def _serve(self) -> None:
+        link = self.link
+        assert link is not None
+        send, receive = anyio.create_memory_object_stream[Signal](math.inf)
+        with send, receive:
+            async with anyio.create_task_group() as tg:
+                self._serving = tg
+                tg.start_soon(link.run, send.clone())
+                tg.start_soon(self._renew_when_due, link, send.clone())
+                tg.start_soon(self._batches, send.clone())
+                try:
+                    await self._control(receive)
+                finally:
+                    tg.cancel_scope.cancel()
+                    self._serving = None
+
+    async def _control(self, signals: MemoryObjectReceiveStream[Signal]) -> None:
+        async for signal in signals:
+            link = self.link
+            if link is None or signal.link is not link:
+                continue  # the channel before a rollover
+            if isinstance(signal, Ended):
+                self._dropped(signal.raw)
+                return
+            if isinstance(signal, Due):
+                await self._roll_over(signal.reason)
+                if self.core.state is not ChannelState.OPEN:
+                    return
+                continue
+            if signal.notice in _DROPS:
+                self._dropped(signal.raw)
+                return
+            if signal.notice in _RESUBSCRIBE:
+                self.subscribed = set()
+                self._to_remove = True
+                self._work.set()
+            # another notice (a result 400, a frame not JSON): the channel goes on
+
+    async def _batches(self, signals: MemoryObjectSendStream[Signal]) -> None:
+        """Add the members that joined since the last request in one POST; replace the list with
+        one PUT after members left (or the platform changed it). Ends the channel on a 404."""
+        with signals:
+            while True:
+                await self._work.wait()
+                self._work = anyio.Event()
+                if not self.members and self._serving is not None:
+                    self._serving.cancel_scope.cancel()  # the last member left: the driver closes the channel
+                    return
+                link = self.link
+                if link is None or self.core.state is not ChannelState.OPEN:
+                    return
+                try:
+                    if self._to_remove:
+                        self._to_remove = False
+                        await self._replace(link)
+                    elif self._to_add:
+                        await self._add(link)
+                except OperationError as exc:
+                    if self.pool.channel_gone(exc):
+                        raw = RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, status=404)
+                        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                            signals.send_nowait(Ended(link, raw))
+                        return
+                    raise
+                if not self.members and self._serving is not None:
+                    self._serving.cancel_scope.cancel()  # the last member left: the driver closes the channel
+                    return
+
+    async def _replace(self, link: ChannelLink) -> None:
+        topics = self._topics()
+        adding, self._to_add = self._to_add, {}
+        await self._request(link, "PUT", topics)
+        self.subscribed = set(topics)
+        for member in adding.values():
+            if member.channel is self:
+                member.ready.set()
+
+    async def _add(self, link: ChannelLink) -> None:
+        batch, self._to_add = self._to_add, {}
+        topics = list(dict.fromkeys(t for m in batch.values() for t in m.topics if t not in self.subscribed))
+        try:
+            if topics:
+                await self._request(link, "POST", topics)
+        except OperationError as exc:
+            if self.pool.channel_gone(exc) or len(batch) == 1:
+                if not self.pool.channel_gone(exc):
+                    self._refuse(next(iter(batch.values())), exc)
+                    return
+                raise
+            # one topic the platform refuses fails the whole request: each member on its own, so
+            # that the refusal is that member's alone
+            for member in batch.values():
+                self._to_add[member.session_id] = member
+                one, self._to_add = self._to_add, {}
+                await self._add_one(link, one)
+            return
+        self.subscribed.update(topics)
+        for member in batch.values():
+            if member.channel is self:
+                member.ready.set()
+
+    async def _add_one(self, link: ChannelLink, batch: dict[str, Member]) -> None:
+        for member in batch.values():
+            try:
+                await self._request(link, "POST", list(member.topics))
+            except OperationError as exc:
+                if self.pool.channel_gone(exc):
+                    raise
+                self._refuse(member, exc)
+                continue
+            self.subscribed.update(member.topics)
+            member.ready.set()
+
+    def _refuse(self, member: Member, exc: OperationError) -> None:
+        """The platform refused this member's topics: its open fails with the platform's answer."""
+        self.remove(member, quietly=True)
+        member.failure = exc
+        member.ready.set()
+
+    async def _request(self, link: ChannelLink, method: str, topics: list[str]) -> None:
+        pool = self.pool
+        self.batches += 1
+        await pool.pipeline.request(
+            method,
+            f"{pool.api_url}{CHANNELS_PATH}/{quote(link.channel_id, safe='')}/subscriptions",
+            ctx=link.ctx,
+            circuit=CIRCUIT,
+            operation="notifications.channel.subscribe",
+            channel=Channel.REST,
+            route=CHANNELS_PATH + "/{channelId}/subscriptions",
+            headers=_JSON,
+            json=[{"id": topic} for topic in topics],
+        )
+
+    def _dropped(self, raw: RawError) -> None:
+        """The channel is gone: every member's connection ends with ``raw``; reconnect later."""
+        link, self.link = self.link, None
+        if link is not None and not link.closed:
+            link.abort()
+        self.subscribed = set()
+        self._to_add = {}
+        self._to_remove = False
+        effects = self.core.dropped()
+        for effect in effects:
+            if isinstance(effect, MembersDropped):
+                for session_id in effect.members:
+                    member = self.members.get(session_id)
+                    if member is None or member.failure is not None:
+                        continue
+                    if member.ready.is_set():
+                        member.dropped_by = raw
+                        member.lost.set()
+                    # its reconnection waits for the channel's
+                    member.ready = anyio.Event()
+        self._schedule(effects)
+
+    def _schedule(self, effects: list[Any]) -> None:
+        for effect in effects:
+            if isinstance(effect, ScheduleChannelReconnect):
+                self._due_at = effect.at
+
+    _due_at = 0.0
+
+    async def _await_reconnect(self) -> None:
+        wait = self._due_at - self.pool.clock.monotonic()
+        if wait > 0:
+            await self.pool.sleep(wait)
+        if self.core.state is ChannelState.RECONNECTING:
+            self._schedule(self.core.reconnect_due(None))
+
+    # -- rollover -------------------------------------------------------------------------------------
+
+    async def _renew_when_due(self, link: ChannelLink, signals: MemoryObjectSendStream[Signal]) -> None:
+        with signals:
+            due = link.renewal
+            if due is None:
+                return
+            wait = due.at - self.pool.clock.monotonic()
+            if wait > 0:
+                await self.pool.sleep(wait)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                signals.send_nowait(Due(link, due.reason))
+
+    async def _roll_over(self, reason: RolloverReason) -> None:
+        """Make-before-break: a new channel created, connected and subscribed with every topic,
+        then the old one drained (a ping, its pong) and closed; break-first only when the client's
+        20 places are all held (the quota refuses the overlap)."""
+        pool, old = self.pool, self.link
+        assert old is not None
+        place = await pool.quota.reserve(overlap=True)
+        if not place.granted:
+            await old.close(CloseCode.NORMAL_CLOSURE)
+            place = await pool.quota.reserve()
+        topics = self._topics()
+        try:
+            new = await pool.transport(topics).establish(self.ctx, place, self._deliver, _no_heartbeat)
+        except (OperationError, TransportFailure, CircuitOpenError) as exc:
+            raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
+            self._dropped(raw)
+            return
+        self.link = new
+        self.subscribed = set(topics)
+        if not old.closed:
+            await old.drain(pool.keepalive.echo_timeout)
+            await old.close(CloseCode.NORMAL_CLOSURE)
+        place.settle()
+        self.rollovers += 1
+        self.connections += 1
+        if self._to_add or any(not set(m.topics) <= self.subscribed for m in self.members.values()):
+            self._to_add.update(
+                {sid: m for sid, m in self.members.items() if not set(m.topics) <= self.subscribed}
+            )
+            self._work.set()
+        _ = reason
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def _deliver(self, link: ChannelLink, message: Mapping[str, Any]) -> None:
+        if not self._dedupe.admit(link.channel_id, message):
+            return
+        topic = message.get("topicName")
+        for member in list(self.members.values()):
+            if topic in member.topics:
+                member.deliver(message)
+
+    async def _close_link(self, code: CloseCode) -> None:
+        link, self.link = self.link, None
+        if link is not None:
+            await link.close(code)
+
+
+def _no_heartbeat() -> None:
+    """Heartbeats are the link's liveness; nobody counts them here."""
+
+
+class ChannelPool:
+    """The shared channels of one OAuth client (``key``)."""
+
+    def __init__(
+        self,
+        key: str,
+        pools: ChannelPools,
+        *,
+        topic_limit: int = GENESYS_TOPICS_PER_CHANNEL,
+        channel_limit: int = GENESYS_CHANNEL_LIMIT,
+    ) -> None:
+        self.key = key
+        self._pools = pools
+        self.topic_limit = topic_limit
+        self.channel_limit = channel_limit
+        self.quota = ChannelQuota(channel_limit)
+        self.channels: list[SharedChannel] = []
+        self._serial = 0
+        # how a channel's requests go: set by ChannelPools.pool (a reload may rebuild them)
+        self.pipeline: RequestPipeline
+        self.api_url = ""
+        self.keepalive = Keepalive()
+
+    @property
+    def clock(self) -> Clock:
+        return self._pools.clock
+
+    @property
+    def rng(self) -> Rng:
+        return self._pools.rng
+
+    @property
+    def sleep(self) -> Sleep:
+        return self._pools.sleep
+
+    @property
+    def gate(self) -> Gate | None:
+        return self._pools.gate
+
+    @property
+    def reports(self) -> Reports:
+        return self._pools.reports
+
+    def transport(self, topics: list[str]) -> NotificationsTransport:
+        """A channel's own requests (its creation, its socket, one PUT of ``topics``)."""
+        return NotificationsTransport(
+            SessionContext(self.key, Platform.GENESYS, Channel.NOTIFICATIONS),
+            pipeline=self.pipeline,
+            api_url=self.api_url,
+            topics=topics,
+            keepalive=self.keepalive,
+            clock=self.clock,
+            sleep=self.sleep,
+            quota=self.quota,
+        )
+
+    def classify(self, raw: RawError) -> SdkErrorEvent:
+        return self.pipeline.classifier.classify(raw)
+
+    def channel_gone(self, exc: OperationError) -> bool:
+        """A subscriptions call answered that the channel is gone (404: taxonomy v2 CHANNEL_LOST)."""
+        return channel_gone(exc)
+
+    def join(self, member: Member) -> SharedChannel:
+        """Put ``member`` on a channel with room, opening one when none has; raises ChannelLimit
+        when the client's channels are all full and it holds as many as the platform allows."""
+        for channel in self.channels:
+            if channel.room_for(member):
+                channel.add(member)
+                return channel
+        if len(self.channels) >= self.channel_limit:
+            raise ChannelLimit(self.key, self.channel_limit, self.topic_limit)
+        self._serial += 1
+        channel = SharedChannel(self, f"{self.key}#{self._serial}")
+        self.channels.append(channel)
+        channel.add(member)
+        self._pools.spawn(channel.run)
+        return channel
+
+    def _closed(self, channel: SharedChannel) -> None:
+        with contextlib.suppress(ValueError):
+            self.channels.remove(channel)
+
+
+class ChannelPools:
+    """Every OAuth client's pool, and the task group their channels run in (:meth:`serve`)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        rng: Rng,
+        sleep: Sleep,
+        gate: Gate | None = None,
+        reports: Reports = SILENT,
+        topic_limit: int = GENESYS_TOPICS_PER_CHANNEL,
+        channel_limit: int = GENESYS_CHANNEL_LIMIT,
+    ) -> None:
+        self.clock = clock
+        self.rng = rng
+        self.sleep = sleep
+        self.gate = gate
+        self.reports = reports
+        self.topic_limit = topic_limit
+        self.channel_limit = channel_limit
+        self._pools: dict[str, ChannelPool] = {}
+        self._tg: TaskGroup | None = None
+
+    def pool(
+        self,
+        key: str,
+        *,
+        pipeline: RequestPipeline,
+        api_url: str,
+        keepalive: Keepalive,
+        topic_limit: int | None = None,
+    ) -> ChannelPool:
+        """The pool of the OAuth client ``key`` (its credential and endpoint identity), its
+        channels' requests made with ``pipeline`` on ``api_url``."""
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = ChannelPool(key, self, topic_limit=self.topic_limit, channel_limit=self.channel_limit)
+            self._pools[key] = pool
+        pool.pipeline = pipeline
+        if topic_limit is not None:
+            pool.topic_limit = topic_limit
+        pool.api_url = api_url.rstrip("/")
+        pool.keepalive = keepalive
+        return pool
+
+    @property
+    def pools(self) -> dict[str, ChannelPool]:
+        return dict(self._pools)
+
+    def spawn(self, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        tg = self._tg
+        if tg is None:
+            raise RuntimeError("the shared notification channels are not being served")
+        tg.start_soon(run)
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the channels until cancelled (then each closes its socket with 1001)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+
+class Membership:
+    """A notifications session's connection on a shared channel: it lasts until the channel drops
+    under it (its RawError is why) or the session leaves."""
+
+    # the runtime's validation of the open's answer: the channel's id and connectUri (PY269 Channel)
+    def __init__(
+        self, transport: SharedNotificationsTransport, member: Member, channel: SharedChannel
+    ) -> None:
+        self._t = transport
+        self._member = member
+        link = channel.link
+        self.channel_id = link.channel_id if link is not None else ""
+        wire = dict(link.channel) if link is not None else {}
+        self.session_response: dict[str, Any] = {**wire, "status": "subscribed"}
+
+    @property
+    def learned(self) -> Learned:
+        return Learned(platform_session_id=self.channel_id)
+
+    async def serve(self, report: Reporter) -> RawError:
+        """Until the channel drops under this session: the channel's RawError (the session then
+        reconnects, and its reconnection waits for the channel's)."""
+        member = self._member
+        await member.lost.wait()
+        raw = member.dropped_by
+        assert raw is not None
+        return raw
+
+    async def close(self, code: CloseCode = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
+        """After a drop the session stays on its channel (it reconnects there); otherwise it leaves:
+        its topic removed (1000, a stop) or left with the channel (1001, a shutdown)."""
+        if self._member.lost.is_set():
+            return
+        self._t.leave(quietly=code is not CloseCode.NORMAL_CLOSURE)
+
+    async def abandon(self) -> None:
+        """A handover: the session leaves without a request; the channel goes with the daemon."""
+        self._t.leave(quietly=True)
+
+
+class SharedNotificationsTransport:
+    """A notifications session as a member of its client's shared channels."""
+
+    # taxonomy [responses."genesys.notifications.Channel"]: the channel's id and connectUri
+    response_kind = "genesys.notifications.Channel"
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        *,
+        pool: ChannelPool,
+        topics: list[str],
+        keepalive: Keepalive,
+        on_event: EventHandler | None = None,
+    ) -> None:
+        if not topics:
+            raise ValueError("a notifications session needs at least one topic")
+        self.context = ctx
+        self.pool = pool
+        self.topics = list(dict.fromkeys(topics))
+        self._keepalive = keepalive
+        self.on_event = on_event
+        self._member: Member | None = None
+
+    @property
+    def keepalive(self) -> Keepalive:
+        return self._keepalive
+
+    @property
+    def member(self) -> Member | None:
+        return self._member
+
+    async def open(self, flight: Flight | None = None) -> Membership:
+        """Join a channel with room (raises ChannelLimit when there is none and none may be
+        opened), wait until the session's topics are subscribed on it, open.
+
+        ``flight``: the session's admitted attempt on the streaming endpoint; it leaves (taking its
+        slot of the endpoint's pace) and is answered as soon as the session is on a channel: the
+        wait for the channel is the channel's, whose own attempts the endpoint admits."""
+        if flight is not None:
+            await flight.leave()
+        member = self._member
+        if member is None or member.channel is None or member.failure is not None:
+            member = Member(self.context.session_id, tuple(self.topics), self.on_event)
+            try:
+                self.pool.join(member)
+            except BaseException:
+                if flight is not None:
+                    flight.abandon()
+                raise
+            self._member = member
+        else:
+            # back after the channel dropped: the same place on the same channel
+            member.lost = anyio.Event()
+            member.dropped_by = None
+        if flight is not None:
+            flight.answered(None)
+        try:
+            await member.ready.wait()
+        except BaseException:
+            self.leave(quietly=True)
+            raise
+        channel = member.channel
+        if member.failure is not None or channel is None:
+            failure = member.failure
+            self._member = None
+            if failure is None:
+                raise TransportFailure(
+                    RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, close_code=1001)
+                )
+            raise failure
+        return Membership(self, member, channel)
+
+    def leave(self, *, quietly: bool) -> None:
+        member, self._member = self._member, None
+        if member is not None and member.channel is not None:
+            member.channel.remove(member, quietly=quietly)
+
+    async def aclose(self) -> None:
+        """The session's runner ended: it leaves its channel (no request: its close said so)."""
+        self.leave(quietly=True)
