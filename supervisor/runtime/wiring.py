@@ -26,6 +26,7 @@ import httpx
 import msgspec
 from anyio import to_thread
 
+from machines.channel import ChannelConfig
 from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
@@ -160,6 +161,10 @@ class Wiring:
         # shared notification channels (platforms.genesys.sharedChannels): one pool per OAuth client,
         # their channels admitted by the streaming endpoint (docs/runtime.md, "Shared notification channels")
         self.channel_pools = ChannelPools(
+            config=ChannelConfig(
+                first_delay_s=self.session_config.first_delay_s,
+                max_delay_s=max(60.0, self.session_config.first_delay_s[1]),
+            ),
             clock=self.clock,
             rng=self.rng,
             sleep=sleep,

@@ -43,7 +43,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from machines.channel import ChannelCore, MembersDropped, ScheduleChannelReconnect
+from machines.channel import ChannelConfig, ChannelCore, MembersDropped, ScheduleChannelReconnect
 from supervisor.attempts import SILENT, Flight, Gate, Late, Refused, Reports
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.clock import Clock, Rng
@@ -116,7 +116,7 @@ class SharedChannel:
     def __init__(self, pool: ChannelPool, key: str) -> None:
         self.pool = pool
         self.key = key
-        self.core = ChannelCore(key, pool.clock, pool.rng)
+        self.core = ChannelCore(key, pool.clock, pool.rng, pool.channel_config)
         self.ctx = SessionContext(key, Platform.GENESYS, Channel.NOTIFICATIONS)
         self.members: dict[str, Member] = {}
         # the topics the platform holds for this channel, and the members waiting to be added
@@ -509,6 +509,10 @@ class ChannelPool:
         return self._pools.rng
 
     @property
+    def channel_config(self) -> ChannelConfig:
+        return self._pools.config
+
+    @property
     def sleep(self) -> Sleep:
         return self._pools.sleep
 
@@ -569,6 +573,7 @@ class ChannelPools:
         *,
         clock: Clock,
         rng: Rng,
+        config: ChannelConfig | None = None,
         sleep: Sleep,
         gate: Gate | None = None,
         reports: Reports = SILENT,
@@ -577,6 +582,8 @@ class ChannelPools:
     ) -> None:
         self.clock = clock
         self.rng = rng
+        # the channel's first reconnection: the sessions' U(first delay) ([reconnect], seed edge case 1)
+        self.config = config if config is not None else ChannelConfig()
         self.sleep = sleep
         self.gate = gate
         self.reports = reports

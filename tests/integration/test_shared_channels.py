@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from supervisor.transports.channel_pool import ChannelPool
+from supervisor.transports.channel_pool import ChannelPool, SharedChannel
 from supervisor.vocabulary.states import ChannelState
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -81,3 +81,96 @@ async def test_agents_share_channels_up_to_the_topic_limit_and_each_gets_its_own
             f"nt-{i}": [{"for": i}] for i in range(10)
         }
         assert h.terminations() == {}
+
+
+def channel_of_topic(h: Harness, wanted: str) -> SharedChannel:
+    (channel,) = [c for c in pool_of(h).channels if any(wanted in m.topics for m in c.members.values())]
+    return channel
+
+
+def left_active(h: Harness) -> set[str]:
+    return {t["sessionId"] for t in h.recorded.named("SESSION_TRANSITION") if t["from"] == "active"}
+
+
+async def test_a_channel_drop_recovers_all_its_agents_through_one_reconnection_of_the_channel(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    sim = await start_genesys(GenesysSimConfig(), seed=4)
+    sink = Delivered()
+    async with supervised(shared_config(sim.urls, 6, topics=3), tmp_path, notification_sink=sink) as h:
+        await h.wait(lambda: len(h.runners) == 6 and h.all_in("active"))
+        dropped = channel_of_topic(h, topic(0))
+        other = next(c for c in pool_of(h).channels if c is not dropped)
+        on_dropped = set(dropped.members)
+        assert len(on_dropped) == 3 and len(other.members) == 3
+        link = dropped.link
+        assert link is not None
+        old_id = link.channel_id
+        # the platform side of the channel's socket dies (no close frame: 1006)
+        conn = sim.notifications.by_channel[old_id]
+        conn.transport.abort()
+        await h.wait(lambda: dropped.core.reconnections == 1 and dropped.core.state is ChannelState.OPEN)
+        await h.wait(lambda: h.all_in("active"))
+        # its agents went to reconnecting and came back; the other channel's never left active
+        assert left_active(h) == on_dropped
+        assert dropped.connections == 2 and other.connections == 1
+        assert other.core.reconnections == 0
+        # the new channel holds the three topics again, in the reconnection's one PUT
+        new = dropped.link
+        assert new is not None and new.channel_id != old_id
+        assert sorted(sim.state.channels[new.channel_id].topics) == sorted(
+            t for m in dropped.members.values() for t in m.topics
+        )
+        assert h.terminations() == {}
+        for i in range(6):
+            assert sim.publish(topic(i), {"after": i}) == 1
+        await h.wait(lambda: sink.count() == 6)
+
+
+async def test_a_channel_evicted_by_another_integrations_21st_recovers_all_its_agents_paced(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """Another integration on the same OAuth client opens channels until the platform removes the
+    oldest (ours): its agents move to a new channel, each reconnection admitted on its own."""
+    sim = await start_genesys(GenesysSimConfig(max_channels=4), seed=5)
+    sink = Delivered()
+    async with (
+        supervised(shared_config(sim.urls, 6, topics=3), tmp_path, notification_sink=sink) as h,
+        httpx.AsyncClient() as http,
+    ):
+        await h.wait(lambda: len(h.runners) == 6 and h.all_in("active"))
+        by_id = {c.link.channel_id: c for c in pool_of(h).channels if c.link is not None}
+        ours = set(by_id)
+        assert len(ours) == 2
+        token = await http.post(
+            sim.urls["login"] + "/oauth/token", data={"grant_type": "client_credentials"}, auth=(CLIENT, "x")
+        )
+        auth = {"Authorization": f"Bearer {token.json()['access_token']}"}
+        sockets = []
+        try:
+            # the other integration's channels, connected (an unconnected one would be removed first)
+            for _ in range(3):
+                created = await http.post(sim.urls["api"] + "/api/v2/notifications/channels", headers=auth)
+                assert created.status_code == 200
+                sockets.append(await connect(created.json()["connectUri"]))
+            # its third is the client's fifth over a limit of four: the oldest, one of ours, is removed
+            await h.wait(lambda: len(ours & set(sim_channels(sim))) == 1)
+        finally:
+            # the other integration goes away: its channels, unconnected, are the first the platform
+            # removes when ours is created again (else each creation would remove the next oldest)
+            for ws in sockets:
+                await ws.close()
+        (evicted_id,) = ours - set(sim_channels(sim))
+        evicted = by_id[evicted_id]
+        await h.wait(lambda: evicted.core.reconnections == 1 and h.all_in("active"), limit_s=20.0)
+        moved = left_active(h)
+        assert moved == set(evicted.members)
+        # paced: each of its agents reconnected once, at its own drawn delay, admitted by the
+        # streaming endpoint; not in one instant
+        attempts = [(t, e) for t, e in h.recorded.timed("RETRY_ATTEMPT") if e["sessionId"] in moved]
+        assert len(attempts) == len(moved) == 3
+        assert len({round(e["delayS"], 3) for _, e in attempts}) == 3
+        assert h.terminations() == {}
+        for i in range(6):
+            assert sim.publish(topic(i), {"after": i}) == 1
+        await h.wait(lambda: sink.count() == 6)
