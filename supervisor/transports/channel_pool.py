@@ -119,6 +119,8 @@ class SharedChannel:
         self.core = ChannelCore(key, pool.clock, pool.rng, pool.channel_config)
         self.ctx = SessionContext(key, Platform.GENESYS, Channel.NOTIFICATIONS)
         self.members: dict[str, Member] = {}
+        # topic -> the members that asked for it (an event goes to each; the channel holds each once)
+        self._by_topic: dict[str, list[Member]] = {}
         # the topics the platform holds for this channel, and the members waiting to be added
         self.subscribed: set[str] = set()
         self._to_add: dict[str, Member] = {}
@@ -137,20 +139,22 @@ class SharedChannel:
 
     @property
     def topic_count(self) -> int:
-        return len(self._topics())
+        return len(self._by_topic)
 
     def _topics(self) -> list[str]:
-        return list(dict.fromkeys(t for m in self.members.values() for t in m.topics))
+        return list(self._by_topic)
 
     def room_for(self, member: Member) -> bool:
         if self.core.state is ChannelState.CLOSED:
             return False
-        held = set(self._topics())
-        return len(held | set(member.topics)) <= self.pool.topic_limit
+        new = sum(1 for t in set(member.topics) if t not in self._by_topic)
+        return len(self._by_topic) + new <= self.pool.topic_limit
 
     def add(self, member: Member) -> None:
         self.core.join(member.session_id)
         self.members[member.session_id] = member
+        for t in member.topics:
+            self._by_topic.setdefault(t, []).append(member)
         member.channel = self
         if self.core.state is ChannelState.OPEN and not set(member.topics) <= self.subscribed:
             self._to_add[member.session_id] = member
@@ -164,6 +168,12 @@ class SharedChannel:
         if self.members.get(member.session_id) is not member:
             return
         del self.members[member.session_id]
+        for t in member.topics:
+            held = self._by_topic.get(t)
+            if held is not None and member in held:
+                held.remove(member)
+                if not held:
+                    del self._by_topic[t]
         self._to_add.pop(member.session_id, None)
         self.core.leave(member.session_id)
         member.channel = None
@@ -463,9 +473,8 @@ class SharedChannel:
         if not self._dedupe.admit(link.channel_id, message):
             return
         topic = message.get("topicName")
-        for member in list(self.members.values()):
-            if topic in member.topics:
-                member.deliver(message)
+        for member in list(self._by_topic.get(topic, ())) if isinstance(topic, str) else ():
+            member.deliver(message)
 
     async def _close_link(self, code: CloseCode) -> None:
         link, self.link = self.link, None

@@ -174,3 +174,43 @@ async def test_a_channel_evicted_by_another_integrations_21st_recovers_all_its_a
         for i in range(6):
             assert sim.publish(topic(i), {"after": i}) == 1
         await h.wait(lambda: sink.count() == 6)
+
+
+@pytest.mark.parametrize(
+    ("agents", "topics"),
+    [
+        # the default suite's: the same shape, smaller (one second)
+        pytest.param(300, 150, id="300-agents"),
+        # the platform's own numbers: 1,000 topics a channel (about 5 s idle, 13 s loaded)
+        pytest.param(2000, 1000, id="2000-agents", marks=pytest.mark.channels_scale),
+    ],
+)
+async def test_agents_of_one_client_ride_two_channels_each_with_its_own_events(
+    tmp_path: Path, start_genesys: StartGenesys, agents: int, topics: int
+) -> None:
+    """Twice a channel's topics of agents on two channels, every agent's topic subscribed (in a
+    few requests, not one each) and its events delivered to it, to it alone."""
+    sim = await start_genesys(GenesysSimConfig(), seed=6)
+    sink = Delivered()
+    async with supervised(
+        shared_config(sim.urls, agents, topics=topics, adaptive=False),
+        tmp_path,
+        notification_sink=sink,
+        record=False,
+    ) as h:
+        await h.wait(lambda: len(h.runners) == agents and h.all_in("active"), limit_s=30.0)
+        channels = sim_channels(sim)
+        assert len(channels) == 2
+        assert sorted(t for topics in channels.values() for t in topics) == sorted(
+            topic(i) for i in range(agents)
+        )
+        pool = pool_of(h)
+        # batched: the topics went in far fewer requests than there are agents
+        assert sum(c.batches + c.connections for c in pool.channels) < agents // 10
+        for i in range(agents):
+            assert sim.publish(topic(i), {"for": i}) == 1
+        await h.wait(lambda: sink.count() == agents, limit_s=30.0)
+        assert all(
+            [e["eventBody"] for e in sink.by_session[f"nt-{i}"]] == [{"for": i}] for i in range(agents)
+        )
+        assert h.terminations() == {}
