@@ -163,8 +163,8 @@ class ChannelLimit(SessionError):
         self.channels = channels
         self.topics = topics
         super().__init__(
-            f"client '{client}' holds {channels} notification channels of {topics} topics each, "
-            "the platform's limit: no channel has room for this session"
+            f"OAuth client '{client}' would need more than {channels} notification channels "
+            f"of {topics} topic(s) each (the platform's limit)"
         )
 
 

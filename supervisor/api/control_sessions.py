@@ -45,10 +45,10 @@ MAX_SESSIONS_PER_CALL: Final = 200
 ORIGIN: Final = "AddSession"
 
 
-def _channel_limit(index: int, spec: SessionSpec, capacity: int) -> ApiError:
+def _channel_limit(index: int, spec: SessionSpec, client: str, capacity: int) -> ApiError:
     """``ChannelLimit``: the notifications session would need one more channel than the client may hold."""
     per_channel = capacity // GENESYS_CHANNELS_PER_CLIENT
-    limit = ChannelLimit("platforms.genesys.clientId", GENESYS_CHANNELS_PER_CLIENT, per_channel)
+    limit = ChannelLimit(client, GENESYS_CHANNELS_PER_CLIENT, per_channel)
     return ApiError(
         ApiFault.CHANNEL_LIMIT,
         {
@@ -56,7 +56,7 @@ def _channel_limit(index: int, spec: SessionSpec, capacity: int) -> ApiError:
             "sessionId": spec.id,
             "channels": GENESYS_CHANNELS_PER_CLIENT,
             "topics": per_channel,
-            "problem": f"{ORIGIN}: sessions[{index}].kind: {limit}",
+            "problem": f"{ORIGIN}: sessions[{index}].kind: notifications session '{spec.id}' refused: {limit}",
         },
     )
 
@@ -99,7 +99,8 @@ class SessionVerbs:
                 # the channel limit is checked below, where it has an error of its own
                 spec = parse_session(raw, config, ORIGIN, f"sessions[{index}]", notifications=0)
                 if spec.kind is SessionKind.NOTIFICATIONS and notifications + 1 > capacity:
-                    raise _channel_limit(index, spec, capacity)
+                    client = (genesys.client_id if genesys is not None else None) or ""
+                    raise _channel_limit(index, spec, client, capacity)
             except ApiError as limit:
                 publish("sessions.add", spec.id, None)(limit)
                 results.append(_refused(limit))
