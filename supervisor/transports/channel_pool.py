@@ -130,6 +130,7 @@ class SharedChannel:
         self.place_taken = False
         self._dedupe = OverlapDedupe()
         self._serving: TaskGroup | None = None
+        self._signals: MemoryObjectSendStream[Signal] | None = None
         #: counts the tests and the benchmark read
         self.connections = 0
         self.rollovers = 0
@@ -258,15 +259,22 @@ class SharedChannel:
         send, receive = anyio.create_memory_object_stream[Signal](math.inf)
         with send, receive:
             async with anyio.create_task_group() as tg:
-                self._serving = tg
-                tg.start_soon(link.run, send.clone())
-                tg.start_soon(self._renew_when_due, link, send.clone())
+                self._serving, self._signals = tg, send
+                self._start(link)
                 tg.start_soon(self._batches, send.clone())
                 try:
                     await self._control(receive)
                 finally:
                     tg.cancel_scope.cancel()
-                    self._serving = None
+                    self._serving = self._signals = None
+
+    def _start(self, link: ChannelLink) -> None:
+        """Read ``link`` and watch its renewal, in the serving group (a rollover's new link too)."""
+        tg, signals = self._serving, self._signals
+        if tg is None or signals is None:
+            return
+        tg.start_soon(link.run, signals.clone())
+        tg.start_soon(self._renew_when_due, link, signals.clone())
 
     async def _control(self, signals: MemoryObjectReceiveStream[Signal]) -> None:
         async for signal in signals:
@@ -453,6 +461,7 @@ class SharedChannel:
             self._dropped(raw)
             return
         self.link = new
+        self._start(new)
         self.subscribed = set(topics)
         if not old.closed:
             await old.drain(pool.keepalive.echo_timeout)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from websockets.asyncio.client import connect
@@ -214,3 +215,33 @@ async def test_agents_of_one_client_ride_two_channels_each_with_its_own_events(
             [e["eventBody"] for e in sink.by_session[f"nt-{i}"]] == [{"for": i}] for i in range(agents)
         )
         assert h.terminations() == {}
+
+
+async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notice(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """A channel about to expire (here: 2 s) is replaced by a new one, subscribed with every topic
+    before the old one is closed: an event published at any moment reaches its session once."""
+    sim = await start_genesys(GenesysSimConfig(channel_ttl_s=2), seed=7)
+    sink = Delivered()
+    async with supervised(shared_config(sim.urls, 3), tmp_path, notification_sink=sink) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        first = channel.link
+        assert first is not None
+        sent = after = 0
+        with anyio.fail_after(10):
+            # events spread over the renewal and 50 after it (the publisher's pace, not a timer)
+            while after < 50:
+                # never 0: at every moment a socket carries the topic
+                assert sim.publish(topic(1), {"n": sent}) >= 1
+                sent += 1
+                after += channel.rollovers
+                await anyio.sleep(0.005)
+        await h.wait(lambda: len(sink.by_session.get("nt-1", [])) == sent)
+        assert [e["eventBody"]["n"] for e in sink.by_session["nt-1"]] == list(range(sent))
+        assert channel.link is not None and channel.link.channel_id != first.channel_id
+        assert channel.core.reconnections == 0 and left_active(h) == set()
+        assert sorted(sim.state.channels[channel.link.channel_id].topics) == sorted(
+            topic(i) for i in range(3)
+        )
