@@ -245,3 +245,22 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         assert sorted(sim.state.channels[channel.link.channel_id].topics) == sorted(
             topic(i) for i in range(3)
         )
+
+
+async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the_channel(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    sim = await start_genesys(GenesysSimConfig(), seed=8)
+    async with supervised(shared_config(sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan_id = channel.link.channel_id
+        await h.supervisor.stop("nt-0")
+        # one PUT of the topics that stay (no verb removes one topic)
+        await h.wait(lambda: sorted(sim.state.channels[chan_id].topics) == [topic(1), topic(2)])
+        assert sim.publish(topic(0), {"gone": True}) == 0
+        await h.supervisor.stop("nt-1")
+        await h.supervisor.stop("nt-2")
+        await h.wait(lambda: pool_of(h).channels == [] and chan_id not in sim.notifications.by_channel)
+        assert channel.core.state is ChannelState.CLOSED
