@@ -127,7 +127,6 @@ class SharedChannel:
         self._to_remove = False
         self._work = anyio.Event()
         self.link: ChannelLink | None = None
-        self.place_taken = False
         self._dedupe = OverlapDedupe()
         self._serving: TaskGroup | None = None
         self._signals: MemoryObjectSendStream[Signal] | None = None
@@ -317,13 +316,15 @@ class SharedChannel:
                         await self._replace(link)
                     elif self._to_add:
                         await self._add(link)
-                except OperationError as exc:
-                    if self.pool.channel_gone(exc):
-                        raw = RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, status=404)
-                        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                            signals.send_nowait(Ended(link, raw))
-                        return
-                    raise
+                except (OperationError, CircuitOpenError, TransportFailure) as exc:
+                    # the channel is gone (404), or its subscriptions cannot be made now (retries
+                    # spent, the API's circuit open): a new channel, with every topic in one PUT [I]
+                    raw = RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, status=404)
+                    if isinstance(exc, TransportFailure):
+                        raw = exc.raw
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        signals.send_nowait(Ended(link, raw))
+                    return
                 if not self.members and self._serving is not None:
                     self._serving.cancel_scope.cancel()  # the last member left: the driver closes the channel
                     return
@@ -449,13 +450,18 @@ class SharedChannel:
         20 places are all held (the quota refuses the overlap)."""
         pool, old = self.pool, self.link
         assert old is not None
-        place = await pool.quota.reserve(overlap=True)
-        if not place.granted:
-            await old.close(CloseCode.NORMAL_CLOSURE)
-            place = await pool.quota.reserve()
         topics = self._topics()
+        transport = pool.transport(topics)
+        place = None
         try:
-            new = await pool.transport(topics).establish(self.ctx, place, self._deliver, _no_heartbeat)
+            if reason is RolloverReason.TOKEN_EXPIRING:
+                # the channel dies with the token that created it: the new one gets a fresh token
+                await transport.fresh_token(self.ctx, old.token)
+            place = await pool.quota.reserve(overlap=True)
+            if not place.granted:
+                await old.close(CloseCode.NORMAL_CLOSURE)
+                place = await pool.quota.reserve()
+            new = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat)
         except (OperationError, TransportFailure, CircuitOpenError) as exc:
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
             self._dropped(raw)
@@ -474,7 +480,6 @@ class SharedChannel:
                 {sid: m for sid, m in self.members.items() if not set(m.topics) <= self.subscribed}
             )
             self._work.set()
-        _ = reason
 
     # -- events -------------------------------------------------------------------------------------
 
@@ -671,6 +676,11 @@ class Membership:
 
     @property
     def learned(self) -> Learned:
+        """The channel the session's topic rides on now (a rollover replaces it in place)."""
+        channel = self._member.channel
+        link = channel.link if channel is not None else None
+        if link is not None:
+            self.channel_id = link.channel_id
         return Learned(platform_session_id=self.channel_id)
 
     async def serve(self, report: Reporter) -> RawError:

@@ -241,6 +241,8 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         await h.wait(lambda: len(sink.by_session.get("nt-1", [])) == sent)
         assert [e["eventBody"]["n"] for e in sink.by_session["nt-1"]] == list(range(sent))
         assert channel.link is not None and channel.link.channel_id != first.channel_id
+        # each session's platform id is the channel it rides on now
+        assert {r.context.platform_session_id for r in h.runners.values()} == {channel.link.channel_id}
         assert channel.core.reconnections == 0 and left_active(h) == set()
         assert sorted(sim.state.channels[channel.link.channel_id].topics) == sorted(
             topic(i) for i in range(3)
