@@ -134,6 +134,10 @@ class SharedChannel:
         self.connections = 0
         self.rollovers = 0
         self.batches = 0
+        # reconnections the streaming endpoint's circuit deferred
+        self.deferrals = 0
+        # the attempt the endpoint admitted for the next connection
+        self._flight: Flight | None = None
 
     # -- members ----------------------------------------------------------------------------------
 
@@ -220,13 +224,15 @@ class SharedChannel:
         """Create, connect and subscribe a channel with every member's topic, admitted by the
         streaming endpoint (its circuit and pace); on failure the channel drops and waits."""
         pool = self.pool
-        answer = await pool.gate.ask(pool.reports, pool.sleep) if pool.gate is not None else None
-        if isinstance(answer, (Refused, Late)):
-            wait = answer.retry_in_s if isinstance(answer, Refused) else answer.wait_s
-            self._dropped(self._raw(CloseCode.TRY_AGAIN_LATER))
-            self._schedule(self.core.reconnect_due(max(wait, 0.001)))
-            return
-        flight = answer if isinstance(answer, Flight) else None
+        flight, self._flight = self._flight, None
+        if flight is None:
+            answer = await self._admitted()
+            if not isinstance(answer, Flight) and answer is not None:
+                # the first connection refused by the circuit: wait as a reconnection does
+                self._dropped(self._raw(CloseCode.TRY_AGAIN_LATER))
+                self._defer(answer)
+                return
+            flight = answer
         topics = self._topics()
         place = await pool.quota.reserve()
         transport = pool.transport(topics)
@@ -425,11 +431,31 @@ class SharedChannel:
     _due_at = 0.0
 
     async def _await_reconnect(self) -> None:
+        """At the reconnection's time, ask the streaming endpoint: admitted, connect (with that
+        attempt); refused (its circuit open, isolated), defer by what it says, not counted."""
         wait = self._due_at - self.pool.clock.monotonic()
         if wait > 0:
             await self.pool.sleep(wait)
-        if self.core.state is ChannelState.RECONNECTING:
-            self._schedule(self.core.reconnect_due(None))
+        if self.core.state is not ChannelState.RECONNECTING:
+            return
+        answer = await self._admitted()
+        if answer is not None and not isinstance(answer, Flight):
+            self._defer(answer)
+            return
+        self._flight = answer
+        self._schedule(self.core.reconnect_due(None))
+
+    async def _admitted(self) -> Flight | Refused | Late | None:
+        """The channel's attempt on the streaming endpoint (None: no gate, nothing to ask)."""
+        pool = self.pool
+        if pool.gate is None:
+            return None
+        return await pool.gate.ask(pool.reports, pool.sleep)
+
+    def _defer(self, answer: Refused | Late) -> None:
+        wait = answer.retry_in_s if isinstance(answer, Refused) else answer.wait_s
+        self.deferrals += 1
+        self._schedule(self.core.reconnect_due(max(wait, 0.001)))
 
     # -- rollover -------------------------------------------------------------------------------------
 

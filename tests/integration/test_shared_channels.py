@@ -20,6 +20,7 @@ from websockets.asyncio.client import connect
 
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.channel_pool import ChannelPool, SharedChannel
+from supervisor.vocabulary import GENESYS_STREAMING
 from supervisor.vocabulary.states import ChannelState
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -266,3 +267,25 @@ async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the
         await h.supervisor.stop("nt-2")
         await h.wait(lambda: pool_of(h).channels == [] and chan_id not in sim.notifications.by_channel)
         assert channel.core.state is ChannelState.CLOSED
+
+
+async def test_the_channels_reconnection_waits_for_its_endpoints_circuit(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """The streaming endpoint isolated by an operator admits nothing: a dropped channel stays in
+    reconnecting without an attempt, and one reconnection follows the circuit's close."""
+    sim = await start_genesys(GenesysSimConfig(), seed=9)
+    async with supervised(shared_config(sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        created = len(sim_channels(sim))
+        h.supervisor.manual_circuits.isolate(GENESYS_STREAMING)
+        sim.notifications.by_channel[channel.link.channel_id].transport.abort()
+        # its reconnection comes due (0.2-0.8 s) and is deferred by the circuit (each open period), not attempted
+        await h.wait(lambda: channel.deferrals >= 1, limit_s=10.0)
+        assert channel.core.state is ChannelState.RECONNECTING and channel.core.attempts == 1
+        assert len(sim_channels(sim)) == created and channel.connections == 1
+        h.supervisor.manual_circuits.close(GENESYS_STREAMING)
+        await h.wait(lambda: channel.core.reconnections == 1 and h.all_in("active"), limit_s=30.0)
+        assert channel.connections == 2
