@@ -26,8 +26,10 @@ _HEADER = """\
 
 The explicit machines (`machines/`). Edge labels are the machine's event names;
 `SessionCore` and `Circuit` (the pure drivers) map each classified `SdkErrorEvent` to one
-of them and return the resulting effects as data. Both machines are strict: an event the
-current state does not accept raises, and `terminated` and `handed_over` accept nothing.
+of them and return the resulting effects as data; `ChannelCore` does the same for a shared
+notifications channel's drops and reconnections. Every machine is strict: an event the
+current state does not accept raises, and `terminated`, `handed_over` and a channel's `closed`
+accept nothing.
 """
 
 _SECTIONS: tuple[tuple[str, str, Any], ...] = (

@@ -514,7 +514,7 @@ class Wiring:
             if gen.shared_channels:
                 # a subscription of the agent's topic on a channel its OAuth client shares
                 pool = self.channel_pools.pool(
-                    self.channel_client(),
+                    self.channel_client(spec),
                     pipeline=self.pipeline_for(Platform.GENESYS),
                     api_url=gen.api_url,
                     keepalive=gen.keepalive,
@@ -559,10 +559,10 @@ class Wiring:
         )
         return at, CONNECT_ENDPOINT
 
-    def channel_client(self) -> str:
-        """The identity a notifications session's channels are counted under: its OAuth client (the
-        credential and endpoint identity the platform's 20-channel limit is per; one today, the
-        default tenant's)."""
+    def channel_client(self, spec: SessionSpec) -> str:
+        """The identity ``spec``'s channels are counted under: its OAuth client (the credential and
+        endpoint identity the platform's 20-channel limit is per; one today, the default tenant's,
+        whatever the session)."""
         gen = self.config.platforms.genesys
         return (gen.client_id if gen is not None else None) or ""
 
