@@ -125,6 +125,7 @@ class SharedChannel:
         self.subscribed: set[str] = set()
         self._to_add: dict[str, Member] = {}
         self._to_remove = False
+        self._going_away = False
         self._work = anyio.Event()
         self.link: ChannelLink | None = None
         self._dedupe = OverlapDedupe()
@@ -181,6 +182,8 @@ class SharedChannel:
         self._to_add.pop(member.session_id, None)
         self.core.leave(member.session_id)
         member.channel = None
+        # the last one out says how the channel's socket closes: 1000 after a stop, 1001 going away
+        self._going_away = quietly
         if not quietly and self.core.state is ChannelState.OPEN:
             self._to_remove = True
         self._work.set()
@@ -202,12 +205,9 @@ class SharedChannel:
                 else:
                     await self._await_reconnect()
         finally:
+            going_away = self._going_away or core.state is not ChannelState.CLOSED
             with anyio.CancelScope(shield=True):
-                await self._close_link(
-                    CloseCode.GOING_AWAY
-                    if core.state is not ChannelState.CLOSED
-                    else CloseCode.NORMAL_CLOSURE
-                )
+                await self._close_link(CloseCode.GOING_AWAY if going_away else CloseCode.NORMAL_CLOSURE)
             if core.state is not ChannelState.CLOSED:
                 core.close()
             self.pool._closed(self)

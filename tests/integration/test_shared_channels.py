@@ -25,6 +25,7 @@ from supervisor.vocabulary.states import ChannelState
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
 from tests.harness.simulators import StartGenesys
+from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -259,6 +260,7 @@ async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the
         (channel,) = pool_of(h).channels
         assert channel.link is not None
         chan_id = channel.link.channel_id
+        socket = sim.notifications.by_channel[chan_id]
         await h.supervisor.stop("nt-0")
         # one PUT of the topics that stay (no verb removes one topic)
         await h.wait(lambda: sorted(sim.state.channels[chan_id].topics) == [topic(1), topic(2)])
@@ -267,6 +269,23 @@ async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the
         await h.supervisor.stop("nt-2")
         await h.wait(lambda: pool_of(h).channels == [] and chan_id not in sim.notifications.by_channel)
         assert channel.core.state is ChannelState.CLOSED
+        assert socket.close_code == 1000  # stopped: a normal closure
+
+
+async def test_a_shutdown_closes_the_channel_going_away_and_removes_no_topic(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    sim = await start_genesys(GenesysSimConfig(), seed=10)
+    async with supervised(shared_config(sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan_id = channel.link.channel_id
+        socket = sim.notifications.by_channel[chan_id]
+    # the block's end drains the daemon: its sessions stop with 1001 and leave without a request
+    await wait_until(lambda: socket.close_code is not None)
+    assert socket.close_code == 1001
+    assert sorted(sim.state.channels[chan_id].topics) == sorted(topic(i) for i in range(3))
 
 
 async def test_the_channels_reconnection_waits_for_its_endpoints_circuit(
