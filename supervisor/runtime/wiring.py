@@ -168,7 +168,6 @@ class Wiring:
             clock=self.clock,
             rng=self.rng,
             sleep=sleep,
-            gate=self.attempts.connect(GENESYS_STREAMING),
             reports=bus_hooks,
         )
         self.notification_sink = notification_sink
@@ -512,7 +511,9 @@ class Wiring:
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             if gen.shared_channels:
-                # a subscription of the agent's topic on a channel its OAuth client shares
+                # a subscription of the agent's topic on a channel its OAuth client shares; the channels'
+                # attempts are the streaming endpoint's, as the sessions' are (made with the first of them)
+                self.channel_pools.gate = self.attempts.connect(GENESYS_STREAMING)
                 pool = self.channel_pools.pool(
                     self.channel_client(spec),
                     pipeline=self.pipeline_for(Platform.GENESYS),
