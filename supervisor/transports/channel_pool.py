@@ -135,8 +135,9 @@ class SharedChannel:
         self.connections = 0
         self.rollovers = 0
         self.batches = 0
-        # reconnections the streaming endpoint's circuit deferred
+        # reconnections the streaming endpoint's circuit deferred, and what ended the channel last
         self.deferrals = 0
+        self.last_drop: RawError | None = None
         # the attempt the endpoint admitted for the next connection
         self._flight: Flight | None = None
 
@@ -359,26 +360,24 @@ class SharedChannel:
             # one topic the platform refuses fails the whole request: each member on its own, so
             # that the refusal is that member's alone
             for member in batch.values():
-                self._to_add[member.session_id] = member
-                one, self._to_add = self._to_add, {}
-                await self._add_one(link, one)
+                if member.channel is self:
+                    await self._add_one(link, member)
             return
         self.subscribed.update(topics)
         for member in batch.values():
             if member.channel is self:
                 member.ready.set()
 
-    async def _add_one(self, link: ChannelLink, batch: dict[str, Member]) -> None:
-        for member in batch.values():
-            try:
-                await self._request(link, "POST", list(member.topics))
-            except OperationError as exc:
-                if self.pool.channel_gone(exc):
-                    raise
-                self._refuse(member, exc)
-                continue
-            self.subscribed.update(member.topics)
-            member.ready.set()
+    async def _add_one(self, link: ChannelLink, member: Member) -> None:
+        try:
+            await self._request(link, "POST", list(member.topics))
+        except OperationError as exc:
+            if self.pool.channel_gone(exc):
+                raise
+            self._refuse(member, exc)
+            return
+        self.subscribed.update(member.topics)
+        member.ready.set()
 
     def _refuse(self, member: Member, exc: OperationError) -> None:
         """The platform refused this member's topics: its open fails with the platform's answer."""
@@ -402,7 +401,11 @@ class SharedChannel:
         )
 
     def _dropped(self, raw: RawError) -> None:
-        """The channel is gone: every member's connection ends with ``raw``; reconnect later."""
+        """The channel is gone (``raw`` says how: its own business): every member's connection ends
+        as a lost connection, so that each session reconnects whatever ended the channel (a 1000
+        from the server, a 404 a pinned v1 ends a session on) [I]; the channel reconnects later."""
+        lost = self._raw(CloseCode.ABNORMAL_CLOSURE)
+        self.last_drop = raw
         link, self.link = self.link, None
         if link is not None and not link.closed:
             link.abort()
@@ -417,7 +420,7 @@ class SharedChannel:
                     if member is None or member.failure is not None:
                         continue
                     if member.ready.is_set():
-                        member.dropped_by = raw
+                        member.dropped_by = lost
                         member.lost.set()
                     # its reconnection waits for the channel's
                     member.ready = anyio.Event()

@@ -95,9 +95,12 @@ def left_active(h: Harness) -> set[str]:
     return {t["sessionId"] for t in h.recorded.named("SESSION_TRANSITION") if t["from"] == "active"}
 
 
+@pytest.mark.parametrize("how", ["abort", "close-1000"])
 async def test_a_channel_drop_recovers_all_its_agents_through_one_reconnection_of_the_channel(
-    tmp_path: Path, start_genesys: StartGenesys
+    tmp_path: Path, start_genesys: StartGenesys, how: str
 ) -> None:
+    """However the channel ended (the link died: 1006; the server closed it normally: 1000, which for
+    a session of its own is a graceful end), its agents reconnect: the channel's end is not theirs."""
     sim = await start_genesys(GenesysSimConfig(), seed=4)
     sink = Delivered()
     async with supervised(shared_config(sim.urls, 6, topics=3), tmp_path, notification_sink=sink) as h:
@@ -109,9 +112,14 @@ async def test_a_channel_drop_recovers_all_its_agents_through_one_reconnection_o
         link = dropped.link
         assert link is not None
         old_id = link.channel_id
-        # the platform side of the channel's socket dies (no close frame: 1006)
         conn = sim.notifications.by_channel[old_id]
-        conn.transport.abort()
+        if how == "abort":
+            conn.transport.abort()  # the platform side of the socket dies (no close frame: 1006)
+        else:
+            await conn.close(1000)
+        await h.wait(lambda: dropped.last_drop is not None)
+        assert dropped.last_drop is not None
+        assert dropped.last_drop.close_code == (1006 if how == "abort" else 1000)
         await h.wait(lambda: dropped.core.reconnections == 1 and dropped.core.state is ChannelState.OPEN)
         await h.wait(lambda: h.all_in("active"))
         # its agents went to reconnecting and came back; the other channel's never left active
