@@ -23,7 +23,7 @@ subscriptions").
 
 A channel's drop (its socket ended, ``{"result":"404"}``: expired or evicted by a 21st channel of
 the client, ``socket_closing``, ``token_revoked``) is the channel's: every member's connection
-ends with the channel's RawError, so its session moves to reconnecting; the member stays on the
+ends as a lost connection (1006, whatever ended the channel), so its session moves to reconnecting; the member stays on the
 channel, and its session's reconnection (admitted, so paced, by the streaming endpoint) waits for
 the channel's one reconnection, whose ``PUT`` carries every member's topic again. A planned
 renewal (the channel's expiry or its token's) is make-before-break: the new channel is created,
