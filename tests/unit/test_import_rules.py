@@ -573,7 +573,7 @@ CIRCUIT_INPUTS = ("admit", "record_success", "record_failure", "probe_timed_out"
 #: other methods named like a circuit input, by module and receiver (not circuits)
 NOT_CIRCUITS = {
     ("supervisor.transports.notifications", "self._dedupe", "admit"),
-    ("supervisor.transports.channel_pool", "self._dedupe", "admit"),
+    ("supervisor.transports.shared_channel", "self._dedupe", "admit"),
 }
 
 
