@@ -93,7 +93,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
     assert "ci: step 5/7: heavy suite systemd_pid1 (budget 450 s): ./dev pytest -m systemd_pid1" in lines
     assert "ci: step 6/7: heavy suite bridge (budget 150 s): ./dev pytest -m bridge" in lines
     assert "ci: step 7/7: heavy suite channels_scale (budget 40 s): ./dev pytest -m channels_scale" in lines
-    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-7:]] == [
+    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-8:]] == [
         "ci: summary",
         "ci:   ./dev test: passed",
         "ci:   heavy suite signal_sweep: passed",
