@@ -169,6 +169,7 @@ class Wiring:
             rng=self.rng,
             sleep=sleep,
             reports=bus_hooks,
+            classified=bus_hooks.classified,
         )
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform

@@ -120,6 +120,13 @@ async def test_a_channel_drop_recovers_all_its_agents_through_one_reconnection_o
         await h.wait(lambda: dropped.last_drop is not None)
         assert dropped.last_drop is not None
         assert dropped.last_drop.close_code == (1006 if how == "abort" else 1000)
+        # the channel's end is classified and published once, as the channel's
+        own = [
+            e
+            for e in h.recorded.named("SDK_ERROR_CLASSIFIED")
+            if e["context"].get("sessionId") == dropped.key
+        ]
+        assert [e["code"] for e in own] == ["ABNORMAL_CLOSURE" if how == "abort" else "GRACEFUL_CLOSE"]
         await h.wait(lambda: dropped.core.reconnections == 1 and dropped.core.state is ChannelState.OPEN)
         await h.wait(lambda: h.all_in("active"))
         # its agents went to reconnecting and came back; the other channel's never left active
@@ -239,6 +246,7 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         (channel,) = pool_of(h).channels
         first = channel.link
         assert first is not None
+        assert not h.recorded.named("CONNECTION_ROLLED_OVER")
         sent = after = 0
         with anyio.fail_after(10):
             # events spread over the renewal and 50 after it (the publisher's pace, not a timer)
@@ -257,6 +265,13 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         assert sorted(sim.state.channels[channel.link.channel_id].topics) == sorted(
             topic(i) for i in range(3)
         )
+        # each session is told, as a session on a channel of its own is: the first renewal, from
+        # the first channel to the next, make-before-break, both open for a while
+        rolled = [e for e in h.recorded.named("CONNECTION_ROLLED_OVER") if e["previous"] == first.channel_id]
+        assert sorted(e["sessionId"] for e in rolled) == ["nt-0", "nt-1", "nt-2"]
+        assert {e["reason"] for e in rolled} == {"CHANNEL_EXPIRING"}
+        assert all(e["makeBeforeBreak"] and e["overlapS"] > 0 for e in rolled)
+        assert len({e["current"] for e in rolled}) == 1 and rolled[0]["current"] != first.channel_id
 
 
 async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the_channel(
@@ -316,3 +331,67 @@ async def test_the_channels_reconnection_waits_for_its_endpoints_circuit(
         h.supervisor.manual_circuits.close(GENESYS_STREAMING)
         await h.wait(lambda: channel.core.reconnections == 1 and h.all_in("active"), limit_s=30.0)
         assert channel.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("no_longer_subscribed", "SUBSCRIPTION_DISPLACED"), ("subscription_changed", "SUBSCRIPTION_CHANGED")],
+)
+async def test_a_channels_own_platform_messages_are_classified_and_published_once_as_the_channels(
+    tmp_path: Path, start_genesys: StartGenesys, kind: str, code: str
+) -> None:
+    """What the platform says about a shared channel is the channel's: one SDK_ERROR_CLASSIFIED under
+    the channel's key (a session on a channel of its own publishes the same under its own id), none
+    for its sessions, which stay active; the channel puts its topics back."""
+    sim = await start_genesys(GenesysSimConfig(), seed=11)
+    async with supervised(shared_config(sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan_id = channel.link.channel_id
+        assert sim.notifications.system_message(chan_id, kind)
+        await h.wait(lambda: bool(h.recorded.named("SDK_ERROR_CLASSIFIED")))
+        await h.wait(lambda: sorted(sim.state.channels[chan_id].topics) == [topic(i) for i in range(3)])
+        (event,) = h.recorded.named("SDK_ERROR_CLASSIFIED")
+        assert event["context"]["sessionId"] == channel.key and event["code"] == code
+        assert event["taxonomyClass"] == "TRANSIENT"
+        assert channel.core.state is ChannelState.OPEN and left_active(h) == set()
+
+
+async def test_a_handover_takes_every_session_over_onto_one_new_channel(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """A stop with a store hands the sessions over: the channel goes with the daemon (1001, its
+    topics left); the next start takes each over, all on one new channel whose connection puts
+    every topic in one request, and ends none."""
+    sim = await start_genesys(GenesysSimConfig(), seed=12)
+    text = shared_config(sim.urls, 3) + f'[store]\npath = "{tmp_path / "store.sqlite3"}"\n'
+    async with supervised(text, tmp_path, durable=True) as first:
+        await first.wait(lambda: len(first.runners) == 3 and first.all_in("active"))
+        (channel,) = pool_of(first).channels
+        assert channel.link is not None
+        old_id = channel.link.channel_id
+        socket = sim.notifications.by_channel[old_id]
+    await wait_until(lambda: socket.close_code is not None)
+    assert socket.close_code == 1001
+    assert {e["sessionId"] for e in first.recorded.named("SESSION_HANDED_OVER")} == {"nt-0", "nt-1", "nt-2"}
+    assert not first.recorded.named("SESSION_TERMINATED")
+    # nothing removed: the old channel still holds every topic
+    assert sorted(sim.state.channels[old_id].topics) == [topic(i) for i in range(3)]
+    subs = "/api/v2/notifications/channels/{channelId}/subscriptions"
+    created = sim.recorder.request_count("POST", "/api/v2/notifications/channels")
+    puts = sim.recorder.request_count("PUT", subs)
+    async with supervised(text, tmp_path, durable=True) as second:
+        await second.wait(lambda: len(second.runners) == 3 and second.all_in("active"))
+        (taken,) = pool_of(second).channels
+        assert taken.link is not None and taken.link.channel_id != old_id
+        assert sorted(sim.state.channels[taken.link.channel_id].topics) == [topic(i) for i in range(3)]
+        # one channel created; its connection's PUT carries the topics of the sessions taken over by
+        # then, the others joined in (at most) one batch: never a request a session
+        assert sim.recorder.request_count("POST", "/api/v2/notifications/channels") == created + 1
+        assert taken.connections == 1 and taken.batches <= 1
+        assert sim.recorder.request_count("PUT", subs) == puts + 1
+        assert not second.recorded.named("SESSION_TERMINATED")
+        assert second.terminations() == {}
+        for i in range(3):
+            assert sim.publish(topic(i), {"after": i}) == 1
