@@ -15,11 +15,12 @@ no verb that removes one topic (``delete_notifications_channel_subscriptions`` "
 subscriptions").
 
 A channel's drop (its socket ended, ``{"result":"404"}``: expired or evicted by a 21st channel of
-the client, ``socket_closing``, ``token_revoked``) is the channel's: every member's connection
+the client, ``token_revoked``, a ``socket_closing`` a pinned v1 reconnects on) is the channel's: every member's connection
 ends as a lost connection (1006, whatever ended the channel), so its session moves to
 reconnecting; the member stays on the channel, and its session's reconnection (admitted, so paced,
 by the streaming endpoint) waits for the channel's one reconnection, whose ``PUT`` carries every
-member's topic again. A planned renewal (the channel's expiry or its token's) is make-before-break:
+member's topic again. A planned renewal (the channel's expiry or its token's), and v2's answer to
+``socket_closing`` (``SOCKET_CLOSING``, TRANSIENT: the channel lives a minute more), are make-before-break:
 the new channel is created, connected and subscribed before the old one is drained and closed; each
 member's session stays active and is told, as a session on a channel of its own is
 (:class:`~supervisor.transports.base.Rollover`, the runtime's CONNECTION_ROLLED_OVER): its platform
@@ -52,7 +53,7 @@ from supervisor.config import Keepalive
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline
-from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.notifications import CHANNELS_PATH, CIRCUIT, NotificationsTransport
@@ -328,7 +329,15 @@ class SharedChannel:
                 continue
             # the channel's own message: classified and published once, as the channel's (a
             # session on a channel of its own reports it to its runner, which does the same)
-            self.pool.classify(signal.raw)
+            event = self.pool.classify(signal.raw)
+            if signal.notice is Notice.CLOSING and _repaired_in_place(event):
+                # v2 SOCKET_CLOSING (policy rollover): the channel lives about a minute more, time to
+                # make its successor before breaking it; its members stay active. A pinned v1's
+                # reconnection is the drop below.
+                await self._roll_over(RolloverReason.PLATFORM_SIGNAL, code=event.code)
+                if self.core.state is not ChannelState.OPEN:
+                    return
+                continue
             if signal.notice in _DROPS:
                 self._dropped(signal.raw)
                 return
@@ -509,7 +518,7 @@ class SharedChannel:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 signals.send_nowait(Due(link, due.reason))
 
-    async def _roll_over(self, reason: RolloverReason) -> None:
+    async def _roll_over(self, reason: RolloverReason, *, code: str | None = None) -> None:
         """Make-before-break: a new channel created, connected and subscribed with every topic,
         then the old one drained (a ping, its pong) and closed; break-first only when the client's
         20 places are all held (the quota refuses the overlap)."""
@@ -556,6 +565,7 @@ class SharedChannel:
                     make_before_break=make_before_break,
                     overlap_s=overlap,
                     duplicates_dropped=member.duplicates - duplicates.get(sid, member.duplicates),
+                    code=code,
                 )
             )
         if self._to_add or any(not set(m.topics) <= self.subscribed for m in self.members.values()):
@@ -580,6 +590,17 @@ class SharedChannel:
         link, self.link = self.link, None
         if link is not None:
             await link.close(code)
+
+
+def _repaired_in_place(event: SdkErrorEvent) -> bool:
+    """What a session on a channel of its own repairs in place (transports/notifications.py): a
+    TRANSIENT message that neither ends nor reconnects the connection; never a code's name."""
+    return (
+        event.taxonomy_class is TaxonomyClass.TRANSIENT
+        and not event.reconnect
+        and not event.fail_fast
+        and not event.graceful
+    )
 
 
 def _no_heartbeat() -> None:

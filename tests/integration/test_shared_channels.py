@@ -18,6 +18,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.channel_pool import ChannelPool, SharedChannel
 from supervisor.vocabulary import GENESYS_STREAMING
@@ -395,3 +396,39 @@ async def test_a_handover_takes_every_session_over_onto_one_new_channel(
         assert second.terminations() == {}
         for i in range(3):
             assert sim.publish(topic(i), {"after": i}) == 1
+
+
+@pytest.mark.parametrize("taxonomy", ["v2", "v1"])
+async def test_socket_closing_rolls_the_channel_over_in_place_under_v2_and_drops_it_under_v1(
+    tmp_path: Path, start_genesys: StartGenesys, taxonomy: str
+) -> None:
+    """v2 calls socket_closing TRANSIENT (the channel lives a minute more): the channel is replaced
+    make-before-break, its sessions stay active and each is told (PLATFORM_SIGNAL, SOCKET_CLOSING),
+    the message classified once, as the channel's. A pinned v1 reconnects on it: the channel drops
+    and one reconnection brings its sessions back."""
+    sim = await start_genesys(GenesysSimConfig(socket_closing_lead_s=5.0), seed=13)
+    text = shared_config(sim.urls, 3).replace("[daemon]\n", f'[daemon]\ntaxonomyVersion = "{taxonomy}"\n', 1)
+    async with supervised(text, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        first = channel.link.channel_id
+        sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING))
+        await h.wait(lambda: bool(h.recorded.named("SDK_ERROR_CLASSIFIED")))
+        classified = h.recorded.named("SDK_ERROR_CLASSIFIED")[0]
+        assert classified["context"]["sessionId"] == channel.key and classified["code"] == "SOCKET_CLOSING"
+        if taxonomy == "v2":
+            await h.wait(lambda: len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 3)
+            rolled = h.recorded.named("CONNECTION_ROLLED_OVER")
+            assert {(e["reason"], e["code"], e["makeBeforeBreak"], e["previous"]) for e in rolled} == {
+                ("PLATFORM_SIGNAL", "SOCKET_CLOSING", True, first)
+            }
+            assert channel.core.reconnections == 0 and left_active(h) == set()
+            assert [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")] == ["SOCKET_CLOSING"]
+        else:
+            await h.wait(lambda: channel.core.reconnections == 1 and h.all_in("active"), limit_s=10.0)
+            assert left_active(h) == {"nt-0", "nt-1", "nt-2"}
+            assert not h.recorded.named("CONNECTION_ROLLED_OVER")
+        assert channel.link is not None and channel.link.channel_id != first
+        assert sorted(sim.state.channels[channel.link.channel_id].topics) == [topic(i) for i in range(3)]
+        assert h.terminations() == {}
