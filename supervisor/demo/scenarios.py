@@ -7,8 +7,8 @@ outcome as a predicate over the summary (:meth:`Scenario.check` returns the prob
 none means the outcome matches). docs/demo.md documents each one with an example summary.
 
 Fleet: session ``i`` is a Genesys Web Messaging guest when ``i % 5`` is 0 or 1, a Genesys
-notifications channel when it is 2 (at most 20 of them, then Web Messaging), and a CXone
-agent session when it is 3 or 4.
+notifications session when it is 2 (its agent's topic on a channel the client shares: the
+default's shared channels, 1,000 topics each), and a CXone agent session when it is 3 or 4.
 """
 
 from __future__ import annotations
@@ -102,17 +102,12 @@ FAST = Timing(
 )
 
 
-# Genesys keeps at most 20 notification channels per client (docs/platforms.md, "Genesys Cloud notifications"; the
-# simulator evicts the oldest): with one channel per session, more would evict each other
-MAX_NOTIFICATIONS = 20
-
-
 def kind_of(i: int) -> str:
     """Session ``i``'s kind: Web Messaging (i % 5 in 0, 1), notifications (2), CXone (3, 4)."""
     slot = i % 5
     if slot in (3, 4):
         return "agent-session"
-    if slot == 2 and i // 5 < MAX_NOTIFICATIONS:
+    if slot == 2:
         return "notifications"
     return "webmessaging"
 

@@ -534,8 +534,9 @@ class Wiring:
                 keepalive=gen.keepalive,
                 clock=self.clock,
                 sleep=self.sleep,
-                # every session of one OAuth client shares the client's 20 channels
-                quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
+                # every session of one OAuth client shares the client's 20 channels (the client as
+                # the shared channels' pools know it: channel_client, where a tenant's identity enters)
+                quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
             )
             return nt, GENESYS_STREAMING
