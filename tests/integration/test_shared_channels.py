@@ -432,3 +432,34 @@ async def test_socket_closing_rolls_the_channel_over_in_place_under_v2_and_drops
         assert channel.link is not None and channel.link.channel_id != first
         assert sorted(sim.state.channels[channel.link.channel_id].topics) == [topic(i) for i in range(3)]
         assert h.terminations() == {}
+
+
+@pytest.mark.parametrize("shared", [True, False])
+async def test_the_channel_client_is_where_a_clients_identity_enters(
+    tmp_path: Path, start_genesys: StartGenesys, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    """``Wiring.channel_client(spec)`` alone says whose channels a session's are: keyed by it, the
+    shared pools (and, one channel a session, the 20-channel quotas) split the sessions by client,
+    as a tenant's own client will."""
+    from supervisor.config import SessionSpec
+    from supervisor.runtime.wiring import Wiring
+
+    def by_parity(self: Wiring, spec: SessionSpec) -> str:
+        return "client-even" if int(spec.id.rsplit("-", 1)[1]) % 2 == 0 else "client-odd"
+
+    monkeypatch.setattr(Wiring, "channel_client", by_parity)
+    sim = await start_genesys(GenesysSimConfig(), seed=14)
+    text = shared_config(sim.urls, 4)
+    if not shared:
+        text = text.replace("sharedChannels = true", "sharedChannels = false")
+    async with supervised(text, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 4 and h.all_in("active"))
+        wiring = h.supervisor.wiring
+        if shared:
+            pools = wiring.channel_pools.pools
+            assert set(pools) == {"client-even", "client-odd"}
+            members = {key: sorted(m for c in p.channels for m in c.members) for key, p in pools.items()}
+            assert members == {"client-even": ["nt-0", "nt-2"], "client-odd": ["nt-1", "nt-3"]}
+        else:
+            assert set(wiring.channel_quotas) == {"client-even", "client-odd"}
+            assert wiring.channel_pools.pools == {}
