@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from supervisor.config import GENESYS_TOPICS_PER_CHANNEL
 from supervisor.demo.attributes_play import attributes_delivered, attributes_faults
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.vocabulary import SessionState
@@ -133,7 +134,13 @@ class Fleet:
 
     @property
     def websockets(self) -> int:
+        """Sessions on a Genesys WebSocket: the guests', and the notifications agents' shared channels'."""
         return self.webmessaging + self.notifications
+
+    @property
+    def sockets(self) -> int:
+        """The Genesys WebSockets themselves: one a guest, one a shared channel of up to 1,000 agents."""
+        return self.webmessaging + math.ceil(self.notifications / GENESYS_TOPICS_PER_CHANNEL)
 
 
 def admission_rate(fleet: Fleet, timing: Timing) -> int:
