@@ -7,7 +7,8 @@ machines/retry_budget.py.
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
   attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts, and when
-  the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`), a
+  the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`; growing only
+  while the rate is the bound, never while attempts come slower than it: RFC 7661), a
   multiplicative decrease (``backoff``, of the rate or of what the platform admitted in the last
   second when that is less) when the platform throttles (a 429, or a 5xx with Retry-After), then a
   probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
@@ -162,6 +163,7 @@ class Pacer:
 
     __slots__ = (
         "_admitted_slices",
+        "_bound",
         "_ceiling",
         "_ceiling_until",
         "_clock",
@@ -200,8 +202,12 @@ class Pacer:
         self._rate: float | None = None if cfg.initial_rate is None else min(cfg.initial_rate, cfg.max_rate)
         # slow start below this rate, additive increase above it
         self._ssthresh = _NO_RATE
-        # virtual scheduling: the earliest time the next slot may start
-        self._tat = 0.0
+        # virtual scheduling: the earliest time the next slot may start (the schedule starts now)
+        self._tat = clock.monotonic()
+        # the pace was the bound of the last caller: its slot was not free when it asked (the
+        # previous slot's successor had not passed, or the endpoint was paused); only then do
+        # admissions grow the rate (:meth:`admitted`)
+        self._bound = True
         # the same on send times: the earliest time the next attempt may go out (less the burst)
         self._sent_tat = 0.0
         self._last_booked = -math.inf
@@ -294,6 +300,7 @@ class Pacer:
         rate = self._pace(now)
         if rate is None:
             return start - now, start <= now
+        self._bound = self._tat >= now or start > now
         slot = max(start, self._tat)
         if slot - now > cfg.lookahead_s:
             return min(slot - now, cfg.lookahead_s), False
@@ -340,13 +347,21 @@ class Pacer:
 
     def admitted(self, rtt_s: float | None = None) -> PacerReport | None:
         """An attempt got through (``rtt_s`` after it left, when known): probe the rate upward
-        (slow start, then additive increase)."""
+        (slow start, then additive increase), while it is the bound: only when callers are queued
+        at the pace now (a slot is booked ahead of now), never while they come slower than it."""
         if rtt_s is not None and 0.0 <= rtt_s < self._min_rtt:
             self._min_rtt = rtt_s
         self._advance_slices()
         self._admitted_slices[self._slice % _SLICES_PER_S] += 1
         rate = self._rate
         if rate is None:
+            return None
+        if not self._bound:
+            # application-limited: the last caller found its slot free (it came later than the pace
+            # allowed), so the rate was not what bounded the attempts and an admission says nothing
+            # about a higher one. Grown anyway, a daemon sending 150 a second slow-started its rate
+            # to 1,600, and nothing held back the burst that followed a stall (RFC 7661: a window
+            # the sender does not use is not grown; Linux grows cwnd only while it limits the sender)
             return None
         cfg = self._config
         if rate < self._ssthresh:
@@ -429,6 +444,8 @@ class Pacer:
         self._published_rate = initial
         # the platform that dropped its connections may be another one now (a failover)
         self._min_rtt = math.inf
+        # the restarted schedule starts now, as a new pacer's: its slow start is not application-limited
+        self._tat = max(self._tat, self._clock.monotonic())
         return PacerReport(self.endpoint, initial, rate, "restart", kind=self.kind)
 
     def echoes(self, sent_at: float) -> bool:

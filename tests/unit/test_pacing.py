@@ -100,6 +100,9 @@ def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> N
     seen = []
     for t in (k / 2, k - 0.5, k, k + 0.5, k + 3.0):
         clock.advance(cut_at + t - clock.monotonic())
+        # two callers at once: the second waits for its slot, the rate is the bound (it grows only then)
+        pacer.reserve()
+        pacer.reserve()
         pacer.admitted()
         seen.append(pacer.rate)
     assert seen[0] == pytest.approx(0.4 * (k / 2 - k) ** 3 + 100.0)
@@ -541,3 +544,34 @@ def test_reading_the_window_avoids_the_429s_and_drains_as_fast(allowed: int, win
     assert refused_blind >= 3
     assert refused_read <= 0.2 * refused_blind  # at least 80 % fewer
     assert took_read <= 1.1 * took_blind + window_s * 0.1
+
+
+@pytest.mark.parametrize("probe", list(Probe))
+def test_the_rate_does_not_grow_while_attempts_come_slower_than_it(probe: Probe) -> None:
+    """RFC 7661: a rate not in use is not grown. Attempts at three quarters of the pace for 30 s,
+    in slow start and again after a cut: each finds its slot free, and the rate stays where it was
+    (a daemon that grew it to thousands had nothing to hold back the burst after a stall). Once
+    callers queue at the pace (arriving faster than it), it grows again."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=200.0, probe=probe))
+    for cut in (False, True):
+        if cut:
+            pacer.throttled(0.0)
+            clock.advance(2.0)
+        before = pacer.rate
+        assert before is not None
+        every = 1 / (0.75 * before)
+        for _ in range(round(0.75 * before * 30)):
+            clock.advance(every)
+            assert pacer.reserve() == (0.0, True)
+            clock.advance(0.001)  # its answer, a round trip later
+            pacer.admitted(0.001)
+        assert pacer.rate == before
+    before = pacer.rate
+    assert before is not None
+    for _ in range(round(before * 2)):
+        clock.advance(1 / (1.5 * before))
+        pacer.reserve()
+        pacer.admitted(0.001)
+    rate = pacer.rate
+    assert rate is not None and rate > before
