@@ -312,7 +312,11 @@ class Endpoint:
         circuit, pacer = self._circuit, self._pacer
         if failure is None:
             effects = circuit.record_success(ticket.probe_id)
-            report = None if pacer is None else pacer.admitted(self._clock.monotonic() - sent_at)
+            report = None
+            if pacer is not None:
+                # attempts waiting for a place in flight: the cap, not the pace, holds them (the
+                # daemon's own answers queue up), so the pace is not grown past what is sent
+                report = pacer.admitted(self._clock.monotonic() - sent_at, capped=self._waiting > 0)
             if reading is not None and pacer is not None:
                 report = pacer.reading(reading) or report
             return QUIET if not effects and report is None else Moves(effects, report)

@@ -345,10 +345,11 @@ class Pacer:
             return 0.0
         return self.send(queued_at)
 
-    def admitted(self, rtt_s: float | None = None) -> PacerReport | None:
+    def admitted(self, rtt_s: float | None = None, *, capped: bool = False) -> PacerReport | None:
         """An attempt got through (``rtt_s`` after it left, when known): probe the rate upward
-        (slow start, then additive increase), while it is the bound: only when callers are queued
-        at the pace now (a slot is booked ahead of now), never while they come slower than it."""
+        (slow start, then additive increase), while it is the bound: only when the last caller
+        found no free slot, never while callers come slower than it, nor while attempts wait for a
+        place in flight (``capped``: the in-flight cap holds them, not the rate)."""
         if rtt_s is not None and 0.0 <= rtt_s < self._min_rtt:
             self._min_rtt = rtt_s
         self._advance_slices()
@@ -356,7 +357,7 @@ class Pacer:
         rate = self._rate
         if rate is None:
             return None
-        if not self._bound:
+        if capped or not self._bound:
             # application-limited: the last caller found its slot free (it came later than the pace
             # allowed), so the rate was not what bounded the attempts and an admission says nothing
             # about a higher one. Grown anyway, a daemon sending 150 a second slow-started its rate
