@@ -8,7 +8,7 @@ machines/retry_budget.py.
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
   attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts, and when
   the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`; growing only
-  while the rate is the bound, never while attempts come slower than it: RFC 7661), a
+  while the rate is the bound and in use, never while attempts come slower than it: RFC 7661), a
   multiplicative decrease (``backoff``, of the rate or of what the platform admitted in the last
   second when that is less) when the platform throttles (a 429, or a 5xx with Retry-After), then a
   probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
@@ -178,6 +178,7 @@ class Pacer:
         "_sent_tat",
         "_slice",
         "_ssthresh",
+        "_started",
         "_tat",
         "endpoint",
         "generation",
@@ -204,6 +205,8 @@ class Pacer:
         self._ssthresh = _NO_RATE
         # virtual scheduling: the earliest time the next slot may start (the schedule starts now)
         self._tat = clock.monotonic()
+        # when the rate last (re)started from ``initial_rate``: its use is measured from there
+        self._started = self._tat
         # the pace was the bound of the last caller: its slot was not free when it asked (the
         # previous slot's successor had not passed, or the endpoint was paused); only then do
         # admissions grow the rate (:meth:`admitted`)
@@ -297,6 +300,7 @@ class Pacer:
             self._rate = initial
             self._published_rate = initial
             self._min_rtt = math.inf
+            self._started = now
         rate = self._pace(now)
         if rate is None:
             return start - now, start <= now
@@ -357,7 +361,7 @@ class Pacer:
         rate = self._rate
         if rate is None:
             return None
-        if capped or not self._bound:
+        if capped or not self._bound or self._unvalidated(rate):
             # application-limited: the last caller found its slot free (it came later than the pace
             # allowed), so the rate was not what bounded the attempts and an admission says nothing
             # about a higher one. Grown anyway, a daemon sending 150 a second slow-started its rate
@@ -446,7 +450,7 @@ class Pacer:
         # the platform that dropped its connections may be another one now (a failover)
         self._min_rtt = math.inf
         # the restarted schedule starts now, as a new pacer's: its slow start is not application-limited
-        self._tat = max(self._tat, self._clock.monotonic())
+        self._tat = self._started = max(self._tat, self._clock.monotonic())
         return PacerReport(self.endpoint, initial, rate, "restart", kind=self.kind)
 
     def echoes(self, sent_at: float) -> bool:
@@ -499,6 +503,18 @@ class Pacer:
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
         return PacerReport(self.endpoint, cut, previous, "throttled", pause, self.kind)
+
+    def _unvalidated(self, rate: float) -> bool:
+        """Less than half the rate was admitted in the last second (or since the rate started, when
+        that is less than a second ago): the rate is not in use, whatever the queue says.
+
+        RFC 7661 section 4.3: a window is validated while what was acknowledged in the last period
+        is at least half of it, and only a validated window grows (Linux grows in slow start only
+        while cwnd < 2 x what it had in flight). Callers may queue at the pace while the attempts
+        leave slower than it (the daemon's own loop is the bound: 1,000 handshakes queued, ~130 a
+        second sent): the slow start grew the rate to 640/s there."""
+        span = min(1.0, self._clock.monotonic() - self._started)
+        return self._admitted_per_s() < 0.5 * rate * span
 
     def _advance_slices(self) -> None:
         """Move the window to now: the slices that fell out of the last second are emptied."""

@@ -100,10 +100,13 @@ def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> N
     seen = []
     for t in (k / 2, k - 0.5, k, k + 0.5, k + 3.0):
         clock.advance(cut_at + t - clock.monotonic())
-        # two callers at once: the second waits for its slot, the rate is the bound (it grows only then)
+        # two callers at once: the second waits for its slot, the rate is the bound; and more than
+        # half the rate admitted within the second: it is in use (it grows only then, RFC 7661).
+        # CUBIC's rate is a function of the time since the cut: the admissions at one time agree
         pacer.reserve()
         pacer.reserve()
-        pacer.admitted()
+        for _ in range(60):
+            pacer.admitted()
         seen.append(pacer.rate)
     assert seen[0] == pytest.approx(0.4 * (k / 2 - k) ** 3 + 100.0)
     assert 70.0 < seen[0] < seen[1] < seen[2] < seen[3] < seen[4]
@@ -575,3 +578,20 @@ def test_the_rate_does_not_grow_while_attempts_come_slower_than_it(probe: Probe)
         pacer.admitted(0.001)
     rate = pacer.rate
     assert rate is not None and rate > before
+
+
+def test_the_rate_does_not_grow_while_less_than_half_of_it_is_admitted() -> None:
+    """RFC 7661 section 4.3: callers queue at the pace (300 a second book slots at a rate of 300),
+    but only a third of the attempts go out and are admitted (the daemon's own loop is the bound):
+    less than half the rate is in use, and it does not grow. With every attempt admitted it does."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=300.0))
+    clock.advance(1.0)  # (its use is measured over a whole second from here)
+    for n in range(300 * 5):
+        take(pacer, clock)
+        if n % 3 == 0:
+            pacer.admitted(0.001)
+    assert pacer.rate == 300.0
+    drain(pacer, clock, 300)
+    rate = pacer.rate
+    assert rate is not None and rate > 300.0
