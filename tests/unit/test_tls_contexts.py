@@ -61,7 +61,9 @@ def test_a_context_per_trust_configuration_and_a_fresh_one_after_forget() -> Non
     tls = TlsContexts(environ)
     first = tls.context()
     # (verification stays on: the same context httpx makes by default)
-    assert isinstance(first, ssl.SSLContext) and first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
+    assert (
+        isinstance(first, ssl.SSLContext) and first.verify_mode is ssl.CERT_REQUIRED and first.check_hostname
+    )
     assert tls.context() is first
     tls.forget()
     assert tls.context() is not first and tls.made == 2
