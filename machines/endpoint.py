@@ -203,6 +203,16 @@ class Endpoint:
         """The pacer's rate (attempts per second); None while unpaced or without a pacer."""
         return None if self._pacer is None else self._pacer.rate
 
+    def seed(self, limit: float) -> None:
+        """Seed the pacer with a limit learned before (:meth:`machines.pacing.Pacer.seed`); nothing without one."""
+        if self._pacer is not None:
+            self._pacer.seed(limit)
+
+    def learned(self) -> float | None:
+        """The limit the pacer knows this endpoint by (:meth:`machines.pacing.Pacer.learned`); None
+        without a pacer or before it learned one."""
+        return None if self._pacer is None else self._pacer.learned()
+
     @property
     def in_flight(self) -> int:
         return self._in_flight

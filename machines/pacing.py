@@ -26,6 +26,13 @@ machines/retry_budget.py.
   machines/endpoint.py, counts the places and holds each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
   client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
   the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
+* A restart need not discover the limit again (:meth:`Pacer.seed`, :class:`LearnedLimit`): like a
+  TCP connection that starts with the slow-start threshold its predecessor to the same host left
+  in the host's cache (RFC 9040, "TCP Control Block Interdependence": its temporal sharing;
+  RFC 2140 before it), a pacer seeded with the limit its endpoint was refused at (:meth:`Pacer.learned`,
+  kept by the daemon across restarts) slow-starts only up to the cut it would make there and probes
+  on from it as after a refusal. Rediscovered, the limit was crossed at a slow start's pace and the
+  second that crossed it sent what was in flight before the first refusal came back.
 * :func:`echo_of_throttle` tells a throttle's echoes (refusals of attempts already in flight when
   it cut the pace) from new failures, for the circuit.
 
@@ -44,7 +51,7 @@ from supervisor.clock import Clock
 from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
-__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
+__all__ = ["LearnedLimit", "Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
 
 
 class Probe(enum.StrEnum):
@@ -150,6 +157,30 @@ class PacerReport:
     kind: str = "rest"
 
 
+@dataclass(frozen=True, slots=True)
+class LearnedLimit:
+    """What a pacer learned of its endpoint's limit, kept across restarts (:meth:`Pacer.seed`).
+
+    ``limit``: attempts per second the platform refused at the pacer's last cut (CUBIC's W_max:
+    what it was admitting then); ``at``: the wall time (epoch seconds) the daemon last knew it.
+    """
+
+    limit: float
+    at: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.limit) and self.limit > 0):
+            raise ValueError(f"a learned limit must be a finite rate > 0, got {self.limit!r}")
+        if not math.isfinite(self.at):
+            raise ValueError(f"a learned limit's time must be finite, got {self.at!r}")
+
+    def fresh(self, now: float, max_age_s: float) -> bool:
+        """Known at most ``max_age_s`` before ``now`` (wall times): it still says something about
+        the platform (RFC 9040 leaves how long a cached entry is kept to the implementation). One
+        from the future (the wall clock was set back) is not trusted."""
+        return 0.0 <= now - self.at <= max_age_s
+
+
 _NO_RATE: Final = math.inf
 # in flight: twice the bandwidth-delay product (BBR's cwnd_gain of 2)
 _IN_FLIGHT_GAIN: Final = 2.0
@@ -163,6 +194,7 @@ class Pacer:
 
     __slots__ = (
         "_admitted_slices",
+        "_avoiding_since",
         "_bound",
         "_ceiling",
         "_ceiling_until",
@@ -216,8 +248,12 @@ class Pacer:
         self._last_booked = -math.inf
         self._paused_until = 0.0
         self._last_cut = -math.inf
-        # CUBIC's W_max: the rate that was refused at the last cut
+        # CUBIC's W_max: the rate that was refused at the last cut (or the seeded limit: :meth:`seed`)
         self._max_before_cut = 0.0
+        # when congestion avoidance began (at a cut, or when slow start reached the threshold):
+        # CUBIC's t counts from here (RFC 9438 section 4.2: "the elapsed time from the beginning
+        # of the current congestion avoidance stage")
+        self._avoiding_since = -math.inf
         # the shortest round trip of an admitted attempt since the rate last restarted
         self._min_rtt = math.inf
         self._published_rate = self._rate
@@ -276,7 +312,39 @@ class Pacer:
         bdp = self._admitted_per_s() * self._min_rtt
         return max(floor, math.ceil(_IN_FLIGHT_GAIN * bdp))
 
+    def learned(self) -> float | None:
+        """The limit this pacer knows its endpoint by: the rate the platform refused at the last
+        cut (CUBIC's W_max), or the one it was seeded with; None before either."""
+        return self._max_before_cut if self._max_before_cut > 0 else None
+
     # -- inputs -------------------------------------------------------------------------------
+
+    def seed(self, limit: float) -> None:
+        """Start from a limit learned before (a previous run's :meth:`learned`, still fresh).
+
+        RFC 9040's temporal sharing (after RFC 2140): a new connection takes its
+        predecessor's slow-start threshold. Here the threshold is the cut this pacer would make
+        on a refusal at ``limit`` (``limit`` x ``backoff``): slow start stops there, below the
+        limit, and the rate probes on from it by congestion avoidance (``probe``; CUBIC's W_max is
+        ``limit``) as after a refusal, reaching the limit at the probe's gentle pace instead of at
+        a slow start's doubling. A paced endpoint starts at its initial rate, or at the threshold
+        when that is lower; an unpaced one (``initial_rate`` None) is engaged at the threshold, as
+        after its first throttle. A pacer that has learned a limit of its own keeps it.
+        """
+        if not (math.isfinite(limit) and limit > 0):
+            raise ValueError(f"a learned limit must be a finite rate > 0, got {limit!r}")
+        if self._max_before_cut > 0:
+            return
+        cfg = self._config
+        threshold = max(cfg.min_rate, min(limit, cfg.max_rate) * cfg.backoff)
+        self._max_before_cut = threshold / cfg.backoff
+        self._ssthresh = threshold
+        rate = self._rate
+        if rate is None or rate >= threshold:
+            # at the threshold already (an unpaced endpoint engages there): congestion avoidance
+            self._rate = threshold
+            self._avoiding_since = self._clock.monotonic()
+        self._published_rate = self._rate
 
     def reserve(self) -> tuple[float, bool]:
         """Take the next slot: ``(wait, booked)``.
@@ -371,10 +439,13 @@ class Pacer:
         cfg = self._config
         if rate < self._ssthresh:
             # slow start, per admitted attempt: a rate's worth of them (one second) multiplies
-            # the rate by growth
-            rate += cfg.growth - 1.0
+            # the rate by growth, up to the threshold (RFC 5681 section 3.1); congestion
+            # avoidance begins there
+            rate = min(rate + cfg.growth - 1.0, self._ssthresh)
+            if rate >= self._ssthresh:
+                self._avoiding_since = self._clock.monotonic()
         elif cfg.probe is Probe.CUBIC:
-            rate = max(rate, self._cubic(self._clock.monotonic() - self._last_cut))
+            rate = max(rate, self._cubic(self._clock.monotonic() - self._avoiding_since))
         else:
             # additive increase: a second's worth of admitted attempts adds `increase` of the rate
             rate += cfg.increase
@@ -482,7 +553,7 @@ class Pacer:
             if not paused_more:
                 return None
             return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause, self.kind)
-        self._last_cut = now
+        self._last_cut = self._avoiding_since = now
         self.generation += 1
         previous = self._rate
         measured = self._admitted_per_s()
