@@ -327,24 +327,25 @@ class Pacer:
         on a refusal at ``limit`` (``limit`` x ``backoff``): slow start stops there, below the
         limit, and the rate probes on from it by congestion avoidance (``probe``; CUBIC's W_max is
         ``limit``) as after a refusal, reaching the limit at the probe's gentle pace instead of at
-        a slow start's doubling. A paced endpoint starts at its initial rate, or at the threshold
-        when that is lower; an unpaced one (``initial_rate`` None) is engaged at the threshold, as
-        after its first throttle. A pacer that has learned a limit of its own keeps it.
+        a slow start's doubling. It starts at its initial rate, or at the threshold when that is
+        lower (a rate known to be refused is not worth starting at). A pacer that has learned a
+        limit of its own keeps it; an unpaced one (``initial_rate`` None: REST calls) is left as it
+        is: it has no slow start to stop, and engaged from the start it would make every call,
+        long polls included, wait for a slot on a platform that may not throttle them today.
         """
         if not (math.isfinite(limit) and limit > 0):
             raise ValueError(f"a learned limit must be a finite rate > 0, got {limit!r}")
-        if self._max_before_cut > 0:
+        rate = self._rate
+        if self._max_before_cut > 0 or rate is None:
             return
         cfg = self._config
         threshold = max(cfg.min_rate, min(limit, cfg.max_rate) * cfg.backoff)
         self._max_before_cut = threshold / cfg.backoff
         self._ssthresh = threshold
-        rate = self._rate
-        if rate is None or rate >= threshold:
-            # at the threshold already (an unpaced endpoint engages there): congestion avoidance
-            self._rate = threshold
+        if rate >= threshold:
+            # at the threshold already: congestion avoidance from the start
+            self._rate = self._published_rate = threshold
             self._avoiding_since = self._clock.monotonic()
-        self._published_rate = self._rate
 
     def reserve(self) -> tuple[float, bool]:
         """Take the next slot: ``(wait, booked)``.

@@ -96,11 +96,12 @@ class Endpoints:
                 endpoint.seed(limit)
 
     def learned(self) -> dict[EndpointId, float]:
-        """Each endpoint's learned limit (:meth:`machines.pacing.Pacer.learned`), for those that have one."""
+        """Each connect endpoint's learned limit (:meth:`machines.pacing.Pacer.learned`), for those
+        that have one: what a later start seeds (a REST endpoint starts unpaced whatever it met)."""
         out: dict[EndpointId, float] = {}
         for name, endpoint in self._endpoints.items():
             limit = endpoint.learned()
-            if limit is not None:
+            if limit is not None and endpoint.kind is EndpointKind.CONNECT:
                 out[name] = limit
         return out
 

@@ -7,8 +7,9 @@ kept in the store's ``meta`` table, one row per endpoint (docs/store.md, "meta")
     pacer.genesys:webmessaging = {"limit": 200.0, "at": 1796194800.5}
 
 ``limit`` in attempts per second, ``at`` the wall time (epoch seconds) the daemon last knew it.
-Rows are written whenever a pacer cuts on a refusal (so a ``kill -9`` keeps the last one) and, for
-every endpoint with a learned limit, when the daemon stops; they are read once at start, and a
+Rows are written for connect endpoints (handshakes, CXone starts: the ones paced from the start)
+whenever their pacer cuts on a refusal (so a ``kill -9`` keeps the last one) and, for every one with a
+learned limit, when the daemon stops; they are read once at start, and a
 record younger than ``[admission] learnedLimitMaxAge`` seeds its endpoint's pacer. A row that is
 not such a record is ignored with one warning naming its key.
 """

@@ -292,3 +292,34 @@ def test_the_pace_does_not_grow_while_attempts_wait_for_a_place_in_flight(clock:
     endpoint.ask()
     endpoint.answered(ticket, None, clock.monotonic() - 0.05)
     assert endpoint.rate == pytest.approx(11.0)
+
+
+def test_connect_endpoints_keep_and_take_a_learned_limit_rest_endpoints_neither(clock: FakeClock) -> None:
+    """A throttle teaches both kinds a limit; only the connect endpoint's is told for the next start
+    (Endpoints.learned), and a seed paces a connect endpoint made before or after it, never a REST one."""
+    made = endpoints(
+        clock,
+        connect=PacingConfig(initial_rate=100.0, in_flight_floor=2),
+        rest=PacingConfig(initial_rate=None),
+    )
+    handshakes, api = made.connect(EP), made.get(EndpointId(Platform.GENESYS, "api"))
+    handshakes.answered(go(handshakes, clock), THROTTLE, clock.monotonic())
+    api.answered(go(api, clock), THROTTLE, clock.monotonic())
+    assert handshakes.learned() == pytest.approx(100.0) and api.learned() is not None
+    assert made.learned() == {EP: pytest.approx(100.0)}
+
+    later = endpoints(
+        clock,
+        connect=PacingConfig(initial_rate=100.0, in_flight_floor=2),
+        rest=PacingConfig(initial_rate=None),
+    )
+    before = later.connect(EndpointId(Platform.CXONE, "agent-sessions"))
+    limits = {
+        EP: 40.0,
+        EndpointId(Platform.CXONE, "agent-sessions"): 60.0,
+        EndpointId(Platform.GENESYS, "api"): 5.0,
+    }
+    later.seed(limits)
+    assert before.rate == pytest.approx(51.0) and before.learned() == pytest.approx(60.0)
+    assert later.connect(EP).rate == pytest.approx(34.0)
+    assert later.get(EndpointId(Platform.GENESYS, "api")).rate is None

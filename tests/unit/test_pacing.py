@@ -681,11 +681,11 @@ def test_a_seeded_cubic_pacer_probes_from_the_threshold_not_from_a_cut_long_ago(
     assert rate is not None and rate <= 220
 
 
-def test_a_seed_engages_an_unpaced_endpoint_at_the_threshold_and_keeps_a_limit_learned_since() -> None:
+def test_a_seed_starts_at_a_lower_threshold_leaves_an_unpaced_endpoint_and_an_own_limit_alone() -> None:
     clock = FakeClock()
     rest = Pacer(EP, clock, PacingConfig(initial_rate=None, backoff=0.5))
     rest.seed(80.0)
-    assert rest.rate == pytest.approx(40.0)
+    assert rest.rate is None and rest.learned() is None
     # an initial rate above the threshold starts at the threshold
     low = Pacer(EP, clock, PacingConfig(initial_rate=20.0, backoff=0.5))
     low.seed(10.0)
