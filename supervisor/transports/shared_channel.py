@@ -211,6 +211,9 @@ class SharedChannel:
                 held.remove(member)
                 if not held:
                     del self._by_topic[t]
+                    # no longer ours to count on: the PUT under way may leave it out, so a session
+                    # that asks for it again before that PUT returns is added anew, not taken as held
+                    self.subscribed.discard(t)
         self._to_add.pop(member.session_id, None)
         self.core.leave(member.session_id)
         member.channel = None

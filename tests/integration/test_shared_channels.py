@@ -463,3 +463,31 @@ async def test_the_channel_client_is_where_a_clients_identity_enters(
         else:
             assert set(wiring.channel_quotas) == {"client-even", "client-odd"}
             assert wiring.channel_pools.pools == {}
+
+
+async def test_a_session_started_again_while_its_topic_comes_off_is_added_back(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """A session stopped (its topic off the channel, one PUT of the others) and started again while
+    that PUT is out is not taken as held: it is added back once the PUT returns."""
+    sim = await start_genesys(GenesysSimConfig(), seed=15)
+    async with supervised(shared_config(sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan = sim.state.channels[channel.link.channel_id]
+        subs = "/api/v2/notifications/channels/{channelId}/subscriptions"
+        sim.faults.inject(
+            Fault(kind=FaultKind.LATENCY, endpoint="PUT *subscriptions", count=1, params={"latency_ms": 1000})
+        )
+        (spec,) = [s for s in h.config.sessions if s.id == "nt-0"]
+        puts = sim.recorder.request_count("PUT", subs)
+        await h.supervisor.stop("nt-0")
+        await h.wait(lambda: channel.batches == 1)  # the PUT without nt-0's topic is out
+        h.supervisor.start(spec)
+        await h.wait(lambda: "nt-0" in channel.members)
+        assert sim.recorder.request_count("PUT", subs) == puts  # rejoined while the PUT is out
+        await h.wait(lambda: sim.recorder.request_count("PUT", subs) == puts + 1)
+        await h.wait(lambda: sorted(chan.topics) == [topic(0), topic(1)])
+        await h.wait(lambda: h.all_in("active"))
+        assert sim.publish(topic(0), {"back": True}) == 1
