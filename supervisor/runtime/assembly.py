@@ -510,6 +510,7 @@ def socket_api(
         circuit_control=supervisor.manual_circuits,
         messaging=supervisor,
         platform=wiring.platform_events,
+        owners=supervisor.owners,
     )
 
 
