@@ -3,6 +3,10 @@
 :class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
 the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
 
+* **by shard** (docs/runtime.md, "Shards and leases"): nothing is read at open; :meth:`Durable.acquire`
+  loads the desired sessions and the session ledger of the shards the supervisor's leases give it,
+  :meth:`Durable.planned` ends the orphans of those shards only, :meth:`Durable.release` forgets a
+  lost shard's rows without writing anything;
 * **at start**, :meth:`Durable.plan` says which configured sessions run: a session ``ctl stop``
   stopped, or one a fail-fast (or an exhausted reconnection, a graceful close) ended, stays down
   until ``ctl start`` re-authenticates it (seed section 3); a Web Messaging session whose guest

@@ -7,6 +7,11 @@ longer than a service manager's start timeout), and only then reports itself sta
 moment is what the lifecycle (supervisor/runtime/main.py) waits for before it says the daemon
 is ready.
 
+It runs the sessions of the shards its :class:`~supervisor.runtime.leases.Leases` give it (one host:
+SoloLeases, every shard): as their :class:`~supervisor.runtime.leases.LeaseHolder` it loads a shard it
+acquires and starts its sessions, and abandons the sessions of a shard it loses (docs/runtime.md,
+"Shards and leases").
+
 The supervisor fronts what callers do with sessions: start one (a full authentication cycle),
 stop one, drain all, a REST call or a message on a session's behalf, and a status summary. It
 writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or makes one); readers
