@@ -37,7 +37,8 @@ def ctl(ctx: click.Context, socket_path: Path | None) -> None:
 
     \b
     Every verb answers or fails with one line: exit 0 when done, 1 when the daemon
-    refused it (the typed error is printed) or cannot be reached, 2 on bad usage.
+    refused it (the typed error is printed) or cannot be reached, 2 on bad usage,
+    69 when the session is in a shard this daemon does not own (NotOwner).
     Verbs that change something are published as CONTROL_COMMAND events, with your
     uid and pid, so subscribers see who did what.
 
