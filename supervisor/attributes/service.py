@@ -13,7 +13,7 @@ here too.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -305,12 +305,13 @@ class AttributeService:
         return await self._require_store().update_outcomes()
 
     # ------------------------------------------------------------------ running
-    async def load(self) -> None:
-        """Resume what a previous run left: queued writes, unanswered sends, pending verifications."""
+    async def load(self, shards: Collection[int] | None = None) -> None:
+        """Resume what a previous run left of ``shards`` (None: every shard): queued writes,
+        unanswered sends, pending verifications (the store reads the live rows by shard)."""
         store = self.store
         if store is None:
             return
-        rows = await store.live_rows()
+        rows = await store.live_rows(shards)
         entries = await store.ledger(sorted({r.ledger_id for r in rows if r.ledger_id is not None}))
         now = self._clock.time()
         verify = self.settings.verify_after_s

@@ -213,6 +213,11 @@ class Durable:
         self.desired.update(desired)
         self.server.update(server)
         await self._end_stale(server)
+        if store is not None:
+            # the attribute updates of those shards: queued writes, unanswered sends, verifications
+            # (a store that fails here is degraded: its health hook reported it)
+            with contextlib.suppress(StoreError):
+                await self.attributes.load(wanted)
 
     def release(self, shards: Collection[int]) -> None:
         """``shards`` are lost: what was loaded of them is forgotten (nothing written: the next owner
@@ -298,18 +303,14 @@ class Durable:
             self.server[row.session_id] = dataclasses.replace(row, state=ServerState.CLOSED, guest_token=None)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the attribute service; started at once (the orphans of each shard are ended once its
-        sessions are handed over: :meth:`planned`)."""
+        """Run the attribute service; started at once (each shard's attribute updates are loaded as it
+        is acquired, its orphans ended once its sessions are handed over: :meth:`planned`)."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             unsubscribe = self.bus.subscribe(self._on_event)
             try:
-                if self.store is not None:
-                    # a store that fails here is degraded: its health hook reported it
-                    with contextlib.suppress(StoreError):
-                        await self.attributes.load()
-                    if self.background:
-                        tg.start_soon(self.attributes.serve)
+                if self.store is not None and self.background:
+                    tg.start_soon(self.attributes.serve)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:

@@ -36,7 +36,7 @@ from supervisor.errors import ApiError
 from supervisor.runtime.leases import Lease, LeaseHolder
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from supervisor.store import ServerSession, ServerState, SqliteStore
+from supervisor.store import ServerSession, ServerState, SqliteStore, Submission
 from supervisor.store.shards import ALL_SHARDS, shard_of
 from supervisor.vocabulary import SessionState
 from tests.harness.config import daemon_config
@@ -132,12 +132,19 @@ async def _run_ctl(control: Path, *args: str) -> subprocess.CompletedProcess[str
 
 async def _orphans(store: Path, ids: Sequence[str]) -> None:
     """Server sessions left open by a crash, of sessions no longer configured (a guest whose token
-    was never confirmed: ended as ``not_cleanable``, with no request to any platform)."""
+    was never confirmed: ended as ``not_cleanable``, with no request to any platform), each with an
+    attribute update still queued."""
     opened = await SqliteStore.open(store, synchronous="normal")
     try:
         for session_id in ids:
             await opened.session_opening(
                 ServerSession(session_id, "genesys", "webmessaging", ServerState.OPENING, 1000.0)
+            )
+            await opened.submit(
+                Submission(
+                    f"u-{session_id}", "t", session_id, f"conv-{session_id}", {"k": "v"}, frozenset(), 1000.0
+                ),
+                50,
             )
     finally:
         await opened.aclose()
@@ -170,6 +177,9 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
         assert [e["sessionId"] for e in daemon.recorded.named("SESSION_RECONCILED")] == [ORPHAN_OWNED]
         await daemon.wait(lambda: server_sessions(store)[ORPHAN_OWNED]["state"] == "closed")
         assert server_sessions(store)[ORPHAN_LATER]["state"] == "opening"
+        # the queued attribute updates of the owned shards only are loaded (the store read by shard)
+        scheduled = daemon.service.scheduler
+        assert scheduled.pending() == 1
 
         await daemon.wait(
             lambda: all(
@@ -258,6 +268,7 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
         assert {a: cxone_sim.state.session_for_agent(a) for a in AGENTS} == agent_sessions
         assert rec.request_count("POST", JOIN) == 1
         await daemon.wait(lambda: len(daemon.recorded.named("SESSION_RECONCILED")) == 2)
+        assert scheduled.pending() == 2  # and the acquired shard's, now
         assert [e["sessionId"] for e in daemon.recorded.named("SESSION_RECONCILED")] == [
             ORPHAN_OWNED,
             ORPHAN_LATER,
