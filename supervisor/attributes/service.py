@@ -48,6 +48,7 @@ from supervisor.store import (
     Submission,
     UpdateOutcome,
 )
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import SdkErrorEvent
 from supervisor.vocabulary import ApiFault
 
@@ -326,6 +327,18 @@ class AttributeService:
             delay = min(verify, max(0.0, (since or now) + verify - now))
             work = Work(Kind.CHECK, row.tenant, row.conversation_id, row.ledger_id or 0)
             self.scheduler.after(work, delay)
+
+    def release(self, shards: Collection[int]) -> int:
+        """``shards`` were lost: their work not yet started is dropped (the next owner loads their rows
+        from the store, as :meth:`load` does); how many pieces of work were dropped."""
+        lost = frozenset(shards)
+        conversations = {
+            conversation
+            for conversation, (_, session_id) in self._owner.items()
+            # a row with no session carries its conversation's shard (docs/store.md, "Shards")
+            if shard_of(session_id if session_id is not None else conversation) in lost
+        }
+        return self.scheduler.forget(conversations)
 
     async def run_due(self) -> None:
         """Run the work due now on the clock (the daemon's loop calls it; so do tests, after moving a fake clock)."""

@@ -227,6 +227,7 @@ class Durable:
             for session_id in [k for k in table if shard_of(k) in lost]:
                 del table[session_id]
         self._started -= {k for k in self._started if shard_of(k) in lost}
+        self.attributes.release(lost)
 
     @property
     def degraded(self) -> str | None:
