@@ -191,7 +191,9 @@ def act(
     refused = 0
     codes: set[int] = set()
     with _client() as client:
-        targets = list(dict.fromkeys([*ids, *(row["sessionId"] for row in selected(client, selection))]))
+        # ids alone act on those ids: an empty selection matches every row, so it is asked only when given
+        chosen = selected(client, selection) if selection.given else []
+        targets = list(dict.fromkeys([*ids, *(row["sessionId"] for row in chosen)]))
         if (
             selection.given
             and (selection.everything or len(targets) > CONFIRM_ABOVE)

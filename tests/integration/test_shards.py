@@ -224,6 +224,8 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
         asked = {
             "show": ("show", "wm-1", "--json"),
             "attributes": ("attributes", "set", "wm-1", "k=v", "--json"),
+            # several ids, every one refused NotOwner: 69 too (one refusal of another kind would be 1)
+            "stop": ("stop", "wm-1", "cx-1", "--json"),
         }
         answers: dict[str, subprocess.CompletedProcess[str]] = {}
 
@@ -246,9 +248,12 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
         assert "NotOwner" in shown.stderr and f"shard {shard_of('wm-1')}" in shown.stderr
         update = answers["attributes"]
         assert update.returncode == EX_NOT_OWNER and json.loads(update.stdout)["error"].endswith("NotOwner")
+        stopped = answers["stop"]
+        assert stopped.returncode == EX_NOT_OWNER, stopped.stderr
+        # those two ids only: formerly several ids with no selector stopped every session
+        assert [json.loads(line)["sessionId"] for line in stopped.stdout.splitlines()] == ["wm-1", "cx-1"]
         # the other verbs on a session, over the control socket
         for method, parameters in [
-            (Method.STOP_SESSION, {"sessionId": "cx-1"}),
             (Method.START_SESSION, {"sessionId": "cx-1"}),
             (Method.SEND_MESSAGE, {"sessionId": "wm-1", "text": "hello"}),
             (Method.SET_AGENT_STATE, {"sessionId": "cx-1", "state": "Available"}),
@@ -257,10 +262,11 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
             with pytest.raises(ApiError) as refused:
                 await anyio.to_thread.run_sync(_call, daemon.control, method, parameters)
             assert refused.value.fault is ApiFault.NOT_OWNER, method
-        kept = await anyio.to_thread.run_sync(
-            _call, daemon.control, Method.SHOW_SESSION, {"sessionId": "wm-0"}
-        )
-        assert kept["session"]["state"] == "active"
+        for session_id in KEPT:
+            kept = await anyio.to_thread.run_sync(
+                _call, daemon.control, Method.SHOW_SESSION, {"sessionId": session_id}
+            )
+            assert kept["session"]["state"] == "active", session_id
         # what a script asked of the lost shard changed nothing
         assert rec.request_count("DELETE") == 0 and rec.request_count("POST", START) == starts
 
