@@ -136,6 +136,8 @@ class Supervisor:
                 await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
+                # the shared notification channels run in this group (their sessions' runners do not)
+                await tg.start(self.wiring.channel_pools.serve)
                 if self.book is not None:
                     await tg.start(self.book.serve)
                 # start-up goes through the leases: each shard acquired is loaded and its sessions started
