@@ -59,6 +59,8 @@ class SessionContext:
     conversation_id: str | None = None
     # the platform's own id of the session (CXone's rolling sessionId, a notifications channel id)
     platform_session_id: str | None = None
+    # the named tenant the session is of ([tenants.NAME]); None: the default tenant ([platforms.*])
+    tenant: str | None = None
 
     def learned(self, learned: Learned) -> SessionContext:
         """This context with what a connection learned (a known id is replaced, never erased)."""
@@ -77,7 +79,9 @@ class SessionContext:
 
     def correlation(self) -> Correlation:
         """The one place correlation ids are built (events, RawError contexts, spans)."""
-        return Correlation(self.session_id, self.agent_id, self.conversation_id, self.platform_session_id)
+        return Correlation(
+            self.session_id, self.agent_id, self.conversation_id, self.platform_session_id, self.tenant
+        )
 
     def envelope_context(self) -> dict[str, Any]:
         """The RawError ``context``: correlation ids only, never a token."""

@@ -71,8 +71,14 @@ class AttributeVerbs:
         attributes = parameters.get("attributes")
         if not isinstance(attributes, Mapping):
             raise _invalid("attributes", "attributes: expected an object of KEY: VALUE strings")
+        tenant = parameters.get("tenant")
+        if tenant is not None and session_id is not None:
+            # a session's updates go out with its own tenant's credential: naming one is a mistake
+            raise _invalid("tenant", "tenant: given with conversationId only (a session's tenant is its own)")
+        if tenant is not None and not (isinstance(tenant, str) and 0 < len(tenant) <= 64):
+            raise _invalid("tenant", "tenant: expected a tenant name of 1 to 64 characters")
         if conversation_id is not None:
-            return await self._set_by_conversation(publish, conversation_id, platform, attributes)
+            return await self._set_by_conversation(publish, conversation_id, platform, attributes, tenant)
         assert isinstance(session_id, str)  # checked above
         done = publish("attributes.set", session_id, None)
         try:
@@ -93,7 +99,12 @@ class AttributeVerbs:
         return answer.as_wire()
 
     async def _set_by_conversation(
-        self, publish: Publish, conversation_id: str, platform: str, attributes: Mapping[str, Any]
+        self,
+        publish: Publish,
+        conversation_id: str,
+        platform: str,
+        attributes: Mapping[str, Any],
+        tenant: str | None = None,
     ) -> dict[str, Any]:
         done = publish("attributes.set", None, f"conversation:{conversation_id}")
         try:
@@ -106,7 +117,7 @@ class AttributeVerbs:
                     platform=platform,
                 )
             service = self._require(Method.SET_ATTRIBUTES)
-            answer = await service.submit_conversation(conversation_id, attributes)
+            answer = await service.submit_conversation(conversation_id, attributes, tenant)
         except Refused as refused:
             error = _refusal(refused)
             done(error)

@@ -20,6 +20,7 @@ Both are operator verbs (supervisor/api/roles.py); every entry is published as `
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -62,8 +63,9 @@ class SessionVerbs:
             )
         sessions = self._sessions
         config = sessions.config
-        notifications = sum(
-            1
+        # per tenant: Genesys' channel limit is per OAuth client, one per tenant
+        notifications = Counter(
+            spec.tenant
             for spec in [*config.sessions, *sessions.added.values()]
             if spec.kind is SessionKind.NOTIFICATIONS
         )
@@ -104,7 +106,7 @@ class SessionVerbs:
                 results.append(_refused(error))
                 continue
             if spec.kind is SessionKind.NOTIFICATIONS:
-                notifications += 1
+                notifications[spec.tenant] += 1
             taken.add(spec.id)
             accepted.append((index, spec))
             results.append(None)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -288,7 +289,9 @@ class Durable:
         One the configuration can no longer run (its platform's table gone) is not started and stays
         in the store for a configuration that can; an id the file now declares is the file's."""
         declared = {spec.id for spec in config.sessions}
-        notifications = sum(1 for spec in config.sessions if spec.kind is SessionKind.NOTIFICATIONS)
+        notifications = Counter(
+            spec.tenant for spec in config.sessions if spec.kind is SessionKind.NOTIFICATIONS
+        )
         out: list[SessionSpec] = []
         for desired in self.desired.values():
             if desired.origin != Origin.API or desired.spec is None or desired.session_id in declared:
@@ -301,7 +304,7 @@ class Durable:
             except (msgspec.DecodeError, ConfigError):
                 continue
             if spec.kind is SessionKind.NOTIFICATIONS:
-                notifications += 1
+                notifications[spec.tenant] += 1
             out.append(spec)
         return out
 

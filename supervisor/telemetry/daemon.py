@@ -49,7 +49,7 @@ from supervisor.telemetry.scrub import Scrubber
 from supervisor.telemetry.segments import SessionTracker
 from supervisor.telemetry.settings import ExportSettings, package_version, resolve_settings
 from supervisor.telemetry.spans import SessionShape, SpanFactory
-from supervisor.vocabulary import Platform
+from supervisor.vocabulary import Scope
 
 if TYPE_CHECKING:
     from supervisor.telemetry.prometheus import PrometheusEndpoint
@@ -145,7 +145,7 @@ class Telemetry:
     def observe(
         self,
         *,
-        tokens: Mapping[Platform, TokenCache],
+        tokens: Mapping[Scope, TokenCache],
         sink_failures: Any = None,
         endpoints: Endpoints | None = None,
         outbox: Callable[[], int | None] | None = None,

@@ -30,7 +30,7 @@ from supervisor.events import (
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.vocabulary import CircuitState, Platform, SessionState
+from supervisor.vocabulary import CircuitState, Scope, SessionState
 
 __all__ = ["Metrics"]
 
@@ -53,7 +53,7 @@ class Metrics:
         self._sessions = sessions
         self._circuits = circuits
         self._segment_attempt = segment_attempt
-        self._tokens: Mapping[Platform, TokenCache] = {}
+        self._tokens: Mapping[Scope, TokenCache] = {}
         self._endpoints: Endpoints | None = None
         self._outbox: Callable[[], int | None] | None = None
         self._counts: dict[str, Callable[[], int]] = {}
@@ -185,7 +185,7 @@ class Metrics:
         )
 
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
-    def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
+    def observe_tokens(self, tokens: Mapping[Scope, TokenCache]) -> None:
         self._tokens = tokens
 
     def observe_endpoints(self, endpoints: Endpoints) -> None:
@@ -312,7 +312,7 @@ class Metrics:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             return [
                 Observation(int(getattr(cache, field)), {A.CREDENTIAL: platform.value})
-                for platform, cache in sorted(self._tokens.items())
+                for platform, cache in sorted(self._tokens.items(), key=lambda item: item[0].value)
             ]
 
         return observe
