@@ -123,8 +123,11 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)
 #: (``handover``: the drain reads ``onStop`` from the configuration in force when it starts, and
-#: ``maxAgeSeconds`` is read by the next start, which reads the file anew)
-APPLIED_TABLES: Final = frozenset({"platforms", "sessions", "reconnect", "circuit", "tokens", "handover"})
+#: ``maxAgeSeconds`` is read by the next start, which reads the file anew; ``tenants``: each tenant's
+#: table as a platform's, rebuilt when changed, built when added, its sessions stopped when removed)
+APPLIED_TABLES: Final = frozenset(
+    {"platforms", "tenants", "sessions", "reconnect", "circuit", "tokens", "handover"}
+)
 
 
 def restart_required(old: Config, new: Config, *, sockets_applied: bool = True) -> tuple[str, ...]:

@@ -9,15 +9,20 @@ simulator never answered a 429 (docs/configuration.md, "Tenants").
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from supervisor.api.protocol import Method
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
+from tests.harness.config import daemon_config
 from tests.harness.in_process import Harness
+from tests.harness.process import CLI, Daemon, running_daemon
 from tests.harness.simulators import StartGenesys
 from tests.integration.api_harness import Conn, api_daemon
 
@@ -171,3 +176,95 @@ async def test_one_tenants_outage_with_429s_never_holds_another_tenants_sessions
         assert west.recorder.connections_open() == PER_TENANT + 1
         assert h.terminations() == {}
         await control.aclose()
+
+
+async def ctl(
+    daemon: Daemon, *args: str, stdin: bytes | None = None
+) -> tuple[int, list[dict[str, Any]], str]:
+    """``ctl`` as a script runs it: a subprocess; its exit code, its JSON lines, its stderr."""
+    done = await anyio.run_process(
+        [*CLI, "ctl", "--socket", str(daemon.control), *args], input=stdin, check=False
+    )
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    return done.returncode, lines, done.stderr.decode()
+
+
+async def test_the_tenant_names_scripts_rely_on_from_the_command_line(
+    start_genesys: StartGenesys, tmp_path: Path
+) -> None:
+    """``sessions[].tenant``, ``ctl sessions add --tenant`` and NDJSON ``tenant``, ``--tenant`` on ``ctl
+    sessions|start|stop``, the rows' and ``Status`` circuits' ``tenant``, ``ctl attributes set
+    --conversation ID --tenant T``: against a daemon run as a process, the default tenant on one
+    simulator and ``[tenants.west]`` on another."""
+    home = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5)
+    west = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=6)
+    west_conv = west.create_conversation()
+    with tempfile.TemporaryDirectory(prefix="ss-ten-", dir="/tmp") as d:
+        workdir = Path(d)
+        extra = "\n".join(tenant_table("west", dict(west.urls))) + "\n"
+        extra += '[[sessions]]\nid = "west-0"\nplatform = "genesys"\nkind = "webmessaging"\ntenant = "west"\n'
+        config = daemon_config(
+            home.urls, workdir, [("wm-0", None)], store=workdir / "store.sqlite3", extra=extra
+        )
+        async with running_daemon(config) as daemon:
+            await daemon.wait_ready(2)
+            code, added, err = await ctl(
+                daemon, "sessions", "add", "west-1", "--kind", "webmessaging", "--tenant", "west", "--json"
+            )
+            assert (code, [(a["sessionId"], a["added"]) for a in added]) == (0, [("west-1", True)]), err
+            bad = b'{"id": "x-1", "kind": "webmessaging", "tenant": "nope"}\n'
+            code, refused, err = await ctl(daemon, "sessions", "add", "--from", "-", "--json", stdin=bad)
+            assert code == 1 and refused[0]["added"] is False
+            assert (
+                "sessions[0].tenant: no tenant 'nope' ([tenants.nope])" in err and len(err.splitlines()) == 1
+            )
+            await daemon.wait_ready(3)
+
+            code, listed, _ = await ctl(daemon, "sessions", "--tenant", "west", "--json")
+            assert code == 0
+            assert [(r["sessionId"], r["tenant"], r["state"]) for r in listed[0]["sessions"]] == [
+                ("west-0", "west", "active"),
+                ("west-1", "west", "active"),
+            ]
+            code, status, _ = await ctl(daemon, "status", "--json")
+            circuits = {c["endpoint"]: c.get("tenant") for c in status[0]["circuits"]}
+            assert circuits.get("west/genesys:webmessaging") == "west"
+            assert circuits.get("genesys:webmessaging", "absent") is None  # the default tenant's: no tenant
+
+            code, stopped, _ = await ctl(daemon, "stop", "--tenant", "west", "--json")
+            assert code == 0 and sorted(s["sessionId"] for s in stopped) == ["west-0", "west-1"]
+            code, listed, _ = await ctl(daemon, "sessions", "--json")
+            states = {r["sessionId"]: r["state"] for r in listed[0]["sessions"]}
+            assert states == {"wm-0": "active", "west-0": "terminated", "west-1": "terminated"}
+            code, started, _ = await ctl(daemon, "start", "--tenant", "west", "--json")
+            assert code == 0 and sorted(s["sessionId"] for s in started) == ["west-0", "west-1"]
+
+            # a conversation by id, written with west's credential on west's org
+            code, answer, err = await ctl(
+                daemon,
+                "attributes",
+                "set",
+                "--conversation",
+                west_conv.id,
+                "--tenant",
+                "west",
+                "wrapup=sale",
+                "--json",
+            )
+            assert code == 0 and answer[0]["accepted"] is True, err
+            await daemon.settled()
+            assert dict(west_conv.customer().attributes) == {"wrapup": "sale"}
+            assert home.recorder.request_count(method="PATCH") == 0
+            code, refused, err = await ctl(
+                daemon,
+                "attributes",
+                "set",
+                "--conversation",
+                west_conv.id,
+                "--tenant",
+                "nope",
+                "a=1",
+                "--json",
+            )
+            assert code == 1 and refused[0]["error"].endswith(".Unsupported") and "tenant 'nope'" in err
+            assert await daemon.stop() == 0
