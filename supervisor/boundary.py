@@ -35,7 +35,7 @@ import websockets.exceptions
 from supervisor.errors import TransportFailure
 from supervisor.events import Correlation
 from supervisor.taxonomy import Channel, Platform, RawError, SdkErrorEvent
-from supervisor.vocabulary import CloseCode
+from supervisor.vocabulary import CloseCode, Scope, TenantScope
 
 # the runtime's answer to an in-band failure: True means "the session goes on". A RawError is
 # classified by the runtime; an SdkErrorEvent is one a transport named (CXone's SESSION_RESYNCED)
@@ -76,6 +76,11 @@ class SessionContext:
         return replace(
             self, conversation_id=conversation, platform_session_id=platform_session, agent_id=agent
         )
+
+    @property
+    def scope(self) -> Scope:
+        """Whose credential the session runs with: its platform (the default tenant), or its named tenant's."""
+        return self.platform if self.tenant is None else TenantScope(self.tenant, self.platform)
 
     def correlation(self) -> Correlation:
         """The one place correlation ids are built (events, RawError contexts, spans)."""

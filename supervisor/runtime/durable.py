@@ -62,7 +62,7 @@ from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
-from supervisor.vocabulary import CloseCode, Platform, SessionState
+from supervisor.vocabulary import CloseCode, Scope, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -318,7 +318,8 @@ class Durable:
         rows = [
             DesiredSession(
                 spec.id,
-                spec.platform.value,
+                # the session's scope: its platform, a named tenant's NAME/<platform>
+                spec.platform.value if spec.tenant is None else f"{spec.tenant}/{spec.platform.value}",
                 DesiredState.RUNNING,
                 None,
                 now,
@@ -365,7 +366,8 @@ class Durable:
         record = _record_of(runner)
         row = ServerSession(
             session_id=runner.session_id,
-            platform=ctx.platform.value,
+            # a named tenant's NAME/<platform> (supervisor/runtime/reconcile.py ends it with that tenant's credential)
+            platform=ctx.scope.value,
             kind=ctx.channel.value,
             state=ServerState.OPEN if resumed else ServerState.OPENING,
             opened_at=self.clock.time(),
@@ -374,7 +376,7 @@ class Durable:
             platform_session_id=record.get("platformSessionId"),
             guest_token=record.get("guestToken"),
         )
-        await self._quietly(self._desire(runner.session_id, ctx.platform, DesiredState.RUNNING, None))
+        await self._quietly(self._desire(runner.session_id, ctx.scope, DesiredState.RUNNING, None))
         await self._quietly(store.session_opening(row))
 
     async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
@@ -391,7 +393,7 @@ class Durable:
             )
             return
         ended = runner.termination
-        platform = runner.context.platform
+        platform = runner.context.scope
         if ended is not None and ended.reason is not TerminationReason.STOPPED:
             reason = f"{ended.reason.value}/{ended.trigger.value if ended.trigger else ended.code}"
             await self._quietly(self._desire(runner.session_id, platform, DesiredState.TERMINATED, reason))
@@ -406,7 +408,7 @@ class Durable:
         await self._quietly(store.session_closed(runner.session_id, "closed", self.clock.time()))
 
     async def desire(
-        self, session_id: str, platform: Platform, running: bool, reason: str | None = None
+        self, session_id: str, platform: Scope, running: bool, reason: str | None = None
     ) -> None:
         """``ctl start`` / ``ctl stop``: what should be alive after a restart."""
         state = DesiredState.RUNNING if running else DesiredState.STOPPED
@@ -431,7 +433,7 @@ class Durable:
         self.attributes.drain()
 
     async def _desire(
-        self, session_id: str, platform: Platform, state: DesiredState, reason: str | None
+        self, session_id: str, platform: Scope, state: DesiredState, reason: str | None
     ) -> None:
         desired = DesiredSession(session_id, platform.value, state, reason, self.clock.time())
         self.desired[session_id] = desired

@@ -18,7 +18,7 @@ from supervisor.vocabulary.endpoints import (
     EndpointId,
 )
 from supervisor.vocabulary.faults import ApiFault
-from supervisor.vocabulary.platforms import Platform, Scope, TenantScope
+from supervisor.vocabulary.platforms import Platform, Scope, TenantScope, parse_scope
 from supervisor.vocabulary.states import CircuitState, SessionState
 
 __all__ = [
@@ -34,4 +34,5 @@ __all__ = [
     "Scope",
     "SessionState",
     "TenantScope",
+    "parse_scope",
 ]

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias
 
-__all__ = ["Platform", "Scope", "TenantScope"]
+__all__ = ["Platform", "Scope", "TenantScope", "parse_scope"]
 
 
 class Platform(enum.StrEnum):
@@ -38,3 +38,14 @@ class TenantScope:
 
 #: the default tenant's scope is its platform; a named tenant's a TenantScope
 Scope: TypeAlias = Platform | TenantScope
+
+
+def parse_scope(text: str) -> Scope | None:
+    """A scope from its ``value`` (``genesys``, ``east/genesys``: the store's ``platform`` column);
+    None when it names none."""
+    tenant, _, platform = text.rpartition("/")
+    try:
+        kind = Platform(platform)
+    except ValueError:
+        return None
+    return TenantScope(tenant, kind) if tenant else kind

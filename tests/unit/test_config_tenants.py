@@ -3,13 +3,16 @@ line naming its table; the default tenant's endpoints stay as they were, a named
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from supervisor.config import CxoneConfig, GenesysConfig, parse_config, parse_session, session_table
 from supervisor.errors import ConfigError
 from supervisor.runtime.circuits import configured_endpoints
 from supervisor.runtime.tenancy import configured_scopes, credential_keys
-from supervisor.vocabulary import EndpointId, Platform, TenantScope
+from supervisor.telemetry.daemon import configured_secrets
+from supervisor.vocabulary import EndpointId, Platform, TenantScope, parse_scope
 
 GENESYS = """
 [platforms.genesys]
@@ -161,3 +164,28 @@ def test_genesys_channel_limit_is_counted_per_tenant_client() -> None:
         parse_session(extra, config, "api", "sessions[0]", notifications={None: 20, "east": 20})
     spec = parse_session(extra, config, "api", "sessions[0]", notifications={None: 20, "east": 19})
     assert spec.tenant == "east" and spec.platform is Platform.GENESYS
+
+
+def test_every_tenants_credentials_are_given_to_the_scrubber(tmp_path: Path) -> None:
+    """A named tenant's client secret and access key secret never reach telemetry: the scrubber is
+    given them as it is the default tenant's."""
+    for name, value in {
+        "s": "default-secret-1",
+        "east-secret": "east-secret-2",
+        "bu-s": "bu-secret-3",
+        "bu-p": "bu-password-4",
+    }.items():
+        (tmp_path / name).write_text(value)
+    bu = BU.replace('clientSecretFile = "s"', 'clientSecretFile = "bu-s"').replace('"p"', '"bu-p"')
+    config = parse_config(GENESYS + EAST + bu, "c.toml")
+    secrets = configured_secrets(config, environ={}, config_dir=tmp_path)
+    assert sorted(secrets) == ["bu-password-4", "bu-secret-3", "default-secret-1", "east-secret-2"]
+
+
+def test_a_stored_platform_names_its_tenant_and_the_default_tenants_stays_as_it_was() -> None:
+    """The store's ``platform`` column: ``genesys`` for the default tenant (as every existing store has
+    it), ``east/genesys`` for a named one; read back to the scope whose credential ends it."""
+    assert parse_scope("genesys") is Platform.GENESYS
+    assert parse_scope("east/genesys") == TenantScope("east", Platform.GENESYS)
+    assert parse_scope(TenantScope("bu-7", Platform.CXONE).value) == TenantScope("bu-7", Platform.CXONE)
+    assert parse_scope("genesis") is None and parse_scope("east/") is None
