@@ -10,7 +10,9 @@ simulator never answered a 429 (docs/configuration.md, "Tenants").
 from __future__ import annotations
 
 import json
-import tempfile
+import shutil
+import sqlite3
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +20,31 @@ import anyio
 import pytest
 
 from supervisor.api.protocol import Method
+from supervisor.attributes import Refused
+from supervisor.clock import FakeClock
+from supervisor.config import load_config
+from supervisor.runtime.reload import Reloader, ReloadResult, answer
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from tests.harness.config import daemon_config
-from tests.harness.in_process import Harness
-from tests.harness.process import CLI, Daemon, running_daemon
+from supervisor.store import UpdateOutcome
+from supervisor.vocabulary import Platform, TenantScope
+from tests.harness.clocks import advancing
+from tests.harness.config import Credentials, attributes_config, short_dir
+from tests.harness.in_process import ApiSockets, Harness, supervised
+from tests.harness.process import CLI
 from tests.harness.simulators import StartGenesys
 from tests.integration.api_harness import Conn, api_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
+#: a store as the release of schema version 4 left it (tests/fixtures/store/write_release_store_v4.py)
+V4_STORE = Path(__file__).resolve().parents[1] / "fixtures" / "store" / "v4-byconv.sqlite3"
 PER_TENANT = 2  # Web Messaging guests per tenant (and one notifications session each)
 
 
-def tenant_table(name: str, urls: dict[str, str]) -> list[str]:
+def tenant_table(
+    name: str, urls: dict[str, str], *, secret: str = "genesys-secret", open_timeout: float = 2.0
+) -> list[str]:
     return [
         f"[tenants.{name}]",
         'platform = "genesys"',
@@ -40,13 +53,13 @@ def tenant_table(name: str, urls: dict[str, str]) -> list[str]:
         f'webmessagingUrl = "{urls["webmessaging"]}"',
         f'streamingUrl = "{urls["streaming"]}"',
         f'clientId = "{name}-client"',
-        'clientSecretFile = "genesys-secret"',
+        f'clientSecretFile = "{secret}"',
         'deploymentId = "dep-1"',
         f"[tenants.{name}.keepalive]",
         "echoInterval = 0",
         "pingInterval = 5.0",
         "pingTimeout = 5.0",
-        "openTimeout = 2.0",
+        f"openTimeout = {open_timeout}",
     ]
 
 
@@ -160,10 +173,10 @@ async def test_one_tenants_outage_with_429s_never_holds_another_tenants_sessions
             if tenant_of(e["circuitId"].removeprefix("circuit:")) == "west"
         ]
         west_rows = [r for r in (await call(Method.LIST_SESSIONS))["sessions"] if r.get("tenant") == "west"]
-        assert [(r["sessionId"], r["state"]) for r in west_rows] == [
-            *((f"west-wm-{i}", "active") for i in range(PER_TENANT)),
-            ("west-nt", "active"),
-        ]
+        assert {r["sessionId"]: r["state"] for r in west_rows} == {
+            **{f"west-wm-{i}": "active" for i in range(PER_TENANT)},
+            "west-nt": "active",
+        }
         assert len(west_transitions(h)) == west_changes_before
         # the platforms' records: east refused guests with 429s (TooManyRequests); west never answered
         # one, nor a 5xx, and holds every one of its connections
@@ -178,15 +191,26 @@ async def test_one_tenants_outage_with_429s_never_holds_another_tenants_sessions
         await control.aclose()
 
 
-async def ctl(
-    daemon: Daemon, *args: str, stdin: bytes | None = None
-) -> tuple[int, list[dict[str, Any]], str]:
+async def ctl(control: Path, *args: str, stdin: bytes | None = None) -> tuple[int, list[dict[str, Any]], str]:
     """``ctl`` as a script runs it: a subprocess; its exit code, its JSON lines, its stderr."""
-    done = await anyio.run_process(
-        [*CLI, "ctl", "--socket", str(daemon.control), *args], input=stdin, check=False
-    )
+    done = await anyio.run_process([*CLI, "ctl", "--socket", str(control), *args], input=stdin, check=False)
     lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
     return done.returncode, lines, done.stderr.decode()
+
+
+async def together(
+    *calls: Awaitable[tuple[int, list[dict[str, Any]], str]],
+) -> list[tuple[int, list[dict[str, Any]], str]]:
+    """Independent ``ctl`` runs at once (each a Python start-up: one after the other they cost seconds)."""
+    out: list[tuple[int, list[dict[str, Any]], str] | None] = [None] * len(calls)
+
+    async def run(i: int, call: Awaitable[tuple[int, list[dict[str, Any]], str]]) -> None:
+        out[i] = await call
+
+    async with anyio.create_task_group() as tg:
+        for i, call in enumerate(calls):
+            tg.start_soon(run, i, call)
+    return [r for r in out if r is not None]
 
 
 async def test_the_tenant_names_scripts_rely_on_from_the_command_line(
@@ -194,77 +218,191 @@ async def test_the_tenant_names_scripts_rely_on_from_the_command_line(
 ) -> None:
     """``sessions[].tenant``, ``ctl sessions add --tenant`` and NDJSON ``tenant``, ``--tenant`` on ``ctl
     sessions|start|stop``, the rows' and ``Status`` circuits' ``tenant``, ``ctl attributes set
-    --conversation ID --tenant T``: against a daemon run as a process, the default tenant on one
-    simulator and ``[tenants.west]`` on another."""
+    --conversation ID --tenant T``: ``ctl`` run as a script runs it (subprocesses, exit codes, ``--json``)
+    against a daemon with its store, the default tenant on one simulator and ``[tenants.west]`` on another."""
     home = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=5)
     west = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=6)
     west_conv = west.create_conversation()
-    with tempfile.TemporaryDirectory(prefix="ss-ten-", dir="/tmp") as d:
-        workdir = Path(d)
-        extra = "\n".join(tenant_table("west", dict(west.urls))) + "\n"
-        extra += '[[sessions]]\nid = "west-0"\nplatform = "genesys"\nkind = "webmessaging"\ntenant = "west"\n'
-        config = daemon_config(
-            home.urls, workdir, [("wm-0", None)], store=workdir / "store.sqlite3", extra=extra
-        )
-        async with running_daemon(config) as daemon:
-            await daemon.wait_ready(2)
-            code, added, err = await ctl(
-                daemon, "sessions", "add", "west-1", "--kind", "webmessaging", "--tenant", "west", "--json"
+    text = attributes_config(home.urls, ["conv-home"], store=tmp_path / "store.sqlite3")
+    text += "\n".join(tenant_table("west", dict(west.urls))) + "\n"
+    text += '[[sessions]]\nid = "west-0"\nplatform = "genesys"\nkind = "webmessaging"\ntenant = "west"\n'
+    with short_dir() as sockets:
+        paths = (sockets / "subscribe.sock", sockets / "control.sock")
+        async with supervised(text, tmp_path, durable=True, sockets=ApiSockets(paths)) as h:
+            await h.wait_active(2)
+            control = paths[1]
+            ndjson = b'{"id": "west-2", "kind": "webmessaging", "tenant": "west"}\n'
+            ndjson += b'{"id": "x-1", "kind": "webmessaging", "tenant": "nope"}\n'
+            flags, lines, status, written, listed = await together(
+                ctl(
+                    control,
+                    "sessions",
+                    "add",
+                    "west-1",
+                    "--kind",
+                    "webmessaging",
+                    "--tenant",
+                    "west",
+                    "--json",
+                ),
+                ctl(control, "sessions", "add", "--from", "-", "--json", stdin=ndjson),
+                ctl(control, "status", "--json"),
+                ctl(
+                    control,
+                    "attributes",
+                    "set",
+                    "--conversation",
+                    west_conv.id,
+                    "--tenant",
+                    "west",
+                    "k=v",
+                    "--json",
+                ),
+                ctl(control, "sessions", "--tenant", "west", "--json"),
             )
+            code, added, err = flags
             assert (code, [(a["sessionId"], a["added"]) for a in added]) == (0, [("west-1", True)]), err
-            bad = b'{"id": "x-1", "kind": "webmessaging", "tenant": "nope"}\n'
-            code, refused, err = await ctl(daemon, "sessions", "add", "--from", "-", "--json", stdin=bad)
-            assert code == 1 and refused[0]["added"] is False
-            assert (
-                "sessions[0].tenant: no tenant 'nope' ([tenants.nope])" in err and len(err.splitlines()) == 1
+            code, added, err = lines
+            assert code == 1 and [(a["line"], a["added"]) for a in added] == [(1, True), (2, False)]
+            assert err == (
+                "session-supervisor: error: InvalidSessionSpec: "
+                "AddSession: sessions[1].tenant: no tenant 'nope' ([tenants.nope])\n"
             )
-            await daemon.wait_ready(3)
+            code, (answer,), _ = status
+            circuits = {c["endpoint"]: c.get("tenant", "") for c in answer["circuits"]}
+            assert code == 0 and circuits["west/genesys:webmessaging"] == "west"
+            assert circuits["genesys:webmessaging"] == ""  # the default tenant's endpoint says no tenant
+            code, (accepted,), err = written
+            assert code == 0 and accepted["accepted"] is True, err
+            # (listed while the adds run: west-0 and whichever added session is there yet, west's alone)
+            code, (rows,), _ = listed
+            tenants = {r["sessionId"]: (r["tenant"], r["state"]) for r in rows["sessions"]}
+            assert code == 0 and tenants["west-0"] == ("west", "active")
+            assert set(tenants) <= {"west-0", "west-1", "west-2"}
+            assert {tenant for tenant, _ in tenants.values()} == {"west"}
+            with pytest.raises(Refused) as unknown:
+                await h.service.submit_conversation(west_conv.id, {"k": "v"}, "nope")
+            assert unknown.value.problem == "tenant 'nope': no such tenant"
+            await h.wait_active(4)
 
-            code, listed, _ = await ctl(daemon, "sessions", "--tenant", "west", "--json")
-            assert code == 0
-            assert [(r["sessionId"], r["tenant"], r["state"]) for r in listed[0]["sessions"]] == [
-                ("west-0", "west", "active"),
-                ("west-1", "west", "active"),
-            ]
-            code, status, _ = await ctl(daemon, "status", "--json")
-            circuits = {c["endpoint"]: c.get("tenant") for c in status[0]["circuits"]}
-            assert circuits.get("west/genesys:webmessaging") == "west"
-            assert circuits.get("genesys:webmessaging", "absent") is None  # the default tenant's: no tenant
+            code, stopped, _ = await ctl(control, "stop", "--tenant", "west", "--json")
+            assert code == 0 and sorted(s["sessionId"] for s in stopped) == ["west-0", "west-1", "west-2"]
+            assert h.runners["wm-0"].state.value == "active"  # the default tenant's session: not selected
+            code, started, _ = await ctl(control, "start", "--tenant", "west", "--json")
+            assert code == 0 and sorted(s["sessionId"] for s in started) == ["west-0", "west-1", "west-2"]
+            await h.wait_active(4)
+    # the update by conversation id is queued under west's credential (its key in the store)
+    conn = sqlite3.connect(tmp_path / "store.sqlite3")
+    try:
+        keys = dict(conn.execute("SELECT update_id, tenant FROM updates").fetchall())
+    finally:
+        conn.close()
+    assert keys == {accepted["updateId"]: "west/genesys:west-client"}
 
-            code, stopped, _ = await ctl(daemon, "stop", "--tenant", "west", "--json")
-            assert code == 0 and sorted(s["sessionId"] for s in stopped) == ["west-0", "west-1"]
-            code, listed, _ = await ctl(daemon, "sessions", "--json")
-            states = {r["sessionId"]: r["state"] for r in listed[0]["sessions"]}
-            assert states == {"wm-0": "active", "west-0": "terminated", "west-1": "terminated"}
-            code, started, _ = await ctl(daemon, "start", "--tenant", "west", "--json")
-            assert code == 0 and sorted(s["sessionId"] for s in started) == ["west-0", "west-1"]
 
-            # a conversation by id, written with west's credential on west's org
-            code, answer, err = await ctl(
-                daemon,
-                "attributes",
-                "set",
-                "--conversation",
-                west_conv.id,
-                "--tenant",
-                "west",
-                "wrapup=sale",
-                "--json",
-            )
-            assert code == 0 and answer[0]["accepted"] is True, err
-            await daemon.settled()
-            assert dict(west_conv.customer().attributes) == {"wrapup": "sale"}
-            assert home.recorder.request_count(method="PATCH") == 0
-            code, refused, err = await ctl(
-                daemon,
-                "attributes",
-                "set",
-                "--conversation",
-                west_conv.id,
-                "--tenant",
-                "nope",
-                "a=1",
-                "--json",
-            )
-            assert code == 1 and refused[0]["error"].endswith(".Unsupported") and "tenant 'nope'" in err
-            assert await daemon.stop() == 0
+async def test_a_reload_adds_changes_rotates_and_removes_tenants_as_it_does_platforms(
+    start_genesys: StartGenesys, tmp_path: Path
+) -> None:
+    """docs/configuration.md, "What a reload applies", for ``[tenants.NAME]``: a tenant added is built
+    and its sessions start; a tenant's table changed restarts its sessions alone; its credential
+    changed alone is rotated (tried first, no session restarted); a tenant removed with its sessions
+    stops them and is gone from the wiring."""
+    east = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=7)
+    west = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=8)
+    path = tmp_path / "supervisor.toml"
+
+    def text(*, with_east: bool, west_timeout: float = 2.0) -> str:
+        lines = ["[daemon]", "seed = 7", "shutdownGrace = 2.0", "[reconnect]", "firstDelayMin = 0.2"]
+        lines += ["firstDelayMax = 0.4"]
+        lines += tenant_table("west", dict(west.urls), secret="west-secret", open_timeout=west_timeout)
+        if with_east:
+            lines += tenant_table("east", dict(east.urls), secret="east-secret")
+        lines += ["[[sessions]]", 'id = "west-0"', 'platform = "genesys"', 'kind = "notifications"']
+        lines += ['agentId = "w"', 'tenant = "west"']
+        if with_east:
+            lines += ["[[sessions]]", 'id = "east-0"', 'platform = "genesys"', 'kind = "notifications"']
+            lines += ['agentId = "e"', 'tenant = "east"']
+        return "\n".join(lines) + "\n"
+
+    (tmp_path / "west-secret").write_text("west-secret-1")
+    (tmp_path / "east-secret").write_text("east-secret-1")
+    path.write_text(text(with_east=False))
+    async with supervised(load_config(path), tmp_path, credentials=Credentials(None, None, None)) as h:
+        await h.wait_active(1)
+        wiring = h.supervisor.wiring
+        west_scope, east_scope = TenantScope("west", Platform.GENESYS), TenantScope("east", Platform.GENESYS)
+        assert set(wiring.tokens) == {west_scope}
+
+        async def reload() -> ReloadResult:
+            return await Reloader(h.supervisor, lambda: load_config(path)).reload()
+
+        path.write_text(text(with_east=True))
+        added = await reload()
+        assert (added.error, added.added, added.restarted) == (None, ("east-0",), ())
+        await h.wait_active(2)
+        assert set(wiring.tokens) == {west_scope, east_scope}
+        assert east.recorder.tokens().get("issued") == 1  # east's own client, on east's org
+
+        west_cache = wiring.tokens[west_scope]
+        path.write_text(text(with_east=True, west_timeout=3.0))
+        changed = await reload()
+        assert (changed.error, changed.restarted) == (None, ("west-0",))  # east-0 untouched
+        assert wiring.tokens[west_scope] is not west_cache  # the tenant rebuilt, as a platform's table
+        await h.wait_active(2)
+
+        (tmp_path / "west-secret").write_text("west-secret-2")
+        rotated = await reload()
+        assert (rotated.error, rotated.restarted, rotated.rotated) == (None, (), (west_scope,))
+        assert answer(rotated)["credentialsRotated"] == ["west/genesys"]
+
+        path.write_text(text(with_east=False, west_timeout=3.0))
+        removed = await reload()
+        assert (removed.error, removed.removed, removed.restarted) == (None, ("east-0",), ())
+        assert set(wiring.tokens) == {west_scope} and east_scope not in wiring.pipelines
+        assert h.runners["west-0"].state.value == "active" and "east-0" not in h.runners
+
+
+async def test_updates_pending_in_an_existing_store_keep_flowing_beside_a_named_tenants(
+    start_genesys: StartGenesys, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A store of the current schema written before tenants (tests/fixtures/store, v4): its pending
+    updates (keyed ``genesys:...``, the default tenant's key as it always was) go to the default
+    tenant's org, never to a named tenant's; a named tenant's update by conversation id is keyed
+    ``west/genesys:<clientId>`` and written on west's org with west's credential."""
+    home = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=9, clock=clock)
+    west = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=10, clock=clock)
+    store = tmp_path / "store.sqlite3"
+    shutil.copyfile(V4_STORE, store)
+    conn = sqlite3.connect(f"file:{V4_STORE}?immutable=1", uri=True)
+    try:
+        pending = conn.execute("SELECT DISTINCT tenant, conversation_id FROM outbox").fetchall()
+    finally:
+        conn.close()
+    assert pending and all(tenant.startswith("genesys:") for tenant, _ in pending)
+    text = attributes_config(home.urls, [], store=store)
+    text += "\n".join(tenant_table("west", dict(west.urls))) + "\n"
+    west_conv = west.create_conversation()
+    async with supervised(text, tmp_path, clock=clock, sleep=advancing(clock), durable=True) as h:
+        service = h.service
+        answer = await service.submit_conversation(west_conv.id, {"wrapup": "sale"}, "west")
+        outcomes = await h.settle()
+        assert set(outcomes) >= {"u-1", "u-2", "u-conv-9", answer.update_id}
+        assert outcomes[answer.update_id] is UpdateOutcome.VERIFIED
+    # the fixture's updates were sent to the default tenant's org (which refuses their made-up ids: 400,
+    # flagged), never to west's, which read only its own conversation
+    fixture_updates = {u for u in outcomes if u.startswith("u-")}
+    assert fixture_updates >= {"u-1", "u-2", "u-conv-9"}
+    assert {outcomes[u] for u in fixture_updates} == {UpdateOutcome.FLAGGED}
+    reads = "/api/v2/conversations/{conversationId}"
+    assert home.recorder.request_count(method="GET", endpoint=reads, status=400) >= 3
+    assert home.recorder.request_count(method="GET", endpoint=reads, status=200) == 0
+    west_reads = west.recorder.request_count(method="GET", endpoint=reads)
+    assert west_reads == west.recorder.request_count(method="GET", endpoint=reads, status=200) > 0
+    assert dict(west_conv.customer().attributes) == {"wrapup": "sale"}
+    conn = sqlite3.connect(store)
+    try:
+        keys = dict(conn.execute("SELECT update_id, tenant FROM updates").fetchall())
+    finally:
+        conn.close()
+    assert keys[answer.update_id] == "west/genesys:west-client"
+    assert keys["u-conv-9"] == "genesys:https://api.example.test"  # the stored key, as it was
