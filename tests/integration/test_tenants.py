@@ -29,10 +29,10 @@ from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store import UpdateOutcome
 from supervisor.vocabulary import Platform, TenantScope
 from tests.harness.clocks import advancing
-from tests.harness.config import Credentials, attributes_config, short_dir
+from tests.harness.config import Credentials, attributes_config, cxone_config, short_dir
 from tests.harness.in_process import ApiSockets, Harness, supervised
 from tests.harness.process import CLI
-from tests.harness.simulators import StartGenesys
+from tests.harness.simulators import StartCxone, StartGenesys
 from tests.integration.api_harness import Conn, api_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -406,3 +406,26 @@ async def test_updates_pending_in_an_existing_store_keep_flowing_beside_a_named_
         conn.close()
     assert keys[answer.update_id] == "west/genesys:west-client"
     assert keys["u-conv-9"] == "genesys:https://api.example.test"  # the stored key, as it was
+
+
+async def test_a_cxone_tenant_logs_in_polls_and_is_paced_on_endpoints_of_its_own(
+    start_cxone: StartCxone, tmp_path: Path
+) -> None:
+    """A ``[tenants.NAME]`` of platform ``cxone`` (a configuration with no ``[platforms]`` table): its
+    session logs in with the tenant's access key, discovers the tenant's API, starts and polls; every
+    endpoint it used is the tenant's (``bu-7/cxone:...``), none the default tenant's."""
+    sim = await start_cxone(seed=11)
+    text = cxone_config(sim.urls, 1).replace("[platforms.cxone]", '[tenants.bu-7]\nplatform = "cxone"')
+    text = text.replace(
+        'platform = "cxone"\nkind = "agent-session"',
+        'platform = "cxone"\nkind = "agent-session"\ntenant = "bu-7"',
+    )
+    async with supervised(text, tmp_path) as h:
+        await h.wait_active(1)
+        assert h.runners["cx-0"].context.tenant == "bu-7"
+        used = {str(e) for e in h.supervisor.wiring.attempts.endpoints.all()}
+        assert used >= {"bu-7/cxone:oauth", "bu-7/cxone:agent-sessions", "bu-7/cxone:api"}
+        assert all(e.startswith("bu-7/") for e in used), used
+        transitions = [e for e in h.recorded.named("SESSION_TRANSITION") if e["machineId"] == "cx-0"]
+        assert transitions and transitions[-1]["to"] == "active"
+        assert {e.get("tenant") for e in transitions} == {"bu-7"}  # its event lines name its tenant
