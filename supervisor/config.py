@@ -102,7 +102,7 @@ class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 #: a tenant's name (``[tenants.NAME]``): it prefixes the tenant's endpoint ids, metric labels and stored
 #: keys (``NAME/genesys:api``), so no '/', ':' or '.' (a key path separator) and no spaces
 TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-_TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+_TenantName = Annotated[str, msgspec.Meta(pattern=f"^{TENANT_NAME.pattern}$")]
 
 
 class GenesysTenant(GenesysConfig, frozen=True, tag_field="platform", tag="genesys"):
