@@ -191,8 +191,8 @@ class Telemetry:
     def __call__(self, published: Published) -> None:
         event = published.event
         kind = type(event)
-        self.metrics.event(event)
         correlation = published.correlation
+        self.metrics.event(event, correlation)
         if correlation is not None:
             self.sessions.correlate(correlation)
         if kind is SessionTransition:

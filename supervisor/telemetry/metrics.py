@@ -17,6 +17,7 @@ from machines.registry import Endpoints
 from supervisor.attributes.events import AttributeMismatch
 from supervisor.events import (
     CircuitTransition,
+    Correlation,
     Event,
     PacingChanged,
     ReconnectionThrottled,
@@ -206,12 +207,20 @@ class Metrics:
         self._counts[name] = read
 
     # -- the bus ----------------------------------------------------------------------------------------
-    def event(self, event: Event) -> None:
+    def event(self, event: Event, correlation: Correlation | None = None) -> None:
+        """Count what ``event`` says; a named tenant's session's counts (its ``correlation``'s tenant) also
+        carry ``session_supervisor.tenant`` (the default tenant's series stay as they were)."""
+        tenant = None if correlation is None else correlation.tenant
+        self._session_event(event, {} if tenant is None else {A.TENANT: tenant})
+
+    def _session_event(self, event: Event, named: dict[str, Any]) -> None:
         kind = type(event)
         if kind is RetryAttempt:
             assert isinstance(event, RetryAttempt)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_attempts.add(1, {A.ERROR_TYPE: event.code, A.RETRY_POLICY: event.policy})
+                self.reconnect_attempts.add(
+                    1, {A.ERROR_TYPE: event.code, A.RETRY_POLICY: event.policy, **named}
+                )
             else:
                 reason = "token_replay" if event.token_refreshed else "retry"
                 self.retries.add(
@@ -221,35 +230,37 @@ class Metrics:
                         A.RETRY_POLICY: event.policy,
                         A.RETRY_REASON: reason,
                         A.RETRY_FROM_RETRY_AFTER: event.from_retry_after,
+                        **named,
                     },
                 )
         elif kind is RetrySuccess:
             assert isinstance(event, RetrySuccess)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "recovered"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "recovered", **named})
         elif kind is RetryExhausted:
             assert isinstance(event, RetryExhausted)
             attrs: dict[str, Any] = {
                 A.RETRY_KIND: event.kind.value,
                 A.ERROR_TYPE: event.code,
                 A.RETRY_POLICY: event.policy,
+                **named,
             }
             if event.give_up is not None:
                 attrs[A.RETRY_GIVE_UP] = event.give_up
             self.exhausted.add(1, attrs)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "exhausted"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "exhausted", **named})
         elif kind is ReconnectionThrottled:
-            self.reconnect_outcomes.add(1, {A.OUTCOME: "throttled"})
+            self.reconnect_outcomes.add(1, {A.OUTCOME: "throttled", **named})
         elif kind is SessionTransition:
             assert isinstance(event, SessionTransition)
             # read before the segment tracker moves on: was the failed attempt a reconnection?
             failed = event.source is SessionState.CONNECTING and event.target is SessionState.RECONNECTING
             if failed and self._segment_attempt(event.session_id) > 0:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "failed"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "failed", **named})
         elif kind is SessionTerminated:
             assert isinstance(event, SessionTerminated)
-            attrs = {A.TERMINATION_REASON: event.reason.value}
+            attrs = {A.TERMINATION_REASON: event.reason.value, **named}
             if event.trigger is not None:
                 attrs[A.TERMINATION_TRIGGER] = event.trigger.value
             if event.code is not None:

@@ -10,6 +10,7 @@ from rich.console import Console
 from supervisor.boundary import SessionContext
 from supervisor.cli.watch_view import WatchModel, render
 from supervisor.clock import FakeClock
+from supervisor.events import Correlation
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel
 from supervisor.telemetry import attributes as A
@@ -83,3 +84,34 @@ def test_the_token_metrics_name_a_named_tenants_credential_by_its_scope() -> Non
         if point.attributes is not None
     }
     assert labels == {"genesys", "east/genesys"}
+
+
+def test_a_named_tenants_session_counts_carry_the_tenant_label_and_the_default_tenants_none() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from supervisor.events import RetryAttempt, RetryKind
+    from supervisor.telemetry.metrics import Metrics
+
+    reader = InMemoryMetricReader()
+    metrics = Metrics(
+        MeterProvider(metric_readers=[reader]).get_meter("test"),
+        sessions=dict,
+        circuits=dict,
+        segment_attempt=lambda sid: 0,
+    )
+    at = "2026-12-02T07:00:00.000Z"
+    for session, tenant in (("wm-0", None), ("wm-1", "east")):
+        attempt = RetryAttempt(session, RetryKind.RECONNECT, 1, 2.5, "ABNORMAL_CLOSURE", "network", at)
+        metrics.event(attempt, Correlation(session, tenant=tenant))
+    data = reader.get_metrics_data()
+    assert data is not None
+    series = [
+        dict(point.attributes or {})
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == A.M_RECONNECT_ATTEMPTS
+        for point in metric.data.data_points
+    ]
+    assert sorted(s.get(A.TENANT, "") for s in series) == ["", "east"]
