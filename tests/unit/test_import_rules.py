@@ -86,7 +86,11 @@ PURE_API = (
 # (floor, what, module prefixes). docs/runtime.md draws the same table.
 FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (9, "entry points", ("supervisor.cli", "supervisor.__main__")),
-    (8, "the demo", ("supervisor.demo",)),
+    (
+        8,
+        "the demo; the WebSocket bridge (a subscriber of the socket API)",
+        ("supervisor.demo", "supervisor.bridge"),
+    ),
     (
         7,
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
