@@ -26,6 +26,7 @@ import httpx
 import msgspec
 from anyio import to_thread
 
+from machines.channel import ChannelConfig
 from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
@@ -68,6 +69,7 @@ from supervisor.runtime.tenancy import (
 )
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
+from supervisor.transports.channel_pool import ChannelPools, SharedNotificationsTransport
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
@@ -179,6 +181,18 @@ class Wiring:
         # Genesys' 20 notification channels per user and app: one count per OAuth client, a named
         # tenant's keyed ``NAME/<clientId>`` (two orgs may even share a client id: their channels do not)
         self.channel_quotas: dict[str, ChannelQuota] = {}
+        # shared notification channels (platforms.genesys.sharedChannels): one pool per OAuth client,
+        # their channels admitted by the streaming endpoint (docs/runtime.md, "Shared notification channels")
+        self.channel_pools = ChannelPools(
+            config=ChannelConfig(
+                first_delay_s=self.session_config.first_delay_s,
+                max_delay_s=max(60.0, self.session_config.first_delay_s[1]),
+            ),
+            clock=self.clock,
+            rng=self.rng,
+            sleep=sleep,
+            reports=bus_hooks,
+        )
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform
         # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
@@ -540,6 +554,25 @@ class Wiring:
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
+            if gen.shared_channels:
+                # a subscription of the agent's topic on a channel its OAuth client shares; the channels'
+                # attempts are the streaming endpoint's, as the sessions' are (made with the first of them)
+                # (a named tenant's: its own client's pool, pipeline and streaming endpoint)
+                gate = self.attempts.connect(GENESYS_STREAMING.of(tenant))
+                if tenant is None:
+                    self.channel_pools.gate = gate
+                pool = self.channel_pools.pool(
+                    self.channel_client(spec),
+                    pipeline=self.pipeline_for(scope),
+                    api_url=gen.api_url,
+                    keepalive=gen.keepalive,
+                    topic_limit=gen.topics_per_channel,
+                    gate=None if tenant is None else gate,
+                )
+                shared = SharedNotificationsTransport(
+                    ctx, pool=pool, topics=topics, keepalive=gen.keepalive, on_event=sink
+                )
+                return shared, GENESYS_STREAMING.of(tenant)
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(scope, spec.id),
@@ -585,6 +618,12 @@ class Wiring:
         client = gen.client_id if isinstance(gen, GenesysConfig) else None
         tenant = scope_tenant(scope)
         return (client or "") if tenant is None else f"{tenant}/{client or ''}"
+
+    def channel_client(self, spec: SessionSpec) -> str:
+        """The identity ``spec``'s channels are counted under: its tenant's OAuth client (the credential
+        and endpoint identity the platform's 20-channel limit is per): the default tenant's client id, a
+        named tenant's ``NAME/<clientId>`` (:meth:`client_key`)."""
+        return self.client_key(spec_scope(spec))
 
     def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
         """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the

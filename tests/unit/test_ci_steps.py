@@ -82,15 +82,17 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]",
     ]
     lines = ci_lines(result)
     # step 1 is the README's one test command, exactly: lint, types and the default suite
-    assert lines[0] == "ci: step 1/6: ./dev test (budget 870 s): ./dev test"
-    assert "ci: step 2/6: heavy suite signal_sweep (budget 90 s): ./dev pytest -m signal_sweep" in lines
-    assert "ci: step 3/6: heavy suite prometheus (budget 150 s): ./dev pytest -m prometheus" in lines
-    assert "ci: step 4/6: heavy suite rotel (budget 60 s): ./dev pytest -m rotel" in lines
-    assert "ci: step 5/6: heavy suite systemd_pid1 (budget 420 s): ./dev pytest -m systemd_pid1" in lines
-    assert "ci: step 6/6: heavy suite bridge (budget 150 s): ./dev pytest -m bridge" in lines
+    assert lines[0] == "ci: step 1/7: ./dev test (budget 870 s): ./dev test"
+    assert "ci: step 2/7: heavy suite signal_sweep (budget 90 s): ./dev pytest -m signal_sweep" in lines
+    assert "ci: step 3/7: heavy suite prometheus (budget 120 s): ./dev pytest -m prometheus" in lines
+    assert "ci: step 4/7: heavy suite rotel (budget 60 s): ./dev pytest -m rotel" in lines
+    assert "ci: step 5/7: heavy suite systemd_pid1 (budget 450 s): ./dev pytest -m systemd_pid1" in lines
+    assert "ci: step 6/7: heavy suite bridge (budget 150 s): ./dev pytest -m bridge" in lines
+    assert "ci: step 7/7: heavy suite channels_scale (budget 40 s): ./dev pytest -m channels_scale" in lines
     assert [re.sub(r" in \d+ s$", "", line) for line in lines[-7:]] == [
         "ci: summary",
         "ci:   ./dev test: passed",
@@ -99,6 +101,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "ci:   heavy suite rotel: passed",
         "ci:   heavy suite systemd_pid1: passed",
         "ci:   heavy suite bridge: passed",
+        "ci:   heavy suite channels_scale: passed",
     ]
     # each pytest step prints its own summary
     assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == [
@@ -108,6 +111,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "rotel",
         "systemd_pid1",
         "bridge",
+        "channels_scale",
     ]
 
 
@@ -125,7 +129,8 @@ PROMETHEUS_RUN = "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]"
 ROTEL_RUN = "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]"
 PID1_RUN = "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]"
 BRIDGE_RUN = "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]"
-HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN, BRIDGE_RUN]
+CHANNELS_RUN = "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]"
+HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN, BRIDGE_RUN, CHANNELS_RUN]
 
 
 @pytest.mark.parametrize(

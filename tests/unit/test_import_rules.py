@@ -575,7 +575,10 @@ DRIVEN = {
 #: Circuit's inputs: each called in machines/endpoint.py alone (machines/circuit.py calls its own)
 CIRCUIT_INPUTS = ("admit", "record_success", "record_failure", "probe_timed_out")
 #: other methods named like a circuit input, by module and receiver (not circuits)
-NOT_CIRCUITS = {("supervisor.transports.notifications", "self._dedupe", "admit")}
+NOT_CIRCUITS = {
+    ("supervisor.transports.notifications", "self._dedupe", "admit"),
+    ("supervisor.transports.shared_channel", "self._dedupe", "admit"),
+}
 
 
 def _daemon_files() -> list[Path]:
