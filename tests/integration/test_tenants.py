@@ -429,3 +429,40 @@ async def test_a_cxone_tenant_logs_in_polls_and_is_paced_on_endpoints_of_its_own
         transitions = [e for e in h.recorded.named("SESSION_TRANSITION") if e["machineId"] == "cx-0"]
         assert transitions and transitions[-1]["to"] == "active"
         assert {e.get("tenant") for e in transitions} == {"bu-7"}  # its event lines name its tenant
+
+
+async def test_each_tenants_shared_channels_are_its_own_clients(
+    start_genesys: StartGenesys, tmp_path: Path
+) -> None:
+    """With shared notification channels, each tenant's agents share channels of its own OAuth client
+    (its pool ``NAME/<clientId>``), made on its own org through its own pipeline and streaming endpoint."""
+    east = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=12)
+    west = await start_genesys(GenesysSimConfig(token_ttl_s=3600), seed=13)
+    lines = ["[daemon]", "seed = 7", "shutdownGrace = 2.0", "[reconnect]", "firstDelayMin = 0.2"]
+    lines += ["firstDelayMax = 0.4"]
+    for name, sim in (("east", east), ("west", west)):
+        table = tenant_table(name, dict(sim.urls))
+        at = table.index(f"[tenants.{name}.keepalive]")
+        lines += [*table[:at], "sharedChannels = true", *table[at:]]
+    for name in ("east", "west"):
+        for i in range(2):
+            lines += [
+                "[[sessions]]",
+                f'id = "{name}-nt-{i}"',
+                'platform = "genesys"',
+                'kind = "notifications"',
+            ]
+            lines += [f'agentId = "{name}-{i}"', f'tenant = "{name}"']
+    async with supervised("\n".join(lines) + "\n", tmp_path) as h:
+        await h.wait_active(4)
+        pools = h.supervisor.wiring.channel_pools.pools
+        assert {key: len(pool.channels) for key, pool in pools.items()} == {
+            "east/east-client": 1,
+            "west/west-client": 1,
+        }
+        made = "/api/v2/notifications/channels"
+        assert east.recorder.request_count(method="POST", endpoint=made, status=200) == 1
+        assert west.recorder.request_count(method="POST", endpoint=made, status=200) == 1
+        used = {str(e) for e in h.supervisor.wiring.attempts.endpoints.all()}
+        assert {"east/genesys:streaming", "west/genesys:streaming"} <= used
+        assert not {e for e in used if "/" not in e}  # no default tenant's endpoint was used
