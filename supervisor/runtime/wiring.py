@@ -67,6 +67,7 @@ from supervisor.runtime.tenancy import (
     scope_tenant,
     spec_scope,
 )
+from supervisor.runtime.tls import TlsContexts
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_pool import ChannelPools, SharedNotificationsTransport
@@ -178,6 +179,8 @@ class Wiring:
         # sessions and these together: Wiring.grow)
         self.added: dict[Scope, int] = {}
         self._pool_limits: dict[int, int] = {}
+        # every HTTP client's TLS context, one per trust configuration (supervisor/runtime/tls.py)
+        self.tls = TlsContexts()
         # Genesys' 20 notification channels per user and app: one count per OAuth client, a named
         # tenant's keyed ``NAME/<clientId>`` (two orgs may even share a client id: their channels do not)
         self.channel_quotas: dict[str, ChannelQuota] = {}
@@ -306,6 +309,8 @@ class Wiring:
         """
         retired: list[httpx.AsyncClient] = []
         swapped = {rotation.platform: rotation for rotation in rotations}
+        # the clients rebuilt below read the trust store anew, once
+        self.tls.forget()
         kept = dict(secrets)
         for platform in self._scopes(config):
             if platform_table(self.config, platform) == platform_table(config, platform):
@@ -471,8 +476,11 @@ class Wiring:
         per = max(sessions, SESSIONS_PER_CLIENT)
         limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
         # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
-        transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
-        client = httpx.AsyncClient(timeout=timeout, transport=transport, follow_redirects=False)
+        # the TLS context is shared (made once per trust configuration), the pool is the client's own
+        tls = self.tls.context()
+        transport = httpx.AsyncHTTPTransport(verify=tls, retries=0, limits=limits)
+        # (verify: the same context for the transports httpx mounts for proxies from the environment)
+        client = httpx.AsyncClient(verify=tls, timeout=timeout, transport=transport, follow_redirects=False)
         self._pool_limits[id(client)] = 2 * per + 20
         return client
 

@@ -64,6 +64,19 @@ class EndpointId:
         return f"circuit:{self}"
 
     @classmethod
+    def parse(cls, text: str) -> EndpointId | None:
+        """The endpoint whose ``str()`` is ``text`` (``genesys:api``, ``east/genesys:api``); None when
+        ``text`` names none."""
+        head, sep, name = text.partition(":")
+        tenant, _, platform = head.rpartition("/")
+        if not sep or platform not in {p.value for p in Platform}:
+            return None
+        try:
+            return cls(Platform(platform), name, tenant)
+        except ValueError:
+            return None
+
+    @classmethod
     def api(cls, platform: Platform) -> EndpointId:
         """A platform's REST API (``genesys:api``, ``cxone:api``): every call made on its host."""
         return cls(platform, "api")
