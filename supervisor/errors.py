@@ -24,6 +24,7 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     ├── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
     ├── CallNotSent                      a call the client refuses to send (a ValueError too)
     ├── StoreError                       the durable store cannot open, read or persist: names the file
+    ├── NotOwner                         a session whose shard this process does not own: ask its owner
     ├── machines.effects.MachineError    a machine was misused
     │   └── machines.effects.InputRejected  an input the machine's state does not accept
     ├── demo.runner.DemoRefused          the demo cannot run as asked on this machine
@@ -247,6 +248,22 @@ class StoreError(SupervisorError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+class NotOwner(SupervisorError):
+    """A session whose shard this process does not own (its lease is another's, or nobody's now).
+
+    Raised by the owner lookup (supervisor/runtime/leases.py) for a verb on such a session; the
+    socket API answers it as ``NotOwner`` and ``ctl`` exits 69 (docs/socket-api.md, "Errors").
+    ``owner`` is the fleet identity of the process that owns it, when known.
+    """
+
+    def __init__(self, session_id: str, shard: int, owner: str | None = None) -> None:
+        self.session_id = session_id
+        self.shard = shard
+        self.owner = owner
+        held = f"owned by {owner}" if owner else "not owned by this process"
+        super().__init__(f"session '{session_id}' is in shard {shard}, {held}: ask the process that owns it")
 
 
 def located(message: str, prefix: str = "") -> tuple[str, str]:

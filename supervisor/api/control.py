@@ -66,6 +66,7 @@ from supervisor.runtime.sessions import (
     ManualMove,
     SessionControl,
     SessionMessaging,
+    SessionOwners,
     SessionReader,
     TaxonomySwitch,
 )
@@ -99,6 +100,18 @@ _VERBS: Final[Mapping[str, str]] = {
     Method.ADD_SESSION: "sessions.add",
     Method.REMOVE_SESSION: "sessions.remove",
 }
+#: the methods on named sessions: each goes through the owner lookup first (NotOwner)
+_ON_SESSIONS: Final = frozenset(
+    {
+        Method.SHOW_SESSION.value,
+        Method.START_SESSION.value,
+        Method.STOP_SESSION.value,
+        Method.SET_ATTRIBUTES.value,
+        Method.SEND_MESSAGE.value,
+        Method.SET_AGENT_STATE.value,
+        Method.REMOVE_SESSION.value,
+    }
+)
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
@@ -145,8 +158,11 @@ class ControlService:
         roles: ControlRoles | None = None,
         circuits: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
+        owners: SessionOwners | None = None,
     ) -> None:
         self.sessions = sessions
+        # who answers for a session (the one lookup; None: this process answers for every session)
+        self.owners = owners
         # manual circuit control; None: a daemon that offers none (the verbs answer Unsupported)
         self.circuits = circuits
         self.operations = operations
@@ -250,6 +266,8 @@ class ControlService:
             self._check_role(peer, role, call)
             # every parameter's type, as the interface description declares it, before any verb runs
             check_parameters(call.method, call.parameters)
+            # a verb on a session this process does not own reaches nothing: its owner answers for it
+            self._check_owner(peer, call)
             result = await self._dispatch(peer, call)
         except ApiError as error:
             return b"" if oneway else encode_error(error)
@@ -311,6 +329,35 @@ class ControlService:
             required=needed.value,
         )(error)
         raise error
+
+    def _check_owner(self, peer: Peer, call: Call) -> None:
+        """NotOwner (published as CONTROL_COMMAND for a verb that changes something) when a session
+        the call names is in a shard this process does not own (supervisor/runtime/leases.py)."""
+        owners = self.owners
+        if owners is None or call.method not in _ON_SESSIONS:
+            return
+        named = call.parameters.get("sessionIds") if call.method == Method.REMOVE_SESSION else None
+        ids = named if isinstance(named, list) else [call.parameters.get("sessionId")]
+        for session_id in ids:
+            if not isinstance(session_id, str) or not 0 < len(session_id) <= 200:
+                continue  # the verb refuses it as it always did
+            owner = owners.owner_of(session_id)
+            if owner.here:
+                continue
+            held = f"owned by {owner.identity}" if owner.identity else "not owned by this process"
+            error = ApiError(
+                ApiFault.NOT_OWNER,
+                {
+                    "sessionId": session_id,
+                    "shard": owner.shard,
+                    "owner": owner.identity,
+                    "problem": f"session '{session_id}' is in shard {owner.shard}, {held}: ask its owner",
+                },
+            )
+            verb = _VERBS.get(call.method)
+            if verb is not None:
+                self._published(verb, peer, session_id=session_id)(error)
+            raise error
 
     def _published(
         self,

@@ -202,6 +202,8 @@ error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
 error NotIsolated (endpoint: string, state: string, problem: string)
 # A notifications session would need one more channel than its OAuth client may hold (channels of topics each).
 error ChannelLimit (index: int, sessionId: string, channels: int, topics: int, problem: string)
+# The session's shard is not owned by this process (owner: the fleet identity of the one that owns it, when known).
+error NotOwner (sessionId: string, shard: int, owner: ?string, problem: string)
 """
 )
 

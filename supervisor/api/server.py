@@ -44,6 +44,7 @@ from supervisor.runtime.sessions import (
     DesiredSessions,
     SessionControl,
     SessionMessaging,
+    SessionOwners,
     SessionReader,
     TaxonomySwitch,
 )
@@ -74,6 +75,7 @@ class SocketApi:
         circuit_control: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
         platform: PlatformEvents | None = None,
+        owners: SessionOwners | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
@@ -119,6 +121,7 @@ class SocketApi:
             roles=control_policy,
             circuits=circuit_control,
             messaging=messaging,
+            owners=owners,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

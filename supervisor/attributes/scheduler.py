@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -82,6 +82,14 @@ class Scheduler:
 
     def after(self, work: Work, seconds: float) -> None:
         self.at(work, self._clock.monotonic() + max(0.0, seconds))
+
+    def forget(self, conversations: Collection[str]) -> int:
+        """Drop the work not yet started of ``conversations`` (their shard was lost: its next owner
+        loads them from the store); how many pieces were dropped. Work already running finishes."""
+        gone = [work for work in self._due if work.conversation_id in conversations]
+        for work in gone:
+            del self._due[work]
+        return len(gone)
 
     def paused_for(self, tenant: str) -> float:
         """Seconds nothing of ``tenant`` is due for: a Retry-After still holding it."""

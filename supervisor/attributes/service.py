@@ -13,7 +13,7 @@ here too.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,6 +48,7 @@ from supervisor.store import (
     Submission,
     UpdateOutcome,
 )
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import SdkErrorEvent
 from supervisor.vocabulary import ApiFault
 
@@ -310,12 +311,13 @@ class AttributeService:
         return await self._require_store().update_outcomes()
 
     # ------------------------------------------------------------------ running
-    async def load(self) -> None:
-        """Resume what a previous run left: queued writes, unanswered sends, pending verifications."""
+    async def load(self, shards: Collection[int] | None = None) -> None:
+        """Resume what a previous run left of ``shards`` (None: every shard): queued writes,
+        unanswered sends, pending verifications (the store reads the live rows by shard)."""
         store = self.store
         if store is None:
             return
-        rows = await store.live_rows()
+        rows = await store.live_rows(shards)
         entries = await store.ledger(sorted({r.ledger_id for r in rows if r.ledger_id is not None}))
         now = self._clock.time()
         verify = self.settings.verify_after_s
@@ -330,6 +332,18 @@ class AttributeService:
             delay = min(verify, max(0.0, (since or now) + verify - now))
             work = Work(Kind.CHECK, row.tenant, row.conversation_id, row.ledger_id or 0)
             self.scheduler.after(work, delay)
+
+    def release(self, shards: Collection[int]) -> int:
+        """``shards`` were lost: their work not yet started is dropped (the next owner loads their rows
+        from the store, as :meth:`load` does); how many pieces of work were dropped."""
+        lost = frozenset(shards)
+        conversations = {
+            conversation
+            for conversation, (_, session_id) in self._owner.items()
+            # a row with no session carries its conversation's shard (docs/store.md, "Shards")
+            if shard_of(session_id if session_id is not None else conversation) in lost
+        }
+        return self.scheduler.forget(conversations)
 
     async def run_due(self) -> None:
         """Run the work due now on the clock (the daemon's loop calls it; so do tests, after moving a fake clock)."""

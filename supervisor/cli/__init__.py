@@ -23,6 +23,7 @@ from typing import NoReturn
 
 import click
 
+from supervisor.cli.common import exit_code_of
 from supervisor.cli.lazy_group import LazyCommand, LazyGroup
 from supervisor.distribution import VERSION
 from supervisor.errors import SupervisorError
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except SupervisorError as exc:
         click.echo(error_line(str(exc)), err=True)
-        sys.exit(1)
+        sys.exit(exit_code_of(exc))
     except BaseExceptionGroup as group:
         # a task group wraps what its tasks raised: report ours in one line, re-raise the rest
         leaves = _leaves(group)

@@ -11,10 +11,24 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from supervisor.errors import ApiError, SupervisorError
+from supervisor.vocabulary.faults import ApiFault
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+#: ``ctl``'s exit when the session is in a shard this process does not own (NotOwner): ask the
+#: process that owns it (sysexits' EX_UNAVAILABLE: this daemon cannot serve it, another can)
+EX_NOT_OWNER: Final = 69
+
+
+def exit_code_of(error: SupervisorError) -> int:
+    """The exit of a command that ``error`` ended: 69 for NotOwner (docs/socket-api.md, "Errors"), else 1."""
+    if isinstance(error, ApiError) and error.name == ApiFault.NOT_OWNER:
+        return EX_NOT_OWNER
+    return 1
 
 
 def stderr_console() -> Console:

@@ -19,6 +19,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.protocol import ApiFault, Method
 from supervisor.api.signatures import INT_MAX
+from supervisor.cli.common import exit_code_of
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable
 from supervisor.errors import ApiError
 
@@ -127,7 +128,7 @@ def set_attributes(
         if as_json:
             _print_json(refused)
         click.echo(f"session-supervisor: error: {error}", err=True)
-        code = EX_TEMPFAIL if error.name == ApiFault.BACKPRESSURE else 1
+        code = EX_TEMPFAIL if error.name == ApiFault.BACKPRESSURE else exit_code_of(error)
         raise click.exceptions.Exit(code) from None
     if as_json:
         _print_json(result)

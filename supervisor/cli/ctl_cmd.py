@@ -13,7 +13,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.cli import ctl_attributes, ctl_sessions
-from supervisor.cli.common import stdout_console
+from supervisor.cli.common import exit_code_of, stdout_console
 from supervisor.cli.ctl_sessions import Selection, act_options, selector_options
 from supervisor.cli.socket_option import UTF8, resolve_socket, sendable, socket_option
 from supervisor.errors import ApiError
@@ -37,7 +37,8 @@ def ctl(ctx: click.Context, socket_path: Path | None) -> None:
 
     \b
     Every verb answers or fails with one line: exit 0 when done, 1 when the daemon
-    refused it (the typed error is printed) or cannot be reached, 2 on bad usage.
+    refused it (the typed error is printed) or cannot be reached, 2 on bad usage,
+    69 when the session is in a shard this daemon does not own (NotOwner).
     Verbs that change something are published as CONTROL_COMMAND events, with your
     uid and pid, so subscribers see who did what.
 
@@ -69,7 +70,7 @@ def _answered(method: str, parameters: dict[str, Any], as_json: bool) -> dict[st
             sys.stdout.buffer.write(msgspec.json.encode(refused) + b"\n")
             sys.stdout.flush()
         click.echo(f"session-supervisor: error: {error}", err=True)
-        raise click.exceptions.Exit(1) from None
+        raise click.exceptions.Exit(exit_code_of(error)) from None
 
 
 def _plain(value: Any) -> str:
@@ -176,7 +177,7 @@ sessions.add_command(ctl_sessions.remove_command())
 @_json_option
 def show(session_id: str, as_json: bool) -> None:
     """One session in full, its termination included."""
-    result = _call(Method.SHOW_SESSION, {"sessionId": session_id})
+    result = _answered(Method.SHOW_SESSION, {"sessionId": session_id}, as_json)
     text = "\n".join(f"{key}: {_plain(value)}" for key, value in result["session"].items())
     _emit(result, as_json, text)
 
@@ -258,7 +259,7 @@ def _start_or_stop(
     """One id and nothing else: one call, its answer as ever (a refusal exits 1 with its line); ids,
     selectors or --all: one call per session through ``ctl_sessions.act``, one answer each."""
     if len(session_ids) == 1 and not (selection.given or dry_run):
-        result = _call(method, {"sessionId": session_ids[0]})
+        result = _answered(method, {"sessionId": session_ids[0]}, as_json)
         _emit(result, as_json, line(result))
         return
     ctl_sessions.act(

@@ -30,6 +30,7 @@ import msgspec
 from supervisor.api.client import Client
 from supervisor.api.control_sessions import MAX_SESSIONS_PER_CALL
 from supervisor.api.protocol import MAX_MESSAGE_BYTES, Method
+from supervisor.cli.common import exit_code_of
 from supervisor.cli.socket_option import UTF8, resolve_socket
 from supervisor.config import SessionKind
 from supervisor.errors import ApiError
@@ -90,7 +91,7 @@ def _refused_call(error: ApiError, as_json: bool) -> click.exceptions.Exit:
     if as_json:
         _write({"error": error.name, **error.parameters})
     click.echo(f"session-supervisor: error: {error}", err=True)
-    return click.exceptions.Exit(1)
+    return click.exceptions.Exit(exit_code_of(error))
 
 
 # ---------------------------------------------------------------------------------------- selectors
@@ -201,8 +202,11 @@ def act(
             "give session ids, a selector (--state, --reason, --platform, --kind, --origin, --tenant) or --all"
         )
     refused = 0
+    codes: set[int] = set()
     with _client() as client:
-        targets = list(dict.fromkeys([*ids, *(row["sessionId"] for row in selected(client, selection))]))
+        # ids alone act on those ids: an empty selection matches every row, so it is asked only when given
+        chosen = selected(client, selection) if selection.given else []
+        targets = list(dict.fromkeys([*ids, *(row["sessionId"] for row in chosen)]))
         if (
             selection.given
             and (selection.everything or len(targets) > CONFIRM_ABOVE)
@@ -225,6 +229,7 @@ def act(
                 result = client.call(method, {"sessionId": session_id})
             except ApiError as error:
                 refused += 1
+                codes.add(exit_code_of(error))
                 if as_json:
                     _write({"sessionId": session_id, "error": error.name, **error.parameters})
                 else:
@@ -232,7 +237,8 @@ def act(
                 continue
             _write(result) if as_json else click.echo(line(result))
     if refused:
-        raise click.exceptions.Exit(1)
+        # every refusal NotOwner: its exit (69); any other refusal among them: 1
+        raise click.exceptions.Exit(codes.pop() if len(codes) == 1 else 1)
 
 
 # ---------------------------------------------------------------------------------------- adding

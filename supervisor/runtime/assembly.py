@@ -54,6 +54,7 @@ from supervisor.errors import ConfigError
 from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.durable import Durable
+from supervisor.runtime.leases import Leases
 from supervisor.runtime.lock import DaemonLock, default_lock_path
 from supervisor.runtime.logrecords import LogRecords
 from supervisor.runtime.main import Service, daemon_signals, run_daemon
@@ -159,6 +160,9 @@ class DaemonConfig:
     body: Body | None = None
     #: a fleet member's share of the configured sessions (a seam, not built: no fleet exists yet)
     shard: ShardSet | None = None
+    #: the shards this process owns, made from the store's open epoch (supervisor/runtime/leases.py);
+    #: None: SoloLeases, every shard (one host)
+    leases: Callable[[int], Leases] | None = None
     say: Say | None = None
 
     @classmethod
@@ -308,7 +312,8 @@ class Daemon:
                 warn=options.say if logs is None else logs.warning,
             )
         # the store's book and the session table at construction: neither reaches for the other
-        supervisor = Supervisor(wiring, durable, sessions=sessions)
+        leases = None if options.leases is None else options.leases(0 if durable is None else durable.epoch)
+        supervisor = Supervisor(wiring, durable, sessions=sessions, leases=leases)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
             forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
@@ -510,6 +515,7 @@ def socket_api(
         circuit_control=supervisor.manual_circuits,
         messaging=supervisor,
         platform=wiring.platform_events,
+        owners=supervisor.owners,
     )
 
 

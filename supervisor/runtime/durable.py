@@ -3,6 +3,10 @@
 :class:`Durable` opens the store (``[store] path``, else ``$STATE_DIRECTORY/store.sqlite3``) and is
 the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
 
+* **by shard** (docs/runtime.md, "Shards and leases"): nothing is read at open; :meth:`Durable.acquire`
+  loads the desired sessions and the session ledger of the shards the supervisor's leases give it,
+  :meth:`Durable.planned` ends the orphans of those shards only, :meth:`Durable.release` forgets a
+  lost shard's rows without writing anything;
 * **at start**, :meth:`Durable.plan` says which configured sessions run: a session ``ctl stop``
   stopped, or one a fail-fast (or an exhausted reconnection, a graceful close) ended, stays down
   until ``ctl start`` re-authenticates it (seed section 3); a Web Messaging session whose guest
@@ -40,9 +44,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -63,6 +67,7 @@ from supervisor.runtime.targets import SessionTargets
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
+from supervisor.store.shards import shard_of
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
@@ -70,6 +75,7 @@ from supervisor.vocabulary import CloseCode, EndpointId, Scope, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
+T = TypeVar("T")
 STORE_FILE = "store.sqlite3"
 #: PACING_CHANGED's reason when a pacer cut its rate on a refusal (machines/pacing.py, Pacer.throttled)
 THROTTLED = "throttled"
@@ -125,8 +131,11 @@ class Durable:
         self.problem = problem
         self.bus = bus
         self.clock = clock
-        self.desired = dict(desired or {})
-        self.server = dict(server or {})
+        # what a store read without writing held (None: read by shard from the store, on acquire)
+        self._snapshot = None if store is not None else Snapshot(dict(desired or {}), dict(server or {}))
+        #: the desired sessions and the session ledger of the shards this process owns (acquire)
+        self.desired: dict[str, DesiredSession] = {}
+        self.server: dict[str, ServerSession] = {}
         self.sessions = sessions
         self.wiring = wiring
         self.targets = SessionTargets(sessions, wiring, self._down_reason)
@@ -135,7 +144,6 @@ class Durable:
         )
         self._tg: TaskGroup | None = None
         self._started: set[str] = set()
-        self._planned: anyio.Event | None = None
         #: server sessions found open at start that nobody wants: session id -> outcome once ended
         self.reconciled: dict[str, str] = {}
 
@@ -184,9 +192,8 @@ class Durable:
                 **common,
             )
         try:
-            desired = await store.desired_sessions()
-            server = await store.server_sessions()
             # each endpoint's pace starts from the limit the previous run learned, when it is recent
+            # (the meta table: the host's, not a shard's)
             limits = await learned_limits.load(
                 store, clock.time(), config.admission.learned_limit_max_age, warn
             )
@@ -194,8 +201,50 @@ class Durable:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
         wiring.attempts.endpoints.seed(limits)
-        # a test's crash points sit at the store's interface (supervisor/store/testhooks.py)
-        return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
+        # the sessions are read by shard, as the leases give them (acquire); a test's crash points sit
+        # at the store's interface (supervisor/store/testhooks.py)
+        return cls(config, crash_points(store, environ), **common)
+
+    @property
+    def epoch(self) -> int:
+        """The owner epoch this open of the store took (``meta.epoch``); 0 without a store."""
+        return 0 if self.store is None else self.store.epoch
+
+    async def acquire(self, shards: Collection[int]) -> None:
+        """``shards`` are now this process's: their desired sessions and server sessions loaded (read
+        by shard), then the sessions of those shards a stop left too long ago ended, before any of
+        them starts."""
+        wanted = frozenset(shards)
+        store = self.store
+        if store is None:
+            snapshot = self._snapshot
+            desired = {} if snapshot is None else _of(snapshot.desired, wanted)
+            server = {} if snapshot is None else _of(snapshot.server, wanted)
+        else:
+            try:
+                desired = await store.desired_sessions(wanted)
+                server = await store.server_sessions(wanted)
+            except StoreError:
+                # the health hook reported it: these shards' sessions run from the configuration alone
+                desired, server = {}, {}
+        self.desired.update(desired)
+        self.server.update(server)
+        await self._end_stale(server)
+        if store is not None:
+            # the attribute updates of those shards: queued writes, unanswered sends, verifications
+            # (a store that fails here is degraded: its health hook reported it)
+            with contextlib.suppress(StoreError):
+                await self.attributes.load(wanted)
+
+    def release(self, shards: Collection[int]) -> None:
+        """``shards`` are lost: what was loaded of them is forgotten (nothing written: the next owner
+        reads the store as this process left it)."""
+        lost = frozenset(shards)
+        for table in (self.desired, self.server):
+            for session_id in [k for k in table if shard_of(k) in lost]:
+                del table[session_id]
+        self._started -= {k for k in self._started if shard_of(k) in lost}
+        self.attributes.release(lost)
 
     @property
     def degraded(self) -> str | None:
@@ -260,7 +309,7 @@ class Durable:
     def ends_at_stop(self) -> bool:
         return self.stop_action() is StopAction.END
 
-    async def _end_stale(self) -> None:
+    async def _end_stale(self, server: Mapping[str, ServerSession]) -> None:
         """Before any session starts: end every session a stop left longer ago than
         ``handover.maxAgeSeconds`` (published as SESSION_RECONCILED, closed in the ledger), so
         the start that follows opens a new one rather than taking over one the platform has
@@ -272,7 +321,7 @@ class Durable:
         now = self.clock.time()
         stale = [
             row
-            for row in self.server.values()
+            for row in server.values()
             if row.state is not ServerState.CLOSED and row.left_at is not None and now - row.left_at > max_age
         ]
         if not stale:
@@ -285,21 +334,14 @@ class Durable:
             self.server[row.session_id] = dataclasses.replace(row, state=ServerState.CLOSED, guest_token=None)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the attribute service and end the orphans a crash left; started at once."""
-        self._planned = anyio.Event()
+        """Run the attribute service; started at once (each shard's attribute updates are loaded as it
+        is acquired, its orphans ended once its sessions are handed over: :meth:`planned`)."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             unsubscribe = self.bus.subscribe(self._on_event)
             try:
-                # before task_status.started(): the supervisor plans its sessions once this returns
-                await self._end_stale()
-                if self.store is not None:
-                    # a store that fails here is degraded: its health hook reported it
-                    with contextlib.suppress(StoreError):
-                        await self.attributes.load()
-                    if self.background:
-                        tg.start_soon(self.attributes.serve)
-                    tg.start_soon(self._reconcile)
+                if self.store is not None and self.background:
+                    tg.start_soon(self.attributes.serve)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
@@ -356,26 +398,34 @@ class Durable:
         for row in rows:
             self.desired[row.session_id] = row
 
-    def planned(self) -> None:
-        """Every configured session that runs now has been handed over: what is left open is orphaned."""
-        if self._planned is not None:
-            self._planned.set()
+    def planned(self, shards: Collection[int]) -> None:
+        """Every session of ``shards`` that runs now has been handed over: what is left open on a
+        server of those shards (of no other) is orphaned, and ended in the book's task group."""
+        tg = self._tg
+        if tg is not None and self.store is not None:
+            tg.start_soon(self._reconcile, frozenset(shards))
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, shards: frozenset[int]) -> None:
         store = self.store
-        if store is None or self._planned is None:
+        if store is None:
             return
-        await self._planned.wait()
         configured = {spec.id for spec in self.sessions.config.sessions} | set(self.sessions.added)
         for session_id, desired in list(self.desired.items()):
             # a session added over the control socket stays until RemoveSession, even when this
             # configuration cannot run it (its platform's table gone): a later one may
-            if session_id not in configured and desired.origin != Origin.API:
+            if (
+                shard_of(session_id) in shards
+                and session_id not in configured
+                and desired.origin != Origin.API
+            ):
+                self.desired.pop(session_id, None)
                 await self._quietly(store.forget_desired(session_id))
         orphans = [
             row
             for row in self.server.values()
-            if row.state is not ServerState.CLOSED and row.session_id not in self._started
+            if row.state is not ServerState.CLOSED
+            and row.session_id not in self._started
+            and shard_of(row.session_id) in shards
         ]
         if orphans:
             self.reconciled.update(await reconcile(store, orphans, self.wiring, self.bus, self.clock))
@@ -501,6 +551,11 @@ async def _read_only(path: Path) -> Snapshot | None:
         return await read_only(path)
     except StoreError:
         return None
+
+
+def _of(rows: Mapping[str, T], shards: frozenset[int]) -> dict[str, T]:
+    """The rows of ``rows`` (by session id) whose session is in ``shards``."""
+    return {k: v for k, v in rows.items() if shard_of(k) in shards}
 
 
 def _record_of(runner: SessionRunner) -> dict[str, str]:

@@ -15,7 +15,9 @@ The other interfaces are what one part needs of another, named by that need (doc
 * :class:`TaxonomySwitch`: the active taxonomy and switching it (``ctl taxonomy use``);
 * :class:`DesiredSessions`: what must stay down across a restart (``ctl stop`` / ``ctl start``);
 * :class:`CircuitReader`: every endpoint's circuit, read (status lines, rows, summaries);
-* :class:`CircuitControl`: an operator's hand on a circuit (``ctl circuit isolate|close|reset``).
+* :class:`CircuitControl`: an operator's hand on a circuit (``ctl circuit isolate|close|reset``);
+* :class:`SessionOwners`: who answers for a session (the one lookup the socket API's verbs go
+  through; supervisor/runtime/leases.py).
 
 The socket API, the systemd glue and the demo import these, never the supervisor, its wiring or the
 store's class (``tests/unit/test_import_rules.py`` holds them to it).
@@ -24,7 +26,7 @@ store's class (``tests/unit/test_import_rules.py`` holds them to it).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -44,10 +46,12 @@ __all__ = [
     "DesiredSessions",
     "ManualMove",
     "Origin",
+    "Owner",
     "Plan",
     "SessionBook",
     "SessionControl",
     "SessionMessaging",
+    "SessionOwners",
     "SessionReader",
     "SessionTable",
     "TaxonomySwitch",
@@ -68,6 +72,27 @@ class Plan:
     start: bool
     resume: Mapping[str, str] | None = None
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who answers for a session: its shard, whether this process owns it, and the owner's fleet
+    identity when known (this process's when ``here``)."""
+
+    shard: int
+    here: bool
+    identity: str | None = None
+
+
+class SessionOwners(Protocol):
+    """The one lookup (session → owner) every verb on a session goes through: on one host always
+    "here"; a fleet changes the lookup, not the verbs (supervisor/runtime/leases.py)."""
+
+    def owner_of(self, session_id: str) -> Owner:
+        """Who answers for ``session_id`` (any id: one never configured is in a shard too)."""
+
+    def require(self, session_id: str) -> None:
+        """Raise :class:`~supervisor.errors.NotOwner` unless this process answers for ``session_id``."""
 
 
 class SessionReader(Protocol):
@@ -216,13 +241,29 @@ class CircuitControl(Protocol):
 
 
 class SessionBook(Protocol):
-    """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume."""
+    """What survives a restart (supervisor/runtime/durable.py): which sessions run, what they resume.
+
+    It works by shard (supervisor/store/shards.py): :meth:`acquire` loads the shards this process now
+    owns, :meth:`planned` ends their orphans, :meth:`release` forgets the shards it lost.
+    """
+
+    @property
+    def epoch(self) -> int:
+        """The owner epoch the store took when it opened (0 without a store): SoloLeases' epoch."""
+
+    async def acquire(self, shards: Collection[int]) -> None:
+        """Load the desired sessions and the session ledger of ``shards`` (now owned), and end the
+        sessions of those shards a stop left longer ago than ``handover.maxAgeSeconds``."""
+
+    def release(self, shards: Collection[int]) -> None:
+        """``shards`` are no longer owned: forget what was loaded of them (no store write)."""
 
     def plan(self, spec: SessionSpec) -> Plan:
         """Whether a configured session runs now, and what its transport resumes."""
 
-    def planned(self) -> None:
-        """Every session that runs has been handed over (what is left open on a server is orphaned)."""
+    def planned(self, shards: Collection[int]) -> None:
+        """Every session of ``shards`` that runs has been handed over: what is left open on a server
+        of those shards (and only those) is orphaned, and ended."""
 
     def added_sessions(self, config: Config) -> list[SessionSpec]:
         """The sessions added over the control socket that the store kept, valid on ``config``, in

@@ -7,6 +7,11 @@ longer than a service manager's start timeout), and only then reports itself sta
 moment is what the lifecycle (supervisor/runtime/main.py) waits for before it says the daemon
 is ready.
 
+It runs the sessions of the shards its :class:`~supervisor.runtime.leases.Leases` give it (one host:
+SoloLeases, every shard): as their :class:`~supervisor.runtime.leases.LeaseHolder` it loads a shard it
+acquires and starts its sessions, and abandons the sessions of a shard it loses (docs/runtime.md,
+"Shards and leases").
+
 The supervisor fronts what callers do with sessions: start one (a full authentication cycle),
 stop one, drain all, a REST call or a message on a session's behalf, and a status summary. It
 writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or makes one); readers
@@ -16,7 +21,7 @@ writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or ma
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -26,11 +31,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
 from supervisor.runtime.circuits import ManualCircuits
+from supervisor.runtime.leases import Lease, LeaseOwners, Leases, SoloLeases
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.tenancy import scope_of, spec_scope
 from supervisor.runtime.wiring import Rotation, Wiring
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
 
@@ -47,10 +54,15 @@ def session_table(wiring: Wiring) -> SessionTable:
 
 
 class Supervisor:
-    """Every supervised session, under one task group of its own."""
+    """Every supervised session, under one task group of its own; the :class:`LeaseHolder` of its leases."""
 
     def __init__(
-        self, wiring: Wiring, book: SessionBook | None = None, *, sessions: SessionTable | None = None
+        self,
+        wiring: Wiring,
+        book: SessionBook | None = None,
+        *,
+        sessions: SessionTable | None = None,
+        leases: Leases | None = None,
     ) -> None:
         if book is not None and sessions is None:
             # a book reads the table it was built over: a second one here would stay empty for it
@@ -78,6 +90,13 @@ class Supervisor:
         )
         #: ``ctl drain --end-sessions`` asked the drain to end every session, store or not
         self._end_sessions = False
+        #: the shards this process owns (supervisor/runtime/leases.py): one host owns them all, at
+        #: the epoch its store took when it opened
+        self.leases: Leases = leases if leases is not None else SoloLeases(0 if book is None else book.epoch)
+        #: who answers for a session: the one lookup the socket API's verbs go through
+        self.owners = LeaseOwners(self.leases)
+        # runners abandoned because their shard was lost: their end writes nothing to the store
+        self._abandoned: set[SessionRunner] = set()
 
     @property
     def config(self) -> Config:
@@ -113,7 +132,8 @@ class Supervisor:
 
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled; started once every configured session is handed over."""
+        """Run until cancelled; started once the sessions of every shard the leases gave at start are
+        handed over (one host: every configured session)."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -122,34 +142,68 @@ class Supervisor:
                 await tg.start(self.wiring.resyncer.serve)
                 # the shared notification channels run in this group (their sessions' runners do not)
                 await tg.start(self.wiring.channel_pools.serve)
-                book = self.book
-                if book is not None:
-                    await tg.start(book.serve)
-                if book is not None:
-                    # the sessions added over the control socket before this start: entries again
-                    for spec in book.added_sessions(self.config):
-                        self.sessions.add(spec)
-                    self._count_added()
-                for spec in [*self.config.sessions, *self.sessions.added.values()]:
-                    plan = book.plan(spec) if book is not None else None
-                    if plan is None:
-                        self.start(spec)
-                    elif plan.start:
-                        # a session stopped or ended by a fail-fast stays down until `ctl start`
-                        self.start(spec, plan.resume)
-                if book is not None:
-                    book.planned()
+                if self.book is not None:
+                    await tg.start(self.book.serve)
+                # start-up goes through the leases: each shard acquired is loaded and its sessions started
+                await tg.start(self.leases.serve, self)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
                 self._tg = None
 
+    # ------------------------------------------------------------------ shards (the LeaseHolder)
+    def owns(self, session_id: str) -> bool:
+        """This process owns the session's shard."""
+        return shard_of(session_id) in self.leases.owned()
+
+    async def acquired(self, leases: Sequence[Lease]) -> None:
+        """Shards now this process's: each loaded from the store, its sessions started (or resumed,
+        or kept down as the store says), then its orphans, and only its, ended."""
+        shards = frozenset(lease.shard for lease in leases)
+        if self._tg is None or self.draining.is_set() or not shards:
+            return
+        book = self.book
+        if book is not None:
+            await book.acquire(shards)
+            # the sessions added over the control socket before this start: entries again
+            for spec in book.added_sessions(self.config):
+                if shard_of(spec.id) in shards and spec.id not in self.sessions.added:
+                    self.sessions.add(spec)
+            self._count_added()
+        for spec in [*self.config.sessions, *self.sessions.added.values()]:
+            if shard_of(spec.id) not in shards:
+                continue
+            current = self.runners.get(spec.id)
+            if current is not None and not current.core.terminated:
+                continue  # still served (a shard given again before its loss was told)
+            plan = book.plan(spec) if book is not None else None
+            if plan is None:
+                self.start(spec)
+            elif plan.start:
+                # a session stopped or ended by a fail-fast stays down until `ctl start`
+                self.start(spec, plan.resume)
+        if book is not None:
+            book.planned(shards)
+
+    async def lost(self, shards: Collection[int]) -> None:
+        """Shards no longer this process's: their sessions abandoned (left alive on the platform: no
+        DELETE, no closeSession) and nothing written to the store, which the next owner reads."""
+        gone = frozenset(shards)
+        for runner in list(self.runners.values()):
+            if shard_of(runner.session_id) in gone and not runner.core.terminated:
+                self._abandoned.add(runner)
+                runner.hand_over()
+        if self.book is not None:
+            self.book.release(gone)
+
     def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,
-        the resumption of the server session a restart left: ``resume``)."""
+        the resumption of the server session a restart left: ``resume``). Raises NotOwner for a
+        session whose shard this process does not own."""
         tg = self._tg
         if tg is None or self.draining.is_set():
             raise ConfigError(f"sessions[{spec.id}]: the supervisor is not accepting sessions")
+        self.owners.require(spec.id)
         previous = self.runners.get(spec.id)
         if previous is not None and not previous.core.terminated:
             raise ConfigError(f"session '{spec.id}' is already supervised")
@@ -205,10 +259,17 @@ class Supervisor:
         finally:
             with anyio.CancelScope(shield=True):
                 await runner.transport.aclose()
-                if self.book is not None:
+                abandoned = runner in self._abandoned
+                self._abandoned.discard(runner)
+                # a session abandoned with its shard is the next owner's: nothing written about it
+                if self.book is not None and not abandoned:
                     await self.book.ended(runner, draining=self.draining.is_set())
             done.set()
             del self._done[runner]
+
+    def finished(self, runner: SessionRunner) -> bool:
+        """``runner``'s task has ended: its connection let go of, its end written (or, abandoned, not)."""
+        return runner not in self._done
 
     async def stop(self, session_id: str, code: CloseCode = CloseCode.NORMAL_CLOSURE) -> None:
         """End one session on purpose (close 1000 / DELETE); unknown ids raise SessionError."""
@@ -232,6 +293,8 @@ class Supervisor:
         current = self.runners.get(spec.id)
         if self.draining.is_set() or (current is not None and not current.core.terminated):
             return None
+        if not self.owns(spec.id):
+            return None  # its shard's owner starts it
         return self.start(spec)
 
     async def remove(self, session_id: str) -> None:

@@ -22,7 +22,8 @@ the switch to WAL included.
 Tables (docs/store.md has the full description): ``desired_sessions``, ``server_sessions`` (the
 session ledger), ``updates`` and ``update_rows`` (acknowledged submissions and the rows that carry
 their attributes), ``outbox`` (one attribute write each), ``ledger`` (one send each), ``mismatches``,
-and ``meta`` (the owner epoch, bumped at every open and stamped on ledger entries).
+and ``meta`` (the owner epoch, bumped at every open and stamped on ledger entries). From version 5
+every row that belongs to a session carries its shard (supervisor/store/shards.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import enum
 import sqlite3
 from dataclasses import dataclass
 from typing import Final
+
+from supervisor.store.shards import shard_or_none
 
 __all__ = [
     "APPLICATION_ID",
@@ -43,6 +46,7 @@ __all__ = [
     "expected_schema",
     "identify",
     "migrate",
+    "shard_function",
     "stamp",
 ]
 
@@ -216,6 +220,26 @@ CREATE INDEX outbox_by_attribute ON outbox (conversation_id, attribute);
 """
 
 
+# every row that belongs to a session carries the session's shard (supervisor/store/shards.py), so a
+# process reads only the shards it owns (docs/store.md, "Shards"); an outbox row or an update with
+# no session takes its conversation's shard. The values are computed by ``session_shard()``, the
+# shard function registered on the connection (SQLite has no BLAKE2b): :func:`migrate` and
+# :func:`expected_schema` register it before running a migration.
+_V5: Final = """
+ALTER TABLE desired_sessions ADD COLUMN shard INTEGER;
+ALTER TABLE server_sessions ADD COLUMN shard INTEGER;
+ALTER TABLE updates ADD COLUMN shard INTEGER;
+ALTER TABLE outbox ADD COLUMN shard INTEGER;
+UPDATE desired_sessions SET shard = session_shard(session_id);
+UPDATE server_sessions SET shard = session_shard(session_id);
+UPDATE updates SET shard = session_shard(COALESCE(session_id, conversation_id));
+UPDATE outbox SET shard = session_shard(COALESCE(session_id, conversation_id));
+CREATE INDEX desired_sessions_by_shard ON desired_sessions (shard);
+CREATE INDEX server_sessions_by_shard ON server_sessions (shard);
+CREATE INDEX outbox_by_shard ON outbox (shard, status);
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """Takes a store to schema ``version`` (from ``version - 1``)."""
@@ -233,6 +257,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(
         4, "attribute updates without a session: updates and outbox rebuilt with session_id optional", _V4
     ),
+    Migration(5, "every row of a session carries its shard (blake2b of the session id, mod 256)", _V5),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -270,6 +295,7 @@ def expected_schema(version: int) -> list[SchemaObject]:
     """The (type, name, sql) of every table and index migrations 1..``version`` make."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
+        shard_function(conn)
         for migration in MIGRATIONS[:version]:
             for statement in _statements(migration.script):
                 conn.execute(statement)
@@ -349,6 +375,7 @@ def migrate(conn: sqlite3.Connection, found: int) -> None:
     (``PRAGMA foreign_key_check``) before it commits, and rolls back if one dangles.
     """
     enforced = bool(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    shard_function(conn)
     conn.execute("PRAGMA foreign_keys = OFF")
     try:
         for migration in MIGRATIONS[found:]:
@@ -374,6 +401,11 @@ def migrate(conn: sqlite3.Connection, found: int) -> None:
     finally:
         if enforced:
             conn.execute("PRAGMA foreign_keys = ON")
+
+
+def shard_function(conn: sqlite3.Connection) -> None:
+    """``session_shard(key)`` on ``conn``: the shard of a session id (NULL for NULL), for migration 5."""
+    conn.create_function("session_shard", 1, shard_or_none, deterministic=True)
 
 
 def stamp(conn: sqlite3.Connection) -> None:

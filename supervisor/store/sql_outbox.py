@@ -9,7 +9,7 @@ same transaction as the acknowledgement; docs/attributes.md: depth ≤ 50, one u
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +32,8 @@ from supervisor.store.model import (
     payload_hash,
     value_hash,
 )
+from supervisor.store.shards import shard_of
+from supervisor.store.sql_sessions import shard_filter
 
 __all__ = [
     "claim",
@@ -123,26 +125,37 @@ def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitR
         # seed edge case 2: a full queue refuses (the caller hears "try later"); nothing is written
         return SubmitResult(False, sub.update_id, (), queued)
     coalesced: list[str] = []
+    # the session's shard; an update with no session takes its conversation's (docs/store.md, "Shards")
+    shard = shard_of(sub.session_id if sub.session_id is not None else sub.conversation_id)
     conn.execute(
-        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced) "
-        "VALUES (?, ?, ?, ?, ?, ?, 0)",
-        (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan)),
+        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced, "
+        "shard) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
+        (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan), shard),
     )
     for key, value, pending in plan:
         sensitive = int(key in sub.sensitive)
         if pending is not None:
             # last write wins on a value not yet sent
             conn.execute(
-                "UPDATE outbox SET value = ?, sensitive = ?, session_id = ? WHERE id = ?",
-                (value, sensitive, sub.session_id, pending),
+                "UPDATE outbox SET value = ?, sensitive = ?, session_id = ?, shard = ? WHERE id = ?",
+                (value, sensitive, sub.session_id, shard, pending),
             )
             row_id = pending
             coalesced.append(key)
         else:
             cursor = conn.execute(
                 "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
-                (sub.tenant, sub.session_id, sub.conversation_id, key, value, sensitive, sub.submitted_at),
+                "created_at, shard) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (
+                    sub.tenant,
+                    sub.session_id,
+                    sub.conversation_id,
+                    key,
+                    value,
+                    sensitive,
+                    sub.submitted_at,
+                    shard,
+                ),
             )
             row_id = int(cursor.lastrowid or 0)
             _supersede(conn, sub.conversation_id, key, row_id)
@@ -174,9 +187,12 @@ def _supersede(conn: sqlite3.Connection, conversation_id: str, attribute: str, n
         )
 
 
-def live_rows(conn: sqlite3.Connection) -> list[OutboxRow]:
+def live_rows(conn: sqlite3.Connection, shards: Collection[int] | None = None) -> list[OutboxRow]:
+    """The rows still in the daemon's hands, of ``shards`` (None: every shard)."""
+    where, parameters = shard_filter(shards, where=False)
     rows = conn.execute(
-        f"SELECT {_ROW} FROM outbox WHERE status IN ('pending', 'sending', 'accepted') ORDER BY id"
+        f"SELECT {_ROW} FROM outbox WHERE status IN ('pending', 'sending', 'accepted'){where} ORDER BY id",
+        parameters,
     ).fetchall()
     return [_row(r) for r in rows]
 

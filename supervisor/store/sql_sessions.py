@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Collection
 
 from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
+from supervisor.store.shards import every_shard, shard_of
 
 __all__ = [
     "add_sessions",
@@ -16,13 +19,30 @@ __all__ = [
     "session_opened",
     "session_opening",
     "set_desired",
+    "shard_filter",
 ]
 
 
-def desired_sessions(conn: sqlite3.Connection) -> dict[str, DesiredSession]:
+def shard_filter(shards: Collection[int] | None, *, where: bool = True) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (and its parameter) reading only rows of ``shards``; none for every shard
+    (None, or all 256: the one host's reads stay the plain scans they were)."""
+    if shards is None or every_shard(shards):
+        return "", ()
+    keyword = "WHERE" if where else "AND"
+    # one parameter whatever the count: the shards as a JSON array (https://sqlite.org/json1.html#jeach)
+    return f" {keyword} shard IN (SELECT value FROM json_each(?))", (json.dumps(sorted(set(shards))),)
+
+
+def desired_sessions(
+    conn: sqlite3.Connection, shards: Collection[int] | None = None
+) -> dict[str, DesiredSession]:
+    """The desired sessions of ``shards`` (None: every shard)."""
+    where, parameters = shard_filter(shards)
     # rowid order: sessions added over the control socket come back in the order they were added
     rows = conn.execute(
-        "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions ORDER BY rowid"
+        "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions"
+        f"{where} ORDER BY rowid",
+        parameters,
     ).fetchall()
     return {
         r[0]: DesiredSession(
@@ -40,10 +60,18 @@ def desired_sessions(conn: sqlite3.Connection) -> dict[str, DesiredSession]:
 
 def set_desired(conn: sqlite3.Connection, desired: DesiredSession) -> None:
     conn.execute(
-        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at) VALUES (?, ?, ?, ?, ?) "
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
+        "VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
         "reason = excluded.reason, updated_at = excluded.updated_at",
-        (desired.session_id, desired.platform, desired.state.value, desired.reason, desired.updated_at),
+        (
+            desired.session_id,
+            desired.platform,
+            desired.state.value,
+            desired.reason,
+            desired.updated_at,
+            shard_of(desired.session_id),
+        ),
     )
 
 
@@ -51,11 +79,23 @@ def add_sessions(conn: sqlite3.Connection, added: list[DesiredSession]) -> None:
     """Sessions added over the control socket: their row with origin and spec, in one transaction
     (a row an earlier session of the same id left is replaced)."""
     conn.executemany(
-        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec, shard) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
         "reason = excluded.reason, updated_at = excluded.updated_at, origin = excluded.origin, spec = excluded.spec",
-        [(d.session_id, d.platform, d.state.value, d.reason, d.updated_at, d.origin, d.spec) for d in added],
+        [
+            (
+                d.session_id,
+                d.platform,
+                d.state.value,
+                d.reason,
+                d.updated_at,
+                d.origin,
+                d.spec,
+                shard_of(d.session_id),
+            )
+            for d in added
+        ],
     )
 
 
@@ -69,10 +109,14 @@ _SERVER_COLUMNS = (
 )
 
 
-def server_sessions(conn: sqlite3.Connection, *, left_at: bool = True) -> dict[str, ServerSession]:
-    """The session ledger; ``left_at`` False reads a file of schema version 1 (no such column)."""
+def server_sessions(
+    conn: sqlite3.Connection, shards: Collection[int] | None = None, *, left_at: bool = True
+) -> dict[str, ServerSession]:
+    """The session ledger's rows of ``shards`` (None: every shard); ``left_at`` False reads a file of
+    schema version 1 (no such column, and no shard either: read whole)."""
     columns = _SERVER_COLUMNS + (", left_at" if left_at else ", NULL")
-    rows = conn.execute(f"SELECT {columns} FROM server_sessions").fetchall()
+    where, parameters = shard_filter(shards if left_at else None)
+    rows = conn.execute(f"SELECT {columns} FROM server_sessions{where}", parameters).fetchall()
     return {
         r[0]: ServerSession(
             session_id=r[0],
@@ -101,7 +145,7 @@ def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
     restart needs to take the server session over, or to end it.
     """
     conn.execute(
-        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL) "
+        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
         "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
         "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
@@ -117,6 +161,7 @@ def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
             session.conversation_id,
             session.platform_session_id,
             session.guest_token,
+            shard_of(session.session_id),
         ),
     )
 

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import stat
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -239,8 +239,8 @@ class SqliteStore:
             self._on_health(problem)
 
     # ------------------------------------------------------------------ desired sessions, session ledger
-    async def desired_sessions(self) -> dict[str, DesiredSession]:
-        return await self._run(sql_sessions.desired_sessions)
+    async def desired_sessions(self, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
+        return await self._run(lambda conn: sql_sessions.desired_sessions(conn, shards))
 
     async def set_desired(self, desired: DesiredSession) -> None:
         await self._run(lambda conn: sql_sessions.set_desired(conn, desired))
@@ -252,8 +252,8 @@ class SqliteStore:
     async def forget_desired(self, session_id: str) -> None:
         await self._run(lambda conn: sql_sessions.forget_desired(conn, session_id))
 
-    async def server_sessions(self) -> dict[str, ServerSession]:
-        return await self._run(sql_sessions.server_sessions)
+    async def server_sessions(self, shards: Collection[int] | None = None) -> dict[str, ServerSession]:
+        return await self._run(lambda conn: sql_sessions.server_sessions(conn, shards))
 
     async def session_opening(self, session: ServerSession) -> None:
         await self._run(lambda conn: sql_sessions.session_opening(conn, session))
@@ -277,8 +277,8 @@ class SqliteStore:
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
         return await self._run(lambda conn: sql_outbox.submit(conn, submission, max_depth))
 
-    async def live_rows(self) -> list[OutboxRow]:
-        return await self._run(sql_outbox.live_rows)
+    async def live_rows(self, shards: Collection[int] | None = None) -> list[OutboxRow]:
+        return await self._run(lambda conn: sql_outbox.live_rows(conn, shards))
 
     async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]:
         return await self._run(lambda conn: sql_outbox.ledger(conn, request_ids))

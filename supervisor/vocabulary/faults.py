@@ -78,6 +78,8 @@ class ApiFault(enum.StrEnum):
     NOT_ISOLATED = f"{CONTROL}.NotIsolated"
     # a notifications session that would need a 21st channel on its OAuth client (errors.ChannelLimit)
     CHANNEL_LIMIT = f"{CONTROL}.ChannelLimit"
+    # a session whose shard this process does not own (docs/socket-api.md, "NotOwner")
+    NOT_OWNER = f"{CONTROL}.NotOwner"
 
     @property
     def short(self) -> str:

@@ -181,3 +181,25 @@ def test_attributes_are_validated_with_the_key_named() -> None:
     ):
         with pytest.raises(ValueError, match=why):
             check_attributes(bad)
+
+
+@pytest.mark.anyio
+async def test_the_scheduler_forgets_the_work_of_conversations_whose_shard_was_lost() -> None:
+    """A lost shard's work not yet started is dropped (its next owner loads the rows from the store);
+    the other conversations' work stays due."""
+    clock = FakeClock(start=100.0)
+    ran: list[Work] = []
+
+    async def record(work: Work) -> None:
+        ran.append(work)
+
+    scheduler = Scheduler(clock, record)
+    kept, lost = Work(Kind.SEND, "t", "c-kept"), Work(Kind.CHECK, "t", "c-lost", 3)
+    scheduler.after(kept, 0.0)
+    scheduler.after(lost, 0.0)
+    scheduler.after(Work(Kind.SEND, "t", "c-lost"), 1.0)
+    assert scheduler.forget({"c-lost"}) == 2
+    assert scheduler.forget({"c-lost", "c-never"}) == 0
+    clock.advance(1.0)
+    await scheduler.run_due()
+    assert ran == [kept]

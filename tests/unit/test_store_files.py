@@ -37,6 +37,7 @@ from supervisor.store import (
     UpdateOutcome,
 )
 from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, expected_schema, migrate
+from supervisor.store.shards import ALL_SHARDS, shard_of
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +53,7 @@ RELEASED = {
     2: FIXTURES / "v2-handover.sqlite3",
     3: FIXTURES / "v3-sessions.sqlite3",
     4: FIXTURES / "v4-byconv.sqlite3",
+    5: FIXTURES / "v5-shards.sqlite3",
 }
 REFUSED = "refusing to open it"
 
@@ -272,7 +274,8 @@ async def test_a_store_of_version_3_migrates_with_its_pending_updates_and_takes_
     conn = sqlite3.connect(path)
     try:
         for table, rows in before.items():
-            after = sorted(conn.execute(f"SELECT * FROM {table}").fetchall())
+            # the columns version 4 has (later migrations add columns after them: migration 5's shard)
+            after = sorted(row[: len(rows[0])] for row in conn.execute(f"SELECT * FROM {table}").fetchall())
             assert all(r in after for r in rows), f"{table} lost rows in migration 4"
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         assert int(conn.execute("PRAGMA foreign_keys").fetchone()[0]) == 0  # a fresh connection's default
@@ -289,6 +292,52 @@ async def test_a_version_4_store_keeps_an_update_with_no_session(tmp_path: Path)
         assert [(row.session_id, row.attribute, row.value) for row in mine] == [(None, "wrapup", "sale")]
     finally:
         await opened.aclose()
+
+
+SESSION_TABLES = ("desired_sessions", "server_sessions", "updates", "outbox")
+
+
+@pytest.mark.parametrize("version", [1, 4, 5])
+async def test_migration_5_gives_every_row_of_a_session_its_shard(tmp_path: Path, version: int) -> None:
+    """Every row that belongs to a session carries ``shard_of(session id)`` (a row with no session,
+    its conversation's), whether migration 5 filled it in (versions 1 and 4) or the store wrote it
+    (version 5's own rows), and the store's reads by shard return exactly the rows of those shards."""
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[version], path)
+    opened = await SqliteStore.open(path, synchronous="normal")
+    try:
+        desired = await opened.desired_sessions()
+        server = await opened.server_sessions()
+        live = await opened.live_rows()
+        wanted = {shard_of("wm-0")}
+        assert set(await opened.desired_sessions(wanted)) == {k for k in desired if shard_of(k) in wanted}
+        assert set(await opened.server_sessions(wanted)) == {k for k in server if shard_of(k) in wanted}
+        assert {r.id for r in await opened.live_rows(wanted)} == {
+            r.id for r in live if shard_of(r.session_id or r.conversation_id) in wanted
+        }
+        assert await opened.desired_sessions(set()) == {} and await opened.live_rows(set()) == []
+        assert len(await opened.desired_sessions(ALL_SHARDS)) == len(desired)
+    finally:
+        await opened.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        for table in SESSION_TABLES:
+            rows = (
+                conn.execute(f"SELECT COALESCE(session_id, conversation_id), shard FROM {table}").fetchall()
+                if (table in ("updates", "outbox"))
+                else conn.execute(f"SELECT session_id, shard FROM {table}").fetchall()
+            )
+            assert rows, table
+            assert [shard for _, shard in rows] == [shard_of(key) for key, _ in rows], table
+    finally:
+        conn.close()
+
+
+def test_the_shard_of_a_session_id_is_pinned() -> None:
+    """BLAKE2b with an 8-byte digest, read big-endian, mod 256 (docs/store.md, "Shards"): a fleet
+    member in another language computes these same numbers."""
+    assert [shard_of(i) for i in ("wm-0", "cx-1", "agent-4711", "", "é-session")] == [50, 2, 221, 180, 170]
+    assert hashlib.blake2b(b"wm-0", digest_size=8).hexdigest() == "a3385545c994ef32"  # 0x32 = 50
 
 
 def test_a_migration_that_leaves_a_dangling_reference_is_rolled_back(tmp_path: Path) -> None:
