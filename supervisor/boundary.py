@@ -35,7 +35,7 @@ import websockets.exceptions
 from supervisor.errors import TransportFailure
 from supervisor.events import Correlation
 from supervisor.taxonomy import Channel, Platform, RawError, SdkErrorEvent
-from supervisor.vocabulary import CloseCode
+from supervisor.vocabulary import CloseCode, Scope, TenantScope
 
 # the runtime's answer to an in-band failure: True means "the session goes on". A RawError is
 # classified by the runtime; an SdkErrorEvent is one a transport named (CXone's SESSION_RESYNCED)
@@ -59,6 +59,8 @@ class SessionContext:
     conversation_id: str | None = None
     # the platform's own id of the session (CXone's rolling sessionId, a notifications channel id)
     platform_session_id: str | None = None
+    # the named tenant the session is of ([tenants.NAME]); None: the default tenant ([platforms.*])
+    tenant: str | None = None
 
     def learned(self, learned: Learned) -> SessionContext:
         """This context with what a connection learned (a known id is replaced, never erased)."""
@@ -75,9 +77,16 @@ class SessionContext:
             self, conversation_id=conversation, platform_session_id=platform_session, agent_id=agent
         )
 
+    @property
+    def scope(self) -> Scope:
+        """Whose credential the session runs with: its platform (the default tenant), or its named tenant's."""
+        return self.platform if self.tenant is None else TenantScope(self.tenant, self.platform)
+
     def correlation(self) -> Correlation:
         """The one place correlation ids are built (events, RawError contexts, spans)."""
-        return Correlation(self.session_id, self.agent_id, self.conversation_id, self.platform_session_id)
+        return Correlation(
+            self.session_id, self.agent_id, self.conversation_id, self.platform_session_id, self.tenant
+        )
 
     def envelope_context(self) -> dict[str, Any]:
         """The RawError ``context``: correlation ids only, never a token."""

@@ -109,6 +109,25 @@ class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     poll_watchdog: _PositiveSeconds = 90.0
 
 
+#: a tenant's name (``[tenants.NAME]``): it prefixes the tenant's endpoint ids, metric labels and stored
+#: keys (``NAME/genesys:api``), so no '/', ':' or '.' (a key path separator) and no spaces
+TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_TenantName = Annotated[str, msgspec.Meta(pattern=f"^{TENANT_NAME.pattern}$")]
+
+
+class GenesysTenant(GenesysConfig, frozen=True, tag_field="platform", tag="genesys"):
+    """``[tenants.NAME]`` with ``platform = "genesys"``: one Genesys org (its region's hosts, its own
+    OAuth client), the keys of ``[platforms.genesys]`` and the same model."""
+
+
+class CxoneTenant(CxoneConfig, frozen=True, tag_field="platform", tag="cxone"):
+    """``[tenants.NAME]`` with ``platform = "cxone"``: one CXone business unit (its own access key),
+    the keys of ``[platforms.cxone]`` and the same model."""
+
+
+TenantTable = GenesysTenant | CxoneTenant
+
+
 class SessionSpec(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     id: _Id
     platform: Platform
@@ -118,6 +137,8 @@ class SessionSpec(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     deployment_id: _Id | None = None
     station_id: _Id | None = None
     station_phone_number: _Id | None = None
+    # the ``[tenants.NAME]`` the session runs on; None: the default tenant, ``[platforms.<platform>]``
+    tenant: _TenantName | None = None
 
 
 class ReconnectConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -330,7 +351,11 @@ class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    platforms: Platforms
+    # the default tenant; may be left out when [tenants.*] tables name every platform used
+    platforms: Platforms = msgspec.field(default_factory=Platforms)
+    # named tenants: one Genesys org or CXone business unit each (docs/configuration.md, "Tenants");
+    # the [platforms.*] tables are the default tenant
+    tenants: dict[str, TenantTable] = msgspec.field(default_factory=dict)
     sessions: list[SessionSpec] = msgspec.field(default_factory=list)
     daemon: DaemonSettings = msgspec.field(default_factory=DaemonSettings)
     reconnect: ReconnectConfig = msgspec.field(default_factory=ReconnectConfig)
@@ -400,12 +425,61 @@ def parse_config(data: Mapping[str, Any] | str, origin: str) -> Config:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
     except LimitError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
+    _check_tenant_tables(raw.get("tenants"), origin)
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
         raise _located(origin, exc) from None
     _check(config, origin)
     return config
+
+
+def _check_tenant_tables(tenants: object, origin: str) -> None:
+    """Each ``[tenants.NAME]`` table on its own, so an error names its table (msgspec locates an error
+    in a table of tables as ``tenants[...]``): the name, then the table as ``[platforms.<platform>]``'s
+    model validates it."""
+    if not isinstance(tenants, Mapping):
+        return  # not a table: the whole document's validation says so
+    for name, table in tenants.items():
+        if not isinstance(name, str) or TENANT_NAME.fullmatch(name) is None:
+            raise ConfigError(
+                f"{origin}: tenants.{name}: invalid tenant name: 1 to 64 letters, digits, '-' or '_', "
+                "starting with a letter or digit"
+            )
+        if isinstance(table, Mapping) and table.get("platform") not in {p.value for p in Platform}:
+            got = table.get("platform")
+            problem = "required" if got is None else f"got {got!r}"
+            raise ConfigError(
+                f"{origin}: tenants.{name}.platform: expected {' or '.join(repr(p.value) for p in Platform)}, "
+                f"{problem}"
+            )
+        try:
+            msgspec.convert(table, TenantTable)
+        except msgspec.ValidationError as exc:
+            path, problem = located(str(exc))
+            suffix = path.removeprefix("$").lstrip(".")
+            field = f"tenants.{name}.{suffix}" if suffix else f"tenants.{name}"
+            raise ConfigError(f"{origin}: {field}: {problem}") from None
+
+
+def tenant_tables(config: Config) -> list[tuple[str | None, GenesysConfig | CxoneConfig]]:
+    """Every configured tenant: the default one's tables (name None), then the named ones, by name."""
+    out: list[tuple[str | None, GenesysConfig | CxoneConfig]] = []
+    if config.platforms.genesys is not None:
+        out.append((None, config.platforms.genesys))
+    if config.platforms.cxone is not None:
+        out.append((None, config.platforms.cxone))
+    out.extend((name, config.tenants[name]) for name in sorted(config.tenants))
+    return out
+
+
+def table_key(tenant: str | None, platform: Platform) -> str:
+    """Where a tenant's table is in the file, as errors name it: ``platforms.genesys``, ``tenants.NAME``."""
+    return f"platforms.{platform.value}" if tenant is None else f"tenants.{tenant}"
+
+
+def platform_of(table: GenesysConfig | CxoneConfig) -> Platform:
+    return Platform.GENESYS if isinstance(table, GenesysConfig) else Platform.CXONE
 
 
 def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...]) -> None:
@@ -416,71 +490,95 @@ def _check_url(origin: str, key: str, url: str | None, schemes: tuple[str, ...])
 
 
 def _check_urls(config: Config, origin: str) -> None:
-    genesys, cxone = config.platforms.genesys, config.platforms.cxone
-    if genesys is not None:
-        _check_url(origin, "platforms.genesys.loginUrl", genesys.login_url, HTTP)
-        _check_url(origin, "platforms.genesys.apiUrl", genesys.api_url, HTTP)
-        _check_url(origin, "platforms.genesys.webmessagingUrl", genesys.webmessaging_url, WS)
-        _check_url(origin, "platforms.genesys.streamingUrl", genesys.streaming_url, WS)
-    if cxone is not None:
-        _check_url(origin, "platforms.cxone.authUrl", cxone.auth_url, HTTP)
-        _check_url(origin, "platforms.cxone.apiUrl", cxone.api_url, HTTP)
+    for tenant, table in tenant_tables(config):
+        at = table_key(tenant, platform_of(table))
+        if isinstance(table, GenesysConfig):
+            _check_url(origin, f"{at}.loginUrl", table.login_url, HTTP)
+            _check_url(origin, f"{at}.apiUrl", table.api_url, HTTP)
+            _check_url(origin, f"{at}.webmessagingUrl", table.webmessaging_url, WS)
+            _check_url(origin, f"{at}.streamingUrl", table.streaming_url, WS)
+        else:
+            _check_url(origin, f"{at}.authUrl", table.auth_url, HTTP)
+            _check_url(origin, f"{at}.apiUrl", table.api_url, HTTP)
 
 
 def _check(config: Config, origin: str) -> None:
     _check_urls(config, origin)
     if config.reconnect.first_delay_min > config.reconnect.first_delay_max:
         raise ConfigError(f"{origin}: reconnect.firstDelayMin: must be <= reconnect.firstDelayMax")
-    cxone = config.platforms.cxone
-    if cxone is not None:
-        # CXone's back-end login is an access key's OpenID password grant (docs/configuration.md);
-        # no vendor source shows a client-credentials one
-        access_key = (
-            ("username", cxone.username, "the access key id"),
-            ("passwordFile", cxone.password_file, "the file holding the access key secret"),
-        )
-        for key, value, what in access_key:
-            if value is None:
-                raise ConfigError(
-                    f"{origin}: platforms.cxone.{key}: required: {what} (CXone logs in with an access key)"
-                )
-    if cxone is not None and cxone.poll_watchdog <= cxone.poll_timeout:
-        raise ConfigError(
-            f"{origin}: platforms.cxone.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)"
-        )
+    for tenant, table in tenant_tables(config):
+        if isinstance(table, CxoneConfig):
+            _check_cxone(table, table_key(tenant, Platform.CXONE), origin)
+    channels: dict[str | None, int] = {}
     seen: set[str] = set()
-    channels = 0
     for i, spec in enumerate(config.sessions):
         where = f"sessions[{i}]"
         if spec.id in seen:
             raise ConfigError(f"{origin}: {where}.id: duplicate session id '{spec.id}'")
         seen.add(spec.id)
         if spec.kind is SessionKind.NOTIFICATIONS:
-            channels += 1
-        check_session(config, spec, origin, where, notifications=channels)
+            channels[spec.tenant] = channels.get(spec.tenant, 0) + 1
+        check_session(config, spec, origin, where, notifications=channels.get(spec.tenant, 0))
+
+
+def _check_cxone(cxone: CxoneConfig, at: str, origin: str) -> None:
+    # CXone's back-end login is an access key's OpenID password grant (docs/configuration.md);
+    # no vendor source shows a client-credentials one
+    access_key = (
+        ("username", cxone.username, "the access key id"),
+        ("passwordFile", cxone.password_file, "the file holding the access key secret"),
+    )
+    for key, value, what in access_key:
+        if value is None:
+            raise ConfigError(f"{origin}: {at}.{key}: required: {what} (CXone logs in with an access key)")
+    if cxone.poll_watchdog <= cxone.poll_timeout:
+        raise ConfigError(f"{origin}: {at}.pollWatchdog: must exceed pollTimeout ({cxone.poll_timeout} s)")
+
+
+def session_table(config: Config, spec: SessionSpec) -> GenesysConfig | CxoneConfig | None:
+    """The table ``spec`` runs on: its tenant's (``[tenants.NAME]``), else ``[platforms.<platform>]``;
+    None when there is none (or the tenant is of another platform)."""
+    if spec.tenant is None:
+        table: GenesysConfig | CxoneConfig | None = getattr(config.platforms, spec.platform.value)
+        return table
+    named = config.tenants.get(spec.tenant)
+    return named if named is not None and platform_of(named) is spec.platform else None
 
 
 def check_session(config: Config, spec: SessionSpec, origin: str, where: str, *, notifications: int) -> None:
     """Whether ``spec`` can run on ``config``'s platforms: the one check of a session entry, for the
     file's ``[[sessions]]`` and for sessions added over the control socket alike.
 
-    ``notifications``: the notifications sessions there would be with this one (Genesys' channel limit).
+    ``notifications``: the notifications sessions of the session's tenant there would be with this one
+    (Genesys' channel limit is per OAuth client, and each tenant has its own).
     """
-    if getattr(config.platforms, spec.platform.value) is None:
+    if spec.tenant is not None:
+        named = config.tenants.get(spec.tenant)
+        if named is None:
+            raise ConfigError(
+                f"{origin}: {where}.tenant: no tenant '{spec.tenant}' ([tenants.{spec.tenant}])"
+            )
+        if platform_of(named) is not spec.platform:
+            raise ConfigError(
+                f"{origin}: {where}.tenant: tenant '{spec.tenant}' is a {platform_of(named)} tenant, "
+                f"not {spec.platform}"
+            )
+    elif getattr(config.platforms, spec.platform.value) is None:
         raise ConfigError(f"{origin}: {where}.platform: [platforms.{spec.platform}] is not configured")
     if spec.platform is Platform.CXONE and spec.kind is not SessionKind.AGENT_SESSION:
         raise ConfigError(f"{origin}: {where}.kind: a cxone session is an 'agent-session'")
     if spec.platform is Platform.GENESYS and spec.kind is SessionKind.AGENT_SESSION:
         raise ConfigError(f"{origin}: {where}.kind: a genesys session is 'webmessaging' or 'notifications'")
-    genesys = config.platforms.genesys
-    if spec.kind is SessionKind.WEBMESSAGING and genesys is not None:
+    genesys = session_table(config, spec)
+    at = table_key(spec.tenant, Platform.GENESYS)
+    if spec.kind is SessionKind.WEBMESSAGING and isinstance(genesys, GenesysConfig):
         if genesys.webmessaging_url is None:
-            raise ConfigError(f"{origin}: platforms.genesys.webmessagingUrl: required by {where}")
+            raise ConfigError(f"{origin}: {at}.webmessagingUrl: required by {where}")
         if (spec.deployment_id or genesys.deployment_id) is None:
-            raise ConfigError(f"{origin}: {where}.deploymentId: required (or platforms.genesys.deploymentId)")
-    if spec.kind is SessionKind.NOTIFICATIONS and genesys is not None:
+            raise ConfigError(f"{origin}: {where}.deploymentId: required (or {at}.deploymentId)")
+    if spec.kind is SessionKind.NOTIFICATIONS and isinstance(genesys, GenesysConfig):
         if genesys.client_id is None:
-            raise ConfigError(f"{origin}: platforms.genesys.clientId: required by {where}")
+            raise ConfigError(f"{origin}: {at}.clientId: required by {where}")
         if spec.agent_id is None:
             # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
             raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
@@ -490,7 +588,7 @@ def check_session(config: Config, spec: SessionSpec, origin: str, where: str, *,
             raise ConfigError(
                 f"{origin}: {where}.kind: more than {capacity} notifications sessions; "
                 f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
-                "(platforms.genesys.clientId is shared by all of them)"
+                f"({at}.clientId is shared by all of them)"
             )
 
 
@@ -509,12 +607,15 @@ KIND_PLATFORM: Final[Mapping[SessionKind, Platform]] = {
 }
 
 
-def parse_session(raw: object, config: Config, origin: str, where: str, *, notifications: int) -> SessionSpec:
+def parse_session(
+    raw: object, config: Config, origin: str, where: str, *, notifications: int | Mapping[str | None, int]
+) -> SessionSpec:
     """One session entry given as data (a JSON object over the control socket), validated exactly as
     a ``[[sessions]]`` entry of the file is: the same fields and types, then :func:`check_session`.
 
     ``platform`` may be left out: the kind implies it (a given one is checked against the kind).
-    ``notifications``: the notifications sessions there are already. Errors are located at ``where``
+    ``notifications``: the notifications sessions there are already, per tenant (None: the default
+    tenant; a bare count is the default tenant's). Errors are located at ``where``
     (``sessions[3].kind: ...``), as the file's are.
     """
     if isinstance(raw, Mapping) and "platform" not in raw and isinstance(raw.get("kind"), str):
@@ -531,7 +632,11 @@ def parse_session(raw: object, config: Config, origin: str, where: str, *, notif
         wrapped = msgspec.ValidationError(f"{problem} - at `$.{field}`")
         raise _located(origin, wrapped) from None
     extra = 1 if spec.kind is SessionKind.NOTIFICATIONS else 0
-    check_session(config, spec, origin, where, notifications=notifications + extra)
+    if isinstance(notifications, Mapping):
+        there = notifications.get(spec.tenant, 0)
+    else:
+        there = notifications if spec.tenant is None else 0
+    check_session(config, spec, origin, where, notifications=there + extra)
     return spec
 
 

@@ -66,6 +66,8 @@ class Row:
     termination: dict[str, Any] | None = None
     # "config" (the file's) or "api" (added over the control socket)
     origin: str = "config"
+    # the named tenant ([tenants.NAME]); None: the default tenant's, and the row says nothing
+    tenant: str | None = None
 
     @property
     def wire_state(self) -> str:
@@ -73,13 +75,16 @@ class Row:
         return _wire(self.state)
 
     def columns(self, circuit: dict[str, str] | None) -> dict[str, Any]:
-        """The columns a delta carries besides its state change."""
-        return {
+        """The columns a delta carries besides its state change (``tenant``: a named tenant's session's)."""
+        out: dict[str, Any] = {
             "platform": self.platform,
             "attempts": self.attempts,
             "lastError": self.last_error,
             "circuit": circuit,
         }
+        if self.tenant is not None:
+            out["tenant"] = self.tenant
+        return out
 
     def as_wire(self, circuit: dict[str, str] | None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +104,8 @@ class Row:
             out["platformSessionId"] = self.platform_session_id
         if self.termination is not None:
             out["termination"] = self.termination
+        if self.tenant is not None:
+            out["tenant"] = self.tenant
         return out
 
 
@@ -224,6 +231,7 @@ class StateBoard:
                 self.started_at,
                 agent_id=agent,
                 origin=self._origin(session_id),
+                tenant=None if spec is None else spec.tenant,
             )
         context = runner.context
         row = Row(
@@ -238,6 +246,7 @@ class StateBoard:
             platform_session_id=context.platform_session_id,
             attempts=runner.core.attempts,
             origin=self._origin(session_id),
+            tenant=context.tenant,
         )
         if runner.termination is not None:
             t = runner.termination
@@ -301,6 +310,8 @@ class StateBoard:
     def circuits(self) -> list[dict[str, str]]:
         return [
             {"endpoint": str(endpoint), "circuitId": circuit.circuit_id, "state": circuit.state.value}
+            # a named tenant's endpoint says whose it is
+            | ({"tenant": endpoint.tenant} if endpoint.tenant else {})
             for endpoint, circuit in sorted(self._circuits.all().items())
         ]
 

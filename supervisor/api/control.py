@@ -462,7 +462,7 @@ class ControlService:
         await self.operations.stop(session_id, CloseCode.NORMAL_CLOSURE)
         if self.desired is not None:
             # it stays stopped across a restart, until `ctl start`
-            await self.desired.desire(session_id, runner.context.platform, False, "ctl stop")
+            await self.desired.desire(session_id, runner.context.scope, False, "ctl stop")
         return {"sessionId": session_id, "state": runner.state.value}
 
     async def drain(self, peer: Peer, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,12 @@ class AttributeVerbs:
         attributes = parameters.get("attributes")
         if not isinstance(attributes, Mapping):
             raise _invalid("attributes", "attributes: expected an object of KEY: VALUE strings")
+        tenant = parameters.get("tenant")
+        if tenant is not None and session_id is not None:
+            # a session's updates go out with its own tenant's credential: naming one is a mistake
+            raise _invalid("tenant", "tenant: given with conversationId only (a session's tenant is its own)")
+        if tenant is not None and not (isinstance(tenant, str) and 0 < len(tenant) <= 64):
+            raise _invalid("tenant", "tenant: expected a tenant name of 1 to 64 characters")
 
         # one path for both addresses: the CONTROL_COMMAND names the session, or the conversation as its target
         target = None if conversation_id is None else f"conversation:{conversation_id}"
@@ -89,7 +95,8 @@ class AttributeVerbs:
                 assert isinstance(session_id, str)  # exactly one of them, checked above
                 answer = await service.submit(session_id, attributes)
             else:
-                answer = await service.submit_conversation(conversation_id, attributes)
+                # a conversation by id: written with ``tenant``'s credential (None: the default tenant's)
+                answer = await service.submit_conversation(conversation_id, attributes, tenant)
         except Refused as refused:
             error = _refusal(refused)
             done(error)

@@ -20,6 +20,7 @@ Both are operator verbs (supervisor/api/roles.py); every entry is published as `
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -27,10 +28,12 @@ from supervisor.api.control_messages import Publish
 from supervisor.api.protocol import ApiFault
 from supervisor.config import (
     GENESYS_CHANNELS_PER_CLIENT,
+    GenesysConfig,
     SessionKind,
     SessionSpec,
     notification_capacity,
     parse_session,
+    session_table,
 )
 from supervisor.errors import ApiError, ChannelLimit, ConfigError, StoreError
 from supervisor.runtime.sessions import Origin, SessionControl, SessionReader
@@ -84,23 +87,27 @@ class SessionVerbs:
             )
         sessions = self._sessions
         config = sessions.config
-        notifications = sum(
-            1
+        # per tenant: Genesys' channel limit is per OAuth client, one per tenant
+        notifications = Counter(
+            spec.tenant
             for spec in [*config.sessions, *sessions.added.values()]
             if spec.kind is SessionKind.NOTIFICATIONS
         )
         results: list[dict[str, Any] | None] = []
         accepted: list[tuple[int, SessionSpec]] = []
         taken: set[str] = set()
-        genesys = config.platforms.genesys
-        capacity = notification_capacity(genesys) if genesys is not None else 0
         for index, raw in enumerate(entries):
             try:
                 # the channel limit is checked below, where it has an error of its own
                 spec = parse_session(raw, config, ORIGIN, f"sessions[{index}]", notifications=0)
-                if spec.kind is SessionKind.NOTIFICATIONS and notifications + 1 > capacity:
-                    client = (genesys.client_id if genesys is not None else None) or ""
-                    raise _channel_limit(index, spec, client, capacity)
+                # the session's tenant's client: each tenant's channels are its own (docs/configuration.md)
+                genesys = session_table(config, spec)
+                if spec.kind is SessionKind.NOTIFICATIONS and isinstance(genesys, GenesysConfig):
+                    capacity = notification_capacity(genesys)
+                    if notifications[spec.tenant] + 1 > capacity:
+                        client = genesys.client_id or ""
+                        named = client if spec.tenant is None else f"{spec.tenant}/{client}"
+                        raise _channel_limit(index, spec, named, capacity)
             except ApiError as limit:
                 publish("sessions.add", spec.id, None)(limit)
                 results.append(_refused(limit))
@@ -136,7 +143,7 @@ class SessionVerbs:
                 results.append(_refused(error))
                 continue
             if spec.kind is SessionKind.NOTIFICATIONS:
-                notifications += 1
+                notifications[spec.tenant] += 1
             taken.add(spec.id)
             accepted.append((index, spec))
             results.append(None)

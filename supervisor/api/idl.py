@@ -34,7 +34,9 @@ type Session (
   circuit: ?(endpoint: string, state: string),
   termination: ?object,
   # "config": declared by the configuration file; "api": added over the control socket (AddSession)
-  origin: ?string
+  origin: ?string,
+  # the named tenant ([tenants.NAME]) the session runs on; absent: the default tenant ([platforms.*])
+  tenant: ?string
 )
 """
 
@@ -111,7 +113,8 @@ interface {CONTROL}
     + _SESSION
     + """
 type Count (total: int, byState: [string]int)
-type Circuit (endpoint: string, circuitId: string, state: string)
+# tenant: a named tenant's endpoint (NAME/genesys:api); absent for the default tenant's
+type Circuit (endpoint: string, circuitId: string, state: string, tenant: ?string)
 
 method Status() -> (bootId: string, uptimeSeconds: float, startedAt: string, version: string,
   taxonomy: string, draining: bool, sessions: Count, circuits: []Circuit, sockets: object)
@@ -132,9 +135,10 @@ method Reload() -> (result: object)
 # (exactly one of sessionId, conversationId; platform "genesys" is implied, "cxone" is refused: Unsupported)
 # (docs/attributes.md). Answered once the update is durably in the outbox (acknowledged); a full queue
 # answers Backpressure (try again after retryAfterSeconds). sessionId is null in the answer to an update
-# by conversation id.
+# by conversation id. tenant: the named tenant whose credential writes a conversation given by id
+# (absent: the default tenant's); a session's update goes out with its own tenant's.
 method SetAttributes(sessionId: ?string, conversationId: ?string, platform: ?string,
-  attributes: [string]string) -> (accepted: bool, updateId: string,
+  attributes: [string]string, tenant: ?string) -> (accepted: bool, updateId: string,
   sessionId: ?string, conversationId: string, coalesced: bool, coalescedKeys: []string, queueDepth: int)
 # What verification could not repair; values of sensitive keys are never shown.
 method ListMismatches(includeResolved: ?bool) -> (mismatches: []object)

@@ -72,8 +72,9 @@ class Targets(Protocol):
     def accept(self, session_id: str) -> Accepted:
         """The session may take updates now; raises Refused (unknown, terminated, no conversation, CXone)."""
 
-    def accept_conversation(self, conversation_id: str) -> Accepted:
-        """Updates by conversation id with no session may go to Genesys now; raises Refused (no credential)."""
+    def accept_conversation(self, conversation_id: str, tenant: str | None = None) -> Accepted:
+        """Updates by conversation id with no session may go to Genesys now, with ``tenant``'s credential
+        (None: the default tenant's); raises Refused (no credential, no such Genesys tenant)."""
 
     def target(self, tenant: str, session_id: str | None, conversation_id: str) -> Target | None:
         """Where to send a queued write (None: the platform is not configured now); ``session_id``
@@ -140,14 +141,14 @@ class AttributeService:
             raise
 
     async def submit_conversation(
-        self, conversation_id: str, attributes: Mapping[str, object]
+        self, conversation_id: str, attributes: Mapping[str, object], tenant: str | None = None
     ) -> SubmitAnswer:
         """Queue an update of a Genesys conversation by its id, with no supervised session (post-call
         middleware, after the agent's session is gone); sent, read back, repaired and flagged as a
         session's update is. Raises Refused, or Backpressured (try later)."""
         self.counters["submitted"] += 1
         try:
-            return await self._submit(None, attributes, conversation_id)
+            return await self._submit(None, attributes, conversation_id, tenant)
         except Backpressured:
             self.counters["refused"] += 1
             raise
@@ -156,7 +157,11 @@ class AttributeService:
             raise
 
     async def _submit(
-        self, session_id: str | None, attributes: Mapping[str, object], conversation_id: str | None = None
+        self,
+        session_id: str | None,
+        attributes: Mapping[str, object],
+        conversation_id: str | None = None,
+        tenant: str | None = None,
     ) -> SubmitAnswer:
         try:
             values = check_attributes(attributes)
@@ -169,7 +174,7 @@ class AttributeService:
             accepted = self._targets.accept(session_id)
         else:
             assert conversation_id is not None
-            accepted = self._targets.accept_conversation(conversation_id)
+            accepted = self._targets.accept_conversation(conversation_id, tenant)
         tenant = accepted.tenant
         limit = self.settings.queue_depth
         if self._episodes.active(tenant):

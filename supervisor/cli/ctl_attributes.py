@@ -73,9 +73,20 @@ def attributes() -> None:
     type=click.Choice(["genesys", "cxone"]),
     help="The conversation's platform (with --conversation; genesys is implied, cxone is refused).",
 )
+@click.option(
+    "--tenant",
+    metavar="NAME",
+    type=UTF8,
+    help="The tenant ([tenants.NAME]) whose credential writes the conversation (with --conversation; "
+    "default: the [platforms.genesys] one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as one JSON object.")
 def set_attributes(
-    args: tuple[str, ...], conversation_id: str | None, platform: str | None, as_json: bool
+    args: tuple[str, ...],
+    conversation_id: str | None,
+    platform: str | None,
+    tenant: str | None,
+    as_json: bool,
 ) -> None:
     """Queue an update of SESSION_ID's conversation attributes, or of a conversation by id.
 
@@ -89,16 +100,21 @@ def set_attributes(
     Examples:
       session-supervisor ctl attributes set wm-3 survey=yes disposition=resolved --json
       session-supervisor ctl attributes set --conversation 5c0c4e0e-... wrapup=sale
+      session-supervisor ctl attributes set --conversation 5c0c4e0e-... --tenant emea wrapup=sale
     """
     if conversation_id is None:
         if platform is not None:
             raise click.UsageError("--platform goes with --conversation")
+        if tenant is not None:
+            raise click.UsageError("--tenant goes with --conversation (a session's tenant is its own)")
         if len(args) < 2:
             raise click.UsageError("expected SESSION_ID and at least one KEY=VALUE (or --conversation ID)")
         params: dict[str, Any] = {"sessionId": args[0]}
         pairs = args[1:]
     else:
         params = {"conversationId": conversation_id, "platform": platform or "genesys"}
+        if tenant is not None:
+            params["tenant"] = tenant
         pairs = args
     values = _pairs(pairs)
     try:

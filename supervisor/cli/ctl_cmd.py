@@ -128,6 +128,7 @@ def sessions(
     platforms: tuple[str, ...],
     kinds: tuple[str, ...],
     origins: tuple[str, ...],
+    tenants: tuple[str, ...],
     sessions: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -135,7 +136,7 @@ def sessions(
     `sessions add` and `sessions remove` change which sessions there are."""
     if ctx.invoked_subcommand is not None:
         return
-    selection = Selection(states, reasons, platforms, kinds, origins)
+    selection = Selection(states, reasons, platforms, kinds, origins, tenants=tenants)
     result = _call(Method.LIST_SESSIONS, {"sessions": list(sessions) or None})
     result["sessions"] = [row for row in result["sessions"] if selection.matches(row)]
     if as_json:
@@ -145,13 +146,16 @@ def sessions(
 
     table = Table(pad_edge=False)
     columns = ("session", "platform", "kind", "origin", "state", "since", "attempts", "last error", "circuit")
-    for column in columns:
+    # a tenant column once a named tenant's session is listed (a single-tenant daemon's table as it was)
+    tenanted = any(row.get("tenant") for row in result["sessions"])
+    for column in ("session", "tenant", *columns[1:]) if tenanted else columns:
         table.add_column(column, no_wrap=True)
     for row in result["sessions"]:
         error = row.get("lastError") or {}
         circuit = row.get("circuit") or {}
         table.add_row(
             row["sessionId"],
+            *((row.get("tenant") or "",) if tenanted else ()),
             row["platform"],
             row["kind"],
             row.get("origin", "config"),
@@ -190,6 +194,7 @@ def start(
     platforms: tuple[str, ...],
     kinds: tuple[str, ...],
     origins: tuple[str, ...],
+    tenants: tuple[str, ...],
     everything: bool,
     yes: bool,
     dry_run: bool,
@@ -203,7 +208,7 @@ def start(
     Ids, selectors or --all (e.g. `ctl start --state terminated --yes` after an outage);
     one answer per session (with --json one JSON object per line), paced by admission.
     """
-    selection = Selection(states, reasons, platforms, kinds, origins, everything)
+    selection = Selection(states, reasons, platforms, kinds, origins, everything, tenants)
     _start_or_stop("start", Method.START_SESSION, _started, session_ids, selection, yes, dry_run, as_json)
 
 
@@ -219,6 +224,7 @@ def stop(
     platforms: tuple[str, ...],
     kinds: tuple[str, ...],
     origins: tuple[str, ...],
+    tenants: tuple[str, ...],
     everything: bool,
     yes: bool,
     dry_run: bool,
@@ -227,7 +233,7 @@ def stop(
     """Stop sessions: close 1000 (CXone: end the agent session); they are not reconnected.
 
     Ids, selectors or --all; one answer per session (with --json one JSON object per line)."""
-    selection = Selection(states, reasons, platforms, kinds, origins, everything)
+    selection = Selection(states, reasons, platforms, kinds, origins, everything, tenants)
     _start_or_stop("stop", Method.STOP_SESSION, _stopped, session_ids, selection, yes, dry_run, as_json)
 
 

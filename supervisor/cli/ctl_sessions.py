@@ -9,7 +9,7 @@ connection. Every entry is answered on its own (a line; with ``--json`` one JSON
 ``line`` naming the stdin line); exit 0 only when every entry was added, 1 when any was refused.
 
 **Selectors.** ``--state``, ``--reason`` (the termination reason, e.g. RETRY_EXHAUSTED), ``--platform``,
-``--kind``, ``--origin`` (``config`` or ``api``), each repeatable (any of its values), all of them
+``--kind``, ``--origin`` (``config`` or ``api``), ``--tenant`` (a ``[tenants.NAME]``), each repeatable (any of its values), all of them
 together (every one must match), or ``--all``. ``ctl start`` and ``ctl stop`` act on what matches,
 one call per session (a start's first attempt is admitted by its endpoint, so a mass start is paced
 as start-up is); ``--all`` or more than :data:`CONFIRM_ABOVE` matches needs ``--yes``; ``--dry-run``
@@ -107,10 +107,14 @@ class Selection:
     kinds: tuple[str, ...] = ()
     origins: tuple[str, ...] = ()
     everything: bool = False
+    # named tenants (a row's ``tenant``; the default tenant's rows have none)
+    tenants: tuple[str, ...] = ()
 
     @property
     def given(self) -> bool:
-        return self.everything or any((self.states, self.reasons, self.platforms, self.kinds, self.origins))
+        return self.everything or any(
+            (self.states, self.reasons, self.platforms, self.kinds, self.origins, self.tenants)
+        )
 
     def matches(self, row: dict[str, Any]) -> bool:
         if self.everything:
@@ -122,6 +126,7 @@ class Selection:
             (self.platforms, row.get("platform")),
             (self.kinds, row.get("kind")),
             (self.origins, row.get("origin", "config")),
+            (self.tenants, row.get("tenant")),
         )
         return all(not wanted or value in wanted for wanted, value in checks)
 
@@ -148,6 +153,14 @@ def selector_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 multiple=True,
                 type=click.Choice(_ORIGINS),
                 help="config: the file's; api: added over the control socket.",
+            ),
+            click.option(
+                "--tenant",
+                "tenants",
+                multiple=True,
+                metavar="NAME",
+                type=UTF8,
+                help="Sessions of this tenant ([tenants.NAME]).",
             ),
         )
     ):
@@ -186,7 +199,7 @@ def act(
     """``ctl start`` / ``ctl stop`` on ids and selected sessions: one call and one answer per session."""
     if not ids and not selection.given:
         raise click.UsageError(
-            "give session ids, a selector (--state, --reason, --platform, --kind, --origin) or --all"
+            "give session ids, a selector (--state, --reason, --platform, --kind, --origin, --tenant) or --all"
         )
     refused = 0
     codes: set[int] = set()
@@ -269,6 +282,12 @@ def add_command() -> click.Command:
     @click.option("--platform", type=click.Choice(_PLATFORMS), help="Implied by --kind; checked when given.")
     @click.option("--agent", metavar="A", type=UTF8, help="The agent id (agentId).")
     @click.option("--conversation", metavar="C", type=UTF8, help="The conversation id (conversationId).")
+    @click.option(
+        "--tenant",
+        metavar="NAME",
+        type=UTF8,
+        help="The tenant ([tenants.NAME]; default: [platforms.*]); with --spec/--from, for entries naming none.",
+    )
     @click.option("--spec", "spec_json", metavar="JSON", type=UTF8, help="One entry as a JSON object.")
     @click.option("--from", "source", metavar="-", type=UTF8, help="'-': one JSON object per line on stdin.")
     @click.option("--json", "as_json", is_flag=True, help="One JSON object per session on stdout.")
@@ -278,6 +297,7 @@ def add_command() -> click.Command:
         platform: str | None,
         agent: str | None,
         conversation: str | None,
+        tenant: str | None,
         spec_json: str | None,
         source: str | None,
         as_json: bool,
@@ -286,7 +306,7 @@ def add_command() -> click.Command:
         validated as the configuration's [[sessions]] entries are, started paced by admission.
 
         \b
-        ID --kind K [--platform P] [--agent A] [--conversation C]   one session from flags
+        ID --kind K [--platform P] [--agent A] [--conversation C] [--tenant T]   one session from flags
         --spec '{"id": "wm-9", "kind": "webmessaging"}'            one entry as JSON
         --from -                                                  NDJSON on stdin, any number
         Exit 0 when every session was added, 1 when any was refused (each refusal is a line).
@@ -322,6 +342,8 @@ def add_command() -> click.Command:
             fields = {"id": session_id, "kind": kind, "platform": platform, "agentId": agent}
             fields["conversationId"] = conversation
             entries = [(1, {k: v for k, v in fields.items() if v is not None})]
+        if tenant is not None:
+            entries = ((n, {"tenant": tenant, **e}) for n, e in entries)
         with _client() as client:
             for batch in _batches(entries):
                 try:

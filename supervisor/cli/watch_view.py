@@ -9,6 +9,7 @@ rest, so a fleet of thousands still reads at a glance.
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +157,8 @@ def render(model: WatchModel, *, height: int, width: int, title: str) -> Rendera
     # fixed columns keep their width on a narrow terminal; only "last error" gets what is left
     fixed = (
         ("session", max([len("session"), *(len(str(r["sessionId"])) for r in ordered)])),
-        ("plat.", 7),
+        # a named tenant's session: "NAME/platform" (the default tenant's: the platform alone)
+        ("plat.", max([7, *(len(_platform(r)) for r in ordered)])),
         ("state", 12),
         ("since", 8),
         ("att.", 4),
@@ -177,7 +179,7 @@ def render(model: WatchModel, *, height: int, width: int, title: str) -> Rendera
         circuit = row.get("circuit")
         table.add_row(
             str(row["sessionId"]),
-            str(row.get("platform") or ""),
+            _platform(row),
             Text(str(row.get("state")), style="" if row_state is None else _STYLE[row_state]),
             _clock(row.get("since")),
             str(row.get("attempts", 0)),
@@ -193,3 +195,10 @@ def render(model: WatchModel, *, height: int, width: int, title: str) -> Rendera
     if model.ended:
         parts.append(Text(f"stream ended: {model.ended}", style="bold"))
     return Group(*parts)
+
+
+def _platform(row: Mapping[str, Any]) -> str:
+    """A row's platform, its tenant's name first when it is a named tenant's (``emea/genesys``)."""
+    platform = str(row.get("platform") or "")
+    tenant = row.get("tenant")
+    return f"{tenant}/{platform}" if tenant else platform

@@ -64,6 +64,8 @@ class Correlation:
     agent_id: str | None = None
     conversation_id: str | None = None
     platform_session_id: str | None = None
+    # a named tenant's session ([tenants.NAME]); None: the default tenant's, whose lines stay as they were
+    tenant: str | None = None
 
     def fields(self) -> dict[str, str]:
         out = {"sessionId": self.session_id}
@@ -73,6 +75,8 @@ class Correlation:
             out["conversationId"] = self.conversation_id
         if self.platform_session_id is not None:
             out["platformSessionId"] = self.platform_session_id
+        if self.tenant is not None:
+            out["tenant"] = self.tenant
         return out
 
 

@@ -50,7 +50,13 @@ def _reading(response: httpx.Response) -> RateLimitReading | None:
 
 
 class RequestPipeline:
-    """HTTP requests of one platform through the retry executor, signed by its token cache."""
+    """HTTP requests of one platform through the retry executor, signed by its token cache.
+
+    ``tenant``: the named tenant whose calls these are (``[tenants.NAME]``): every endpoint a call
+    names is that tenant's (``NAME/genesys:api``, its own circuit, pace and retry budget), so a
+    transport names ``genesys:api`` and its tenant's pipeline keeps tenants apart; None: the default
+    tenant's, the endpoints as named.
+    """
 
     def __init__(
         self,
@@ -59,10 +65,12 @@ class RequestPipeline:
         *,
         tokens: TokenCache | None = None,
         rate_limit_headers: bool = True,
+        tenant: str | None = None,
     ) -> None:
         self.client = client
         self.executor = executor
         self.tokens = tokens
+        self.tenant = tenant
         # read the platform's rate window from each successful answer (inin-ratelimit-*) and tell
         # it to the endpoint's pace ([admission] rateLimitHeaders; docs/runtime.md, "Admission")
         self._reading = _reading if rate_limit_headers else None
@@ -73,7 +81,7 @@ class RequestPipeline:
 
     def gate(self, circuit: EndpointId) -> Gate:
         """The attempt shell's gate of the endpoint ``circuit`` (its Retry-After hold, for one)."""
-        return self.executor.attempts.get(circuit)
+        return self.executor.attempts.get(circuit.of(self.tenant))
 
     async def call(
         self,
@@ -92,7 +100,7 @@ class RequestPipeline:
             attempt_once,
             ctx=ctx,
             operation=operation,
-            circuit=circuit,
+            circuit=circuit.of(self.tenant),
             tokens=self.tokens,
             idempotent=idempotent,
             reading=reading,
@@ -155,7 +163,7 @@ class RequestPipeline:
             attempt_once,
             ctx=ctx,
             operation=operation or f"{method} {path}",
-            circuit=circuit,
+            circuit=circuit.of(self.tenant),
             tokens=tokens,
             route=route or path,
             server=(parsed.host, parsed.port),

@@ -87,7 +87,9 @@ class TokenFetch:
         sleep: Sleep,
     ) -> Token:
         hooks = self._hooks
-        gate = None if tokens.platform is None else self._attempts.token(EndpointId.oauth(tokens.platform))
+        gate = None
+        if tokens.platform is not None:
+            gate = self._attempts.token(EndpointId.oauth(tokens.platform).of(tokens.tenant))
         attempt = 0
         previous_delay_ms: float | None = None
         while True:

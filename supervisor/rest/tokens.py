@@ -78,9 +78,12 @@ class TokenCache:
         *,
         early_refresh_s: float = 300.0,
         platform: Platform | None = None,
+        tenant: str | None = None,
     ) -> None:
-        # whose credential it is: its token endpoint is that platform's (None: fetched ungated)
+        # whose credential it is: its token endpoint is that platform's (None: fetched ungated), a
+        # named tenant's its own (``NAME/genesys:oauth``: one tenant's refused logins never hold another's)
         self.platform = platform
+        self.tenant = tenant
         self._source = source
         self._clock = clock
         self._early = early_refresh_s

@@ -65,7 +65,7 @@ from supervisor.runtime.stdout import StdoutEvents
 from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import Wiring
 from supervisor.systemd.journal import SD_WARNING, event_priority, journal_descriptors, prefix
-from supervisor.vocabulary import Platform
+from supervisor.vocabulary import Scope
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -111,7 +111,7 @@ class DaemonView:
 
     sessions: SessionReader
     circuits: CircuitReader
-    tokens: Mapping[Platform, TokenCache]
+    tokens: Mapping[Scope, TokenCache]
     attributes: AttributeService | None
     bus: EventBus
     clock: Clock

@@ -22,7 +22,7 @@ from anyio.abc import TaskStatus
 from supervisor.attempts import Attempts, Gate
 from supervisor.bus import EventBus
 from supervisor.clock import Clock
-from supervisor.config import Config, SessionKind
+from supervisor.config import Config, GenesysConfig, SessionKind, tenant_tables
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.sessions import ManualMove
 from supervisor.vocabulary import (
@@ -45,16 +45,24 @@ _CONNECT = frozenset({GENESYS_WEBMESSAGING, GENESYS_STREAMING, CXONE_AGENT_SESSI
 def configured_endpoints(config: Config) -> list[EndpointId]:
     """Every endpoint the configuration's platforms and sessions use, sorted."""
     found: set[EndpointId] = set()
-    platforms = config.platforms
-    if platforms.genesys is not None:
-        found |= {EndpointId.api(Platform.GENESYS), EndpointId.oauth(Platform.GENESYS)}
-    if platforms.cxone is not None:
-        found |= {EndpointId.api(Platform.CXONE), EndpointId.oauth(Platform.CXONE), CXONE_AGENT_SESSIONS}
+    # every tenant's: the default one's as they were named, a named tenant's NAME/...
+    for tenant, table in tenant_tables(config):
+        if isinstance(table, GenesysConfig):
+            found |= {
+                EndpointId.api(Platform.GENESYS).of(tenant),
+                EndpointId.oauth(Platform.GENESYS).of(tenant),
+            }
+        else:
+            found |= {
+                EndpointId.api(Platform.CXONE).of(tenant),
+                EndpointId.oauth(Platform.CXONE).of(tenant),
+                CXONE_AGENT_SESSIONS.of(tenant),
+            }
     for spec in config.sessions:
         if spec.kind is SessionKind.WEBMESSAGING:
-            found.add(GENESYS_WEBMESSAGING)
+            found.add(GENESYS_WEBMESSAGING.of(spec.tenant))
         elif spec.kind is SessionKind.NOTIFICATIONS:
-            found.add(GENESYS_STREAMING)
+            found.add(GENESYS_STREAMING.of(spec.tenant))
     return sorted(found)
 
 
@@ -83,7 +91,7 @@ class ManualCircuits:
     def _gate(self, endpoint: EndpointId) -> Gate:
         if endpoint in self._attempts.endpoints.all():
             return self._attempts.get(endpoint)
-        if endpoint in _CONNECT:
+        if EndpointId(endpoint.platform, endpoint.name) in _CONNECT:
             return self._attempts.connect(endpoint)
         if endpoint.name == EndpointId.oauth(endpoint.platform).name:
             return self._attempts.token(endpoint)

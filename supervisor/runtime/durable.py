@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,7 +71,7 @@ from supervisor.store.shards import shard_of
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
-from supervisor.vocabulary import CloseCode, EndpointId, Platform, SessionState
+from supervisor.vocabulary import CloseCode, EndpointId, Scope, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
@@ -354,7 +355,9 @@ class Durable:
         One the configuration can no longer run (its platform's table gone) is not started and stays
         in the store for a configuration that can; an id the file now declares is the file's."""
         declared = {spec.id for spec in config.sessions}
-        notifications = sum(1 for spec in config.sessions if spec.kind is SessionKind.NOTIFICATIONS)
+        notifications = Counter(
+            spec.tenant for spec in config.sessions if spec.kind is SessionKind.NOTIFICATIONS
+        )
         out: list[SessionSpec] = []
         for desired in self.desired.values():
             if desired.origin != Origin.API or desired.spec is None or desired.session_id in declared:
@@ -367,7 +370,7 @@ class Durable:
             except (msgspec.DecodeError, ConfigError):
                 continue
             if spec.kind is SessionKind.NOTIFICATIONS:
-                notifications += 1
+                notifications[spec.tenant] += 1
             out.append(spec)
         return out
 
@@ -381,7 +384,8 @@ class Durable:
         rows = [
             DesiredSession(
                 spec.id,
-                spec.platform.value,
+                # the session's scope: its platform, a named tenant's NAME/<platform>
+                spec.platform.value if spec.tenant is None else f"{spec.tenant}/{spec.platform.value}",
                 DesiredState.RUNNING,
                 None,
                 now,
@@ -436,7 +440,8 @@ class Durable:
         record = _record_of(runner)
         row = ServerSession(
             session_id=runner.session_id,
-            platform=ctx.platform.value,
+            # a named tenant's NAME/<platform> (supervisor/runtime/reconcile.py ends it with that tenant's credential)
+            platform=ctx.scope.value,
             kind=ctx.channel.value,
             state=ServerState.OPEN if resumed else ServerState.OPENING,
             opened_at=self.clock.time(),
@@ -445,7 +450,7 @@ class Durable:
             platform_session_id=record.get("platformSessionId"),
             guest_token=record.get("guestToken"),
         )
-        await self._quietly(self._desire(runner.session_id, ctx.platform, DesiredState.RUNNING, None))
+        await self._quietly(self._desire(runner.session_id, ctx.scope, DesiredState.RUNNING, None))
         await self._quietly(store.session_opening(row))
 
     async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
@@ -462,7 +467,7 @@ class Durable:
             )
             return
         ended = runner.termination
-        platform = runner.context.platform
+        platform = runner.context.scope
         if ended is not None and ended.reason is not TerminationReason.STOPPED:
             reason = f"{ended.reason.value}/{ended.trigger.value if ended.trigger else ended.code}"
             await self._quietly(self._desire(runner.session_id, platform, DesiredState.TERMINATED, reason))
@@ -477,7 +482,7 @@ class Durable:
         await self._quietly(store.session_closed(runner.session_id, "closed", self.clock.time()))
 
     async def desire(
-        self, session_id: str, platform: Platform, running: bool, reason: str | None = None
+        self, session_id: str, platform: Scope, running: bool, reason: str | None = None
     ) -> None:
         """``ctl start`` / ``ctl stop``: what should be alive after a restart."""
         state = DesiredState.RUNNING if running else DesiredState.STOPPED
@@ -502,7 +507,7 @@ class Durable:
         self.attributes.drain()
 
     async def _desire(
-        self, session_id: str, platform: Platform, state: DesiredState, reason: str | None
+        self, session_id: str, platform: Scope, state: DesiredState, reason: str | None
     ) -> None:
         desired = DesiredSession(session_id, platform.value, state, reason, self.clock.time())
         self.desired[session_id] = desired

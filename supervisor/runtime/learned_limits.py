@@ -22,7 +22,7 @@ import msgspec
 
 from machines.pacing import LearnedLimit
 from supervisor.store import Store
-from supervisor.vocabulary import EndpointId, Platform
+from supervisor.vocabulary import EndpointId
 
 __all__ = ["KEY_PREFIX", "decode", "encode", "key_of", "load", "save"]
 
@@ -49,10 +49,10 @@ def encode(learned: LearnedLimit) -> str:
 
 def decode(key: str, value: str) -> tuple[EndpointId, LearnedLimit]:
     """The endpoint and learned limit of one ``meta`` row; ValueError saying what is wrong with it."""
-    platform, sep, name = key.removeprefix(KEY_PREFIX).partition(":")
-    if not key.startswith(KEY_PREFIX) or not sep or platform not in {p.value for p in Platform}:
+    # a named tenant's endpoint is ``NAME/<platform>:<endpoint>`` (docs/configuration.md, "Tenants")
+    endpoint = EndpointId.parse(key.removeprefix(KEY_PREFIX)) if key.startswith(KEY_PREFIX) else None
+    if endpoint is None:
         raise ValueError("not pacer.<platform>:<endpoint>")
-    endpoint = EndpointId(Platform(platform), name)
     try:
         record = msgspec.json.decode(value, type=_Record)
     except msgspec.DecodeError as exc:

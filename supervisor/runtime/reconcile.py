@@ -25,12 +25,14 @@ import anyio
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
+from supervisor.config import GenesysConfig, table_key
 from supervisor.errors import CircuitOpenError, OperationError, StoreError, TransportFailure
 from supervisor.events import Correlation, Event
+from supervisor.runtime.tenancy import scope_table, scope_tenant
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import ServerSession, Store
 from supervisor.taxonomy import Channel, Platform
-from supervisor.vocabulary import CloseCode
+from supervisor.vocabulary import CloseCode, parse_scope
 
 __all__ = ["SessionReconciled", "end_orphan", "reconcile"]
 
@@ -98,12 +100,21 @@ async def end_orphan(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
 async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
     from supervisor.transports.webmessaging import WebMessagingTransport
 
-    gen = wiring.config.platforms.genesys
+    # the row's scope: a named tenant's guest is ended on that tenant's org
+    scope = parse_scope(row.platform) or Platform.GENESYS
+    gen = scope_table(wiring.config, scope)
+    at = table_key(scope_tenant(scope), Platform.GENESYS)
     if row.guest_token is None:
         return NOT_CLEANABLE, "no guest token was kept (the guest session was never confirmed open)"
-    if gen is None or gen.webmessaging_url is None or gen.deployment_id is None:
-        return NOT_CLEANABLE, "platforms.genesys (webmessagingUrl, deploymentId) is not configured"
-    ctx = SessionContext(row.session_id, Platform.GENESYS, Channel.WEBMESSAGING, agent_id=row.agent_id)
+    if not isinstance(gen, GenesysConfig) or gen.webmessaging_url is None or gen.deployment_id is None:
+        return NOT_CLEANABLE, f"{at} (webmessagingUrl, deploymentId) is not configured"
+    ctx = SessionContext(
+        row.session_id,
+        Platform.GENESYS,
+        Channel.WEBMESSAGING,
+        agent_id=row.agent_id,
+        tenant=scope_tenant(scope),
+    )
     transport = WebMessagingTransport(
         ctx,
         url=gen.webmessaging_url,
@@ -127,14 +138,22 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
 async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
     from supervisor.transports.cxone import AgentSessionTransport
 
-    cx = wiring.config.platforms.cxone
-    pipeline = wiring.pipelines.get(Platform.CXONE)
-    api = wiring.cxone_api
+    # the row's scope: a named tenant's agent session is ended with that tenant's access key
+    scope = parse_scope(row.platform) or Platform.CXONE
+    cx = scope_table(wiring.config, scope)
+    pipeline = wiring.pipelines.get(scope)
+    api = wiring.cxone_apis.get(scope)
     if row.platform_session_id is None:
         return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"
     if cx is None or pipeline is None or api is None:
-        return NOT_CLEANABLE, "platforms.cxone is not configured"
-    ctx = SessionContext(row.session_id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=row.agent_id)
+        return NOT_CLEANABLE, f"{table_key(scope_tenant(scope), Platform.CXONE)} is not configured"
+    ctx = SessionContext(
+        row.session_id,
+        Platform.CXONE,
+        Channel.AGENT_SESSION,
+        agent_id=row.agent_id,
+        tenant=scope_tenant(scope),
+    )
     transport = AgentSessionTransport(ctx, pipeline=pipeline, api=api)
     try:
         await transport.end(row.platform_session_id)

@@ -58,14 +58,23 @@ from anyio import to_thread
 from anyio.abc import TaskStatus
 
 from supervisor.clock import iso_utc
-from supervisor.config import Config, Secret, SessionKind, SessionSpec, SocketsConfig
+from supervisor.config import (
+    Config,
+    GenesysConfig,
+    Secret,
+    SessionKind,
+    SessionSpec,
+    SocketsConfig,
+    session_table,
+)
 from supervisor.errors import ConfigError, OperationError, SupervisorError
 from supervisor.events import CredentialAccepted, CredentialRefused, Event, WireEvent
 from supervisor.runtime.supervisor import Supervisor
+from supervisor.runtime.tenancy import credential_keys, spec_scope
 from supervisor.runtime.testhooks import block_loop_on_reload
-from supervisor.runtime.wiring import CREDENTIAL_KEYS, Rotation, platform_table
+from supervisor.runtime.wiring import Rotation, platform_table
 from supervisor.taxonomy import Taxonomy, load_taxonomy, resolve_version
-from supervisor.vocabulary import Platform
+from supervisor.vocabulary import Scope
 
 __all__ = [
     "APPLIED_TABLES",
@@ -114,8 +123,11 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)
 #: (``handover``: the drain reads ``onStop`` from the configuration in force when it starts, and
-#: ``maxAgeSeconds`` is read by the next start, which reads the file anew)
-APPLIED_TABLES: Final = frozenset({"platforms", "sessions", "reconnect", "circuit", "tokens", "handover"})
+#: ``maxAgeSeconds`` is read by the next start, which reads the file anew; ``tenants``: each tenant's
+#: table as a platform's, rebuilt when changed, built when added, its sessions stopped when removed)
+APPLIED_TABLES: Final = frozenset(
+    {"platforms", "tenants", "sessions", "reconnect", "circuit", "tokens", "handover"}
+)
 
 
 def restart_required(old: Config, new: Config, *, sockets_applied: bool = True) -> tuple[str, ...]:
@@ -186,7 +198,7 @@ class ReloadResult:
     kept_down: tuple[str, ...] = ()
     restart_required: tuple[str, ...] = ()
     #: platforms whose token source now uses a rotated credential
-    rotated: tuple[Platform, ...] = ()
+    rotated: tuple[Scope, ...] = ()
 
 
 def answer(result: ReloadResult) -> Mapping[str, Any]:
@@ -213,10 +225,11 @@ def settings(config: Config, spec: SessionSpec) -> bytes:
     table, which builds its pipeline, token cache and (CXone) API location. Never a credential's
     value: a rotated credential swaps the token source (the module docstring).
     """
-    uses: object = platform_table(config, spec.platform)
+    uses: object = platform_table(config, spec_scope(spec))
     if spec.kind is SessionKind.WEBMESSAGING:
-        gen = config.platforms.genesys
-        assert gen is not None  # config.py: a genesys session needs [platforms.genesys]
+        gen = session_table(config, spec)
+        # config.py: a genesys session needs its tenant's table ([platforms.genesys], [tenants.NAME])
+        assert isinstance(gen, GenesysConfig)
         uses = [gen.webmessaging_url, gen.deployment_id, gen.keepalive]
     return msgspec.json.encode([spec, uses])
 
@@ -226,7 +239,7 @@ class _Read:
     """Everything a reload reads, validated, before anything changes."""
 
     config: Config
-    secrets: dict[Platform, tuple[Secret | None, ...]]
+    secrets: dict[Scope, tuple[Secret | None, ...]]
     taxonomy: Taxonomy | None
 
 
@@ -254,7 +267,7 @@ class Reloader:
         # the taxonomy version the configuration named at the last load (not what is active now)
         self._configured_taxonomy = supervisor.config.daemon.taxonomy_version
         # platforms whose rotated credential was refused, until the configured one is in use again
-        self._refused: set[Platform] = set()
+        self._refused: set[Scope] = set()
         # anyio's Lock is fair: waiting reloads run in the order they asked
         self._lock = anyio.Lock()
 
@@ -424,7 +437,7 @@ class Reloader:
                 tg.start_soon(restart, spec)
 
     def _credentials_settled(
-        self, rotations: list[Rotation], configured: Mapping[Platform, tuple[Secret | None, ...]]
+        self, rotations: list[Rotation], configured: Mapping[Scope, tuple[Secret | None, ...]]
     ) -> None:
         """CREDENTIAL_ACCEPTED for each rotation, and for each platform refused before whose
         configured credential is the one in use again (the file put back, the platform rebuilt or
@@ -434,14 +447,14 @@ class Reloader:
         for rotation in rotations:
             self._refused.discard(rotation.platform)
             bus.publish(CredentialAccepted(rotation.platform.value, True, timestamp=self._now()))
-        for platform in sorted(self._refused):
+        for platform in sorted(self._refused, key=lambda scope: scope.value):
             if wiring.secrets.get(platform) == configured.get(platform):
                 self._refused.discard(platform)
                 bus.publish(CredentialAccepted(platform.value, False, timestamp=self._now()))
 
 
 def _refusal(
-    platform: Platform,
+    platform: Scope,
     in_use: tuple[Secret | None, ...],
     rotated: tuple[Secret | None, ...],
     exc: SupervisorError,
@@ -449,7 +462,7 @@ def _refusal(
     """The located line of a rotated credential that was not granted a token: the keys whose file
     changed, what the platform answered (its code, never the secret), and that nothing changed."""
     keys = " and ".join(
-        k for k, a, b in zip(CREDENTIAL_KEYS[platform], in_use, rotated, strict=True) if a != b
+        k for k, a, b in zip(credential_keys(platform), in_use, rotated, strict=True) if a != b
     )
     if isinstance(exc, OperationError):
         event = exc.event

@@ -37,7 +37,7 @@ from anyio.abc import TaskStatus
 from supervisor.config import Config, SessionSpec
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.taxonomy import Taxonomy
-from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
+from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
 
 __all__ = [
     "CircuitControl",
@@ -183,7 +183,7 @@ class DesiredSessions(Protocol):
         """The store says the session was stopped or terminated (a start re-authenticates it)."""
 
     async def desire(
-        self, session_id: str, platform: Platform, running: bool, reason: str | None = None
+        self, session_id: str, platform: Scope, running: bool, reason: str | None = None
     ) -> None:
         """``ctl start`` / ``ctl stop``: kept across restarts."""
 

@@ -20,6 +20,7 @@ writes the :class:`~supervisor.runtime.sessions.SessionTable` it is given (or ma
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -34,10 +35,11 @@ from supervisor.runtime.leases import Lease, LeaseOwners, Leases, SoloLeases
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
+from supervisor.runtime.tenancy import scope_of, spec_scope
 from supervisor.runtime.wiring import Rotation, Wiring
 from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel
-from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Platform, SessionState
+from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
 
 __all__ = ["NO_STORE", "Supervisor", "session_table"]
 
@@ -108,7 +110,7 @@ class Supervisor:
     def reconfigure(
         self,
         config: Config,
-        secrets: dict[Platform, tuple[Secret | None, ...]],
+        secrets: dict[Scope, tuple[Secret | None, ...]],
         rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
         """Adopt a reloaded configuration: the wiring's platforms (``rotations``: the credentials
@@ -123,7 +125,9 @@ class Supervisor:
         for runner in self.runners.values():
             runner.core.configure(self.wiring.session_config)
             # a rebuilt platform's new token cache (the same cache unless the platform was rebuilt)
-            runner.use_tokens(self.wiring.tokens.get(runner.context.platform))
+            runner.use_tokens(
+                self.wiring.tokens.get(scope_of(runner.context.tenant, runner.context.platform))
+            )
         return retired
 
     # ------------------------------------------------------------------ lifecycle
@@ -241,8 +245,8 @@ class Supervisor:
 
     def _count_added(self) -> None:
         """The HTTP pools grow with the added sessions of each platform (Wiring.grow)."""
-        for platform in Platform:
-            added = sum(1 for spec in self.sessions.added.values() if spec.platform is platform)
+        counts = Counter(spec_scope(spec) for spec in self.sessions.added.values())
+        for platform, added in counts.items():
             if added > self.wiring.added.get(platform, 0):
                 self.wiring.grow(platform, added)
 
@@ -373,7 +377,7 @@ class Supervisor:
         if runner.core.terminated:
             raise SessionError(f"session '{session_id}' is terminated; start it again to re-authenticate")
         context = runner.context
-        pipeline = self.wiring.pipeline_for(context.platform, session_id)
+        pipeline = self.wiring.pipeline_for(scope_of(context.tenant, context.platform), session_id)
         kwargs.setdefault("circuit", EndpointId.api(context.platform))
         # the session may be a WebSocket one; this call is REST (it decides the operation's rules)
         kwargs.setdefault("channel", Channel.REST)

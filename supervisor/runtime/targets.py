@@ -22,7 +22,9 @@ from supervisor.attributes import Accepted, Refused
 from supervisor.attributes.model import subject
 from supervisor.attributes.platform import Target
 from supervisor.boundary import SessionContext
+from supervisor.config import GenesysConfig
 from supervisor.runtime.sessions import SessionReader
+from supervisor.runtime.tenancy import scope_of, scope_table
 from supervisor.runtime.wiring import Wiring
 from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
 from supervisor.vocabulary import ApiFault
@@ -69,13 +71,8 @@ class SessionTargets:
                 f"session '{session_id}' is terminated ({why or 'not running'}): start it again first (ctl start)",
                 sessionId=session_id,
             )
-        gen = sessions.config.platforms.genesys
-        if gen is None or gen.client_id is None:
-            raise Refused(
-                ApiFault.UNSUPPORTED,
-                "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
-                sessionId=session_id,
-            )
+        named = runner.context.tenant
+        key = self._credential(named, sessionId=session_id)
         conversation = runner.context.conversation_id or (spec.conversation_id if spec is not None else None)
         if conversation is None:
             raise Refused(
@@ -83,23 +80,50 @@ class SessionTargets:
                 f"session '{session_id}' has no known conversation (configure its conversationId)",
                 sessionId=session_id,
             )
-        return Accepted(f"genesys:{gen.client_id}", conversation)
+        return Accepted(key, conversation)
 
-    def accept_conversation(self, conversation_id: str) -> Accepted:
-        # no session to ask: only the Genesys credential the writes go out with
-        gen = self._sessions.config.platforms.genesys
+    def accept_conversation(self, conversation_id: str, tenant: str | None = None) -> Accepted:
+        # no session to ask: only the Genesys credential the writes go out with (``tenant``'s:
+        # ``ctl attributes set --conversation ID --tenant T``; None: the default tenant's)
+        return Accepted(self._credential(tenant, conversationId=conversation_id), conversation_id)
+
+    def _credential(self, tenant: str | None, **where: str) -> str:
+        """The queue key of ``tenant``'s Genesys client credential: ``genesys:<clientId>``, a named
+        tenant's ``NAME/genesys:<clientId>`` (the store's ``tenant`` column; the default tenant's
+        key is the one it always was, so updates pending in an existing store keep flowing)."""
+        config = self._sessions.config
+        if tenant is not None:
+            table = config.tenants.get(tenant)
+            if not isinstance(table, GenesysConfig):
+                what = (
+                    "no such tenant"
+                    if table is None
+                    else "a cxone tenant: the daemon writes no CXone contact data"
+                )
+                raise Refused(ApiFault.UNSUPPORTED, f"tenant '{tenant}': {what}", tenant=tenant, **where)
+            if table.client_id is None:
+                raise Refused(
+                    ApiFault.UNSUPPORTED,
+                    f"attribute updates need a Genesys client credential (tenants.{tenant}.clientId)",
+                    **where,
+                )
+            return f"{tenant}/genesys:{table.client_id}"
+        gen = config.platforms.genesys
         if gen is None or gen.client_id is None:
             raise Refused(
                 ApiFault.UNSUPPORTED,
                 "attribute updates need a Genesys client credential (platforms.genesys.clientId)",
-                conversationId=conversation_id,
+                **where,
             )
-        return Accepted(f"genesys:{gen.client_id}", conversation_id)
+        return f"genesys:{gen.client_id}"
 
     def target(self, tenant: str, session_id: str | None, conversation_id: str) -> Target | None:
-        pipeline = self._wiring.pipelines.get(Platform.GENESYS)
-        gen = self._sessions.config.platforms.genesys
-        if pipeline is None or gen is None:
+        # ``tenant`` is the queue key (_credential): a named tenant's starts with its name and '/'
+        named = None if tenant.startswith("genesys:") else tenant.split("/", 1)[0]
+        scope = scope_of(named, Platform.GENESYS)
+        pipeline = self._wiring.pipelines.get(scope)
+        gen = scope_table(self._sessions.config, scope)
+        if pipeline is None or not isinstance(gen, GenesysConfig):
             return None
         runner = None if session_id is None else self._sessions.runners.get(session_id)
         agent = runner.context.agent_id if runner is not None else None
@@ -109,6 +133,7 @@ class SessionTargets:
             Channel.REST,
             agent_id=agent,
             conversation_id=conversation_id,
+            tenant=named,
         )
         return Target(pipeline, gen.api_url, ctx)
 

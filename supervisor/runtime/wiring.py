@@ -36,7 +36,17 @@ from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext, kept_headers
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, SystemClock
-from supervisor.config import Config, EventsConfig, Secret, SessionKind, SessionSpec, read_secret
+from supervisor.config import (
+    Config,
+    CxoneConfig,
+    EventsConfig,
+    GenesysConfig,
+    Secret,
+    SessionKind,
+    SessionSpec,
+    read_secret,
+    table_key,
+)
 from supervisor.errors import ConfigError
 from supervisor.rest.cxone_auth import CxoneApi, CxoneLogin
 from supervisor.rest.executor import RetryExecutor, Sleep
@@ -48,6 +58,15 @@ from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, we
 from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
+from supervisor.runtime.tenancy import (
+    Scope,
+    configured_scopes,
+    scope_of,
+    scope_platform,
+    scope_table,
+    scope_tenant,
+    spec_scope,
+)
 from supervisor.runtime.tls import TlsContexts
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
@@ -73,10 +92,11 @@ CREDENTIAL_KEYS: dict[Platform, tuple[str, ...]] = {
 _FILE_FIELDS = ("client_secret_file", "password_file")
 
 
-def platform_table(config: Config, platform: Platform) -> msgspec.Struct | None:
-    """``platform``'s table without the names of its credential files (the files' content is compared
-    on its own: a file renamed with the same secret in it changes nothing)."""
-    table = getattr(config.platforms, platform.value)
+def platform_table(config: Config, platform: Scope) -> msgspec.Struct | None:
+    """``platform``'s table (a scope's: a named tenant's ``[tenants.NAME]``) without the names of its
+    credential files (the files' content is compared on its own: a file renamed with the same secret in
+    it changes nothing)."""
+    table = scope_table(config, platform)
     if table is None:
         return None
     fields = {f: None for f in _FILE_FIELDS if hasattr(table, f)}
@@ -88,7 +108,7 @@ def platform_table(config: Config, platform: Platform) -> msgspec.Struct | None:
 class Rotation:
     """A rotated credential, already granted a token by its platform (Wiring.trial_rotation)."""
 
-    platform: Platform
+    platform: Scope
     source: TokenSource
     token: Token
     secrets: tuple[Secret | None, ...]
@@ -145,21 +165,24 @@ class Wiring:
             sleep=sleep,
             refresh_before_retry_s=config.tokens.refresh_before_retry,
         )
-        self.tokens: dict[Platform, TokenCache] = {}
-        # where the CXone credential's agent API is (apiUrl, or discovered after each login)
-        self.cxone_api: CxoneApi | None = None
-        # per platform: the first pipeline (calls on no session's behalf), and every shard
-        self.pipelines: dict[Platform, RequestPipeline] = {}
-        self._shards: dict[Platform, list[RequestPipeline]] = {}
-        self.secrets: dict[Platform, tuple[Secret | None, ...]] = {}
-        self._clients: dict[Platform, list[httpx.AsyncClient]] = {}
-        # per platform: the sessions added over the control socket (the pools are sized for the file's
+        # everything below is per scope: the default tenant's by its Platform, a named tenant's by its
+        # TenantScope (supervisor/runtime/tenancy.py): one credential, one cache, its own pools
+        self.tokens: dict[Scope, TokenCache] = {}
+        # where each CXone credential's agent API is (apiUrl, or discovered after each login)
+        self.cxone_apis: dict[Scope, CxoneApi] = {}
+        # per scope: the first pipeline (calls on no session's behalf), and every shard
+        self.pipelines: dict[Scope, RequestPipeline] = {}
+        self._shards: dict[Scope, list[RequestPipeline]] = {}
+        self.secrets: dict[Scope, tuple[Secret | None, ...]] = {}
+        self._clients: dict[Scope, list[httpx.AsyncClient]] = {}
+        # per scope: the sessions added over the control socket (the pools are sized for the file's
         # sessions and these together: Wiring.grow)
-        self.added: dict[Platform, int] = {}
+        self.added: dict[Scope, int] = {}
         self._pool_limits: dict[int, int] = {}
         # every HTTP client's TLS context, one per trust configuration (supervisor/runtime/tls.py)
         self.tls = TlsContexts()
-        # Genesys' 20 notification channels per user and app: one count per OAuth client id
+        # Genesys' 20 notification channels per user and app: one count per OAuth client, a named
+        # tenant's keyed ``NAME/<clientId>`` (two orgs may even share a client id: their channels do not)
         self.channel_quotas: dict[str, ChannelQuota] = {}
         # shared notification channels (platforms.genesys.sharedChannels): one pool per OAuth client,
         # their channels admitted by the streaming endpoint (docs/runtime.md, "Shared notification channels")
@@ -193,8 +216,8 @@ class Wiring:
     async def __aenter__(self) -> Wiring:
         try:
             self.secrets = self.read_secrets(self.config)
-            for platform in Platform:
-                self._build_platform(platform, self.config, self.secrets)
+            for scope in configured_scopes(self.config):
+                self._build_platform(scope, self.config, self.secrets)
         except BaseException:
             # a credential that cannot be read must not leak the clients made before it
             await self.__aexit__(None, None, None)
@@ -215,42 +238,44 @@ class Wiring:
             for client in clients:
                 await client.aclose()
 
-    def read_secrets(self, config: Config) -> dict[Platform, tuple[Secret | None, ...]]:
+    def read_secrets(self, config: Config) -> dict[Scope, tuple[Secret | None, ...]]:
         """Every credential ``config`` names, read now (errors name the key, never the value)."""
-        out: dict[Platform, tuple[Secret | None, ...]] = {}
-        gen = config.platforms.genesys
-        if gen is not None:
-            secret = self._read(gen.client_secret_file, "platforms.genesys.clientSecretFile")
-            if gen.client_id is not None and secret is None:
-                raise ConfigError("platforms.genesys.clientSecretFile: required with clientId")
-            out[Platform.GENESYS] = (secret,)
-        cx = config.platforms.cxone
-        if cx is not None:
-            secret = self._read(cx.client_secret_file, "platforms.cxone.clientSecretFile")
-            password = self._read(cx.password_file, "platforms.cxone.passwordFile")
-            if cx.client_id is None or secret is None:
-                raise ConfigError("platforms.cxone: clientId and clientSecretFile are required")
-            out[Platform.CXONE] = (secret, password)
+        out: dict[Scope, tuple[Secret | None, ...]] = {}
+        for scope, table in configured_scopes(config).items():
+            at = table_key(scope_tenant(scope), scope_platform(scope))
+            if isinstance(table, GenesysConfig):
+                secret = self._read(table.client_secret_file, f"{at}.clientSecretFile")
+                if table.client_id is not None and secret is None:
+                    raise ConfigError(f"{at}.clientSecretFile: required with clientId")
+                out[scope] = (secret,)
+            else:
+                secret = self._read(table.client_secret_file, f"{at}.clientSecretFile")
+                password = self._read(table.password_file, f"{at}.passwordFile")
+                if table.client_id is None or secret is None:
+                    raise ConfigError(f"{at}: clientId and clientSecretFile are required")
+                out[scope] = (secret, password)
         return out
 
     def _read(self, name: str | None, key: str) -> Secret | None:
         return read_secret(name, key=key, config_dir=self.config_dir, environ=self.environ)
 
-    def rotated(
-        self, config: Config, secrets: Mapping[Platform, tuple[Secret | None, ...]]
-    ) -> list[Platform]:
+    def _scopes(self, config: Config) -> list[Scope]:
+        """The scopes configured now or in ``config`` (a reload's), each once, in order."""
+        return list(dict.fromkeys([*configured_scopes(self.config), *configured_scopes(config)]))
+
+    def rotated(self, config: Config, secrets: Mapping[Scope, tuple[Secret | None, ...]]) -> list[Scope]:
         """The platforms whose credential alone changed: the table the same (but for the files'
         names), a token cache in use, another secret. Those swap their token source (a rotation);
         a platform whose table changed is rebuilt instead (:meth:`reconfigure`)."""
         out = []
-        for platform in Platform:
+        for platform in self._scopes(config):
             same_table = platform_table(self.config, platform) == platform_table(config, platform)
             if same_table and platform in self.tokens and self.secrets.get(platform) != secrets.get(platform):
                 out.append(platform)
         return out
 
     async def trial_rotation(
-        self, platform: Platform, config: Config, secrets: Mapping[Platform, tuple[Secret | None, ...]]
+        self, platform: Scope, config: Config, secrets: Mapping[Scope, tuple[Secret | None, ...]]
     ) -> Rotation:
         """A token from the rotated credential, fetched before anything changes: through the retry
         executor's token step (``oauth.token``, the credential's endpoint and circuit), the cache
@@ -263,14 +288,16 @@ class Wiring:
             # logins are counted per credential: the new one's first marks a new login, so the
             # tenant's API is discovered again after it (rest/cxone_auth.py, CxoneApi)
             source.logins = tokens.source.logins
-        ctx = SessionContext("credential-rotation", platform, Channel.REST)
+        ctx = SessionContext(
+            "credential-rotation", scope_platform(platform), Channel.REST, tenant=scope_tenant(platform)
+        )
         token = await self.executor.token(ctx, tokens, partial(tokens.trial, source))
         return Rotation(platform, source, token, secrets[platform])
 
     def reconfigure(
         self,
         config: Config,
-        secrets: dict[Platform, tuple[Secret | None, ...]],
+        secrets: dict[Scope, tuple[Secret | None, ...]],
         rotations: Sequence[Rotation] = (),
     ) -> list[httpx.AsyncClient]:
         """Adopt ``config``: rebuild the platforms whose table changed; swap the token source of
@@ -286,7 +313,7 @@ class Wiring:
         # the clients rebuilt below read the trust store anew, once
         self.tls.forget()
         kept = dict(secrets)
-        for platform in Platform:
+        for platform in self._scopes(config):
             if platform_table(self.config, platform) == platform_table(config, platform):
                 rotation = swapped.get(platform)
                 if rotation is not None:
@@ -298,8 +325,7 @@ class Wiring:
                 continue
             retired.extend(self._clients.pop(platform, []))
             self.tokens.pop(platform, None)
-            if platform is Platform.CXONE:
-                self.cxone_api = None
+            self.cxone_apis.pop(platform, None)
             self.pipelines.pop(platform, None)
             self._shards.pop(platform, None)
             self._build_platform(platform, config, secrets)
@@ -323,7 +349,12 @@ class Wiring:
         self.classifier.taxonomy = taxonomy
         self.taxonomy_tap.use_taxonomy(taxonomy)
 
-    def pipeline_for(self, platform: Platform, session_id: str | None = None) -> RequestPipeline:
+    @property
+    def cxone_api(self) -> CxoneApi | None:
+        """The default tenant's CXone agent API (``[platforms.cxone]``)."""
+        return self.cxone_apis.get(Platform.CXONE)
+
+    def pipeline_for(self, platform: Scope, session_id: str | None = None) -> RequestPipeline:
         """The request pipeline a session's calls go through (its shard); the first without a session."""
         shards = self._shards[platform]
         if session_id is None or len(shards) == 1:
@@ -335,10 +366,11 @@ class Wiring:
         ``ConversationsApi.get_conversation``), through the executor on ``genesys:api`` with the
         session's pool and the credential's token (a resync's snapshot: supervisor/runtime/resync.py).
         Raises OperationError or CircuitOpenError."""
-        gen = self.config.platforms.genesys
-        if gen is None:
-            raise ConfigError("platforms.genesys: not configured")
-        response = await self.pipeline_for(Platform.GENESYS, ctx.session_id).request(
+        scope = scope_of(ctx.tenant, Platform.GENESYS)
+        gen = scope_table(self.config, scope)
+        if not isinstance(gen, GenesysConfig):
+            raise ConfigError(f"{table_key(ctx.tenant, Platform.GENESYS)}: not configured")
+        response = await self.pipeline_for(scope, ctx.session_id).request(
             "GET",
             f"{gen.api_url.rstrip('/')}/api/v2/conversations/{quote(conversation_id, safe='')}",
             ctx=ctx,
@@ -350,33 +382,33 @@ class Wiring:
         body = response.json()
         return body if isinstance(body, dict) else {}
 
-    def guest_history(self, session_id: str) -> GuestHistory | None:
+    def guest_history(self, session_id: str, scope: Scope = Platform.GENESYS) -> GuestHistory | None:
         """The Web Messaging guest history on the Genesys API host, read through the executor on
-        ``genesys:api`` with the session's pool, signed by the guest JWT (not the OAuth token)."""
-        gen = self.config.platforms.genesys
-        shards = self._shards.get(Platform.GENESYS)
-        if gen is None or not shards:
+        ``genesys:api`` (its tenant's) with the session's pool, signed by the guest JWT (not the OAuth token)."""
+        gen = scope_table(self.config, scope)
+        shards = self._shards.get(scope)
+        if not isinstance(gen, GenesysConfig) or not shards:
             return None
-        client = self.pipeline_for(Platform.GENESYS, session_id).client
-        return GuestHistory(RequestPipeline(client, self.executor), gen.api_url)
+        client = self.pipeline_for(scope, session_id).client
+        return GuestHistory(RequestPipeline(client, self.executor, tenant=scope_tenant(scope)), gen.api_url)
 
     @staticmethod
     def _source(
-        platform: Platform,
+        platform: Scope,
         config: Config,
-        secrets: Mapping[Platform, tuple[Secret | None, ...]],
+        secrets: Mapping[Scope, tuple[Secret | None, ...]],
         client: httpx.AsyncClient,
     ) -> TokenSource | None:
         """The token source of ``platform``'s credential, or None (a Genesys table without a client)."""
-        if platform is Platform.GENESYS:
-            gen = config.platforms.genesys
-            assert gen is not None
+        table = scope_table(config, platform)
+        if isinstance(table, GenesysConfig):
+            gen = table
             (secret,) = secrets[platform]
             if gen.client_id is None or secret is None:
                 return None
             return GenesysClientCredentials(client, gen.login_url, gen.client_id, secret)
-        cx = config.platforms.cxone
-        assert cx is not None
+        cx = table
+        assert isinstance(cx, CxoneConfig)
         secret, password = secrets[platform]
         # read_secrets checked the client, the configuration the access key (config.py)
         assert cx.client_id is not None and secret is not None
@@ -384,44 +416,49 @@ class Wiring:
         return CxoneLogin(client, cx.auth_url, cx.client_id, secret, cx.username, password)
 
     def _build_platform(
-        self, platform: Platform, config: Config, secrets: dict[Platform, tuple[Secret | None, ...]]
+        self, platform: Scope, config: Config, secrets: dict[Scope, tuple[Secret | None, ...]]
     ) -> None:
+        """``platform``'s pools, token cache and pipelines (a scope's: a named tenant's are its own,
+        their endpoints ``NAME/...``); nothing when ``config`` does not configure it."""
         timeout = httpx.Timeout(config.daemon.request_timeout)
-        sessions = sum(1 for spec in config.sessions if spec.platform is platform) + self.added.get(
+        sessions = sum(1 for spec in config.sessions if spec_scope(spec) == platform) + self.added.get(
             platform, 0
         )
         early = config.tokens.early_refresh
-        if platform is Platform.GENESYS and config.platforms.genesys is not None:
+        table = scope_table(config, platform)
+        kind, tenant = scope_platform(platform), scope_tenant(platform)
+        if isinstance(table, GenesysConfig):
             clients = self._clients_for(platform, timeout, sessions)
             source = self._source(platform, config, secrets, clients[0])
             if source is not None:
                 self.tokens[platform] = TokenCache(
-                    source, self.clock, early_refresh_s=early, platform=platform
+                    source, self.clock, early_refresh_s=early, platform=kind, tenant=tenant
                 )
             tokens = self.tokens.get(platform)
-        elif platform is Platform.CXONE and config.platforms.cxone is not None:
-            cx = config.platforms.cxone
+        elif isinstance(table, CxoneConfig):
+            cx = table
             clients = self._clients_for(platform, timeout, sessions)
             login = self._source(platform, config, secrets, clients[0])
             assert login is not None
             tokens = self.tokens[platform] = TokenCache(
-                login, self.clock, early_refresh_s=early, platform=platform
+                login, self.clock, early_refresh_s=early, platform=kind, tenant=tenant
             )
             # the discovery endpoints are public: their calls carry no token
-            discovery = RequestPipeline(clients[0], self.executor)
-            self.cxone_api = CxoneApi(tokens, discovery, api_url=cx.api_url, api_version=cx.api_version)
+            discovery = RequestPipeline(clients[0], self.executor, tenant=tenant)
+            self.cxone_apis[platform] = CxoneApi(
+                tokens, discovery, api_url=cx.api_url, api_version=cx.api_version
+            )
         else:
             return
         # one credential, one token cache, one executor: only the connection pools are sharded
         headers = config.admission.rate_limit_headers
         self._shards[platform] = [
-            RequestPipeline(c, self.executor, tokens=tokens, rate_limit_headers=headers) for c in clients
+            RequestPipeline(c, self.executor, tokens=tokens, rate_limit_headers=headers, tenant=tenant)
+            for c in clients
         ]
         self.pipelines[platform] = self._shards[platform][0]
 
-    def _clients_for(
-        self, platform: Platform, timeout: httpx.Timeout, sessions: int
-    ) -> list[httpx.AsyncClient]:
+    def _clients_for(self, platform: Scope, timeout: httpx.Timeout, sessions: int) -> list[httpx.AsyncClient]:
         """One HTTP client per :data:`SESSIONS_PER_CLIENT` sessions of the platform (at least one).
 
         httpcore's pool scans every connection it holds for each request it assigns: with a long
@@ -448,7 +485,7 @@ class Wiring:
         self._pool_limits[id(client)] = 2 * per + 20
         return client
 
-    def grow(self, platform: Platform, added: int) -> None:
+    def grow(self, platform: Scope, added: int) -> None:
         """The platform now has ``added`` sessions from the control socket: more pools when the file's
         sessions and these together need them (one per :data:`SESSIONS_PER_CLIENT`). Pools never
         shrink while the daemon runs: a removed session's share stays for the next one added."""
@@ -457,16 +494,18 @@ class Wiring:
         clients = self._clients.get(platform)
         if not shards or clients is None:
             return
-        sessions = sum(1 for spec in self.config.sessions if spec.platform is platform) + added
+        sessions = sum(1 for spec in self.config.sessions if spec_scope(spec) == platform) + added
         wanted = -(-sessions // SESSIONS_PER_CLIENT)
         timeout = httpx.Timeout(self.config.daemon.request_timeout)
         tokens = shards[0].tokens
         while len(clients) < wanted:
             client = self._client(timeout, SESSIONS_PER_CLIENT)
             clients.append(client)
-            shards.append(RequestPipeline(client, self.executor, tokens=tokens))
+            shards.append(
+                RequestPipeline(client, self.executor, tokens=tokens, tenant=scope_tenant(platform))
+            )
 
-    def pool_sizes(self, platform: Platform) -> list[int]:
+    def pool_sizes(self, platform: Scope) -> list[int]:
         """The connection limit of each HTTP client (pool) of a platform, in the order they were made."""
         return [self._pool_limits[id(client)] for client in self._clients.get(platform, [])]
 
@@ -481,18 +520,21 @@ class Wiring:
         guest token after a planned restart: the same guest session is resumed, newSession:false;
         the CXone agent session's rolling id after a handover: polled on, no new start).
         """
-        platforms = self.config.platforms
+        # the session's tenant: its table, pools, token cache, and endpoints of its own (NAME/...)
+        scope, tenant = spec_scope(spec), spec.tenant
+        table = scope_table(self.config, scope)
         if spec.kind is SessionKind.WEBMESSAGING:
             from supervisor.transports.webmessaging import WebMessagingTransport
 
-            gen = platforms.genesys
-            assert gen is not None and gen.webmessaging_url is not None
+            gen = table
+            assert isinstance(gen, GenesysConfig) and gen.webmessaging_url is not None
             ctx = SessionContext(
                 spec.id,
                 Platform.GENESYS,
                 Channel.WEBMESSAGING,
                 agent_id=spec.agent_id,
                 conversation_id=spec.conversation_id,
+                tenant=tenant,
             )
             deployment = spec.deployment_id or gen.deployment_id
             assert deployment is not None
@@ -505,38 +547,44 @@ class Wiring:
                 executor=self.executor,
                 guest_token=token,
                 resuming=token is not None,
-                history=self.guest_history(spec.id),
+                history=self.guest_history(spec.id, scope),
                 send_check_after=gen.send_check_after,
                 on_event=webmessaging_sink(self.platform_events, spec.id),
             )
-            return wm, GENESYS_WEBMESSAGING
+            return wm, GENESYS_WEBMESSAGING.of(tenant)
         if spec.kind is SessionKind.NOTIFICATIONS:
             from supervisor.transports.notifications import NotificationsTransport
 
-            gen = platforms.genesys
-            assert gen is not None
-            ctx = SessionContext(spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id)
+            gen = table
+            assert isinstance(gen, GenesysConfig)
+            ctx = SessionContext(
+                spec.id, Platform.GENESYS, Channel.NOTIFICATIONS, agent_id=spec.agent_id, tenant=tenant
+            )
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
             if gen.shared_channels:
                 # a subscription of the agent's topic on a channel its OAuth client shares; the channels'
                 # attempts are the streaming endpoint's, as the sessions' are (made with the first of them)
-                self.channel_pools.gate = self.attempts.connect(GENESYS_STREAMING)
+                # (a named tenant's: its own client's pool, pipeline and streaming endpoint)
+                gate = self.attempts.connect(GENESYS_STREAMING.of(tenant))
+                if tenant is None:
+                    self.channel_pools.gate = gate
                 pool = self.channel_pools.pool(
                     self.channel_client(spec),
-                    pipeline=self.pipeline_for(Platform.GENESYS),
+                    pipeline=self.pipeline_for(scope),
                     api_url=gen.api_url,
                     keepalive=gen.keepalive,
                     topic_limit=gen.topics_per_channel,
+                    gate=None if tenant is None else gate,
                 )
                 shared = SharedNotificationsTransport(
                     ctx, pool=pool, topics=topics, keepalive=gen.keepalive, on_event=sink
                 )
-                return shared, GENESYS_STREAMING
+                return shared, GENESYS_STREAMING.of(tenant)
             nt = NotificationsTransport(
                 ctx,
-                pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
+                pipeline=self.pipeline_for(scope, spec.id),
                 api_url=gen.api_url,
                 topics=topics,
                 keepalive=gen.keepalive,
@@ -547,17 +595,20 @@ class Wiring:
                 quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
             )
-            return nt, GENESYS_STREAMING
+            return nt, GENESYS_STREAMING.of(tenant)
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
 
-        cx = platforms.cxone
-        assert cx is not None
-        ctx = SessionContext(spec.id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=spec.agent_id)
-        assert self.cxone_api is not None
+        cx = table
+        assert isinstance(cx, CxoneConfig)
+        ctx = SessionContext(
+            spec.id, Platform.CXONE, Channel.AGENT_SESSION, agent_id=spec.agent_id, tenant=tenant
+        )
+        api = self.cxone_apis.get(scope)
+        assert api is not None
         at = AgentSessionTransport(
             ctx,
-            pipeline=self.pipeline_for(Platform.CXONE, spec.id),
-            api=self.cxone_api,
+            pipeline=self.pipeline_for(scope, spec.id),
+            api=api,
             station_id=spec.station_id,
             station_phone_number=spec.station_phone_number,
             poll_timeout=cx.poll_timeout,
@@ -568,14 +619,21 @@ class Wiring:
             # a handover's agent session: polled on with the id the last daemon left, no new start
             resume_session_id=(resume or {}).get("platformSessionId"),
         )
-        return at, CONNECT_ENDPOINT
+        return at, CONNECT_ENDPOINT.of(tenant)
+
+    def client_key(self, scope: Scope) -> str:
+        """The identity of ``scope``'s Genesys OAuth client, what its notification channels are counted
+        (and shared) by: the client id, a named tenant's ``NAME/<clientId>``."""
+        gen = scope_table(self.config, scope)
+        client = gen.client_id if isinstance(gen, GenesysConfig) else None
+        tenant = scope_tenant(scope)
+        return (client or "") if tenant is None else f"{tenant}/{client or ''}"
 
     def channel_client(self, spec: SessionSpec) -> str:
-        """The identity ``spec``'s channels are counted under: its OAuth client (the credential and
-        endpoint identity the platform's 20-channel limit is per; one today, the default tenant's,
-        whatever the session)."""
-        gen = self.config.platforms.genesys
-        return (gen.client_id if gen is not None else None) or ""
+        """The identity ``spec``'s channels are counted under: its tenant's OAuth client (the credential
+        and endpoint identity the platform's 20-channel limit is per): the default tenant's client id, a
+        named tenant's ``NAME/<clientId>`` (:meth:`client_key`)."""
+        return self.client_key(spec_scope(spec))
 
     def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
         """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the
@@ -618,7 +676,7 @@ class Wiring:
             # connection never does, its attribute updates do), so a fail-fast that condemns the
             # token revokes it (the next user re-authenticates once); a reload that rebuilds the
             # platform hands the new cache to the sessions it does not restart (Supervisor.reconfigure)
-            tokens=self.tokens.get(spec.platform),
+            tokens=self.tokens.get(spec_scope(spec)),
             config=self.session_config,
             sleep=self.sleep,
         )

@@ -40,6 +40,8 @@ SWITCHING_PROTOCOLS: Final = 101
 AGENT_ID: Final = f"{NS}.agent.id"
 CONVERSATION_ID: Final = f"{NS}.conversation.id"
 PLATFORM_SESSION_ID: Final = f"{NS}.platform_session.id"
+# a named tenant's session ([tenants.NAME]); absent for the default tenant's
+TENANT: Final = f"{NS}.tenant"
 PLATFORM: Final = f"{NS}.platform"
 CHANNEL: Final = f"{NS}.channel"
 

@@ -21,7 +21,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.version import __version__ as SDK_VERSION
 
 from machines.registry import Endpoints
-from supervisor.config import Config, SessionKind, read_secret
+from supervisor.config import (
+    Config,
+    CxoneConfig,
+    GenesysConfig,
+    SessionKind,
+    platform_of,
+    read_secret,
+    session_table,
+    table_key,
+    tenant_tables,
+)
 from supervisor.errors import ConfigError
 from supervisor.events import (
     CircuitHalfOpened,
@@ -49,7 +59,7 @@ from supervisor.telemetry.scrub import Scrubber
 from supervisor.telemetry.segments import SessionTracker
 from supervisor.telemetry.settings import ExportSettings, package_version, resolve_settings
 from supervisor.telemetry.spans import SessionShape, SpanFactory
-from supervisor.vocabulary import Platform
+from supervisor.vocabulary import Scope
 
 if TYPE_CHECKING:
     from supervisor.telemetry.prometheus import PrometheusEndpoint
@@ -145,7 +155,7 @@ class Telemetry:
     def observe(
         self,
         *,
-        tokens: Mapping[Platform, TokenCache],
+        tokens: Mapping[Scope, TokenCache],
         sink_failures: Any = None,
         endpoints: Endpoints | None = None,
         outbox: Callable[[], int | None] | None = None,
@@ -181,8 +191,8 @@ class Telemetry:
     def __call__(self, published: Published) -> None:
         event = published.event
         kind = type(event)
-        self.metrics.event(event)
         correlation = published.correlation
+        self.metrics.event(event, correlation)
         if correlation is not None:
             self.sessions.correlate(correlation)
         if kind is SessionTransition:
@@ -271,8 +281,10 @@ def shapes_of(config: Config) -> dict[str, SessionShape]:
     from supervisor.transports.webmessaging import ENDPOINT
 
     shapes: dict[str, SessionShape] = {}
-    genesys = config.platforms.genesys
     for spec in config.sessions:
+        # the session's tenant's table (a named tenant's org has its own hosts)
+        table = session_table(config, spec)
+        genesys = table if isinstance(table, GenesysConfig) else None
         websocket: tuple[str, int | None, str] | None = None
         if spec.kind is SessionKind.WEBMESSAGING and genesys is not None and genesys.webmessaging_url:
             websocket = _socket(genesys.webmessaging_url, ENDPOINT)
@@ -293,12 +305,12 @@ def _socket(url: str, path: str) -> tuple[str, int | None, str]:
 def configured_secrets(config: Config, *, environ: Mapping[str, str], config_dir: Path | None) -> list[str]:
     """The configured credentials' values, for the scrubber (an unreadable one is Wiring's error)."""
     names: list[tuple[str | None, str]] = []
-    if config.platforms.genesys is not None:
-        names.append((config.platforms.genesys.client_secret_file, "platforms.genesys.clientSecretFile"))
-    if config.platforms.cxone is not None:
-        cx = config.platforms.cxone
-        names.append((cx.client_secret_file, "platforms.cxone.clientSecretFile"))
-        names.append((cx.password_file, "platforms.cxone.passwordFile"))
+    # every tenant's: the default one's ([platforms.*]) and each [tenants.NAME]'s
+    for tenant, table in tenant_tables(config):
+        at = table_key(tenant, platform_of(table))
+        names.append((table.client_secret_file, f"{at}.clientSecretFile"))
+        if isinstance(table, CxoneConfig):
+            names.append((table.password_file, f"{at}.passwordFile"))
     out = []
     for name, key in names:
         try:

@@ -17,6 +17,7 @@ from machines.registry import Endpoints
 from supervisor.attributes.events import AttributeMismatch
 from supervisor.events import (
     CircuitTransition,
+    Correlation,
     Event,
     PacingChanged,
     ReconnectionThrottled,
@@ -30,7 +31,7 @@ from supervisor.events import (
 from supervisor.rest.tokens import TokenCache
 from supervisor.taxonomy import Channel, SdkErrorEvent
 from supervisor.telemetry import attributes as A
-from supervisor.vocabulary import CircuitState, Platform, SessionState
+from supervisor.vocabulary import CircuitState, Scope, SessionState
 
 __all__ = ["Metrics"]
 
@@ -53,7 +54,7 @@ class Metrics:
         self._sessions = sessions
         self._circuits = circuits
         self._segment_attempt = segment_attempt
-        self._tokens: Mapping[Platform, TokenCache] = {}
+        self._tokens: Mapping[Scope, TokenCache] = {}
         self._endpoints: Endpoints | None = None
         self._outbox: Callable[[], int | None] | None = None
         self._counts: dict[str, Callable[[], int]] = {}
@@ -185,7 +186,7 @@ class Metrics:
         )
 
     # -- what the façade wires in after the daemon's objects exist ------------------------------------
-    def observe_tokens(self, tokens: Mapping[Platform, TokenCache]) -> None:
+    def observe_tokens(self, tokens: Mapping[Scope, TokenCache]) -> None:
         self._tokens = tokens
 
     def observe_endpoints(self, endpoints: Endpoints) -> None:
@@ -206,12 +207,20 @@ class Metrics:
         self._counts[name] = read
 
     # -- the bus ----------------------------------------------------------------------------------------
-    def event(self, event: Event) -> None:
+    def event(self, event: Event, correlation: Correlation | None = None) -> None:
+        """Count what ``event`` says; a named tenant's session's counts (its ``correlation``'s tenant) also
+        carry ``session_supervisor.tenant`` (the default tenant's series stay as they were)."""
+        tenant = None if correlation is None else correlation.tenant
+        self._session_event(event, {} if tenant is None else {A.TENANT: tenant})
+
+    def _session_event(self, event: Event, named: dict[str, Any]) -> None:
         kind = type(event)
         if kind is RetryAttempt:
             assert isinstance(event, RetryAttempt)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_attempts.add(1, {A.ERROR_TYPE: event.code, A.RETRY_POLICY: event.policy})
+                self.reconnect_attempts.add(
+                    1, {A.ERROR_TYPE: event.code, A.RETRY_POLICY: event.policy, **named}
+                )
             else:
                 reason = "token_replay" if event.token_refreshed else "retry"
                 self.retries.add(
@@ -221,35 +230,37 @@ class Metrics:
                         A.RETRY_POLICY: event.policy,
                         A.RETRY_REASON: reason,
                         A.RETRY_FROM_RETRY_AFTER: event.from_retry_after,
+                        **named,
                     },
                 )
         elif kind is RetrySuccess:
             assert isinstance(event, RetrySuccess)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "recovered"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "recovered", **named})
         elif kind is RetryExhausted:
             assert isinstance(event, RetryExhausted)
             attrs: dict[str, Any] = {
                 A.RETRY_KIND: event.kind.value,
                 A.ERROR_TYPE: event.code,
                 A.RETRY_POLICY: event.policy,
+                **named,
             }
             if event.give_up is not None:
                 attrs[A.RETRY_GIVE_UP] = event.give_up
             self.exhausted.add(1, attrs)
             if event.kind is RetryKind.RECONNECT:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "exhausted"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "exhausted", **named})
         elif kind is ReconnectionThrottled:
-            self.reconnect_outcomes.add(1, {A.OUTCOME: "throttled"})
+            self.reconnect_outcomes.add(1, {A.OUTCOME: "throttled", **named})
         elif kind is SessionTransition:
             assert isinstance(event, SessionTransition)
             # read before the segment tracker moves on: was the failed attempt a reconnection?
             failed = event.source is SessionState.CONNECTING and event.target is SessionState.RECONNECTING
             if failed and self._segment_attempt(event.session_id) > 0:
-                self.reconnect_outcomes.add(1, {A.OUTCOME: "failed"})
+                self.reconnect_outcomes.add(1, {A.OUTCOME: "failed", **named})
         elif kind is SessionTerminated:
             assert isinstance(event, SessionTerminated)
-            attrs = {A.TERMINATION_REASON: event.reason.value}
+            attrs = {A.TERMINATION_REASON: event.reason.value, **named}
             if event.trigger is not None:
                 attrs[A.TERMINATION_TRIGGER] = event.trigger.value
             if event.code is not None:
@@ -312,7 +323,7 @@ class Metrics:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             return [
                 Observation(int(getattr(cache, field)), {A.CREDENTIAL: platform.value})
-                for platform, cache in sorted(self._tokens.items())
+                for platform, cache in sorted(self._tokens.items(), key=lambda item: item[0].value)
             ]
 
         return observe

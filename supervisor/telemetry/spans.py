@@ -72,6 +72,8 @@ def correlate(attrs: dict[str, Any], correlation: Correlation | None) -> None:
         attrs[A.CONVERSATION_ID] = correlation.conversation_id
     if correlation.platform_session_id is not None:
         attrs[A.PLATFORM_SESSION_ID] = correlation.platform_session_id
+    if correlation.tenant is not None:
+        attrs[A.TENANT] = correlation.tenant
 
 
 def _failure(attrs: dict[str, Any], event: SdkErrorEvent) -> None:

@@ -70,6 +70,9 @@ class ChannelPool:
         self.pipeline: RequestPipeline
         self.api_url = ""
         self.keepalive = Keepalive()
+        # the streaming endpoint of this client's tenant (a named tenant's NAME/genesys:streaming); None:
+        # the pools' (the default tenant's)
+        self.own_gate: Gate | None = None
 
     @property
     def clock(self) -> Clock:
@@ -89,7 +92,7 @@ class ChannelPool:
 
     @property
     def gate(self) -> Gate | None:
-        return self._pools.gate
+        return self.own_gate if self.own_gate is not None else self._pools.gate
 
     @property
     def reports(self) -> Reports:
@@ -179,9 +182,11 @@ class ChannelPools:
         api_url: str,
         keepalive: Keepalive,
         topic_limit: int | None = None,
+        gate: Gate | None = None,
     ) -> ChannelPool:
         """The pool of the OAuth client ``key`` (its credential and endpoint identity), its
-        channels' requests made with ``pipeline`` on ``api_url``."""
+        channels' requests made with ``pipeline`` on ``api_url``; ``gate``: its channels' attempts
+        (a named tenant's own streaming endpoint; None: the pools' gate)."""
         pool = self._pools.get(key)
         if pool is None:
             pool = ChannelPool(key, self, topic_limit=self.topic_limit, channel_limit=self.channel_limit)
@@ -191,6 +196,8 @@ class ChannelPools:
             pool.topic_limit = topic_limit
         pool.api_url = api_url.rstrip("/")
         pool.keepalive = keepalive
+        if gate is not None:
+            pool.own_gate = gate
         return pool
 
     @property

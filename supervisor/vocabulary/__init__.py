@@ -18,7 +18,7 @@ from supervisor.vocabulary.endpoints import (
     EndpointId,
 )
 from supervisor.vocabulary.faults import ApiFault
-from supervisor.vocabulary.platforms import Platform
+from supervisor.vocabulary.platforms import Platform, Scope, TenantScope, parse_scope
 from supervisor.vocabulary.states import CircuitState, SessionState
 
 __all__ = [
@@ -31,5 +31,8 @@ __all__ = [
     "CloseCode",
     "EndpointId",
     "Platform",
+    "Scope",
     "SessionState",
+    "TenantScope",
+    "parse_scope",
 ]

@@ -6,6 +6,11 @@ handshake; ``cxone:api``: the agent API's REST calls). The id is a value, not a 
 split: the platform is a :class:`~supervisor.vocabulary.platforms.Platform`, read as an attribute.
 Its ``str()`` is the form the wire has always carried (``PACING_CHANGED``'s ``endpoint``, the socket
 API's ``circuit.endpoint``, telemetry's ``pacing.endpoint``), and its circuit is ``circuit:<id>``.
+
+A named tenant's endpoint (``[tenants.NAME]``, docs/configuration.md "Tenants") is its own: its own
+circuit, pace and retry budget, so one tenant's outage or 429 never holds another's. Its ``str()`` is
+``NAME/<platform>:<name>``; the default tenant's (the ``[platforms.*]`` tables, ``tenant`` empty) stays
+``<platform>:<name>``, as it always was.
 """
 
 from __future__ import annotations
@@ -25,26 +30,51 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, order=True)
 class EndpointId:
-    """One endpoint: ``platform`` and ``name``; ``str()`` is ``"<platform>:<name>"``.
+    """One endpoint: ``platform``, ``name`` and its ``tenant`` (empty: the default tenant);
+    ``str()`` is ``"<platform>:<name>"``, a named tenant's ``"<tenant>/<platform>:<name>"``.
 
-    Ordered by platform, then name (the order of their ``str()``: a platform's name is never the
-    prefix of another's).
+    Ordered by platform, then name, then tenant (the default tenant's first).
     """
 
     platform: Platform
     name: str
+    tenant: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name:
             raise ValueError(f"an endpoint name is a non-empty word without ':', got {self.name!r}")
+        if "/" in self.tenant or ":" in self.tenant:
+            raise ValueError(f"a tenant name has no '/' or ':', got {self.tenant!r}")
 
     def __str__(self) -> str:
+        if self.tenant:
+            return f"{self.tenant}/{self.platform.value}:{self.name}"
         return f"{self.platform.value}:{self.name}"
+
+    def of(self, tenant: str | None) -> EndpointId:
+        """This endpoint of ``tenant`` (None or empty: as it is). An id already a tenant's stays
+        that tenant's: a call is never moved to another tenant's circuit."""
+        if not tenant or self.tenant:
+            return self
+        return EndpointId(self.platform, self.name, tenant)
 
     @property
     def circuit_id(self) -> str:
         """The id of the endpoint's circuit breaker (``CIRCUIT_*`` events' ``circuitId``)."""
         return f"circuit:{self}"
+
+    @classmethod
+    def parse(cls, text: str) -> EndpointId | None:
+        """The endpoint whose ``str()`` is ``text`` (``genesys:api``, ``east/genesys:api``); None when
+        ``text`` names none."""
+        head, sep, name = text.partition(":")
+        tenant, _, platform = head.rpartition("/")
+        if not sep or platform not in {p.value for p in Platform}:
+            return None
+        try:
+            return cls(Platform(platform), name, tenant)
+        except ValueError:
+            return None
 
     @classmethod
     def api(cls, platform: Platform) -> EndpointId:

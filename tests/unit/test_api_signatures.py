@@ -89,6 +89,8 @@ def test_the_daemons_descriptions_say_what_the_verbs_take() -> None:
         "conversationId": Kind.NULLABLE,
         "platform": Kind.NULLABLE,
         "attributes": Kind.MAP,
+        # the tenant whose credential writes a conversation given by id
+        "tenant": Kind.NULLABLE,
     }
     assert kinds(Method.SUBSCRIBE) == {
         "filter": Kind.NULLABLE,

@@ -33,9 +33,12 @@ class Service:
         return self._answer()
 
     async def submit_conversation(
-        self, conversation_id: str, attributes: Mapping[str, object]
+        self, conversation_id: str, attributes: Mapping[str, object], tenant: str | None = None
     ) -> SubmitAnswer:
-        self.calls.append(("conversation", conversation_id))
+        # the tenant whose credential writes it (``--tenant``), named in the call when given
+        self.calls.append(
+            ("conversation", conversation_id if tenant is None else f"{tenant}/{conversation_id}")
+        )
         return self._answer()
 
     def _answer(self) -> SubmitAnswer:
@@ -66,7 +69,12 @@ BY_CONVERSATION: dict[str, Any] = {"conversationId": "c-1", "attributes": {"a": 
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("parameters", "session", "call"),
-    [(BY_SESSION, "wm-0", ("session", "wm-0")), (BY_CONVERSATION, None, ("conversation", "c-1"))],
+    [
+        (BY_SESSION, "wm-0", ("session", "wm-0")),
+        (BY_CONVERSATION, None, ("conversation", "c-1")),
+        # a conversation by id written with a named tenant's credential (``--tenant``)
+        ({**BY_CONVERSATION, "tenant": "east"}, None, ("conversation", "east/c-1")),
+    ],
 )
 async def test_an_accepted_update_is_published_with_its_update_id_by_session_or_conversation(
     parameters: dict[str, Any], session: str | None, call: tuple[str, str]
@@ -128,3 +136,23 @@ async def test_a_daemon_without_attribute_updates_refuses_and_publishes_it(
         await AttributeVerbs(None).set_attributes(publish, parameters)
     assert raised.value.fault is ApiFault.UNSUPPORTED
     assert len(published) == 1 and published[0][3] is raised.value
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tenant", "problem"),
+    [
+        ("east", "tenant: given with conversationId only (a session's tenant is its own)"),
+        ("", "tenant: expected a tenant name of 1 to 64 characters"),
+    ],
+)
+async def test_a_tenant_with_a_session_or_not_a_name_is_refused_before_anything_is_asked(
+    tenant: str, problem: str
+) -> None:
+    service = Service(ANSWER)
+    published, publish = recorder()
+    parameters = {**BY_SESSION, "tenant": tenant} if tenant else {**BY_CONVERSATION, "tenant": tenant}
+    with pytest.raises(ApiError) as raised:
+        await AttributeVerbs(cast(AttributeService, service)).set_attributes(publish, parameters)
+    assert raised.value.fault is ApiFault.INVALID_PARAMETER and raised.value.parameters["problem"] == problem
+    assert service.calls == [] and published == []

@@ -59,6 +59,7 @@ async def test_kept_limits_are_read_back_while_fresh_and_one_row_per_endpoint(
         ("pacer.genesys:webmessaging", '{"limit": 200}', "not {"),
         ("pacer.mars:webmessaging", '{"limit": 200, "at": 1796194800}', "pacer.<platform>:<endpoint>"),
         ("pacer.genesys", '{"limit": 200, "at": 1796194800}', "pacer.<platform>:<endpoint>"),
+        ("pacer.east/mars:webmessaging", '{"limit": 200, "at": 1796194800}', "pacer.<platform>:<endpoint>"),
     ],
 )
 async def test_a_bad_row_is_ignored_with_one_warning_naming_its_key(
@@ -70,3 +71,22 @@ async def test_a_bad_row_is_ignored_with_one_warning_naming_its_key(
     assert await learned_limits.load(store, NOW, HOUR, warnings.append) == {CXONE_AGENT_SESSIONS: 35.0}
     (line,) = warnings
     assert repr(key) in line and problem in line and "\n" not in line and "ignored" in line
+
+
+async def test_a_named_tenants_limit_is_kept_under_its_own_endpoint(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """``[tenants.NAME]``'s endpoints are their own (``east/genesys:webmessaging``): kept and read back
+    beside the default tenant's, each its own limit."""
+    east = GENESYS_WEBMESSAGING.of("east")
+    await learned_limits.save(store, {GENESYS_WEBMESSAGING: 200.0, east: 40.0}, NOW)
+    warnings: list[str] = []
+    assert await learned_limits.load(store, NOW, HOUR, warnings.append) == {
+        GENESYS_WEBMESSAGING: 200.0,
+        east: 40.0,
+    }
+    assert warnings == []
+    conn = sqlite3.connect(tmp_path / "store.sqlite3")
+    keys = {key for (key,) in conn.execute("SELECT key FROM meta")}
+    conn.close()
+    assert "pacer.east/genesys:webmessaging" in keys
