@@ -151,14 +151,18 @@ def test_a_bad_tenant_table_or_reference_is_one_line_naming_it(text: str, messag
 
 
 def test_genesys_channel_limit_is_counted_per_tenant_client() -> None:
-    """Twenty notifications sessions on each of two OAuth clients fit; a 21st on one does not."""
+    """Twenty notifications sessions on each of two OAuth clients fit; a 21st on one does not (one channel per
+    session: with shared channels, the default, the limit is twenty channels of topics)."""
+    per_session = "sharedChannels = false\n"
+    genesys = GENESYS.replace("[platforms.genesys]\n", "[platforms.genesys]\n" + per_session)
+    east = EAST.replace('platform = "genesys"\n', 'platform = "genesys"\n' + per_session)
     entries = "".join(
         f'[[sessions]]\nid = "{t}-{i}"\nplatform = "genesys"\nkind = "notifications"\nagentId = "a{i}"\n'
         + (f'tenant = "{t}"\n' if t != "default" else "")
         for t in ("default", "east")
         for i in range(20)
     )
-    config = parse_config(GENESYS + EAST + entries, "c.toml")
+    config = parse_config(genesys + east + entries, "c.toml")
     extra = {"id": "east-20", "kind": "notifications", "agentId": "b", "tenant": "east"}
     with pytest.raises(ConfigError, match=r"tenants\.east\.clientId is shared"):
         parse_session(extra, config, "api", "sessions[0]", notifications={None: 20, "east": 20})
