@@ -182,6 +182,7 @@ class Durable:
         except StoreError as exc:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
+        wiring.stamper.epoch = store.epoch  # the test-only stamp carries the epoch this open took
         # a test's crash points sit at the store's interface (supervisor/store/testhooks.py)
         return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
 

@@ -21,6 +21,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
+from supervisor.sim.activity import ActivityKind, ws_origin
 from supervisor.sim.faults import Fault, FaultKind, retry_after_header
 from supervisor.sim.genesys.context import SimContext
 from supervisor.vocabulary import CloseCode
@@ -55,6 +56,7 @@ class WsListener:
     ) -> Response:
         """An HTTP answer instead of the upgrade, recorded as a refused attempt."""
         self.ctx.recorder.record_attempt(self.name, accepted=False)
+        self.record(conn, ActivityKind.CONNECT, None, status=status)
         response = conn.respond(status, text + "\n")
         if retry_after is not None:
             response.headers["Retry-After"] = retry_after
@@ -82,7 +84,18 @@ class WsListener:
             text = "Too Many Requests" if status == 429 else "Service Unavailable"
             return self.refuse(conn, status, text, retry)
         self.ctx.recorder.record_attempt(self.name, accepted=True)
+        self.record(conn, ActivityKind.CONNECT, None, status=101)
         return None
+
+    def record(
+        self, conn: ServerConnection, kind: ActivityKind, session: str | None, **fields: str | int | None
+    ) -> None:
+        """One activity entry for ``conn`` (peer, connection number and stamp from its upgrade)."""
+        activity = self.ctx.activity
+        peer, number, stamp = ws_origin(activity, conn)
+        activity.record(
+            kind, listener=self.name, peer=peer, conn=number, session=session, stamp=stamp, extra=fields
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
