@@ -1,0 +1,64 @@
+"""The PostgreSQL test harness (tests/harness/postgres.py): the embedded server where it says it is,
+owned as it says, stopped and started again; a schema of its own per test."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.harness.postgres import PostgresServer
+
+pytestmark = [pytest.mark.postgres]
+
+
+def embedded(server: PostgresServer) -> Path:
+    if not server.embedded:
+        pytest.skip("PG_DSN names another server: nothing was started here")
+    assert server.directory is not None
+    return server.directory
+
+
+def test_the_embedded_server_lives_in_a_fresh_private_temporary_directory(pg_server: PostgresServer) -> None:
+    directory = embedded(pg_server)
+    assert directory.name.startswith("ss-pg-")
+    home = os.environ.get("HOME")
+    if home and home != "/":
+        assert not directory.resolve().is_relative_to(Path(home).resolve())
+    info = directory.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o700
+    # as root the binaries run as nobody, who owns the directory; else the test's own user does
+    owner = 65534 if os.geteuid() == 0 else os.geteuid()
+    assert info.st_uid == owner
+    assert (directory / "data" / "PG_VERSION").read_text().strip() == "18"
+    with psycopg.connect(pg_server.dsn) as conn:
+        row = conn.execute(
+            "SELECT current_setting('listen_addresses'), current_setting('unix_socket_directories')"
+        ).fetchone()
+    assert row == ("", str(directory))  # a Unix socket in that directory, no TCP at all
+
+
+def test_a_schema_of_its_own(pg_dsn: str, pg_server: PostgresServer) -> None:
+    with psycopg.connect(pg_dsn) as conn:
+        schema = conn.execute("SELECT current_schema()").fetchone()
+        conn.execute("CREATE TABLE here (x int)")
+        conn.commit()
+    assert schema is not None and schema[0].startswith("t_")
+    with psycopg.connect(pg_server.dsn) as conn:
+        found = conn.execute(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = 'here'"
+        ).fetchall()
+    assert found == [(schema[0],)]
+
+
+def test_stopped_and_started_again(pg_server: PostgresServer) -> None:
+    embedded(pg_server)
+    pg_server.stop()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(pg_server.dsn, connect_timeout=2)
+    pg_server.start()
+    with psycopg.connect(pg_server.dsn) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
