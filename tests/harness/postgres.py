@@ -45,7 +45,17 @@ from typing import Any, Final
 
 import pytest
 
-__all__ = ["PG_DSN", "PostgresServer", "binaries", "fresh_schema", "pg_dsn", "pg_server", "start_embedded"]
+__all__ = [
+    "PG_DSN",
+    "PostgresServer",
+    "binaries",
+    "fresh_schema",
+    "pg_dsn",
+    "pg_server",
+    "pg_url",
+    "start_embedded",
+    "url_of",
+]
 
 #: the environment variable naming another server instead of the embedded one
 PG_DSN: Final = "PG_DSN"
@@ -88,6 +98,15 @@ class PostgresServer:
         assert self.directory is not None
         options = f"-k {self.directory} -c listen_addresses= -c fsync=off -c max_connections=60"
         self._ctl("-w", "-l", str(self.directory / "log"), "-o", options, "start")
+
+    def running(self) -> bool:
+        """Whether the embedded server runs (``pg_ctl status``: 0 running, 3 not)."""
+        assert self.directory is not None
+        command = [str(binaries() / "pg_ctl"), "-D", str(self.directory / "data"), "status"]
+        done = subprocess.run(
+            command, capture_output=True, timeout=_START_TIMEOUT_S, check=False, **self._run_as
+        )
+        return done.returncode == 0
 
     def stop(self) -> None:
         """Stop the embedded server at once (``-m immediate``: as a crash of the server looks to clients)."""
@@ -208,3 +227,19 @@ def pg_dsn(pg_server: PostgresServer) -> Iterator[str]:
     """A DSN whose tables live in a schema of this test's own (dropped after it)."""
     with fresh_schema(pg_server) as dsn:
         yield dsn
+
+
+def url_of(dsn: str) -> str:
+    """A ``postgresql://`` URL (what ``[store] url`` takes) for a libpq connection string."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+    return "postgresql:///?" + urlencode(params, quote_via=quote)
+
+
+@pytest.fixture
+def pg_url(pg_dsn: str) -> str:
+    """``pg_dsn`` as a ``postgresql://`` URL (a ``[store] url``)."""
+    return url_of(pg_dsn)
