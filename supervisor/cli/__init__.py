@@ -69,6 +69,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "watch",
         "Follow the daemon's sessions over its subscribe socket, until the daemon stops.",
     ),
+    "store": LazyCommand(
+        "supervisor.cli.store_cmd",
+        "store",
+        "Move the durable store between SQLite and PostgreSQL (the daemons stopped).",
+    ),
     # with the attribute verbs (docs/attributes.md: ctl attributes set|status, ctl mismatches, ctl resolve)
     "ctl": LazyCommand(
         "supervisor.cli.ctl_cmd", "ctl", "Control the running daemon over its control socket."
