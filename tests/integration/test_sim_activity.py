@@ -74,6 +74,34 @@ async def test_a_displaced_web_messaging_socket_is_logged_with_both_peers(
     assert token not in json.dumps(lines)
 
 
+async def test_a_replaced_notifications_socket_is_logged_with_both_peers(
+    genesys: Genesys, http: httpx.AsyncClient
+) -> None:
+    await genesys.login()
+    r = await http.post(genesys.api("/api/v2/notifications/channels"), headers=genesys.auth)
+    chan = r.json()
+    first_stamp = {STAMP_HEADER: format_stamp("m1", 5)}
+    async with connect(chan["connectUri"], additional_headers=first_stamp) as first:
+        first_peer = local(first)
+        await first.send(json.dumps({"message": "ping"}))
+        await first.recv()
+        async with connect(
+            chan["connectUri"], additional_headers={STAMP_HEADER: format_stamp("m2", 6)}
+        ) as second:
+            await wait_until(
+                lambda: any(e["kind"] == "displaced" for e in genesys.sim.activity.since(0).entries)
+            )
+            second_peer = local(second)
+    lines, _ = await activity(http, genesys.sim.urls["admin"])
+    (moved,) = [e for e in lines if e["kind"] == "displaced"]
+    assert (moved["listener"], moved["session"]) == ("streaming", chan["id"])
+    assert (moved["peer"], moved["member"], moved["epoch"]) == (first_peer, "m1", 5)
+    assert (moved["by_peer"], moved["by_member"], moved["by_epoch"]) == (second_peer, "m2", 6)
+    (ping,) = [e for e in lines if e["kind"] == "frame"]
+    assert (ping["message"], ping["session"], ping["peer"]) == ("ping", chan["id"], first_peer)
+    assert sorted(e["peer"] for e in lines if e["kind"] == "disconnect") == sorted([first_peer, second_peer])
+
+
 async def test_http_requests_carry_receive_time_peer_connection_status_and_stamp(
     genesys: Genesys, http: httpx.AsyncClient
 ) -> None:

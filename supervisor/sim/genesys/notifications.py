@@ -56,7 +56,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
-from supervisor.sim.activity import ActivityKind, displaced
+from supervisor.sim.activity import ActivityKind
 from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.connections import WsListener
@@ -215,7 +215,7 @@ class NotificationsHub:
             return
         old = self.by_channel.get(chan_id)
         if old is not None:  # one connection per channel (§2) [I]: the newer one wins
-            displaced(self.ctx.activity, LISTENER, chan_id, old, conn)
+            self.listener.displaced(chan_id, old, conn)
             self.listener.spawn(old.close(CloseCode.GOING_AWAY, "replaced by a new connection"))
         self.by_channel[chan_id] = conn
         chan.connected = True
@@ -231,8 +231,8 @@ class NotificationsHub:
         except ConnectionClosed:
             pass
         finally:
-            self.listener.closed(conn)
             self.listener.record(conn, ActivityKind.DISCONNECT, chan_id)
+            self.listener.closed(conn)
             if self.by_channel.get(chan_id) is conn:
                 del self.by_channel[chan_id]
                 chan.connected = False

@@ -46,7 +46,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
-from supervisor.sim.activity import ActivityKind, displaced, token_key
+from supervisor.sim.activity import ActivityKind, token_key
 from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import FaultKind, retry_after_seconds
 from supervisor.sim.genesys.connections import WsListener
@@ -114,9 +114,9 @@ class WebMessagingServer(GuestConnections):
         except ConnectionClosed:
             pass
         finally:
-            self.listener.closed(conn)
             token = self.token_of.pop(conn, None)
             self.listener.record(conn, ActivityKind.DISCONNECT, None if token is None else token_key(token))
+            self.listener.closed(conn)
             if token is not None:
                 peers = self.by_token.get(token)
                 if peers is not None:
@@ -244,7 +244,7 @@ class WebMessagingServer(GuestConnections):
         self.ctx.recorder.record_event("session_configured", listener=LISTENER, newSession=new)
         for other in list(self.by_token.get(token, ())):
             if other is not conn:  # the same session opened elsewhere (§1, "SessionLimitReached")
-                displaced(self.ctx.activity, LISTENER, token_key(token), other, conn)
+                self.listener.displaced(token_key(token), other, conn)
                 self._closed_event(other, None)
         self.token_of[conn] = token
         self.by_token.setdefault(token, set()).add(conn)
