@@ -23,12 +23,15 @@ def stored(text: str, path: Path) -> str:
 async def test_stamped_on_every_request_and_upgrade_with_the_store_epoch(
     genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    config = with_daemon(genesys_config(genesys_sim.urls, 1, notifications=1), stampMember="node-1")
-    config = stored(config, tmp_path / "store.db")
-    for opened in (1, 2):  # each open of the store takes the next epoch, and the stamp follows it
+    for opened, guests in (
+        (1, 2),
+        (2, 1),
+    ):  # each open of the store takes the next epoch, and the stamp follows it
+        config = with_daemon(genesys_config(genesys_sim.urls, guests, notifications=1), stampMember="node-1")
+        config = stored(config, tmp_path / "store.db")
         since = genesys_sim.activity.last_seq
         async with supervised(config, tmp_path, durable=True) as h:
-            await h.wait_active(2)
+            await h.wait_active(guests + 1)
             assert h.durable is not None and h.durable.store is not None
             assert h.durable.store.epoch == opened
             token = h.runners["wm-0"].transport.guest_token
@@ -37,7 +40,12 @@ async def test_stamped_on_every_request_and_upgrade_with_the_store_epoch(
         assert {"login", "api", "webmessaging", "streaming"} <= listeners
         assert {(e["member"], e["epoch"]) for e in entries} == {("node-1", opened)}
         frames = [e for e in entries if e["kind"] == "frame" and e["listener"] == "webmessaging"]
-        assert frames and {e["session"] for e in frames} == {token_key(token)}
+        if opened == 2:
+            # wm-1 left the configuration: reconciliation ended its guest session, stamped like the rest
+            ended = [e for e in frames if e["action"] == "closeSession"]
+            assert len(ended) == 1 and ended[0]["session"] != token_key(token)
+        else:
+            assert frames and token_key(token) in {e["session"] for e in frames}
 
 
 @pytest.mark.cxone_sim(seed=4)
