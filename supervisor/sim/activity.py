@@ -21,16 +21,18 @@ Per kind:
 * ``frame``: a frame a client sent on a WebSocket: ``action`` (Web Messaging) or ``message``
   (notifications: what the frame asked);
 * ``disconnect``: a WebSocket connection ended;
-* ``displaced``: a Web Messaging session opened on a second connection took the session from the
-  first (which is told ``ConnectionClosedEvent`` and closed): ``peer`` / ``conn`` / ``member`` /
-  ``epoch`` are the displaced socket's, ``by_peer`` / ``by_conn`` / ``by_member`` / ``by_epoch``
-  the socket that took it.
+* ``displaced``: a Web Messaging session configured on a second connection took the session from
+  the first (which is told ``ConnectionClosedEvent`` and closed), or a notifications channel's newer
+  socket replaced the older: ``peer`` / ``conn`` / ``member`` / ``epoch`` are the displaced socket's,
+  ``by_peer`` / ``by_conn`` / ``by_member`` / ``by_epoch`` the socket that took it.
 
 Session keys never carry a secret: a Web Messaging guest session is ``wm:`` and the first 16 hex
 digits of the BLAKE2b digest of its guest token (:func:`token_key`: a test that knows the token
-computes the same key); a CXone request is keyed by its agent id, a Genesys REST request by the
-share key its fault gate uses (the conversation id when the route names one, else the client's
-token digest, ``tok:...``).
+computes the same key); a notifications socket is keyed by its channel id; a Genesys REST request by
+the key its fault gate uses (the conversation or channel id when the route names one, else the
+token's printable stand-in, never the token); a login by its client id; a CXone request by its agent id.
+An HTTP request the client gave up on before its answer (a cancelled handler) is recorded with 499,
+as nginx's "client closed request".
 
 **A bounded ring.** At most ``capacity`` entries are kept (the simulators' ``activity_capacity``);
 the oldest go first. A reader keeps a cursor: ``since(n)`` returns the entries after ``seq`` n. When
@@ -42,6 +44,7 @@ An invariant checked over a log with a gap is not proven, and a checker must say
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import weakref
@@ -213,6 +216,9 @@ def http_middleware(log: ActivityLog, listener: str) -> Middleware:
             return response
         except web.HTTPException as exc:
             status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away before its answer
             raise
         finally:
             transport = request.transport

@@ -83,3 +83,11 @@ def test_the_store_refuses_a_url_the_configuration_would_refuse() -> None:
         connection_string("postgresql://u:hunter2@db.example.com/s")
     assert "passwordFile" in str(caught.value) and "hunter2" not in str(caught.value)
     assert caught.value.path == "postgresql://u:***@db.example.com/s"
+
+
+def test_run_check_says_a_postgresql_store_hands_sessions_over() -> None:
+    from supervisor.cli.run_cmd import stop_line
+
+    url = "postgresql:///contact?host=/var/run/postgresql"
+    line = stop_line(parse_config(store_table(url=url), "c.toml"), {})
+    assert line.startswith(f"stop: hands every session over to the next start (store: {url})")
