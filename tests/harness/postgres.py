@@ -10,7 +10,7 @@ It runs the binaries itself:
 
 1. ``initdb`` into ``<tmp>/ss-pg-XXXXXXXX/data`` (a fresh directory from :func:`tempfile.mkdtemp`,
    mode 0700; in ``$TMPDIR`` unless that lies under the home directory or is too long for a socket
-   path, then in ``/tmp``), trust authentication for the superuser ``postgres``, UTF-8;
+   path, then in ``/tmp``; as root always in ``/tmp``, which ``nobody`` can reach), trust authentication for the superuser ``postgres``, UTF-8;
 2. ``pg_ctl start``: listening on a Unix socket in that directory only (``listen_addresses = ''``),
    ``fsync = off`` (a test server: a crash of the machine loses nothing anyone keeps);
 3. ``pg_ctl stop -m immediate`` and the directory removed when the session ends.
@@ -144,7 +144,10 @@ class PostgresServer:
 
 
 def _temp_base() -> str:
-    """``$TMPDIR`` (tempfile's choice) unless under the home directory or too long for the socket."""
+    """``$TMPDIR`` (tempfile's choice) unless under the home directory or too long for the socket;
+    as root always ``/tmp``, which ``nobody`` can reach (a ``$TMPDIR`` may lie under a closed directory)."""
+    if os.geteuid() == 0:
+        return "/tmp"
     base = tempfile.gettempdir()
     home = os.environ.get("HOME")
     under_home = bool(home) and home != "/" and Path(base).resolve().is_relative_to(Path(home).resolve())
