@@ -10,7 +10,8 @@ It runs the binaries itself:
 
 1. ``initdb`` into ``<tmp>/ss-pg-XXXXXXXX/data`` (a fresh directory from :func:`tempfile.mkdtemp`,
    mode 0700; in ``$TMPDIR`` unless that lies under the home directory or is too long for a socket
-   path, then in ``/tmp``; as root always in ``/tmp``, which ``nobody`` can reach), trust authentication for the superuser ``postgres``, UTF-8;
+   path, then in ``/tmp``; as root always in ``/tmp``, which ``nobody`` can reach), trust
+   authentication for the superuser ``postgres``, UTF-8;
 2. ``pg_ctl start``: listening on a Unix socket in that directory only (``listen_addresses = ''``),
    ``fsync = off`` (a test server: a crash of the machine loses nothing anyone keeps);
 3. ``pg_ctl stop -m immediate`` and the directory removed when the session ends.
