@@ -14,7 +14,9 @@ It runs the binaries itself:
    authentication for the superuser ``postgres``, UTF-8;
 2. ``pg_ctl start``: listening on a Unix socket in that directory only (``listen_addresses = ''``),
    ``fsync = off`` (a test server: a crash of the machine loses nothing anyone keeps);
-3. ``pg_ctl stop -m immediate`` and the directory removed when the session ends.
+3. ``pg_ctl stop -m immediate`` and the directory removed when the session ends. (A test run killed
+   with ``kill -9`` leaves its server running: ``pg_ctl -D /tmp/ss-pg-XXXXXXXX/data stop``, as the
+   user that owns the directory, then remove it.)
 
 **As root.** ``initdb`` refuses to run as root ("cannot be run as root"), and so does ``postgres``.
 The harness then runs every PostgreSQL binary as the existing unprivileged user ``nobody`` (uid and
