@@ -13,6 +13,7 @@ from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.stamp import STAMP_HEADER, format_stamp
+from tests.harness.activity import ActivityTail
 from tests.harness.simulators import Genesys, StartCxone, StartGenesys
 from tests.harness.waits import wait_until
 from tests.integration.test_sim_cxone_wire import Agent
@@ -170,6 +171,22 @@ async def test_a_reader_that_fell_behind_gets_a_gap_line(
     assert all(e["status"] == 401 for e in lines[1:])
     lines, after = await activity(http, sim.urls["admin"], since=0, limit=1)
     assert lines[0]["lost"] == 2 and [e["seq"] for e in lines[1:]] == [3] and after == "3"
+
+
+async def test_a_tail_reads_every_entry_once_across_pages_and_says_when_it_fell_behind(
+    start_cxone: StartCxone, http: httpx.AsyncClient
+) -> None:
+    sim = await start_cxone(CxoneSimConfig(activity_capacity=5))
+    tail = ActivityTail(sim.urls["admin"], http, page=2)
+    for _ in range(4):
+        await http.get(sim.urls["api"] + "/nowhere")
+    assert [e["seq"] for e in await tail.read()] == [1, 2, 3, 4]  # two pages of two
+    assert await tail.read() == [] and tail.complete()
+    for _ in range(8):  # more than the ring holds between two reads
+        await http.get(sim.urls["api"] + "/nowhere")
+    assert [e["seq"] for e in await tail.read()] == [8, 9, 10, 11, 12]
+    assert not tail.complete() and tail.gaps == [{"kind": "gap", "from": 5, "to": 7, "lost": 3}]
+    assert [e["seq"] for e in tail.entries] == [1, 2, 3, 4, 8, 9, 10, 11, 12]
 
 
 @pytest.mark.parametrize(
