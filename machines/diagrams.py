@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from machines.channel import ChannelMachine
 from machines.circuit import CircuitMachine
 from machines.session import SessionMachine
 
@@ -25,8 +26,10 @@ _HEADER = """\
 
 The explicit machines (`machines/`). Edge labels are the machine's event names;
 `SessionCore` and `Circuit` (the pure drivers) map each classified `SdkErrorEvent` to one
-of them and return the resulting effects as data. Both machines are strict: an event the
-current state does not accept raises, and `terminated` and `handed_over` accept nothing.
+of them and return the resulting effects as data; `ChannelCore` does the same for a shared
+notifications channel's drops and reconnections. Every machine is strict: an event the
+current state does not accept raises, and `terminated`, `handed_over` and a channel's `closed`
+accept nothing.
 """
 
 _SECTIONS: tuple[tuple[str, str, Any], ...] = (
@@ -50,6 +53,18 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "its `--for` is over; `reset` leads any state to `closed` with its counters cleared. There is "
         "no always-closed state; an isolation lives in memory only.",
         CircuitMachine,
+    ),
+    (
+        "Shared channel",
+        "One per Genesys notifications channel that carries the topics of many agent sessions of one "
+        "OAuth client (up to 1,000 topics; at most 20 channels per client). `connected` once created, "
+        "connected and subscribed; `dropped` when its socket ends or the platform removes it (expired, "
+        "evicted by a 21st channel of the client, `socket_closing`): every agent on it moves to "
+        "`reconnecting`; the channel's first reconnection waits U(2 s, 8 s) (seed edge case 1), and "
+        "`throttled` defers it while the streaming endpoint's circuit is open. One `reconnect` of the "
+        "channel brings all its agents back; an agent ends only for its own causes. `close`: its last "
+        'agent left, or the daemon stops (docs/runtime.md, "Shared notification channels").',
+        ChannelMachine,
     ),
 )
 

@@ -35,7 +35,7 @@ from supervisor.events import (
     SessionTransition,
     TerminationReason,
 )
-from supervisor.vocabulary.states import CircuitState, SessionState
+from supervisor.vocabulary.states import ChannelState, CircuitState, SessionState
 
 __all__ = [
     "REVOKE_AND_REAUTHENTICATE",
@@ -75,7 +75,9 @@ class InputRejected(MachineError):
     ``reconnect_due`` while the first attempt is still connecting.
     """
 
-    def __init__(self, machine_id: str, state: SessionState | CircuitState, input_name: str) -> None:
+    def __init__(
+        self, machine_id: str, state: SessionState | CircuitState | ChannelState, input_name: str
+    ) -> None:
         self.machine_id = machine_id
         self.state = state
         self.input_name = input_name

@@ -44,6 +44,9 @@ MAX_CONFIG_BYTES = 1024 * 1024
 #: Genesys allows 20 notification channels per user and app (docs/platforms.md, "Genesys Cloud notifications"); every
 #: notifications session of this daemon opens one with the one ``platforms.genesys.clientId``
 GENESYS_CHANNELS_PER_CLIENT = 20
+#: the topics one channel carries (docs/platforms.md, "Genesys Cloud notifications"): with shared channels
+#: (``platforms.genesys.sharedChannels``) a notifications session is one topic on a channel its client shares
+GENESYS_TOPICS_PER_CHANNEL = 1000
 
 _Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=86_400.0)]
 _PositiveSeconds = Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)]
@@ -80,6 +83,13 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # a Web Messaging send unanswered within keepalive.openTimeout is looked for (a late echo, the
     # guest history) this long after, before it is sent again (once, with the same client id)
     send_check_after: _Seconds = 3.0
+    # notifications sessions share the OAuth client's channels, up to 1,000 topics each (docs/runtime.md,
+    # "Shared notification channels"); off: each session is a channel of its own
+    shared_channels: bool = False
+    # the topics one shared channel carries at most: the platform's 1,000, or fewer to spread the events
+    topics_per_channel: Annotated[int, msgspec.Meta(ge=1, le=GENESYS_TOPICS_PER_CHANNEL)] = (
+        GENESYS_TOPICS_PER_CHANNEL
+    )
 
 
 class CxoneConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
@@ -475,13 +485,21 @@ def check_session(config: Config, spec: SessionSpec, origin: str, where: str, *,
         if spec.agent_id is None:
             # the channel's topic is the agent's (v2.users.{id}.conversations): no agent, no topic
             raise ConfigError(f"{origin}: {where}.agentId: required by a notifications session")
-        if notifications > GENESYS_CHANNELS_PER_CLIENT:
+        capacity = notification_capacity(genesys)
+        if notifications > capacity:
             # a 21st channel would evict the oldest: two sessions would fight over a channel forever
             raise ConfigError(
-                f"{origin}: {where}.kind: more than {GENESYS_CHANNELS_PER_CLIENT} notifications sessions; "
+                f"{origin}: {where}.kind: more than {capacity} notifications sessions; "
                 f"Genesys allows {GENESYS_CHANNELS_PER_CLIENT} notification channels per user and app "
                 "(platforms.genesys.clientId is shared by all of them)"
             )
+
+
+def notification_capacity(genesys: GenesysConfig) -> int:
+    """How many notifications sessions the Genesys client can carry: one per channel, or, with
+    shared channels, one topic each on at most 20 channels of 1,000 topics."""
+    per_channel = genesys.topics_per_channel if genesys.shared_channels else 1
+    return GENESYS_CHANNELS_PER_CLIENT * per_channel
 
 
 #: the platform each session kind runs on (a spec added over the control socket may leave it out)

@@ -16,6 +16,7 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     │   ├── OperationError               an operation failed for good: carries its SdkErrorEvent
     │   │   └── SendUnconfirmed          a message got no answer and was not found after: it may have arrived
     │   ├── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
+    │   ├── ChannelLimit                 a session would need a 21st notifications channel on its client
     │   └── SdkError                     a library call failed for good: carries its SdkErrorEvent
     ├── ApiError                         a typed error of the socket API: an ApiFault + parameters
     │   ├── attributes.model.Refused     an attribute update refused for good (its fault says why)
@@ -146,6 +147,25 @@ class CircuitOpenError(SessionError):
         self.isolated = isolated
         held = "is isolated by an operator" if isolated else "is open"
         super().__init__(f"circuit {circuit_id} {held}; retry in {retry_in_s:.1f} s")
+
+
+class ChannelLimit(SessionError):
+    """A notifications session would need one more channel than its OAuth client may hold.
+
+    Genesys allows ``channels`` notification channels per user and app, ``topics`` topics each
+    (docs/platforms.md, "Genesys Cloud notifications"): the daemon never creates a channel past the
+    limit (the platform would remove the oldest, another session's), so the session that would need
+    it is refused. A contract: the socket API answers ``ChannelLimit`` (docs/socket-api.md).
+    """
+
+    def __init__(self, client: str, channels: int, topics: int) -> None:
+        self.client = client
+        self.channels = channels
+        self.topics = topics
+        super().__init__(
+            f"OAuth client '{client}' would need more than {channels} notification channels "
+            f"of {topics} topic(s) each (the platform's limit)"
+        )
 
 
 class SdkError(SessionError):

@@ -25,19 +25,13 @@ from typing import Any, Final
 
 import anyio
 import httpx
-import msgspec
 
-from supervisor.boundary import (
-    HTTP_FAILURES,
-    HTTP_NOT_SENT,
-    SessionContext,
-    raw_from_exception,
-    raw_from_response,
-)
+from supervisor.boundary import HTTP_FAILURES, SessionContext
 from supervisor.clock import Clock, Rng
-from supervisor.library import async_shell, sync_shell
-from supervisor.library.core import DEFAULT_RAISE_ON, Answer, Core, Request
-from supervisor.library.gate import Doors
+from supervisor.library import answers, async_shell, sync_shell
+from supervisor.library.answers import EVENT_EXTENSION
+from supervisor.library.core import DEFAULT_RAISE_ON, PACE_FLOOR, PACE_RECOVERY, Answer, Core, Request
+from supervisor.library.gate import Call, Doors
 from supervisor.library.hooks import RetryHook
 from supervisor.library.tokens import TokenFetch, Tokens
 from supervisor.rest.tokens import Token
@@ -46,10 +40,8 @@ from supervisor.taxonomy.loader import DEFAULT_VERSION
 from supervisor.taxonomy.model import Channel, Platform, TaxonomyClass, Trigger
 from supervisor.taxonomy.rules import Taxonomy
 
-__all__ = ["EVENT_EXTENSION", "ResilientTransport"]
+__all__ = ["EVENT_EXTENSION", "PACE_FLOOR", "PACE_RECOVERY", "ResilientTransport"]
 
-#: the response extension that holds the SdkErrorEvent of a failure returned to the caller
-EVENT_EXTENSION: Final = "session_supervisor.event"
 # (the library's envelopes name no session: the seed's correlation fields come from ``context=``)
 _LIBRARY_SESSION: Final = "library"
 
@@ -78,6 +70,8 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         routes: Iterable[str] = (),
         raise_on: Collection[TaxonomyClass | Trigger] = DEFAULT_RAISE_ON,
         hooks: Sequence[RetryHook] = (),
+        pace_floor: float = PACE_FLOOR,
+        pace_recovery: float = PACE_RECOVERY,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
         rng: Rng | None = None,
@@ -85,7 +79,15 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
         async_sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self._core = Core(
-            platform, taxonomy, routes=routes, raise_on=raise_on, context=context, clock=clock, rng=rng
+            platform,
+            taxonomy,
+            routes=routes,
+            raise_on=raise_on,
+            context=context,
+            clock=clock,
+            rng=rng,
+            pace_floor=pace_floor,
+            pace_recovery=pace_recovery,
         )
         self._doors = Doors(self._core)
         if token is None or isinstance(token, Tokens):
@@ -121,39 +123,34 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
 
     # -- what one request is ------------------------------------------------------------------
 
-    def _facts(self, request: httpx.Request) -> Request:
-        return Request(request.method.upper(), "idempotency-key" in request.headers, _replayable(request))
+    def _answer(self, request: httpx.Request, response: httpx.Response) -> Answer:
+        """What a response is (a failure's body read before): a success, with the platform's rate window read as
+        the daemon reads it (the pace slows before it is spent), or a failure to classify."""
+        if response.status_code < 400:
+            return Answer(response, reading=parse_rate_limit(response.headers))
+        response.request = request  # (the client sets it only on what the transport returns)
+        return answers.failed(self._core, self._ctx, response)
 
-    def _raw_of_response(self, response: httpx.Response) -> Answer:
-        raw = raw_from_response(response, ctx=self._ctx)
-        return Answer(response, msgspec.structs.replace(raw, context=self._context(raw.context)))
-
-    def _raw_of_error(self, request: httpx.Request, exc: BaseException) -> Answer:
-        raw = raw_from_exception(exc, ctx=self._ctx, method=request.method, endpoint=request.url.path)
-        raw = msgspec.structs.replace(raw, context=self._context(raw.context))
-        return Answer(None, raw, isinstance(exc, HTTP_NOT_SENT), exc)
-
-    def _context(self, context: dict[str, Any] | None) -> dict[str, Any]:
-        out = {k: v for k, v in (context or {}).items() if k != "sessionId"}
-        out.update(self._core.context)
-        return out
+    def _raised(self, request: httpx.Request, exc: BaseException) -> Answer:
+        return answers.raised(self._core, self._ctx, exc, method=request.method, endpoint=request.url.path)
 
     @staticmethod
     def _sign(request: httpx.Request, token: Token | None) -> None:
         if token is not None:
             request.headers["Authorization"] = token.authorization
 
-    @staticmethod
-    def _returned(answer: Answer, event: object) -> httpx.Response:
-        response = answer.result
-        assert isinstance(response, httpx.Response)
-        if event is not None:
-            response.extensions = {**response.extensions, EVENT_EXTENSION: event}
-        return response
-
-    def _door(self, request: httpx.Request) -> Any:
+    def _call(self, request: httpx.Request) -> Call:
+        """The call ``request`` is, for either shell: its endpoint's door and what the request is."""
         url = request.url
-        return self._doors.door(self._core.endpoint(request.method.upper(), url.host, url.port, url.path))
+        method = request.method.upper()
+        return Call(
+            self._core,
+            self._doors.door(self._core.endpoint(method, url.host, url.port, url.path)),
+            Request(method, "idempotency-key" in request.headers, _replayable(request)),
+            _request_line(request),
+            self._tokens,
+            self._hooks,
+        )
 
     # -- httpx.Client -------------------------------------------------------------------------
 
@@ -165,30 +162,14 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             try:
                 response = inner.handle_request(request)
             except HTTP_FAILURES as exc:
-                return self._raw_of_error(request, exc)
-            if response.status_code < 400:
-                # the platform's rate window, read as the daemon reads it (the pace slows before it is spent)
-                return Answer(response, reading=parse_rate_limit(response.headers))
-            response.request = request  # (the client sets it only on what the transport returns)
-            response.read()
-            return self._raw_of_response(response)
+                return self._raised(request, exc)
+            if response.status_code >= 400:
+                response.read()
+            return self._answer(request, response)
 
-        def discard(answer: Answer) -> None:
-            if isinstance(answer.result, httpx.Response):
-                answer.result.close()
-
-        answer, event = sync_shell.run(
-            self._core,
-            self._door(request),
-            self._facts(request),
-            attempt,
-            discard,
-            name=_request_line(request),
-            tokens=self._tokens,
-            hooks=self._hooks,
-            sleep=self._sleep,
-        )
-        return self._returned(answer, event)
+        answer, event = sync_shell.run(self._call(request), attempt, answers.close, sleep=self._sleep)
+        response: httpx.Response = answers.returned(answer, event)
+        return response
 
     def close(self) -> None:
         if isinstance(self._inner, httpx.BaseTransport):
@@ -204,30 +185,16 @@ class ResilientTransport(httpx.BaseTransport, httpx.AsyncBaseTransport):
             try:
                 response = await inner.handle_async_request(request)
             except HTTP_FAILURES as exc:
-                return self._raw_of_error(request, exc)
-            if response.status_code < 400:
-                # the platform's rate window, read as the daemon reads it (the pace slows before it is spent)
-                return Answer(response, reading=parse_rate_limit(response.headers))
-            response.request = request
-            await response.aread()
-            return self._raw_of_response(response)
-
-        async def discard(answer: Answer) -> None:
-            if isinstance(answer.result, httpx.Response):
-                await answer.result.aclose()
+                return self._raised(request, exc)
+            if response.status_code >= 400:
+                await response.aread()
+            return self._answer(request, response)
 
         answer, event = await async_shell.run(
-            self._core,
-            self._door(request),
-            self._facts(request),
-            attempt,
-            discard,
-            name=_request_line(request),
-            tokens=self._tokens,
-            hooks=self._hooks,
-            sleep=self._async_sleep,
+            self._call(request), attempt, answers.aclose, sleep=self._async_sleep
         )
-        return self._returned(answer, event)
+        response: httpx.Response = answers.returned(answer, event)
+        return response
 
     async def aclose(self) -> None:
         if isinstance(self._inner, httpx.AsyncBaseTransport):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from supervisor.api.protocol import ApiFault, Method
-from supervisor.attributes import AttributeService, Backpressured, Refused
+from supervisor.attributes import AttributeService, Refused
 from supervisor.errors import ApiError
 from supervisor.store import Resolution
 
@@ -71,33 +71,12 @@ class AttributeVerbs:
         attributes = parameters.get("attributes")
         if not isinstance(attributes, Mapping):
             raise _invalid("attributes", "attributes: expected an object of KEY: VALUE strings")
-        if conversation_id is not None:
-            return await self._set_by_conversation(publish, conversation_id, platform, attributes)
-        assert isinstance(session_id, str)  # checked above
-        done = publish("attributes.set", session_id, None)
-        try:
-            service = self._require(Method.SET_ATTRIBUTES)
-            answer = await service.submit(session_id, attributes)
-        except Refused as refused:
-            error = _refusal(refused)
-            done(error)
-            raise error from None
-        except Backpressured as full:
-            # the queue's own fault and hint (tenant, queueDepth, limit, retryAfterSeconds)
-            done(full)
-            raise
-        except ApiError as error:
-            done(error)
-            raise
-        publish("attributes.set", session_id, answer.update_id)(None)
-        return answer.as_wire()
 
-    async def _set_by_conversation(
-        self, publish: Publish, conversation_id: str, platform: str, attributes: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        done = publish("attributes.set", None, f"conversation:{conversation_id}")
+        # one path for both addresses: the CONTROL_COMMAND names the session, or the conversation as its target
+        target = None if conversation_id is None else f"conversation:{conversation_id}"
+        done = publish("attributes.set", session_id, target)
         try:
-            if platform == "cxone":
+            if conversation_id is not None and platform == "cxone":
                 # the daemon writes no CXone contact data (docs/attributes.md says why)
                 raise Refused(
                     ApiFault.UNSUPPORTED,
@@ -106,18 +85,20 @@ class AttributeVerbs:
                     platform=platform,
                 )
             service = self._require(Method.SET_ATTRIBUTES)
-            answer = await service.submit_conversation(conversation_id, attributes)
+            if conversation_id is None:
+                assert isinstance(session_id, str)  # exactly one of them, checked above
+                answer = await service.submit(session_id, attributes)
+            else:
+                answer = await service.submit_conversation(conversation_id, attributes)
         except Refused as refused:
             error = _refusal(refused)
             done(error)
             raise error from None
-        except Backpressured as full:
-            done(full)
-            raise
         except ApiError as error:
+            # a full queue (Backpressured) keeps its own fault and hint: tenant, queueDepth, limit, retryAfterSeconds
             done(error)
             raise
-        publish("attributes.set", None, answer.update_id)(None)
+        publish("attributes.set", session_id, answer.update_id)(None)
         return answer.as_wire()
 
     async def list_mismatches(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,8 +25,14 @@ from typing import Any, Final
 
 from supervisor.api.control_messages import Publish
 from supervisor.api.protocol import ApiFault
-from supervisor.config import SessionKind, SessionSpec, parse_session
-from supervisor.errors import ApiError, ConfigError, StoreError
+from supervisor.config import (
+    GENESYS_CHANNELS_PER_CLIENT,
+    SessionKind,
+    SessionSpec,
+    notification_capacity,
+    parse_session,
+)
+from supervisor.errors import ApiError, ChannelLimit, ConfigError, StoreError
 from supervisor.runtime.sessions import Origin, SessionControl, SessionReader
 
 __all__ = ["MAX_SESSIONS_PER_CALL", "SessionVerbs"]
@@ -37,6 +43,22 @@ __all__ = ["MAX_SESSIONS_PER_CALL", "SessionVerbs"]
 MAX_SESSIONS_PER_CALL: Final = 200
 #: the origin named in the errors of an AddSession entry (as a file's path names a file's)
 ORIGIN: Final = "AddSession"
+
+
+def _channel_limit(index: int, spec: SessionSpec, client: str, capacity: int) -> ApiError:
+    """``ChannelLimit``: the notifications session would need one more channel than the client may hold."""
+    per_channel = capacity // GENESYS_CHANNELS_PER_CLIENT
+    limit = ChannelLimit(client, GENESYS_CHANNELS_PER_CLIENT, per_channel)
+    return ApiError(
+        ApiFault.CHANNEL_LIMIT,
+        {
+            "index": index,
+            "sessionId": spec.id,
+            "channels": GENESYS_CHANNELS_PER_CLIENT,
+            "topics": per_channel,
+            "problem": f"{ORIGIN}: sessions[{index}].kind: notifications session '{spec.id}' refused: {limit}",
+        },
+    )
 
 
 def _refused(error: ApiError) -> dict[str, Any]:
@@ -70,9 +92,19 @@ class SessionVerbs:
         results: list[dict[str, Any] | None] = []
         accepted: list[tuple[int, SessionSpec]] = []
         taken: set[str] = set()
+        genesys = config.platforms.genesys
+        capacity = notification_capacity(genesys) if genesys is not None else 0
         for index, raw in enumerate(entries):
             try:
-                spec = parse_session(raw, config, ORIGIN, f"sessions[{index}]", notifications=notifications)
+                # the channel limit is checked below, where it has an error of its own
+                spec = parse_session(raw, config, ORIGIN, f"sessions[{index}]", notifications=0)
+                if spec.kind is SessionKind.NOTIFICATIONS and notifications + 1 > capacity:
+                    client = (genesys.client_id if genesys is not None else None) or ""
+                    raise _channel_limit(index, spec, client, capacity)
+            except ApiError as limit:
+                publish("sessions.add", spec.id, None)(limit)
+                results.append(_refused(limit))
+                continue
             except ConfigError as exc:
                 given = raw.get("id") if isinstance(raw, dict) else None
                 error = ApiError(

@@ -196,6 +196,8 @@ error ConfiguredSession (sessionId: string, problem: string)
 error NoStore (problem: string)
 error NoSuchEndpoint (endpoint: string, endpoints: []string, problem: string)
 error NotIsolated (endpoint: string, state: string, problem: string)
+# A notifications session would need one more channel than its OAuth client may hold (channels of topics each).
+error ChannelLimit (index: int, sessionId: string, channels: int, topics: int, problem: string)
 """
 )
 

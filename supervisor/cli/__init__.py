@@ -8,7 +8,7 @@ Bad input never prints a traceback: :func:`main` turns every :class:`SupervisorE
 into one ``session-supervisor: error: ...`` line on stderr.
 
 Signals: the entry point (``supervisor/__main__.py``) records SIGTERM, SIGINT and SIGHUP before
-anything is imported. The daemons (``run``, ``demo``, ``sim``) take the record over; every other
+anything is imported. The daemons (``run``, ``demo``, ``sim``, ``bridge``) take the record over; every other
 command gets the default actions back as soon as it is known (:data:`DAEMON_COMMANDS`), and a signal
 recorded until then takes its default effect at that moment (SIGINT: exit 130, no traceback).
 """
@@ -30,7 +30,7 @@ from supervisor.runtime.signals import PROCESS
 
 #: the commands that keep the process's signal record (docs/runtime.md, "Lifecycle"); ``run --check``
 #: hands it back itself
-DAEMON_COMMANDS = frozenset({"run", "demo", "sim"})
+DAEMON_COMMANDS = frozenset({"run", "demo", "sim", "bridge"})
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -73,6 +73,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "supervisor.cli.store_cmd",
         "store",
         "Move the durable store between SQLite and PostgreSQL (the daemons stopped).",
+    ),
+    "bridge": LazyCommand(
+        "supervisor.cli.bridge_cmd",
+        "bridge",
+        "Serve the daemon's session stream over WebSocket to browser desktops, each token its own agents' sessions.",
     ),
     # with the attribute verbs (docs/attributes.md: ctl attributes set|status, ctl mismatches, ctl resolve)
     "ctl": LazyCommand(

@@ -18,7 +18,9 @@ taxonomy flags ``reconcileBeforeRetry`` (a 504 on a create: it may have been app
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import random
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -42,6 +44,8 @@ from supervisor.vocabulary import EndpointId
 __all__ = [
     "DEFAULT_RAISE_ON",
     "MAX_ENDPOINTS",
+    "PACE_FLOOR",
+    "PACE_RECOVERY",
     "Answer",
     "Core",
     "End",
@@ -49,6 +53,7 @@ __all__ = [
     "Replay",
     "Request",
     "Retry",
+    "pacing",
     "route_template",
 ]
 
@@ -61,6 +66,19 @@ DEFAULT_RAISE_ON: Final[frozenset[TaxonomyClass | Trigger]] = frozenset(
 #: the daemon's REST pacing (supervisor/runtime/wiring.py): engaged at the first throttle, and slowed by the
 #: platform's rate window once half of it is spent (inin-ratelimit-*)
 REST_PACING: Final = PacingConfig(initial_rate=None, headroom=0.5)
+#: the library's pace floor, calls a second: after a throttle the pace is cut to what the platform admitted
+#: in the last second (less 15 %), never below this. In a storm nothing was admitted, so the pace starts again
+#: at the floor. The daemon's floor (1 a second) suits thousands of sessions sharing an endpoint; an
+#: application's caller is one token, and Genesys Cloud allows a client-credentials token 300 requests a minute
+#: by default (its "Limits" page, Platform API: ``client.credentials.token.rate.per.minute``): a pace of 5 a
+#: second spends no more than that allowance, and the Retry-After hold, not the pace, keeps every call back
+#: while the platform refuses (CXone documents no per-token figure: the same floor, inferred)
+PACE_FLOOR: Final = 5.0
+#: how fast the pace grows back after a throttle: the share of the pace added for each second's worth of calls
+#: admitted (additive increase; the daemon's 2 %, docs/benchmarks.md "AIMD or CUBIC, and the pacer's numbers"):
+#: above the floor the pace probes a limit beyond the token's documented allowance, and each probe that finds it
+#: holds the whole endpoint for a Retry-After
+PACE_RECOVERY: Final = 0.02
 #: the retry budget across calls: retries may add 10 % of the calls, at least 5 a second (the daemon's)
 DEFAULT_BUDGET: Final = (0.1, 5.0)
 # methods that may have been applied when their answer is lost (RFC 9110 section 9.2.2: not idempotent)
@@ -79,6 +97,34 @@ def route_template(path: str, routes: Iterable[tuple[str, re.Pattern[str]]] = ()
         if pattern.fullmatch(path):
             return template
     return "/".join("{id}" if _ID.match(segment) else segment for segment in path.split("/"))
+
+
+def _bounded(name: str, value: object, unit: str, *, zero: bool, at_most: float) -> float:
+    """``value`` as a float, or a one-line error naming the option (a bool is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number ({unit}), got {value!r}")
+    number = float(value)
+    low_ok = number >= 0 if zero else number > 0
+    if not (low_ok and math.isfinite(number) and number <= at_most):
+        bound = "[0" if zero else "(0"
+        raise ValueError(f"{name} must be within {bound}, {at_most:g}] ({unit}), got {value!r}")
+    return number
+
+
+def pacing(floor: float = PACE_FLOOR, recovery: float = PACE_RECOVERY) -> PacingConfig:
+    """The library's REST pacing: the daemon's (:data:`REST_PACING`) with the caller's floor and recovery.
+
+    Raises ``TypeError`` or ``ValueError`` (one line, naming ``pace_floor`` or ``pace_recovery``) for a value
+    that is not a number, not finite, or out of range."""
+    floor = _bounded("pace_floor", floor, "calls a second", zero=False, at_most=REST_PACING.max_rate)
+    recovery = _bounded(
+        "pace_recovery",
+        recovery,
+        "share of the pace added per second of admitted calls",
+        zero=True,
+        at_most=1.0,
+    )
+    return dataclasses.replace(REST_PACING, min_rate=floor, increase=recovery)
 
 
 def _compiled(template: str) -> re.Pattern[str]:
@@ -145,23 +191,26 @@ class Core:
         context: Mapping[str, Any] | None = None,
         clock: Clock | None = None,
         rng: Rng | None = None,
+        pace_floor: float = PACE_FLOOR,
+        pace_recovery: float = PACE_RECOVERY,
         circuit: CircuitConfig | None = None,
         budget: tuple[float, float] | None = DEFAULT_BUDGET,
         max_endpoints: int = MAX_ENDPOINTS,
     ) -> None:
         self.platform = Platform(platform)
+        rest = pacing(pace_floor, pace_recovery)
         # a shipped version by name, or a file (an overlay that extends one) through the loader
         loaded = taxonomy if isinstance(taxonomy, Taxonomy) else load_taxonomy(taxonomy)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.rng: Rng = rng if rng is not None else random.Random()
         self.classifier = Classifier(loaded, self.clock)
         # the daemon's REST endpoints (supervisor/runtime/wiring.py): unpaced until the platform first
-        # throttles, then paced, so the 429s of calls already in flight are that throttle's echo and
-        # count once toward the circuit (a storm met by twenty callers at once must not open it)
+        # throttles, then paced (from the caller's floor), so the 429s of calls already in flight are that
+        # throttle's echo and count once toward the circuit (a storm met by twenty callers must not open it)
         self.endpoints = Endpoints(
             self.clock,
             CircuitRegistry(self.clock, circuit, self.rng),
-            rest=REST_PACING,
+            rest=rest,
             budget=budget,
             limit=max_endpoints,
         )

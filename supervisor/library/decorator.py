@@ -21,20 +21,16 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import anyio
 import httpx
-import msgspec
 
 from supervisor.boundary import (
     HTTP_FAILURES,
-    HTTP_NOT_SENT,
     SOCKET_FAILURES,
     SessionContext,
-    raw_from_exception,
-    raw_from_response,
 )
 from supervisor.clock import Clock, Rng
-from supervisor.library import async_shell, sync_shell
-from supervisor.library.core import DEFAULT_RAISE_ON, Answer, Core, Request
-from supervisor.library.gate import Doors
+from supervisor.library import answers, async_shell, sync_shell
+from supervisor.library.core import DEFAULT_RAISE_ON, PACE_FLOOR, PACE_RECOVERY, Answer, Core, Request
+from supervisor.library.gate import Call, Doors
 from supervisor.library.hooks import RetryHook
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy.loader import DEFAULT_VERSION
@@ -46,7 +42,6 @@ __all__ = ["resilient"]
 P = ParamSpec("P")
 R = TypeVar("R")
 _FAILURES = (*HTTP_FAILURES, *SOCKET_FAILURES)
-_EVENT_EXTENSION = "session_supervisor.event"
 
 
 def resilient(
@@ -59,6 +54,8 @@ def resilient(
     context: Mapping[str, Any] | None = None,
     raise_on: Collection[TaxonomyClass | Trigger] = DEFAULT_RAISE_ON,
     hooks: Sequence[RetryHook] = (),
+    pace_floor: float = PACE_FLOOR,
+    pace_recovery: float = PACE_RECOVERY,
     clock: Clock | None = None,
     rng: Rng | None = None,
     sleep: Callable[[float], None] | None = None,
@@ -66,7 +63,16 @@ def resilient(
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a sync or async function (the module docstring); ``SdkError`` when the call ends in a
     failure it raised, or one in ``raise_on``; a response it returned otherwise, with its event."""
-    core = Core(platform, taxonomy, raise_on=raise_on, context=context, clock=clock, rng=rng)
+    core = Core(
+        platform,
+        taxonomy,
+        raise_on=raise_on,
+        context=context,
+        clock=clock,
+        rng=rng,
+        pace_floor=pace_floor,
+        pace_recovery=pace_recovery,
+    )
     doors = Doors(core)
     ctx = SessionContext("library", core.platform, Channel(channel))
     endpoint = core.operation(operation)
@@ -74,27 +80,13 @@ def resilient(
     sync_sleep = sleep if sleep is not None else time.sleep
     a_sleep = async_sleep if async_sleep is not None else anyio.sleep
 
-    def context_of(raw_context: dict[str, Any] | None) -> dict[str, Any]:
-        out = {k: v for k, v in (raw_context or {}).items() if k != "sessionId"}
-        out.update(core.context)
-        return out
-
     def of_result(result: object) -> Answer:
         if isinstance(result, httpx.Response) and result.status_code >= 400:
-            raw = raw_from_response(result, ctx=ctx)
-            return Answer(result, msgspec.structs.replace(raw, context=context_of(raw.context)))
+            return answers.failed(core, ctx, result)
         return Answer(result)
 
     def of_error(exc: BaseException) -> Answer:
-        raw = raw_from_exception(exc, ctx=ctx, endpoint=operation)
-        raw = msgspec.structs.replace(raw, context=context_of(raw.context))
-        return Answer(None, raw, isinstance(exc, HTTP_NOT_SENT), exc)
-
-    def returned(answer: Answer, event: object) -> Any:
-        result = answer.result
-        if event is not None and isinstance(result, httpx.Response):
-            result.extensions = {**result.extensions, _EVENT_EXTENSION: event}
-        return result
+        return answers.raised(core, ctx, exc, endpoint=operation)
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         name = f"{platform}:{operation}"
@@ -109,14 +101,9 @@ def resilient(
                     except _FAILURES as exc:
                         return of_error(exc)
 
-                async def discard(answer: Answer) -> None:
-                    if isinstance(answer.result, httpx.Response):
-                        await answer.result.aclose()
-
-                answer, event = await async_shell.run(
-                    core, doors.door(endpoint), facts, attempt, discard, name=name, hooks=hooks, sleep=a_sleep
-                )
-                return returned(answer, event)
+                one = Call(core, doors.door(endpoint), facts, name, None, hooks)
+                answer, event = await async_shell.run(one, attempt, answers.aclose, sleep=a_sleep)
+                return answers.returned(answer, event)
 
             return cast(Callable[P, R], acall)
 
@@ -128,14 +115,9 @@ def resilient(
                 except _FAILURES as exc:
                     return of_error(exc)
 
-            def discard(answer: Answer) -> None:
-                if isinstance(answer.result, httpx.Response):
-                    answer.result.close()
-
-            answer, event = sync_shell.run(
-                core, doors.door(endpoint), facts, attempt, discard, name=name, hooks=hooks, sleep=sync_sleep
-            )
-            return cast(R, returned(answer, event))
+            one = Call(core, doors.door(endpoint), facts, name, None, hooks)
+            answer, event = sync_shell.run(one, attempt, answers.close, sleep=sync_sleep)
+            return cast(R, answers.returned(answer, event))
 
         return call
 

@@ -42,7 +42,7 @@ from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, iso_utc
-from supervisor.errors import CircuitOpenError, OperationError, SessionError, TransportFailure
+from supervisor.errors import ChannelLimit, CircuitOpenError, OperationError, SessionError, TransportFailure
 from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.hooks import BusHooks
@@ -59,6 +59,8 @@ from supervisor.transports.base import (
 from supervisor.vocabulary import CloseCode, SessionState
 
 Sleep = Callable[[float], Awaitable[None]]
+#: how long a notifications session refused ChannelLimit waits before it asks for a place again [I]
+CHANNEL_LIMIT_WAIT_S = 30.0
 
 
 def connection_lost(event: SdkErrorEvent) -> SdkErrorEvent:
@@ -359,6 +361,14 @@ class SessionRunner:
             return
         except OperationError as failure:
             self._connect_failed(self._unpublished(failure), flight)
+            return
+        except ChannelLimit:
+            # a shared notifications channel has no room and the client holds all it may (its
+            # configuration and AddSession refuse this beforehand; a reload can still get here):
+            # wait for a place, not counted, within the horizon [I]
+            flight.abandon()
+            if not self.core.terminated:
+                self._execute(self.core.connect_refused(CHANNEL_LIMIT_WAIT_S))
             return
         except CircuitOpenError as refused:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not

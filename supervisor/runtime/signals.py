@@ -15,7 +15,7 @@ anything else, and they stay installed until the process exits:
   default actions back (:meth:`SignalRecord.release`); a signal recorded before that takes its
   default effect then (SIGINT: ``KeyboardInterrupt``, which the CLI turns into exit 130 without a
   traceback);
-* ``run``, ``demo`` and ``sim`` take the recorded signals over with :func:`receiving`: an async
+* ``run``, ``demo``, ``sim`` and ``bridge`` take the recorded signals over with :func:`receiving`: an async
   iterator on the event loop that yields them oldest first, those recorded before the loop existed
   included;
 * at the very end (:meth:`SignalRecord.seal`) they are ignored: the exit code is decided, and the

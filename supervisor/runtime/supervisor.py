@@ -116,6 +116,8 @@ class Supervisor:
                 await tg.start(self.manual_circuits.serve)
                 # the reads that close the platform stream's gaps run in this group
                 await tg.start(self.wiring.resyncer.serve)
+                # the shared notification channels run in this group (their sessions' runners do not)
+                await tg.start(self.wiring.channel_pools.serve)
                 book = self.book
                 if book is not None:
                     await tg.start(book.serve)

@@ -26,6 +26,7 @@ import httpx
 import msgspec
 from anyio import to_thread
 
+from machines.channel import ChannelConfig
 from machines.circuit import CircuitConfig
 from machines.pacing import PacingConfig, Probe
 from machines.registry import CircuitRegistry, Endpoints
@@ -50,6 +51,7 @@ from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
 from supervisor.stamp import Stamper
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
+from supervisor.transports.channel_pool import ChannelPools, SharedNotificationsTransport
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
@@ -160,6 +162,19 @@ class Wiring:
         self._pool_limits: dict[int, int] = {}
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
+        # shared notification channels (platforms.genesys.sharedChannels): one pool per OAuth client,
+        # their channels admitted by the streaming endpoint (docs/runtime.md, "Shared notification channels")
+        self.channel_pools = ChannelPools(
+            config=ChannelConfig(
+                first_delay_s=self.session_config.first_delay_s,
+                max_delay_s=max(60.0, self.session_config.first_delay_s[1]),
+            ),
+            clock=self.clock,
+            rng=self.rng,
+            sleep=sleep,
+            reports=bus_hooks,
+            stamp=self.stamper.headers,
+        )
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform
         # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
@@ -507,6 +522,21 @@ class Wiring:
             # docs/platforms.md, "Genesys Cloud notifications": the agent's conversation topic (the config requires an agentId)
             topics = [f"v2.users.{spec.agent_id}.conversations"]
             sink = notifications_sink(self.platform_events, spec.id, self._noting(self.notification_sink))
+            if gen.shared_channels:
+                # a subscription of the agent's topic on a channel its OAuth client shares; the channels'
+                # attempts are the streaming endpoint's, as the sessions' are (made with the first of them)
+                self.channel_pools.gate = self.attempts.connect(GENESYS_STREAMING)
+                pool = self.channel_pools.pool(
+                    self.channel_client(spec),
+                    pipeline=self.pipeline_for(Platform.GENESYS),
+                    api_url=gen.api_url,
+                    keepalive=gen.keepalive,
+                    topic_limit=gen.topics_per_channel,
+                )
+                shared = SharedNotificationsTransport(
+                    ctx, pool=pool, topics=topics, keepalive=gen.keepalive, on_event=sink
+                )
+                return shared, GENESYS_STREAMING
             nt = NotificationsTransport(
                 ctx,
                 pipeline=self.pipeline_for(Platform.GENESYS, spec.id),
@@ -542,6 +572,13 @@ class Wiring:
             resume_session_id=(resume or {}).get("platformSessionId"),
         )
         return at, CONNECT_ENDPOINT
+
+    def channel_client(self, spec: SessionSpec) -> str:
+        """The identity ``spec``'s channels are counted under: its OAuth client (the credential and
+        endpoint identity the platform's 20-channel limit is per; one today, the default tenant's,
+        whatever the session)."""
+        gen = self.config.platforms.genesys
+        return (gen.client_id if gen is not None else None) or ""
 
     def _snapshot_sink(self, session_id: str) -> Callable[[list[dict[str, Any]]], None]:
         """A CXone session's ``on_snapshot``: the batch delivered flagged ``snapshot``, while the

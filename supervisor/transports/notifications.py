@@ -59,9 +59,11 @@ from supervisor.vocabulary import CloseCode, EndpointId, Platform
 
 __all__ = [
     "CHANNELS_PATH",
+    "CIRCUIT",
     "TOKEN_CHECK_S",
     "NotificationsConnection",
     "NotificationsTransport",
+    "channel_gone",
 ]
 
 CHANNELS_PATH = "/api/v2/notifications/channels"
@@ -473,14 +475,7 @@ class NotificationsConnection:
 
     @staticmethod
     def _channel_gone(exc: OperationError) -> bool:
-        """The channel's own subscriptions failed in a way the taxonomy repairs by a new channel:
-        TRANSIENT yet not retried (v2 CHANNEL_LOST, the ``rollover`` policy), never a code's name."""
-        event = exc.event
-        return (
-            isinstance(event, SdkErrorEvent)
-            and event.taxonomy_class is TaxonomyClass.TRANSIENT
-            and not event.retryable
-        )
+        return channel_gone(exc)
 
     # -- rollover -----------------------------------------------------------------------------------------
 
@@ -594,6 +589,17 @@ class NotificationsConnection:
         now = self._t.clock.monotonic()
         for link in links:
             await link.close(code, reason, now=now)
+
+
+def channel_gone(exc: OperationError) -> bool:
+    """A channel's own subscriptions failed in a way the taxonomy repairs by a new channel:
+    TRANSIENT yet not retried (v2 CHANNEL_LOST, the ``rollover`` policy), never a code's name."""
+    event = exc.event
+    return (
+        isinstance(event, SdkErrorEvent)
+        and event.taxonomy_class is TaxonomyClass.TRANSIENT
+        and not event.retryable
+    )
 
 
 def _code(exc: OperationError) -> str | None:

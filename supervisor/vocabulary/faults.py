@@ -76,6 +76,8 @@ class ApiFault(enum.StrEnum):
     # manual circuit control: an endpoint the daemon does not have; closing a circuit not isolated
     NO_SUCH_ENDPOINT = f"{CONTROL}.NoSuchEndpoint"
     NOT_ISOLATED = f"{CONTROL}.NotIsolated"
+    # a notifications session that would need a 21st channel on its OAuth client (errors.ChannelLimit)
+    CHANNEL_LIMIT = f"{CONTROL}.ChannelLimit"
 
     @property
     def short(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CircuitState", "SessionState"]
+__all__ = ["ChannelState", "CircuitState", "SessionState"]
 
 
 class SessionState(enum.StrEnum):
@@ -38,3 +38,14 @@ class CircuitState(enum.StrEnum):
     OPEN = "open"
     HALF_OPEN = "half_open"
     ISOLATED = "isolated"
+
+
+class ChannelState(enum.StrEnum):
+    """Where a notifications channel shared by many agent sessions is: connecting → open ⇄
+    reconnecting → closed (machines/channel.py). Its agents follow it (docs/runtime.md, "Shared
+    notification channels")."""
+
+    CONNECTING = "connecting"
+    OPEN = "open"
+    RECONNECTING = "reconnecting"
+    CLOSED = "closed"

@@ -57,3 +57,16 @@ async def test_never_stamped_by_default(cxone_sim: CxoneSimulator, tmp_path: Pat
     assert entries and all(e["member"] is None and e["epoch"] is None for e in entries)
     polls = [e for e in entries if "handle" in e]
     assert {e["session"] for e in polls} == {"100001"}
+
+
+async def test_a_shared_notifications_channel_is_stamped_too(
+    genesys_sim: GenesysSimulator, tmp_path: Path
+) -> None:
+    config = with_daemon(genesys_config(genesys_sim.urls, 0, notifications=2), stampMember="node-2")
+    config = config.replace("[platforms.genesys]\n", "[platforms.genesys]\nsharedChannels = true\n", 1)
+    async with supervised(config, tmp_path) as h:
+        await h.wait_active(2)
+    entries = genesys_sim.activity.since(0).entries
+    upgrades = [e for e in entries if e["listener"] == "streaming" and e["kind"] == "connect"]
+    assert len(upgrades) == 1  # both agents on one shared channel
+    assert {(e["member"], e["epoch"]) for e in entries} == {("node-2", 0)}  # no store: epoch 0

@@ -221,3 +221,32 @@ async def test_the_http_pools_grow_with_the_sessions_added(
                 tg.cancel_scope.cancel()
         finally:
             await durable.aclose()
+
+
+async def test_a_notifications_session_past_the_clients_channels_is_refused_channel_limit(
+    genesys_sim: GenesysSimulator, workdir: Path
+) -> None:
+    """``ChannelLimit`` as a script sees it: with one topic a channel the client's 20 channels carry
+    20 agents; the 21st entry of one ``ctl sessions add --from -`` is refused, exit 1, the others added."""
+    store = workdir / "store.sqlite3"
+    config = daemon_config(genesys_sim.urls, workdir, [], store=store)
+    text = config.read_text().replace(
+        "[platforms.genesys.keepalive]\n",
+        "sharedChannels = true\ntopicsPerChannel = 1\n[platforms.genesys.keepalive]\n",
+        1,
+    )
+    config.write_text(text)
+    async with running_daemon(config) as daemon:
+        await daemon.wait_ready(0)
+        lines = [{"id": f"nt-{i}", "kind": "notifications", "agentId": f"a-{i}"} for i in range(21)]
+        stdin = ("\n".join(json.dumps(line) for line in lines) + "\n").encode()
+        code, answers, err = await ctl(daemon, "sessions", "add", "--from", "-", "--json", stdin=stdin)
+        assert code == 1, err
+        by_line = {a["line"]: a for a in answers}
+        assert all(by_line[i]["added"] is True for i in range(1, 21))
+        refused = by_line[21]
+        assert refused["error"] == "io.sessionsupervisor.control.v1.ChannelLimit"
+        assert (refused["sessionId"], refused["channels"], refused["topics"]) == ("nt-20", 20, 1)
+        assert "ChannelLimit" in err and "nt-20" in err
+        assert "nt-20" not in await origins(daemon)
+        await daemon.stop()

@@ -272,3 +272,22 @@ def test_system_topic_fault_params_are_checked() -> None:
         decode_fault({"kind": "system_topic", "params": {"type": "socket_closing"}})
     with pytest.raises(SimulatorError, match=r"fault.params.topics"):
         decode_fault({"kind": "system_topic", "params": {"type": "subscription_changed", "topics": "x"}})
+
+
+@pytest.mark.genesys_sim(GenesysSimConfig(max_topics=3))
+async def test_a_channel_holds_at_most_max_topics_across_adds_and_replaces(genesys: Genesys) -> None:
+    """POST adds to the list, PUT replaces it; past ``max_topics`` (the platform's 1,000) the
+    request fails whole and nothing is stored."""
+    await genesys.login()
+    chan = await new_channel(genesys)
+    subs = genesys.api(f"{CHANNELS}/{chan['id']}/subscriptions")
+    users = [{"id": f"v2.users.u{i}.conversations"} for i in range(4)]
+    assert (await genesys.http.post(subs, json=users[:2], headers=genesys.auth)).status_code == 200
+    over = await genesys.http.post(subs, json=users[2:], headers=genesys.auth)
+    assert over.status_code == 400 and over.json()["code"] == "invalid.value"
+    assert genesys.sim.state.channels[chan["id"]].topics == [u["id"] for u in users[:2]]
+    added = await genesys.http.post(subs, json=users[2:3], headers=genesys.auth)
+    assert [e["id"] for e in added.json()["entities"]] == [u["id"] for u in users[:3]]
+    assert (await genesys.http.put(subs, json=users, headers=genesys.auth)).status_code == 400
+    kept = await genesys.http.put(subs, json=users[1:2], headers=genesys.auth)
+    assert [e["id"] for e in kept.json()["entities"]] == [users[1]["id"]]

@@ -81,21 +81,27 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]",
     ]
     lines = ci_lines(result)
     # step 1 is the README's one test command, exactly: lint, types and the default suite
-    assert lines[0] == "ci: step 1/5: ./dev test (budget 930 s): ./dev test"
-    assert "ci: step 2/5: heavy suite signal_sweep (budget 120 s): ./dev pytest -m signal_sweep" in lines
-    assert "ci: step 3/5: heavy suite prometheus (budget 150 s): ./dev pytest -m prometheus" in lines
-    assert "ci: step 4/5: heavy suite rotel (budget 90 s): ./dev pytest -m rotel" in lines
-    assert "ci: step 5/5: heavy suite systemd_pid1 (budget 480 s): ./dev pytest -m systemd_pid1" in lines
-    assert [re.sub(r" in \d+ s$", "", line) for line in lines[-6:]] == [
+    assert lines[0] == "ci: step 1/7: ./dev test (budget 870 s): ./dev test"
+    assert "ci: step 2/7: heavy suite signal_sweep (budget 90 s): ./dev pytest -m signal_sweep" in lines
+    assert "ci: step 3/7: heavy suite prometheus (budget 120 s): ./dev pytest -m prometheus" in lines
+    assert "ci: step 4/7: heavy suite rotel (budget 60 s): ./dev pytest -m rotel" in lines
+    assert "ci: step 5/7: heavy suite systemd_pid1 (budget 450 s): ./dev pytest -m systemd_pid1" in lines
+    assert "ci: step 6/7: heavy suite bridge (budget 150 s): ./dev pytest -m bridge" in lines
+    assert "ci: step 7/7: heavy suite channels_scale (budget 40 s): ./dev pytest -m channels_scale" in lines
+    assert [re.sub(r" in \d+ s$", "", line) for line in lines[lines.index("ci: summary") :]] == [
         "ci: summary",
         "ci:   ./dev test: passed",
         "ci:   heavy suite signal_sweep: passed",
         "ci:   heavy suite prometheus: passed",
         "ci:   heavy suite rotel: passed",
         "ci:   heavy suite systemd_pid1: passed",
+        "ci:   heavy suite bridge: passed",
+        "ci:   heavy suite channels_scale: passed",
     ]
     # each pytest step prints its own summary
     assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == [
@@ -104,6 +110,8 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "prometheus",
         "rotel",
         "systemd_pid1",
+        "bridge",
+        "channels_scale",
     ]
 
 
@@ -120,7 +128,9 @@ SWEEP_RUN = "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]"
 PROMETHEUS_RUN = "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]"
 ROTEL_RUN = "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]"
 PID1_RUN = "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]"
-HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN]
+BRIDGE_RUN = "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]"
+CHANNELS_RUN = "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]"
+HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN, BRIDGE_RUN, CHANNELS_RUN]
 
 
 @pytest.mark.parametrize(
@@ -143,7 +153,7 @@ def test_a_failing_step_fails_the_run_and_every_other_step_still_runs(
     result, calls = run(fake_venv, ".ci/run", **env)
     assert result.returncode == 1
     assert [c for c in calls if c.startswith("python -m pytest")] == pytest_runs
-    summary = ci_lines(result)[-6:]
+    summary = ci_lines(result)[-7:]
     assert [line for line in summary if "FAILED" in line] == [
         f"ci:   {failed} in {line_seconds(summary, failed)} s"
     ]
@@ -159,7 +169,9 @@ def test_a_step_that_finds_no_test_fails(fake_venv: Path, step: str) -> None:
     result, _ = run(fake_venv, ".ci/run", **{f"FAKE_EXIT_{step}": "5"})
     assert result.returncode == 1
     assert "dev: pytest collected no tests; that is a failure here" in result.stderr
-    assert sum("FAILED (exit 1)" in line for line in ci_lines(result)[-5:]) == 1
+    lines = ci_lines(result)
+    summary = lines[lines.index("ci: summary") :]
+    assert sum("FAILED (exit 1)" in line for line in summary) == 1
 
 
 def test_a_step_past_its_budget_is_ended_and_fails(fake_venv: Path, tmp_path: Path) -> None:

@@ -86,7 +86,11 @@ PURE_API = (
 # (floor, what, module prefixes). docs/runtime.md draws the same table.
 FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (9, "entry points", ("supervisor.cli", "supervisor.__main__")),
-    (8, "the demo", ("supervisor.demo",)),
+    (
+        8,
+        "the demo; the WebSocket bridge (a subscriber of the socket API)",
+        ("supervisor.demo", "supervisor.bridge"),
+    ),
     (
         7,
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
@@ -571,7 +575,10 @@ DRIVEN = {
 #: Circuit's inputs: each called in machines/endpoint.py alone (machines/circuit.py calls its own)
 CIRCUIT_INPUTS = ("admit", "record_success", "record_failure", "probe_timed_out")
 #: other methods named like a circuit input, by module and receiver (not circuits)
-NOT_CIRCUITS = {("supervisor.transports.notifications", "self._dedupe", "admit")}
+NOT_CIRCUITS = {
+    ("supervisor.transports.notifications", "self._dedupe", "admit"),
+    ("supervisor.transports.shared_channel", "self._dedupe", "admit"),
+}
 
 
 def _daemon_files() -> list[Path]:

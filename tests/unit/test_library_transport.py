@@ -8,6 +8,7 @@ clock is a FakeClock the shells' sleep advances, so every wait is measured, none
 from __future__ import annotations
 
 import email.utils
+import itertools
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -514,3 +515,138 @@ def test_a_rate_window_spent_to_its_last_call_holds_the_next_call_until_it_start
     assert len(wire.sent) == 2
     # Genesys said the window is spent and starts again in 7 s: the second call waited for it, unrefused
     assert wire.times[1] - wire.times[0] >= 7.0
+
+
+# -- the pace after a throttle: the caller's floor and recovery ------------------------------------------------
+
+
+def paced_gaps(clock: FakeClock, calls: int, **options: object) -> list[float]:
+    """Seconds between the calls that follow one throttle of a fresh endpoint (nothing admitted in the second
+    before it, so the pace starts again from its floor), each call made as soon as the last one returned."""
+    wire = Wire(clock, too_many("1"), httpx.Response(200))
+    with httpx.Client(transport=transport(clock, wire, **options)) as client:
+        for _ in range(calls):
+            assert client.get(USER).status_code == 200
+    times = wire.times
+    assert times[1] - times[0] >= 1.0  # the Retry-After first, whatever the pace
+    return [later - earlier for earlier, later in itertools.pairwise(times[1:])]
+
+
+def test_the_pace_after_a_storm_starts_from_the_caller_s_floor(clock: FakeClock) -> None:
+    assert paced_gaps(clock, 6, pace_floor=4.0, pace_recovery=0.0) == pytest.approx([0.25] * 5)
+
+
+def test_the_pace_grows_back_by_the_caller_s_recovery(clock: FakeClock) -> None:
+    # each admitted call adds half a call a second: 4, 4.5, 5, 5.5 calls a second
+    assert paced_gaps(clock, 5, pace_floor=4.0, pace_recovery=0.5) == pytest.approx(
+        [1 / 4, 1 / 4.5, 1 / 5, 1 / 5.5]
+    )
+
+
+def test_the_library_s_default_floor_is_five_calls_a_second_growing_two_percent(clock: FakeClock) -> None:
+    assert supervisor.http.PACE_FLOOR == 5.0
+    assert paced_gaps(clock, 4) == pytest.approx([1 / 5.0, 1 / 5.02, 1 / 5.04])
+
+
+def test_a_decorated_function_s_pace_starts_from_the_caller_s_floor(clock: FakeClock) -> None:
+    sent: list[float] = []
+    throttled = too_many("1")
+    throttled.request = httpx.Request("PATCH", ATTRS)  # (what raise_for_status and the envelope read)
+    answers = [throttled]
+
+    @supervisor.resilient(
+        platform="genesys",
+        operation="attributes",
+        pace_floor=2.0,
+        pace_recovery=0.0,
+        clock=clock,
+        sleep=clock.advance,
+    )
+    def call() -> httpx.Response:
+        sent.append(clock.monotonic())
+        return answers.pop() if answers else httpx.Response(200)
+
+    for _ in range(4):
+        assert call().status_code == 200
+    assert sent[1] - sent[0] >= 1.0
+    assert [b - a for a, b in itertools.pairwise(sent[1:])] == pytest.approx([0.5, 0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"pace_floor": 0}, ValueError, "pace_floor must be within (0, 10000] (calls a second), got 0"),
+        ({"pace_floor": -2.5}, ValueError, "pace_floor must be within (0, 10000] (calls a second), got -2.5"),
+        (
+            {"pace_floor": float("inf")},
+            ValueError,
+            "pace_floor must be within (0, 10000] (calls a second), got inf",
+        ),
+        (
+            {"pace_floor": float("nan")},
+            ValueError,
+            "pace_floor must be within (0, 10000] (calls a second), got nan",
+        ),
+        (
+            {"pace_floor": 20_000},
+            ValueError,
+            "pace_floor must be within (0, 10000] (calls a second), got 20000",
+        ),
+        ({"pace_floor": "5"}, TypeError, "pace_floor must be a number (calls a second), got '5'"),
+        ({"pace_floor": True}, TypeError, "pace_floor must be a number (calls a second), got True"),
+        (
+            {"pace_recovery": -0.1},
+            ValueError,
+            "pace_recovery must be within [0, 1] (share of the pace added per second of admitted calls), got -0.1",
+        ),
+        (
+            {"pace_recovery": None},
+            TypeError,
+            "pace_recovery must be a number (share of the pace added per second of admitted calls), got None",
+        ),
+    ],
+)
+def test_a_pace_option_out_of_range_is_a_one_line_error_naming_it(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        ResilientTransport("genesys", **options)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+    with pytest.raises(error) as raised:
+        supervisor.resilient(platform="genesys", operation="x", **options)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+class ShortTokens:
+    """Tokens that live 200 s, named t1, t2, ... in the order fetched."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.issued: list[str] = []
+
+    def __call__(self) -> tuple[str, float]:
+        self.issued.append(f"t{len(self.issued) + 1}")
+        return self.issued[-1], self.clock.time() + 200
+
+    async def afetch(self) -> tuple[str, float]:
+        return self()
+
+
+def test_a_retry_is_signed_with_a_token_refreshed_when_less_than_a_minute_is_left(clock: FakeClock) -> None:
+    # the Retry-After (150 s) leaves the first token 50 s of its 200: the retry needs one with a minute or more
+    wire = Wire(clock, too_many("150"), httpx.Response(200))
+    with httpx.Client(transport=transport(clock, wire, token=ShortTokens(clock))) as client:
+        assert client.get(USER).status_code == 200
+    assert [a for _t, _m, a in wire.sent] == ["Bearer t1", "Bearer t2"]
+    assert wire.times[1] - wire.times[0] >= 150.0
+
+
+@pytest.mark.anyio
+async def test_an_async_retry_is_signed_with_a_token_refreshed_when_less_than_a_minute_is_left(
+    clock: FakeClock,
+) -> None:
+    wire = Wire(clock, too_many("150"), httpx.Response(200))
+    async with httpx.AsyncClient(transport=transport(clock, wire, token=ShortTokens(clock).afetch)) as client:
+        assert (await client.get(USER)).status_code == 200
+    assert [a for _t, _m, a in wire.sent] == ["Bearer t1", "Bearer t2"]
+    assert wire.times[1] - wire.times[0] >= 150.0

@@ -17,10 +17,10 @@ from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
 from supervisor.config import Secret
-from supervisor.errors import CircuitOpenError, TransportFailure
+from supervisor.errors import ChannelLimit, CircuitOpenError, TransportFailure
 from supervisor.events import Published, ReconnectionThrottled, SessionTransition
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.session_runner import SessionRunner
+from supervisor.runtime.session_runner import CHANNEL_LIMIT_WAIT_S, SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import CloseCode, EndpointId
 
@@ -268,3 +268,52 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
     ]
     assert ("active", "reconnecting", "CIRCUIT_OPEN") in moves
     assert transport.connection.closed_with == 1001 and transport.opens == 1
+
+
+class FullTransport(GatedTransport):
+    """A shared notifications channel pool with no room: open() is refused ChannelLimit."""
+
+    def __init__(self) -> None:
+        super().__init__(fail=False)
+        self.opens = 0
+
+    async def open(self, flight: Flight | None = None) -> GatedConnection:
+        self.opens += 1
+        raise ChannelLimit("client-a", 20, 1000)
+
+
+async def test_a_session_refused_channel_limit_waits_for_a_place_and_is_not_ended() -> None:
+    """The pool found no channel with room (docs/runtime.md, "Shared notification channels"): the
+    session waits in reconnecting, not counted, nothing classified; it is not ended for it."""
+    transport = FullTransport()
+    clock = SystemClock()
+    bus = EventBus()
+    seen: list[Published] = []
+    bus.subscribe(seen.append)
+    waits: list[float] = []
+    waiting = anyio.Event()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        waiting.set()
+        await anyio.sleep_forever()
+
+    runner = SessionRunner(
+        transport,
+        classifier=Classifier(load_taxonomy("v2"), clock),
+        gate=Attempts(Endpoints(clock)).connect(EP),
+        bus=bus,
+        clock=clock,
+        rng=random.Random(1),
+        config=SessionConfig(first_delay_s=(0.01, 0.02)),
+        sleep=sleep,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run)
+        await waiting.wait()
+        assert runner.state.value == "reconnecting" and runner.termination is None
+        await runner.stop(CloseCode.GOING_AWAY)
+    assert "SDK_ERROR_CLASSIFIED" not in [p.event.name for p in seen]
+    (throttled,) = [p.event for p in seen if isinstance(p.event, ReconnectionThrottled)]
+    assert throttled.attempt == 0 and waits[0] == pytest.approx(CHANNEL_LIMIT_WAIT_S, abs=0.1)
+    assert transport.opens == 1
