@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness.postgres import NOBODY, PG_BIN, PostgresServer, binaries, reachable_binaries
 
-pytestmark = [pytest.mark.postgres]
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 
 def embedded(server: PostgresServer) -> Path:

@@ -28,7 +28,7 @@ from supervisor.store import (
 )
 from supervisor.store.pg import PgStore
 
-pytestmark = [pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 CLI = [sys.executable, "-m", "supervisor", "store", "copy"]
 
 
