@@ -203,6 +203,16 @@ class Endpoint:
         """The pacer's rate (attempts per second); None while unpaced or without a pacer."""
         return None if self._pacer is None else self._pacer.rate
 
+    def seed(self, limit: float) -> None:
+        """Seed the pacer with a limit learned before (:meth:`machines.pacing.Pacer.seed`); nothing without one."""
+        if self._pacer is not None:
+            self._pacer.seed(limit)
+
+    def learned(self) -> float | None:
+        """The limit the pacer knows this endpoint by (:meth:`machines.pacing.Pacer.learned`); None
+        without a pacer or before it learned one."""
+        return None if self._pacer is None else self._pacer.learned()
+
     @property
     def in_flight(self) -> int:
         return self._in_flight
@@ -312,7 +322,11 @@ class Endpoint:
         circuit, pacer = self._circuit, self._pacer
         if failure is None:
             effects = circuit.record_success(ticket.probe_id)
-            report = None if pacer is None else pacer.admitted(self._clock.monotonic() - sent_at)
+            report = None
+            if pacer is not None:
+                # attempts waiting for a place in flight: the cap, not the pace, holds them (the
+                # daemon's own answers queue up), so the pace is not grown past what is sent
+                report = pacer.admitted(self._clock.monotonic() - sent_at, capped=self._waiting > 0)
             if reading is not None and pacer is not None:
                 report = pacer.reading(reading) or report
             return QUIET if not effects and report is None else Moves(effects, report)

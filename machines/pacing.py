@@ -7,7 +7,8 @@ machines/retry_budget.py.
   or REST calls) with a client-side rate that adapts to what the platform admits, TCP-style:
   a *slow start* that multiplies the rate by ``growth`` for each rate's worth of admitted
   attempts (restarted from ``initial_rate`` after ``idle_restart_s`` without attempts, and when
-  the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`), a
+  the platform drops a connection while the endpoint is quiet: :meth:`Pacer.lost`; growing only
+  while the rate is the bound and in use, never while attempts come slower than it: RFC 7661), a
   multiplicative decrease (``backoff``, of the rate or of what the platform admitted in the last
   second when that is less) when the platform throttles (a 429, or a 5xx with Retry-After), then a
   probe back up, one of two (:class:`Probe`): ``AIMD``, a gentle additive increase (``increase``
@@ -25,6 +26,13 @@ machines/retry_budget.py.
   machines/endpoint.py, counts the places and holds each attempt to it): a rate says when attempts leave, not how many are still unanswered, and a
   client whose own answers queue up (5,000 handshakes on two cores) kept sending at the rate while
   the platform's refusals waited behind its admissions: everything sent meanwhile was refused.
+* A restart need not discover the limit again (:meth:`Pacer.seed`, :class:`LearnedLimit`): like a
+  TCP connection that starts with the slow-start threshold its predecessor to the same host left
+  in the host's cache (RFC 9040, "TCP Control Block Interdependence": its temporal sharing;
+  RFC 2140 before it), a pacer seeded with the limit its endpoint was refused at (:meth:`Pacer.learned`,
+  kept by the daemon across restarts) slow-starts only up to the cut it would make there and probes
+  on from it as after a refusal. Rediscovered, the limit was crossed at a slow start's pace and the
+  second that crossed it sent what was in flight before the first refusal came back.
 * :func:`echo_of_throttle` tells a throttle's echoes (refusals of attempts already in flight when
   it cut the pace) from new failures, for the circuit.
 
@@ -43,7 +51,7 @@ from supervisor.clock import Clock
 from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import EndpointId
 
-__all__ = ["Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
+__all__ = ["LearnedLimit", "Pacer", "PacerReport", "PacingConfig", "Probe", "echo_of_throttle"]
 
 
 class Probe(enum.StrEnum):
@@ -149,6 +157,30 @@ class PacerReport:
     kind: str = "rest"
 
 
+@dataclass(frozen=True, slots=True)
+class LearnedLimit:
+    """What a pacer learned of its endpoint's limit, kept across restarts (:meth:`Pacer.seed`).
+
+    ``limit``: attempts per second the platform refused at the pacer's last cut (CUBIC's W_max:
+    what it was admitting then); ``at``: the wall time (epoch seconds) the daemon last knew it.
+    """
+
+    limit: float
+    at: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.limit) and self.limit > 0):
+            raise ValueError(f"a learned limit must be a finite rate > 0, got {self.limit!r}")
+        if not math.isfinite(self.at):
+            raise ValueError(f"a learned limit's time must be finite, got {self.at!r}")
+
+    def fresh(self, now: float, max_age_s: float) -> bool:
+        """Known at most ``max_age_s`` before ``now`` (wall times): it still says something about
+        the platform (RFC 9040 leaves how long a cached entry is kept to the implementation). One
+        from the future (the wall clock was set back) is not trusted."""
+        return 0.0 <= now - self.at <= max_age_s
+
+
 _NO_RATE: Final = math.inf
 # in flight: twice the bandwidth-delay product (BBR's cwnd_gain of 2)
 _IN_FLIGHT_GAIN: Final = 2.0
@@ -162,6 +194,8 @@ class Pacer:
 
     __slots__ = (
         "_admitted_slices",
+        "_avoiding_since",
+        "_bound",
         "_ceiling",
         "_ceiling_until",
         "_clock",
@@ -176,6 +210,7 @@ class Pacer:
         "_sent_tat",
         "_slice",
         "_ssthresh",
+        "_started",
         "_tat",
         "endpoint",
         "generation",
@@ -200,15 +235,25 @@ class Pacer:
         self._rate: float | None = None if cfg.initial_rate is None else min(cfg.initial_rate, cfg.max_rate)
         # slow start below this rate, additive increase above it
         self._ssthresh = _NO_RATE
-        # virtual scheduling: the earliest time the next slot may start
-        self._tat = 0.0
+        # virtual scheduling: the earliest time the next slot may start (the schedule starts now)
+        self._tat = clock.monotonic()
+        # when the rate last (re)started from ``initial_rate``: its use is measured from there
+        self._started = self._tat
+        # the pace was the bound of the last caller: its slot was not free when it asked (the
+        # previous slot's successor had not passed, or the endpoint was paused); only then do
+        # admissions grow the rate (:meth:`admitted`)
+        self._bound = True
         # the same on send times: the earliest time the next attempt may go out (less the burst)
         self._sent_tat = 0.0
         self._last_booked = -math.inf
         self._paused_until = 0.0
         self._last_cut = -math.inf
-        # CUBIC's W_max: the rate that was refused at the last cut
+        # CUBIC's W_max: the rate that was refused at the last cut (or the seeded limit: :meth:`seed`)
         self._max_before_cut = 0.0
+        # when congestion avoidance began (at a cut, or when slow start reached the threshold):
+        # CUBIC's t counts from here (RFC 9438 section 4.2: "the elapsed time from the beginning
+        # of the current congestion avoidance stage")
+        self._avoiding_since = -math.inf
         # the shortest round trip of an admitted attempt since the rate last restarted
         self._min_rtt = math.inf
         self._published_rate = self._rate
@@ -267,7 +312,40 @@ class Pacer:
         bdp = self._admitted_per_s() * self._min_rtt
         return max(floor, math.ceil(_IN_FLIGHT_GAIN * bdp))
 
+    def learned(self) -> float | None:
+        """The limit this pacer knows its endpoint by: the rate the platform refused at the last
+        cut (CUBIC's W_max), or the one it was seeded with; None before either."""
+        return self._max_before_cut if self._max_before_cut > 0 else None
+
     # -- inputs -------------------------------------------------------------------------------
+
+    def seed(self, limit: float) -> None:
+        """Start from a limit learned before (a previous run's :meth:`learned`, still fresh).
+
+        RFC 9040's temporal sharing (after RFC 2140): a new connection takes its
+        predecessor's slow-start threshold. Here the threshold is the cut this pacer would make
+        on a refusal at ``limit`` (``limit`` x ``backoff``): slow start stops there, below the
+        limit, and the rate probes on from it by congestion avoidance (``probe``; CUBIC's W_max is
+        ``limit``) as after a refusal, reaching the limit at the probe's gentle pace instead of at
+        a slow start's doubling. It starts at its initial rate, or at the threshold when that is
+        lower (a rate known to be refused is not worth starting at). A pacer that has learned a
+        limit of its own keeps it; an unpaced one (``initial_rate`` None: REST calls) is left as it
+        is: it has no slow start to stop, and engaged from the start it would make every call,
+        long polls included, wait for a slot on a platform that may not throttle them today.
+        """
+        if not (math.isfinite(limit) and limit > 0):
+            raise ValueError(f"a learned limit must be a finite rate > 0, got {limit!r}")
+        rate = self._rate
+        if self._max_before_cut > 0 or rate is None:
+            return
+        cfg = self._config
+        threshold = max(cfg.min_rate, min(limit, cfg.max_rate) * cfg.backoff)
+        self._max_before_cut = threshold / cfg.backoff
+        self._ssthresh = threshold
+        if rate >= threshold:
+            # at the threshold already: congestion avoidance from the start
+            self._rate = self._published_rate = threshold
+            self._avoiding_since = self._clock.monotonic()
 
     def reserve(self) -> tuple[float, bool]:
         """Take the next slot: ``(wait, booked)``.
@@ -291,9 +369,11 @@ class Pacer:
             self._rate = initial
             self._published_rate = initial
             self._min_rtt = math.inf
+            self._started = now
         rate = self._pace(now)
         if rate is None:
             return start - now, start <= now
+        self._bound = self._tat >= now or start > now
         slot = max(start, self._tat)
         if slot - now > cfg.lookahead_s:
             return min(slot - now, cfg.lookahead_s), False
@@ -338,9 +418,11 @@ class Pacer:
             return 0.0
         return self.send(queued_at)
 
-    def admitted(self, rtt_s: float | None = None) -> PacerReport | None:
+    def admitted(self, rtt_s: float | None = None, *, capped: bool = False) -> PacerReport | None:
         """An attempt got through (``rtt_s`` after it left, when known): probe the rate upward
-        (slow start, then additive increase)."""
+        (slow start, then additive increase), while it is the bound: only when the last caller
+        found no free slot, never while callers come slower than it, nor while attempts wait for a
+        place in flight (``capped``: the in-flight cap holds them, not the rate)."""
         if rtt_s is not None and 0.0 <= rtt_s < self._min_rtt:
             self._min_rtt = rtt_s
         self._advance_slices()
@@ -348,13 +430,23 @@ class Pacer:
         rate = self._rate
         if rate is None:
             return None
+        if capped or not self._bound or self._unvalidated(rate):
+            # application-limited: the last caller found its slot free (it came later than the pace
+            # allowed), so the rate was not what bounded the attempts and an admission says nothing
+            # about a higher one. Grown anyway, a daemon sending 150 a second slow-started its rate
+            # to 1,600, and nothing held back the burst that followed a stall (RFC 7661: a window
+            # the sender does not use is not grown; Linux grows cwnd only while it limits the sender)
+            return None
         cfg = self._config
         if rate < self._ssthresh:
             # slow start, per admitted attempt: a rate's worth of them (one second) multiplies
-            # the rate by growth
-            rate += cfg.growth - 1.0
+            # the rate by growth, up to the threshold (RFC 5681 section 3.1); congestion
+            # avoidance begins there
+            rate = min(rate + cfg.growth - 1.0, self._ssthresh)
+            if rate >= self._ssthresh:
+                self._avoiding_since = self._clock.monotonic()
         elif cfg.probe is Probe.CUBIC:
-            rate = max(rate, self._cubic(self._clock.monotonic() - self._last_cut))
+            rate = max(rate, self._cubic(self._clock.monotonic() - self._avoiding_since))
         else:
             # additive increase: a second's worth of admitted attempts adds `increase` of the rate
             rate += cfg.increase
@@ -429,6 +521,8 @@ class Pacer:
         self._published_rate = initial
         # the platform that dropped its connections may be another one now (a failover)
         self._min_rtt = math.inf
+        # the restarted schedule starts now, as a new pacer's: its slow start is not application-limited
+        self._tat = self._started = max(self._tat, self._clock.monotonic())
         return PacerReport(self.endpoint, initial, rate, "restart", kind=self.kind)
 
     def echoes(self, sent_at: float) -> bool:
@@ -460,7 +554,7 @@ class Pacer:
             if not paused_more:
                 return None
             return PacerReport(self.endpoint, self._rate, self._rate, "pause", pause, self.kind)
-        self._last_cut = now
+        self._last_cut = self._avoiding_since = now
         self.generation += 1
         previous = self._rate
         measured = self._admitted_per_s()
@@ -481,6 +575,18 @@ class Pacer:
         # the slots handed out at the old rate are void: the next one starts after the pause
         self._tat = self._paused_until
         return PacerReport(self.endpoint, cut, previous, "throttled", pause, self.kind)
+
+    def _unvalidated(self, rate: float) -> bool:
+        """Less than half the rate was admitted in the last second (or since the rate started, when
+        that is less than a second ago): the rate is not in use, whatever the queue says.
+
+        RFC 7661 section 4.3: a window is validated while what was acknowledged in the last period
+        is at least half of it, and only a validated window grows (Linux grows in slow start only
+        while cwnd < 2 x what it had in flight). Callers may queue at the pace while the attempts
+        leave slower than it (the daemon's own loop is the bound: 1,000 handshakes queued, ~130 a
+        second sent): the slow start grew the rate to 640/s there."""
+        span = min(1.0, self._clock.monotonic() - self._started)
+        return self._admitted_per_s() < 0.5 * rate * span
 
     def _advance_slices(self) -> None:
         """Move the window to now: the slices that fell out of the last second are emptied."""

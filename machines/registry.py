@@ -4,6 +4,7 @@ by every session that talks to it."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from machines.circuit import Circuit, CircuitConfig
 from machines.endpoint import Endpoint, EndpointKind
@@ -60,7 +61,7 @@ class Endpoints:
     could multiply without end); None, the daemon's: its endpoints are few and named by config.
     """
 
-    __slots__ = ("_budget", "_connect", "_endpoints", "_limit", "_rest", "circuits", "clock")
+    __slots__ = ("_budget", "_connect", "_endpoints", "_learned", "_limit", "_rest", "circuits", "clock")
 
     def __init__(
         self,
@@ -81,6 +82,28 @@ class Endpoints:
         self._rest = rest
         self._budget = budget
         self._endpoints: dict[EndpointId, Endpoint] = {}
+        # limits learned before this start (a previous run's), each endpoint's pacer seeded with its own
+        self._learned: dict[EndpointId, float] = {}
+
+    def seed(self, learned: Mapping[EndpointId, float]) -> None:
+        """Start each endpoint's pacer from the limit a previous run learned of it
+        (:meth:`machines.pacing.Pacer.seed`): those made from now on, and those made already that
+        have learned none of their own."""
+        self._learned.update(learned)
+        for name, endpoint in self._endpoints.items():
+            limit = learned.get(name)
+            if limit is not None:
+                endpoint.seed(limit)
+
+    def learned(self) -> dict[EndpointId, float]:
+        """Each connect endpoint's learned limit (:meth:`machines.pacing.Pacer.learned`), for those
+        that have one: what a later start seeds (a REST endpoint starts unpaced whatever it met)."""
+        out: dict[EndpointId, float] = {}
+        for name, endpoint in self._endpoints.items():
+            limit = endpoint.learned()
+            if limit is not None and endpoint.kind is EndpointKind.CONNECT:
+                out[name] = limit
+        return out
 
     def connect(self, name: EndpointId) -> Endpoint:
         """The endpoint of a session's connection attempts (its WebSocket handshakes, its CXone starts)."""
@@ -115,6 +138,9 @@ class Endpoints:
             pacing = self._connect if kind is EndpointKind.CONNECT else self._rest
             if pacing is not None:
                 pacer = Pacer(name, self.clock, pacing, kind=kind.value)
+                limit = self._learned.get(name)
+                if limit is not None:
+                    pacer.seed(limit)
             if self._budget is not None:
                 ratio, min_per_s = self._budget
                 budget = RetryBudget(self.clock, ratio=ratio, min_per_s=min_per_s)

@@ -169,6 +169,10 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     # calls before its token's rate window is spent (docs/runtime.md, "Admission"); false: only a
     # 429 slows them
     rate_limit_headers: bool = True
+    # a start seeds each connect endpoint's pace with the limit the store kept from a previous run (the rate
+    # it was refused at), when it is at most this old: slow start stops below it instead of crossing
+    # it (docs/runtime.md, "Admission"); 0: never (every start discovers the limit again)
+    learned_limit_max_age: _Seconds = 3600.0
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -18,6 +18,9 @@ the supervisor's :class:`~supervisor.runtime.sessions.SessionBook`:
   has, or soon will have, ended it for inactivity), then takes the others over (a guest resumes its
   token, a CXone agent session is polled on with its last id: no start, no join), before it
   reconciles orphans;
+* **each endpoint's learned limit** (the rate its pacer was last refused at) is kept in the store's
+  ``meta`` table at every cut and at the stop, and seeds that endpoint's pacer at the next start
+  when it is recent (``[admission] learnedLimitMaxAge``; supervisor/runtime/learned_limits.py);
 * it runs the :class:`~supervisor.attributes.AttributeService` and answers its questions about
   sessions (:class:`~supervisor.runtime.targets.SessionTargets`).
 
@@ -50,7 +53,8 @@ from supervisor.clock import Clock, iso_utc
 from supervisor.config import Config, SessionKind, SessionSpec, parse_session, read_secret
 from supervisor.config_durable import StopAction, stop_action
 from supervisor.errors import ConfigError, StoreError
-from supervisor.events import Published, SessionTransition, TerminationReason
+from supervisor.events import PacingChanged, Published, SessionTransition, TerminationReason
+from supervisor.runtime import learned_limits
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import Origin, Plan, SessionReader
@@ -61,11 +65,13 @@ from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
 from supervisor.taxonomy import Channel
-from supervisor.vocabulary import CloseCode, Platform, SessionState
+from supervisor.vocabulary import CloseCode, EndpointId, Platform, SessionState
 
 __all__ = ["STORE_FILE", "Durable", "Plan", "store_path"]
 
 STORE_FILE = "store.sqlite3"
+#: PACING_CHANGED's reason when a pacer cut its rate on a refusal (machines/pacing.py, Pacer.throttled)
+THROTTLED = "throttled"
 NO_STORE = "no store: set [store] path, or run under systemd with StateDirectory= ($STATE_DIRECTORY)"
 #: said of a store that could be read but not written at start (sessions follow it; nothing is written)
 READ_ONLY = "read it without writing: the sessions start as it says"
@@ -181,10 +187,15 @@ class Durable:
         try:
             desired = await store.desired_sessions()
             server = await store.server_sessions()
+            # each endpoint's pace starts from the limit the previous run learned, when it is recent
+            limits = await learned_limits.load(
+                store, clock.time(), config.admission.learned_limit_max_age, warn
+            )
         except StoreError as exc:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
         wiring.stamper.epoch = store.epoch  # the test-only stamp carries the epoch this open took
+        wiring.attempts.endpoints.seed(limits)
         # a test's crash points sit at the store's interface (supervisor/store/testhooks.py)
         return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
 
@@ -228,10 +239,15 @@ class Durable:
         try:
             desired = await store.desired_sessions()
             server = await store.server_sessions()
+            # each endpoint's pace starts from the limit the previous run learned, as on SQLite
+            limits = await learned_limits.load(
+                store, common["clock"].time(), config.admission.learned_limit_max_age, warn
+            )
         except StoreError as exc:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
         wiring.stamper.epoch = opened.epoch  # the test-only stamp carries the epoch this open took
+        wiring.attempts.endpoints.seed(limits)
         return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
 
     @property
@@ -250,8 +266,21 @@ class Durable:
         return None if self.store is None else self.attributes.scheduler.pending()
 
     async def aclose(self) -> None:
+        """Keep every endpoint's learned limit (the next start's pace begins from it), close the store."""
         if self.store is not None:
+            await self._quietly(self.keep_limits())
             await self.store.aclose()
+
+    async def keep_limits(self, endpoint: EndpointId | None = None) -> None:
+        """Keep the limits the pacers learned (``endpoint``'s only, when given) in the store's ``meta``
+        table, for the next start (supervisor/runtime/learned_limits.py)."""
+        store = self.store
+        if store is None:
+            return
+        limits = self.wiring.attempts.endpoints.learned()
+        if endpoint is not None:
+            limits = {endpoint: limits[endpoint]} if endpoint in limits else {}
+        await learned_limits.save(store, limits, self.clock.time())
 
     # ------------------------------------------------------------------ the session book
     def plan(self, spec: SessionSpec) -> Plan:
@@ -492,6 +521,11 @@ class Durable:
     def _on_event(self, published: Published) -> None:
         event = published.event
         tg, store = self._tg, self.store
+        if isinstance(event, PacingChanged):
+            if event.reason == THROTTLED and tg is not None and store is not None:
+                # a cut: the limit it learned is kept at once, so a kill -9 does not lose it
+                tg.start_soon(self._quietly, self.keep_limits(event.endpoint))
+            return
         if (
             not isinstance(event, SessionTransition)
             or event.target is not SessionState.ACTIVE

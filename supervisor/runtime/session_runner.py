@@ -54,6 +54,7 @@ from supervisor.transports.base import (
     MessageSender,
     Rolling,
     Rollover,
+    TakesOver,
     Transport,
 )
 from supervisor.vocabulary import CloseCode, SessionState
@@ -315,8 +316,15 @@ class SessionRunner:
         self._execute(self.core.reconnect_due(None))
 
     async def _connect_and_serve(self) -> None:
+        flight: Flight | None
         flight, self._flight = self._flight, None
-        if flight is None:
+        transport = self.transport
+        # a take-over is not a connection attempt: it makes no start (a CXone poll on the stored
+        # sessionId), so it books no slot of the connect endpoint's pace, a slot it would never
+        # use (the pace grows only on used ones: 2,000 take-overs crawled at its initial rate).
+        # A start it falls back to (the session ended meanwhile) asks that endpoint itself.
+        takes_over = isinstance(transport, TakesOver) and transport.takes_over
+        if flight is None and not takes_over:
             answer = await self._admitted()
             if answer is None:
                 return
@@ -347,12 +355,13 @@ class SessionRunner:
                         exception="TimeoutError",
                     )
                     self._connect_failed(self._classify(raw), flight)
-                else:
+                elif flight is not None:
                     flight.abandon()  # stopped while connecting
                 return
             if self.core.terminated:
                 # stopped (or handed over) just as the connection opened: never serve it
-                flight.abandon()
+                if flight is not None:
+                    flight.abandon()
                 with anyio.CancelScope(shield=True):
                     await self._let_go(connection)
                 return
@@ -366,7 +375,8 @@ class SessionRunner:
             # a shared notifications channel has no room and the client holds all it may (its
             # configuration and AddSession refuse this beforehand; a reload can still get here):
             # wait for a place, not counted, within the horizon [I]
-            flight.abandon()
+            if flight is not None:
+                flight.abandon()
             if not self.core.terminated:
                 self._execute(self.core.connect_refused(CHANNEL_LIMIT_WAIT_S))
             return
@@ -374,7 +384,8 @@ class SessionRunner:
             # an endpoint behind this connection (token endpoint, REST API) is open: wait, not
             # counted, within the horizon; the attempt was not made, so its endpoint learns
             # nothing (a lost probe times out by itself)
-            flight.abandon()
+            if flight is not None:
+                flight.abandon()
             if not self.core.terminated:
                 self._held_by_gate = False  # (another endpoint's circuit: its own timer says when)
                 self._execute(
@@ -382,7 +393,8 @@ class SessionRunner:
                 )
             return
         # the endpoint answered (unless the transport told it already, where the attempt was made)
-        flight.settle(None)
+        if flight is not None:
+            flight.settle(None)
         context = self._context.learned(connection.learned)
         problem = self._classifier.validate_response(
             connection.session_response,
@@ -404,11 +416,13 @@ class SessionRunner:
             connection.on_rolled_over = self._rolled_over
         await self._serve(connection)
 
-    def _connect_failed(self, event: SdkErrorEvent, flight: Flight) -> None:
+    def _connect_failed(self, event: SdkErrorEvent, flight: Flight | None) -> None:
         # the connect endpoint hears of the failure when the attempt was made and nobody told it
         # yet (a CXone start's answers were told by the retry executor, a notifications channel
-        # that could not be created never reached its handshake): each attempt once
-        flight.settle(event)
+        # that could not be created never reached its handshake): each attempt once (none was
+        # admitted for a take-over)
+        if flight is not None:
+            flight.settle(event)
         if self.core.terminated:
             return  # stopped while the attempt was failing: nothing left to decide
         self._execute(self.core.failure(connection_lost(event)))

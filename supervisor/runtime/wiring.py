@@ -48,6 +48,7 @@ from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, we
 from supervisor.runtime.resync import Resyncer
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.taxonomy_tap import TaxonomyTap, state_directory
+from supervisor.runtime.tls import TlsContexts
 from supervisor.stamp import Stamper
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
@@ -160,6 +161,8 @@ class Wiring:
         # sessions and these together: Wiring.grow)
         self.added: dict[Platform, int] = {}
         self._pool_limits: dict[int, int] = {}
+        # every HTTP client's TLS context, one per trust configuration (supervisor/runtime/tls.py)
+        self.tls = TlsContexts()
         # Genesys' 20 notification channels per user and app: one count per OAuth client id
         self.channel_quotas: dict[str, ChannelQuota] = {}
         # shared notification channels (platforms.genesys.sharedChannels): one pool per OAuth client,
@@ -284,6 +287,8 @@ class Wiring:
         """
         retired: list[httpx.AsyncClient] = []
         swapped = {rotation.platform: rotation for rotation in rotations}
+        # the clients rebuilt below read the trust store anew, once
+        self.tls.forget()
         kept = dict(secrets)
         for platform in Platform:
             if platform_table(self.config, platform) == platform_table(config, platform):
@@ -439,10 +444,14 @@ class Wiring:
         per = max(sessions, SESSIONS_PER_CLIENT)
         limits = httpx.Limits(max_connections=2 * per + 20, max_keepalive_connections=per + 10)
         # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
-        transport = httpx.AsyncHTTPTransport(retries=0, limits=limits)
+        # the TLS context is shared (made once per trust configuration), the pool is the client's own
+        tls = self.tls.context()
+        transport = httpx.AsyncHTTPTransport(verify=tls, retries=0, limits=limits)
+        # [daemon] stampMember (tests only): each request stamped as it leaves (supervisor/stamp.py)
         hooks = {"request": [self._stamp]} if self.stamper.member is not None else None
+        # (verify: the same context for the transports httpx mounts for proxies from the environment)
         client = httpx.AsyncClient(
-            timeout=timeout, transport=transport, follow_redirects=False, event_hooks=hooks
+            verify=tls, timeout=timeout, transport=transport, follow_redirects=False, event_hooks=hooks
         )
         self._pool_limits[id(client)] = 2 * per + 20
         return client

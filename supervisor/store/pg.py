@@ -55,6 +55,8 @@ Conn = AsyncConnection[tuple[Any, ...]]
 #: how long opening a connection may take before the store says the database is unreachable
 CONNECT_TIMEOUT_S: Final = 10
 _APPLICATION_NAME: Final = "session-supervisor"
+#: ``meta`` keys the store writes itself: whose tables, their version, the owner epoch
+RESERVED_META: Final = frozenset({"epoch", "application", "schema_version"})
 
 
 def describe(exc: BaseException) -> str:
@@ -266,6 +268,18 @@ class PgStore:
 
     async def counts(self) -> dict[str, int]:
         return await self._run(pg_sql.counts)
+
+    # ------------------------------------------------------------------ meta records
+    async def read_meta(self, prefix: str) -> dict[str, str]:
+        """The ``meta`` rows whose key starts with ``prefix`` (a plain prefix: no LIKE pattern)."""
+        return await self._run(lambda conn: pg_sql.read_meta(conn, prefix))
+
+    async def write_meta(self, values: Mapping[str, str]) -> None:
+        """Insert or replace ``meta`` rows, in one transaction; the keys the store keeps itself are refused."""
+        rows = list(values.items())
+        if any(key in RESERVED_META for key, _ in rows):
+            raise ValueError(f"meta keys {sorted(RESERVED_META)} are the store's own")
+        await self._run(lambda conn: pg_sql.write_meta(conn, rows))
 
     async def integrity_check(self) -> str:
         """ "ok" when every outbox row a mismatch or an update refers to is there (PostgreSQL keeps its

@@ -519,3 +519,20 @@ async def counts(conn: Conn) -> dict[str, int]:
     ):
         out[name] = int(value)
     return out
+
+
+# -- meta records -------------------------------------------------------------------------------------------
+
+
+async def read_meta(conn: Conn, prefix: str) -> dict[str, str]:
+    """As ``SqliteStore.read_meta``: the rows whose key starts with ``prefix`` (a plain prefix, no pattern)."""
+    rows = await _all(conn, "SELECT key, value FROM meta WHERE left(key, %s) = %s", (len(prefix), prefix))
+    return {str(key): str(value) for key, value in rows}
+
+
+async def write_meta(conn: Conn, rows: Sequence[tuple[str, str]]) -> None:
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            b"INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            list(rows),
+        )

@@ -59,6 +59,8 @@ Synchronous = Literal["full", "normal"]
 #: the file holds resume credentials and queued values: the owner only
 FILE_MODE: Final = 0o600
 HealthHook = Callable[[str | None], None]
+#: ``meta`` keys the store writes itself (the owner epoch, bumped at every open)
+RESERVED_META: Final = frozenset({"epoch"})
 
 
 def describe(exc: BaseException) -> str:
@@ -342,6 +344,32 @@ class SqliteStore:
 
     async def counts(self) -> dict[str, int]:
         return await self._run(sql_outbox.counts)
+
+    # ------------------------------------------------------------------ meta records
+    async def read_meta(self, prefix: str) -> dict[str, str]:
+        """The ``meta`` rows whose key starts with ``prefix`` (a plain prefix: no LIKE pattern)."""
+
+        def read(conn: sqlite3.Connection) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall()
+            return {str(key): str(value) for key, value in rows}
+
+        return await self._run(read)
+
+    async def write_meta(self, values: Mapping[str, str]) -> None:
+        """Insert or replace ``meta`` rows, in one transaction; the owner epoch is the store's own."""
+        rows = list(values.items())
+        if any(key in RESERVED_META for key, _ in rows):
+            raise ValueError(f"meta keys {sorted(RESERVED_META)} are the store's own")
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                rows,
+            )
+
+        await self._run(write)
 
     async def integrity_check(self) -> str:
         def check(conn: sqlite3.Connection) -> str:

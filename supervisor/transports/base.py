@@ -48,6 +48,7 @@ __all__ = [
     "Rolling",
     "Rollover",
     "SessionContext",
+    "TakesOver",
     "Transport",
 ]
 
@@ -129,6 +130,18 @@ class AgentStateSetter(Protocol):
 
     async def set_agent_state(self, state: str, reason: str | None = None) -> None:
         """Ask the platform for ``state``; raises OperationError when it refuses for good."""
+
+
+@runtime_checkable
+class TakesOver(Protocol):
+    """A transport whose next open may take over a platform session a handover left, with no
+    connection attempt on its connect endpoint (CXone: a poll on the stored sessionId, no start)."""
+
+    @property
+    def takes_over(self) -> bool:
+        """The next open polls on a session a handover left first: the runtime admits no connection
+        attempt for it (it would book a start's slot and never use it); a start it falls back to
+        asks the connect endpoint itself."""
 
 
 @dataclass(frozen=True, slots=True)

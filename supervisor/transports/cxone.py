@@ -182,6 +182,12 @@ class AgentSessionTransport:
         # a 200 without the next sessionId cannot go on: the next poll would replay (seed section 3)
         self.poll_check = ResponseCheck(required=pipeline.classifier.required_fields(self.poll_kind))
 
+    @property
+    def takes_over(self) -> bool:
+        """The next open polls on the agent session a handover left before any start
+        (:class:`~supervisor.transports.base.TakesOver`): the runtime admits no start for it."""
+        return self._resume_id is not None
+
     async def _sessions_url(self) -> str:
         # apiUrl, or the API the credential's last login discovered (raises as open() may)
         return await self.api.base(self.context) + "agent-sessions"
@@ -256,8 +262,8 @@ class AgentSessionTransport:
         session_id, self._resume_id = self._resume_id, None
         if session_id is None:
             return None
-        # the admitted flight does not leave for it: the take-over is a poll on the API endpoint, not
-        # a connection attempt (the runner gives its place back); a start after a 409 takes it
+        # no flight is admitted for it (``takes_over``): the take-over is a poll on the API endpoint,
+        # not a connection attempt; a start after it asks the connect endpoint through the executor
         connection = AgentSessionConnection(self, sessions, session_id)
         try:
             await connection.first_poll()

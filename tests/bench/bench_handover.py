@@ -17,9 +17,10 @@ Timed at the second daemon (its control socket's ``Status``, polled): from its s
 is active. Targets: no agent session ended or started anew, no guest answered ``newSession: true``, all
 active within 1.25 x (8 s + N / rate), peak <= 1.1 x rate. N is the number of paced connection attempts of
 the takeover: the guests' handshakes (an agent session taken over is polled on, and a poll is not a paced
-attempt: docs/runtime.md, "Admission"). The rate is the platform's limit set at the simulator: the daemon
-starts at ``admission.initialRate`` (20/s) and grows by slow start until the platform refuses, so its own
-rate is whatever the platform admits.
+attempt: docs/runtime.md, "Admission"). The rate is the platform's limit set at the simulator: the first
+daemon starts at ``admission.initialRate`` (20/s) and grows by slow start until the platform refuses; the
+limit it learned is kept in the store, and the second daemon's slow start stops below it (docs/runtime.md,
+"A restart starts from the limit it learned"). The timeline has both daemons' PACING_CHANGED lines.
 
     .venv/bin/python tests/bench/bench_handover.py [--wm 5000] [--cxone 2000] [--rate 200] [--timeline DIR]
 """
@@ -222,6 +223,12 @@ def _active_per_second(records: list[dict[str, Any]], epoch0: float) -> list[dic
     ]
 
 
+def _pacing(records: list[dict[str, Any]], daemon: str) -> list[dict[str, Any]]:
+    """A daemon's PACING_CHANGED lines for the timeline, said to be the ``first`` or ``second`` one's."""
+    keys = ("timestamp", "endpoint", "rate", "previous", "reason")
+    return [{"event": "PACING_CHANGED", "daemon": daemon, **{k: r.get(k) for k in keys}} for r in records]
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
@@ -253,6 +260,8 @@ async def restart_once(
                 result.stop_code = await first.stop(limit_s=stop_limit_s)
                 result.stop_s = time.monotonic() - sigterm
             result.handed_over = len(first.named("SESSION_HANDED_OVER"))
+            # the first start's pace: what it learned of the limit is what the second starts from
+            first_pacing = _pacing(first.named("PACING_CHANGED"), "first")
             result.load = _load()
             async with running_daemon(config) as second:
                 epoch0 = time.time()
@@ -265,13 +274,7 @@ async def restart_once(
                 result.agents_active_s = _last_active(second.records, "cx-", epoch0)
                 result.terminated = len(second.named("SESSION_TERMINATED"))
                 result.reconciled = len(second.named("SESSION_RECONCILED"))
-                pacing = [
-                    {
-                        "event": "PACING_CHANGED",
-                        **{k: r.get(k) for k in ("timestamp", "rate", "previous", "reason")},
-                    }
-                    for r in second.named("PACING_CHANGED")
-                ]
+                pacing = first_pacing + _pacing(second.named("PACING_CHANGED"), "second")
                 assert await second.stop(limit_s=stop_limit_s) == 0
     result.starts = _count(c, "POST", START)
     result.joins = _count(c, "POST", JOIN)

@@ -7,7 +7,9 @@ guest's own limit pauses nobody else) is in test_runtime_webmessaging.py.
 
 from __future__ import annotations
 
+import json
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from supervisor.clock import FakeClock
 from supervisor.errors import OperationError
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
-from supervisor.vocabulary import EndpointId, Platform
+from supervisor.vocabulary import GENESYS_WEBMESSAGING, EndpointId, Platform
 from tests.harness.clocks import advancing
 from tests.harness.config import genesys_config
 from tests.harness.in_process import Harness, supervised
@@ -226,3 +228,61 @@ async def test_a_drop_after_start_up_restarts_the_connect_pace_from_the_initial_
         ]
         assert restarts[0]["previous"] == pytest.approx(grown)
         assert h.terminations() == {}
+
+
+def _learned_rows(store: Path) -> dict[str, dict[str, float]]:
+    """The learned limits in the store's ``meta`` table, read as another process reads the file."""
+    conn = sqlite3.connect(store)
+    try:
+        rows = conn.execute("SELECT key, value FROM meta WHERE key LIKE 'pacer.%'").fetchall()
+    finally:
+        conn.close()
+    return {str(key): json.loads(value) for key, value in rows}
+
+
+async def test_a_restart_starts_the_connect_pace_from_the_limit_the_store_kept(
+    genesys_sim: GenesysSimulator, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A start whose first handshake is refused (503 + Retry-After: 1) cuts the Web Messaging
+    connect pace: the limit it learned (the 20/s it was refused at) is in the store's ``meta``
+    table at once (a kill -9 keeps it) and again, newly stamped, when the daemon stops. The next
+    start seeds the endpoint's pacer with it: its slow start stops at 20 x 0.85 = 17/s, below the
+    limit (and it starts there, below the initial 20/s). A start more than
+    ``admission.learnedLimitMaxAge`` later discovers the limit again from the initial rate."""
+    sleep = advancing(clock)
+    store = tmp_path / "store.sqlite3"
+    config = genesys_config(genesys_sim.urls, 2) + f'[store]\npath = "{store}"\n'
+    key = "pacer.genesys:webmessaging"
+    genesys_sim.faults.inject(
+        Fault(kind=FaultKind.ADMISSION_LIMIT, count=1, params={"rate_per_s": 0, "status": 503})
+    )
+    async with supervised(config, tmp_path, clock=clock, sleep=sleep, durable=True) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"), 20.0)
+        cuts = [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+        assert [(p["endpoint"], p["previous"]) for p in cuts] == [("genesys:webmessaging", 20.0)]
+        # written at the cut, before any stop
+        await h.wait(lambda: key in _learned_rows(store))
+        at_cut = _learned_rows(store)[key]
+        assert at_cut["limit"] == pytest.approx(20.0) and at_cut["at"] <= clock.time()
+        clock.advance(30.0)
+        stopped_at = clock.time()
+    at_stop = _learned_rows(store)[key]
+    assert at_stop == {"limit": pytest.approx(20.0), "at": pytest.approx(stopped_at, abs=5.0)}
+    assert at_stop["at"] > at_cut["at"] + 25.0
+
+    async with supervised(config, tmp_path, clock=clock, sleep=sleep, durable=True) as h:
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect(GENESYS_WEBMESSAGING)
+        assert endpoint.learned() == pytest.approx(20.0)
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"), 20.0)
+        # in congestion avoidance from 17/s (2 % of the rate per second's worth of admissions)
+        rate = endpoint.rate
+        assert rate is not None and 17.0 <= rate < 17.5
+        assert not [p for p in h.recorded.named("PACING_CHANGED") if p["reason"] == "throttled"]
+
+    clock.advance(3600.0 + 60.0)  # past admission.learnedLimitMaxAge (1 h by default)
+    async with supervised(config, tmp_path, clock=clock, sleep=sleep, durable=True) as h:
+        endpoint = h.supervisor.wiring.attempts.endpoints.connect(GENESYS_WEBMESSAGING)
+        assert endpoint.learned() is None
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"), 20.0)
+        # slow start from the initial 20/s: +1 per admitted handshake
+        assert endpoint.rate == pytest.approx(22.0)

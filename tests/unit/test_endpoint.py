@@ -270,3 +270,56 @@ def test_a_lost_connection_restarts_the_pace_from_its_initial_rate(clock: FakeCl
     clock.advance(5.0)  # quiet
     report = endpoint.lost()
     assert report is not None and report.reason == "restart" and report.rate == 10.0
+
+
+def test_the_pace_does_not_grow_while_attempts_wait_for_a_place_in_flight(clock: FakeClock) -> None:
+    """Callers queue at the pace, but attempts also wait for a place (the cap of 2 is full: answers
+    come back slower than the pace sends): the cap is the bound, and admissions do not grow the pace.
+    Once nobody waits for a place, they grow it again (slow start)."""
+    endpoint = connect(clock, rate=10.0, floor=2)
+    tickets = [go(endpoint, clock) for _ in range(2)]
+    assert [endpoint.place(), endpoint.place(), endpoint.place()] == [True, True, False]
+    endpoint.ask()  # a caller queued at the pace: the pace would be the bound
+    for ticket in tickets:
+        endpoint.release()
+        endpoint.answered(ticket, None, clock.monotonic() - 0.05)
+    assert endpoint.rate == 10.0
+    assert endpoint.hand_over()
+    endpoint.release()
+    endpoint.release()
+    assert endpoint.waiting == 0
+    ticket = go(endpoint, clock)
+    endpoint.ask()
+    endpoint.answered(ticket, None, clock.monotonic() - 0.05)
+    assert endpoint.rate == pytest.approx(11.0)
+
+
+def test_connect_endpoints_keep_and_take_a_learned_limit_rest_endpoints_neither(clock: FakeClock) -> None:
+    """A throttle teaches both kinds a limit; only the connect endpoint's is told for the next start
+    (Endpoints.learned), and a seed paces a connect endpoint made before or after it, never a REST one."""
+    made = endpoints(
+        clock,
+        connect=PacingConfig(initial_rate=100.0, in_flight_floor=2),
+        rest=PacingConfig(initial_rate=None),
+    )
+    handshakes, api = made.connect(EP), made.get(EndpointId(Platform.GENESYS, "api"))
+    handshakes.answered(go(handshakes, clock), THROTTLE, clock.monotonic())
+    api.answered(go(api, clock), THROTTLE, clock.monotonic())
+    assert handshakes.learned() == pytest.approx(100.0) and api.learned() is not None
+    assert made.learned() == {EP: pytest.approx(100.0)}
+
+    later = endpoints(
+        clock,
+        connect=PacingConfig(initial_rate=100.0, in_flight_floor=2),
+        rest=PacingConfig(initial_rate=None),
+    )
+    before = later.connect(EndpointId(Platform.CXONE, "agent-sessions"))
+    limits = {
+        EP: 40.0,
+        EndpointId(Platform.CXONE, "agent-sessions"): 60.0,
+        EndpointId(Platform.GENESYS, "api"): 5.0,
+    }
+    later.seed(limits)
+    assert before.rate == pytest.approx(51.0) and before.learned() == pytest.approx(60.0)
+    assert later.connect(EP).rate == pytest.approx(34.0)
+    assert later.get(EndpointId(Platform.GENESYS, "api")).rate is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from machines.pacing import Pacer, PacingConfig, Probe, echo_of_throttle
+from machines.pacing import LearnedLimit, Pacer, PacingConfig, Probe, echo_of_throttle
 from machines.retry_budget import RetryBudget
 from supervisor.clock import FakeClock
 from supervisor.taxonomy.headers import RateLimitReading
@@ -100,7 +101,13 @@ def test_cubic_returns_to_the_refused_rate_at_k_flat_near_it_then_steeper() -> N
     seen = []
     for t in (k / 2, k - 0.5, k, k + 0.5, k + 3.0):
         clock.advance(cut_at + t - clock.monotonic())
-        pacer.admitted()
+        # two callers at once: the second waits for its slot, the rate is the bound; and more than
+        # half the rate admitted within the second: it is in use (it grows only then, RFC 7661).
+        # CUBIC's rate is a function of the time since the cut: the admissions at one time agree
+        pacer.reserve()
+        pacer.reserve()
+        for _ in range(60):
+            pacer.admitted()
         seen.append(pacer.rate)
     assert seen[0] == pytest.approx(0.4 * (k / 2 - k) ** 3 + 100.0)
     assert 70.0 < seen[0] < seen[1] < seen[2] < seen[3] < seen[4]
@@ -541,3 +548,180 @@ def test_reading_the_window_avoids_the_429s_and_drains_as_fast(allowed: int, win
     assert refused_blind >= 3
     assert refused_read <= 0.2 * refused_blind  # at least 80 % fewer
     assert took_read <= 1.1 * took_blind + window_s * 0.1
+
+
+@pytest.mark.parametrize("probe", list(Probe))
+def test_the_rate_does_not_grow_while_attempts_come_slower_than_it(probe: Probe) -> None:
+    """RFC 7661: a rate not in use is not grown. Attempts at three quarters of the pace for 30 s,
+    in slow start and again after a cut: each finds its slot free, and the rate stays where it was
+    (a daemon that grew it to thousands had nothing to hold back the burst after a stall). Once
+    callers queue at the pace (arriving faster than it), it grows again."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=200.0, probe=probe))
+    for cut in (False, True):
+        if cut:
+            pacer.throttled(0.0)
+            clock.advance(2.0)
+        before = pacer.rate
+        assert before is not None
+        every = 1 / (0.75 * before)
+        for _ in range(round(0.75 * before * 30)):
+            clock.advance(every)
+            assert pacer.reserve() == (0.0, True)
+            clock.advance(0.001)  # its answer, a round trip later
+            pacer.admitted(0.001)
+        assert pacer.rate == before
+    before = pacer.rate
+    assert before is not None
+    for _ in range(round(before * 2)):
+        clock.advance(1 / (1.5 * before))
+        pacer.reserve()
+        pacer.admitted(0.001)
+    rate = pacer.rate
+    assert rate is not None and rate > before
+
+
+def test_the_rate_does_not_grow_while_less_than_half_of_it_is_admitted() -> None:
+    """RFC 7661 section 4.3: callers queue at the pace (300 a second book slots at a rate of 300),
+    but only a third of the attempts go out and are admitted (the daemon's own loop is the bound):
+    less than half the rate is in use, and it does not grow. With every attempt admitted it does."""
+    clock = FakeClock(start=100.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=300.0))
+    clock.advance(1.0)  # (its use is measured over a whole second from here)
+    for n in range(300 * 5):
+        take(pacer, clock)
+        if n % 3 == 0:
+            pacer.admitted(0.001)
+    assert pacer.rate == 300.0
+    drain(pacer, clock, 300)
+    rate = pacer.rate
+    assert rate is not None and rate > 300.0
+
+
+# -- a limit learned before: the seed (RFC 9040's temporal sharing) ---------------------------------
+
+
+def _against_a_limit(
+    pacer: Pacer, clock: FakeClock, limit: int, seconds: float
+) -> tuple[dict[int, int], list[float]]:
+    """Callers queued at the pace for ``seconds`` against a platform admitting ``limit`` per clock
+    second, whose answers come back (and are handled) 0.2 s after each attempt left, as under load:
+    the attempts offered in each whole second, and the times of the refusals."""
+    delay = 0.2
+    answers: collections.deque[tuple[float, bool]] = collections.deque()
+    offered: collections.Counter[int] = collections.Counter()
+    admitted: collections.Counter[int] = collections.Counter()
+    refused: list[float] = []
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end:
+        generation = pacer.generation
+        wait, booked = pacer.reserve()
+        at = clock.monotonic() + wait
+        while answers and answers[0][0] <= at:
+            due, ok = answers.popleft()
+            clock.set(max(due, clock.monotonic()))
+            if ok:
+                pacer.admitted(delay)
+            else:
+                refused.append(due)
+                pacer.throttled(1.0)
+        clock.set(max(at, clock.monotonic()))
+        if not booked or pacer.generation != generation:
+            continue  # not booked, or its slot voided by a cut meanwhile: ask again
+        second = int(clock.monotonic())
+        offered[second] += 1
+        ok = admitted[second] < limit
+        admitted[second] += ok
+        answers.append((clock.monotonic() + delay, ok))
+    return dict(offered), refused
+
+
+def test_a_seeded_pacer_stays_below_the_learned_limit_and_still_reaches_it() -> None:
+    """Seeded with the limit a previous run learned (200/s), slow start stops at the cut it would
+    make there (200 x 0.85 = 170) and congestion avoidance takes it on: no second of the first five
+    offers more than 170 and the 2 % a second the probe adds, nothing is refused for ten seconds,
+    and it still finds the limit (its refusals come at the probe's gentle pace: no second offers
+    more than 1.1 x 200). Unseeded, the fourth second offered 277 (the next test)."""
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0))
+    pacer.seed(200.0)
+    assert pacer.rate == 20.0 and pacer.learned() == pytest.approx(200.0)
+    offered, refused = _against_a_limit(pacer, clock, 200, 40.0)
+    assert max(offered[s] for s in range(5)) <= 170 * 1.03
+    assert refused and refused[0] >= 10.0
+    assert max(offered.values()) <= 220
+    # not stuck at the threshold: it reaches the limit within about ten seconds, and again after each cut
+    assert max(offered[s] for s in range(5, 13)) >= 200
+    assert max(offered[s] for s in range(25, 40)) >= 200
+
+
+def test_an_unseeded_pacer_crosses_the_limit_at_a_slow_starts_pace() -> None:
+    """The same platform, no seed: the slow start doubles past 200/s within its fourth second and
+    the second that crosses it offers what went out before the first refusal came back."""
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0))
+    assert pacer.learned() is None
+    offered, refused = _against_a_limit(pacer, clock, 200, 40.0)
+    assert refused and refused[0] < 6.0
+    assert max(offered.values()) > 220
+
+
+def test_a_seeded_cubic_pacer_probes_from_the_threshold_not_from_a_cut_long_ago() -> None:
+    """CUBIC's time counts from the start of congestion avoidance (RFC 9438 section 4.2): where slow
+    start reaches the seeded threshold, W(0) = 0.85 x W_max, and the rate does not jump to the
+    cubic of an unbounded time."""
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0, probe=Probe.CUBIC))
+    pacer.seed(200.0)
+    offered, refused = _against_a_limit(pacer, clock, 200, 12.0)
+    assert max(offered[s] for s in range(3)) <= 170
+    assert not refused or refused[0] >= 8.0
+    assert max(offered.values()) <= 220
+    rate = pacer.rate
+    assert rate is not None and rate <= 220
+
+
+def test_a_seed_starts_at_a_lower_threshold_leaves_an_unpaced_endpoint_and_an_own_limit_alone() -> None:
+    clock = FakeClock()
+    rest = Pacer(EP, clock, PacingConfig(initial_rate=None, backoff=0.5))
+    rest.seed(80.0)
+    assert rest.rate is None and rest.learned() is None
+    # an initial rate above the threshold starts at the threshold
+    low = Pacer(EP, clock, PacingConfig(initial_rate=20.0, backoff=0.5))
+    low.seed(10.0)
+    assert low.rate == pytest.approx(5.0)
+    # a pacer that learned its own limit keeps it
+    learned = Pacer(EP, clock, PacingConfig(initial_rate=100.0, backoff=0.5))
+    learned.throttled(0.0)
+    learned.seed(1000.0)
+    assert learned.rate == pytest.approx(50.0) and learned.learned() == pytest.approx(100.0)
+    for bad in (0.0, -5.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="learned limit"):
+            Pacer(EP, clock).seed(bad)
+
+
+def test_a_learned_limit_is_fresh_within_its_age_and_never_from_the_future() -> None:
+    learned = LearnedLimit(200.0, at=1000.0)
+    assert learned.fresh(1000.0, 3600.0) and learned.fresh(4600.0, 3600.0)
+    assert not learned.fresh(4600.5, 3600.0)
+    assert not learned.fresh(999.0, 3600.0)
+    for limit, at in ((-1.0, 0.0), (math.nan, 0.0), (1.0, math.inf)):
+        with pytest.raises(ValueError, match="learned limit"):
+            LearnedLimit(limit, at)
+
+
+def test_after_an_idle_restart_cubic_probes_from_the_threshold_not_from_the_old_cut() -> None:
+    """Refused at about 100/s, then idle a minute: the rate restarts from the initial 20, slow start
+    regrows it to the threshold (0.85 x what was admitted) and CUBIC takes it on from there, W(0) =
+    the threshold; its time does not count from the cut a minute ago (which jumped the rate to the
+    cubic of 60 s, hundreds a second more)."""
+    clock = FakeClock(start=0.0)
+    pacer = Pacer(EP, clock, PacingConfig(initial_rate=20.0, probe=Probe.CUBIC))
+    _against_a_limit(pacer, clock, 100, 8.0)
+    learned = pacer.learned()
+    assert learned is not None and 90.0 <= learned <= 110.0
+    clock.advance(60.0)
+    offered, _ = _against_a_limit(pacer, clock, 1000, 6.0)
+    rate = pacer.rate
+    assert rate is not None and rate <= 1.1 * learned
+    assert max(offered.values()) <= 1.1 * learned

@@ -26,7 +26,7 @@ from machines.effects import (
     TerminationReason,
     iso_utc,
 )
-from machines.session import SessionConfig, SessionCore, SessionMachine
+from machines.session import MOVES, SessionConfig, SessionCore, SessionMachine
 from supervisor.clock import FakeClock
 from supervisor.errors import SupervisorError
 from supervisor.retry.backoff import backoff_delay_ms
@@ -693,3 +693,30 @@ def test_connect_refused_is_accepted_only_while_connecting_or_active(clock: Fake
     core.stop()
     with pytest.raises(InputRejected):
         core.connect_refused(1.0)
+
+
+def test_the_driver_moves_exactly_as_an_instance_of_the_machine_does() -> None:
+    """SessionCore moves by MOVES, read once from SessionMachine's class (no instance per session):
+    from every state, every event the machine names goes where an instance goes, and an event an
+    instance refuses (TransitionNotAllowed) is one MOVES lacks."""
+    events = sorted({event for _, event in MOVES} | {"unknown"})
+    for state in SessionMachine.states:
+        for event in events:
+            sm = SessionMachine(start_value=state.value)
+            try:
+                sm.send(event)
+            except TransitionNotAllowed:
+                assert (state.value, event) not in MOVES, (state.value, event)
+                continue
+            assert MOVES[(state.value, event)] is sm.current_state_value, (state.value, event)
+    assert len(MOVES) == sum(len(state.transitions) for state in SessionMachine.states)
+
+
+def test_the_driver_refuses_what_the_machine_refuses(clock: FakeClock) -> None:
+    """A handed-over session accepts nothing (a final state: no declared move leaves it)."""
+    core = active_core(clock)
+    core.hand_over()
+    for move in (core.stop, lambda: core.session_response(None)):
+        with pytest.raises(InputRejected):
+            move()
+    assert core.state is SessionState.HANDED_OVER

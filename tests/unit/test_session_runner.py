@@ -10,9 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
+from machines.pacing import PacingConfig
 from machines.registry import Endpoints
 from machines.session import SessionConfig
-from supervisor.attempts import Attempts, Flight
+from supervisor.attempts import SILENT, Attempts, Flight
 from supervisor.boundary import Learned, Reporter, SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import SystemClock
@@ -23,6 +24,7 @@ from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.session_runner import CHANNEL_LIMIT_WAIT_S, SessionRunner
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import CloseCode, EndpointId
+from tests.harness.clocks import FakeClock, FakeTimers
 
 #: the endpoint these tests admit attempts to
 EP = EndpointId(Platform.GENESYS, "ep")
@@ -268,6 +270,54 @@ async def test_a_connection_whose_circuit_is_open_waits_for_it_and_publishes_no_
     ]
     assert ("active", "reconnecting", "CIRCUIT_OPEN") in moves
     assert transport.connection.closed_with == 1001 and transport.opens == 1
+
+
+class TakingOverTransport(GatedTransport):
+    """A transport whose first open takes over a handed-over session (no connection attempt)."""
+
+    def __init__(self) -> None:
+        super().__init__(fail=False)
+        self.gate.set()
+        self.flights: list[Flight | None] = []
+
+    @property
+    def takes_over(self) -> bool:
+        return not self.flights
+
+    async def open(self, flight: Flight | None = None) -> GatedConnection:
+        self.flights.append(flight)
+        return await super().open(flight)
+
+
+async def test_a_take_over_waits_for_no_slot_of_the_connect_endpoint(clock: FakeClock) -> None:
+    """Take-overs make no connection attempt: they book none of the connect endpoint's slots. 100
+    of them open at once on a frozen clock at a 20/s pace (a start would wait for its slot after
+    the 21st), with no admitted flight; the endpoint's next start is still admitted at once."""
+    timers = FakeTimers(clock)
+    gate = Attempts(Endpoints(clock, connect=PacingConfig(initial_rate=20.0))).connect(EP)
+    transports = [TakingOverTransport() for _ in range(100)]
+    runners = [
+        SessionRunner(
+            t,
+            classifier=Classifier(load_taxonomy("v1"), clock),
+            gate=gate,
+            bus=EventBus(),
+            clock=clock,
+            rng=random.Random(1),
+            sleep=timers.sleep,
+        )
+        for t in transports
+    ]
+    async with anyio.create_task_group() as tg:
+        for runner in runners:
+            tg.start_soon(runner.run)
+        await anyio.wait_all_tasks_blocked()
+        assert timers.sleeping == 0  # nobody waits for a slot
+        assert [t.flights for t in transports] == [[None]] * 100
+        assert all(t.connection.served for t in transports)
+        assert isinstance(gate.at_once(SILENT, timers.sleep), Flight)
+        for runner in runners:
+            await runner.stop()
 
 
 class FullTransport(GatedTransport):

@@ -360,3 +360,20 @@ async def test_a_full_disk_fails_the_batch_then_recovers(tmp_path: Path) -> None
 async def test_integrity_check_is_ok_after_use(store: SqliteStore | PgStore) -> None:
     await store.submit(sub("u1", "c1", a="1"), 50)
     assert await store.integrity_check() == "ok"
+
+
+async def test_meta_records_by_plain_prefix_and_the_stores_own_keys_refused(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
+    await store.write_meta({"pacer.a_b": "1", "pacer.axb": "2", "other": "3"})
+    await store.write_meta({"pacer.a_b": "4"})  # replaced
+    assert await store.read_meta("pacer.a_") == {"pacer.a_b": "4"}  # "_" is no wildcard
+    assert await store.read_meta("pacer.") == {"pacer.a_b": "4", "pacer.axb": "2"}
+    with pytest.raises(ValueError, match="store's own"):
+        await store.write_meta({"epoch": "99"})
+    await store.aclose()
+    reopened = await backend.open()
+    try:
+        assert await reopened.read_meta("pacer.") == {"pacer.a_b": "4", "pacer.axb": "2"}
+    finally:
+        await reopened.aclose()
