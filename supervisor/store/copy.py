@@ -8,9 +8,10 @@ migrates it at its next start). The PostgreSQL schema is made (or migrated) as a
 must hold no session, outbox row or ledger entry yet: a copy never merges two stores.
 
 Everything is copied in one transaction, row for row, ids kept (the ledger's request ids, outbox
-and mismatch ids that other rows refer to), desired sessions in the order they were added; the
-identity columns then continue after the highest id copied. The epoch becomes the larger of the
-two stores' (epochs never go back: the next daemon's open takes the one after it).
+and mismatch ids that other rows refer to), desired sessions in the order they were added, and the
+``meta`` records (the pacers' learned limits); the identity columns then continue after the highest
+id copied. The epoch becomes the larger of the two stores' (epochs never go back: the next daemon's
+open takes the one after it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from supervisor.errors import StoreError
-from supervisor.store.pg import connection_string, describe
+from supervisor.store.pg import RESERVED_META, connection_string, describe
 from supervisor.store.pg_schema import prepare
 from supervisor.store.schema import SCHEMA_VERSION, NewerSchema, NotOurs, identify
 from supervisor.store.sqlite import describe as describe_sqlite
@@ -172,6 +173,10 @@ def _read(path: Path) -> tuple[dict[str, list[tuple[Any, ...]]], int]:
             for table, columns, order in COPIED
         }
         row = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+        # the other meta records (the pacers' learned limits) go along; the epoch is merged below
+        tables["meta"] = conn.execute(
+            "SELECT key, value FROM meta WHERE key != 'epoch' ORDER BY key"
+        ).fetchall()
         return tables, int(row[0]) if row is not None else 0
     except (NewerSchema, NotOurs) as exc:
         raise StoreError(str(path), str(exc)) from None
@@ -219,6 +224,15 @@ async def _write(
                 async with conn.cursor() as cur:
                     await cur.executemany(query.encode(), rows)
             counts[table] = len(rows)
+        meta = [(k, v) for k, v in tables["meta"] if k not in RESERVED_META]
+        if meta:
+            async with conn.cursor() as cur:
+                await cur.executemany(
+                    b"INSERT INTO meta (key, value) VALUES (%s, %s) "
+                    b"ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    meta,
+                )
+        counts["meta"] = len(meta)
         for table, column in _IDENTITIES:
             # the next row a daemon inserts is numbered after the highest copied id
             await conn.execute(

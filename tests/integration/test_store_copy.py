@@ -59,6 +59,7 @@ async def filled(path: Path) -> SqliteStore:
         LedgerChange(claimed.entry.request_id, Outcome.PARTIAL, answered_at=6.0, status=202),
         [NewMismatch(claimed.rows[0].id, "newer-value", "other", 7.0)],
     )
+    await store.write_meta({"pacer.genesys:webmessaging": '{"limit": 200.0, "at": 1.0}'})
     return store
 
 
@@ -91,12 +92,16 @@ async def test_every_row_and_the_epoch_are_copied(tmp_path: Path, pg_url: str) -
         "update_rows": 2,
         "ledger": 1,
         "mismatches": 1,
+        "meta": 1,
     }
     assert report["epoch"] == epoch and report["from"] == str(path)
     copied = await PgStore.open(pg_url)
     try:
         assert copied.epoch == epoch + 1  # epochs never go back
         assert await snapshot(copied) == before
+        assert await copied.read_meta("pacer.") == {
+            "pacer.genesys:webmessaging": '{"limit": 200.0, "at": 1.0}'
+        }
         # new rows are numbered after the copied ones
         await copied.submit(Submission("u2", "genesys:c", None, "conv-2", {"z": "1"}, frozenset(), 8.0), 50)
         assert max(r.id for r in await copied.live_rows()) == 3
