@@ -16,7 +16,7 @@ pool and the task group their channels run in.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -105,6 +105,7 @@ class ChannelPool:
             clock=self.clock,
             sleep=self.sleep,
             quota=self.quota,
+            stamp=self._pools.stamp,
         )
 
     def classify(self, raw: RawError) -> SdkErrorEvent:
@@ -150,8 +151,11 @@ class ChannelPools:
         reports: Reports = SILENT,
         topic_limit: int = GENESYS_TOPICS_PER_CHANNEL,
         channel_limit: int = GENESYS_CHANNEL_LIMIT,
+        stamp: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.clock = clock
+        # headers for every channel's upgrade request: the test-only stamp (supervisor/stamp.py), else none
+        self.stamp = stamp
         self.rng = rng
         # the channel's first reconnection: the sessions' U(first delay) ([reconnect], seed edge case 1)
         self.config = config if config is not None else ChannelConfig()
