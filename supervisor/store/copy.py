@@ -7,11 +7,11 @@ file is read without a write (it must be at this release's schema version: a dae
 migrates it at its next start). The PostgreSQL schema is made (or migrated) as a daemon would, and
 must hold no session, outbox row or ledger entry yet: a copy never merges two stores.
 
-Everything is copied in one transaction, row for row, ids kept (the ledger's request ids, outbox
-and mismatch ids that other rows refer to), desired sessions in the order they were added, and the
-``meta`` records (the pacers' learned limits); the identity columns then continue after the highest
-id copied. The epoch becomes the larger of the two stores' (epochs never go back: the next daemon's
-open takes the one after it).
+Everything is copied in one transaction, row for row (their shards with them), ids kept (the
+ledger's request ids, outbox and mismatch ids that other rows refer to), desired sessions in the
+order they were added, and the ``meta`` records (the pacers' learned limits); the identity columns
+then continue after the highest id copied. The epoch becomes the larger of the two stores' (epochs
+never go back: the next daemon's open takes the one after it).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ __all__ = ["COPIED", "CopyReport", "copy_store"]
 COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
     (
         "desired_sessions",
-        ("session_id", "platform", "state", "reason", "updated_at", "origin", "spec"),
+        ("session_id", "platform", "state", "reason", "updated_at", "origin", "spec", "shard"),
         "rowid",
     ),
     (
@@ -59,12 +59,22 @@ COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
             "closed_at",
             "outcome",
             "left_at",
+            "shard",
         ),
         "session_id",
     ),
     (
         "updates",
-        ("update_id", "tenant", "session_id", "conversation_id", "submitted_at", "keys", "coalesced"),
+        (
+            "update_id",
+            "tenant",
+            "session_id",
+            "conversation_id",
+            "submitted_at",
+            "keys",
+            "coalesced",
+            "shard",
+        ),
         "rowid",
     ),
     (
@@ -86,6 +96,7 @@ COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
             "ledger_id",
             "accepted_at",
             "last_error",
+            "shard",
         ),
         "id",
     ),

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -174,8 +174,8 @@ class PgStore:
             self._on_health(problem)
 
     # ------------------------------------------------------------------ desired sessions, session ledger
-    async def desired_sessions(self) -> dict[str, DesiredSession]:
-        return await self._run(pg_sql.desired_sessions)
+    async def desired_sessions(self, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
+        return await self._run(lambda conn: pg_sql.desired_sessions(conn, shards))
 
     async def set_desired(self, desired: DesiredSession) -> None:
         await self._run(lambda conn: pg_sql.set_desired(conn, desired))
@@ -187,8 +187,8 @@ class PgStore:
     async def forget_desired(self, session_id: str) -> None:
         await self._run(lambda conn: pg_sql.forget_desired(conn, session_id))
 
-    async def server_sessions(self) -> dict[str, ServerSession]:
-        return await self._run(pg_sql.server_sessions)
+    async def server_sessions(self, shards: Collection[int] | None = None) -> dict[str, ServerSession]:
+        return await self._run(lambda conn: pg_sql.server_sessions(conn, shards))
 
     async def session_opening(self, session: ServerSession) -> None:
         await self._run(lambda conn: pg_sql.session_opening(conn, session))
@@ -210,8 +210,8 @@ class PgStore:
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
         return await self._run(lambda conn: pg_sql.submit(conn, submission, max_depth))
 
-    async def live_rows(self) -> list[OutboxRow]:
-        return await self._run(pg_sql.live_rows)
+    async def live_rows(self, shards: Collection[int] | None = None) -> list[OutboxRow]:
+        return await self._run(lambda conn: pg_sql.live_rows(conn, shards))
 
     async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]:
         return await self._run(lambda conn: pg_sql.ledger(conn, request_ids))

@@ -9,6 +9,9 @@ need ``DOUBLE PRECISION``); ``WITHOUT ROWID`` is SQLite's alone; and migration 4
 do by rebuilding two tables, is one ``ALTER COLUMN ... DROP NOT NULL`` each here. Migration 3 is the
 same text in both. ``desired_sessions`` has one more column here, ``added`` (an identity): SQLite
 reads the sessions in rowid order, the order they were added, and PostgreSQL has no rowid.
+Migration 5 fills in the shard of every existing row (``supervisor/store/shards.py``: BLAKE2b, which
+neither PostgreSQL nor SQLite has) from Python, :func:`shard_of` itself, inside the migration's
+transaction (:attr:`PgMigration.backfill`); SQLite calls the same function as ``session_shard()``.
 
 **Whose tables.** A store's schema (the role's ``search_path``, ``public`` unless the role or the URL
 says otherwise) holds ``meta`` with ``application = 'session-supervisor'`` and ``schema_version``, both
@@ -22,15 +25,18 @@ advisory lock (:data:`MIGRATION_LOCK`): two daemons opening one new store at onc
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from psycopg import AsyncConnection
 
 from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, NewerSchema, NotOurs
+from supervisor.store.shards import shard_of
 
-__all__ = ["APPLICATION", "MIGRATION_LOCK", "PG_MIGRATIONS", "TABLES", "PgMigration", "prepare"]
+__all__ = ["APPLICATION", "MIGRATION_LOCK", "PG_MIGRATIONS", "SHARD_KEYS", "TABLES", "PgMigration", "prepare"]
 
+Conn = AsyncConnection[tuple[Any, ...]]
 #: ``meta.application`` of a session-supervisor store
 APPLICATION: Final = "session-supervisor"
 #: the advisory lock key migrations take (SQLite's application id, "SSUP")
@@ -155,6 +161,50 @@ ALTER TABLE updates ALTER COLUMN session_id DROP NOT NULL;
 ALTER TABLE outbox ALTER COLUMN session_id DROP NOT NULL;
 """
 
+# SQLite's migration 5 less its UPDATEs: the shards are filled in by _backfill_shards, before the indexes
+# are made. PostgreSQL has no BLAKE2b of its own; pgcrypto's digest() would at most reach OpenSSL's
+# BLAKE2b-512 (a 64-byte digest, not the 8-byte one: the size is a parameter of the hash) and needs an
+# extension the store's role may not create (docs/store.md, "PostgreSQL")
+_V5: Final = """
+ALTER TABLE desired_sessions ADD COLUMN shard INTEGER;
+ALTER TABLE server_sessions ADD COLUMN shard INTEGER;
+ALTER TABLE updates ADD COLUMN shard INTEGER;
+ALTER TABLE outbox ADD COLUMN shard INTEGER;
+"""
+_V5_INDEXES: Final = """
+CREATE INDEX desired_sessions_by_shard ON desired_sessions (shard);
+CREATE INDEX server_sessions_by_shard ON server_sessions (shard);
+CREATE INDEX outbox_by_shard ON outbox (shard, status);
+"""
+
+#: each table whose rows belong to a session, and the key its shard is computed from (a row with no
+#: session takes its conversation's shard: docs/store.md, "Shards")
+SHARD_KEYS: Final = (
+    ("desired_sessions", "session_id"),
+    ("server_sessions", "session_id"),
+    ("updates", "COALESCE(session_id, conversation_id)"),
+    ("outbox", "COALESCE(session_id, conversation_id)"),
+)
+
+
+async def _backfill_shards(conn: Conn) -> None:
+    """Migration 5's UPDATEs: every existing row's shard, :func:`shard_of` of its key, then the indexes.
+
+    One UPDATE per table whatever its size: the distinct keys are read, their shards computed here and
+    joined back as two arrays (``unnest``).
+    """
+    for table, key in SHARD_KEYS:
+        cur = await conn.execute(f"SELECT DISTINCT {key} FROM {table}".encode())
+        keys = [str(r[0]) for r in await cur.fetchall()]
+        if keys:
+            await conn.execute(
+                f"UPDATE {table} SET shard = v.shard "
+                f"FROM unnest(%s::text[], %s::integer[]) AS v (key, shard) WHERE {key} = v.key".encode(),
+                (keys, [shard_of(k) for k in keys]),
+            )
+    for statement in statements(_V5_INDEXES):
+        await conn.execute(statement.encode())
+
 
 @dataclass(frozen=True, slots=True)
 class PgMigration:
@@ -163,13 +213,19 @@ class PgMigration:
     version: int
     summary: str
     script: str
+    #: what the script cannot say in SQL, run after it in the same transaction (migration 5's shards)
+    backfill: Callable[[Conn], Awaitable[None]] | None = None
 
 
 #: one per SQLite migration, the same number and summary (add the next one to both, never edit one)
 PG_MIGRATIONS: Final[tuple[PgMigration, ...]] = tuple(
-    PgMigration(m.version, m.summary, script)
+    PgMigration(m.version, m.summary, script, backfill)
     # migration 3 (two ALTER TABLE ... ADD COLUMN) is SQLite's own text
-    for m, script in zip(MIGRATIONS, (_V1, _V2, MIGRATIONS[2].script, _V4), strict=True)
+    for m, (script, backfill) in zip(
+        MIGRATIONS,
+        ((_V1, None), (_V2, None), (MIGRATIONS[2].script, None), (_V4, None), (_V5, _backfill_shards)),
+        strict=True,
+    )
 )
 
 
@@ -179,7 +235,7 @@ def statements(script: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-async def _version(conn: AsyncConnection) -> int:
+async def _version(conn: Conn) -> int:
     """0 for a schema with none of our tables; raises NotOurs / NewerSchema (reads only)."""
     cur = await conn.execute(
         "SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
@@ -206,7 +262,7 @@ async def _version(conn: AsyncConnection) -> int:
     return version
 
 
-async def prepare(conn: AsyncConnection, upto: int = SCHEMA_VERSION) -> int:
+async def prepare(conn: Conn, upto: int = SCHEMA_VERSION) -> int:
     """Identify the schema, migrate it to :data:`SCHEMA_VERSION` and take the next epoch, in one
     transaction under the migration lock; returns the epoch. ``conn`` is in autocommit mode.
     (``upto``: stop at that version instead; the tests make older stores with it.)
@@ -219,6 +275,8 @@ async def prepare(conn: AsyncConnection, upto: int = SCHEMA_VERSION) -> int:
         for migration in PG_MIGRATIONS[found:upto]:
             for statement in statements(migration.script):
                 await conn.execute(statement.encode())
+            if migration.backfill is not None:
+                await migration.backfill(conn)
             if migration.version == 1:
                 await conn.execute("INSERT INTO meta (key, value) VALUES ('application', %s)", (APPLICATION,))
             await conn.execute(

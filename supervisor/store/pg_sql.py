@@ -3,14 +3,15 @@
 Each function does what its namesake in ``sql_sessions.py`` / ``sql_outbox.py`` does, statement for
 statement (the store tests run both on the same cases); only the dialect differs: ``%s``
 placeholders, ``RETURNING id`` for SQLite's ``lastrowid``, ``= ANY(%s)`` for an ``IN`` list,
-``ON CONFLICT DO NOTHING`` for ``INSERT OR IGNORE``, ``GREATEST`` for the two-argument ``MAX``, and the
-``added`` column for SQLite's rowid order. The decisions (coalescing, superseding, the outcomes)
-are shared: :func:`~supervisor.store.sql_outbox.outcome_of` and the row mappers are SQLite's own.
+``ON CONFLICT DO NOTHING`` for ``INSERT OR IGNORE``, ``GREATEST`` for the two-argument ``MAX``,
+``shard = ANY(%s)`` for SQLite's ``json_each`` list of shards, and the ``added`` column for SQLite's
+rowid order. The shard every write stores is ``shard_of``'s, computed here as in SQLite's writes.
+The decisions (coalescing, superseding, the outcomes) are shared: :func:`~supervisor.store.sql_outbox.outcome_of` and the row mappers are SQLite's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +39,7 @@ from supervisor.store.model import (
     payload_hash,
     value_hash,
 )
+from supervisor.store.shards import every_shard, shard_of
 from supervisor.store.sql_outbox import WIPED, entry_of, mismatch_of, outcome_of, row_of
 
 Conn = AsyncConnection[tuple[Any, ...]]
@@ -60,13 +62,26 @@ async def _do(conn: Conn, query: bytes | str, params: Sequence[Any] = ()) -> Non
     await conn.execute(query.encode() if isinstance(query, str) else query, params)
 
 
+def shard_filter(shards: Collection[int] | None, *, where: bool = True) -> tuple[str, tuple[Any, ...]]:
+    """As ``sql_sessions.shard_filter``: the condition reading only rows of ``shards``, none for every
+    shard (None, or all of them)."""
+    if shards is None or every_shard(shards):
+        return "", ()
+    keyword = "WHERE" if where else "AND"
+    return f" {keyword} shard = ANY(%s)", (sorted(set(shards)),)
+
+
 # -- desired sessions and the session ledger ------------------------------------------------------------
 
 
-async def desired_sessions(conn: Conn) -> dict[str, DesiredSession]:
+async def desired_sessions(conn: Conn, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
+    """The desired sessions of ``shards`` (None: every shard), in the order they were added."""
+    where, parameters = shard_filter(shards)
     rows = await _all(
         conn,
-        "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions ORDER BY added",
+        "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions"
+        f"{where} ORDER BY added",
+        parameters,
     )
     return {
         r[0]: DesiredSession(
@@ -85,23 +100,40 @@ async def desired_sessions(conn: Conn) -> dict[str, DesiredSession]:
 async def set_desired(conn: Conn, desired: DesiredSession) -> None:
     await _do(
         conn,
-        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at) VALUES (%s, %s, %s, %s, %s) "
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
+        "VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
         "reason = excluded.reason, updated_at = excluded.updated_at",
-        (desired.session_id, desired.platform, desired.state.value, desired.reason, desired.updated_at),
+        (
+            desired.session_id,
+            desired.platform,
+            desired.state.value,
+            desired.reason,
+            desired.updated_at,
+            shard_of(desired.session_id),
+        ),
     )
 
 
 async def add_sessions(conn: Conn, added: Sequence[DesiredSession]) -> None:
     async with conn.cursor() as cur:
         await cur.executemany(
-            b"INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec) "
-            b"VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            b"INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec, "
+            b"shard) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
             b"ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
             b"reason = excluded.reason, updated_at = excluded.updated_at, origin = excluded.origin, "
             b"spec = excluded.spec",
             [
-                (d.session_id, d.platform, d.state.value, d.reason, d.updated_at, d.origin, d.spec)
+                (
+                    d.session_id,
+                    d.platform,
+                    d.state.value,
+                    d.reason,
+                    d.updated_at,
+                    d.origin,
+                    d.spec,
+                    shard_of(d.session_id),
+                )
                 for d in added
             ],
         )
@@ -117,8 +149,10 @@ _SERVER_COLUMNS = (
 )
 
 
-async def server_sessions(conn: Conn) -> dict[str, ServerSession]:
-    rows = await _all(conn, f"SELECT {_SERVER_COLUMNS}, left_at FROM server_sessions")
+async def server_sessions(conn: Conn, shards: Collection[int] | None = None) -> dict[str, ServerSession]:
+    """The session ledger's rows of ``shards`` (None: every shard)."""
+    where, parameters = shard_filter(shards)
+    rows = await _all(conn, f"SELECT {_SERVER_COLUMNS}, left_at FROM server_sessions{where}", parameters)
     return {
         r[0]: ServerSession(
             session_id=r[0],
@@ -142,7 +176,8 @@ async def session_opening(conn: Conn, session: ServerSession) -> None:
     """As ``sql_sessions.session_opening``: a resumed session keeps what it had."""
     await _do(
         conn,
-        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL) "
+        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, %s) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
         "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
         "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
@@ -158,6 +193,7 @@ async def session_opening(conn: Conn, session: ServerSession) -> None:
             session.conversation_id,
             session.platform_session_id,
             session.guest_token,
+            shard_of(session.session_id),
         ),
     )
 
@@ -231,19 +267,21 @@ async def submit(conn: Conn, sub: Submission, max_depth: int) -> SubmitResult:
     if new_rows and queued + new_rows > max_depth:
         return SubmitResult(False, sub.update_id, (), queued)
     coalesced: list[str] = []
+    # the session's shard; an update with no session takes its conversation's (docs/store.md, "Shards")
+    shard = shard_of(sub.session_id if sub.session_id is not None else sub.conversation_id)
     await _do(
         conn,
-        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced) "
-        "VALUES (%s, %s, %s, %s, %s, %s, 0)",
-        (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan)),
+        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced, "
+        "shard) VALUES (%s, %s, %s, %s, %s, %s, 0, %s)",
+        (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan), shard),
     )
     for key, value, pending in plan:
         sensitive = int(key in sub.sensitive)
         if pending is not None:
             await _do(
                 conn,
-                "UPDATE outbox SET value = %s, sensitive = %s, session_id = %s WHERE id = %s",
-                (value, sensitive, sub.session_id, pending),
+                "UPDATE outbox SET value = %s, sensitive = %s, session_id = %s, shard = %s WHERE id = %s",
+                (value, sensitive, sub.session_id, shard, pending),
             )
             row_id = pending
             coalesced.append(key)
@@ -251,8 +289,17 @@ async def submit(conn: Conn, sub: Submission, max_depth: int) -> SubmitResult:
             inserted = await _one(
                 conn,
                 "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', %s) RETURNING id",
-                (sub.tenant, sub.session_id, sub.conversation_id, key, value, sensitive, sub.submitted_at),
+                "created_at, shard) VALUES (%s, %s, %s, %s, %s, %s, 'pending', %s, %s) RETURNING id",
+                (
+                    sub.tenant,
+                    sub.session_id,
+                    sub.conversation_id,
+                    key,
+                    value,
+                    sensitive,
+                    sub.submitted_at,
+                    shard,
+                ),
             )
             assert inserted is not None
             row_id = int(inserted[0])
@@ -286,8 +333,12 @@ async def _supersede(conn: Conn, conversation_id: str, attribute: str, newer: in
         )
 
 
-async def live_rows(conn: Conn) -> list[OutboxRow]:
-    rows = await _all(conn, f"SELECT {_ROW} FROM outbox WHERE status = ANY(%s) ORDER BY id", (_LIVE,))
+async def live_rows(conn: Conn, shards: Collection[int] | None = None) -> list[OutboxRow]:
+    """The rows still in the daemon's hands, of ``shards`` (None: every shard)."""
+    where, parameters = shard_filter(shards, where=False)
+    rows = await _all(
+        conn, f"SELECT {_ROW} FROM outbox WHERE status = ANY(%s){where} ORDER BY id", (_LIVE, *parameters)
+    )
     return [row_of(r) for r in rows]
 
 

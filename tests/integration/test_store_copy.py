@@ -6,10 +6,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from supervisor.errors import StoreError
@@ -26,7 +28,11 @@ from supervisor.store import (
     SqliteStore,
     Submission,
 )
+from supervisor.store.copy import COPIED
 from supervisor.store.pg import PgStore
+from supervisor.store.pg_schema import SHARD_KEYS
+from supervisor.store.schema import MIGRATIONS, SCHEMA_VERSION, shard_function
+from supervisor.store.shards import shard_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 CLI = [sys.executable, "-m", "supervisor", "store", "copy"]
@@ -75,11 +81,35 @@ async def snapshot(store: SqliteStore | PgStore) -> tuple[object, ...]:
     )
 
 
+def source_shards(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Each session table's (key, shard) rows in the SQLite file."""
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            table: conn.execute(f"SELECT {key}, shard FROM {table} ORDER BY 1, 2").fetchall()
+            for table, key in SHARD_KEYS
+        }
+    finally:
+        conn.close()
+
+
+async def copied_shards(url: str) -> dict[str, list[tuple[object, ...]]]:
+    """Each session table's (key, shard) rows in the PostgreSQL store."""
+    out = {}
+    async with await psycopg.AsyncConnection.connect(url) as pg:
+        for table, key in SHARD_KEYS:
+            cur = await pg.execute(f"SELECT {key}, shard FROM {table} ORDER BY 1, 2".encode())
+            out[table] = await cur.fetchall()
+    return out
+
+
 @pytest.mark.postgres
 async def test_every_row_and_the_epoch_are_copied(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "store.sqlite3"
     source = await filled(path)
     before, epoch = await snapshot(source), source.epoch
+    shards = source_shards(path)
+    assert all(rows and all(shard == shard_of(k) for k, shard in rows) for rows in shards.values())
     await source.aclose()
     done = run("--from", str(path), "--to", pg_url, "--json")
     assert done.returncode == 0, done.stderr
@@ -99,6 +129,12 @@ async def test_every_row_and_the_epoch_are_copied(tmp_path: Path, pg_url: str) -
     try:
         assert copied.epoch == epoch + 1  # epochs never go back
         assert await snapshot(copied) == before
+        # the shards come along: the reads by shard find the same rows
+        assert list(await copied.desired_sessions({shard_of("api-1")})) == ["api-1"]
+        live = await copied.live_rows()
+        assert live and await copied.live_rows({shard_of("wm-0")}) == live
+        assert await copied.live_rows({shard_of("api-1")}) == []
+        assert await copied_shards(pg_url) == shards
         assert await copied.read_meta("pacer.") == {
             "pacer.genesys:webmessaging": '{"limit": 200.0, "at": 1.0}'
         }
@@ -162,3 +198,20 @@ def test_bad_input_is_one_line(args: list[str], code: int, line: str) -> None:
     done = run(*args)
     assert done.returncode == code
     assert line in done.stderr and "Traceback" not in done.stderr and "hunter2" not in done.stderr
+
+
+def test_the_copy_takes_every_column_of_the_sqlite_tables() -> None:
+    """COPIED names every column SQLite's schema has (a column a migration adds is copied, or the
+    copy would fill it with NULL): the shards of migration 5 included."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        shard_function(conn)
+        for migration in MIGRATIONS[:SCHEMA_VERSION]:
+            conn.executescript(migration.script)
+        for table, columns, _ in COPIED:
+            found = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+            assert sorted(columns) == sorted(found), table
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {table for table, _, _ in COPIED} | {"meta"}
+    finally:
+        conn.close()

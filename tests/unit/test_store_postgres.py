@@ -16,8 +16,9 @@ import pytest
 from supervisor.errors import StoreError
 from supervisor.store import DesiredSession, DesiredState
 from supervisor.store.pg import PgStore
-from supervisor.store.pg_schema import PG_MIGRATIONS, prepare
-from supervisor.store.schema import MIGRATIONS, SCHEMA_VERSION
+from supervisor.store.pg_schema import PG_MIGRATIONS, SHARD_KEYS, prepare
+from supervisor.store.schema import MIGRATIONS, SCHEMA_VERSION, shard_function
+from supervisor.store.shards import shard_of
 from tests.harness.postgres import PostgresServer, url_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -29,9 +30,11 @@ async def raw(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[object
         yield conn
 
 
-def sqlite_columns(version: int) -> set[tuple[str, str, bool]]:
+def sqlite_schema(version: int) -> tuple[set[tuple[str, str, bool]], set[str]]:
+    """SQLite's (table, column, NOT NULL) and the names of the indexes migrations make, at ``version``."""
     conn = sqlite3.connect(":memory:")
     try:
+        shard_function(conn)  # migration 5's session_shard()
         for migration in MIGRATIONS[:version]:
             conn.executescript(migration.script)
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -39,7 +42,10 @@ def sqlite_columns(version: int) -> set[tuple[str, str, bool]]:
         for table in tables:
             for _, name, _, notnull, _, pk in conn.execute(f"PRAGMA table_info({table})"):
                 out.add((table, name, bool(notnull) or (bool(pk) and table != "update_rows")))
-        return out
+        # an index with no SQL is SQLite's own, for a key or a UNIQUE column
+        made = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+        indexes = {str(r[0]) for r in made}
+        return out, indexes
     finally:
         conn.close()
 
@@ -54,15 +60,65 @@ async def pg_columns(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> set[t
     }
 
 
+async def pg_indexes(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> set[str]:
+    """The indexes migrations made (not those of primary keys and UNIQUE columns: SQLite's have no SQL)."""
+    cur = await conn.execute(
+        "SELECT c.relname FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class c ON c.oid = x.indexrelid "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+        "AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conindid = x.indexrelid)"
+    )
+    return {str(r[0]) for r in await cur.fetchall()}
+
+
 async def test_the_schema_is_sqlites_at_every_version(
     raw: psycopg.AsyncConnection[tuple[object, ...]],
 ) -> None:
     assert [(m.version, m.summary) for m in PG_MIGRATIONS] == [(m.version, m.summary) for m in MIGRATIONS]
     for version in range(1, SCHEMA_VERSION + 1):
         await prepare(raw, upto=version)
+        columns, indexes = sqlite_schema(version)
         # SQLite's INTEGER PRIMARY KEY may hold NULL (it becomes the rowid); the values never are
-        expected = {(t, c, n or c in ("id", "request_id")) for t, c, n in sqlite_columns(version)}
+        expected = {(t, c, n or c in ("id", "request_id")) for t, c, n in columns}
         assert await pg_columns(raw) == expected, f"schema version {version}"
+        assert await pg_indexes(raw) == indexes, f"schema version {version}"
+
+
+async def test_migration_5_gives_every_row_of_a_session_its_shard(
+    raw: psycopg.AsyncConnection[tuple[object, ...]], pg_url: str
+) -> None:
+    """A version 4 store's rows get ``shard_of`` their session id (no session: their conversation's)
+    in the migration, and the reads by shard return exactly those rows."""
+    await prepare(raw, upto=4)
+    for statement in (
+        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at) VALUES "
+        "('wm-0', 'genesys', 'running', NULL, 1.0), ('cx-1', 'cxone', 'running', NULL, 1.0), "
+        "('agent-4711', 'cxone', 'stopped', 'ctl stop', 1.0)",
+        "INSERT INTO server_sessions (session_id, platform, kind, state, opened_at) VALUES "
+        "('wm-0', 'genesys', 'webmessaging', 'open', 1.0), ('cx-1', 'cxone', 'agent', 'open', 1.0)",
+        "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced) "
+        "VALUES ('u1', 't', 'wm-0', 'conv-1', 1.0, 1, 0), ('u2', 't', NULL, 'conv-9', 1.0, 1, 0)",
+        "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
+        "created_at) VALUES ('t', 'wm-0', 'conv-1', 'a', '1', 0, 'pending', 1.0), "
+        "('t', NULL, 'conv-9', 'a', '1', 0, 'pending', 1.0), "
+        "('t', 'cx-1', 'conv-2', 'a', '1', 0, 'pending', 1.0)",
+    ):
+        await raw.execute(statement.encode())
+    store = await PgStore.open(pg_url)
+    try:
+        wanted = {shard_of("wm-0"), shard_of("conv-9")}
+        assert list(await store.desired_sessions(wanted)) == ["wm-0"]
+        assert list(await store.server_sessions(wanted)) == ["wm-0"]
+        assert [(r.session_id, r.conversation_id) for r in await store.live_rows(wanted)] == [
+            ("wm-0", "conv-1"),
+            (None, "conv-9"),
+        ]
+        assert list(await store.desired_sessions({shard_of("cx-1")})) == ["cx-1"]
+    finally:
+        await store.aclose()
+    for table, key in SHARD_KEYS:
+        cur = await raw.execute(f"SELECT {key}, shard FROM {table}".encode())
+        rows = await cur.fetchall()
+        assert rows and [shard for _, shard in rows] == [shard_of(str(k)) for k, _ in rows], table
 
 
 async def test_an_older_store_is_migrated_and_keeps_its_rows(

@@ -43,7 +43,9 @@ from supervisor.store import (
 )
 from supervisor.store.model import Store
 from supervisor.store.pg import PgStore
+from supervisor.store.pg_schema import SHARD_KEYS
 from supervisor.store.schema import SCHEMA_VERSION
+from supervisor.store.shards import ALL_SHARDS, shard_of
 from supervisor.store.testhooks import FULL_ENV
 
 pytestmark = pytest.mark.anyio
@@ -271,6 +273,48 @@ async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_
         )
     finally:
         await reopened.aclose()
+
+
+async def test_every_write_stores_the_shard_and_reads_take_the_shards_they_read(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
+    """Each write of a session's row stores ``shard_of(session id)`` (a row with no session, its
+    conversation's; a coalesced row, the newest update's), and the reads by shard return exactly the
+    rows of those shards, desired sessions still in the order they were added (docs/store.md, "Shards")."""
+    await store.set_desired(DesiredSession("agent-4711", "cxone", DesiredState.RUNNING, None, 1.0))
+    await store.add_sessions(
+        [
+            DesiredSession("wm-0", "genesys", DesiredState.RUNNING, None, 2.0, "api", '{"id":"wm-0"}'),
+            DesiredSession("cx-1", "cxone", DesiredState.RUNNING, None, 2.0, "api", '{"id":"cx-1"}'),
+        ]
+    )
+    for session_id in ("wm-0", "cx-1"):
+        await store.session_opening(ServerSession(session_id, "genesys", "webmessaging", ServerState.OPENING, 3.0))
+    await store.submit(Submission("u1", "genesys:c", "wm-0", "conv-1", {"a": "1"}, frozenset(), 4.0), 50)
+    both = {"a": "1", "b": "2"}
+    await store.submit(Submission("u2", "genesys:c", None, "conv-2", both, frozenset(), 4.0), 50)
+    # coalesced onto conv-2's pending 'a': the row now belongs to cx-1, and so does its shard
+    await store.submit(Submission("u3", "genesys:c", "cx-1", "conv-2", {"a": "2"}, frozenset(), 5.0), 50)
+    for table, key in SHARD_KEYS:
+        rows = await backend.raw(f"SELECT {key}, shard FROM {table}")
+        assert rows and [shard for _, shard in rows] == [shard_of(k) for k, _ in rows], table
+    desired, server, live = (
+        list(await store.desired_sessions()),
+        await store.server_sessions(),
+        await store.live_rows(),
+    )
+    assert desired == ["agent-4711", "wm-0", "cx-1"] and len(live) == 3
+    assert {r.session_id or r.conversation_id for r in live} == {"wm-0", "cx-1", "conv-2"}
+    for wanted in ({shard_of("wm-0")}, {shard_of("agent-4711"), shard_of("cx-1")}, {shard_of("conv-2")}):
+        assert list(await store.desired_sessions(wanted)) == [k for k in desired if shard_of(k) in wanted]
+        assert set(await store.server_sessions(wanted)) == {k for k in server if shard_of(k) in wanted}
+        assert [r.id for r in await store.live_rows(wanted)] == [
+            r.id for r in live if shard_of(r.session_id or r.conversation_id) in wanted
+        ]
+    assert await store.desired_sessions(set()) == {} and await store.server_sessions(set()) == {}
+    assert await store.live_rows(frozenset()) == []
+    assert list(await store.desired_sessions(ALL_SHARDS)) == desired
+    assert len(await store.live_rows(ALL_SHARDS)) == 3
 
 
 async def test_concurrent_acknowledgements_share_commits(sqlite_store: SqliteStore) -> None:
