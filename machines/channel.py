@@ -58,7 +58,8 @@ class ChannelMachine(StateMachine):
 
     # created, its socket open, its topics subscribed
     connected = connecting.to(open)
-    # the socket ended, or the platform said the channel is gone (404, socket_closing, evicted),
+    # the socket ended, or the platform said the channel is gone (404: expired or evicted; its token
+    # revoked; a socket_closing a pinned v1 reconnects on),
     # or an attempt to (re)connect failed
     dropped = connecting.to(reconnecting) | open.to(reconnecting)
     # the reconnection timer fired and the endpoint's circuit admits: connect a new channel

@@ -84,8 +84,8 @@ class GenesysConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_
     # guest history) this long after, before it is sent again (once, with the same client id)
     send_check_after: _Seconds = 3.0
     # notifications sessions share the OAuth client's channels, up to 1,000 topics each (docs/runtime.md,
-    # "Shared notification channels"); off: each session is a channel of its own
-    shared_channels: bool = False
+    # "Shared notification channels"); off: each session is a channel of its own, 20 sessions at most
+    shared_channels: bool = True
     # the topics one shared channel carries at most: the platform's 1,000, or fewer to spread the events
     topics_per_channel: Annotated[int, msgspec.Meta(ge=1, le=GENESYS_TOPICS_PER_CHANNEL)] = (
         GENESYS_TOPICS_PER_CHANNEL

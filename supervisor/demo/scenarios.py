@@ -7,8 +7,8 @@ outcome as a predicate over the summary (:meth:`Scenario.check` returns the prob
 none means the outcome matches). docs/demo.md documents each one with an example summary.
 
 Fleet: session ``i`` is a Genesys Web Messaging guest when ``i % 5`` is 0 or 1, a Genesys
-notifications channel when it is 2 (at most 20 of them, then Web Messaging), and a CXone
-agent session when it is 3 or 4.
+notifications session when it is 2 (its agent's topic on a channel the client shares: the
+default's shared channels, 1,000 topics each), and a CXone agent session when it is 3 or 4.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from supervisor.config import GENESYS_TOPICS_PER_CHANNEL
 from supervisor.demo.attributes_play import attributes_delivered, attributes_faults
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.vocabulary import SessionState
@@ -102,17 +103,12 @@ FAST = Timing(
 )
 
 
-# Genesys keeps at most 20 notification channels per client (docs/platforms.md, "Genesys Cloud notifications"; the
-# simulator evicts the oldest): with one channel per session, more would evict each other
-MAX_NOTIFICATIONS = 20
-
-
 def kind_of(i: int) -> str:
     """Session ``i``'s kind: Web Messaging (i % 5 in 0, 1), notifications (2), CXone (3, 4)."""
     slot = i % 5
     if slot in (3, 4):
         return "agent-session"
-    if slot == 2 and i // 5 < MAX_NOTIFICATIONS:
+    if slot == 2:
         return "notifications"
     return "webmessaging"
 
@@ -138,7 +134,13 @@ class Fleet:
 
     @property
     def websockets(self) -> int:
+        """Sessions on a Genesys WebSocket: the guests', and the notifications agents' shared channels'."""
         return self.webmessaging + self.notifications
+
+    @property
+    def sockets(self) -> int:
+        """The Genesys WebSockets themselves: one a guest, one a shared channel of up to 1,000 agents."""
+        return self.webmessaging + math.ceil(self.notifications / GENESYS_TOPICS_PER_CHANNEL)
 
 
 def admission_rate(fleet: Fleet, timing: Timing) -> int:

@@ -177,6 +177,7 @@ class Wiring:
             sleep=sleep,
             reports=bus_hooks,
             stamp=self.stamper.headers,
+            classified=bus_hooks.classified,
         )
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform
@@ -554,8 +555,9 @@ class Wiring:
                 keepalive=gen.keepalive,
                 clock=self.clock,
                 sleep=self.sleep,
-                # every session of one OAuth client shares the client's 20 channels
-                quota=self.channel_quotas.setdefault(gen.client_id or "", ChannelQuota()),
+                # every session of one OAuth client shares the client's 20 channels (the client as
+                # the shared channels' pools know it: channel_client, where a tenant's identity enters)
+                quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
                 stamp=self.stamper.headers,
             )

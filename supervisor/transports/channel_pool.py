@@ -30,6 +30,7 @@ from supervisor.config import GENESYS_TOPICS_PER_CHANNEL, Keepalive
 from supervisor.errors import ChannelLimit, OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import GENESYS_CHANNEL_LIMIT, ChannelQuota
 from supervisor.transports.notifications import NotificationsTransport, channel_gone
 from supervisor.transports.shared_channel import EventHandler, Member, SharedChannel
@@ -109,7 +110,11 @@ class ChannelPool:
         )
 
     def classify(self, raw: RawError) -> SdkErrorEvent:
-        return self.pipeline.classifier.classify(raw)
+        """Classify a failure of one of this client's channels and publish it (SDK_ERROR_CLASSIFIED
+        with the channel's key as ``sessionId``), as a session's runner does its own."""
+        event = self.pipeline.classifier.classify(raw)
+        self._pools.classified(event)
+        return event
 
     def channel_gone(self, exc: OperationError) -> bool:
         """A subscriptions call answered that the channel is gone (404: taxonomy v2 CHANNEL_LOST)."""
@@ -149,6 +154,7 @@ class ChannelPools:
         sleep: Sleep,
         gate: Gate | None = None,
         reports: Reports = SILENT,
+        classified: Callable[[SdkErrorEvent], None] = lambda event: None,
         topic_limit: int = GENESYS_TOPICS_PER_CHANNEL,
         channel_limit: int = GENESYS_CHANNEL_LIMIT,
         stamp: Callable[[], Mapping[str, str]] | None = None,
@@ -156,6 +162,8 @@ class ChannelPools:
         self.clock = clock
         # headers for every channel's upgrade request: the test-only stamp (supervisor/stamp.py), else none
         self.stamp = stamp
+        # where a channel's classified failures are published (the bus's SDK_ERROR_CLASSIFIED)
+        self.classified = classified
         self.rng = rng
         # the channel's first reconnection: the sessions' U(first delay) ([reconnect], seed edge case 1)
         self.config = config if config is not None else ChannelConfig()
@@ -216,6 +224,7 @@ class Membership:
     under it (its RawError is why) or the session leaves."""
 
     # the runtime's validation of the open's answer: the channel's id and connectUri (PY269 Channel)
+    # Rolling (transports/base.py): the channel's rollover is told to the session through ``on_rolled_over``
     def __init__(
         self, transport: SharedNotificationsTransport, member: Member, channel: SharedChannel
     ) -> None:
@@ -225,6 +234,14 @@ class Membership:
         self.channel_id = link.channel_id if link is not None else ""
         wire = dict(link.channel) if link is not None else {}
         self.session_response: dict[str, Any] = {**wire, "status": "subscribed"}
+
+    @property
+    def on_rolled_over(self) -> Callable[[Rollover], None] | None:
+        return self._member.on_rolled_over
+
+    @on_rolled_over.setter
+    def on_rolled_over(self, hook: Callable[[Rollover], None] | None) -> None:
+        self._member.on_rolled_over = hook
 
     @property
     def learned(self) -> Learned:

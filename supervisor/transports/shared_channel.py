@@ -15,13 +15,21 @@ no verb that removes one topic (``delete_notifications_channel_subscriptions`` "
 subscriptions").
 
 A channel's drop (its socket ended, ``{"result":"404"}``: expired or evicted by a 21st channel of
-the client, ``socket_closing``, ``token_revoked``) is the channel's: every member's connection
+the client, ``token_revoked``, a ``socket_closing`` a pinned v1 reconnects on) is the channel's: every member's connection
 ends as a lost connection (1006, whatever ended the channel), so its session moves to
 reconnecting; the member stays on the channel, and its session's reconnection (admitted, so paced,
 by the streaming endpoint) waits for the channel's one reconnection, whose ``PUT`` carries every
-member's topic again. A planned renewal (the channel's expiry or its token's) is make-before-break:
-the new channel is created, connected and subscribed before the old one is drained and closed; the
-members do not notice.
+member's topic again. A planned renewal (the channel's expiry or its token's), and v2's answer to
+``socket_closing`` (``SOCKET_CLOSING``, TRANSIENT: the channel lives a minute more), are make-before-break:
+the new channel is created, connected and subscribed before the old one is drained and closed; each
+member's session stays active and is told, as a session on a channel of its own is
+(:class:`~supervisor.transports.base.Rollover`, the runtime's CONNECTION_ROLLED_OVER): its platform
+id is the channel's, and it changed.
+
+What the channel says about itself (``socket_closing``, ``{"result":"404"}``, ``token_revoked``, a
+displaced or changed subscription list, a frame it cannot read) and how its socket ended are
+classified and published once, as the channel's (SDK_ERROR_CLASSIFIED with the channel's key as
+``sessionId``: :meth:`ChannelHost.classify`), never as each member's.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ from supervisor.config import Keepalive
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline
-from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
+from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
+from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
 from supervisor.transports.notifications import CHANNELS_PATH, CIRCUIT, NotificationsTransport
 from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Signal
@@ -88,7 +97,10 @@ class ChannelHost(Protocol):
     @property
     def reports(self) -> Reports: ...
     def transport(self, topics: list[str]) -> NotificationsTransport: ...
-    def classify(self, raw: RawError) -> SdkErrorEvent: ...
+    def classify(self, raw: RawError) -> SdkErrorEvent:
+        """Classify a failure of the channel's own, and publish it (SDK_ERROR_CLASSIFIED)."""
+        ...
+
     def channel_gone(self, exc: OperationError) -> bool: ...
     def closed(self, channel: SharedChannel) -> None: ...
 
@@ -108,6 +120,15 @@ class Member:
     lost: anyio.Event = field(default_factory=anyio.Event)
     dropped_by: RawError | None = None
     sink_failures: int = 0
+    # events of the member's topics a rollover's two channels both carried (delivered once)
+    duplicates: int = 0
+    # the runtime's hook (transports/base.py Rolling), through the member's Membership
+    on_rolled_over: Callable[[Rollover], None] | None = None
+
+    def rolled_over(self, rollover: Rollover) -> None:
+        hook = self.on_rolled_over
+        if hook is not None:
+            hook(rollover)
 
     def deliver(self, message: Mapping[str, Any]) -> None:
         sink = self.on_event
@@ -190,6 +211,9 @@ class SharedChannel:
                 held.remove(member)
                 if not held:
                     del self._by_topic[t]
+                    # no longer ours to count on: the PUT under way may leave it out, so a session
+                    # that asks for it again before that PUT returns is added anew, not taken as held
+                    self.subscribed.discard(t)
         self._to_add.pop(member.session_id, None)
         self.core.leave(member.session_id)
         member.channel = None
@@ -298,10 +322,22 @@ class SharedChannel:
             if link is None or signal.link is not link:
                 continue  # the channel before a rollover
             if isinstance(signal, Ended):
+                self.pool.classify(signal.raw)
                 self._dropped(signal.raw)
                 return
             if isinstance(signal, Due):
                 await self._roll_over(signal.reason)
+                if self.core.state is not ChannelState.OPEN:
+                    return
+                continue
+            # the channel's own message: classified and published once, as the channel's (a
+            # session on a channel of its own reports it to its runner, which does the same)
+            event = self.pool.classify(signal.raw)
+            if signal.notice is Notice.CLOSING and _repaired_in_place(event):
+                # v2 SOCKET_CLOSING (policy rollover): the channel lives about a minute more, time to
+                # make its successor before breaking it; its members stay active. A pinned v1's
+                # reconnection is the drop below.
+                await self._roll_over(RolloverReason.PLATFORM_SIGNAL, code=event.code)
                 if self.core.state is not ChannelState.OPEN:
                     return
                 continue
@@ -432,8 +468,10 @@ class SharedChannel:
                     if member.ready.is_set():
                         member.dropped_by = lost
                         member.lost.set()
-                    # its reconnection waits for the channel's
-                    member.ready = anyio.Event()
+                        # its reconnection waits for the channel's
+                        member.ready = anyio.Event()
+                    # a member still waiting to be subscribed (the channel's first connection
+                    # failed) keeps waiting on the same event: replaced, its open would never wake
         self._schedule(effects)
 
     def _schedule(self, effects: list[Any]) -> None:
@@ -483,13 +521,14 @@ class SharedChannel:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 signals.send_nowait(Due(link, due.reason))
 
-    async def _roll_over(self, reason: RolloverReason) -> None:
+    async def _roll_over(self, reason: RolloverReason, *, code: str | None = None) -> None:
         """Make-before-break: a new channel created, connected and subscribed with every topic,
         then the old one drained (a ping, its pong) and closed; break-first only when the client's
         20 places are all held (the quota refuses the overlap)."""
         pool, old = self.pool, self.link
         assert old is not None
         topics = self._topics()
+        duplicates = {sid: m.duplicates for sid, m in self.members.items()}
         transport = pool.transport(topics)
         place = None
         try:
@@ -505,15 +544,33 @@ class SharedChannel:
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
             self._dropped(raw)
             return
+        make_before_break = not old.closed
         self.link = new
         self._start(new)
         self.subscribed = set(topics)
         if not old.closed:
             await old.drain(pool.keepalive.echo_timeout)
-            await old.close(CloseCode.NORMAL_CLOSURE)
+            await old.close(CloseCode.NORMAL_CLOSURE, now=pool.clock.monotonic())
         place.settle()
         self.rollovers += 1
         self.connections += 1
+        closed_at = old.closed_at if old.closed_at is not None else pool.clock.monotonic()
+        overlap = max(0.0, closed_at - new.opened_at) if make_before_break else 0.0
+        # each member's session is told, as a session on a channel of its own is (its platform id,
+        # the channel's, changed): one CONNECTION_ROLLED_OVER per session, which is what a
+        # session's subscriber (watch, the socket API's rollovers) follows
+        for sid, member in list(self.members.items()):
+            member.rolled_over(
+                Rollover(
+                    reason=reason,
+                    previous=old.channel_id,
+                    current=new.channel_id,
+                    make_before_break=make_before_break,
+                    overlap_s=overlap,
+                    duplicates_dropped=member.duplicates - duplicates.get(sid, member.duplicates),
+                    code=code,
+                )
+            )
         if self._to_add or any(not set(m.topics) <= self.subscribed for m in self.members.values()):
             self._to_add.update(
                 {sid: m for sid, m in self.members.items() if not set(m.topics) <= self.subscribed}
@@ -523,16 +580,30 @@ class SharedChannel:
     # -- events -------------------------------------------------------------------------------------
 
     def _deliver(self, link: ChannelLink, message: Mapping[str, Any]) -> None:
-        if not self._dedupe.admit(link.channel_id, message):
-            return
         topic = message.get("topicName")
-        for member in list(self._by_topic.get(topic, ())) if isinstance(topic, str) else ():
+        members = list(self._by_topic.get(topic, ())) if isinstance(topic, str) else []
+        if not self._dedupe.admit(link.channel_id, message):
+            for member in members:
+                member.duplicates += 1
+            return
+        for member in members:
             member.deliver(message)
 
     async def _close_link(self, code: CloseCode) -> None:
         link, self.link = self.link, None
         if link is not None:
             await link.close(code)
+
+
+def _repaired_in_place(event: SdkErrorEvent) -> bool:
+    """What a session on a channel of its own repairs in place (transports/notifications.py): a
+    TRANSIENT message that neither ends nor reconnects the connection; never a code's name."""
+    return (
+        event.taxonomy_class is TaxonomyClass.TRANSIENT
+        and not event.reconnect
+        and not event.fail_fast
+        and not event.graceful
+    )
 
 
 def _no_heartbeat() -> None:

@@ -445,9 +445,10 @@ STORM_KINDS = (
 async def storm(kind: str) -> dict[str, float]:
     async with GenesysSimulator(seed=1) as sim:
         conversation = sim.create_conversation(agent_user_id="agent-1")
-        login = await httpx.AsyncClient().post(
-            sim.urls["login"] + "/oauth/token", data={"grant_type": "client_credentials"}, auth=("c", "s")
-        )
+        async with httpx.AsyncClient() as login_client:
+            login = await login_client.post(
+                sim.urls["login"] + "/oauth/token", data={"grant_type": "client_credentials"}, auth=("c", "s")
+            )
         token = login.json()["access_token"]
         wire = Wire()
         inner: httpx.AsyncBaseTransport = wire

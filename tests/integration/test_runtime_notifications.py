@@ -7,6 +7,10 @@ each rollover is a CONNECTION_ROLLED_OVER on the bus, and every event is deliver
 v1 still ends the session on a 404. Everything runs against the simulator over loopback; the long
 tests run on a FakeClock shared by the daemon and the simulator (the daemon's sleeps wait for the
 test to move it: :class:`~tests.harness.clocks.FakeTimers`).
+
+These are a session on a channel of its own (``sharedChannels = false``): the channel is the
+session's, so what the platform says on it is the session's to repair. On the shared channels of
+the default the channel's own machine answers (tests/integration/test_shared_channels.py).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ DAY = 86_400.0
 
 
 def notifications_config(urls: dict[str, str], taxonomy: str | None = None) -> str:
-    base = genesys_config(urls, 0)
+    base = genesys_config(urls, 0).replace(
+        "[platforms.genesys.keepalive]\n", "sharedChannels = false\n[platforms.genesys.keepalive]\n", 1
+    )
     if taxonomy is not None:
         base = base.replace("[daemon]\n", f'[daemon]\ntaxonomyVersion = "{taxonomy}"\n', 1)
     return (

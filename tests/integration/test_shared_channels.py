@@ -18,6 +18,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.channel_pool import ChannelPool, SharedChannel
 from supervisor.vocabulary import GENESYS_STREAMING
@@ -120,6 +121,13 @@ async def test_a_channel_drop_recovers_all_its_agents_through_one_reconnection_o
         await h.wait(lambda: dropped.last_drop is not None)
         assert dropped.last_drop is not None
         assert dropped.last_drop.close_code == (1006 if how == "abort" else 1000)
+        # the channel's end is classified and published once, as the channel's
+        own = [
+            e
+            for e in h.recorded.named("SDK_ERROR_CLASSIFIED")
+            if e["context"].get("sessionId") == dropped.key
+        ]
+        assert [e["code"] for e in own] == ["ABNORMAL_CLOSURE" if how == "abort" else "GRACEFUL_CLOSE"]
         await h.wait(lambda: dropped.core.reconnections == 1 and dropped.core.state is ChannelState.OPEN)
         await h.wait(lambda: h.all_in("active"))
         # its agents went to reconnecting and came back; the other channel's never left active
@@ -239,6 +247,7 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         (channel,) = pool_of(h).channels
         first = channel.link
         assert first is not None
+        assert not h.recorded.named("CONNECTION_ROLLED_OVER")
         sent = after = 0
         with anyio.fail_after(10):
             # events spread over the renewal and 50 after it (the publisher's pace, not a timer)
@@ -257,6 +266,13 @@ async def test_a_planned_renewal_is_make_before_break_and_its_agents_never_notic
         assert sorted(sim.state.channels[channel.link.channel_id].topics) == sorted(
             topic(i) for i in range(3)
         )
+        # each session is told, as a session on a channel of its own is: the first renewal, from
+        # the first channel to the next, make-before-break, both open for a while
+        rolled = [e for e in h.recorded.named("CONNECTION_ROLLED_OVER") if e["previous"] == first.channel_id]
+        assert sorted(e["sessionId"] for e in rolled) == ["nt-0", "nt-1", "nt-2"]
+        assert {e["reason"] for e in rolled} == {"CHANNEL_EXPIRING"}
+        assert all(e["makeBeforeBreak"] and e["overlapS"] > 0 for e in rolled)
+        assert len({e["current"] for e in rolled}) == 1 and rolled[0]["current"] != first.channel_id
 
 
 async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the_channel(
@@ -316,3 +332,162 @@ async def test_the_channels_reconnection_waits_for_its_endpoints_circuit(
         h.supervisor.manual_circuits.close(GENESYS_STREAMING)
         await h.wait(lambda: channel.core.reconnections == 1 and h.all_in("active"), limit_s=30.0)
         assert channel.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("no_longer_subscribed", "SUBSCRIPTION_DISPLACED"), ("subscription_changed", "SUBSCRIPTION_CHANGED")],
+)
+async def test_a_channels_own_platform_messages_are_classified_and_published_once_as_the_channels(
+    tmp_path: Path, start_genesys: StartGenesys, kind: str, code: str
+) -> None:
+    """What the platform says about a shared channel is the channel's: one SDK_ERROR_CLASSIFIED under
+    the channel's key (a session on a channel of its own publishes the same under its own id), none
+    for its sessions, which stay active; the channel puts its topics back."""
+    sim = await start_genesys(GenesysSimConfig(), seed=11)
+    async with supervised(shared_config(sim.urls, 3), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan_id = channel.link.channel_id
+        assert sim.notifications.system_message(chan_id, kind)
+        await h.wait(lambda: bool(h.recorded.named("SDK_ERROR_CLASSIFIED")))
+        await h.wait(lambda: sorted(sim.state.channels[chan_id].topics) == [topic(i) for i in range(3)])
+        (event,) = h.recorded.named("SDK_ERROR_CLASSIFIED")
+        assert event["context"]["sessionId"] == channel.key and event["code"] == code
+        assert event["taxonomyClass"] == "TRANSIENT"
+        assert channel.core.state is ChannelState.OPEN and left_active(h) == set()
+
+
+async def test_a_handover_takes_every_session_over_onto_one_new_channel(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """A stop with a store hands the sessions over: the channel goes with the daemon (1001, its
+    topics left); the next start takes each over, all on one new channel whose connection puts
+    every topic in one request, and ends none."""
+    sim = await start_genesys(GenesysSimConfig(), seed=12)
+    text = shared_config(sim.urls, 3) + f'[store]\npath = "{tmp_path / "store.sqlite3"}"\n'
+    async with supervised(text, tmp_path, durable=True) as first:
+        await first.wait(lambda: len(first.runners) == 3 and first.all_in("active"))
+        (channel,) = pool_of(first).channels
+        assert channel.link is not None
+        old_id = channel.link.channel_id
+        socket = sim.notifications.by_channel[old_id]
+    await wait_until(lambda: socket.close_code is not None)
+    assert socket.close_code == 1001
+    assert {e["sessionId"] for e in first.recorded.named("SESSION_HANDED_OVER")} == {"nt-0", "nt-1", "nt-2"}
+    assert not first.recorded.named("SESSION_TERMINATED")
+    # nothing removed: the old channel still holds every topic
+    assert sorted(sim.state.channels[old_id].topics) == [topic(i) for i in range(3)]
+    subs = "/api/v2/notifications/channels/{channelId}/subscriptions"
+    created = sim.recorder.request_count("POST", "/api/v2/notifications/channels")
+    puts = sim.recorder.request_count("PUT", subs)
+    async with supervised(text, tmp_path, durable=True) as second:
+        await second.wait(lambda: len(second.runners) == 3 and second.all_in("active"))
+        (taken,) = pool_of(second).channels
+        assert taken.link is not None and taken.link.channel_id != old_id
+        assert sorted(sim.state.channels[taken.link.channel_id].topics) == [topic(i) for i in range(3)]
+        # one channel created; its connection's PUT carries the topics of the sessions taken over by
+        # then, the others joined in (at most) one batch: never a request a session
+        assert sim.recorder.request_count("POST", "/api/v2/notifications/channels") == created + 1
+        assert taken.connections == 1 and taken.batches <= 1
+        assert sim.recorder.request_count("PUT", subs) == puts + 1
+        assert not second.recorded.named("SESSION_TERMINATED")
+        assert second.terminations() == {}
+        for i in range(3):
+            assert sim.publish(topic(i), {"after": i}) == 1
+
+
+@pytest.mark.parametrize("taxonomy", ["v2", "v1"])
+async def test_socket_closing_rolls_the_channel_over_in_place_under_v2_and_drops_it_under_v1(
+    tmp_path: Path, start_genesys: StartGenesys, taxonomy: str
+) -> None:
+    """v2 calls socket_closing TRANSIENT (the channel lives a minute more): the channel is replaced
+    make-before-break, its sessions stay active and each is told (PLATFORM_SIGNAL, SOCKET_CLOSING),
+    the message classified once, as the channel's. A pinned v1 reconnects on it: the channel drops
+    and one reconnection brings its sessions back."""
+    sim = await start_genesys(GenesysSimConfig(socket_closing_lead_s=5.0), seed=13)
+    text = shared_config(sim.urls, 3).replace("[daemon]\n", f'[daemon]\ntaxonomyVersion = "{taxonomy}"\n', 1)
+    async with supervised(text, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 3 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        first = channel.link.channel_id
+        sim.faults.inject(Fault(kind=FaultKind.SOCKET_CLOSING))
+        await h.wait(lambda: bool(h.recorded.named("SDK_ERROR_CLASSIFIED")))
+        classified = h.recorded.named("SDK_ERROR_CLASSIFIED")[0]
+        assert classified["context"]["sessionId"] == channel.key and classified["code"] == "SOCKET_CLOSING"
+        if taxonomy == "v2":
+            await h.wait(lambda: len(h.recorded.named("CONNECTION_ROLLED_OVER")) == 3)
+            rolled = h.recorded.named("CONNECTION_ROLLED_OVER")
+            assert {(e["reason"], e["code"], e["makeBeforeBreak"], e["previous"]) for e in rolled} == {
+                ("PLATFORM_SIGNAL", "SOCKET_CLOSING", True, first)
+            }
+            assert channel.core.reconnections == 0 and left_active(h) == set()
+            assert [e["code"] for e in h.recorded.named("SDK_ERROR_CLASSIFIED")] == ["SOCKET_CLOSING"]
+        else:
+            await h.wait(lambda: channel.core.reconnections == 1 and h.all_in("active"), limit_s=10.0)
+            assert left_active(h) == {"nt-0", "nt-1", "nt-2"}
+            assert not h.recorded.named("CONNECTION_ROLLED_OVER")
+        assert channel.link is not None and channel.link.channel_id != first
+        assert sorted(sim.state.channels[channel.link.channel_id].topics) == [topic(i) for i in range(3)]
+        assert h.terminations() == {}
+
+
+@pytest.mark.parametrize("shared", [True, False])
+async def test_the_channel_client_is_where_a_clients_identity_enters(
+    tmp_path: Path, start_genesys: StartGenesys, monkeypatch: pytest.MonkeyPatch, shared: bool
+) -> None:
+    """``Wiring.channel_client(spec)`` alone says whose channels a session's are: keyed by it, the
+    shared pools (and, one channel a session, the 20-channel quotas) split the sessions by client,
+    as a tenant's own client will."""
+    from supervisor.config import SessionSpec
+    from supervisor.runtime.wiring import Wiring
+
+    def by_parity(self: Wiring, spec: SessionSpec) -> str:
+        return "client-even" if int(spec.id.rsplit("-", 1)[1]) % 2 == 0 else "client-odd"
+
+    monkeypatch.setattr(Wiring, "channel_client", by_parity)
+    sim = await start_genesys(GenesysSimConfig(), seed=14)
+    text = shared_config(sim.urls, 4)
+    if not shared:
+        text = text.replace("sharedChannels = true", "sharedChannels = false")
+    async with supervised(text, tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 4 and h.all_in("active"))
+        wiring = h.supervisor.wiring
+        if shared:
+            pools = wiring.channel_pools.pools
+            assert set(pools) == {"client-even", "client-odd"}
+            members = {key: sorted(m for c in p.channels for m in c.members) for key, p in pools.items()}
+            assert members == {"client-even": ["nt-0", "nt-2"], "client-odd": ["nt-1", "nt-3"]}
+        else:
+            assert set(wiring.channel_quotas) == {"client-even", "client-odd"}
+            assert wiring.channel_pools.pools == {}
+
+
+async def test_a_session_started_again_while_its_topic_comes_off_is_added_back(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """A session stopped (its topic off the channel, one PUT of the others) and started again while
+    that PUT is out is not taken as held: it is added back once the PUT returns."""
+    sim = await start_genesys(GenesysSimConfig(), seed=15)
+    async with supervised(shared_config(sim.urls, 2), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 2 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        assert channel.link is not None
+        chan = sim.state.channels[channel.link.channel_id]
+        subs = "/api/v2/notifications/channels/{channelId}/subscriptions"
+        sim.faults.inject(
+            Fault(kind=FaultKind.LATENCY, endpoint="PUT *subscriptions", count=1, params={"latency_ms": 1000})
+        )
+        (spec,) = [s for s in h.config.sessions if s.id == "nt-0"]
+        puts = sim.recorder.request_count("PUT", subs)
+        await h.supervisor.stop("nt-0")
+        await h.wait(lambda: channel.batches == 1)  # the PUT without nt-0's topic is out
+        h.supervisor.start(spec)
+        await h.wait(lambda: "nt-0" in channel.members)
+        assert sim.recorder.request_count("PUT", subs) == puts  # rejoined while the PUT is out
+        await h.wait(lambda: sim.recorder.request_count("PUT", subs) == puts + 1)
+        await h.wait(lambda: sorted(chan.topics) == [topic(0), topic(1)])
+        await h.wait(lambda: h.all_in("active"))
+        assert sim.publish(topic(0), {"back": True}) == 1

@@ -72,7 +72,9 @@ def test_the_kind_implies_the_platform_and_a_platform_given_is_checked() -> None
 
 
 def test_the_notification_channel_limit_counts_the_sessions_already_there() -> None:
-    base = config()
+    # one channel a session (sharedChannels = false): 20 sessions; the shared default's 20 x 1,000 is
+    # tests/unit/test_config_shared_channels.py's
+    base = config("sharedChannels = false\n")
     entry = {"id": "nt-x", "kind": "notifications", "agentId": "a"}
     parse_session(entry, base, "AddSession", "sessions[0]", notifications=GENESYS_CHANNELS_PER_CLIENT - 1)
     with pytest.raises(

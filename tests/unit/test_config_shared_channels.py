@@ -27,12 +27,17 @@ def config(count: int, *shared: str) -> str:
 
 def test_shared_channels_carry_twenty_channels_of_topics() -> None:
     assert GENESYS_TOPICS_PER_CHANNEL == 1000
-    parsed = parse_config(config(0, "sharedChannels = true"), "c.toml")
+    # shared is the default
+    parsed = parse_config(config(0), "c.toml")
     genesys = parsed.platforms.genesys
-    assert genesys is not None and notification_capacity(genesys) == 20_000
-    # off (the default): one channel a session
-    off = parse_config(config(0), "c.toml").platforms.genesys
+    assert genesys is not None and genesys.shared_channels and notification_capacity(genesys) == 20_000
+    # off: one channel a session
+    off = parse_config(config(0, "sharedChannels = false"), "c.toml").platforms.genesys
     assert off is not None and not off.shared_channels and notification_capacity(off) == 20
+    with pytest.raises(
+        ConfigError, match=r"^c\.toml: sessions\[20\]\.kind: more than 20 notifications sessions;"
+    ):
+        parse_config(config(21, "sharedChannels = false"), "c.toml")
 
 
 def test_past_twenty_channels_of_topics_the_file_is_refused() -> None:

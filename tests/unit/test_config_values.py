@@ -118,11 +118,13 @@ def test_non_finite_durations_are_refused(key: str, value: str) -> None:
 
 
 def notifications(count: int) -> str:
+    """``count`` notifications sessions, one channel each (``sharedChannels = false``: the limit these
+    tests are about; the shared default's is tests/unit/test_config_shared_channels.py's)."""
     sessions = "".join(
         f'[[sessions]]\nid = "n{i}"\nplatform = "genesys"\nkind = "notifications"\nagentId = "a{i}"\n'
         for i in range(count)
     )
-    return genesys() + sessions
+    return genesys() + "sharedChannels = false\n" + sessions
 
 
 def test_twenty_notifications_sessions_pass_and_a_21st_names_the_limit() -> None:

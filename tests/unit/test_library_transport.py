@@ -537,15 +537,18 @@ def test_the_pace_after_a_storm_starts_from_the_caller_s_floor(clock: FakeClock)
 
 
 def test_the_pace_grows_back_by_the_caller_s_recovery(clock: FakeClock) -> None:
-    # each admitted call adds half a call a second: 4, 4.5, 5, 5.5 calls a second
+    # each admitted call adds half a call a second once the pace is in use: the first call after the hold grows
+    # nothing (less than half the pace admitted in the second before it: RFC 7661's application-limited rule, the
+    # pacer's, docs/runtime.md "Admission"), then 4, 4.5, 5 calls a second
     assert paced_gaps(clock, 5, pace_floor=4.0, pace_recovery=0.5) == pytest.approx(
-        [1 / 4, 1 / 4.5, 1 / 5, 1 / 5.5]
+        [1 / 4, 1 / 4, 1 / 4.5, 1 / 5]
     )
 
 
 def test_the_library_s_default_floor_is_five_calls_a_second_growing_two_percent(clock: FakeClock) -> None:
     assert supervisor.http.PACE_FLOOR == 5.0
-    assert paced_gaps(clock, 4) == pytest.approx([1 / 5.0, 1 / 5.02, 1 / 5.04])
+    # the pace grows once half of it (2.5 calls) was admitted in the second before: from the fourth call on
+    assert paced_gaps(clock, 7) == pytest.approx([1 / 5.0, 1 / 5.0, 1 / 5.0, 1 / 5.02, 1 / 5.04, 1 / 5.06])
 
 
 def test_a_decorated_function_s_pace_starts_from_the_caller_s_floor(clock: FakeClock) -> None:
