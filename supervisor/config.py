@@ -35,6 +35,7 @@ from supervisor.credentials import Secret as Secret
 from supervisor.credentials import default_environ as default_environ
 from supervisor.credentials import read_secret as read_secret
 from supervisor.errors import ConfigError, located
+from supervisor.stamp import MEMBER_PATTERN
 from supervisor.taxonomy.loader import DEFAULT_VERSION, LimitError, parse_toml, read_capped
 from supervisor.vocabulary import Platform
 
@@ -206,6 +207,10 @@ class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown
     lock_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     # event lines held for a slow standard output before lines are dropped (and counted)
     event_buffer_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 8 * 1024 * 1024
+    # tests only: stamp every request and WebSocket upgrade with this member name and the store's
+    # epoch (header X-Session-Supervisor-Stamp, which the simulators log: supervisor/stamp.py); unset,
+    # the default, adds nothing
+    stamp_member: Annotated[str, msgspec.Meta(pattern=MEMBER_PATTERN)] | None = None
 
 
 _Uid = Annotated[int, msgspec.Meta(ge=0, le=4_294_967_294)]

@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from supervisor.config_urls import store_url_problem
 from supervisor.errors import ConfigError
 
 __all__ = [
@@ -61,6 +62,23 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     # "full": the WAL is synced at every commit (an acknowledged update survives power loss);
     # "normal": it survives kill -9 but not an OS crash (SQLite "PRAGMA synchronous"; docs/store.md)
     synchronous: Literal["full", "normal"] = "full"
+    # the store in PostgreSQL instead of a file (docs/store.md, "PostgreSQL"): a postgresql:// URL with
+    # no password in it; TLS (sslmode=verify-full by default) for any host that is not a Unix socket
+    url: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    # the role's password, read like the platforms' credential files (beside the configuration, or
+    # in $CREDENTIALS_DIRECTORY)
+    password_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+
+    def __post_init__(self) -> None:
+        # msgspec reports a ValueError raised here with the table's location
+        if self.url is not None:
+            if self.path is not None:
+                raise ValueError("path and url name two stores: give one")
+            problem = store_url_problem(self.url)
+            if problem is not None:
+                raise ValueError(f"url: {problem}")
+        elif self.password_file is not None:
+            raise ValueError("passwordFile is for a PostgreSQL store: give url too")
 
 
 class StopAction(enum.StrEnum):

@@ -50,8 +50,8 @@ def _profile(environ: dict[str, str]) -> str:
 settings.load_profile(_profile(dict(os.environ)))
 
 # -- shared fixtures -------------------------------------------------------------------------------
-# the clock and the simulators, for every directory (tests/harness/__init__.py says what is where)
-pytest_plugins = ("tests.harness.clocks", "tests.harness.simulators")
+# the clock, the simulators and PostgreSQL, for every directory (tests/harness/__init__.py says what is where)
+pytest_plugins = ("tests.harness.clocks", "tests.harness.simulators", "tests.harness.postgres")
 
 
 @pytest.fixture

@@ -70,6 +70,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "watch",
         "Follow the daemon's sessions over its subscribe socket, until the daemon stops.",
     ),
+    "store": LazyCommand(
+        "supervisor.cli.store_cmd",
+        "store",
+        "Move the durable store between SQLite and PostgreSQL (the daemons stopped).",
+    ),
     "bridge": LazyCommand(
         "supervisor.cli.bridge_cmd",
         "bridge",

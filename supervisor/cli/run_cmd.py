@@ -134,7 +134,8 @@ def stop_line(config: Config, environ: Mapping[str, str]) -> str:
     from supervisor.config_durable import ON_STOP_ENV, StopAction, stop_action
     from supervisor.runtime.durable import store_path
 
-    path = store_path(config, environ)
+    # a PostgreSQL store is named by its URL (which holds no password: the configuration refuses one)
+    path = config.store.url or store_path(config, environ)
     handover = config.handover
     action = stop_action(handover, environ)  # ConfigError for a bad $SESSION_SUPERVISOR_ON_STOP
     if path is None:

@@ -55,7 +55,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from supervisor.attributes import AttributeService, Settings
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
-from supervisor.config import Config, SessionKind, SessionSpec, parse_session
+from supervisor.config import Config, SessionKind, SessionSpec, parse_session, read_secret
 from supervisor.config_durable import StopAction, stop_action
 from supervisor.errors import ConfigError, StoreError
 from supervisor.events import PacingChanged, Published, SessionTransition, TerminationReason
@@ -170,6 +170,8 @@ class Durable:
             "background": background,
             "environ": environ,
         }
+        if config.store.url is not None:
+            return await cls._open_postgres(config, wiring, environ, common, warn)
         if path is None:
             return cls(config, None, problem=NO_STORE, **common)
         health = _Health(str(path), bus, clock, warn)
@@ -200,6 +202,7 @@ class Durable:
         except StoreError as exc:
             await store.aclose()
             return cls(config, None, problem=str(exc), **common)
+        wiring.stamper.epoch = store.epoch  # the test-only stamp carries the epoch this open took
         wiring.attempts.endpoints.seed(limits)
         # the sessions are read by shard, as the leases give them (acquire); a test's crash points sit
         # at the store's interface (supervisor/store/testhooks.py)
@@ -245,6 +248,57 @@ class Durable:
                 del table[session_id]
         self._started -= {k for k in self._started if shard_of(k) in lost}
         self.attributes.release(lost)
+
+    @classmethod
+    async def _open_postgres(
+        cls,
+        config: Config,
+        wiring: Wiring,
+        environ: Mapping[str, str],
+        common: dict[str, Any],
+        warn: Warn | None,
+    ) -> Durable:
+        """The store in PostgreSQL (``[store] url``): no read-only fallback, a database that cannot be
+        reached is a degraded store (the sessions start as the configuration says)."""
+        url = config.store.url
+        assert url is not None
+        health = _Health(url, common["bus"], common["clock"], warn)
+        try:
+            from supervisor.store.pg import PgStore
+        except ImportError:
+            problem = "PostgreSQL support is not installed: pip install 'session-supervisor[postgres]'"
+            health(problem)
+            return cls(config, None, problem=f"{url}: {problem}", **common)
+        try:
+            secret = read_secret(
+                config.store.password_file,
+                key="store.passwordFile",
+                config_dir=wiring.config_dir,
+                environ=environ,
+            )
+            opened = await PgStore.open(
+                url, password=None if secret is None else secret.reveal(), on_health=health
+            )
+        except ConfigError as exc:
+            health(str(exc))
+            return cls(config, None, problem=str(exc), **common)
+        except StoreError as exc:
+            health(exc.problem)
+            return cls(config, None, problem=str(exc), **common)
+        store: Store = opened  # mypy holds PgStore to the store's interface here
+        try:
+            desired = await store.desired_sessions()
+            server = await store.server_sessions()
+            # each endpoint's pace starts from the limit the previous run learned, as on SQLite
+            limits = await learned_limits.load(
+                store, common["clock"].time(), config.admission.learned_limit_max_age, warn
+            )
+        except StoreError as exc:
+            await store.aclose()
+            return cls(config, None, problem=str(exc), **common)
+        wiring.stamper.epoch = opened.epoch  # the test-only stamp carries the epoch this open took
+        wiring.attempts.endpoints.seed(limits)
+        return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
 
     @property
     def degraded(self) -> str | None:

@@ -123,6 +123,7 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         executor=wiring.executor,
         guest_token=row.guest_token,
         resuming=True,
+        stamp=wiring.stamper.headers,
     )
     try:
         connection = await transport.open()

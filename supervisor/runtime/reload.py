@@ -103,8 +103,9 @@ INTERRUPTED = (
 #: "Reload"). Every other table and field is applied.
 RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     # the drain's bound is handed to the lifecycle and systemd's stop timeout at start; the seed
-    # feeds the jitter source every machine holds; the lock and the stdout buffer exist once
-    "daemon": ("shutdown_grace", "seed", "lock_file", "event_buffer_bytes"),
+    # feeds the jitter source every machine holds; the lock and the stdout buffer exist once; the
+    # test-only stamp is read by the HTTP clients and transports built at start
+    "daemon": ("shutdown_grace", "seed", "lock_file", "event_buffer_bytes", "stamp_member"),
     # every endpoint's pacer, in-flight cap and retry budget are built once, with their state
     "admission": None,
     # the exporter, the executor's tracing hooks and the bus's trace context are built at start

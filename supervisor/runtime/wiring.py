@@ -68,6 +68,7 @@ from supervisor.runtime.tenancy import (
     spec_scope,
 )
 from supervisor.runtime.tls import TlsContexts
+from supervisor.stamp import Stamper
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_pool import ChannelPools, SharedNotificationsTransport
@@ -137,6 +138,9 @@ class Wiring:
         self.config_dir = config_dir
         self.environ: Mapping[str, str] = environ if environ is not None else os.environ
         self.sleep = sleep
+        # [daemon] stampMember (tests only): the header every request and upgrade carries; the durable
+        # store sets its epoch once open (supervisor/stamp.py)
+        self.stamper = Stamper(config.daemon.stamp_member)
         self.taxonomy = load_taxonomy(resolve_version(config.daemon.taxonomy_version, self.environ))
         self.classifier = Classifier(self.taxonomy, self.clock)
         # [taxonomy] capture and shadow: told every failure the classifier routes (docs/taxonomy.md)
@@ -195,6 +199,7 @@ class Wiring:
             rng=self.rng,
             sleep=sleep,
             reports=bus_hooks,
+            stamp=self.stamper.headers,
             classified=bus_hooks.classified,
         )
         self.notification_sink = notification_sink
@@ -480,10 +485,17 @@ class Wiring:
         # the TLS context is shared (made once per trust configuration), the pool is the client's own
         tls = self.tls.context()
         transport = httpx.AsyncHTTPTransport(verify=tls, retries=0, limits=limits)
+        # [daemon] stampMember (tests only): each request stamped as it leaves (supervisor/stamp.py)
+        hooks = {"request": [self._stamp]} if self.stamper.member is not None else None
         # (verify: the same context for the transports httpx mounts for proxies from the environment)
-        client = httpx.AsyncClient(verify=tls, timeout=timeout, transport=transport, follow_redirects=False)
+        client = httpx.AsyncClient(
+            verify=tls, timeout=timeout, transport=transport, follow_redirects=False, event_hooks=hooks
+        )
         self._pool_limits[id(client)] = 2 * per + 20
         return client
+
+    async def _stamp(self, request: httpx.Request) -> None:
+        request.headers.update(self.stamper.headers())
 
     def grow(self, platform: Scope, added: int) -> None:
         """The platform now has ``added`` sessions from the control socket: more pools when the file's
@@ -550,6 +562,7 @@ class Wiring:
                 history=self.guest_history(spec.id, scope),
                 send_check_after=gen.send_check_after,
                 on_event=webmessaging_sink(self.platform_events, spec.id),
+                stamp=self.stamper.headers,
             )
             return wm, GENESYS_WEBMESSAGING.of(tenant)
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -594,6 +607,7 @@ class Wiring:
                 # the shared channels' pools know it: channel_client, where a tenant's identity enters)
                 quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
+                stamp=self.stamper.headers,
             )
             return nt, GENESYS_STREAMING.of(tenant)
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport

@@ -450,3 +450,11 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
     )
     out["updates"] = int(conn.execute("SELECT COUNT(*) FROM updates").fetchone()[0])
     return out
+
+
+# shared with the PostgreSQL store's SQL (supervisor/store/pg_sql.py): the row mappers and the decisions
+row_of = _row
+entry_of = _entry
+mismatch_of = _mismatch
+outcome_of = _outcome
+WIPED = _WIPED

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
 import stat
@@ -118,8 +119,11 @@ class SqliteStore:
         synchronous: Synchronous,
         faults: StoreFaults,
         on_health: HealthHook | None,
+        lock_fd: int | None = None,
     ) -> None:
         self.path = str(path)
+        # the store's shared flock, held while it is open (see hold_shared)
+        self._lock_fd = lock_fd
         self.epoch = epoch
         self.synchronous = synchronous
         self.degraded: str | None = None
@@ -143,8 +147,10 @@ class SqliteStore:
         """Open (or create) the store; raises :class:`StoreError` naming the file and the problem."""
         p = Path(path)
         faults = StoreFaults(environ)
-        conn, epoch = await to_thread.run_sync(_open_sync, p, synchronous)
-        return cls(p, conn, epoch=epoch, synchronous=synchronous, faults=faults, on_health=on_health)
+        conn, epoch, lock_fd = await to_thread.run_sync(_open_sync, p, synchronous)
+        return cls(
+            p, conn, epoch=epoch, synchronous=synchronous, faults=faults, on_health=on_health, lock_fd=lock_fd
+        )
 
     async def aclose(self) -> None:
         """Run what is queued, checkpoint the WAL, close the file (idempotent)."""
@@ -157,6 +163,9 @@ class SqliteStore:
                 if batch:
                     await to_thread.run_sync(self._execute, conn, batch)
                 await to_thread.run_sync(_close_sync, conn)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # drops the shared flock
+                self._lock_fd = None
 
     # ------------------------------------------------------------------ the one writer
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -408,8 +417,36 @@ def _narrow(path: Path) -> None:
             os.chmod(path, FILE_MODE)
 
 
-def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection, int]:
+def hold_shared(path: Path) -> int:
+    """A shared ``flock`` on the store's file, held by every open store: ``store copy`` takes it
+    exclusively, so it copies no store a daemon has open, and no daemon opens one while it copies.
+    (SQLite's own locks are ``fcntl`` record locks, which ``flock`` does not touch on Linux.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreError(str(path), f"cannot open it ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(
+            str(path), "`session-supervisor store copy` is copying it; start again once it is done"
+        ) from None
+    return fd
+
+
+def _open_sync(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection, int, int]:
     _prepare_file(path)
+    lock_fd = hold_shared(path)
+    try:
+        conn, epoch = _open_locked(path, synchronous)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return conn, epoch, lock_fd
+
+
+def _open_locked(path: Path, synchronous: Synchronous) -> tuple[sqlite3.Connection, int]:
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
     except sqlite3.Error as exc:

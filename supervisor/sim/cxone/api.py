@@ -35,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from supervisor.sim.activity import ACTIVITY_FIELDS
 from supervisor.sim.cxone.auth import bearer_of, check_bearer
 from supervisor.sim.cxone.context import CONTEXT_KEY, CxoneContext
 from supervisor.sim.cxone.routing import case_insensitive
@@ -245,6 +246,9 @@ async def get_next_event(request: web.Request) -> web.Response:
     handle = ctx.sessions.handle(session_id)
     if handle is None:
         return oauth_error(404, "invalid_session", "Session not found")
+    # the activity log names the agent session polled: its first sessionId, which the rolling one replaces
+    polled: dict[str, str | int | None] = {"handle": handle.key}
+    request[ACTIVITY_FIELDS] = polled
     key, endpoint = request[SESSION_KEY], request[ENDPOINT_KEY]
     events = request.app[POLL_EVENTS]
     wake = events.setdefault(handle.key, asyncio.Event())

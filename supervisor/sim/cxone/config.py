@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 
 from supervisor.errors import ConfigError
+from supervisor.sim.activity import DEFAULT_CAPACITY
 from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S, check_numbers
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
@@ -55,6 +56,8 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             connections are closed after it too.
         ended_poll_status: what a poll after the delivered ``AgentSessionEnd`` answers: 409
             (default), 404 or 400. No vendor source shows it (NICE's SDK never sends that poll) [I].
+        activity_capacity: entries the activity log keeps (``GET {admin}/activity``; the oldest go
+            first: docs/simulators.md, "Activity log").
 
     Every number must be finite and at most 10^9.
     """
@@ -76,6 +79,7 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     scope: str = "RealTimeApi AdminApi AgentApi AuthenticationApi PatronApi ReportingApi"
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     ended_poll_status: int = 409
+    activity_capacity: int = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -83,6 +87,8 @@ class CxoneSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError("ended_poll_status must be 400, 404 or 409")
         if self.read_timeout_s <= 0:
             raise ValueError("read_timeout_s must be > 0")
+        if self.activity_capacity <= 0:
+            raise ValueError("activity_capacity must be > 0")
         if self.token_ttl_s <= 0:
             raise ValueError("token_ttl_s must be positive")
         if not 0 <= self.token_early_expiry_s < self.token_ttl_s:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from supervisor.sim.activity import ACTIVITY_SESSION
 from supervisor.sim.cxone.context import CxoneContext
 from supervisor.sim.cxone.wire import (
     ENDPOINT_KEY,
@@ -43,6 +44,7 @@ def make_middleware(listener: str, ctx: CxoneContext, key_of: KeyOf) -> Middlewa
         try:
             key = "" if request.match_info.http_exception is not None else await key_of(request, ctx)
             request[SESSION_KEY] = key
+            request[ACTIVITY_SESSION] = key
             refused = ctx.gate.admission(key, endpoint)
             ctx.recorder.record_attempt(listener, accepted=refused is None)
             if refused is not None:

@@ -25,6 +25,7 @@ from aiohttp import web
 from supervisor.clock import Clock, SystemClock
 from supervisor.errors import SimulatorError
 from supervisor.sim import serving
+from supervisor.sim.activity import ActivityLog, http_middleware
 from supervisor.sim.admin import make_admin_app
 from supervisor.sim.cxone import api, auth
 from supervisor.sim.cxone.admin_routes import admin_routes
@@ -49,6 +50,7 @@ class CxoneSimulator:
         urls: ``{"auth", "api", "admin"}`` base URLs, filled by :meth:`start`.
         faults: the shared :class:`~supervisor.sim.faults.FaultController` (Python fault API).
         recorder: the shared :class:`~supervisor.sim.recorder.Recorder` (what the simulator saw).
+        activity: the :class:`~supervisor.sim.activity.ActivityLog` (who did what when; ``GET {admin}/activity``).
         state: the :class:`~supervisor.sim.cxone.state.SessionStore` (agent sessions, events).
         tokens: the :class:`~supervisor.sim.cxone.tokens.TokenStore`.
         gate: the :class:`~supervisor.sim.cxone.gate.FaultGate` (per-kind default error bodies).
@@ -70,6 +72,7 @@ class CxoneSimulator:
         rng = random.Random(seed)
         self.faults = FaultController(self.clock, seed)
         self.recorder = Recorder(self.clock)
+        self.activity = ActivityLog(self.clock, self.config.activity_capacity)
         self.tokens = TokenStore(
             self.clock,
             random.Random(rng.getrandbits(64)),
@@ -127,14 +130,15 @@ class CxoneSimulator:
         self._ctx = ctx
         auth.install_token_faults(ctx)
         apps = {
-            "auth": self._app("auth", ctx, auth.add_routes, auth.auth_key_of),
-            "api": self._app("api", ctx, api.add_routes, api.api_key_of),
+            "auth": self._app("auth", ctx, auth.add_routes, auth.auth_key_of, self.activity),
+            "api": self._app("api", ctx, api.add_routes, api.api_key_of, self.activity),
             "admin": make_admin_app(
                 self.faults,
                 self.recorder,
                 name="cxone",
                 urls=dict(self.urls),
                 routes=admin_routes(self.set_agent_state),
+                activity=self.activity,
             ),
         }
         self._api_app = apps["api"]
@@ -159,10 +163,11 @@ class CxoneSimulator:
         ctx: CxoneContext,
         add_routes: object,
         key_of: KeyOf,
+        activity: ActivityLog,
     ) -> web.Application:
-        app = web.Application(
-            client_max_size=256 * 1024, middlewares=[make_middleware(listener, ctx, key_of)]
-        )
+        # the activity middleware outside the pipeline: it records the status the client gets
+        middlewares = [http_middleware(activity, listener), make_middleware(listener, ctx, key_of)]
+        app = web.Application(client_max_size=256 * 1024, middlewares=middlewares)
         app[CONTEXT_KEY] = ctx
         assert callable(add_routes)
         add_routes(app)

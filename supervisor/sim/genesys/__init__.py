@@ -7,6 +7,7 @@
                       #  "streaming": "ws://..", "admin": "http://.."}
         sim.faults    # FaultController: sim.faults.inject(Fault(kind=FaultKind.DROP)) / .clear() / .active()
         sim.recorder  # Recorder: what the simulator saw (also GET {admin}/stats)
+        sim.activity  # ActivityLog: who did what when (also GET {admin}/activity)
 
 Listeners mirror the real hosts (docs/platforms.md, "Genesys Cloud Web Messaging", "Genesys Cloud notifications", "Genesys Cloud Platform REST"): ``login`` (``POST /oauth/token``), ``api``
 (``/api/v2/...``), ``webmessaging`` (``/v1?deploymentId=``), ``streaming`` (``/channels/{id}``),
@@ -30,6 +31,7 @@ from typing import Any
 
 from supervisor.clock import Clock, SystemClock
 from supervisor.errors import SimulatorError
+from supervisor.sim.activity import ActivityLog, http_middleware
 from supervisor.sim.admin import make_admin_app
 from supervisor.sim.faults import FaultController
 from supervisor.sim.genesys.config import GenesysSimConfig, load_config
@@ -83,6 +85,7 @@ class GenesysSimulator:
         self.state = GenesysState(self.config, self.clock, rng)
         gate = FaultGate(self.faults, self.recorder, self.clock)
         self.ctx = SimContext(self.config, self.clock, rng, self.state, self.faults, self.recorder, gate)
+        self.activity = self.ctx.activity = ActivityLog(self.clock, self.config.activity_capacity)
         self.webmessaging = WebMessagingServer(self.ctx)
         self.notifications = NotificationsHub(self.ctx)
         self.urls: dict[str, str] = {}
@@ -111,11 +114,13 @@ class GenesysSimulator:
             self.ctx.urls = dict(self.urls)
             timeout = self.config.read_timeout_s
             login = make_login_app(self.ctx)
+            login.middlewares.insert(0, http_middleware(self.activity, "login"))
             self._listeners.append(
                 await serve_aiohttp("login", login, socks["login"], read_timeout_s=timeout)
             )
             api = make_api_app(self.ctx, [*CONVERSATION_ROUTES, *CHANNEL_ROUTES])
             api.router.add_get(MESSAGES_ROUTE, guest_messages)
+            api.middlewares.insert(0, http_middleware(self.activity, "api"))
             self._listeners.append(await serve_aiohttp("api", api, socks["api"], read_timeout_s=timeout))
             wm = self.webmessaging
             self._listeners.append(
@@ -143,6 +148,7 @@ class GenesysSimulator:
                 name="genesys",
                 urls=self.urls,
                 routes=admin_routes(self.ctx, self.publish),
+                activity=self.activity,
             )
             self._listeners.append(
                 await serve_aiohttp("admin", admin, socks["admin"], read_timeout_s=timeout)

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from supervisor.errors import SimulatorError
+from supervisor.sim.activity import DEFAULT_CAPACITY
 from supervisor.sim.limits import DEFAULT_READ_TIMEOUT_S, check_numbers
 from supervisor.taxonomy.loader import LimitError, parse_toml, read_capped
 
@@ -70,6 +71,8 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         read_timeout_s: an HTTP request's headers, then its body, must arrive within this long
             (else the connection is closed, or the request answered 408); idle keep-alive
             connections are closed after it too.
+        activity_capacity: entries the activity log keeps (``GET {admin}/activity``; the oldest go
+            first: docs/simulators.md, "Activity log").
 
     Every number must be finite and at most 10^9.
     """
@@ -101,6 +104,7 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     ws_max_size: int = 256 * 1024
     compression: bool = False
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    activity_capacity: int = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
         check_numbers(self)
@@ -120,6 +124,7 @@ class GenesysSimConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             "max_custom_data_bytes": self.max_custom_data_bytes,
             "ws_max_size": self.ws_max_size,
             "read_timeout_s": self.read_timeout_s,
+            "activity_capacity": self.activity_capacity,
         }
         for name, value in positive.items():
             if value <= 0:

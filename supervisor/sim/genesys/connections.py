@@ -21,6 +21,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
+from supervisor.sim.activity import ActivityKind, Origin, ws_origin
 from supervisor.sim.faults import Fault, FaultKind, retry_after_header
 from supervisor.sim.genesys.context import SimContext
 from supervisor.vocabulary import CloseCode
@@ -43,6 +44,7 @@ class WsListener:
         self.times: dict[ServerConnection, list[float]] = {}
         self._next_sweep = 0.0
         self.blackholed: dict[ServerConnection, str] = {}
+        self.origins: dict[ServerConnection, Origin] = {}
         self.extra: dict[FaultKind, ExtraAction] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         ctx.faults.on_activate(self._activated)
@@ -55,6 +57,7 @@ class WsListener:
     ) -> Response:
         """An HTTP answer instead of the upgrade, recorded as a refused attempt."""
         self.ctx.recorder.record_attempt(self.name, accepted=False)
+        self.record(conn, ActivityKind.CONNECT, None, status=status)
         response = conn.respond(status, text + "\n")
         if retry_after is not None:
             response.headers["Retry-After"] = retry_after
@@ -82,12 +85,48 @@ class WsListener:
             text = "Too Many Requests" if status == 429 else "Service Unavailable"
             return self.refuse(conn, status, text, retry)
         self.ctx.recorder.record_attempt(self.name, accepted=True)
+        self.record(conn, ActivityKind.CONNECT, None, status=101)
         return None
+
+    def _origin(self, conn: ServerConnection) -> Origin:
+        origin = self.origins.get(conn)
+        return origin if origin is not None else ws_origin(self.ctx.activity, conn)
+
+    def record(
+        self, conn: ServerConnection, kind: ActivityKind, session: str | None, **fields: str | int | None
+    ) -> None:
+        """One activity entry for ``conn`` (peer, connection number and stamp from its upgrade)."""
+        peer, number, stamp = self._origin(conn)
+        self.ctx.activity.record(
+            kind, listener=self.name, peer=peer, conn=number, session=session, stamp=stamp, extra=fields
+        )
+
+    def displaced(self, session: str, old: ServerConnection, new: ServerConnection) -> None:
+        """A ``displaced`` entry: ``old`` lost ``session`` to ``new`` (both peers, both stamps)."""
+        peer, number, stamp = self._origin(old)
+        by_peer, by_number, by_stamp = self._origin(new)
+        extra: dict[str, str | int | None] = {
+            "by_peer": by_peer,
+            "by_conn": by_number,
+            "by_member": by_stamp.member,
+            "by_epoch": by_stamp.epoch,
+        }
+        self.ctx.activity.record(
+            ActivityKind.DISPLACED,
+            listener=self.name,
+            peer=peer,
+            conn=number,
+            session=session,
+            stamp=stamp,
+            extra=extra,
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def opened(self, conn: ServerConnection, key: str) -> None:
         self.conns[conn] = key
+        # the activity log's view of the connection, worked out once (peer, number, stamp)
+        self.origins[conn] = ws_origin(self.ctx.activity, conn)
         now = self.ctx.clock.monotonic()
         self.times[conn] = [now, now]
         self.ctx.recorder.connection_opened(self.name)
@@ -107,6 +146,7 @@ class WsListener:
                 )
         self.times.pop(conn, None)
         self.blackholed.pop(conn, None)
+        self.origins.pop(conn, None)
 
     def live(self) -> list[ServerConnection]:
         """Open connections that are not black-holed (pushes go to these)."""

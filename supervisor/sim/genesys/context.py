@@ -19,6 +19,7 @@ import msgspec
 from aiohttp import web
 
 from supervisor.clock import Clock
+from supervisor.sim.activity import ActivityLog
 from supervisor.sim.faults import Fault, FaultController, FaultKind, retry_after_header
 from supervisor.sim.genesys.config import GenesysSimConfig
 from supervisor.sim.genesys.conversations import ConversationChange
@@ -44,6 +45,8 @@ class SimContext:
     recorder: Recorder
     gate: FaultGate
     urls: dict[str, str] = field(default_factory=dict)
+    # who did what when (GET {admin}/activity); the simulator gives it its clock and capacity
+    activity: ActivityLog = field(default_factory=ActivityLog)
     # SILENT_DROP_ATTRIBUTES: matching updates seen per fault id (its ``after`` param)
     drop_seen: Counter[str] = field(default_factory=Counter)
     # set by webmessaging: push an agent (Outbound) message to the guest's open connections

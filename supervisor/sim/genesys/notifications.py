@@ -56,6 +56,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
+from supervisor.sim.activity import ActivityKind
 from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys.connections import WsListener
@@ -214,6 +215,7 @@ class NotificationsHub:
             return
         old = self.by_channel.get(chan_id)
         if old is not None:  # one connection per channel (§2) [I]: the newer one wins
+            self.listener.displaced(chan_id, old, conn)
             self.listener.spawn(old.close(CloseCode.GOING_AWAY, "replaced by a new connection"))
         self.by_channel[chan_id] = conn
         chan.connected = True
@@ -229,6 +231,7 @@ class NotificationsHub:
         except ConnectionClosed:
             pass
         finally:
+            self.listener.record(conn, ActivityKind.DISCONNECT, chan_id)
             self.listener.closed(conn)
             if self.by_channel.get(chan_id) is conn:
                 del self.by_channel[chan_id]
@@ -242,6 +245,9 @@ class NotificationsHub:
             msg = None
         kind = msg.get("message") if isinstance(msg, dict) else None
         rec.record_ws_message(LISTENER, "in", kind if isinstance(kind, str) else "invalid")
+        self.listener.record(
+            conn, ActivityKind.FRAME, chan.id, message=kind[:40] if isinstance(kind, str) else "invalid"
+        )
         chan.last_used = self.ctx.clock.monotonic()
         if kind == "ping":
             reply = _PONG

@@ -17,6 +17,7 @@ import binascii
 
 from aiohttp import web
 
+from supervisor.sim.activity import ACTIVITY_SESSION
 from supervisor.sim.bodies import MalformedBody, parse_form
 from supervisor.sim.faults import FaultKind
 from supervisor.sim.genesys.context import SimContext
@@ -64,6 +65,7 @@ async def _token(request: web.Request) -> web.Response:
     ctx = request.app[_CTX]
     creds = _basic(request.headers.get("Authorization"))
     key = creds[0] if creds else "anonymous"
+    request[ACTIVITY_SESSION] = key
 
     def fault_error(
         status: int, kind: FaultKind, retry_after: str | None, message: str | None

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from supervisor.sim.activity import ACTIVITY_SESSION
 from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import FaultKind
 from supervisor.sim.genesys.context import SimContext
@@ -119,6 +120,7 @@ async def _serve(
         headers = {**limits, "Retry-After": str(max(1, math.ceil(reset)))}
         return error_response(429, ErrorCode.TOO_MANY_REQUESTS, corr, msg, headers)
     key = http.match_info.get("conversationId") or http.match_info.get("channelId") or token.id
+    http[ACTIVITY_SESSION] = key
 
     def fault_error(
         status: int, kind: FaultKind, retry_after: str | None, message: str | None

@@ -46,6 +46,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request as WsRequest
 from websockets.http11 import Response
 
+from supervisor.sim.activity import ActivityKind, token_key
 from supervisor.sim.bodies import MalformedBody, parse_json
 from supervisor.sim.faults import FaultKind, retry_after_seconds
 from supervisor.sim.genesys.connections import WsListener
@@ -113,8 +114,9 @@ class WebMessagingServer(GuestConnections):
         except ConnectionClosed:
             pass
         finally:
-            self.listener.closed(conn)
             token = self.token_of.pop(conn, None)
+            self.listener.record(conn, ActivityKind.DISCONNECT, None if token is None else token_key(token))
+            self.listener.closed(conn)
             if token is not None:
                 peers = self.by_token.get(token)
                 if peers is not None:
@@ -131,12 +133,18 @@ class WebMessagingServer(GuestConnections):
             msg = None
         action = msg.get("action") if isinstance(msg, dict) else None
         self.ctx.recorder.record_ws_message(LISTENER, "in", action if isinstance(action, str) else "invalid")
+        token = msg.get("token") if isinstance(msg, dict) else None
+        self.listener.record(
+            conn,
+            ActivityKind.FRAME,
+            token_key(token) if isinstance(token, str) and token else None,
+            action=action[:40] if isinstance(action, str) else "invalid",
+        )
         traced = msg.get("tracingId") if isinstance(msg, dict) else None
         tracing = traced if isinstance(traced, str) else None
         if not isinstance(msg, dict) or not isinstance(action, str):
             await self._send(conn, self._error(400, _FAILED, tracing), "string")
             return
-        token = msg.get("token")
         key = token if isinstance(token, str) and token else self.listener.conns.get(conn, "")
         gate = self.ctx.gate
         latency = gate.hit(FaultKind.LATENCY, key, ENDPOINT)
@@ -236,6 +244,7 @@ class WebMessagingServer(GuestConnections):
         self.ctx.recorder.record_event("session_configured", listener=LISTENER, newSession=new)
         for other in list(self.by_token.get(token, ())):
             if other is not conn:  # the same session opened elsewhere (§1, "SessionLimitReached")
+                self.listener.displaced(token_key(token), other, conn)
                 self._closed_event(other, None)
         self.token_of[conn] = token
         self.by_token.setdefault(token, set()).add(conn)
