@@ -24,6 +24,7 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     ├── ApiUnavailable                   the daemon's socket cannot be reached, or it refused us
     ├── CallNotSent                      a call the client refuses to send (a ValueError too)
     ├── StoreError                       the durable store cannot open, read or persist: names the file
+    │   └── LeaseLost                    a write refused: this member no longer holds the shard's lease at that epoch
     ├── NotOwner                         a session whose shard this process does not own: ask its owner
     ├── machines.effects.MachineError    a machine was misused
     │   └── machines.effects.InputRejected  an input the machine's state does not accept
@@ -248,6 +249,21 @@ class StoreError(SupervisorError):
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+class LeaseLost(StoreError):
+    """A write refused because this member no longer holds the shard's lease at that epoch.
+
+    The store's fence (supervisor/store/sql.py, ``fence``) raises it inside the write's transaction,
+    which rolls back: nothing of the write is stored. ``shard`` is the shard, ``epoch`` the epoch this
+    member believed it held (0: it holds no lease of the shard at all). The daemon stops the shard's
+    sessions locally, as for a lease it saw expire; the new owner runs them.
+    """
+
+    def __init__(self, shard: int, epoch: int, message: str) -> None:
+        self.shard = shard
+        self.epoch = epoch
+        super().__init__(f"shard {shard}", message)
 
 
 class NotOwner(SupervisorError):

@@ -30,6 +30,8 @@ __all__ = [
     "Claim",
     "DesiredSession",
     "DesiredState",
+    "Fence",
+    "FenceSource",
     "LedgerChange",
     "LedgerEntry",
     "Mismatch",
@@ -283,6 +285,23 @@ class ResolveRefused(Exception):
         self.kind = kind
         self.problem = problem
         super().__init__(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """This member's hold on a shard, as its fence checks it in every own-state write: the member id
+    and the lease epoch (``shard_leases.owner`` and ``epoch``; docs/store.md, "The fence")."""
+
+    member: str
+    epoch: int
+
+
+class FenceSource(Protocol):
+    """Who holds which shard here (the fleet's leases): what :class:`~supervisor.store.pg.PgStore` fences on."""
+
+    def fence_for(self, shard: int) -> Fence | None:
+        """The lease this member holds on ``shard`` now; None: not held here (the write raises LeaseLost)."""
+        ...
 
 
 class Store(Protocol):

@@ -13,12 +13,14 @@
 * **Connection.** :func:`~supervisor.config_urls.store_url_problem` says what a URL may hold; the password
   comes apart (``passwordFile``) and never appears in an error; a TCP host gets ``sslmode=verify-full``
   unless the URL says ``verify-ca``.
-* The schema and its migrations: :mod:`supervisor.store.pg_schema`; the SQL: :mod:`supervisor.store.pg_sql`.
+* The schema and its migrations: :mod:`supervisor.store.pg_schema`. The calls and their SQL are
+  SQLite's (:mod:`supervisor.store.calls`, bodies written once against :mod:`supervisor.store.sql`);
+  :func:`run_async` runs a body here, each statement awaited in PostgreSQL's dialect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -28,26 +30,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from supervisor.config_urls import DEFAULT_SSLMODE, needs_tls, redacted, store_url_problem
 from supervisor.errors import StoreError
-from supervisor.store import pg_sql
-from supervisor.store.model import (
-    Claim,
-    DesiredSession,
-    LedgerChange,
-    LedgerEntry,
-    Mismatch,
-    NewMismatch,
-    OutboxRow,
-    Resolution,
-    RowChange,
-    ServerSession,
-    Submission,
-    SubmitResult,
-    UpdateOutcome,
-)
+from supervisor.store.calls import BodyOf, StoreCalls
 from supervisor.store.pg_schema import prepare
 from supervisor.store.schema import NewerSchema, NotOurs
+from supervisor.store.sql import POSTGRES, Body, Mode, Query, Tx
 
-__all__ = ["PgStore", "connection_string", "describe"]
+__all__ = ["PgStore", "connection_string", "describe", "execute", "run_async"]
 
 T = TypeVar("T")
 HealthHook = Callable[[str | None], None]
@@ -96,8 +84,43 @@ def connection_string(url: str, password: str | None = None) -> str:
     return make_conninfo(url, **extra)
 
 
-class PgStore:
-    """The store in a PostgreSQL schema (see the module docstring); open it with :meth:`open`."""
+async def run_async(conn: Conn, body: Body[T]) -> T:
+    """Run a transaction body (:mod:`supervisor.store.sql`) on ``conn``, in the transaction open there."""
+    try:
+        query = next(body)
+        while True:
+            query = body.send(await execute(conn, query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def execute(conn: Conn, query: Query) -> Any:
+    """One statement of a body, in PostgreSQL's dialect; what :class:`Mode` says it hands back."""
+    sql = POSTGRES.text(query.sql)
+    if query.mode is Mode.INSERT_ID:
+        sql += f" RETURNING {query.returning}"
+    if query.mode is Mode.MANY:
+        async with conn.cursor() as cur:
+            await cur.executemany(sql.encode(), query.params)
+        return None
+    cur = await conn.execute(sql.encode(), query.params)
+    if query.mode is Mode.ALL:
+        return await cur.fetchall()
+    if query.mode is Mode.DO:
+        return None
+    row = await cur.fetchone()
+    if query.mode is Mode.INSERT_ID:
+        assert row is not None
+        return row[0]
+    return row
+
+
+class PgStore(StoreCalls):
+    """The store in a PostgreSQL schema (see the module docstring); open it with :meth:`open`.
+
+    Its calls are :class:`~supervisor.store.calls.StoreCalls`'; each body runs in :meth:`_run`'s transaction."""
+
+    RESERVED_META = RESERVED_META
 
     def __init__(
         self, where: str, conninfo: str, conn: Conn, *, epoch: int, on_health: HealthHook | None
@@ -112,6 +135,7 @@ class PgStore:
         self._closed = False
         self._on_health = on_health
         self._lock = anyio.Lock()
+        self._tx = Tx(POSTGRES, None, epoch)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -173,113 +197,9 @@ class PgStore:
         if self._on_health is not None:
             self._on_health(problem)
 
-    # ------------------------------------------------------------------ desired sessions, session ledger
-    async def desired_sessions(self, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
-        return await self._run(lambda conn: pg_sql.desired_sessions(conn, shards))
-
-    async def set_desired(self, desired: DesiredSession) -> None:
-        await self._run(lambda conn: pg_sql.set_desired(conn, desired))
-
-    async def add_sessions(self, added: Sequence[DesiredSession]) -> None:
-        rows = list(added)
-        await self._run(lambda conn: pg_sql.add_sessions(conn, rows))
-
-    async def forget_desired(self, session_id: str) -> None:
-        await self._run(lambda conn: pg_sql.forget_desired(conn, session_id))
-
-    async def server_sessions(self, shards: Collection[int] | None = None) -> dict[str, ServerSession]:
-        return await self._run(lambda conn: pg_sql.server_sessions(conn, shards))
-
-    async def session_opening(self, session: ServerSession) -> None:
-        await self._run(lambda conn: pg_sql.session_opening(conn, session))
-
-    async def session_opened(
-        self, session_id: str, conversation_id: str | None, platform_session_id: str | None
-    ) -> None:
-        await self._run(
-            lambda conn: pg_sql.session_opened(conn, session_id, conversation_id, platform_session_id)
-        )
-
-    async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None:
-        await self._run(lambda conn: pg_sql.session_closed(conn, session_id, outcome, closed_at))
-
-    async def session_left(self, session_id: str, left_at: float, platform_session_id: str | None) -> None:
-        await self._run(lambda conn: pg_sql.session_left(conn, session_id, left_at, platform_session_id))
-
-    # ------------------------------------------------------------------ outbox, ledger, mismatches
-    async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
-        return await self._run(lambda conn: pg_sql.submit(conn, submission, max_depth))
-
-    async def live_rows(self, shards: Collection[int] | None = None) -> list[OutboxRow]:
-        return await self._run(lambda conn: pg_sql.live_rows(conn, shards))
-
-    async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]:
-        return await self._run(lambda conn: pg_sql.ledger(conn, request_ids))
-
-    async def claim(
-        self,
-        conversation_id: str,
-        before: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        participant_id: str | None,
-        endpoint: str,
-        sent_at: float,
-        limit: int,
-        attempts: int = 1,
-    ) -> Claim | None:
-        return await self._run(
-            lambda conn: pg_sql.claim(
-                conn,
-                conversation_id,
-                before,
-                idempotency_key=idempotency_key,
-                participant_id=participant_id,
-                endpoint=endpoint,
-                sent_at=sent_at,
-                limit=limit,
-                epoch=self.epoch,
-                attempts=attempts,
-            )
-        )
-
-    async def count_attempt(self, request_id: int) -> int:
-        return await self._run(lambda conn: pg_sql.count_attempt(conn, request_id))
-
-    async def record(
-        self,
-        rows: Sequence[RowChange] = (),
-        ledger: LedgerChange | None = None,
-        mismatches: Sequence[NewMismatch] = (),
-    ) -> list[int]:
-        return await self._run(lambda conn: pg_sql.record(conn, rows, ledger, mismatches))
-
-    async def mismatches(self, *, include_resolved: bool = False) -> list[Mismatch]:
-        return await self._run(lambda conn: pg_sql.mismatches(conn, include_resolved))
-
-    async def resolve(self, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch:
-        return await self._run(lambda conn: pg_sql.resolve(conn, mismatch_id, resolution, at))
-
-    async def depth(self, tenant: str) -> int:
-        return await self._run(lambda conn: pg_sql.depth(conn, tenant))
-
-    async def update_outcomes(self) -> dict[str, UpdateOutcome]:
-        return await self._run(pg_sql.update_outcomes)
-
-    async def counts(self) -> dict[str, int]:
-        return await self._run(pg_sql.counts)
-
-    # ------------------------------------------------------------------ meta records
-    async def read_meta(self, prefix: str) -> dict[str, str]:
-        """The ``meta`` rows whose key starts with ``prefix`` (a plain prefix: no LIKE pattern)."""
-        return await self._run(lambda conn: pg_sql.read_meta(conn, prefix))
-
-    async def write_meta(self, values: Mapping[str, str]) -> None:
-        """Insert or replace ``meta`` rows, in one transaction; the keys the store keeps itself are refused."""
-        rows = list(values.items())
-        if any(key in RESERVED_META for key, _ in rows):
-            raise ValueError(f"meta keys {sorted(RESERVED_META)} are the store's own")
-        await self._run(lambda conn: pg_sql.write_meta(conn, rows))
+    # ------------------------------------------------------------------ the calls (supervisor/store/calls.py)
+    async def _call(self, body_of: BodyOf[T]) -> T:
+        return await self._run(lambda conn: run_async(conn, body_of(self._tx)))
 
     async def integrity_check(self) -> str:
         """ "ok" when every outbox row a mismatch or an update refers to is there (PostgreSQL keeps its

@@ -6,8 +6,12 @@ summaries (a test holds the two column by column at every version). One definiti
 both, for four reasons: SQLite's ``INTEGER PRIMARY KEY`` is its rowid, numbered by SQLite, where
 PostgreSQL needs an identity column; ``REAL`` is 8 bytes in SQLite and 4 in PostgreSQL (epoch seconds
 need ``DOUBLE PRECISION``); ``WITHOUT ROWID`` is SQLite's alone; and migration 4, which SQLite can only
-do by rebuilding two tables, is one ``ALTER COLUMN ... DROP NOT NULL`` each here. Migration 3 is the
-same text in both. ``desired_sessions`` has one more column here, ``added`` (an identity): SQLite
+do by rebuilding two tables, is one ``ALTER COLUMN ... DROP NOT NULL`` each here. Where the text is
+the same it is written once, in ``schema.py``, and taken from there: migration 3 as it is, migration 2
+with PostgreSQL's type for ``REAL`` (:func:`_pg_types`), migration 5's ``ALTER TABLE`` and ``CREATE
+INDEX`` statements (its updates are SQLite's ``session_shard()``; see below); and both split a
+migration into statements with :func:`~supervisor.store.schema.statements`.
+``desired_sessions`` has one more column here, ``added`` (an identity): SQLite
 reads the sessions in rowid order, the order they were added, and PostgreSQL has no rowid.
 Migration 5 fills in the shard of every existing row (``supervisor/store/shards.py``: BLAKE2b, which
 neither PostgreSQL nor SQLite has) from Python, :func:`shard_of` itself, inside the migration's
@@ -25,16 +29,33 @@ advisory lock (:data:`MIGRATION_LOCK`): two daemons opening one new store at onc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from psycopg import AsyncConnection
 
-from supervisor.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, NewerSchema, NotOurs
+from supervisor.store.schema import (
+    APPLICATION_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    NewerSchema,
+    NotOurs,
+    statements,
+)
 from supervisor.store.shards import shard_of
 
-__all__ = ["APPLICATION", "MIGRATION_LOCK", "PG_MIGRATIONS", "SHARD_KEYS", "TABLES", "PgMigration", "prepare"]
+__all__ = [
+    "APPLICATION",
+    "MIGRATION_LOCK",
+    "PG_MIGRATIONS",
+    "SHARD_KEYS",
+    "TABLES",
+    "PgMigration",
+    "prepare",
+    "statements",
+]
 
 Conn = AsyncConnection[tuple[Any, ...]]
 #: ``meta.application`` of a session-supervisor store
@@ -52,6 +73,13 @@ TABLES: Final = (
     "ledger",
     "mismatches",
 )
+
+
+def _pg_types(script: str) -> str:
+    """SQLite's migration text with PostgreSQL's types: ``REAL`` (8 bytes in SQLite, 4 in PostgreSQL)
+    becomes ``DOUBLE PRECISION``, which epoch seconds need."""
+    return re.sub(r"\bREAL\b", "DOUBLE PRECISION", script)
+
 
 _V1: Final = """
 CREATE TABLE meta (
@@ -151,9 +179,8 @@ CREATE TABLE mismatches (
 CREATE INDEX mismatches_open ON mismatches (resolved_at);
 """
 
-_V2: Final = """
-ALTER TABLE server_sessions ADD COLUMN left_at DOUBLE PRECISION;
-"""
+# SQLite's text with PostgreSQL's type for epoch seconds
+_V2: Final = _pg_types(MIGRATIONS[1].script)
 
 # SQLite rebuilds both tables to drop a NOT NULL; PostgreSQL drops it in place
 _V4: Final = """
@@ -162,20 +189,11 @@ ALTER TABLE outbox ALTER COLUMN session_id DROP NOT NULL;
 """
 
 # SQLite's migration 5 less its UPDATEs: the shards are filled in by _backfill_shards, before the indexes
-# are made. PostgreSQL has no BLAKE2b of its own; pgcrypto's digest() would at most reach OpenSSL's
-# BLAKE2b-512 (a 64-byte digest, not the 8-byte one: the size is a parameter of the hash) and needs an
-# extension the store's role may not create (docs/store.md, "PostgreSQL")
-_V5: Final = """
-ALTER TABLE desired_sessions ADD COLUMN shard INTEGER;
-ALTER TABLE server_sessions ADD COLUMN shard INTEGER;
-ALTER TABLE updates ADD COLUMN shard INTEGER;
-ALTER TABLE outbox ADD COLUMN shard INTEGER;
-"""
-_V5_INDEXES: Final = """
-CREATE INDEX desired_sessions_by_shard ON desired_sessions (shard);
-CREATE INDEX server_sessions_by_shard ON server_sessions (shard);
-CREATE INDEX outbox_by_shard ON outbox (shard, status);
-"""
+# are made (the same statements, in SQLite's text). PostgreSQL has no BLAKE2b of its own; pgcrypto's
+# digest() would at most reach OpenSSL's BLAKE2b-512 (a 64-byte digest, not the 8-byte one: the size is
+# a parameter of the hash) and needs an extension the store's role may not create (docs/store.md, "PostgreSQL")
+_V5: Final = "\n".join(s for s in statements(MIGRATIONS[4].script) if s.startswith("ALTER TABLE"))
+_V5_INDEXES: Final = "\n".join(s for s in statements(MIGRATIONS[4].script) if s.startswith("CREATE INDEX"))
 
 #: each table whose rows belong to a session, and the key its shard is computed from (a row with no
 #: session takes its conversation's shard: docs/store.md, "Shards")
@@ -227,12 +245,6 @@ PG_MIGRATIONS: Final[tuple[PgMigration, ...]] = tuple(
         strict=True,
     )
 )
-
-
-def statements(script: str) -> list[str]:
-    """A migration's statements (none of ours holds a ``;`` inside a literal)."""
-    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
 async def _version(conn: Conn) -> int:

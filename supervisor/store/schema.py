@@ -48,6 +48,7 @@ __all__ = [
     "migrate",
     "shard_function",
     "stamp",
+    "statements",
 ]
 
 #: SQLite's application_id of a session-supervisor store: "SSUP" in ASCII (https://sqlite.org/pragma.html#pragma_application_id)
@@ -297,7 +298,7 @@ def expected_schema(version: int) -> list[SchemaObject]:
     try:
         shard_function(conn)
         for migration in MIGRATIONS[:version]:
-            for statement in _statements(migration.script):
+            for statement in statements(migration.script):
                 conn.execute(statement)
         return _schema(conn)
     finally:
@@ -381,7 +382,7 @@ def migrate(conn: sqlite3.Connection, found: int) -> None:
         for migration in MIGRATIONS[found:]:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _statements(migration.script):
+                for statement in statements(migration.script):
                     conn.execute(statement)
                 dangling = conn.execute("PRAGMA foreign_key_check").fetchall()
                 if dangling:
@@ -419,8 +420,9 @@ def stamp(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _statements(script: str) -> list[str]:
-    """Split a migration into statements (executescript would commit on its own)."""
+def statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would commit on its own); comment lines are
+    left out. PostgreSQL's migrations are split the same way (``pg_schema.py``)."""
     out: list[str] = []
     buffer = ""
     for line in script.splitlines(keepends=True):

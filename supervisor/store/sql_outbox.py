@@ -1,14 +1,14 @@
-"""SQL of the outbox, the ledger and the mismatches (runs in the store's writer, inside its transaction).
+"""The bodies of the outbox's, the ledger's and the mismatches' transactions, for both stores.
 
-Every function here is one step of a transaction the writer opened (``BEGIN IMMEDIATE``): a
-submission's depth check, coalescing and inserts happen together, so the acknowledgement the
-caller hears is exactly what was committed (docs/robustness.md, "Durability": inserted in the
+Each function is one call of the :class:`~supervisor.store.model.Store` protocol, written once
+against :mod:`supervisor.store.sql` (it yields its statements; SQLite's and PostgreSQL's drivers run
+them in the transaction the store opened for the call): a submission's depth check, coalescing and
+inserts happen together, so the acknowledgement the caller hears is exactly what was committed (docs/robustness.md, "Durability": inserted in the
 same transaction as the acknowledgement; docs/attributes.md: depth ≤ 50, one update per session and key).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -33,7 +33,7 @@ from supervisor.store.model import (
     value_hash,
 )
 from supervisor.store.shards import shard_of
-from supervisor.store.sql_sessions import shard_filter
+from supervisor.store.sql import Body, Tx, do, insert_id, many, one, rows
 
 __all__ = [
     "claim",
@@ -58,6 +58,7 @@ _LEDGER = (
     "attempts, sent_at, outcome, owner_epoch, answered_at, status, error_code"
 )
 _QUEUED = tuple(s.value for s in QUEUED)
+_IN_QUEUED = f"status IN ({', '.join('?' * len(_QUEUED))})"
 #: a settled row keeps no value: payloads are limited to what reconciliation needs (docs/robustness.md, "Security checklist")
 _WIPED = frozenset({RowStatus.VERIFIED, RowStatus.REPAIRED, RowStatus.SUPERSEDED, RowStatus.RESOLVED})
 
@@ -101,25 +102,23 @@ def _entry(r: Sequence[Any]) -> LedgerEntry:
     )
 
 
-def depth(conn: sqlite3.Connection, tenant: str) -> int:
+def depth(tx: Tx, tenant: str) -> Body[int]:
     """Writes of ``tenant`` the platform has not answered yet (queued or being sent)."""
-    row = conn.execute(
-        f"SELECT COUNT(*) FROM outbox WHERE tenant = ? AND status IN ({','.join('?' * len(_QUEUED))})",
-        (tenant, *_QUEUED),
-    ).fetchone()
+    row = yield from one(f"SELECT COUNT(*) FROM outbox WHERE tenant = ? AND {_IN_QUEUED}", (tenant, *_QUEUED))
+    assert row is not None
     return int(row[0])
 
 
-def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitResult:
+def submit(tx: Tx, sub: Submission, max_depth: int) -> Body[SubmitResult]:
     """Queue ``sub``'s attributes, coalescing onto writes not yet sent; refuse past ``max_depth``."""
-    queued = depth(conn, sub.tenant)
+    queued = yield from depth(tx, sub.tenant)
     plan: list[tuple[str, str, int | None]] = []
     for key, value in sub.attributes.items():
-        pending = conn.execute(
+        queued_row = yield from one(
             "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND status = 'pending'",
             (sub.conversation_id, key),
-        ).fetchone()
-        plan.append((key, value, None if pending is None else int(pending[0])))
+        )
+        plan.append((key, value, None if queued_row is None else int(queued_row[0])))
     new_rows = sum(1 for _, _, pending in plan if pending is None)
     if new_rows and queued + new_rows > max_depth:
         # seed edge case 2: a full queue refuses (the caller hears "try later"); nothing is written
@@ -127,7 +126,7 @@ def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitR
     coalesced: list[str] = []
     # the session's shard; an update with no session takes its conversation's (docs/store.md, "Shards")
     shard = shard_of(sub.session_id if sub.session_id is not None else sub.conversation_id)
-    conn.execute(
+    yield from do(
         "INSERT INTO updates (update_id, tenant, session_id, conversation_id, submitted_at, keys, coalesced, "
         "shard) VALUES (?, ?, ?, ?, ?, ?, 0, ?)",
         (sub.update_id, sub.tenant, sub.session_id, sub.conversation_id, sub.submitted_at, len(plan), shard),
@@ -136,14 +135,14 @@ def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitR
         sensitive = int(key in sub.sensitive)
         if pending is not None:
             # last write wins on a value not yet sent
-            conn.execute(
+            yield from do(
                 "UPDATE outbox SET value = ?, sensitive = ?, session_id = ?, shard = ? WHERE id = ?",
                 (value, sensitive, sub.session_id, shard, pending),
             )
             row_id = pending
             coalesced.append(key)
         else:
-            cursor = conn.execute(
+            row_id = yield from insert_id(
                 "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
                 "created_at, shard) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
                 (
@@ -156,63 +155,62 @@ def submit(conn: sqlite3.Connection, sub: Submission, max_depth: int) -> SubmitR
                     sub.submitted_at,
                     shard,
                 ),
+                "id",
             )
-            row_id = int(cursor.lastrowid or 0)
-            _supersede(conn, sub.conversation_id, key, row_id)
-        conn.execute(
-            "INSERT OR IGNORE INTO update_rows (update_id, row_id) VALUES (?, ?)", (sub.update_id, row_id)
+            yield from _supersede(tx, sub.conversation_id, key, row_id)
+        yield from do(
+            "INSERT INTO update_rows (update_id, row_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (sub.update_id, row_id),
         )
     if coalesced:
-        conn.execute("UPDATE updates SET coalesced = ? WHERE update_id = ?", (len(coalesced), sub.update_id))
+        yield from do("UPDATE updates SET coalesced = ? WHERE update_id = ?", (len(coalesced), sub.update_id))
     return SubmitResult(True, sub.update_id, tuple(coalesced), queued + new_rows)
 
 
-def _supersede(conn: sqlite3.Connection, conversation_id: str, attribute: str, newer: int) -> None:
+def _supersede(tx: Tx, conversation_id: str, attribute: str, newer: int) -> Body[None]:
     """Earlier writes of ours to the attribute, sent and not yet verified, are carried by ``newer`` now.
 
     Their verification must not mistake our own newer value for someone else's; the updates they
     belonged to are answered for by the newer write (last write wins).
     """
-    older = conn.execute(
+    older = yield from rows(
         "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND status IN ('sending', 'accepted') "
         "AND id != ?",
         (conversation_id, attribute, newer),
-    ).fetchall()
+    )
     for (old,) in older:
-        conn.execute("UPDATE outbox SET status = 'superseded', value = NULL WHERE id = ?", (old,))
-        conn.execute(
-            "INSERT OR IGNORE INTO update_rows (update_id, row_id) SELECT update_id, ? FROM update_rows "
-            "WHERE row_id = ?",
+        yield from do("UPDATE outbox SET status = 'superseded', value = NULL WHERE id = ?", (old,))
+        yield from do(
+            "INSERT INTO update_rows (update_id, row_id) SELECT update_id, ? FROM update_rows "
+            "WHERE row_id = ? ON CONFLICT DO NOTHING",
             (newer, old),
         )
 
 
-def live_rows(conn: sqlite3.Connection, shards: Collection[int] | None = None) -> list[OutboxRow]:
+def live_rows(tx: Tx, shards: Collection[int] | None = None) -> Body[list[OutboxRow]]:
     """The rows still in the daemon's hands, of ``shards`` (None: every shard)."""
-    where, parameters = shard_filter(shards, where=False)
-    rows = conn.execute(
+    where, parameters = tx.dialect.shard_filter(shards, where=False)
+    found = yield from rows(
         f"SELECT {_ROW} FROM outbox WHERE status IN ('pending', 'sending', 'accepted'){where} ORDER BY id",
         parameters,
-    ).fetchall()
-    return [_row(r) for r in rows]
+    )
+    return [_row(r) for r in found]
 
 
-def ledger(conn: sqlite3.Connection, request_ids: Sequence[int] | None) -> dict[int, LedgerEntry]:
+def ledger(tx: Tx, request_ids: Sequence[int] | None) -> Body[dict[int, LedgerEntry]]:
+    """The ledger's entries (``request_ids``: only those)."""
     if request_ids is None:
-        rows = conn.execute(f"SELECT {_LEDGER} FROM ledger ORDER BY request_id").fetchall()
+        found = yield from rows(f"SELECT {_LEDGER} FROM ledger ORDER BY request_id")
     else:
-        rows = []
-        ids = list(request_ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            rows += conn.execute(
-                f"SELECT {_LEDGER} FROM ledger WHERE request_id IN ({','.join('?' * len(chunk))})", chunk
-            ).fetchall()
-    return {int(r[0]): _entry(r) for r in rows}
+        condition, parameters = tx.dialect.in_list("request_id", request_ids)
+        found = yield from rows(
+            f"SELECT {_LEDGER} FROM ledger WHERE {condition} ORDER BY request_id", parameters
+        )
+    return {int(r[0]): _entry(r) for r in found}
 
 
 def claim(
-    conn: sqlite3.Connection,
+    tx: Tx,
     conversation_id: str,
     before: Mapping[str, str],
     *,
@@ -221,52 +219,50 @@ def claim(
     endpoint: str,
     sent_at: float,
     limit: int,
-    epoch: int,
     attempts: int = 1,
-) -> Claim | None:
+) -> Body[Claim | None]:
     """Take the conversation's queued writes into one send: its ledger entry is written *before* it goes.
 
     The entry starts ``unknown`` with one attempt: if the daemon dies after the request left, a
     restart finds it unknown and reads the conversation back instead of sending again. ``before``
     maps attribute -> value_hash of what the server held just before (absent ones hash as None).
-    ``attempts`` is 0 for rows taken only to be flagged (nothing is sent).
+    ``attempts`` is 0 for rows taken only to be flagged (nothing is sent). The entry carries the
+    store's owner epoch (``tx.epoch``).
     """
-    rows = [
-        _row(r)
-        for r in conn.execute(
-            f"SELECT {_ROW} FROM outbox WHERE conversation_id = ? AND status = 'pending' "
-            "AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?",
-            (conversation_id, sent_at, limit),
-        ).fetchall()
-    ]
-    later_row = conn.execute(
+    found = yield from rows(
+        f"SELECT {_ROW} FROM outbox WHERE conversation_id = ? AND status = 'pending' "
+        "AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?",
+        (conversation_id, sent_at, limit),
+    )
+    taken = [_row(r) for r in found]
+    later_row = yield from one(
         "SELECT MIN(not_before) FROM outbox WHERE conversation_id = ? AND status = 'pending' AND not_before > ?",
         (conversation_id, sent_at),
-    ).fetchone()
+    )
     later = None if later_row is None or later_row[0] is None else float(later_row[0])
-    if not rows:
+    if not taken:
         return None if later is None else Claim(None, (), later)
-    payload = {row.attribute: row.value for row in rows}
-    cursor = conn.execute(
+    payload = {row.attribute: row.value for row in taken}
+    request_id = yield from insert_id(
         "INSERT INTO ledger (idempotency_key, tenant, conversation_id, participant_id, endpoint, payload_hash, "
         "attempts, sent_at, outcome, owner_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'unknown', ?)",
         (
             idempotency_key,
-            rows[0].tenant,
+            taken[0].tenant,
             conversation_id,
             participant_id,
             endpoint,
             payload_hash(payload),
             attempts,
             sent_at,
-            epoch,
+            tx.epoch,
         ),
+        "request_id",
     )
-    request_id = int(cursor.lastrowid or 0)
     claimed: list[OutboxRow] = []
-    for row in rows:
+    for row in taken:
         hashed = before.get(row.attribute) or value_hash(row.attribute, None)
-        conn.execute(
+        yield from do(
             "UPDATE outbox SET status = 'sending', ledger_id = ?, sends = sends + 1, before_hash = ?, "
             "not_before = NULL WHERE id = ?",
             (request_id, hashed, row.id),
@@ -281,24 +277,26 @@ def claim(
                 not_before=None,
             )
         )
-    entry = ledger(conn, [request_id])[request_id]
-    return Claim(entry, tuple(claimed), later)
+    entries = yield from ledger(tx, [request_id])
+    return Claim(entries[request_id], tuple(claimed), later)
 
 
-def count_attempt(conn: sqlite3.Connection, request_id: int) -> int:
+def count_attempt(tx: Tx, request_id: int) -> Body[int]:
     """One more request with this entry's key is about to leave (committed before it does)."""
-    conn.execute("UPDATE ledger SET attempts = attempts + 1 WHERE request_id = ?", (request_id,))
-    return int(conn.execute("SELECT attempts FROM ledger WHERE request_id = ?", (request_id,)).fetchone()[0])
+    yield from do("UPDATE ledger SET attempts = attempts + 1 WHERE request_id = ?", (request_id,))
+    row = yield from one("SELECT attempts FROM ledger WHERE request_id = ?", (request_id,))
+    assert row is not None
+    return int(row[0])
 
 
 def record(
-    conn: sqlite3.Connection,
-    rows: Sequence[RowChange],
+    tx: Tx,
+    changes: Sequence[RowChange],
     change: LedgerChange | None,
     found: Sequence[NewMismatch],
-) -> list[int]:
+) -> Body[list[int]]:
     """Apply a send's or a verification's outcome; returns the ids of the new mismatches."""
-    for ch in rows:
+    for ch in changes:
         sets = ["status = ?"]
         params: list[Any] = [ch.status.value]
         if ch.status is RowStatus.PENDING or ch.not_before is not None:
@@ -310,30 +308,33 @@ def record(
         if ch.repair:
             sets.append("repairs = repairs + 1")
         if ch.unsent:
-            sets.append("sends = MAX(sends - 1, 0)")
+            # SQLite's two-argument MAX is PostgreSQL's GREATEST: CASE is both's
+            sets.append("sends = CASE WHEN sends > 0 THEN sends - 1 ELSE 0 END")
         if ch.error is not None:
             sets.append("last_error = ?")
             params.append(ch.error)
         if ch.status in _WIPED:
             sets.append("value = NULL")
-        # a row a newer write superseded stays superseded, whatever its late answer says
-        conn.execute(
+        # a row a newer write superseded stays superseded, whatever its late answer says; the SET
+        # list is built from the fixed fragments above, never from input
+        yield from do(
             f"UPDATE outbox SET {', '.join(sets)} WHERE id = ? AND status != 'superseded'",
             (*params, ch.row_id),
         )
     if change is not None:
-        conn.execute(
+        yield from do(
             "UPDATE ledger SET outcome = ?, answered_at = COALESCE(?, answered_at), status = COALESCE(?, status), "
             "error_code = COALESCE(?, error_code) WHERE request_id = ?",
             (change.outcome.value, change.answered_at, change.status, change.error_code, change.request_id),
         )
     ids: list[int] = []
     for m in found:
-        cursor = conn.execute(
+        new_id = yield from insert_id(
             "INSERT INTO mismatches (row_id, reason, server_value, flagged_at) VALUES (?, ?, ?, ?)",
             (m.row_id, m.reason, m.server_value, m.flagged_at),
+            "id",
         )
-        ids.append(int(cursor.lastrowid or 0))
+        ids.append(new_id)
     return ids
 
 
@@ -362,20 +363,25 @@ def _mismatch(r: Sequence[Any]) -> Mismatch:
     )
 
 
-def mismatches(conn: sqlite3.Connection, include_resolved: bool) -> list[Mismatch]:
+def mismatches(tx: Tx, include_resolved: bool) -> Body[list[Mismatch]]:
     where = "" if include_resolved else "WHERE m.resolved_at IS NULL"
-    rows = conn.execute(
+    found = yield from rows(
         f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id {where} ORDER BY m.id"
-    ).fetchall()
-    return [_mismatch(r) for r in rows]
+    )
+    return [_mismatch(r) for r in found]
 
 
-def resolve(conn: sqlite3.Connection, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch:
-    """Settle a mismatch: re-send our value (it queues again) or accept the server's (the row is done)."""
-    found = conn.execute(
+def _mismatch_by_id(mismatch_id: int) -> Body[tuple[Any, ...] | None]:
+    found = yield from one(
         f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id WHERE m.id = ?",
         (mismatch_id,),
-    ).fetchone()
+    )
+    return found
+
+
+def resolve(tx: Tx, mismatch_id: int, resolution: Resolution, at: float) -> Body[Mismatch]:
+    """Settle a mismatch: re-send our value (it queues again) or accept the server's (the row is done)."""
+    found = yield from _mismatch_by_id(mismatch_id)
     if found is None:
         raise ResolveRefused("unknown", f"no mismatch {mismatch_id}")
     current = _mismatch(found)
@@ -383,46 +389,45 @@ def resolve(conn: sqlite3.Connection, mismatch_id: int, resolution: Resolution, 
         raise ResolveRefused("resolved", f"mismatch {mismatch_id} is already resolved ({current.resolution})")
     row_id = current.row_id
     if resolution is Resolution.RESEND:
-        newer = conn.execute(
+        newer = yield from one(
             "SELECT id FROM outbox WHERE conversation_id = ? AND attribute = ? AND id > ? "
             "AND status NOT IN ('flagged', 'resolved')",
             (current.conversation_id, current.attribute, row_id),
-        ).fetchone()
-        value = conn.execute("SELECT value FROM outbox WHERE id = ?", (row_id,)).fetchone()[0]
-        if newer is not None or value is None:
+        )
+        value = yield from one("SELECT value FROM outbox WHERE id = ?", (row_id,))
+        if newer is not None or value is None or value[0] is None:
             raise ResolveRefused(
                 "superseded",
                 f"mismatch {mismatch_id}: a newer value of '{current.attribute}' was submitted since; "
                 "re-sending this one would overwrite it (accept the server's value instead)",
             )
         # a fresh repair budget: someone looked at it and wants our value there
-        conn.execute(
+        yield from do(
             "UPDATE outbox SET status = 'pending', repairs = 0, not_before = NULL WHERE id = ?", (row_id,)
         )
     else:
-        conn.execute("UPDATE outbox SET status = 'resolved', value = NULL WHERE id = ?", (row_id,))
-    conn.execute(
+        yield from do("UPDATE outbox SET status = 'resolved', value = NULL WHERE id = ?", (row_id,))
+    yield from do(
         "UPDATE mismatches SET resolved_at = ?, resolution = ? WHERE id = ?",
         (at, resolution.value, mismatch_id),
     )
-    row = conn.execute(
-        f"SELECT {_MISMATCH} FROM mismatches m JOIN outbox o ON o.id = m.row_id WHERE m.id = ?",
-        (mismatch_id,),
-    ).fetchone()
+    row = yield from _mismatch_by_id(mismatch_id)
+    assert row is not None
     return _mismatch(row)
 
 
-def update_outcomes(conn: sqlite3.Connection) -> dict[str, UpdateOutcome]:
+def update_outcomes(tx: Tx) -> Body[dict[str, UpdateOutcome]]:
     """Each acknowledged update's outcome, from the rows that carry its attributes now."""
     statuses: dict[str, list[RowStatus]] = {}
-    for update_id, status in conn.execute(
+    found = yield from rows(
         "SELECT u.update_id, o.status FROM updates u LEFT JOIN update_rows ur ON ur.update_id = u.update_id "
         "LEFT JOIN outbox o ON o.id = ur.row_id"
-    ):
+    )
+    for update_id, status in found:
         bucket = statuses.setdefault(update_id, [])
         if status is not None:
             bucket.append(RowStatus(status))
-    return {update_id: _outcome(found) for update_id, found in statuses.items()}
+    return {update_id: _outcome(got) for update_id, got in statuses.items()}
 
 
 def _outcome(statuses: list[RowStatus]) -> UpdateOutcome:
@@ -436,25 +441,36 @@ def _outcome(statuses: list[RowStatus]) -> UpdateOutcome:
     return UpdateOutcome.VERIFIED
 
 
-def counts(conn: sqlite3.Connection) -> dict[str, int]:
+def counts(tx: Tx) -> Body[dict[str, int]]:
     out = {status.value: 0 for status in RowStatus}
-    for status, n in conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
+    by_status = yield from rows("SELECT status, COUNT(*) FROM outbox GROUP BY status")
+    for status, n in by_status:
         out[status] = int(n)
-    out["sends"] = int(conn.execute("SELECT COUNT(*) FROM ledger").fetchone()[0])
-    out["attempts"] = int(conn.execute("SELECT COALESCE(SUM(attempts), 0) FROM ledger").fetchone()[0])
-    out["unknownSends"] = int(
-        conn.execute("SELECT COUNT(*) FROM ledger WHERE outcome = 'unknown'").fetchone()[0]
+    totals = yield from one(
+        "SELECT (SELECT COUNT(*) FROM ledger), (SELECT COALESCE(SUM(attempts), 0) FROM ledger), "
+        "(SELECT COUNT(*) FROM ledger WHERE outcome = 'unknown'), "
+        "(SELECT COUNT(*) FROM mismatches WHERE resolved_at IS NULL), (SELECT COUNT(*) FROM updates)"
     )
-    out["openMismatches"] = int(
-        conn.execute("SELECT COUNT(*) FROM mismatches WHERE resolved_at IS NULL").fetchone()[0]
-    )
-    out["updates"] = int(conn.execute("SELECT COUNT(*) FROM updates").fetchone()[0])
+    assert totals is not None
+    for name, value in zip(
+        ("sends", "attempts", "unknownSends", "openMismatches", "updates"), totals, strict=True
+    ):
+        out[name] = int(value)
     return out
 
 
-# shared with the PostgreSQL store's SQL (supervisor/store/pg_sql.py): the row mappers and the decisions
-row_of = _row
-entry_of = _entry
-mismatch_of = _mismatch
-outcome_of = _outcome
-WIPED = _WIPED
+# -- meta records ---------------------------------------------------------------------------------------
+
+
+def read_meta(tx: Tx, prefix: str) -> Body[dict[str, str]]:
+    """The ``meta`` rows whose key starts with ``prefix`` (a plain prefix: no LIKE pattern)."""
+    found = yield from rows("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+    return {str(key): str(value) for key, value in found}
+
+
+def write_meta(tx: Tx, values: Sequence[tuple[str, str]]) -> Body[None]:
+    """Insert or replace ``meta`` rows."""
+    yield from many(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        values,
+    )

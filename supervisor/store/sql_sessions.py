@@ -1,13 +1,20 @@
-"""SQL of the desired sessions and the session ledger (runs in the store's writer, inside its transaction)."""
+"""The bodies of the desired sessions' and the session ledger's transactions, for both stores.
+
+Each function is one call of the :class:`~supervisor.store.model.Store` protocol, written once
+against :mod:`supervisor.store.sql` (it yields its statements; SQLite's and PostgreSQL's drivers run
+them in the transaction the store opened for the call). The owner's own writes (the session ledger,
+the owner's desired state) start with the lease fence (:func:`~supervisor.store.sql.fence`) of the
+session's shard and stamp its epoch; ``add_sessions`` and ``forget_desired`` are commands any member
+may carry out (AddSession, RemoveSession, a configuration reload), not fenced.
+"""
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
-from supervisor.store.shards import every_shard, shard_of
+from supervisor.store.shards import shard_of
+from supervisor.store.sql import Body, Tx, do, many, rows
 
 __all__ = [
     "add_sessions",
@@ -19,31 +26,18 @@ __all__ = [
     "session_opened",
     "session_opening",
     "set_desired",
-    "shard_filter",
 ]
 
 
-def shard_filter(shards: Collection[int] | None, *, where: bool = True) -> tuple[str, tuple[str, ...]]:
-    """The SQL condition (and its parameter) reading only rows of ``shards``; none for every shard
-    (None, or all 256: the one host's reads stay the plain scans they were)."""
-    if shards is None or every_shard(shards):
-        return "", ()
-    keyword = "WHERE" if where else "AND"
-    # one parameter whatever the count: the shards as a JSON array (https://sqlite.org/json1.html#jeach)
-    return f" {keyword} shard IN (SELECT value FROM json_each(?))", (json.dumps(sorted(set(shards))),)
-
-
-def desired_sessions(
-    conn: sqlite3.Connection, shards: Collection[int] | None = None
-) -> dict[str, DesiredSession]:
-    """The desired sessions of ``shards`` (None: every shard)."""
-    where, parameters = shard_filter(shards)
-    # rowid order: sessions added over the control socket come back in the order they were added
-    rows = conn.execute(
+def desired_sessions(tx: Tx, shards: Collection[int] | None = None) -> Body[dict[str, DesiredSession]]:
+    """The desired sessions of ``shards`` (None: every shard), in the order they were added (sessions
+    added over the control socket come back in that order)."""
+    where, parameters = tx.dialect.shard_filter(shards)
+    found = yield from rows(
         "SELECT session_id, platform, state, reason, updated_at, origin, spec FROM desired_sessions"
-        f"{where} ORDER BY rowid",
+        f"{where} ORDER BY {tx.dialect.insertion_order}",
         parameters,
-    ).fetchall()
+    )
     return {
         r[0]: DesiredSession(
             session_id=r[0],
@@ -54,12 +48,12 @@ def desired_sessions(
             origin=r[5],
             spec=r[6],
         )
-        for r in rows
+        for r in found
     }
 
 
-def set_desired(conn: sqlite3.Connection, desired: DesiredSession) -> None:
-    conn.execute(
+def set_desired(tx: Tx, desired: DesiredSession) -> Body[None]:
+    yield from do(
         "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
         "VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
@@ -75,10 +69,10 @@ def set_desired(conn: sqlite3.Connection, desired: DesiredSession) -> None:
     )
 
 
-def add_sessions(conn: sqlite3.Connection, added: list[DesiredSession]) -> None:
+def add_sessions(tx: Tx, added: Sequence[DesiredSession]) -> Body[None]:
     """Sessions added over the control socket: their row with origin and spec, in one transaction
     (a row an earlier session of the same id left is replaced)."""
-    conn.executemany(
+    yield from many(
         "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, origin, spec, shard) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
@@ -99,8 +93,8 @@ def add_sessions(conn: sqlite3.Connection, added: list[DesiredSession]) -> None:
     )
 
 
-def forget_desired(conn: sqlite3.Connection, session_id: str) -> None:
-    conn.execute("DELETE FROM desired_sessions WHERE session_id = ?", (session_id,))
+def forget_desired(tx: Tx, session_id: str) -> Body[None]:
+    yield from do("DELETE FROM desired_sessions WHERE session_id = ?", (session_id,))
 
 
 _SERVER_COLUMNS = (
@@ -110,13 +104,13 @@ _SERVER_COLUMNS = (
 
 
 def server_sessions(
-    conn: sqlite3.Connection, shards: Collection[int] | None = None, *, left_at: bool = True
-) -> dict[str, ServerSession]:
-    """The session ledger's rows of ``shards`` (None: every shard); ``left_at`` False reads a file of
-    schema version 1 (no such column, and no shard either: read whole)."""
+    tx: Tx, shards: Collection[int] | None = None, *, left_at: bool = True
+) -> Body[dict[str, ServerSession]]:
+    """The session ledger's rows of ``shards`` (None: every shard); ``left_at`` False reads a SQLite
+    file of schema version 1 (no such column, and no shard either: read whole)."""
     columns = _SERVER_COLUMNS + (", left_at" if left_at else ", NULL")
-    where, parameters = shard_filter(shards if left_at else None)
-    rows = conn.execute(f"SELECT {columns} FROM server_sessions{where}", parameters).fetchall()
+    where, parameters = tx.dialect.shard_filter(shards if left_at else None)
+    found = yield from rows(f"SELECT {columns} FROM server_sessions{where}", parameters)
     return {
         r[0]: ServerSession(
             session_id=r[0],
@@ -132,11 +126,11 @@ def server_sessions(
             outcome=r[10],
             left_at=r[11],
         )
-        for r in rows
+        for r in found
     }
 
 
-def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
+def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
     """A session's server side is about to be opened: its row, before the first connection attempt
     (``opening``; ``open`` when it resumes a server session known to be open).
 
@@ -144,7 +138,7 @@ def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
     anchor only by a new one): a crash between this write and the connection leaves what a
     restart needs to take the server session over, or to end it.
     """
-    conn.execute(
+    yield from do(
         f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
         "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
@@ -167,9 +161,9 @@ def session_opening(conn: sqlite3.Connection, session: ServerSession) -> None:
 
 
 def session_opened(
-    conn: sqlite3.Connection, session_id: str, conversation_id: str | None, platform_session_id: str | None
-) -> None:
-    conn.execute(
+    tx: Tx, session_id: str, conversation_id: str | None, platform_session_id: str | None
+) -> Body[None]:
+    yield from do(
         "UPDATE server_sessions SET state = ?, "
         "conversation_id = COALESCE(?, conversation_id), "
         "platform_session_id = COALESCE(?, platform_session_id) "
@@ -178,21 +172,19 @@ def session_opened(
     )
 
 
-def session_closed(conn: sqlite3.Connection, session_id: str, outcome: str, closed_at: float) -> None:
+def session_closed(tx: Tx, session_id: str, outcome: str, closed_at: float) -> Body[None]:
     """The server session is over: the resume credential is wiped (seed section 3: revoke local storage)."""
-    conn.execute(
+    yield from do(
         "UPDATE server_sessions SET state = ?, guest_token = NULL, closed_at = ?, outcome = ? "
         "WHERE session_id = ?",
         (ServerState.CLOSED.value, closed_at, outcome, session_id),
     )
 
 
-def session_left(
-    conn: sqlite3.Connection, session_id: str, left_at: float, platform_session_id: str | None
-) -> None:
+def session_left(tx: Tx, session_id: str, left_at: float, platform_session_id: str | None) -> Body[None]:
     """A stop handed the session over: still open on the platform, with what the next start polls
     (CXone's rolling sessionId, kept over the anchor when known) and when it was left."""
-    conn.execute(
+    yield from do(
         "UPDATE server_sessions SET left_at = ?, "
         "platform_session_id = COALESCE(?, platform_session_id) "
         "WHERE session_id = ? AND state != ?",

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import stat
 import urllib.parse
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -33,26 +33,14 @@ import anyio
 from anyio import to_thread
 
 from supervisor.errors import StoreError
-from supervisor.store import sql_outbox, sql_sessions
-from supervisor.store.model import (
-    Claim,
-    DesiredSession,
-    LedgerChange,
-    LedgerEntry,
-    Mismatch,
-    NewMismatch,
-    OutboxRow,
-    Resolution,
-    RowChange,
-    ServerSession,
-    Submission,
-    SubmitResult,
-    UpdateOutcome,
-)
+from supervisor.store import sql_sessions
+from supervisor.store.calls import BodyOf, StoreCalls
+from supervisor.store.model import DesiredSession, ServerSession
 from supervisor.store.schema import SCHEMA_VERSION, Identity, NewerSchema, NotOurs, identify, migrate, stamp
+from supervisor.store.sql import SQLITE, Body, Mode, Query, Tx
 from supervisor.store.testhooks import StoreFaults
 
-__all__ = ["Snapshot", "SqliteStore", "Synchronous", "describe", "read_only"]
+__all__ = ["Snapshot", "SqliteStore", "Synchronous", "describe", "read_only", "run_sync"]
 
 T = TypeVar("T")
 Synchronous = Literal["full", "normal"]
@@ -61,6 +49,8 @@ FILE_MODE: Final = 0o600
 HealthHook = Callable[[str | None], None]
 #: ``meta`` keys the store writes itself (the owner epoch, bumped at every open)
 RESERVED_META: Final = frozenset({"epoch"})
+#: what the read-only bodies know of a SQLite store: its dialect, and no fence (one host holds every shard)
+_TX: Final = Tx(SQLITE)
 
 
 def describe(exc: BaseException) -> str:
@@ -107,8 +97,36 @@ class _Job(Generic[T]):
         self.error: BaseException | None = None
 
 
-class SqliteStore:
-    """The store in one SQLite file (see the module docstring); open it with :meth:`open`."""
+def run_sync(conn: sqlite3.Connection, body: Body[T]) -> T:
+    """Run a transaction body (:mod:`supervisor.store.sql`) on ``conn``, in the transaction open there."""
+    try:
+        query = next(body)
+        while True:
+            query = body.send(_execute(conn, query))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _execute(conn: sqlite3.Connection, query: Query) -> Any:
+    if query.mode is Mode.MANY:
+        conn.executemany(query.sql, query.params)
+        return None
+    cursor = conn.execute(query.sql, query.params)
+    if query.mode is Mode.ONE:
+        return cursor.fetchone()
+    if query.mode is Mode.ALL:
+        return cursor.fetchall()
+    if query.mode is Mode.INSERT_ID:
+        return cursor.lastrowid
+    return None
+
+
+class SqliteStore(StoreCalls):
+    """The store in one SQLite file (see the module docstring); open it with :meth:`open`.
+
+    Its calls are :class:`~supervisor.store.calls.StoreCalls`'; each body runs in :meth:`_run`'s writer."""
+
+    RESERVED_META = RESERVED_META
 
     def __init__(
         self,
@@ -133,6 +151,7 @@ class SqliteStore:
         self._on_health = on_health
         self._pending: list[_Job[Any]] = []
         self._lock = anyio.Lock()
+        self._tx = Tx(SQLITE, None, epoch)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -247,129 +266,9 @@ class SqliteStore:
         if self._on_health is not None:
             self._on_health(problem)
 
-    # ------------------------------------------------------------------ desired sessions, session ledger
-    async def desired_sessions(self, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
-        return await self._run(lambda conn: sql_sessions.desired_sessions(conn, shards))
-
-    async def set_desired(self, desired: DesiredSession) -> None:
-        await self._run(lambda conn: sql_sessions.set_desired(conn, desired))
-
-    async def add_sessions(self, added: Sequence[DesiredSession]) -> None:
-        rows = list(added)
-        await self._run(lambda conn: sql_sessions.add_sessions(conn, rows))
-
-    async def forget_desired(self, session_id: str) -> None:
-        await self._run(lambda conn: sql_sessions.forget_desired(conn, session_id))
-
-    async def server_sessions(self, shards: Collection[int] | None = None) -> dict[str, ServerSession]:
-        return await self._run(lambda conn: sql_sessions.server_sessions(conn, shards))
-
-    async def session_opening(self, session: ServerSession) -> None:
-        await self._run(lambda conn: sql_sessions.session_opening(conn, session))
-
-    async def session_opened(
-        self, session_id: str, conversation_id: str | None, platform_session_id: str | None
-    ) -> None:
-        await self._run(
-            lambda conn: sql_sessions.session_opened(conn, session_id, conversation_id, platform_session_id)
-        )
-
-    async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None:
-        await self._run(lambda conn: sql_sessions.session_closed(conn, session_id, outcome, closed_at))
-
-    async def session_left(self, session_id: str, left_at: float, platform_session_id: str | None) -> None:
-        await self._run(
-            lambda conn: sql_sessions.session_left(conn, session_id, left_at, platform_session_id)
-        )
-
-    # ------------------------------------------------------------------ outbox, ledger, mismatches
-    async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:
-        return await self._run(lambda conn: sql_outbox.submit(conn, submission, max_depth))
-
-    async def live_rows(self, shards: Collection[int] | None = None) -> list[OutboxRow]:
-        return await self._run(lambda conn: sql_outbox.live_rows(conn, shards))
-
-    async def ledger(self, request_ids: Sequence[int] | None = None) -> dict[int, LedgerEntry]:
-        return await self._run(lambda conn: sql_outbox.ledger(conn, request_ids))
-
-    async def claim(
-        self,
-        conversation_id: str,
-        before: Mapping[str, str],
-        *,
-        idempotency_key: str,
-        participant_id: str | None,
-        endpoint: str,
-        sent_at: float,
-        limit: int,
-        attempts: int = 1,
-    ) -> Claim | None:
-        return await self._run(
-            lambda conn: sql_outbox.claim(
-                conn,
-                conversation_id,
-                before,
-                idempotency_key=idempotency_key,
-                participant_id=participant_id,
-                endpoint=endpoint,
-                sent_at=sent_at,
-                limit=limit,
-                epoch=self.epoch,
-                attempts=attempts,
-            )
-        )
-
-    async def count_attempt(self, request_id: int) -> int:
-        return await self._run(lambda conn: sql_outbox.count_attempt(conn, request_id))
-
-    async def record(
-        self,
-        rows: Sequence[RowChange] = (),
-        ledger: LedgerChange | None = None,
-        mismatches: Sequence[NewMismatch] = (),
-    ) -> list[int]:
-        return await self._run(lambda conn: sql_outbox.record(conn, rows, ledger, mismatches))
-
-    async def mismatches(self, *, include_resolved: bool = False) -> list[Mismatch]:
-        return await self._run(lambda conn: sql_outbox.mismatches(conn, include_resolved))
-
-    async def resolve(self, mismatch_id: int, resolution: Resolution, at: float) -> Mismatch:
-        return await self._run(lambda conn: sql_outbox.resolve(conn, mismatch_id, resolution, at))
-
-    async def depth(self, tenant: str) -> int:
-        return await self._run(lambda conn: sql_outbox.depth(conn, tenant))
-
-    async def update_outcomes(self) -> dict[str, UpdateOutcome]:
-        return await self._run(sql_outbox.update_outcomes)
-
-    async def counts(self) -> dict[str, int]:
-        return await self._run(sql_outbox.counts)
-
-    # ------------------------------------------------------------------ meta records
-    async def read_meta(self, prefix: str) -> dict[str, str]:
-        """The ``meta`` rows whose key starts with ``prefix`` (a plain prefix: no LIKE pattern)."""
-
-        def read(conn: sqlite3.Connection) -> dict[str, str]:
-            rows = conn.execute(
-                "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
-            ).fetchall()
-            return {str(key): str(value) for key, value in rows}
-
-        return await self._run(read)
-
-    async def write_meta(self, values: Mapping[str, str]) -> None:
-        """Insert or replace ``meta`` rows, in one transaction; the owner epoch is the store's own."""
-        rows = list(values.items())
-        if any(key in RESERVED_META for key, _ in rows):
-            raise ValueError(f"meta keys {sorted(RESERVED_META)} are the store's own")
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                rows,
-            )
-
-        await self._run(write)
+    # ------------------------------------------------------------------ the calls (supervisor/store/calls.py)
+    async def _call(self, body_of: BodyOf[T]) -> T:
+        return await self._run(lambda conn: run_sync(conn, body_of(self._tx)))
 
     async def integrity_check(self) -> str:
         def check(conn: sqlite3.Connection) -> str:
@@ -537,8 +436,8 @@ def _read_only_sync(path: Path) -> Snapshot:
         if version != SCHEMA_VERSION and version != 1:
             raise StoreError(where, f"schema version {version} must be migrated first, which needs writing")
         # a version 1 file (a store the upgrade could not migrate, read-only) has no left_at: none was left
-        ledger = sql_sessions.server_sessions(conn, left_at=version >= 2)
-        return Snapshot(sql_sessions.desired_sessions(conn), ledger)
+        ledger = run_sync(conn, sql_sessions.server_sessions(_TX, left_at=version >= 2))
+        return Snapshot(run_sync(conn, sql_sessions.desired_sessions(_TX)), ledger)
     except (NewerSchema, NotOurs) as exc:
         raise StoreError(where, str(exc)) from None
     except sqlite3.Error as exc:
