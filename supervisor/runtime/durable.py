@@ -540,7 +540,8 @@ class Durable:
     ) -> None:
         """``ctl start`` / ``ctl stop``: what should be alive after a restart."""
         state = DesiredState.RUNNING if running else DesiredState.STOPPED
-        await self._quietly(self._desire(session_id, platform, state, reason))
+        # a command, not the owner's own write: not fenced (docs/store.md, "The fence")
+        await self._quietly(self._desire(session_id, platform, state, reason, fenced=False))
 
     def _down_reason(self, session_id: str) -> str | None:
         desired = self.desired.get(session_id)
@@ -561,12 +562,18 @@ class Durable:
         self.attributes.drain()
 
     async def _desire(
-        self, session_id: str, platform: Scope, state: DesiredState, reason: str | None
+        self,
+        session_id: str,
+        platform: Scope,
+        state: DesiredState,
+        reason: str | None,
+        *,
+        fenced: bool = True,
     ) -> None:
         desired = DesiredSession(session_id, platform.value, state, reason, self.clock.time())
         self.desired[session_id] = desired
         if self.store is not None:
-            await self.store.set_desired(desired)
+            await self.store.set_desired(desired, fenced=fenced)
 
     async def _quietly(self, call: Awaitable[object]) -> None:
         """A session-book write that fails is not the session's failure: the store reports its health."""

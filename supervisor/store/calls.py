@@ -53,8 +53,8 @@ class StoreCalls:
     async def desired_sessions(self, shards: Collection[int] | None = None) -> dict[str, DesiredSession]:
         return await self._call(lambda tx: sql_sessions.desired_sessions(tx, shards))
 
-    async def set_desired(self, desired: DesiredSession) -> None:
-        await self._call(lambda tx: sql_sessions.set_desired(tx, desired))
+    async def set_desired(self, desired: DesiredSession, *, fenced: bool = True) -> None:
+        await self._call(lambda tx: sql_sessions.set_desired(tx, desired, fenced=fenced))
 
     async def add_sessions(self, added: Sequence[DesiredSession]) -> None:
         rows = list(added)

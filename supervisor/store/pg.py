@@ -10,6 +10,11 @@
   read-only server) fails with :class:`~supervisor.errors.StoreError` and marks the store
   ``degraded`` with the reason until a later call succeeds; ``on_health`` hears both moves. A broken
   connection is opened again at the next call.
+* **The fence.** ``fences`` (a fleet member's leases, a :class:`~supervisor.store.model.FenceSource`)
+  makes every own-state write lock its shard's lease row ``FOR SHARE`` first and raise
+  :class:`~supervisor.errors.LeaseLost` when this member no longer holds it (:func:`supervisor.store.sql.fence`);
+  the connection ends a transaction left idle longer than :data:`IDLE_IN_TRANSACTION_S`, so a stopped
+  member cannot keep its shards' lease rows locked. ``fences=None``: no fence (one host, ``store copy``).
 * **Connection.** :func:`~supervisor.config_urls.store_url_problem` says what a URL may hold; the password
   comes apart (``passwordFile``) and never appears in an error; a TCP host gets ``sslmode=verify-full``
   unless the URL says ``verify-ca``.
@@ -31,11 +36,20 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from supervisor.config_urls import DEFAULT_SSLMODE, needs_tls, redacted, store_url_problem
 from supervisor.errors import StoreError
 from supervisor.store.calls import BodyOf, StoreCalls
+from supervisor.store.model import FenceSource
 from supervisor.store.pg_schema import prepare
 from supervisor.store.schema import NewerSchema, NotOurs
 from supervisor.store.sql import POSTGRES, Body, Mode, Query, Tx
 
-__all__ = ["PgStore", "connection_string", "describe", "execute", "run_async"]
+__all__ = [
+    "IDLE_IN_TRANSACTION_S",
+    "PgStore",
+    "connect",
+    "connection_string",
+    "describe",
+    "execute",
+    "run_async",
+]
 
 T = TypeVar("T")
 HealthHook = Callable[[str | None], None]
@@ -43,6 +57,13 @@ Conn = AsyncConnection[tuple[Any, ...]]
 #: how long opening a connection may take before the store says the database is unreachable
 CONNECT_TIMEOUT_S: Final = 10
 _APPLICATION_NAME: Final = "session-supervisor"
+#: how long the store's connection may idle inside a transaction before the server ends it (and with
+#: it the transaction and its locks): a stopped member (SIGSTOP, a frozen VM) inside a fenced write
+#: holds its shard's lease row FOR SHARE, which would keep every other member from taking the shard
+#: over; the server frees it after this, well within the lease's TTL (10 s by default). A call never
+#: idles that long on its own: its statements follow one another on the loop (PostgreSQL docs, 20.11.1
+#: "Statement Behavior", idle_in_transaction_session_timeout)
+IDLE_IN_TRANSACTION_S: Final = 5.0
 #: ``meta`` keys the store writes itself: whose tables, their version, the owner epoch
 RESERVED_META: Final = frozenset({"epoch", "application", "schema_version"})
 
@@ -123,7 +144,14 @@ class PgStore(StoreCalls):
     RESERVED_META = RESERVED_META
 
     def __init__(
-        self, where: str, conninfo: str, conn: Conn, *, epoch: int, on_health: HealthHook | None
+        self,
+        where: str,
+        conninfo: str,
+        conn: Conn,
+        *,
+        epoch: int,
+        on_health: HealthHook | None,
+        fences: FenceSource | None = None,
     ) -> None:
         #: what errors name: the URL as configured (it holds no password)
         self.path = where
@@ -135,18 +163,27 @@ class PgStore(StoreCalls):
         self._closed = False
         self._on_health = on_health
         self._lock = anyio.Lock()
-        self._tx = Tx(POSTGRES, None, epoch)
+        #: the fleet member's leases the own-state writes are fenced on (None: no fence)
+        self._tx = Tx(POSTGRES, fences, epoch)
 
     # ------------------------------------------------------------------ opening
     @classmethod
     async def open(
-        cls, url: str, *, password: str | None = None, on_health: HealthHook | None = None
+        cls,
+        url: str,
+        *,
+        password: str | None = None,
+        on_health: HealthHook | None = None,
+        fences: FenceSource | None = None,
     ) -> PgStore:
         """Connect, identify and migrate the schema, take the next epoch; raises :class:`StoreError`
-        naming the URL and the problem (nothing is written to a schema that is not the store's)."""
+        naming the URL and the problem (nothing is written to a schema that is not the store's).
+
+        ``fences``: a fleet member's leases; every own-state write is fenced on them (docs/store.md,
+        "The fence"). None: no fence (one host, or a tool such as ``store copy``)."""
         conninfo = connection_string(url, password)
         try:
-            conn = await _connect(conninfo)
+            conn = await connect(conninfo)
         except psycopg.Error as exc:
             raise StoreError(url, describe(exc)) from None
         try:
@@ -157,7 +194,7 @@ class PgStore(StoreCalls):
         except psycopg.Error as exc:
             await conn.close()
             raise StoreError(url, describe(exc)) from None
-        return cls(url, conninfo, conn, epoch=epoch, on_health=on_health)
+        return cls(url, conninfo, conn, epoch=epoch, on_health=on_health, fences=fences)
 
     async def aclose(self) -> None:
         """Close the connection once the call in progress is done (idempotent)."""
@@ -178,7 +215,7 @@ class PgStore(StoreCalls):
                 try:
                     conn = self._conn
                     if conn is None or conn.broken or conn.closed:
-                        conn = self._conn = await _connect(self._conninfo)
+                        conn = self._conn = await connect(self._conninfo)
                     async with conn.transaction():
                         result = await fn(conn)
                 except psycopg.Error as exc:
@@ -218,9 +255,21 @@ class PgStore(StoreCalls):
         return await self._run(check)
 
 
-async def _connect(conninfo: str) -> Conn:
-    # autocommit: each call's transaction is opened explicitly (conn.transaction())
-    return await AsyncConnection.connect(conninfo, autocommit=True)
+async def connect(conninfo: str, *, idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S) -> Conn:
+    """The store's connection: autocommit (each call's transaction is opened explicitly,
+    ``conn.transaction()``), ended by the server when it idles inside a transaction for longer than
+    ``idle_in_transaction_s`` (:data:`IDLE_IN_TRANSACTION_S`)."""
+    conn = await AsyncConnection.connect(conninfo, autocommit=True)
+    try:
+        # set_config: SET takes no parameters; false: for the session, not the transaction
+        await conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            (f"{max(1, round(idle_in_transaction_s * 1000))}ms",),
+        )
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 def _is_health(exc: psycopg.Error) -> bool:

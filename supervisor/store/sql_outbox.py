@@ -33,7 +33,7 @@ from supervisor.store.model import (
     value_hash,
 )
 from supervisor.store.shards import shard_of
-from supervisor.store.sql import Body, Tx, do, insert_id, many, one, rows
+from supervisor.store.sql import Body, Tx, do, fence, insert_id, many, one, rows
 
 __all__ = [
     "claim",
@@ -227,14 +227,16 @@ def claim(
     restart finds it unknown and reads the conversation back instead of sending again. ``before``
     maps attribute -> value_hash of what the server held just before (absent ones hash as None).
     ``attempts`` is 0 for rows taken only to be flagged (nothing is sent). The entry carries the
-    store's owner epoch (``tx.epoch``).
+    store's owner epoch (``tx.epoch``); the rows taken, the lease epoch of their shard (fenced: a send
+    is the owner's own write).
     """
     found = yield from rows(
-        f"SELECT {_ROW} FROM outbox WHERE conversation_id = ? AND status = 'pending' "
+        f"SELECT {_ROW}, shard FROM outbox WHERE conversation_id = ? AND status = 'pending' "
         "AND (not_before IS NULL OR not_before <= ?) ORDER BY id LIMIT ?",
         (conversation_id, sent_at, limit),
     )
     taken = [_row(r) for r in found]
+    shard_of_row = {int(r[0]): int(r[15]) for r in found}
     later_row = yield from one(
         "SELECT MIN(not_before) FROM outbox WHERE conversation_id = ? AND status = 'pending' AND not_before > ?",
         (conversation_id, sent_at),
@@ -242,6 +244,7 @@ def claim(
     later = None if later_row is None or later_row[0] is None else float(later_row[0])
     if not taken:
         return None if later is None else Claim(None, (), later)
+    epochs = yield from fence(tx, shard_of_row.values())
     payload = {row.attribute: row.value for row in taken}
     request_id = yield from insert_id(
         "INSERT INTO ledger (idempotency_key, tenant, conversation_id, participant_id, endpoint, payload_hash, "
@@ -264,8 +267,8 @@ def claim(
         hashed = before.get(row.attribute) or value_hash(row.attribute, None)
         yield from do(
             "UPDATE outbox SET status = 'sending', ledger_id = ?, sends = sends + 1, before_hash = ?, "
-            "not_before = NULL WHERE id = ?",
-            (request_id, hashed, row.id),
+            "not_before = NULL, epoch = ? WHERE id = ?",
+            (request_id, hashed, epochs[shard_of_row[row.id]], row.id),
         )
         claimed.append(
             replace(
@@ -282,7 +285,10 @@ def claim(
 
 
 def count_attempt(tx: Tx, request_id: int) -> Body[int]:
-    """One more request with this entry's key is about to leave (committed before it does)."""
+    """One more request with this entry's key is about to leave (committed before it does); fenced on
+    the shards of the rows the entry sends."""
+    sent = yield from rows("SELECT DISTINCT shard FROM outbox WHERE ledger_id = ?", (request_id,))
+    yield from fence(tx, (int(r[0]) for r in sent))
     yield from do("UPDATE ledger SET attempts = attempts + 1 WHERE request_id = ?", (request_id,))
     row = yield from one("SELECT attempts FROM ledger WHERE request_id = ?", (request_id,))
     assert row is not None
@@ -295,10 +301,23 @@ def record(
     change: LedgerChange | None,
     found: Sequence[NewMismatch],
 ) -> Body[list[int]]:
-    """Apply a send's or a verification's outcome; returns the ids of the new mismatches."""
+    """Apply a send's or a verification's outcome; returns the ids of the new mismatches.
+
+    Fenced on the shards of every row it touches (the rows moved, the ones the ledger entry sent, the
+    ones flagged); each row moved carries its shard's lease epoch.
+    """
+    touched = [ch.row_id for ch in changes] + [m.row_id for m in found]
+    condition, parameters = tx.dialect.in_list("id", touched)
+    shard_rows = yield from rows(
+        f"SELECT id, shard FROM outbox WHERE {condition} OR ledger_id = ?",
+        (*parameters, None if change is None else change.request_id),
+    )
+    shard_of_row = {int(r[0]): int(r[1]) for r in shard_rows}
+    epochs = yield from fence(tx, shard_of_row.values())
     for ch in changes:
-        sets = ["status = ?"]
-        params: list[Any] = [ch.status.value]
+        sets = ["status = ?", "epoch = ?"]
+        shard = shard_of_row.get(ch.row_id)
+        params: list[Any] = [ch.status.value, None if shard is None else epochs[shard]]
         if ch.status is RowStatus.PENDING or ch.not_before is not None:
             sets.append("not_before = ?")
             params.append(ch.not_before)

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
 from supervisor.store.shards import shard_of
-from supervisor.store.sql import Body, Tx, do, many, rows
+from supervisor.store.sql import Body, Tx, do, fence, many, rows
 
 __all__ = [
     "add_sessions",
@@ -52,7 +52,11 @@ def desired_sessions(tx: Tx, shards: Collection[int] | None = None) -> Body[dict
     }
 
 
-def set_desired(tx: Tx, desired: DesiredSession) -> Body[None]:
+def set_desired(tx: Tx, desired: DesiredSession, *, fenced: bool = True) -> Body[None]:
+    """The session's desired state: the owner's (fenced), or a command's (``ctl start``/``stop``,
+    ``fenced`` False: any member may carry it out)."""
+    if fenced:
+        yield from fence(tx, [shard_of(desired.session_id)])
     yield from do(
         "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
         "VALUES (?, ?, ?, ?, ?, ?) "
@@ -138,13 +142,17 @@ def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
     anchor only by a new one): a crash between this write and the connection leaves what a
     restart needs to take the server session over, or to end it.
     """
+    shard = shard_of(session.session_id)
+    epochs = yield from fence(tx, [shard])
     yield from do(
-        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?) "
+        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard, epoch) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?) "
         "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
         "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
         "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
         "platform_session_id = COALESCE(excluded.platform_session_id, server_sessions.platform_session_id), "
-        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL, left_at = NULL",
+        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL, left_at = NULL, "
+        "epoch = excluded.epoch",
         (
             session.session_id,
             session.platform,
@@ -155,7 +163,8 @@ def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
             session.conversation_id,
             session.platform_session_id,
             session.guest_token,
-            shard_of(session.session_id),
+            shard,
+            epochs[shard],
         ),
     )
 
@@ -163,30 +172,47 @@ def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
 def session_opened(
     tx: Tx, session_id: str, conversation_id: str | None, platform_session_id: str | None
 ) -> Body[None]:
+    epoch = yield from _fence_session(tx, session_id)
     yield from do(
         "UPDATE server_sessions SET state = ?, "
         "conversation_id = COALESCE(?, conversation_id), "
-        "platform_session_id = COALESCE(?, platform_session_id) "
+        "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
         "WHERE session_id = ? AND state != ?",
-        (ServerState.OPEN.value, conversation_id, platform_session_id, session_id, ServerState.CLOSED.value),
+        (
+            ServerState.OPEN.value,
+            conversation_id,
+            platform_session_id,
+            epoch,
+            session_id,
+            ServerState.CLOSED.value,
+        ),
     )
 
 
 def session_closed(tx: Tx, session_id: str, outcome: str, closed_at: float) -> Body[None]:
     """The server session is over: the resume credential is wiped (seed section 3: revoke local storage)."""
+    epoch = yield from _fence_session(tx, session_id)
     yield from do(
-        "UPDATE server_sessions SET state = ?, guest_token = NULL, closed_at = ?, outcome = ? "
+        "UPDATE server_sessions SET state = ?, guest_token = NULL, closed_at = ?, outcome = ?, epoch = ? "
         "WHERE session_id = ?",
-        (ServerState.CLOSED.value, closed_at, outcome, session_id),
+        (ServerState.CLOSED.value, closed_at, outcome, epoch, session_id),
     )
 
 
 def session_left(tx: Tx, session_id: str, left_at: float, platform_session_id: str | None) -> Body[None]:
     """A stop handed the session over: still open on the platform, with what the next start polls
     (CXone's rolling sessionId, kept over the anchor when known) and when it was left."""
+    epoch = yield from _fence_session(tx, session_id)
     yield from do(
         "UPDATE server_sessions SET left_at = ?, "
-        "platform_session_id = COALESCE(?, platform_session_id) "
+        "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
         "WHERE session_id = ? AND state != ?",
-        (left_at, platform_session_id, session_id, ServerState.CLOSED.value),
+        (left_at, platform_session_id, epoch, session_id, ServerState.CLOSED.value),
     )
+
+
+def _fence_session(tx: Tx, session_id: str) -> Body[int | None]:
+    """The fence of the session's shard; the epoch its ledger row carries."""
+    shard = shard_of(session_id)
+    epochs = yield from fence(tx, [shard])
+    return epochs[shard]
