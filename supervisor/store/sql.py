@@ -109,8 +109,8 @@ class Dialect:
     name: str
     #: the column that orders ``desired_sessions`` as they were added
     insertion_order: str
-    #: whether the store may hold leases in ``shard_leases`` (PostgreSQL, a fleet)
-    fences: bool
+    #: whether its writes may be fenced on ``shard_leases`` (PostgreSQL: a fleet shares it)
+    lease_fence: bool
 
     def text(self, sql: str) -> str:
         """``sql`` as the driver takes it: ``?`` placeholders become psycopg's ``%s`` (a literal ``%``
@@ -137,8 +137,8 @@ class Dialect:
         return f" {'WHERE' if where else 'AND'} {condition}", parameters
 
 
-SQLITE: Final = Dialect("sqlite", insertion_order="rowid", fences=False)
-POSTGRES: Final = Dialect("postgres", insertion_order="added", fences=True)
+SQLITE: Final = Dialect("sqlite", insertion_order="rowid", lease_fence=False)
+POSTGRES: Final = Dialect("postgres", insertion_order="added", lease_fence=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +150,11 @@ class Tx:
     fences: FenceSource | None = None
     #: the store's owner epoch (``meta.epoch``, bumped at every open), stamped on ledger entries
     epoch: int = 0
+
+    @property
+    def fenced(self) -> bool:
+        """Whether :func:`fence` checks leases here (else it is a no-op and every epoch None)."""
+        return self.fences is not None and self.dialect.lease_fence
 
 
 # -- the statements a body yields ---------------------------------------------------------------------
@@ -196,7 +201,7 @@ def fence(tx: Tx, shards: Iterable[int]) -> Generator[Query, Any, dict[int, int 
     two writers of the same shards cannot deadlock on them.
     """
     wanted = sorted(set(shards))
-    if tx.fences is None or not tx.dialect.fences:
+    if tx.fences is None or not tx.fenced:
         return dict.fromkeys(wanted)
     epochs: dict[int, int | None] = {}
     for shard in wanted:

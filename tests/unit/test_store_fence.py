@@ -21,6 +21,8 @@ from supervisor.errors import LeaseLost
 from supervisor.store import (
     DesiredSession,
     DesiredState,
+    LedgerChange,
+    Outcome,
     RowChange,
     RowStatus,
     ServerSession,
@@ -110,8 +112,8 @@ def opening() -> ServerSession:
     return ServerSession(SESSION, "genesys", "webmessaging", ServerState.OPENING, 1.0, guest_token="tok")
 
 
-def submission(update: str) -> Submission:
-    return Submission(update, "genesys:c", SESSION, "conv-1", {"a": "1"}, frozenset(), 2.0)
+def submission(update: str, **values: str) -> Submission:
+    return Submission(update, "genesys:c", SESSION, "conv-1", values or {"a": "1"}, frozenset(), 2.0)
 
 
 async def claim(store: PgStore, key: str) -> object:
@@ -134,7 +136,11 @@ async def test_a_write_with_the_lease_held_commits_and_stamps_the_epoch(
     assert await fetch(raw, "SELECT status, epoch FROM outbox") == [("sending", 3)]
     assert await store.count_attempt(1) == 2
     await store.record([RowChange(1, RowStatus.ACCEPTED, accepted_at=11.0)])
+    await store.record(
+        ledger=LedgerChange(1, Outcome.OK, answered_at=11.0)
+    )  # the entry alone: its rows' shard
     assert await fetch(raw, "SELECT status, epoch FROM outbox") == [("accepted", 3)]
+    assert await fetch(raw, "SELECT outcome FROM ledger") == [("ok",)]
     # lost and acquired again by the same member at a later epoch: the next write carries that one
     await grant(raw, SHARD, "m1", 5)
     held.epochs[SHARD] = 5
@@ -147,6 +153,8 @@ async def test_after_another_members_acquisition_a_write_raises_lease_lost_and_w
 ) -> None:
     await store.session_opening(opening())
     await store.submit(submission("u1"), max_depth=10)
+    assert await claim(store, "k1") is not None  # row 1 is being sent, at epoch 3
+    await store.submit(submission("u2", b="2"), max_depth=10)  # row 2 queued
     # m2 takes the shard over (its acquisition bumps the epoch), in another connection
     await grant(raw, SHARD, "m2", 4)
     with pytest.raises(LeaseLost) as lost:
@@ -156,18 +164,29 @@ async def test_after_another_members_acquisition_a_write_raises_lease_lost_and_w
     assert await fetch(raw, "SELECT state, guest_token, epoch FROM server_sessions") == [
         ("opening", "tok", 3)
     ]
+    # a send's and a verification's moves: refused, the rows as they were
     with pytest.raises(LeaseLost):
-        await claim(store, "k1")
-    assert await fetch(raw, "SELECT status, epoch FROM outbox") == [("pending", None)]
-    assert await fetch(raw, "SELECT COUNT(*) FROM ledger") == [(0,)]
+        await claim(store, "k2")
+    with pytest.raises(LeaseLost):
+        await store.record([RowChange(1, RowStatus.ACCEPTED, accepted_at=11.0)])
+    with pytest.raises(LeaseLost):
+        await store.record(ledger=LedgerChange(1, Outcome.OK, answered_at=11.0))
+    with pytest.raises(LeaseLost):
+        await store.count_attempt(1)
+    assert await fetch(raw, "SELECT id, status, epoch FROM outbox ORDER BY id") == [
+        (1, "sending", 3),
+        (2, "pending", None),
+    ]
+    assert await fetch(raw, "SELECT request_id, outcome, attempts FROM ledger") == [(1, "unknown", 1)]
     desired = DesiredSession(SESSION, "genesys", DesiredState.TERMINATED, "x", 6.0)
     with pytest.raises(LeaseLost):
         await store.set_desired(desired)
     assert await fetch(raw, "SELECT COUNT(*) FROM desired_sessions") == [(0,)]
     # commands any member carries out are not fenced: ctl stop, a submission
     await store.set_desired(desired, fenced=False)
-    await store.submit(submission("u2"), max_depth=10)
+    await store.submit(submission("u3", c="3"), max_depth=10)
     assert await fetch(raw, "SELECT state FROM desired_sessions") == [("terminated",)]
+    assert await fetch(raw, "SELECT COUNT(*) FROM outbox") == [(3,)]
     # a lost lease is not the database's health
     assert store.degraded is None
 
