@@ -4,11 +4,14 @@
 and PostgreSQL's is asynchronous (psycopg 3's ``AsyncConnection``, on the event loop). A body that
 called either driver would have to be written twice, once plain and once with ``await``; so a body
 calls neither. It *yields* each statement as a :class:`Query` and is sent back its result, the
-"sans-I/O" shape (https://sans-io.readthedocs.io/): ``row = yield from one(tx, "SELECT ...", params)``.
+"sans-I/O" shape (https://sans-io.readthedocs.io/): ``row = yield from one("SELECT ...", params)``.
 Each store runs a body with its own small driver, inside the transaction it opened for the call:
 ``run_sync`` in ``sqlite.py`` (in the worker thread, within the job's savepoint) and ``run_async``
 in ``pg.py`` (awaiting each statement). What a body decides (coalescing, superseding, the fence, the
-outcomes) is plain Python between its statements, the same code on both stores.
+outcomes) is plain Python between its statements, the same code on both stores. (The other way to
+one definition, psycopg's synchronous connection in a worker thread like SQLite's, would change how
+PgStore runs, is cancelled and reconnects; the stores' own machinery stays as it was here, and only
+the few lines that turn a :class:`Query` into a driver call differ.)
 
 **What differs between the dialects** is all in :class:`Dialect`, and only where the SQL itself
 cannot be the same text:

@@ -3,8 +3,13 @@
 Each function is one call of the :class:`~supervisor.store.model.Store` protocol, written once
 against :mod:`supervisor.store.sql` (it yields its statements; SQLite's and PostgreSQL's drivers run
 them in the transaction the store opened for the call): a submission's depth check, coalescing and
-inserts happen together, so the acknowledgement the caller hears is exactly what was committed (docs/robustness.md, "Durability": inserted in the
-same transaction as the acknowledgement; docs/attributes.md: depth ≤ 50, one update per session and key).
+inserts happen together, so the acknowledgement the caller hears is exactly what was committed
+(docs/robustness.md, "Durability": inserted in the same transaction as the acknowledgement;
+docs/attributes.md: depth ≤ 50, one update per session and key).
+
+The moves of a send and of its verification (``claim``, ``count_attempt``, ``record``) are the
+owner's own writes: they start with the lease fence of the rows' shards and stamp ``outbox.epoch``.
+``submit`` (any member accepts a submission) and ``resolve`` (an operator's command) are not fenced.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@
 * **Health.** A commit that fails (disk full, read-only, I/O error) fails every job of its
   batch with :class:`~supervisor.errors.StoreError` naming the file, and marks the store
   ``degraded`` with the reason until a later commit succeeds; ``on_health`` hears both moves.
+* **The calls** are :class:`~supervisor.store.calls.StoreCalls`': each body (written once for both
+  stores against :mod:`supervisor.store.sql`) runs in its job's savepoint with :func:`run_sync`. SQLite
+  has no lease fence: one host holds every shard.
 * The file is created ``0600`` (a wider existing file is narrowed): it holds resume credentials
   (the Web Messaging guest token) and the values of queued attribute writes, never an OAuth
   token or a secret.
