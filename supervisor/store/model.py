@@ -289,19 +289,17 @@ class ResolveRefused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Fence:
-    """This member's hold on a shard, as its fence checks it in every own-state write: the member id
-    and the lease epoch (``shard_leases.owner`` and ``epoch``; docs/store.md, "The fence")."""
+    """What an owner's write proves: the member that holds the shard's lease, at which epoch."""
 
     member: str
     epoch: int
 
 
 class FenceSource(Protocol):
-    """Who holds which shard here (the fleet's leases): what :class:`~supervisor.store.pg.PgStore` fences on."""
+    """The fences of the shards held here (a fleet's leases: supervisor/fleet/leases.py)."""
 
     def fence_for(self, shard: int) -> Fence | None:
-        """The lease this member holds on ``shard`` now; None: not held here (the write raises LeaseLost)."""
-        ...
+        """The shard's fence while its lease is held here; None: not held here (the write is refused)."""
 
 
 class Store(Protocol):
