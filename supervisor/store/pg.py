@@ -20,7 +20,8 @@
   unless the URL says ``verify-ca``.
 * The schema and its migrations: :mod:`supervisor.store.pg_schema`. The calls and their SQL are
   SQLite's (:mod:`supervisor.store.calls`, bodies written once against :mod:`supervisor.store.sql`);
-  :func:`run_async` runs a body here, each statement awaited in PostgreSQL's dialect.
+  :func:`run_async` runs a body here, each statement awaited in PostgreSQL's dialect;
+  :mod:`supervisor.store.pg_sql` runs the desired-state commands' bodies inside a caller's transaction.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from supervisor.store import (
     ServerSession,
     ServerState,
     Submission,
+    pg_sql,
 )
 from supervisor.store.model import Fence
 from supervisor.store.pg import PgStore, connect, execute
@@ -269,3 +270,33 @@ async def test_the_stores_connection_ends_a_transaction_left_idle_and_frees_its_
     finally:
         await stopped.close()
     assert await fetch(raw, "SELECT owner, epoch FROM shard_leases WHERE shard = %s", SHARD) == [("m2", 4)]
+
+
+async def test_a_command_run_in_the_callers_transaction_is_not_fenced(
+    pg_dsn: str, held: HeldShards, raw: Raw
+) -> None:
+    # another member's shard: a ctl stop, an AddSession and a RemoveSession forwarded from here, each
+    # committed with what the caller runs beside it (pg_sql: the store's own bodies, no fence)
+    await grant(raw, SHARD, "m2", 4)
+    conn = await connect(pg_dsn)
+
+    async def forget_then_fail() -> None:
+        async with conn.transaction():
+            await pg_sql.forget_desired(conn, SESSION)
+            await conn.execute(b"SELECT 1/0")  # the caller's own statement fails
+
+    try:
+        added = DesiredSession(SESSION, "genesys", DesiredState.RUNNING, None, 1.0, origin="api", spec="{}")
+        stopped = DesiredSession(SESSION, "genesys", DesiredState.STOPPED, "ctl stop", 2.0)
+        async with conn.transaction():
+            await pg_sql.add_sessions(conn, [added])
+            await pg_sql.set_desired(conn, stopped)
+        assert await fetch(raw, "SELECT state, reason, origin FROM desired_sessions") == [
+            ("stopped", "ctl stop", "api")
+        ]
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await forget_then_fail()
+        # the whole transaction undone: the row is still there
+        assert await fetch(raw, "SELECT COUNT(*) FROM desired_sessions") == [(1,)]
+    finally:
+        await conn.close()
