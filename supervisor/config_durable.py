@@ -38,9 +38,9 @@ from supervisor.errors import ConfigError
 __all__ = [
     "DEFAULT_HANDOVER_MAX_AGE_S",
     "FLEET_MEMBER_PATTERN",
-    "FleetConfig",
     "ON_STOP_ENV",
     "AttributesConfig",
+    "FleetConfig",
     "HandoverConfig",
     "StopAction",
     "StoreConfig",

@@ -10,8 +10,6 @@ from supervisor.config import parse_config
 from supervisor.errors import ConfigError
 from supervisor.runtime.reload import restart_required
 
-BASE = '[platforms.genesys]\nloginUrl = "http://127.0.0.1:9"\napiUrl = "http://127.0.0.1:9"\n'
-
 
 def test_the_defaults_are_a_ten_second_lease_renewed_every_two_seconds() -> None:
     fleet = parse_config("", "f.toml").fleet

@@ -95,8 +95,9 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         7,
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
         " the socket API's board, services, client;"
-        " the systemd services (status line, watchdog, probes, the glue run wires in)",
-        ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
+        " the systemd services (status line, watchdog, probes, the glue run wires in);"
+        " the fleet (a member's leases in PostgreSQL)",
+        ("supervisor.runtime", "supervisor.api", "supervisor.systemd", "supervisor.fleet"),
     ),
     (
         6,
