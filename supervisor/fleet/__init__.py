@@ -5,5 +5,6 @@
 * :mod:`.identity`: a member's id and its configuration's digest;
 * :mod:`.leases`: :class:`~supervisor.fleet.leases.PgLeases`, the leases kept in ``shard_leases``;
 * :mod:`.events`: ``FLEET_DEGRADED`` and ``FLEET_RECOVERED``;
-* :mod:`.member`: a ``[store] url`` daemon made a fleet member.
+* :mod:`.member`: a ``[store] url`` daemon made a fleet member;
+* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members).
 """
