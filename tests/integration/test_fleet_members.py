@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 from anyio.abc import TaskStatus
 
@@ -19,8 +20,9 @@ from supervisor.fleet.member import fleet_leases
 from supervisor.runtime.leases import Lease, LeaseHolder
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store.shards import shard_of
-from tests.harness.config import genesys_config
+from tests.harness.config import daemon_config, genesys_config
 from tests.harness.in_process import Harness, supervised
+from tests.harness.process import running_daemon
 from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
@@ -127,3 +129,37 @@ async def test_two_members_split_the_shards_and_one_killed_is_taken_over_after_t
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_run_on_a_postgresql_store_is_a_fleet_member_and_a_sigterm_frees_its_shards(
+    genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str, pg_dsn: str
+) -> None:
+    """``run`` with ``[store] url``: the member's row and every shard leased in its name while it runs;
+    SIGTERM hands the sessions over (the drain), then frees every shard in one statement for the peers
+    and marks the member leaving."""
+    extra = (
+        f'[store]\nurl = "{pg_url}"\npasswordFile = "pg-password"\n'
+        '[fleet]\nmember = "edge-1"\nhost = "edge-1.example"\nleaseSeconds = 2\nrenewSeconds = 0.5\n'
+    )
+    config = daemon_config(genesys_sim.urls, tmp_path, [("wm-0", None), ("wm-1", None)], extra=extra)
+    (tmp_path / "pg-password").write_text("not-used-by-a-trust-server\n")
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as raw:
+        async with running_daemon(config) as daemon:
+            await daemon.wait_ready(2)
+            cur = await raw.execute("SELECT member, host, state FROM fleet_members")
+            assert await cur.fetchall() == [("edge-1", "edge-1.example", "active")]
+            cur = await raw.execute("SELECT owner, count(*) FROM shard_leases GROUP BY owner")
+            assert await cur.fetchall() == [("edge-1", 256)]
+            assert await daemon.stop() == 0
+        cur = await raw.execute(
+            "SELECT owner, expires_at, count(*) FROM shard_leases GROUP BY owner, expires_at"
+        )
+        assert await cur.fetchall() == [(None, None, 256)]
+        cur = await raw.execute("SELECT state FROM fleet_members WHERE member = 'edge-1'")
+        assert await cur.fetchone() == ("leaving",)
+        # handed over first: each guest left open for the next owner to resume
+        cur = await raw.execute(
+            "SELECT session_id, state, left_at IS NOT NULL FROM server_sessions ORDER BY 1"
+        )
+        assert await cur.fetchall() == [("wm-0", "open", True), ("wm-1", "open", True)]
+    assert {e["sessionId"] for e in daemon.named("SESSION_HANDED_OVER")} == {"wm-0", "wm-1"}
