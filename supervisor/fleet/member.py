@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from supervisor.bus import EventBus
-from supervisor.clock import Clock, iso_utc
+from supervisor.clock import Clock, SystemClock, iso_utc
 from supervisor.config import Config, read_secret
 from supervisor.errors import ConfigError, StoreError
 from supervisor.fleet.events import FleetDegraded, FleetRecovered
-from supervisor.fleet.identity import config_digest, default_member
+from supervisor.fleet.identity import DIGEST_SHOWN, config_digest, default_member
 from supervisor.fleet.leases import PgLeases
 
-__all__ = ["FleetHealth", "fleet_leases"]
+__all__ = ["FleetHealth", "fleet_leases", "fleet_line"]
 
 Warn = Callable[[str], object]
 
@@ -76,4 +76,27 @@ def fleet_leases(
         lease_s=fleet.lease_seconds,
         renew_s=fleet.renew_seconds,
         on_health=FleetHealth(member, bus, clock, warn),
+    )
+
+
+def fleet_line(
+    config: Config, *, config_path: Path | None, config_dir: Path | None, environ: Mapping[str, str]
+) -> str | None:
+    """What ``run --check`` says of the fleet: the member this configuration makes and its leases'
+    timing (its password file read, nothing connected); None without ``[store] url``. Raises
+    ConfigError as :func:`fleet_leases` does."""
+    if config.store.url is None:
+        return None
+    leases = fleet_leases(
+        config,
+        config_path=config_path,
+        config_dir=config_dir,
+        environ=environ,
+        bus=EventBus(),
+        clock=SystemClock(),
+    )
+    return (
+        f"fleet: member {leases.identity} (host {leases.host}) of the fleet on {config.store.url}: leases of "
+        f"{leases.lease_s:g} s renewed every {leases.renew_s:g} s (held here {leases.window_s:g} s past a "
+        f"renewal's send); configuration digest {leases.digest[:DIGEST_SHOWN]}"
     )
