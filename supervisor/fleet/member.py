@@ -16,11 +16,12 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, SystemClock, iso_utc
 from supervisor.config import Config, read_secret
 from supervisor.errors import ConfigError, StoreError
+from supervisor.events import Published
 from supervisor.fleet.events import FleetDegraded, FleetRecovered
 from supervisor.fleet.identity import DIGEST_SHOWN, config_digest, default_member
 from supervisor.fleet.leases import PgLeases
 
-__all__ = ["FleetHealth", "fleet_leases", "fleet_line"]
+__all__ = ["FleetHealth", "fleet_leases", "fleet_line", "follow_reloads"]
 
 Warn = Callable[[str], object]
 
@@ -100,3 +101,15 @@ def fleet_line(
         f"{leases.lease_s:g} s renewed every {leases.renew_s:g} s (held here {leases.window_s:g} s past a "
         f"renewal's send); configuration digest {leases.digest[:DIGEST_SHOWN]}"
     )
+
+
+def follow_reloads(leases: PgLeases, bus: EventBus, config_of: Callable[[], Config]) -> None:
+    """A reload applied (``CONFIG_RELOADED``) changes the digest the member publishes from its next
+    renewal: members reloaded one by one agree again once the last one has reloaded."""
+    from supervisor.runtime.reload import ConfigReloaded
+
+    def on_event(published: Published) -> None:
+        if isinstance(published.event, ConfigReloaded):
+            leases.digest = config_digest(config_of())
+
+    bus.subscribe(on_event)

@@ -334,6 +334,10 @@ class Daemon:
         if options.leases is not None:
             leases = options.leases(0 if durable is None else durable.epoch)
         supervisor = Supervisor(wiring, durable, sessions=sessions, leases=leases)
+        if fleet is not None:
+            from supervisor.fleet.member import follow_reloads
+
+            follow_reloads(fleet, bus, lambda: supervisor.config)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
             forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
+from supervisor.config import parse_config
 from supervisor.events import Published
 from supervisor.fleet.events import FleetDegraded, FleetRecovered
-from supervisor.fleet.member import FleetHealth
+from supervisor.fleet.identity import config_digest
+from supervisor.fleet.leases import PgLeases
+from supervisor.fleet.member import FleetHealth, follow_reloads
+from supervisor.runtime.reload import ConfigReloaded
 from supervisor.systemd.conditions import FleetConditions
 from supervisor.systemd.degraded import Degraded
+from tests.harness.config import genesys_config
 
 
 def test_a_degraded_member_raises_the_fleet_condition_until_it_recovers() -> None:
@@ -29,3 +34,13 @@ def test_a_degraded_member_raises_the_fleet_condition_until_it_recovers() -> Non
     assert degraded.active == {}
     assert [type(p.event).__name__ for p in seen[-2:]] == ["FleetRecovered", "DaemonRecovered"]
     assert isinstance(seen[-2].event, FleetRecovered) and seen[-2].event.member == "edge-1"
+
+
+def test_a_reload_applied_changes_the_digest_the_member_publishes() -> None:
+    bus = EventBus()
+    leases = PgLeases("host=/nonexistent dbname=x", member="edge-1", host="h", digest="0" * 64)
+    urls = {"login": "http://127.0.0.1:9", "api": "http://127.0.0.1:9", "webmessaging": "ws://127.0.0.1:9"}
+    config = parse_config(genesys_config({**urls, "streaming": "ws://127.0.0.1:9"}, 1), "c.toml")
+    follow_reloads(leases, bus, lambda: config)
+    bus.publish(ConfigReloaded(("wm-0",), (), (), 0, "v2"))
+    assert leases.digest == config_digest(config) != "0" * 64
