@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 
+import anyio
+import anyio.lowlevel
 import psycopg
 import pytest
 
@@ -370,3 +372,34 @@ async def test_deadlines_are_told_after_every_renewal_and_every_loss(fleet: Flee
     assert a.fence_for(3) is None  # past the deadline: no fence, even before expire() runs
     await a.expire()
     assert told[-1] == {}
+
+
+async def test_serve_renews_every_period_and_loses_at_the_deadline_without_waiting(
+    fleet: Fleet, raw: Raw, pg_restartable: PostgresServer
+) -> None:
+    """The loop itself, on the fake clock: started once the first renewal's shards were told, a renewal
+    every renewSeconds, and the deadline kept when renewals stop reaching the database."""
+    a = fleet.member("a")
+    clock = fleet.clocks["a"]
+    waits: list[float] = []
+    holder = Told(fleet.holders["a"])
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.now += seconds
+        if len(waits) == 3:
+            pg_restartable.stop()  # from the fourth renewal on, the database cannot be reached
+        if clock.now > 1000.0 + 2.0 * 3 + LONG_S:
+            tg.cancel_scope.cancel()
+        await anyio.lowlevel.checkpoint()
+
+    a._sleep = sleep
+    async with anyio.create_task_group() as tg:
+        await tg.start(a.serve, holder)
+        assert len(a.owned()) == 256 and a.renewals == 1  # started with its shards told
+    # renewals every 2 s while they reached the database; then the last one's deadline (2 s + 56 s
+    # after the third renewal's send) decided the loss, not a renewal
+    assert waits[:3] == [2.0, 2.0, 2.0]
+    assert a.reached == 3 and a.problem is not None
+    assert fleet.holders["a"].lost == [list(range(256))]
+    assert a.owned() == {}
