@@ -235,6 +235,7 @@ class PgLeases:
         #: why the member is degraded now (the database unreachable, a digest mismatch), or None
         self.problem: str | None = None
         self._mismatch: str | None = None
+        self._aside: str | None = None
         self._db_started: float | None = None
         self._quiet_until: float | None = None
         self._members: list[MemberRow] = []
@@ -289,6 +290,11 @@ class PgLeases:
         once the first renewal's shards were told (none when the database cannot be reached)."""
         self._holder = holder
         try:
+            if self._aside is not None:
+                # not a member at all: no row, no heartbeat, so the others' shares leave it out
+                self._degrade(self._aside)
+                task_status.started()
+                await anyio.sleep_forever()
             await self.renew()
             task_status.started()
             while True:
@@ -302,6 +308,12 @@ class PgLeases:
                     await self.renew()
         finally:
             self._holder = None
+
+    def stand_aside(self, problem: str) -> None:
+        """Before :meth:`serve`: this process must not hold shards (its store could not be opened at
+        start, so it could neither resume their sessions nor record them): it never joins, and is
+        degraded with ``problem`` until it is restarted."""
+        self._aside = problem
 
     # ------------------------------------------------------------------ one renewal
     async def renew(self) -> None:

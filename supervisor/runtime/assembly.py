@@ -329,6 +329,11 @@ class Daemon:
                 warn=say,
                 fences=fleet,
             )
+        if fleet is not None and (durable is None or durable.store is None):
+            # a member that could not open its store could neither resume the sessions of the
+            # shards it took nor record them for the next owner: it takes none until restarted
+            problem = "the store could not be opened" if durable is None else (durable.problem or "no store")
+            fleet.stand_aside(f"{problem}; this member takes no shard until it is restarted")
         # the store's book and the session table at construction: neither reaches for the other
         leases: Leases | None = fleet
         if options.leases is not None:

@@ -403,3 +403,20 @@ async def test_serve_renews_every_period_and_loses_at_the_deadline_without_waiti
     assert a.reached == 3 and a.problem is not None
     assert fleet.holders["a"].lost == [list(range(256))]
     assert a.owned() == {}
+
+
+async def test_a_member_standing_aside_never_joins_and_says_why(fleet: Fleet, raw: Raw) -> None:
+    """A member whose store could not be opened at start: no row, no heartbeat (the others' shares
+    leave it out), no shard, degraded with the reason."""
+    a = fleet.member("a")
+    a.stand_aside("cannot reach the database (the store); this member takes no shard until it is restarted")
+    async with anyio.create_task_group() as tg:
+        await tg.start(a.serve, Told(fleet.holders["a"]))
+        tg.cancel_scope.cancel()
+    assert a.owned() == {} and a.renewals == 0
+    assert fleet.health["a"] == [a.problem] and a.problem is not None and "takes no shard" in a.problem
+    cur = await raw.execute("SELECT count(*) FROM fleet_members")
+    assert await cur.fetchone() == (0,)
+    b = fleet.member("b")
+    await b.renew()
+    assert len(b.owned()) == 256
