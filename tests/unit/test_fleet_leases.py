@@ -168,6 +168,14 @@ async def test_a_lone_member_takes_every_shard_with_its_row_its_audit_and_its_de
     view = a.fleet_view()
     assert [(m.member, m.live, m.shards) for m in view.members] == [("a", True, 256)]
     assert all(s.mine and s.owner == "a" for s in view.shards)
+    # the lease connection's own timeouts: a statement below the renewal period (2 s), an idle
+    # transaction below the TTL
+    conn = a._conn
+    assert conn is not None
+    cur = await conn.execute(
+        "SELECT current_setting('statement_timeout'), current_setting('idle_in_transaction_session_timeout')"
+    )
+    assert await cur.fetchone() == ("1500ms", "5s")
 
 
 async def test_a_renewal_extends_every_lease_and_a_shard_missing_from_its_answer_is_lost_at_once(
