@@ -99,6 +99,7 @@ async def test_two_members_split_the_shards_and_one_killed_is_taken_over_after_t
         async with supervised(b_text, tmp_path / "b", durable=True, leases=b) as hb:
             await hb.wait_active(SESSIONS)  # alone: every shard, every session
             assert len(b.owned()) == 256
+            conversations = len(genesys_sim.state.conversations)
             killable = Killable(a)
             async with supervised(a_text, tmp_path / "a", durable=True, leases=killable, drain_s=None) as ha:
                 # b gives back a few shards per renewal, a takes them: balanced, disjoint
@@ -110,7 +111,9 @@ async def test_two_members_split_the_shards_and_one_killed_is_taken_over_after_t
                 assert not on_a & on_b
                 assert on_a == {sid for sid in ids if shard_of(sid) in a.owned()}
                 tokens = {sid: ha.runners[sid].transport.guest_token for sid in on_a}
-                conversations = len(genesys_sim.state.conversations)
+                # the shards b gave back were taken over, not started anew: every guest a runs
+                # resumed the token b had kept, on the same conversation
+                assert len(genesys_sim.state.conversations) == conversations
                 # a is killed: nothing more written (its store closed), its lease task gone (no
                 # renewal, no release), its connections dropped without a word to the platform (no
                 # closeSession: what the kernel does to a killed process's sockets)
