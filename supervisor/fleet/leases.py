@@ -56,7 +56,7 @@ from psycopg import AsyncConnection
 
 from supervisor.fleet import shares
 from supervisor.fleet.identity import DIGEST_SHOWN
-from supervisor.fleet.shares import FleetView, LeaseRow, MemberRow, Plan
+from supervisor.fleet.shares import FleetView, LeaseRow, MemberRow, MemberState, Plan
 from supervisor.runtime.leases import Lease, LeaseHolder
 from supervisor.store.model import Fence
 from supervisor.store.pg import describe
@@ -169,7 +169,7 @@ LEAVE_SQL: Final = (
     f"WITH {_CLOCK}, "
     "freed AS (UPDATE shard_leases SET owner = NULL, expires_at = NULL WHERE owner = %(member)s "
     "RETURNING shard) "
-    "UPDATE fleet_members SET state = 'leaving', heartbeat_at = clock.now FROM clock "
+    f"UPDATE fleet_members SET state = '{MemberState.LEAVING.value}', heartbeat_at = clock.now FROM clock "
     "WHERE member = %(member)s RETURNING (SELECT count(*) FROM freed)"
 )
 
@@ -434,8 +434,8 @@ class PgLeases:
                 await conn.close()
 
     def _member_params(self) -> dict[str, Any]:
-        state = "degraded" if self._mismatch is not None else "active"
-        return {"member": self._member, "host": self.host, "digest": self.digest, "state": state}
+        state = MemberState.DEGRADED if self._mismatch is not None else MemberState.ACTIVE
+        return {"member": self._member, "host": self.host, "digest": self.digest, "state": state.value}
 
     def _member_row(self, started_at: float, now: float) -> MemberRow:
         params = self._member_params()

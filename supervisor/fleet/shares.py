@@ -22,6 +22,7 @@ takes and which it gives back. :class:`~supervisor.fleet.leases.PgLeases` reads 
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 from collections import Counter
@@ -36,6 +37,7 @@ __all__ = [
     "FleetView",
     "LeaseRow",
     "MemberRow",
+    "MemberState",
     "MemberView",
     "Plan",
     "ShardView",
@@ -50,8 +52,17 @@ __all__ = [
 #: how many shards a member above its share gives back per renewal (a new member's share arrives in
 #: ``share / RELEASE_PER_RENEWAL`` renewals: 128 shards in 8 renewals, 16 s with the defaults)
 RELEASE_PER_RENEWAL: Final = 16
-#: ``fleet_members.state`` of a member handing over its shards at a stop: not live from then on
-LEAVING: Final = "leaving"
+
+
+class MemberState(enum.StrEnum):
+    """``fleet_members.state`` (migration 6's check)."""
+
+    # renewing, with the fleet's configuration
+    ACTIVE = "active"
+    # renewing, but its configuration's digest is not the fleet's: it takes no shard
+    DEGRADED = "degraded"
+    # stopped (SIGTERM): its shards freed; not live from then on
+    LEAVING = "leaving"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +112,7 @@ def share(eligible: int) -> int:
 
 def live_members(members: Iterable[MemberRow], now: float, ttl: float) -> list[MemberRow]:
     """Members whose heartbeat is within ``ttl`` of ``now`` and that are not leaving."""
-    return [m for m in members if m.state != LEAVING and m.heartbeat_at > now - ttl]
+    return [m for m in members if m.state != MemberState.LEAVING and m.heartbeat_at > now - ttl]
 
 
 def fleet_digest(live: Sequence[MemberRow]) -> str | None:
