@@ -235,6 +235,17 @@ class Gate:
                 scope.cancel()
         return effects
 
+    # -- a peer of the fleet (docs/runtime.md, "Admission across a fleet") ------------------------
+
+    def hold(self, until: float) -> bool:
+        """A peer was told Retry-After for this endpoint: nothing leaves before ``until`` (monotonic)
+        here either (``Endpoint.hold``). True when it lengthened the hold."""
+        return self._endpoint.hold(until)
+
+    def open_for_peer(self, for_s: float, reports: Reports) -> tuple[CircuitEffect, ...]:
+        """A peer's circuit of this endpoint opened for ``for_s`` more seconds: so does this one."""
+        return self._moved(self._endpoint.open_for_peer(for_s), reports)
+
     # -- the endpoint's other inputs -----------------------------------------------------------
 
     def lost(self, reports: Reports) -> None:

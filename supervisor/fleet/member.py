@@ -1,0 +1,104 @@
+"""A daemon's part in a fleet that is not its leases: the fleet bus and admission across members.
+
+Built by :func:`fleet_member` when the daemon runs on a PostgreSQL store (``[store] url``); one host
+(SQLite, or no store) builds none of it. The bus connects as the store does (the URL's TLS default,
+the password from ``[store] passwordFile``: :func:`supervisor.store.pg.connection_string`).
+:meth:`FleetMember.serve` runs under the daemon's task group: it is started at once, whether or not
+the database can be reached (the bus connects, and reconnects, on its own: a daemon whose database
+is down still starts, as its store says: docs/store.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskStatus
+
+from supervisor.attempts import Attempts, Reports
+from supervisor.bus import EventBus
+from supervisor.clock import Clock
+from supervisor.config import Config
+from supervisor.credentials import read_secret
+from supervisor.errors import ConfigError, StoreError
+from supervisor.fleet.admission import FleetAdmission, RateShare
+from supervisor.runtime.leases import Leases
+
+if TYPE_CHECKING:
+    from supervisor.fleet.bus import FleetBus
+
+__all__ = ["FleetMember", "fleet_member"]
+
+Warn = Callable[[str], object]
+
+
+class FleetMember:
+    """The bus, the throttle and circuit publishers and appliers, the rates' share of one member."""
+
+    def __init__(
+        self,
+        bus: FleetBus,
+        attempts: Attempts,
+        events: EventBus,
+        leases: Leases,
+        *,
+        clock: Clock,
+        reports: Reports,
+        warn: Warn | None = None,
+    ) -> None:
+        self.bus = bus
+        self.admission = FleetAdmission(bus, attempts, clock=clock, reports=reports, warn=warn)
+        self.share = RateShare(attempts.endpoints)
+        self._events = events
+        self._leases = leases
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen and publish until cancelled; started at once (the bus connects on its own)."""
+        unsubscribe = self._events.subscribe(self.admission.observe)
+        try:
+            self.share.follow(self._leases)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.bus.serve)
+                await tg.start(self.admission.serve)
+                task_status.started()
+        finally:
+            unsubscribe()
+
+
+def fleet_member(
+    config: Config,
+    *,
+    attempts: Attempts,
+    events: EventBus,
+    leases: Leases,
+    clock: Clock,
+    reports: Reports,
+    config_dir: Path | None,
+    environ: Mapping[str, str],
+    warn: Warn | None = None,
+) -> FleetMember | None:
+    """The fleet member of a daemon on a PostgreSQL store; None for one host (no ``[store] url``),
+    or when the store's URL or password file cannot be used (the store says why already)."""
+    url = config.store.url
+    if url is None:
+        return None
+    # (psycopg, the postgres extra's, is imported only by a daemon on a PostgreSQL store)
+    from supervisor.fleet.bus import FleetBus
+    from supervisor.store.pg import connection_string
+
+    try:
+        secret = read_secret(
+            config.store.password_file, key="store.passwordFile", config_dir=config_dir, environ=environ
+        )
+        conninfo = connection_string(url)
+    except (ConfigError, StoreError):
+        return None
+    bus = FleetBus(
+        conninfo,
+        member=leases.identity,
+        password=None if secret is None else secret.reveal(),
+        warn=warn,
+    )
+    return FleetMember(bus, attempts, events, leases, clock=clock, reports=reports, warn=warn)

@@ -1,0 +1,146 @@
+"""Admission across a fleet (supervisor/fleet/admission.py): two daemons in process on one PostgreSQL schema,
+each a member with shards of its own, against the Genesys simulator (``-m postgres``). A Retry-After one member
+is told holds the endpoint on the other (read from the simulator's activity log), a circuit opened on one is
+open on the other, and each paces at its share of the configured rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor.sim.faults import Fault, FaultKind
+from supervisor.sim.genesys import GenesysSimulator
+from supervisor.store.shards import SHARDS, shard_of
+from supervisor.vocabulary import GENESYS_WEBMESSAGING, CircuitState
+from tests.harness.config import genesys_config, with_daemon
+from tests.harness.in_process import Harness, supervised
+from tests.harness.shard_leases import ShardLeases
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
+
+RETRY_AFTER_S = 3
+
+
+def member_config(sim: GenesysSimulator, url: str, member: str, prefix: str, **overrides: object) -> str:
+    """One Web Messaging session ``<prefix>wm-0`` on ``url``'s store, stamped ``member``."""
+    text = genesys_config(sim.urls, 1, **overrides).replace('id = "wm-', f'id = "{prefix}wm-')
+    return with_daemon(text, stampMember=member) + f'[store]\nurl = "{url}"\n'
+
+
+def split(first: str, second: str) -> tuple[set[int], set[int]]:
+    """Two halves of the shards, the first session's in the first, the second's in the second."""
+    a, b = shard_of(first), shard_of(second)
+    assert a != b
+    half = {s for s in range(SHARDS) if s % 2 == a % 2} - {b}
+    return half | {a}, set(range(SHARDS)) - half - {a}
+
+
+def held_for(h: Harness) -> float:
+    return h.supervisor.wiring.attempts.connect(GENESYS_WEBMESSAGING).held_for()
+
+
+async def test_a_retry_after_told_to_one_member_holds_the_endpoint_on_the_other(
+    genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str
+) -> None:
+    shards_a, shards_b = split("wm-0", "b-wm-0")
+    leases_a, leases_b = ShardLeases("member-a", shards_a), ShardLeases("member-b", shards_b)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    config_a = member_config(genesys_sim, pg_url, "m1", "")
+    config_b = member_config(genesys_sim, pg_url, "m2", "b-")
+    async with supervised(config_b, tmp_path / "b", durable=True, leases=leases_b, fleet=True) as b:
+        await b.wait_active(1)
+        genesys_sim.faults.inject(
+            Fault(
+                kind=FaultKind.ADMISSION_LIMIT,
+                count=1,
+                params={"rate_per_s": 0, "status": 429, "retry_after": str(RETRY_AFTER_S)},
+            )
+        )
+        async with supervised(config_a, tmp_path / "a", durable=True, leases=leases_a, fleet=True) as a:
+            assert a.fleet is not None and b.fleet is not None
+            # a's first handshake is refused: its Retry-After reaches b over the bus
+            await b.wait(lambda: b.fleet is not None and b.fleet.admission.applied >= 1)
+            assert held_for(b) > RETRY_AFTER_S - 1.0
+            assert a.fleet.admission.published >= 1 and a.fleet.admission.applied == 0
+            # b's connection is dropped now: its reconnection must wait for the Retry-After
+            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
+            await a.wait_active(1, limit_s=RETRY_AFTER_S + 10.0)
+            await b.wait(
+                lambda: len(_connects(genesys_sim, "m2")) >= 2 and b.all_in("active"), RETRY_AFTER_S + 10.0
+            )
+    refused = [e for e in _connects(genesys_sim, "m1") if e["status"] == 429]
+    assert len(refused) == 1
+    ends = refused[0]["t"] + RETRY_AFTER_S
+    after = [e for e in _connects(genesys_sim, "m2") if e["t"] > refused[0]["t"]]
+    assert after, "b never reconnected"
+    # nothing of b's reached the endpoint before the Retry-After a was told ended
+    assert min(e["t"] for e in after) >= ends - 0.05
+
+
+def _connects(sim: GenesysSimulator, member: str) -> list[dict[str, object]]:
+    return [
+        e
+        for e in sim.activity.since(0).entries
+        if e["listener"] == "webmessaging" and e["kind"] == "connect" and e["member"] == member
+    ]
+
+
+async def test_a_circuit_opened_on_one_member_is_open_on_the_other_and_not_sent_back(
+    genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str
+) -> None:
+    shards_a, shards_b = split("wm-0", "b-wm-0")
+    leases_a, leases_b = ShardLeases("member-a", shards_a), ShardLeases("member-b", shards_b)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    # a's circuit opens at its first failure, for 30 s: a 503 without Retry-After is a failing back
+    # end (not a throttle), which the circuit counts
+    config_a = member_config(genesys_sim, pg_url, "m1", "", open_for=30.0).replace(
+        "[circuit]\n", "[circuit]\nfailureThreshold = 1\n", 1
+    )
+    config_b = member_config(genesys_sim, pg_url, "m2", "b-")
+    async with supervised(config_b, tmp_path / "b", durable=True, leases=leases_b, fleet=True) as b:
+        await b.wait_active(1)
+        genesys_sim.faults.inject(
+            Fault(
+                kind=FaultKind.ADMISSION_LIMIT,
+                count=1,
+                params={"rate_per_s": 0, "status": 503, "retry_after": None},
+            )
+        )
+        async with supervised(config_a, tmp_path / "a", durable=True, leases=leases_a, fleet=True) as a:
+            assert a.fleet is not None and b.fleet is not None
+            await b.wait(lambda: b.fleet is not None and b.fleet.admission.applied >= 1)
+            gate_b = b.supervisor.wiring.attempts.connect(GENESYS_WEBMESSAGING)
+            assert gate_b.circuit_state is CircuitState.OPEN
+            opened = b.recorded.named("CIRCUIT_BREAKER_OPEN")
+            assert [(e["circuitId"], e["reason"]) for e in opened] == [
+                (GENESYS_WEBMESSAGING.circuit_id, "FLEET")
+            ]
+            assert opened[0]["openS"] > 25.0
+            # a's own opening went out once; b's opening (a peer's) is not sent back to a
+            assert a.fleet.admission.published == 1 and b.fleet.admission.published == 0
+            assert a.fleet.admission.applied == 0
+
+
+async def test_each_member_paces_at_its_share_of_the_configured_rate(
+    genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str
+) -> None:
+    """20 connection attempts a second configured: a member with 64 of the 256 shards starts its
+    endpoints at 5 a second, and at 10 once it owns 128 (its leases moved)."""
+    mine = shard_of("wm-0")
+    quarter = {mine} | {s for s in range(SHARDS) if s != mine and s % 4 == 0}
+    quarter = set(sorted(quarter)[:64])
+    assert mine in quarter and len(quarter) == 64
+    leases = ShardLeases("member-a", quarter)
+    config = member_config(genesys_sim, pg_url, "m1", "")
+    async with supervised(config, tmp_path, durable=True, leases=leases, fleet=True) as a:
+        endpoints = a.supervisor.wiring.attempts.endpoints
+        assert endpoints.share == 64 / 256
+        fresh = endpoints.connect(GENESYS_WEBMESSAGING.of("fresh"))
+        assert fresh.rate == pytest.approx(20.0 * 64 / 256)
+        more = set(sorted(set(range(SHARDS)) - quarter)[:64])
+        await leases.give(more)
+        assert endpoints.share == 128 / 256
+        assert endpoints.connect(GENESYS_WEBMESSAGING.of("later")).rate == pytest.approx(10.0)
