@@ -28,6 +28,7 @@ from supervisor.runtime.leases import Leases
 
 if TYPE_CHECKING:
     from supervisor.fleet.bus import FleetBus
+    from supervisor.fleet.quota import TenantQuota
 
 __all__ = ["FleetMember", "fleet_member"]
 
@@ -46,25 +47,36 @@ class FleetMember:
         *,
         clock: Clock,
         reports: Reports,
+        quota: TenantQuota | None = None,
         warn: Warn | None = None,
     ) -> None:
         self.bus = bus
         self.admission = FleetAdmission(bus, attempts, clock=clock, reports=reports, warn=warn)
         self.share = RateShare(attempts.endpoints)
+        #: the hard tenant quota, when configured (``[admission] tenantQuota``)
+        self.quota = quota
+        self._attempts = attempts
         self._events = events
         self._leases = leases
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen and publish until cancelled; started at once (the bus connects on its own)."""
         unsubscribe = self._events.subscribe(self.admission.observe)
+        quota = self.quota
         try:
             self.share.follow(self._leases)
+            if quota is not None:
+                self._attempts.limit_tenants(quota.take)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.bus.serve)
                 await tg.start(self.admission.serve)
                 task_status.started()
         finally:
             unsubscribe()
+            if quota is not None:
+                self._attempts.limit_tenants(None)
+                with anyio.CancelScope(shield=True):
+                    await quota.aclose()
 
 
 def fleet_member(
@@ -95,10 +107,18 @@ def fleet_member(
         conninfo = connection_string(url)
     except (ConfigError, StoreError):
         return None
-    bus = FleetBus(
-        conninfo,
-        member=leases.identity,
-        password=None if secret is None else secret.reveal(),
-        warn=warn,
-    )
-    return FleetMember(bus, attempts, events, leases, clock=clock, reports=reports, warn=warn)
+    password = None if secret is None else secret.reveal()
+    bus = FleetBus(conninfo, member=leases.identity, password=password, warn=warn)
+    settings = config.admission
+    quota = None
+    if settings.tenant_quota > 0:
+        from supervisor.fleet.quota import TenantQuota
+
+        quota = TenantQuota(
+            conninfo,
+            rate=settings.tenant_quota,
+            burst=settings.tenant_quota_burst,
+            password=password,
+            warn=warn,
+        )
+    return FleetMember(bus, attempts, events, leases, clock=clock, reports=reports, quota=quota, warn=warn)

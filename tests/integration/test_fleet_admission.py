@@ -5,7 +5,9 @@ open on the other, and each paces at its share of the configured rate."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,7 +81,7 @@ async def test_a_retry_after_told_to_one_member_holds_the_endpoint_on_the_other(
     assert min(e["t"] for e in after) >= ends - 0.05
 
 
-def _connects(sim: GenesysSimulator, member: str) -> list[dict[str, object]]:
+def _connects(sim: GenesysSimulator, member: str) -> list[dict[str, Any]]:
     return [
         e
         for e in sim.activity.since(0).entries
@@ -144,3 +146,42 @@ async def test_each_member_paces_at_its_share_of_the_configured_rate(
         await leases.give(more)
         assert endpoints.share == 128 / 256
         assert endpoints.connect(GENESYS_WEBMESSAGING.of("later")).rate == pytest.approx(10.0)
+
+
+async def test_the_hard_tenant_quota_spaces_the_attempts_of_every_member_together(
+    genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str
+) -> None:
+    """``tenantQuota = 2``, burst 1: one attempt every 0.5 s for the tenant, whichever member makes it
+    (the pace alone would send them 50 ms apart). Two members with two sessions each: their four
+    handshakes reach the platform 0.5 s apart."""
+    first, second = ("wm-0", "wm-1"), ("b-wm-0", "b-wm-1")
+    # each member half the shards (its pace: half the configured 20 a second), its sessions' among them
+    shards_b = {shard_of(s) for s in second}
+    shards_a = ({shard_of(s) for s in first} | set(range(0, SHARDS, 2))) - shards_b
+    shards_b = set(range(SHARDS)) - shards_a
+    assert {shard_of(s) for s in first} <= shards_a and {shard_of(s) for s in second} <= shards_b
+    leases_a, leases_b = ShardLeases("member-a", shards_a), ShardLeases("member-b", shards_b)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    quota = "[admission]\ntenantQuota = 2\ntenantQuotaBurst = 1\n"
+
+    def config(member: str, prefix: str) -> str:
+        text = genesys_config(genesys_sim.urls, 2).replace('id = "wm-', f'id = "{prefix}wm-')
+        text = text.replace("[admission]\n", quota, 1)
+        return with_daemon(text, stampMember=member) + f'[store]\nurl = "{pg_url}"\n'
+
+    async with (
+        supervised(
+            config("m1", ""), tmp_path / "a", durable=True, leases=leases_a, fleet=True, drain_s=None
+        ) as a,
+        supervised(
+            config("m2", "b-"), tmp_path / "b", durable=True, leases=leases_b, fleet=True, drain_s=None
+        ) as b,
+    ):
+        await a.wait_active(2, limit_s=20.0)
+        await b.wait_active(2, limit_s=20.0)
+        assert a.fleet is not None and a.fleet.quota is not None and a.fleet.quota.decisions >= 2
+    times = sorted(float(e["t"]) for m in ("m1", "m2") for e in _connects(genesys_sim, m))
+    assert len(times) == 4
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 0.5 - 0.05, gaps

@@ -1,6 +1,7 @@
 """What a fleet member's endpoints do with a peer's news (docs/runtime.md, "Admission across a fleet"), on a fake
 clock: a peer's Retry-After holds the pacer without cutting its rate, a peer's circuit opening opens a closed
-circuit (and only lengthens an open one), and the rates scale with the member's share of the shards."""
+circuit (and only lengthens an open one), the rates scale with the member's share of the shards, and the hard
+tenant quota is asked by every attempt but a token's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from machines.circuit import PEER_OPENED, Circuit, CircuitConfig
 from machines.effects import CircuitTransition
 from machines.pacing import Pacer, PacingConfig
 from machines.registry import Endpoints
+from supervisor.attempts import SILENT, Attempts
 from supervisor.clock import FakeClock
 from supervisor.events import CircuitOpened
 from supervisor.fleet.admission import share_of
@@ -132,3 +134,37 @@ def test_the_share_is_owned_shards_out_of_256_never_nothing(owned: int, share: f
 def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="within"):
         Endpoints(FakeClock()).scale(share)
+
+
+@pytest.mark.anyio
+async def test_every_attempt_of_a_tenant_asks_the_quota_right_before_it_leaves_a_token_never() -> None:
+    clock = FakeClock()
+    attempts = Attempts(Endpoints(clock, connect=PacingConfig(in_flight_floor=4)))
+    asked: list[str] = []
+    answers = [0.5, 0.0, 0.0]
+
+    async def quota(tenant: str) -> float:
+        asked.append(tenant)
+        return answers.pop(0)
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    rest = attempts.get(API.of("acme"))  # made before the quota: limited all the same
+    attempts.limit_tenants(quota)
+    flight = await rest.flight(SILENT, sleep)
+    assert not flight.leave_at_once()  # the hot path asks nobody: a quota needs the await
+    await flight.leave()
+    assert asked == ["acme", "acme"] and slept == [0.5]
+    connect = await attempts.connect(GENESYS_WEBMESSAGING).flight(SILENT, sleep)
+    await connect.leave()
+    assert asked == ["acme", "acme", ""]  # the default tenant's
+    token = await attempts.token(EndpointId.oauth(Platform.GENESYS)).flight(SILENT, sleep)
+    assert token.leave_at_once()
+    assert len(asked) == 3
+    attempts.limit_tenants(None)
+    again = await rest.flight(SILENT, sleep)
+    assert again.leave_at_once()
