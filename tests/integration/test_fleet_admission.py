@@ -21,7 +21,7 @@ from tests.harness.shard_leases import ShardLeases
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
 
-RETRY_AFTER_S = 3
+RETRY_AFTER_S = 2
 
 
 def member_config(sim: GenesysSimulator, url: str, member: str, prefix: str, **overrides: object) -> str:
