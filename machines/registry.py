@@ -133,12 +133,13 @@ class Endpoints:
     def seed(self, learned: Mapping[EndpointId, float]) -> None:
         """Start each endpoint's pacer from the limit a previous run learned of it
         (:meth:`machines.pacing.Pacer.seed`): those made from now on, and those made already that
-        have learned none of their own."""
+        have learned none of their own. A limit is the fleet's (:meth:`learned`): each pacer is
+        seeded with this member's share of it."""
         self._learned.update(learned)
         for name, endpoint in self._endpoints.items():
             limit = learned.get(name)
             if limit is not None:
-                endpoint.seed(limit)
+                endpoint.seed(limit * self._share)
 
     def learned(self) -> dict[EndpointId, float]:
         """Each connect endpoint's learned limit (:meth:`machines.pacing.Pacer.learned`), for those
@@ -147,7 +148,9 @@ class Endpoints:
         for name, endpoint in self._endpoints.items():
             limit = endpoint.learned()
             if limit is not None and endpoint.kind is EndpointKind.CONNECT:
-                out[name] = limit
+                # the fleet's limit: this member's part of it over its share (:meth:`scale`), so that a
+                # member that starts again with another share seeds its own part of the same limit
+                out[name] = limit / self._share
         return out
 
     def connect(self, name: EndpointId) -> Endpoint:
@@ -185,7 +188,7 @@ class Endpoints:
                 pacer = Pacer(name, self.clock, self._scaled(pacing), kind=kind.value)
                 limit = self._learned.get(name)
                 if limit is not None:
-                    pacer.seed(limit)
+                    pacer.seed(limit * self._share)
             if self._budget is not None:
                 ratio, min_per_s = self._budget
                 budget = RetryBudget(self.clock, ratio=ratio, min_per_s=min_per_s)

@@ -168,3 +168,23 @@ async def test_every_attempt_of_a_tenant_asks_the_quota_right_before_it_leaves_a
     attempts.limit_tenants(None)
     again = await rest.flight(SILENT, sleep)
     assert again.leave_at_once()
+
+
+def test_a_learned_limit_is_kept_as_the_fleets_and_seeded_as_the_members_share_of_it() -> None:
+    clock = FakeClock()
+    connect = PacingConfig(initial_rate=20.0)
+    half = Endpoints(clock, connect=connect)
+    half.scale(share_of(128))
+    endpoint = half.connect(GENESYS_WEBMESSAGING)
+    endpoint.seed(40.0)  # what this member learned of its part: 40/s
+    assert half.learned() == {GENESYS_WEBMESSAGING: pytest.approx(80.0)}  # the fleet's: 80/s
+    # a member that starts again with a quarter of the shards seeds a quarter of the fleet's
+    quarter = Endpoints(clock, connect=connect)
+    quarter.scale(share_of(64))
+    quarter.seed(half.learned())
+    assert quarter.connect(GENESYS_WEBMESSAGING).learned() == pytest.approx(20.0)
+    # one host: unchanged
+    alone = Endpoints(clock, connect=connect)
+    alone.seed({GENESYS_WEBMESSAGING: 80.0})
+    assert alone.connect(GENESYS_WEBMESSAGING).learned() == pytest.approx(80.0)
+    assert alone.learned() == {GENESYS_WEBMESSAGING: pytest.approx(80.0)}

@@ -198,3 +198,23 @@ async def test_publishing_to_an_unreachable_database_names_it_never_the_password
         await bus.publish("ss_throttle", payload("m"))
     assert "fleet bus" in str(caught.value) and "cannot reach the database" in str(caught.value)
     assert "s3cr3t-pw" not in str(caught.value)
+
+
+async def test_a_handler_that_fails_is_said_and_the_bus_goes_on(pg_dsn: str) -> None:
+    said: list[str] = []
+    heard = Heard()
+
+    def handler(notice: Notice) -> None:
+        if json.loads(notice.payload)["n"] == 1:
+            raise KeyError("endpoint")
+        heard(notice)
+
+    b = FleetBus(pg_dsn, member="member-b", warn=said.append)
+    b.on("ss_throttle", handler)
+    a = FleetBus(pg_dsn, member="member-a")
+    async with serving(b):
+        await a.publish("ss_throttle", payload("member-a", n=1))
+        await a.publish("ss_throttle", payload("member-a", n=2))
+        assert json.loads((await heard.next()).payload)["n"] == 2
+    await a.aclose()
+    assert said == ["fleet bus: the handler of 'ss_throttle' failed: KeyError: 'endpoint'"]
