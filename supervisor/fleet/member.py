@@ -2,7 +2,9 @@
 
 Built by :func:`fleet_member` when the daemon runs on a PostgreSQL store (``[store] url``); one host
 (SQLite, or no store) builds none of it. The bus connects as the store does (the URL's TLS default,
-the password from ``[store] passwordFile``: :func:`supervisor.store.pg.connection_string`).
+the password from ``[store] passwordFile``: :func:`supervisor.store.pg.connection_string`). What the
+member changes in admission (the rates' share, the tenant quota, the throttles noted to be sent) is in
+force from its construction, before the sessions start.
 :meth:`FleetMember.serve` runs under the daemon's task group: it is started at once, whether or not
 the database can be reached (the bus connects, and reconnects, on its own: a daemon whose database
 is down still starts, as its store says: docs/store.md).
@@ -56,23 +58,23 @@ class FleetMember:
         #: the hard tenant quota, when configured (``[admission] tenantQuota``)
         self.quota = quota
         self._attempts = attempts
-        self._events = events
-        self._leases = leases
+        # in force from now, before any session starts (the services, this one among them, start
+        # after the sessions are handed over): the start-up's attempts are the fleet's too
+        self._unsubscribe = events.subscribe(self.admission.observe)
+        self.share.follow(leases)
+        if quota is not None:
+            attempts.limit_tenants(quota.take)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen and publish until cancelled; started at once (the bus connects on its own)."""
-        unsubscribe = self._events.subscribe(self.admission.observe)
         quota = self.quota
         try:
-            self.share.follow(self._leases)
-            if quota is not None:
-                self._attempts.limit_tenants(quota.take)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.bus.serve)
                 await tg.start(self.admission.serve)
                 task_status.started()
         finally:
-            unsubscribe()
+            self._unsubscribe()
             if quota is not None:
                 self._attempts.limit_tenants(None)
                 with anyio.CancelScope(shield=True):
