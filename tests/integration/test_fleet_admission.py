@@ -6,17 +6,22 @@ open on the other, and each paces at its share of the configured rate."""
 from __future__ import annotations
 
 import itertools
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import anyio
+import psycopg
 import pytest
 
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store.shards import SHARDS, shard_of
 from supervisor.vocabulary import GENESYS_WEBMESSAGING, CircuitState
-from tests.harness.config import genesys_config, with_daemon
+from tests.harness.config import daemon_config, genesys_config, with_daemon
 from tests.harness.in_process import Harness, supervised
+from tests.harness.postgres import url_of
+from tests.harness.process import running_daemon
 from tests.harness.shard_leases import ShardLeases
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
@@ -185,3 +190,42 @@ async def test_the_hard_tenant_quota_spaces_the_attempts_of_every_member_togethe
     assert len(times) == 4
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 0.5 - 0.05, gaps
+
+
+async def test_a_daemon_run_on_a_postgresql_store_listens_on_the_fleet_bus(
+    genesys_sim: GenesysSimulator, pg_dsn: str
+) -> None:
+    """``session-supervisor run`` as a service runs it (supervisor/runtime/assembly.py): on a PostgreSQL
+    store it LISTENs on ss_throttle and ss_circuit, from its own connection, until it stops."""
+    with tempfile.TemporaryDirectory(prefix="ss-fa-", dir="/tmp") as directory:
+        store = f'[store]\nurl = "{url_of(pg_dsn)}"\n'
+        config = daemon_config(genesys_sim.urls, Path(directory), [("wm-0", None)], extra=store)
+        async with (
+            await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin,
+            running_daemon(config) as daemon,
+        ):
+            await daemon.wait_ready(1)
+            with anyio.fail_after(10.0):
+                while True:
+                    listening = await _listening(admin)
+                    if listening:
+                        break
+                    await anyio.sleep(0.05)  # polling the server's view, not waiting for a timer
+            # its LISTEN connection, the store's application name; the last of its LISTENs (sorted)
+            assert listening == [("session-supervisor", 'LISTEN "ss_throttle"')]
+            assert await daemon.stop() == 0
+            with anyio.fail_after(10.0):
+                while True:
+                    if not await _listening(admin):
+                        break
+                    await anyio.sleep(0.05)  # polling the server's view, not waiting for a timer
+
+
+async def _listening(admin: psycopg.AsyncConnection[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """(application, last statement) of the backends of this database whose last statement was a LISTEN
+    (``pg_listening_channels()`` answers for its own session only)."""
+    cur = await admin.execute(
+        "SELECT application_name, query FROM pg_stat_activity "
+        "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+    )
+    return [(str(a), str(q)) for a, q in await cur.fetchall()]
