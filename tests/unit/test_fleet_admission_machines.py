@@ -18,6 +18,7 @@ from supervisor.clock import FakeClock
 from supervisor.events import CircuitOpened
 from supervisor.fleet.admission import share_of
 from supervisor.vocabulary import GENESYS_WEBMESSAGING, CircuitState, EndpointId, Platform
+from tests.harness.clocks import advancing
 
 API = EndpointId.api(Platform.GENESYS)
 
@@ -148,10 +149,7 @@ async def test_every_attempt_of_a_tenant_asks_the_quota_right_before_it_leaves_a
         return answers.pop(0)
 
     slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock.advance(seconds)
+    sleep = advancing(clock, slept)
 
     rest = attempts.get(API.of("acme"))  # made before the quota: limited all the same
     attempts.limit_tenants(quota)
