@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import psycopg
 import pytest
 
@@ -18,6 +19,7 @@ from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store.shards import SHARDS, shard_of
 from supervisor.vocabulary import GENESYS_WEBMESSAGING, CircuitState
+from tests.harness.activity import ActivityTail
 from tests.harness.config import daemon_config, genesys_config, with_daemon
 from tests.harness.in_process import Harness, supervised
 from tests.harness.postgres import url_of
@@ -50,37 +52,45 @@ def held_for(h: Harness) -> float:
 async def test_a_retry_after_told_to_one_member_holds_the_endpoint_on_the_other(
     genesys_sim: GenesysSimulator, tmp_path: Path, pg_url: str
 ) -> None:
+    """Faults through the simulator's admin API, the check from its activity log over HTTP (as a check of
+    several daemons reads it): b sends nothing to the endpoint before the Retry-After a was told ends."""
     shards_a, shards_b = split("wm-0", "b-wm-0")
     leases_a, leases_b = ShardLeases("member-a", shards_a), ShardLeases("member-b", shards_b)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     config_a = member_config(genesys_sim, pg_url, "m1", "")
     config_b = member_config(genesys_sim, pg_url, "m2", "b-")
-    async with supervised(config_b, tmp_path / "b", durable=True, leases=leases_b, fleet=True) as b:
-        await b.wait_active(1)
-        genesys_sim.faults.inject(
-            Fault(
-                kind=FaultKind.ADMISSION_LIMIT,
-                count=1,
-                params={"rate_per_s": 0, "status": 429, "retry_after": str(RETRY_AFTER_S)},
-            )
-        )
-        async with supervised(config_a, tmp_path / "a", durable=True, leases=leases_a, fleet=True) as a:
-            assert a.fleet is not None and b.fleet is not None
-            # a's first handshake is refused: its Retry-After reaches b over the bus
-            await b.wait(lambda: b.fleet is not None and b.fleet.admission.applied >= 1)
-            assert held_for(b) > RETRY_AFTER_S - 1.0
-            assert a.fleet.admission.published >= 1 and a.fleet.admission.applied == 0
-            # b's connection is dropped now: its reconnection must wait for the Retry-After
-            genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
-            await a.wait_active(1, limit_s=RETRY_AFTER_S + 10.0)
-            await b.wait(
-                lambda: len(_connects(genesys_sim, "m2")) >= 2 and b.all_in("active"), RETRY_AFTER_S + 10.0
-            )
-    refused = [e for e in _connects(genesys_sim, "m1") if e["status"] == 429]
+    admin = genesys_sim.urls["admin"]
+    async with httpx.AsyncClient() as http:
+        refusal = {
+            "kind": "admission_limit",
+            "count": 1,
+            "params": {"rate_per_s": 0, "status": 429, "retry_after": str(RETRY_AFTER_S)},
+        }
+        async with supervised(config_b, tmp_path / "b", durable=True, leases=leases_b, fleet=True) as b:
+            await b.wait_active(1)
+            (await http.post(admin + "/faults", json=refusal)).raise_for_status()
+            async with supervised(config_a, tmp_path / "a", durable=True, leases=leases_a, fleet=True) as a:
+                assert a.fleet is not None and b.fleet is not None
+                # a's first handshake is refused: its Retry-After reaches b over the bus
+                await b.wait(lambda: b.fleet is not None and b.fleet.admission.applied >= 1)
+                assert held_for(b) > RETRY_AFTER_S - 1.0
+                assert a.fleet.admission.published >= 1 and a.fleet.admission.applied == 0
+                # b's connection is dropped now: its reconnection must wait for the Retry-After
+                (await http.post(admin + "/faults", json={"kind": "drop"})).raise_for_status()
+                await a.wait_active(1, limit_s=RETRY_AFTER_S + 10.0)
+                await b.wait(
+                    lambda: len(_connects(genesys_sim, "m2")) >= 2 and b.all_in("active"),
+                    RETRY_AFTER_S + 10.0,
+                )
+        tail = ActivityTail(admin, http)
+        await tail.read()
+    assert tail.complete()
+    connects = [e for e in tail.entries if e["listener"] == "webmessaging" and e["kind"] == "connect"]
+    refused = [e for e in connects if e["member"] == "m1" and e["status"] == 429]
     assert len(refused) == 1
     ends = refused[0]["t"] + RETRY_AFTER_S
-    after = [e for e in _connects(genesys_sim, "m2") if e["t"] > refused[0]["t"]]
+    after = [e for e in connects if e["member"] == "m2" and e["t"] > refused[0]["t"]]
     assert after, "b never reconnected"
     # nothing of b's reached the endpoint before the Retry-After a was told ended
     assert min(e["t"] for e in after) >= ends - 0.05
