@@ -1,126 +1,115 @@
-"""A daemon's part in a fleet that is not its leases: the fleet bus and admission across members.
+"""A ``[store] url`` daemon made a fleet member: its :class:`~supervisor.fleet.leases.PgLeases` built from
+the configuration (docs/runtime.md, "The fleet"), its health told on the bus.
 
-Built by :func:`fleet_member` when the daemon runs on a PostgreSQL store (``[store] url``); one host
-(SQLite, or no store) builds none of it. The bus connects as the store does (the URL's TLS default,
-the password from ``[store] passwordFile``: :func:`supervisor.store.pg.connection_string`). What the
-member changes in admission (the rates' share, the tenant quota, the throttles noted to be sent) is in
-force from its construction, before the sessions start.
-:meth:`FleetMember.serve` runs under the daemon's task group: it is started at once, whether or not
-the database can be reached (the bus connects, and reconnects, on its own: a daemon whose database
-is down still starts, as its store says: docs/store.md).
+The lease connection is the member's own, to the store's database with the store's credentials
+(``[store] url``, ``passwordFile``), not the store's connection: a renewal never waits behind a store
+call, and a store call never holds a lease row.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import anyio
-from anyio.abc import TaskStatus
-
-from supervisor.attempts import Attempts, Reports
 from supervisor.bus import EventBus
-from supervisor.clock import Clock
-from supervisor.config import Config
-from supervisor.credentials import read_secret
+from supervisor.clock import Clock, SystemClock, iso_utc
+from supervisor.config import Config, read_secret
 from supervisor.errors import ConfigError, StoreError
-from supervisor.fleet.admission import FleetAdmission, RateShare
-from supervisor.runtime.leases import Leases
+from supervisor.events import Published
+from supervisor.fleet.events import FleetDegraded, FleetRecovered
+from supervisor.fleet.identity import DIGEST_SHOWN, config_digest, default_member
+from supervisor.fleet.leases import PgLeases
 
-if TYPE_CHECKING:
-    from supervisor.fleet.bus import FleetBus
-    from supervisor.fleet.quota import TenantQuota
-
-__all__ = ["FleetMember", "fleet_member"]
+__all__ = ["FleetHealth", "fleet_leases", "fleet_line", "follow_reloads"]
 
 Warn = Callable[[str], object]
 
 
-class FleetMember:
-    """The bus, the throttle and circuit publishers and appliers, the rates' share of one member."""
+class FleetHealth:
+    """The member's health moves, published (``FLEET_DEGRADED`` / ``FLEET_RECOVERED``), each degradation
+    also said once through ``warn``."""
 
-    def __init__(
-        self,
-        bus: FleetBus,
-        attempts: Attempts,
-        events: EventBus,
-        leases: Leases,
-        *,
-        clock: Clock,
-        reports: Reports,
-        quota: TenantQuota | None = None,
-        warn: Warn | None = None,
-    ) -> None:
-        self.bus = bus
-        self.admission = FleetAdmission(bus, attempts, clock=clock, reports=reports, warn=warn)
-        self.share = RateShare(attempts.endpoints)
-        #: the hard tenant quota, when configured (``[admission] tenantQuota``)
-        self.quota = quota
-        self._attempts = attempts
-        # in force from now, before any session starts (the services, this one among them, start
-        # after the sessions are handed over): the start-up's attempts are the fleet's too
-        self._unsubscribe = events.subscribe(self.admission.observe)
-        self.share.follow(leases)
-        if quota is not None:
-            attempts.limit_tenants(quota.take)
+    def __init__(self, member: str, bus: EventBus, clock: Clock, warn: Warn | None) -> None:
+        self._member, self._bus, self._clock, self._warn = member, bus, clock, warn
 
-    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen and publish until cancelled; started at once (the bus connects on its own)."""
-        quota = self.quota
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self.bus.serve)
-                await tg.start(self.admission.serve)
-                task_status.started()
-        finally:
-            self._unsubscribe()
-            if quota is not None:
-                self._attempts.limit_tenants(None)
-                with anyio.CancelScope(shield=True):
-                    await quota.aclose()
+    def __call__(self, problem: str | None) -> None:
+        now = iso_utc(self._clock.time())
+        if problem is None:
+            self._bus.publish(FleetRecovered(self._member, timestamp=now))
+            return
+        self._bus.publish(FleetDegraded(self._member, problem, timestamp=now))
+        if self._warn is not None:
+            self._warn(f"fleet: member {self._member}: {problem}")
 
 
-def fleet_member(
+def fleet_leases(
     config: Config,
     *,
-    attempts: Attempts,
-    events: EventBus,
-    leases: Leases,
-    clock: Clock,
-    reports: Reports,
+    config_path: Path | None,
     config_dir: Path | None,
     environ: Mapping[str, str],
+    bus: EventBus,
+    clock: Clock,
     warn: Warn | None = None,
-) -> FleetMember | None:
-    """The fleet member of a daemon on a PostgreSQL store; None for one host (no ``[store] url``),
-    or when the store's URL or password file cannot be used (the store says why already)."""
-    url = config.store.url
-    if url is None:
-        return None
-    # (psycopg, the postgres extra's, is imported only by a daemon on a PostgreSQL store)
-    from supervisor.fleet.bus import FleetBus
+) -> PgLeases:
+    """The leases of the member ``config`` makes (``[store] url`` set): its id, host, digest and
+    timing from ``[fleet]``. Raises ConfigError naming what is wrong (the URL, the password file)."""
     from supervisor.store.pg import connection_string
 
+    url = config.store.url
+    if url is None:
+        raise ConfigError("fleet: a fleet member needs [store] url (a PostgreSQL store)")
+    secret = read_secret(
+        config.store.password_file, key="store.passwordFile", config_dir=config_dir, environ=environ
+    )
     try:
-        secret = read_secret(
-            config.store.password_file, key="store.passwordFile", config_dir=config_dir, environ=environ
-        )
-        conninfo = connection_string(url)
-    except (ConfigError, StoreError):
-        return None
-    password = None if secret is None else secret.reveal()
-    bus = FleetBus(conninfo, member=leases.identity, password=password, warn=warn)
-    settings = config.admission
-    quota = None
-    if settings.tenant_quota > 0:
-        from supervisor.fleet.quota import TenantQuota
+        conninfo = connection_string(url, None if secret is None else secret.reveal())
+    except StoreError as exc:
+        raise ConfigError(f"store.url: {exc.problem}") from None
+    fleet = config.fleet
+    member = fleet.member or default_member(config_path)
+    return PgLeases(
+        conninfo,
+        member=member,
+        host=fleet.host or socket.gethostname(),
+        digest=config_digest(config),
+        lease_s=fleet.lease_seconds,
+        renew_s=fleet.renew_seconds,
+        on_health=FleetHealth(member, bus, clock, warn),
+    )
 
-        quota = TenantQuota(
-            conninfo,
-            rate=settings.tenant_quota,
-            burst=settings.tenant_quota_burst,
-            password=password,
-            warn=warn,
-        )
-    return FleetMember(bus, attempts, events, leases, clock=clock, reports=reports, quota=quota, warn=warn)
+
+def fleet_line(
+    config: Config, *, config_path: Path | None, config_dir: Path | None, environ: Mapping[str, str]
+) -> str | None:
+    """What ``run --check`` says of the fleet: the member this configuration makes and its leases'
+    timing (its password file read, nothing connected); None without ``[store] url``. Raises
+    ConfigError as :func:`fleet_leases` does."""
+    if config.store.url is None:
+        return None
+    leases = fleet_leases(
+        config,
+        config_path=config_path,
+        config_dir=config_dir,
+        environ=environ,
+        bus=EventBus(),
+        clock=SystemClock(),
+    )
+    return (
+        f"fleet: member {leases.identity} (host {leases.host}) of the fleet on {config.store.url}: leases of "
+        f"{leases.lease_s:g} s renewed every {leases.renew_s:g} s (held here {leases.window_s:g} s past a "
+        f"renewal's send); configuration digest {leases.digest[:DIGEST_SHOWN]}"
+    )
+
+
+def follow_reloads(leases: PgLeases, bus: EventBus, config_of: Callable[[], Config]) -> None:
+    """A reload applied (``CONFIG_RELOADED``) changes the digest the member publishes from its next
+    renewal: members reloaded one by one agree again once the last one has reloaded."""
+    from supervisor.runtime.reload import ConfigReloaded
+
+    def on_event(published: Published) -> None:
+        if isinstance(published.event, ConfigReloaded):
+            leases.digest = config_digest(config_of())
+
+    bus.subscribe(on_event)

@@ -32,7 +32,7 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, FakeClock, SystemClock
 from supervisor.config import Config, SocketsConfig, parse_config
 from supervisor.events import Published, wire
-from supervisor.fleet.member import FleetMember, fleet_member
+from supervisor.fleet.sharing import FleetSharing, fleet_sharing
 from supervisor.rest.executor import Sleep
 from supervisor.runtime.durable import Durable
 from supervisor.runtime.hooks import BusHooks
@@ -107,7 +107,7 @@ class Harness:
     api: SocketApi | None = None
     sockets: ApiSockets | None = None
     telemetry: Telemetry | None = None
-    fleet: FleetMember | None = None
+    fleet: FleetSharing | None = None
 
     @property
     def runners(self) -> dict[str, Any]:
@@ -207,7 +207,7 @@ async def supervised(
     False leaves :attr:`Harness.recorded` empty (a benchmark's thousands of sessions: its cost is not
     the daemon's). ``leases``: the shards the daemon owns (None: SoloLeases, every shard).
     ``fleet``: on a PostgreSQL store, the fleet bus and admission across members
-    (supervisor/fleet/member.py), started before the sessions.
+    (supervisor/fleet/sharing.py), started before the sessions.
     """
     if directory is not None:
         (credentials or Credentials()).write(directory)
@@ -243,7 +243,7 @@ async def supervised(
             api = None if sockets is None else _socket_api(supervisor, sockets, store)
             member = None
             if fleet:
-                member = fleet_member(
+                member = fleet_sharing(
                     parsed,
                     attempts=wiring.attempts,
                     events=bus,

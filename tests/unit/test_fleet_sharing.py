@@ -1,4 +1,4 @@
-"""What a daemon builds of the fleet (supervisor/fleet/member.py): nothing for one host, the bus (with the store's
+"""What a daemon builds of the fleet (supervisor/fleet/sharing.py): nothing for one host, the bus (with the store's
 password) for a PostgreSQL store, and the hard tenant quota only when configured."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from supervisor.attempts import SILENT, Attempts
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
-from supervisor.fleet.member import FleetMember, fleet_member
+from supervisor.fleet.sharing import FleetSharing, fleet_sharing
 from supervisor.runtime.leases import SoloLeases
 
 BASE = """
@@ -24,9 +24,9 @@ deploymentId = "dep-1"
 """
 
 
-def build(text: str, directory: Path) -> FleetMember | None:
+def build(text: str, directory: Path) -> FleetSharing | None:
     clock = FakeClock()
-    return fleet_member(
+    return fleet_sharing(
         parse_config(text, "test.toml"),
         attempts=Attempts(Endpoints(clock)),
         events=EventBus(),
