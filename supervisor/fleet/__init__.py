@@ -6,5 +6,8 @@
 * :mod:`.leases`: :class:`~supervisor.fleet.leases.PgLeases`, the leases kept in ``shard_leases``;
 * :mod:`.events`: ``FLEET_DEGRADED`` and ``FLEET_RECOVERED``;
 * :mod:`.member`: a ``[store] url`` daemon made a fleet member;
-* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members).
+* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members);
+* :mod:`.admission`: throttles and circuit openings shared, the rates at the member's share of the shards;
+* :mod:`.quota`: the hard tenant quota (GCRA in the store);
+* :mod:`.sharing`: a ``[store] url`` daemon's bus and admission across members, built and served.
 """
