@@ -285,13 +285,11 @@ class Durable:
                 config_dir=wiring.config_dir,
                 environ=environ,
             )
+            # the fleet member's leases fence the store's owner writes: each checks its shard's lease
+            # in its own transaction (docs/store.md, "The fence")
             opened = await PgStore.open(
-                url, password=None if secret is None else secret.reveal(), on_health=health
+                url, password=None if secret is None else secret.reveal(), on_health=health, fences=fences
             )
-            # STORE_FENCE_HOOK: the fleet member's leases become the store's fences here, as
-            # PgStore.open(..., fences=fences), once the store takes them (its owner writes then
-            # check the shard's lease in their transaction); until then they are kept beside it
-            opened_fences = fences
         except ConfigError as exc:
             health(str(exc))
             return cls(config, None, problem=str(exc), **common)
@@ -312,7 +310,7 @@ class Durable:
         wiring.stamper.epoch = opened.epoch  # the test-only stamp carries the epoch this open took
         wiring.attempts.endpoints.seed(limits)
         durable = cls(config, crash_points(store, environ), desired=desired, server=server, **common)
-        durable.fences = opened_fences
+        durable.fences = fences
         return durable
 
     @property
