@@ -201,6 +201,14 @@ class AttributeService:
             result.update_id, session_id, accepted.conversation_id, result.coalesced, result.depth
         )
 
+    def accepted_elsewhere(self, tenant: str, session_id: str | None, conversation_id: str) -> None:
+        """An update another fleet member accepted into the outbox for a session owned here: its send
+        is scheduled as this member's own acknowledged updates are (the outbox row is the update)."""
+        if not self._accepting:
+            return  # draining: the row stays queued for the shard's next owner
+        self._owner[conversation_id] = (tenant, session_id)
+        self.scheduler.after(Work(Kind.SEND, tenant, conversation_id), 0.0)
+
     def _require_store(self) -> Store:
         if self.store is None:
             raise Refused(

@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
+    from supervisor.fleet.desired import FleetDesk
+    from supervisor.fleet.view import FleetView
     from supervisor.telemetry import ExportSettings, Telemetry
 
 __all__ = [
@@ -497,6 +499,7 @@ def socket_api(
     from supervisor.api.server import SocketApi
 
     wiring = supervisor.wiring
+    fleet, fleet_view = fleet_of(supervisor, durable)
     return SocketApi(
         supervisor.sessions,
         supervisor,
@@ -516,7 +519,26 @@ def socket_api(
         messaging=supervisor,
         platform=wiring.platform_events,
         owners=supervisor.owners,
+        fleet=fleet,
+        fleet_view=fleet_view,
     )
+
+
+def fleet_of(
+    supervisor: Supervisor, durable: Durable | None
+) -> tuple[FleetDesk | None, Callable[[], FleetView] | None]:
+    """A fleet member's commands for other members' sessions and its view of the fleet (``ctl status``):
+    a member is a daemon whose leases say the fleet (``fleet_view``: PgLeases) over a PostgreSQL store;
+    one host (SoloLeases, or a SQLite store) has neither."""
+    from supervisor.fleet.desired import FleetDesk, Transactions
+    from supervisor.fleet.view import FleetViews
+
+    leases = supervisor.leases
+    store = None if durable is None else durable.store
+    if not isinstance(leases, FleetViews) or not isinstance(store, Transactions):
+        return None, None
+    clock = supervisor.wiring.clock
+    return FleetDesk(store, leases.identity, clock.time), leases.fleet_view
 
 
 class _ApiSockets:

@@ -30,6 +30,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
+from supervisor.fleet.follow import DesiredFollower, Follow, decide
 from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.leases import Lease, LeaseOwners, Leases, SoloLeases
 from supervisor.runtime.platform_sinks import session_describer
@@ -97,6 +98,14 @@ class Supervisor:
         self.owners = LeaseOwners(self.leases)
         # runners abandoned because their shard was lost: their end writes nothing to the store
         self._abandoned: set[SessionRunner] = set()
+        #: the commands other fleet members wrote for sessions of ours, followed (the fleet bus's
+        #: ``ss_desired`` and ``ss_attributes`` handlers: supervisor/fleet/follow.py)
+        self.follower = DesiredFollower(
+            self.leases.identity,
+            owns=self.owns,
+            follow=self.follow_desired,
+            attributes=None if book is None else book.follow_attributes,
+        )
 
     @property
     def config(self) -> Config:
@@ -146,6 +155,7 @@ class Supervisor:
                     await tg.start(self.book.serve)
                 # start-up goes through the leases: each shard acquired is loaded and its sessions started
                 await tg.start(self.leases.serve, self)
+                await tg.start(self.follower.serve)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
@@ -195,6 +205,31 @@ class Supervisor:
                 runner.hand_over()
         if self.book is not None:
             self.book.release(gone)
+
+    async def follow_desired(self, session_id: str) -> None:
+        """Another fleet member wrote the desired row of a session of ours: re-read, and do what it says
+        (supervisor/fleet/follow.py, ``decide``); the row is already written, so nothing is written back."""
+        book = self.book
+        if book is None or self._tg is None or self.draining.is_set() or not self.owns(session_id):
+            return
+        row = await book.reread(session_id)
+        runner = self.runners.get(session_id)
+        running = runner is not None and not runner.core.terminated
+        action = decide(row, running=running, added=session_id in self.sessions.added)
+        if action is Follow.START:
+            spec = self.sessions.spec(session_id)
+            if spec is None:
+                # added over another member's control socket: its entry is the row's
+                spec = next((s for s in book.added_sessions(self.config) if s.id == session_id), None)
+                if spec is None:
+                    return  # this configuration cannot run it (its platform's table gone)
+                self.sessions.add(spec)
+                self._count_added()
+            self.start(spec)
+        elif action is Follow.STOP:
+            await self.stop(session_id, CloseCode.NORMAL_CLOSURE)
+        elif action is Follow.REMOVE:
+            await self.remove_session(session_id)
 
     def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,
