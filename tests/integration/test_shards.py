@@ -243,6 +243,8 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
             "sessionId": "wm-1",
             "shard": shard_of("wm-1"),
             "owner": None,
+            "host": None,
+            "epoch": None,
             "problem": refusal["problem"],
         }
         assert "NotOwner" in shown.stderr and f"shard {shard_of('wm-1')}" in shown.stderr

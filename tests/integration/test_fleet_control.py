@@ -1,0 +1,312 @@
+"""The control socket and ``ctl`` on a fleet member (docs/socket-api.md, "A fleet"), as a script sees them.
+
+A daemon in the test's process, on a PostgreSQL store, holds every shard but two in the fleet's lease
+table (:class:`~tests.harness.fleet.TableLeases`: rows in ``shard_leases`` and ``fleet_members``); a
+peer, ``member-b`` on ``host-b``, holds the other two (written in the tables, no daemon). ``ctl`` runs
+as a subprocess against the daemon's real control socket:
+
+* ``show``, ``send`` and ``agent-state`` of the peer's session exit 69 with ``NotOwner {owner, host,
+  shard, epoch}`` read from the lease table;
+* ``stop`` and ``start`` of it exit 0: the desired row is in PostgreSQL once ``ctl`` returns, and a
+  notice on ``ss_desired`` (a LISTEN connection of the test's, as the owner's fleet bus) names it;
+  ``AddSession``/``RemoveSession`` of an id in the peer's shard are recorded the same way;
+* ``ctl status --json`` has the fleet: both members, and each shard's owner, epoch and ``mine``;
+* the owner's side: notices a peer's writes sent, handed to the daemon's follower (what the fleet bus
+  calls), stop, start, add and remove sessions of the daemon's own shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from anyio.abc import ObjectReceiveStream
+
+from supervisor.api.client import Client
+from supervisor.api.protocol import Method
+from supervisor.fleet.desired import FleetDesk
+from supervisor.store import DesiredState
+from supervisor.store.model import DesiredSession
+from supervisor.store.pg import PgStore
+from supervisor.store.shards import ALL_SHARDS, shard_of
+from supervisor.vocabulary import SessionState
+from tests.harness.config import genesys_config, sockets_table
+from tests.harness.fleet import Received, TableLeases, notices, seat
+from tests.harness.in_process import ApiSockets, Harness, supervised
+from tests.harness.process import CLI
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
+
+EX_NOT_OWNER = 69
+HERE, PEER = "member-a", "member-b"
+#: wm-0 is the daemon's; wm-1 (configured) and wm-added-b (added at run time) are in the peer's shards;
+#: wm-added-a is added at run time in a shard of the daemon's
+PEERS_SHARDS = frozenset({shard_of("wm-1"), shard_of("wm-added-b")})
+
+
+def test_the_sessions_of_this_test_lie_in_the_shards_it_means() -> None:
+    assert shard_of("wm-0") not in PEERS_SHARDS and shard_of("wm-added-a") not in PEERS_SHARDS
+    assert len(PEERS_SHARDS) == 2
+
+
+@dataclass
+class Fleet:
+    daemon: Harness
+    leases: TableLeases
+    dsn: str
+    peer_epochs: dict[int, int]
+    told: ObjectReceiveStream[Received]
+
+
+@pytest.fixture
+async def fleet(genesys_sim: Any, tmp_path: Path, pg_dsn: str, pg_url: str) -> AsyncIterator[Fleet]:
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    config = sockets_table(sockets / "s.sock", sockets / "c.sock") + genesys_config(genesys_sim.urls, 2)
+    config += f'[store]\nurl = "{pg_url}"\n'
+    opened = await PgStore.open(pg_url)  # the schema at its newest migration, before any member
+    await opened.aclose()
+    peer_epochs = await seat(pg_dsn, PEER, "host-b", PEERS_SHARDS)
+    leases = TableLeases(pg_dsn, HERE, "host-a", ALL_SHARDS - PEERS_SHARDS)
+    api = ApiSockets((sockets / "s.sock", sockets / "c.sock"))
+    async with (
+        notices(pg_dsn, "ss_desired", "ss_attributes") as told,
+        supervised(config, tmp_path, durable=True, sockets=api, leases=leases) as daemon,
+    ):
+        await daemon.wait_active(1)
+        await leases.refresh()  # both members seated: what ctl status says
+        yield Fleet(daemon, leases, pg_dsn, peer_epochs, told)
+
+
+def _ctl(control: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "ctl", "--socket", str(control), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ),
+        check=False,
+    )
+
+
+async def ctl(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    """``session-supervisor ctl ARGS`` against the daemon's control socket, as a script runs it."""
+    control = fleet.daemon.control
+    return await anyio.to_thread.run_sync(lambda: _ctl(control, *args))
+
+
+async def call(fleet: Fleet, method: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    def run() -> dict[str, Any]:
+        with Client(fleet.daemon.control) as client:
+            return client.call(method, parameters)
+
+    return await anyio.to_thread.run_sync(run)
+
+
+async def desired_row(dsn: str, session_id: str) -> tuple[str, str | None, str] | None:
+    """(state, reason, origin) of the session's desired row, as another connection reads it."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            "SELECT state, reason, origin FROM desired_sessions WHERE session_id = %s", (session_id,)
+        )
+        row = await cur.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+async def next_notice(told: ObjectReceiveStream[Received]) -> Received:
+    with anyio.fail_after(5):
+        return await told.receive()
+
+
+async def test_a_verb_that_only_the_owner_can_answer_exits_69_with_the_owner_its_host_and_epoch(
+    fleet: Fleet,
+) -> None:
+    shard = shard_of("wm-1")
+    expected = {
+        "error": "io.sessionsupervisor.control.v1.NotOwner",
+        "sessionId": "wm-1",
+        "shard": shard,
+        "owner": PEER,
+        "host": "host-b",
+        "epoch": fleet.peer_epochs[shard],
+    }
+    asked = [
+        ("show", "wm-1", "--json"),
+        ("send", "wm-1", "hello", "--json"),
+        ("agent-state", "wm-1", "Available", "--json"),
+        ("show", "wm-0", "--json"),
+    ]
+    answers: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
+
+    async def ask(args: tuple[str, ...]) -> None:
+        answers[args] = await ctl(fleet, *args)
+
+    async with anyio.create_task_group() as tg:  # each ctl is a Python start-up: at once
+        for args in asked:
+            tg.start_soon(ask, args)
+    for args in asked[:3]:
+        done = answers[args]
+        assert done.returncode == EX_NOT_OWNER, (args, done.stderr)
+        answer = json.loads(done.stdout)
+        assert {k: answer[k] for k in expected} == expected, args
+        assert f"owned by {PEER} on host-b" in answer["problem"]
+        assert "NotOwner" in done.stderr
+    # the daemon's own session answers as ever
+    shown = answers[asked[3]]
+    assert shown.returncode == 0 and json.loads(shown.stdout)["session"]["state"] == "active"
+
+
+async def test_stop_and_start_of_a_peers_session_are_recorded_for_it_and_its_owner_told(
+    fleet: Fleet,
+) -> None:
+    shard = shard_of("wm-1")
+    assert "wm-1" not in fleet.daemon.runners  # never run here: its shard is the peer's
+    stopped = await ctl(fleet, "stop", "wm-1", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    answer = json.loads(stopped.stdout)
+    assert answer == {
+        "sessionId": "wm-1",
+        "state": "requested",
+        "forwarded": {"owner": PEER, "host": "host-b", "shard": shard, "epoch": fleet.peer_epochs[shard]},
+    }
+    # durable once ctl returned: another connection reads it
+    assert await desired_row(fleet.dsn, "wm-1") == ("stopped", "ctl stop", "config")
+    notice = await next_notice(fleet.told)
+    assert notice.channel == "ss_desired"
+    assert notice.body == {"member": HERE, "sessionId": "wm-1", "shard": shard, "change": "stop"}
+
+    started = await ctl(fleet, "start", "wm-1")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == (
+        f"started wm-1: requested (re-authenticating): recorded for {PEER} on host-b, "
+        f"shard {shard} epoch {fleet.peer_epochs[shard]}"
+    )
+    assert await desired_row(fleet.dsn, "wm-1") == ("running", None, "config")
+    assert (await next_notice(fleet.told)).body["change"] == "start"
+    assert "wm-1" not in fleet.daemon.runners  # the owner acts on it, not this member
+
+    # an id no configuration declares and the store does not hold: refused, nothing written
+    unknown = await ctl(fleet, "stop", "wm-added-b", "--json")
+    assert unknown.returncode == 1 and json.loads(unknown.stdout)["error"].endswith("NoSuchSession")
+    assert await desired_row(fleet.dsn, "wm-added-b") is None
+
+
+async def test_sessions_added_and_removed_in_a_peers_shard_are_recorded_for_it(fleet: Fleet) -> None:
+    entry = {"id": "wm-added-b", "kind": "webmessaging"}
+    added = await call(fleet, Method.ADD_SESSION, {"sessions": [entry]})
+    assert added["added"] == 1
+    (result,) = added["results"]
+    assert result["state"] == "requested" and result["forwarded"]["owner"] == PEER
+    assert await desired_row(fleet.dsn, "wm-added-b") == ("running", None, "api")
+    notice = await next_notice(fleet.told)
+    assert notice.body == {
+        "member": HERE,
+        "sessionId": "wm-added-b",
+        "shard": shard_of("wm-added-b"),
+        "change": "add",
+    }
+    assert "wm-added-b" not in fleet.daemon.runners
+    # the same id again, from this member: it exists (added over a control socket)
+    again = await call(fleet, Method.ADD_SESSION, {"sessions": [entry]})
+    assert again["refused"] == 1 and again["results"][0]["error"].endswith("SessionExists")
+
+    removed = await call(fleet, Method.REMOVE_SESSION, {"sessionIds": ["wm-added-b", "wm-1"]})
+    first, second = removed["results"]
+    assert first == {
+        "sessionId": "wm-added-b",
+        "removed": True,
+        "state": "requested",
+        "forwarded": {
+            "owner": PEER,
+            "host": "host-b",
+            "shard": shard_of("wm-added-b"),
+            "epoch": fleet.peer_epochs[shard_of("wm-added-b")],
+        },
+    }
+    # a session of the configuration file is removed by editing the file, on any member
+    assert second["removed"] is False and second["error"].endswith("ConfiguredSession")
+    assert await desired_row(fleet.dsn, "wm-added-b") is None
+    assert (await next_notice(fleet.told)).body["change"] == "remove"
+
+
+async def test_status_shows_the_fleet(fleet: Fleet) -> None:
+    done = await ctl(fleet, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)["fleet"]
+    assert view["member"] == HERE
+    members = {m["member"]: m for m in view["members"]}
+    assert set(members) == {HERE, PEER}
+    assert members[HERE]["shards"] == 254 and members[HERE]["mine"] is True
+    assert members[PEER] | {"heartbeatAgeSeconds": 0} == {
+        "member": PEER,
+        "host": "host-b",
+        "state": "active",
+        "shards": 2,
+        "heartbeatAgeSeconds": 0,
+        "mine": False,
+    }
+    shards = view["shards"]
+    assert [s["shard"] for s in shards] == list(range(256))
+    assert {s["shard"] for s in shards if s["mine"]} == set(ALL_SHARDS - PEERS_SHARDS)
+    assert all(
+        s["owner"] == PEER and s["epoch"] == fleet.peer_epochs[s["shard"]] for s in shards if not s["mine"]
+    )
+    assert all(s["owner"] == HERE and s["epoch"] >= 1 for s in shards if s["mine"])
+
+    text = await ctl(fleet, "status")
+    lines = text.stdout.splitlines()
+    assert f"fleet: member {HERE}, 2 members, 254 of 256 shards mine" in lines
+    assert any(line.startswith(f"  member {PEER} on host-b: active, 2 shards") for line in lines)
+
+
+async def test_the_owner_follows_what_a_peer_wrote_for_its_sessions(fleet: Fleet, pg_url: str) -> None:
+    """The peer's writes (its FleetDesk, on a store connection of its own) and their notices, as the
+    owner's fleet bus delivers them, handed to the daemon's follower."""
+    daemon = fleet.daemon
+    store = await PgStore.open(pg_url)
+    peer = FleetDesk(store, PEER, lambda: 1000.0)
+
+    async def told() -> None:
+        notice = await next_notice(fleet.told)
+        daemon.supervisor.follower.on_desired(notice)
+
+    try:
+        first = daemon.runners["wm-0"]
+        # a notice of our own, or malformed, changes nothing
+        follower = daemon.supervisor.follower
+        dropped = follower.dropped
+        follower.on_desired(Received("ss_desired", json.dumps({"member": HERE, "sessionId": "wm-0"}), 0))
+        follower.on_desired(Received("ss_desired", "not json", 0))
+        assert follower.dropped == dropped + 2
+
+        assert await peer.desire("wm-0", "genesys", DesiredState.STOPPED, "ctl stop") is not None
+        await told()
+        await daemon.wait(lambda: first.core.terminated)
+        assert daemon.durable is not None and daemon.durable.was_down("wm-0")
+
+        await peer.desire("wm-0", "genesys", DesiredState.RUNNING, None)
+        await told()
+        await daemon.wait(lambda: daemon.runners["wm-0"] is not first)
+        await daemon.wait(lambda: daemon.runners["wm-0"].state is SessionState.ACTIVE)
+
+        spec = json.dumps({"id": "wm-added-a", "kind": "webmessaging", "platform": "genesys"})
+        row = DesiredSession("wm-added-a", "genesys", DesiredState.RUNNING, None, origin="api", spec=spec)
+        assert await peer.add([row]) != [None]
+        await told()
+        await daemon.wait(lambda: "wm-added-a" in daemon.runners)
+        await daemon.wait(lambda: daemon.runners["wm-added-a"].state is SessionState.ACTIVE)
+
+        assert await peer.remove("wm-added-a") is not None
+        await told()
+        await daemon.wait(lambda: "wm-added-a" not in daemon.runners)
+        assert daemon.supervisor.sessions.origin_of("wm-added-a") is None
+    finally:
+        await store.aclose()
