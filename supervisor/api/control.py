@@ -121,6 +121,8 @@ _ON_SESSIONS: Final = frozenset(
 _ANY_MEMBER: Final = frozenset(
     {Method.START_SESSION.value, Method.STOP_SESSION.value, Method.REMOVE_SESSION.value}
 )
+#: of those, the verbs that find the owner themselves (per id; an update committed to the outbox)
+_EACH_ITS_OWN: Final = frozenset({Method.REMOVE_SESSION.value, Method.SET_ATTRIBUTES.value})
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
@@ -196,7 +198,7 @@ class ControlService:
         self._sockets = sockets
         # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
-        self.attribute_verbs = AttributeVerbs(attributes)
+        self.attribute_verbs = AttributeVerbs(attributes, owners=owners, fleet=fleet)
         # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
         self.message_verbs = MessageVerbs(sessions, messaging)
         # sessions added and removed at run time (supervisor/api/control_sessions.py)
@@ -354,8 +356,10 @@ class ControlService:
         if owners is None or call.method not in _ON_SESSIONS:
             return None
         fleet = self.fleet
-        if fleet is not None and call.method == Method.REMOVE_SESSION:
-            return None  # each id answered on its own (SessionVerbs.remove_sessions): here, or written for its owner
+        if fleet is not None and call.method in _EACH_ITS_OWN:
+            # answered by the verb: here, or written for the owner (SessionVerbs.remove_sessions,
+            # AttributeVerbs.set_attributes)
+            return None
         named = call.parameters.get("sessionIds") if call.method == Method.REMOVE_SESSION else None
         ids = named if isinstance(named, list) else [call.parameters.get("sessionId")]
         for session_id in ids:

@@ -193,6 +193,19 @@ class FleetDesk:
 
         return await self._store.run_in_transaction(write)
 
+    async def conversation_of(self, session_id: str) -> str | None:
+        """The conversation the session ledger holds for ``session_id`` (its owner wrote it), or None."""
+
+        async def read(conn: Conn) -> str | None:
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    "SELECT conversation_id FROM server_sessions WHERE session_id = %s", (session_id,)
+                )
+                row = await cur.fetchone()
+            return None if row is None or row[0] is None else str(row[0])
+
+        return await self._store.run_in_transaction(read)
+
     async def attributes_submitted(self, session_id: str, tenant: str, conversation_id: str) -> None:
         """An attribute update of ``session_id`` was accepted here (committed to the outbox): its owner
         is told on ``ss_attributes`` to schedule the send."""

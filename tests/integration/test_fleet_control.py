@@ -33,7 +33,7 @@ from anyio.abc import ObjectReceiveStream
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.fleet.desired import FleetDesk
-from supervisor.store import DesiredState
+from supervisor.store import DesiredState, ServerSession, ServerState, Submission
 from supervisor.store.model import DesiredSession
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import ALL_SHARDS, shard_of
@@ -50,6 +50,7 @@ HERE, PEER = "member-a", "member-b"
 #: wm-0 is the daemon's; wm-1 (configured) and wm-added-b (added at run time) are in the peer's shards;
 #: wm-added-a is added at run time in a shard of the daemon's
 PEERS_SHARDS = frozenset({shard_of("wm-1"), shard_of("wm-added-b")})
+PEERS_CONVERSATION = "conv-of-wm-1"
 
 
 def test_the_sessions_of_this_test_lie_in_the_shards_it_means() -> None:
@@ -70,10 +71,25 @@ class Fleet:
 async def fleet(genesys_sim: Any, tmp_path: Path, pg_dsn: str, pg_url: str) -> AsyncIterator[Fleet]:
     sockets = tmp_path / "sockets"
     sockets.mkdir()
-    config = sockets_table(sockets / "s.sock", sockets / "c.sock") + genesys_config(genesys_sim.urls, 2)
+    # wm-0's conversation is configured; wm-1's is the one its owner's session ledger holds
+    conversation = genesys_sim.create_conversation().id
+    config = sockets_table(sockets / "s.sock", sockets / "c.sock")
+    config += genesys_config(genesys_sim.urls, 2, conversations=[conversation])
     config += f'[store]\nurl = "{pg_url}"\n'
     opened = await PgStore.open(pg_url)  # the schema at its newest migration, before any member
-    await opened.aclose()
+    try:  # the peer's session ledger: wm-1 open on its conversation
+        await opened.session_opening(
+            ServerSession(
+                "wm-1",
+                "genesys",
+                "webmessaging",
+                ServerState.OPEN,
+                1000.0,
+                conversation_id=PEERS_CONVERSATION,
+            )
+        )
+    finally:
+        await opened.aclose()
     peer_epochs = await seat(pg_dsn, PEER, "host-b", PEERS_SHARDS)
     leases = TableLeases(pg_dsn, HERE, "host-a", ALL_SHARDS - PEERS_SHARDS)
     api = ApiSockets((sockets / "s.sock", sockets / "c.sock"))
@@ -101,6 +117,19 @@ async def ctl(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
     """``session-supervisor ctl ARGS`` against the daemon's control socket, as a script runs it."""
     control = fleet.daemon.control
     return await anyio.to_thread.run_sync(lambda: _ctl(control, *args))
+
+
+async def ctls(fleet: Fleet, *asked: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Several ``ctl`` at once (each is a Python start-up), their answers in the order asked."""
+    answers: dict[int, subprocess.CompletedProcess[str]] = {}
+
+    async def ask(i: int) -> None:
+        answers[i] = await ctl(fleet, *asked[i])
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(asked)):
+            tg.start_soon(ask, i)
+    return [answers[i] for i in range(len(asked))]
 
 
 async def call(fleet: Fleet, method: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -144,14 +173,7 @@ async def test_a_verb_that_only_the_owner_can_answer_exits_69_with_the_owner_its
         ("agent-state", "wm-1", "Available", "--json"),
         ("show", "wm-0", "--json"),
     ]
-    answers: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
-
-    async def ask(args: tuple[str, ...]) -> None:
-        answers[args] = await ctl(fleet, *args)
-
-    async with anyio.create_task_group() as tg:  # each ctl is a Python start-up: at once
-        for args in asked:
-            tg.start_soon(ask, args)
+    answers = dict(zip(asked, await ctls(fleet, *asked), strict=True))
     for args in asked[:3]:
         done = answers[args]
         assert done.returncode == EX_NOT_OWNER, (args, done.stderr)
@@ -169,7 +191,10 @@ async def test_stop_and_start_of_a_peers_session_are_recorded_for_it_and_its_own
 ) -> None:
     shard = shard_of("wm-1")
     assert "wm-1" not in fleet.daemon.runners  # never run here: its shard is the peer's
-    stopped = await ctl(fleet, "stop", "wm-1", "--json")
+    # an id no configuration declares and the store does not hold: refused, nothing written
+    stopped, unknown = await ctls(fleet, ("stop", "wm-1", "--json"), ("stop", "wm-added-b", "--json"))
+    assert unknown.returncode == 1 and json.loads(unknown.stdout)["error"].endswith("NoSuchSession")
+    assert await desired_row(fleet.dsn, "wm-added-b") is None
     assert stopped.returncode == 0, stopped.stderr
     answer = json.loads(stopped.stdout)
     assert answer == {
@@ -192,11 +217,6 @@ async def test_stop_and_start_of_a_peers_session_are_recorded_for_it_and_its_own
     assert await desired_row(fleet.dsn, "wm-1") == ("running", None, "config")
     assert (await next_notice(fleet.told)).body["change"] == "start"
     assert "wm-1" not in fleet.daemon.runners  # the owner acts on it, not this member
-
-    # an id no configuration declares and the store does not hold: refused, nothing written
-    unknown = await ctl(fleet, "stop", "wm-added-b", "--json")
-    assert unknown.returncode == 1 and json.loads(unknown.stdout)["error"].endswith("NoSuchSession")
-    assert await desired_row(fleet.dsn, "wm-added-b") is None
 
 
 async def test_sessions_added_and_removed_in_a_peers_shard_are_recorded_for_it(fleet: Fleet) -> None:
@@ -238,7 +258,7 @@ async def test_sessions_added_and_removed_in_a_peers_shard_are_recorded_for_it(f
 
 
 async def test_status_shows_the_fleet(fleet: Fleet) -> None:
-    done = await ctl(fleet, "status", "--json")
+    done, text = await ctls(fleet, ("status", "--json"), ("status",))
     assert done.returncode == 0, done.stderr
     view = json.loads(done.stdout)["fleet"]
     assert view["member"] == HERE
@@ -261,7 +281,6 @@ async def test_status_shows_the_fleet(fleet: Fleet) -> None:
     )
     assert all(s["owner"] == HERE and s["epoch"] >= 1 for s in shards if s["mine"])
 
-    text = await ctl(fleet, "status")
     lines = text.stdout.splitlines()
     assert f"fleet: member {HERE}, 2 members, 254 of 256 shards mine" in lines
     assert any(line.startswith(f"  member {PEER} on host-b: active, 2 shards") for line in lines)
@@ -310,3 +329,57 @@ async def test_the_owner_follows_what_a_peer_wrote_for_its_sessions(fleet: Fleet
         assert daemon.supervisor.sessions.origin_of("wm-added-a") is None
     finally:
         await store.aclose()
+
+
+async def outbox(dsn: str, conversation_id: str) -> list[tuple[str, str]]:
+    """(status, tenant) of the conversation's outbox rows."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cur = await conn.execute(
+            "SELECT status, tenant FROM outbox WHERE conversation_id = %s ORDER BY id", (conversation_id,)
+        )
+        return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
+
+
+async def test_an_attribute_update_of_a_peers_session_is_kept_for_its_owner_and_the_owner_told(
+    fleet: Fleet,
+) -> None:
+    scheduled = fleet.daemon.service.scheduler.pending()
+    done = await ctl(fleet, "attributes", "set", "wm-1", "survey=yes", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["accepted"] is True and answer["conversationId"] == PEERS_CONVERSATION
+    # in the outbox, for the owner to send; not scheduled here
+    assert await outbox(fleet.dsn, PEERS_CONVERSATION) == [("pending", "genesys:demo-client")]
+    assert fleet.daemon.service.scheduler.pending() == scheduled
+    notice = await next_notice(fleet.told)
+    assert notice.channel == "ss_attributes"
+    assert notice.body == {
+        "member": HERE,
+        "sessionId": "wm-1",
+        "shard": shard_of("wm-1"),
+        "tenant": "genesys:demo-client",
+        "conversationId": PEERS_CONVERSATION,
+    }
+
+
+async def test_the_owner_sends_an_update_a_peer_accepted_for_its_session(fleet: Fleet, pg_url: str) -> None:
+    daemon = fleet.daemon
+    conversation = daemon.runners["wm-0"].context.conversation_id
+    assert conversation is not None
+    store = await PgStore.open(pg_url)
+    try:  # the peer's acceptance: the row in the outbox, and its notice
+        submitted = Submission(
+            "u-peer", "genesys:demo-client", "wm-0", conversation, {"survey": "yes"}, frozenset(), 1000.0
+        )
+        assert (await store.submit(submitted, 50)).accepted
+        await FleetDesk(store, PEER, lambda: 1000.0).attributes_submitted(
+            "wm-0", "genesys:demo-client", conversation
+        )
+    finally:
+        await store.aclose()
+    scheduled = daemon.service.scheduler.pending()
+    daemon.supervisor.follower.on_attributes(await next_notice(fleet.told))
+    assert daemon.service.scheduler.pending() == scheduled + 1
+    await daemon.service.run_due()  # sent from here, the owner
+    rows = await outbox(fleet.dsn, conversation)
+    assert [status for status, _ in rows] in (["accepted"], ["verified"]), rows
