@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ATTRIBUTES_CHANNEL",
     "DESIRED_CHANNEL",
-    "NOTIFY_SQL",
     "REQUESTED",
     "Change",
     "FleetDesk",
@@ -53,8 +52,6 @@ DESIRED_CHANNEL: Final = "ss_desired"
 ATTRIBUTES_CHANNEL: Final = "ss_attributes"
 #: what a verb accepted for another member's session answers as its ``state``: recorded for the owner
 REQUESTED: Final = "requested"
-#: the fleet bus's statement (usable inside any transaction: delivered at its commit)
-NOTIFY_SQL: Final = "SELECT pg_notify(%s, %s)"
 
 
 class Change(enum.StrEnum):
@@ -117,7 +114,10 @@ class FleetDesk:
         )
 
     async def _notify(self, conn: Conn, channel: str, payload: str) -> None:
-        await conn.execute(NOTIFY_SQL, (channel, payload))
+        # the bus's statement, in this transaction: delivered at its commit, never for a rollback
+        from supervisor.fleet.bus import NOTIFY_SQL, check_payload
+
+        await conn.execute(NOTIFY_SQL, (channel, check_payload(channel, payload)))
 
     async def locate(self, session_id: str) -> ShardOwner:
         """Who owns ``session_id``'s shard now (one short query)."""

@@ -59,9 +59,15 @@ class _Notice(Protocol):
 
 
 class NoticeBus(Protocol):
-    """The fleet bus's registration (supervisor/fleet/bus.py: ``FleetBus.on``)."""
+    """The fleet bus's registration (supervisor/fleet/bus.py: ``FleetBus.on``, ``on_listening``)."""
 
     def on(self, channel: str, handler: Callable[[Any], None]) -> None: ...
+
+    def on_listening(self, callback: Callable[[bool], None]) -> None: ...
+
+
+# the pending entry that stands for every owned session (session ids are never empty)
+_EVERYTHING = ""
 
 
 def _parsed(payload: str) -> dict[str, Any] | None:
@@ -86,11 +92,14 @@ class DesiredFollower:
         owns: Callable[[str], bool],
         follow: Callable[[str], Awaitable[None]],
         attributes: Callable[[str, str, str], None] | None = None,
+        everything: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.member = member
         self._owns = owns
         self._follow = follow
         self._attributes = attributes
+        # every owned session's row followed again (after the bus lost notices)
+        self._everything = everything
         self._pending: dict[str, None] = {}  # insertion-ordered set: followed in the order told
         self._wake = anyio.Event()
         #: notices followed, and dropped (ours, malformed, or of a shard not owned here)
@@ -98,8 +107,17 @@ class DesiredFollower:
         self.dropped = 0
 
     def register(self, bus: NoticeBus) -> None:
+        """The handlers on ``bus`` (before it serves), and the re-read after each of its reconnections."""
         bus.on(DESIRED_CHANNEL, self.on_desired)
         bus.on(ATTRIBUTES_CHANNEL, self.on_attributes)
+        bus.on_listening(self.on_listening)
+
+    def on_listening(self, reconnected: bool) -> None:
+        """The bus listens again after a reconnection: notices sent meanwhile were lost (PostgreSQL
+        keeps none for a session that was not listening), so every owned session's row is re-read."""
+        if reconnected and self._everything is not None:
+            self._pending[_EVERYTHING] = None
+            self._wake.set()
 
     def _session(self, notice: _Notice) -> tuple[str, dict[str, Any]] | None:
         body = _parsed(notice.payload)
@@ -139,7 +157,15 @@ class DesiredFollower:
             while self._pending:
                 session_id = next(iter(self._pending))
                 del self._pending[session_id]
-                await self.follow_now(session_id)
+                if session_id == _EVERYTHING:
+                    await self._follow_everything()
+                else:
+                    await self.follow_now(session_id)
+
+    async def _follow_everything(self) -> None:
+        if self._everything is not None:
+            with contextlib.suppress(SupervisorError):
+                await self._everything()
 
     async def follow_now(self, session_id: str) -> None:
         """Re-read ``session_id``'s row and act on it now (a failure of the store or of a start is

@@ -291,6 +291,9 @@ class SessionBook(Protocol):
     def follow_attributes(self, session_id: str, tenant: str, conversation_id: str) -> None:
         """An attribute update of ``session_id`` another fleet member accepted into the outbox: send it."""
 
+    async def reread_shards(self, shards: Collection[int]) -> dict[str, DesiredSession]:
+        """The desired rows of ``shards`` read again from the store, kept (by session id)."""
+
     async def reread(self, session_id: str) -> DesiredSession | None:
         """The session's desired row read again from the store (another fleet member wrote it), kept
         as what the book knows of it; None: it has none. Raises StoreError when it cannot be read."""

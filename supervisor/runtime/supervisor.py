@@ -38,6 +38,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.tenancy import scope_of, spec_scope
 from supervisor.runtime.wiring import Rotation, Wiring
+from supervisor.store.model import DesiredSession
 from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
@@ -105,6 +106,7 @@ class Supervisor:
             owns=self.owns,
             follow=self.follow_desired,
             attributes=None if book is None else book.follow_attributes,
+            everything=self.follow_every_desired,
         )
 
     @property
@@ -212,7 +214,13 @@ class Supervisor:
         book = self.book
         if book is None or self._tg is None or self.draining.is_set() or not self.owns(session_id):
             return
-        row = await book.reread(session_id)
+        await self._follow_row(session_id, await book.reread(session_id))
+
+    async def _follow_row(self, session_id: str, row: DesiredSession | None) -> None:
+        """Do what ``row`` (just read) asks of a session of ours (supervisor/fleet/follow.py, ``decide``)."""
+        book = self.book
+        if book is None or self._tg is None or self.draining.is_set():
+            return
         runner = self.runners.get(session_id)
         running = runner is not None and not runner.core.terminated
         action = decide(row, running=running, added=session_id in self.sessions.added)
@@ -230,6 +238,17 @@ class Supervisor:
             await self.stop(session_id, CloseCode.NORMAL_CLOSURE)
         elif action is Follow.REMOVE:
             await self.remove_session(session_id)
+
+    async def follow_every_desired(self) -> None:
+        """Every desired row of the owned shards followed again (the fleet bus lost notices while it
+        was reconnecting): each session whose row another member changed meanwhile is acted on."""
+        book = self.book
+        if book is None:
+            return
+        rows = await book.reread_shards(self.leases.owned().keys())
+        for session_id in sorted(rows.keys() | self.sessions.added.keys()):
+            if self.owns(session_id):
+                await self._follow_row(session_id, rows.get(session_id))
 
     def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,

@@ -327,6 +327,12 @@ async def test_the_owner_follows_what_a_peer_wrote_for_its_sessions(fleet: Fleet
         await told()
         await daemon.wait(lambda: "wm-added-a" not in daemon.runners)
         assert daemon.supervisor.sessions.origin_of("wm-added-a") is None
+
+        # a notice lost (the bus was reconnecting): its reconnection re-reads every owned row
+        running = daemon.runners["wm-0"]
+        await peer.desire("wm-0", "genesys", DesiredState.STOPPED, "ctl stop")
+        follower.on_listening(True)
+        await daemon.wait(lambda: running.core.terminated)
     finally:
         await store.aclose()
 

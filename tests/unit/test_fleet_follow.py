@@ -87,3 +87,25 @@ def test_an_attribute_notice_schedules_the_send_of_an_owned_session_only() -> No
     follower.on_attributes(_notice("peer", "wm-1", "ss_attributes", tenant="genesys:c"))  # no conversation
     assert sent == [("wm-1", "genesys:c", "k")]
     assert follower.dropped == 2
+
+
+@pytest.mark.anyio
+async def test_a_reconnection_of_the_bus_follows_every_owned_row_again() -> None:
+    everything = anyio.Event()
+
+    async def follow(session_id: str) -> None:
+        raise AssertionError(session_id)
+
+    async def again() -> None:
+        everything.set()
+
+    follower = DesiredFollower("me", owns=lambda s: True, follow=follow, everything=again)
+    follower.on_listening(False)  # the first LISTEN: nothing was missed
+    async with anyio.create_task_group() as tg:
+        await tg.start(follower.serve)
+        await anyio.wait_all_tasks_blocked()
+        assert not everything.is_set()
+        follower.on_listening(True)
+        with anyio.fail_after(5):
+            await everything.wait()
+        tg.cancel_scope.cancel()
