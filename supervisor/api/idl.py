@@ -117,10 +117,11 @@ type Count (total: int, byState: [string]int)
 type Circuit (endpoint: string, circuitId: string, state: string, tenant: ?string)
 
 # A fleet member's view of the fleet (absent on one host): its members and each shard's owner and epoch.
-type FleetMember (member: string, host: string, state: string, shards: int, heartbeatAgeSeconds: float,
-  mine: bool)
+type FleetMember (member: string, host: string, state: string, live: bool, shards: int,
+  heartbeatAgeSeconds: ?float, mine: bool)
 type FleetShard (shard: int, owner: ?string, epoch: int, mine: bool)
-type Fleet (member: string, members: []FleetMember, shards: []FleetShard)
+# problem: why the view is as the member last read it (the database cannot be reached now)
+type Fleet (member: string, problem: ?string, members: []FleetMember, shards: []FleetShard)
 # A verb accepted for a session another fleet member owns: recorded for it (state "requested").
 type Forwarded (owner: ?string, host: ?string, shard: int, epoch: int)
 

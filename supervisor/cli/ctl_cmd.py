@@ -131,17 +131,22 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
-    """Status's fleet section (docs/socket-api.md, "Status"): the members, then this member's shards."""
+    """Status's fleet section (docs/socket-api.md, "A fleet"): the members, then this member's shards."""
     shards = fleet["shards"]
     mine = [s for s in shards if s["mine"]]
     lines = [
-        f"fleet: member {fleet['member']}, {len(fleet['members'])} members, {len(mine)} of {len(shards)} shards mine"
+        f"fleet: member {fleet['member']}, {len(fleet['members'])} members, "
+        f"{len(mine)} of {len(shards)} shards mine"
     ]
+    if fleet.get("problem"):
+        lines.append(f"  as last read: {fleet['problem']}")
     for m in fleet["members"]:
         this = " (this daemon)" if m["mine"] else ""
+        age = m.get("heartbeatAgeSeconds")
+        heard = "" if age is None else f", heartbeat {age:.1f} s ago"
+        silent = "" if m.get("live", True) else ", silent"
         lines.append(
-            f"  member {m['member']} on {m['host']}: {m['state']}, {m['shards']} shards, "
-            f"heartbeat {m['heartbeatAgeSeconds']:.1f} s ago{this}"
+            f"  member {m['member']} on {m['host']}: {m['state']}{silent}, {m['shards']} shards{heard}{this}"
         )
     if mine:
         epochs = sorted({s["epoch"] for s in mine})

@@ -1,15 +1,16 @@
 """The fleet as ``ctl status`` shows it: its members and who holds each shard, at which epoch.
 
-:class:`FleetView` is what a fleet member's leases answer (``fleet_view()``, a snapshot of the lease
-table as the member last read it); :func:`fleet_wire` is its shape in the control socket's
-``Status`` (docs/socket-api.md, "Status"); :func:`read_fleet_view` reads it from the tables
-(``fleet_members``, ``shard_leases``: docs/store.md, "The fleet") in one transaction, on the
-database's clock.
+:class:`FleetView` is what a fleet member's leases answer (``fleet_view()``: the tables as the member's
+last renewal read them, ``at`` the database's clock then); :func:`fleet_wire` is its shape in the
+control socket's ``Status`` (docs/socket-api.md, "A fleet"); :func:`read_fleet_view` reads it from the
+tables (``fleet_members``, ``shard_leases``: docs/store.md, "The fleet") in one transaction, on the
+database's clock. The dataclasses have the fields of PgLeases' own (supervisor/fleet/leases.py), so
+either answers ``Status``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
@@ -20,10 +21,10 @@ __all__ = ["FleetView", "FleetViews", "MemberView", "ShardView", "fleet_wire", "
 
 Conn: TypeAlias = "AsyncConnection[tuple[Any, ...]]"
 
-# the database's clock (fleet.md's agreement: every lease time is the server's, never a member's)
+# the database's clock (every lease time is the server's, never a member's)
 _NOW: Final = "extract(epoch from clock_timestamp())"
 _MEMBERS_SQL: Final = (
-    f"SELECT m.member, m.host, m.state, m.heartbeat_at, {_NOW}, "
+    "SELECT m.member, m.host, m.state, m.heartbeat_at, "
     f"(SELECT count(*) FROM shard_leases l WHERE l.owner = m.member AND l.expires_at > {_NOW}) "
     "FROM fleet_members m ORDER BY m.member"
 )
@@ -32,14 +33,15 @@ _SHARDS_SQL: Final = f"SELECT shard, owner, epoch, expires_at > {_NOW} FROM shar
 
 @dataclass(frozen=True, slots=True)
 class MemberView:
-    """One member: its id, the host it is reached on, its state (active, degraded, leaving), how many
-    shards it holds, and how long ago its last heartbeat was (seconds)."""
+    """One member: its id, the host it is reached on, its state (active, degraded, leaving), whether
+    its heartbeat is recent (``live``), how many shards it holds, its last heartbeat (the database's clock)."""
 
     member: str
     host: str
     state: str
+    live: bool
     shards: int
-    heartbeat_age_s: float
+    heartbeat_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,31 +57,36 @@ class ShardView:
 
 @dataclass(frozen=True, slots=True)
 class FleetView:
-    """The fleet as ``member`` sees it."""
+    """The fleet as ``member`` saw it at ``at`` (the database's clock; None: never read, ``problem`` says why)."""
 
     member: str
-    members: tuple[MemberView, ...]
-    shards: tuple[ShardView, ...]
+    at: float | None
+    members: tuple[MemberView, ...] = ()
+    shards: tuple[ShardView, ...] = field(default_factory=tuple)
+    problem: str | None = None
 
 
 @runtime_checkable
 class FleetViews(Protocol):
     """What says the fleet: a member's leases (PgLeases)."""
 
-    def fleet_view(self) -> FleetView: ...
+    def fleet_view(self) -> Any: ...
 
 
 def fleet_wire(view: FleetView) -> dict[str, Any]:
-    """``Status``'s ``fleet`` (docs/socket-api.md, "Status")."""
+    """``Status``'s ``fleet`` (docs/socket-api.md, "A fleet")."""
+    at = view.at
     return {
         "member": view.member,
+        "problem": view.problem,
         "members": [
             {
                 "member": m.member,
                 "host": m.host,
                 "state": m.state,
+                "live": m.live,
                 "shards": m.shards,
-                "heartbeatAgeSeconds": round(m.heartbeat_age_s, 3),
+                "heartbeatAgeSeconds": None if at is None else round(max(0.0, at - m.heartbeat_at), 3),
                 "mine": m.member == view.member,
             }
             for m in view.members
@@ -90,17 +97,30 @@ def fleet_wire(view: FleetView) -> dict[str, Any]:
     }
 
 
-async def read_fleet_view(conn: Conn, member: str) -> FleetView:
-    """The fleet as ``member`` sees it, read from the tables (one transaction of the caller's)."""
+async def read_fleet_view(conn: Conn, member: str, ttl: float = 10.0) -> FleetView:
+    """The fleet as ``member`` sees it, read from the tables (one transaction of the caller's); a
+    member is live when its heartbeat is within ``ttl`` seconds and it is not leaving."""
     async with conn.cursor() as cur:
         await cur.execute(_MEMBERS_SQL)
-        members = tuple(
-            MemberView(str(r[0]), str(r[1]), str(r[2]), int(r[5]), max(0.0, float(r[4]) - float(r[3])))
-            for r in await cur.fetchall()
-        )
+        rows = await cur.fetchall()
         await cur.execute(_SHARDS_SQL)
-        shards = []
-        for shard, owner, epoch, valid in await cur.fetchall():
-            held = owner if valid else None
-            shards.append(ShardView(int(shard), held, int(epoch), held is not None and held == member))
-    return FleetView(member, members, tuple(shards))
+        leases = await cur.fetchall()
+        await cur.execute(f"SELECT {_NOW}")
+        now_row = await cur.fetchone()
+    now = float(now_row[0]) if now_row is not None else 0.0
+    members = tuple(
+        MemberView(
+            str(r[0]),
+            str(r[1]),
+            str(r[2]),
+            r[2] != "leaving" and float(r[3]) > now - ttl,
+            int(r[4]),
+            float(r[3]),
+        )
+        for r in rows
+    )
+    shards = []
+    for shard, owner, epoch, valid in leases:
+        held = owner if valid else None
+        shards.append(ShardView(int(shard), held, int(epoch), held is not None and held == member))
+    return FleetView(member, now, members, tuple(shards))

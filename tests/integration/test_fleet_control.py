@@ -269,10 +269,12 @@ async def test_status_shows_the_fleet(fleet: Fleet) -> None:
         "member": PEER,
         "host": "host-b",
         "state": "active",
+        "live": True,
         "shards": 2,
         "heartbeatAgeSeconds": 0,
         "mine": False,
     }
+    assert 0 <= members[PEER]["heartbeatAgeSeconds"] < 60 and view["problem"] is None
     shards = view["shards"]
     assert [s["shard"] for s in shards] == list(range(256))
     assert {s["shard"] for s in shards if s["mine"]} == set(ALL_SHARDS - PEERS_SHARDS)
