@@ -42,6 +42,7 @@ from supervisor.api.control_sessions import SessionVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
+from supervisor.api.not_owner import not_owner
 from supervisor.api.protocol import (
     CONTROL,
     SERVICE,
@@ -77,7 +78,7 @@ from supervisor.store.model import DesiredState
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, SessionState
 
-__all__ = ["ControlService", "Reload", "not_owner"]
+__all__ = ["ControlService", "Reload"]
 
 #: the daemon's reload function: re-read config and credentials, return a summary
 Reload = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -656,24 +657,6 @@ class ControlService:
         assert self.circuits is not None
         self._published("circuit.reset", peer, target=str(endpoint))(None)
         return _move_wire(self.circuits.reset(endpoint))
-
-
-def not_owner(session_id: str, owner: Owner) -> ApiError:
-    """``NotOwner {sessionId, shard, owner, host, epoch}`` (docs/socket-api.md, "NotOwner")."""
-    held = f"owned by {owner.identity}" if owner.identity else "not owned by this process"
-    if owner.identity and owner.host:
-        held += f" on {owner.host}"
-    return ApiError(
-        ApiFault.NOT_OWNER,
-        {
-            "sessionId": session_id,
-            "shard": owner.shard,
-            "owner": owner.identity,
-            "host": owner.host,
-            "epoch": owner.epoch,
-            "problem": f"session '{session_id}' is in shard {owner.shard}, {held}: ask its owner",
-        },
-    )
 
 
 def _move_wire(move: ManualMove) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any, Final
 import msgspec
 
 from supervisor.api.control_messages import Publish
+from supervisor.api.not_owner import not_owner
 from supervisor.api.protocol import ApiFault
 from supervisor.config import (
     GENESYS_CHANNELS_PER_CLIENT,
@@ -167,6 +168,16 @@ class SessionVerbs:
             taken.add(spec.id)
             accepted.append((index, spec))
             results.append(None)
+        owners = self._owners
+        if owners is not None and self._fleet is None:
+            # no fleet to record them for their owners (one host's leases, a store of its own): refused
+            for index, spec in list(accepted):
+                owner = owners.owner_of(spec.id)
+                if not owner.here:
+                    error = not_owner(spec.id, owner)
+                    publish("sessions.add", spec.id, None)(error)
+                    results[index] = {**_refused(error), "index": index}
+                    accepted.remove((index, spec))
         elsewhere = [(index, spec) for index, spec in accepted if self._elsewhere(spec.id)]
         if elsewhere:
             accepted = [(index, spec) for index, spec in accepted if not self._elsewhere(spec.id)]
