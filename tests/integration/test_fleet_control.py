@@ -12,11 +12,14 @@ as a subprocess against the daemon's real control socket:
   ``AddSession``/``RemoveSession`` of an id in the peer's shard are recorded the same way;
 * ``ctl status --json`` has the fleet: both members, and each shard's owner, epoch and ``mine``;
 * the owner's side: notices a peer's writes sent, handed to the daemon's follower (what the fleet bus
-  calls), stop, start, add and remove sessions of the daemon's own shards.
+  calls), stop, start, add and remove sessions of the daemon's own shards;
+* two daemons, each with its fleet bus and its follower registered on it: a stop and a start asked of
+  one for the other's session are done by the other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -32,6 +35,7 @@ from anyio.abc import ObjectReceiveStream
 
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
+from supervisor.events import TerminationReason
 from supervisor.fleet.desired import FleetDesk
 from supervisor.store import DesiredState, ServerSession, ServerState, Submission
 from supervisor.store.model import DesiredSession
@@ -391,3 +395,51 @@ async def test_the_owner_sends_an_update_a_peer_accepted_for_its_session(fleet: 
     await daemon.service.run_due()  # sent from here, the owner
     rows = await outbox(fleet.dsn, conversation)
     assert [status for status, _ in rows] in (["accepted"], ["verified"]), rows
+
+
+async def test_two_members_on_the_fleet_bus_a_stop_asked_of_one_is_done_by_the_other(
+    genesys_sim: Any, tmp_path: Path, pg_dsn: str, pg_url: str
+) -> None:
+    """Two daemons sharing the store, each with its fleet bus (supervisor/fleet/bus.py) and its follower
+    registered on it: ``ctl stop``/``ctl start`` asked of member A for member B's session, done by B."""
+    from supervisor.fleet.bus import FleetBus
+
+    members = {HERE: ALL_SHARDS - PEERS_SHARDS, PEER: PEERS_SHARDS}
+    config = genesys_config(genesys_sim.urls, 2) + f'[store]\nurl = "{pg_url}"\n'
+    opened = await PgStore.open(pg_url)
+    await opened.aclose()
+    async with contextlib.AsyncExitStack() as stack:
+        daemons: dict[str, Harness] = {}
+        for member, shards in members.items():
+            home = tmp_path / member
+            (home / "sockets").mkdir(parents=True)
+            api = ApiSockets((home / "sockets" / "s.sock", home / "sockets" / "c.sock"))
+            leases = TableLeases(pg_dsn, member, f"host-{member}", shards)
+            daemon = await stack.enter_async_context(
+                supervised(config, home, durable=True, sockets=api, leases=leases)
+            )
+            bus = FleetBus(pg_dsn, member=member)
+            daemon.supervisor.follower.register(bus)  # what the daemon's fleet member does with its bus
+            await daemon.tg.start(bus.serve)
+            stack.push_async_callback(bus.aclose)
+            daemons[member] = daemon
+        a, b = daemons[HERE], daemons[PEER]
+        await a.wait_active(1)
+        await b.wait_active(1)
+        assert set(a.runners) == {"wm-0"} and set(b.runners) == {"wm-1"}
+        first = b.runners["wm-1"]
+
+        def on_a(*args: str) -> subprocess.CompletedProcess[str]:
+            return _ctl(a.control, *args)
+
+        stopped = await anyio.to_thread.run_sync(lambda: on_a("stop", "wm-1", "--json"))
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout)["forwarded"]["owner"] == PEER
+        await b.wait(lambda: first.core.terminated)
+        assert first.termination is not None and first.termination.reason is TerminationReason.STOPPED
+
+        started = await anyio.to_thread.run_sync(lambda: on_a("start", "wm-1", "--json"))
+        assert started.returncode == 0, started.stderr
+        await b.wait(lambda: b.runners["wm-1"] is not first)
+        await b.wait(lambda: b.runners["wm-1"].state is SessionState.ACTIVE)
+        assert "wm-1" not in a.runners
