@@ -117,12 +117,12 @@ _ON_SESSIONS: Final = frozenset(
         Method.REMOVE_SESSION.value,
     }
 )
-#: the verbs on a named session any fleet member accepts: it writes the desired state for the owner
-#: (supervisor/fleet/desired.py); the others answer NotOwner {owner, host, shard, epoch}
-_ANY_MEMBER: Final = frozenset(
-    {Method.START_SESSION.value, Method.STOP_SESSION.value, Method.REMOVE_SESSION.value}
-)
-#: of those, the verbs that find the owner themselves (per id; an update committed to the outbox)
+#: the verbs on a named session any fleet member accepts (docs/socket-api.md, "A fleet"); the others
+#: answer NotOwner {owner, host, shard, epoch}. Start and stop: the desired state written here for the
+#: owner (supervisor/fleet/desired.py)
+_ANY_MEMBER: Final = frozenset({Method.START_SESSION.value, Method.STOP_SESSION.value})
+#: ... and the verbs that find each session's owner themselves: RemoveSession per id, SetAttributes (the
+#: update committed to the outbox here, its owner told)
 _EACH_ITS_OWN: Final = frozenset({Method.REMOVE_SESSION.value, Method.SET_ATTRIBUTES.value})
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0

@@ -9,7 +9,8 @@ docs, "NOTIFY": "if a NOTIFY is executed inside a transaction, the notify events
 until and unless the transaction is committed"), so the owner is never told of a write that did not
 happen, and the caller is answered once the write is durable (the commit returned). The owner re-reads
 the row and acts on it (:mod:`supervisor.fleet.follow`); a notice lost (the owner's LISTEN connection
-was down) is made up for at the next acquisition of the shard, which reads the rows again.
+was down) is made up for when its bus listens again (the owner re-reads every row of its shards) and at
+the next acquisition of the shard, which reads the rows anyway.
 
 Accepted attribute updates are already a store write (the outbox); the owner is told on
 ``ss_attributes`` so it schedules the send at once (:meth:`FleetDesk.attributes_submitted`).
