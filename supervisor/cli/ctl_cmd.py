@@ -281,20 +281,11 @@ def stop(
 
 def _started(result: dict[str, Any]) -> str:
     again = " (re-authenticating)" if result.get("reauthenticated") else ""
-    return f"started {result['sessionId']}: {result['state']}{again}{_forwarded(result)}"
+    return f"started {result['sessionId']}: {result['state']}{again}{ctl_sessions.forwarded_note(result)}"
 
 
 def _stopped(result: dict[str, Any]) -> str:
-    return f"stopped {result['sessionId']}: {result['state']}{_forwarded(result)}"
-
-
-def _forwarded(result: dict[str, Any]) -> str:
-    """Who acts on a command another fleet member's session got here (recorded in the store for it)."""
-    to = result.get("forwarded")
-    if not isinstance(to, dict):
-        return ""
-    who = f"{to['owner']} on {to['host']}" if to.get("owner") else "its next owner (the shard is free)"
-    return f": recorded for {who}, shard {to['shard']} epoch {to['epoch']}"
+    return f"stopped {result['sessionId']}: {result['state']}{ctl_sessions.forwarded_note(result)}"
 
 
 def _start_or_stop(

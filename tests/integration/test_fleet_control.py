@@ -242,6 +242,19 @@ async def test_sessions_added_and_removed_in_a_peers_shard_are_recorded_for_it(f
     again = await call(fleet, Method.ADD_SESSION, {"sessions": [entry]})
     assert again["refused"] == 1 and again["results"][0]["error"].endswith("SessionExists")
 
+    # as a script removes them: one line each (the configured one refused, exit 1)
+    text = await ctl(fleet, "sessions", "remove", "wm-added-b", "wm-1")
+    assert text.returncode == 1
+    assert text.stdout.splitlines() == [
+        f"removed wm-added-b: recorded for {PEER} on host-b, shard {shard_of('wm-added-b')} "
+        f"epoch {fleet.peer_epochs[shard_of('wm-added-b')]}"
+    ]
+    assert "ConfiguredSession" in text.stderr
+    assert await desired_row(fleet.dsn, "wm-added-b") is None
+    assert (await next_notice(fleet.told)).body["change"] == "remove"
+    # added again, and removed as the API answers it: one result per id
+    await call(fleet, Method.ADD_SESSION, {"sessions": [entry]})
+    assert (await next_notice(fleet.told)).body["change"] == "add"
     removed = await call(fleet, Method.REMOVE_SESSION, {"sessionIds": ["wm-added-b", "wm-1"]})
     first, second = removed["results"]
     assert first == {
