@@ -155,9 +155,10 @@ class Supervisor:
                 await tg.start(self.wiring.channel_pools.serve)
                 if self.book is not None:
                     await tg.start(self.book.serve)
+                # what other fleet members write for our sessions, followed from the first shard on
+                await tg.start(self.follower.serve)
                 # start-up goes through the leases: each shard acquired is loaded and its sessions started
                 await tg.start(self.leases.serve, self)
-                await tg.start(self.follower.serve)
                 task_status.started()
                 await anyio.sleep_forever()
             finally:
