@@ -1,9 +1,14 @@
-"""The fleet: several daemons (members) sharing the sessions through one PostgreSQL store (docs/runtime.md).
+"""The fleet: several daemons sharing their sessions through one PostgreSQL store (docs/runtime.md, "The fleet").
 
-Each member holds leases on some of the 256 shards and runs only their sessions (docs/runtime.md,
-"Shards and leases"). This package holds what the members share beside the store: the bus they tell
-each other things on (:mod:`supervisor.fleet.bus`), who owns a shard (:mod:`supervisor.fleet.owners`),
-the fleet as ``ctl status`` shows it (:mod:`supervisor.fleet.view`), the desired state of a session
-another member owns, written for it (:mod:`supervisor.fleet.desired`), and the owner's side that
-follows those writes (:mod:`supervisor.fleet.follow`).
+* :mod:`.shares`: the pure decisions, who is live, whose configuration the fleet runs, which free
+  shards this member takes (rendezvous rank, a balanced share) and which it gives back (paced);
+* :mod:`.identity`: a member's id and its configuration's digest;
+* :mod:`.leases`: :class:`~supervisor.fleet.leases.PgLeases`, the leases kept in ``shard_leases``;
+* :mod:`.events`: ``FLEET_DEGRADED`` and ``FLEET_RECOVERED``;
+* :mod:`.member`: a ``[store] url`` daemon made a fleet member;
+* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members);
+* :mod:`.owners`: who owns a shard (``NotOwner {owner, host, shard, epoch}``);
+* :mod:`.view`: the fleet as ``ctl status`` shows it;
+* :mod:`.desired`: the desired state of a session another member owns, written for it, its owner told;
+* :mod:`.follow`: the owner's side, following what other members wrote for its sessions.
 """

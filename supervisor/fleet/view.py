@@ -1,17 +1,18 @@
 """The fleet as ``ctl status`` shows it: its members and who holds each shard, at which epoch.
 
 :class:`FleetView` is what a fleet member's leases answer (``fleet_view()``: the tables as the member's
-last renewal read them, ``at`` the database's clock then); :func:`fleet_wire` is its shape in the
-control socket's ``Status`` (docs/socket-api.md, "A fleet"); :func:`read_fleet_view` reads it from the
-tables (``fleet_members``, ``shard_leases``: docs/store.md, "The fleet") in one transaction, on the
-database's clock. The dataclasses have the fields of PgLeases' own (supervisor/fleet/leases.py), so
-either answers ``Status``.
+last renewal read them, ``at`` the database's clock then: supervisor/fleet/shares.py); :func:`fleet_wire`
+is its shape in the control socket's ``Status`` (docs/socket-api.md, "A fleet"); :func:`read_fleet_view`
+reads it from the tables (``fleet_members``, ``shard_leases``: docs/store.md, "The fleet") in one
+transaction, on the database's clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, runtime_checkable
+
+# one definition of the view: PgLeases' (its pure part), which this module renders and reads
+from supervisor.fleet.shares import FleetView, MemberView, ShardView
 
 if TYPE_CHECKING:
     # the postgres extra's: a member has it; ``ctl status`` and a one-host daemon import this module without
@@ -31,46 +32,11 @@ _MEMBERS_SQL: Final = (
 _SHARDS_SQL: Final = f"SELECT shard, owner, epoch, expires_at > {_NOW} FROM shard_leases ORDER BY shard"
 
 
-@dataclass(frozen=True, slots=True)
-class MemberView:
-    """One member: its id, the host it is reached on, its state (active, degraded, leaving), whether
-    its heartbeat is recent (``live``), how many shards it holds, its last heartbeat (the database's clock)."""
-
-    member: str
-    host: str
-    state: str
-    live: bool
-    shards: int
-    heartbeat_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class ShardView:
-    """One shard: who holds its lease (None: free, or its lease expired), its owner epoch, and
-    whether the member asked holds it."""
-
-    shard: int
-    owner: str | None
-    epoch: int
-    mine: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FleetView:
-    """The fleet as ``member`` saw it at ``at`` (the database's clock; None: never read, ``problem`` says why)."""
-
-    member: str
-    at: float | None
-    members: tuple[MemberView, ...] = ()
-    shards: tuple[ShardView, ...] = field(default_factory=tuple)
-    problem: str | None = None
-
-
 @runtime_checkable
 class FleetViews(Protocol):
     """What says the fleet: a member's leases (PgLeases)."""
 
-    def fleet_view(self) -> Any: ...
+    def fleet_view(self) -> FleetView: ...
 
 
 def fleet_wire(view: FleetView) -> dict[str, Any]:
