@@ -14,7 +14,9 @@ as a subprocess against the daemon's real control socket:
 * the owner's side: notices a peer's writes sent, handed to the daemon's follower (what the fleet bus
   calls), stop, start, add and remove sessions of the daemon's own shards;
 * two daemons, each with its fleet bus and its follower registered on it: a stop and a start asked of
-  one for the other's session are done by the other.
+  one for the other's session are done by the other;
+* two ``session-supervisor run`` processes on one store (PgLeases): ``ctl`` of the member that does not
+  run a session answers 69 with the one that does, takes a stop for it, and shows both members.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ from supervisor.store.model import DesiredSession
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import ALL_SHARDS, shard_of
 from supervisor.vocabulary import SessionState
-from tests.harness.config import genesys_config, sockets_table
+from tests.harness.config import config_file, genesys_config, sockets_table
 from tests.harness.fleet import Received, TableLeases, notices, seat
 from tests.harness.in_process import ApiSockets, Harness, supervised
-from tests.harness.process import CLI
+from tests.harness.process import CLI, running_daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
 
@@ -456,3 +458,62 @@ async def test_two_members_on_the_fleet_bus_a_stop_asked_of_one_is_done_by_the_o
         await b.wait(lambda: b.runners["wm-1"] is not first)
         await b.wait(lambda: b.runners["wm-1"].state is SessionState.ACTIVE)
         assert "wm-1" not in a.runners
+
+
+async def test_two_run_processes_on_one_store_answer_for_each_others_sessions(
+    genesys_sim: Any, tmp_path: Path, pg_dsn: str, pg_url: str
+) -> None:
+    """``session-supervisor run`` twice on one PostgreSQL store (two fleet members, PgLeases), as the
+    three-member example of docs/store.md runs them: each session runs on one member; the other one's
+    ``ctl`` answers 69 with who runs it, takes a stop for it, and shows the fleet."""
+    configs = {}
+    for member in ("m1", "m2"):
+        home = tmp_path / member
+        (home / "sockets").mkdir(parents=True)
+        text = sockets_table(home / "sockets" / "subscribe.sock", home / "sockets" / "control.sock")
+        text += genesys_config(genesys_sim.urls, 4)
+        text += f'[store]\nurl = "{pg_url}"\n[fleet]\nmember = "{member}"\nhost = "host-{member}"\n'
+        configs[member] = config_file(home, text)
+    async with running_daemon(configs["m1"]) as m1, running_daemon(configs["m2"]) as m2:
+        daemons = {"m1": m1, "m2": m2}
+
+        async def everyone_active() -> bool:
+            counts = [
+                (await d.acall(Method.STATUS))["sessions"]["byState"].get("active", 0) for d in (m1, m2)
+            ]
+            return sum(counts) == 4
+
+        with anyio.fail_after(45):
+            await m1.wait_ready(0)
+            await m2.wait_ready(0)
+            while True:
+                if await everyone_active():
+                    break
+                await anyio.sleep(0.05)  # polling the daemons' state, not waiting for a timer
+        # a member that does not run a session, and the session
+        views = {name: (await d.acall(Method.STATUS))["fleet"] for name, d in daemons.items()}
+        asker, session = next(
+            (name, f"wm-{i}")
+            for name in ("m2", "m1")
+            for i in range(4)
+            if not views[name]["shards"][shard_of(f"wm-{i}")]["mine"]
+        )
+        owner = "m1" if asker == "m2" else "m2"
+        control = daemons[asker].control
+
+        shown, status = await anyio.to_thread.run_sync(
+            lambda: (_ctl(control, "show", session, "--json"), _ctl(control, "status", "--json"))
+        )
+        assert shown.returncode == EX_NOT_OWNER, shown.stderr
+        refusal = json.loads(shown.stdout)
+        assert (refusal["sessionId"], refusal["owner"], refusal["host"]) == (session, owner, f"host-{owner}")
+        assert refusal["shard"] == shard_of(session) and refusal["epoch"] >= 1
+        fleet = json.loads(status.stdout)["fleet"]
+        assert fleet["member"] == asker and {m["member"] for m in fleet["members"]} == {"m1", "m2"}
+
+        stopped = await anyio.to_thread.run_sync(lambda: _ctl(control, "stop", session, "--json"))
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout)["forwarded"]["owner"] == owner
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+            cur = await conn.execute("SELECT state FROM desired_sessions WHERE session_id = %s", (session,))
+            assert await cur.fetchone() == ("stopped",)
