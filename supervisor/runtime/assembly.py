@@ -52,8 +52,10 @@ from supervisor.clock import Clock, Rng
 from supervisor.config import Config, SessionSpec, SocketsConfig, load_config
 from supervisor.errors import ConfigError
 from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+from supervisor.fleet.sharing import fleet_sharing
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.durable import Durable
+from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.leases import Leases
 from supervisor.runtime.lock import DaemonLock, default_lock_path
 from supervisor.runtime.logrecords import LogRecords
@@ -347,7 +349,27 @@ class Daemon:
             follow_reloads(fleet, bus, lambda: supervisor.config)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
-            forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
+            # on a PostgreSQL store: the fleet bus, throttles and circuit openings shared with the other
+            # members, the rates at this member's share (docs/runtime.md, "Admission across a fleet")
+            sharing = fleet_sharing(
+                config,
+                attempts=wiring.attempts,
+                events=bus,
+                leases=supervisor.leases,
+                clock=wiring.clock,
+                reports=BusHooks(bus, wiring.clock),
+                config_dir=wiring.config_dir,
+                environ=options.environ,
+                warn=warn,
+            )
+            if sharing is not None:
+                # the commands other members write for this member's sessions, followed (registered
+                # before the bus serves: supervisor/fleet/follow.py)
+                supervisor.follower.register(sharing.bus)
+            shared = () if sharing is None else (sharing.serve,)
+            forced = await self._run(
+                wiring, supervisor, durable, telemetry, stdout, stop, signals, warn, shared
+            )
         finally:
             if fleet is not None:
                 # after the drain handed the sessions over: every shard freed at once for the peers
@@ -375,11 +397,13 @@ class Daemon:
         stop: anyio.Event,
         signals: SignalReceiver,
         warn: Say,
+        fleet: Sequence[Service] = (),
     ) -> bool:
         """The services built around the supervisor, then the lifecycle; True when the exit was forced."""
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
         sessions = supervisor.sessions
         services: list[Service] = [] if stdout is None else [stdout.serve]
+        services.extend(fleet)
         tap = wiring.taxonomy_tap
         if tap.shadow is not None:
             # a shadow pair's divergences held past its minute are reported by this service

@@ -460,12 +460,17 @@ async def test_two_members_on_the_fleet_bus_a_stop_asked_of_one_is_done_by_the_o
         assert "wm-1" not in a.runners
 
 
+async def ctls_at(control: Path, *asked: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """``ctl`` calls against ``control``, one after the other, in a worker thread."""
+    return await anyio.to_thread.run_sync(lambda: [_ctl(control, *args) for args in asked])
+
+
 async def test_two_run_processes_on_one_store_answer_for_each_others_sessions(
     genesys_sim: Any, tmp_path: Path, pg_dsn: str, pg_url: str
 ) -> None:
     """``session-supervisor run`` twice on one PostgreSQL store (two fleet members, PgLeases), as the
     three-member example of docs/store.md runs them: each session runs on one member; the other one's
-    ``ctl`` answers 69 with who runs it, takes a stop for it, and shows the fleet."""
+    ``ctl`` answers 69 with who runs it, takes a stop for it (the owner stops it), and shows the fleet."""
     configs = {}
     for member in ("m1", "m2"):
         home = tmp_path / member
@@ -490,20 +495,21 @@ async def test_two_run_processes_on_one_store_answer_for_each_others_sessions(
                 if await everyone_active():
                     break
                 await anyio.sleep(0.05)  # polling the daemons' state, not waiting for a timer
-        # a member that does not run a session, and the session
-        views = {name: (await d.acall(Method.STATUS))["fleet"] for name, d in daemons.items()}
-        asker, session = next(
-            (name, f"wm-{i}")
-            for name in ("m2", "m1")
-            for i in range(4)
-            if not views[name]["shards"][shard_of(f"wm-{i}")]["mine"]
-        )
-        owner = "m1" if asker == "m2" else "m2"
-        control = daemons[asker].control
-
-        shown, status = await anyio.to_thread.run_sync(
-            lambda: (_ctl(control, "show", session, "--json"), _ctl(control, "status", "--json"))
-        )
+        # a member that does not run a session, and the session: asked again should the shard move to
+        # it in between (the two balance their shares for a while after they start)
+        for _ in range(20):
+            views = {name: (await d.acall(Method.STATUS))["fleet"] for name, d in daemons.items()}
+            asker, session = next(
+                (name, f"wm-{i}")
+                for name in ("m2", "m1")
+                for i in range(4)
+                if not views[name]["shards"][shard_of(f"wm-{i}")]["mine"]
+            )
+            owner = "m1" if asker == "m2" else "m2"
+            control = daemons[asker].control
+            shown, status = await ctls_at(control, ("show", session, "--json"), ("status", "--json"))
+            if shown.returncode != 0:
+                break
         assert shown.returncode == EX_NOT_OWNER, shown.stderr
         refusal = json.loads(shown.stdout)
         assert (refusal["sessionId"], refusal["owner"], refusal["host"]) == (session, owner, f"host-{owner}")
@@ -517,3 +523,18 @@ async def test_two_run_processes_on_one_store_answer_for_each_others_sessions(
         async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
             cur = await conn.execute("SELECT state FROM desired_sessions WHERE session_id = %s", (session,))
             assert await cur.fetchone() == ("stopped",)
+
+        # the owner heard it on its fleet bus and stopped the session (or, the shard having moved
+        # meanwhile as the two balance their shares, the next owner read the row and kept it down)
+        async def active_anywhere() -> bool:
+            for d in (m1, m2):
+                listed = await d.acall(Method.LIST_SESSIONS, {"sessions": [session]})
+                if any(row["state"] == "active" for row in listed["sessions"]):
+                    return True
+            return False
+
+        with anyio.fail_after(20):
+            while True:
+                if not await active_anywhere():
+                    break
+                await anyio.sleep(0.05)  # polling the daemons' state, not waiting for a timer
