@@ -74,7 +74,9 @@ if TYPE_CHECKING:
 
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
+    from supervisor.fleet.desired import FleetDesk
     from supervisor.fleet.leases import PgLeases
+    from supervisor.fleet.view import FleetView
     from supervisor.telemetry import ExportSettings, Telemetry
 
 __all__ = [
@@ -360,6 +362,10 @@ class Daemon:
                 environ=options.environ,
                 warn=warn,
             )
+            if sharing is not None:
+                # the commands other members write for this member's sessions, followed (registered
+                # before the bus serves: supervisor/fleet/follow.py)
+                supervisor.follower.register(sharing.bus)
             shared = () if sharing is None else (sharing.serve,)
             forced = await self._run(
                 wiring, supervisor, durable, telemetry, stdout, stop, signals, warn, shared
@@ -551,6 +557,7 @@ def socket_api(
     from supervisor.api.server import SocketApi
 
     wiring = supervisor.wiring
+    fleet, fleet_view = fleet_of(supervisor, durable)
     return SocketApi(
         supervisor.sessions,
         supervisor,
@@ -570,7 +577,26 @@ def socket_api(
         messaging=supervisor,
         platform=wiring.platform_events,
         owners=supervisor.owners,
+        fleet=fleet,
+        fleet_view=fleet_view,
     )
+
+
+def fleet_of(
+    supervisor: Supervisor, durable: Durable | None
+) -> tuple[FleetDesk | None, Callable[[], FleetView] | None]:
+    """A fleet member's commands for other members' sessions and its view of the fleet (``ctl status``):
+    a member is a daemon whose leases say the fleet (``fleet_view``: PgLeases) over a PostgreSQL store;
+    one host (SoloLeases, or a SQLite store) has neither."""
+    from supervisor.fleet.desired import FleetDesk, Transactions
+    from supervisor.fleet.view import FleetViews
+
+    leases = supervisor.leases
+    store = None if durable is None else durable.store
+    if not isinstance(leases, FleetViews) or not isinstance(store, Transactions):
+        return None, None
+    clock = supervisor.wiring.clock
+    return FleetDesk(store, leases.identity, clock.time), leases.fleet_view
 
 
 class _ApiSockets:
