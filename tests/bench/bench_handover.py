@@ -167,6 +167,9 @@ class Result:
     terminated: int = 0
     reconciled: int = 0
     load: str = ""
+    #: the second daemon's CPU (user + system) from its spawn until every session was active: what the
+    #: take-over cost its one process, whatever else the machine ran meanwhile
+    takeover_cpu_s: float | None = None
     #: seconds from the second daemon's spawn to the last guest / agent session going active (its event lines)
     guests_active_s: float | None = None
     agents_active_s: float | None = None
@@ -237,6 +240,16 @@ def _pacing(records: list[dict[str, Any]], daemon: str) -> list[dict[str, Any]]:
     return [{"event": "PACING_CHANGED", "daemon": daemon, **{k: r.get(k) for k in keys}} for r in records]
 
 
+def _cpu_s(pid: int) -> float | None:
+    """A process's CPU time so far (user + system, seconds) from /proc; None where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # proc(5): utime and stime are fields 14 and 15, in clock ticks (the 3rd and 4th after ") state ppid ...")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
@@ -274,6 +287,7 @@ async def restart_once(
             async with running_daemon(config) as second:
                 epoch0 = time.time()
                 result.takeover_s = await _until_active(second, total, limit_s)
+                result.takeover_cpu_s = _cpu_s(second.process.pid)
                 if result.takeover_s is not None:
                     result.since_sigterm_s = time.monotonic() - sigterm
                 g = await genesys.stats(admin)
@@ -316,6 +330,7 @@ def report(results: list[Result]) -> str:
         "newSession true",
         "newSession false",
         "all active after, s",
+        "daemon CPU, s",
         "last guest / agent active, s",
         "target (guests only), s",
         "peak/s",
@@ -334,6 +349,7 @@ def report(results: list[Result]) -> str:
             str(r.new_guests),
             str(r.resumed_guests),
             "-" if r.takeover_s is None else f"{r.takeover_s:.1f}",
+            "-" if r.takeover_cpu_s is None else f"{r.takeover_cpu_s:.1f}",
             f"{r.guests_active_s} / {r.agents_active_s}",
             f"{r.bound_s:.1f} ({r.guests_bound_s:.1f})",
             str(r.peak),
