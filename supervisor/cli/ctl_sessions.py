@@ -4,7 +4,7 @@ selectors ``ctl start`` and ``ctl stop`` share (docs/socket-api.md, "Sessions as
 **Adding.** ``ctl sessions add ID --kind K [--platform P] [--agent A] [--conversation C]``, ``--spec
 JSON`` (one entry as the configuration writes it, camelCase), or ``--from -`` (NDJSON on stdin: one
 JSON object per line). Entries go to the daemon in as many ``AddSession`` calls as needed, each at
-most :data:`~supervisor.api.control_sessions.MAX_SESSIONS_PER_CALL` entries and one frame, over one
+most :data:`~supervisor.api.protocol.MAX_SESSIONS_PER_CALL` entries and one frame, over one
 connection. Every entry is answered on its own (a line; with ``--json`` one JSON object per line,
 ``line`` naming the stdin line); exit 0 only when every entry was added, 1 when any was refused.
 
@@ -28,8 +28,7 @@ import click
 import msgspec
 
 from supervisor.api.client import Client
-from supervisor.api.control_sessions import MAX_SESSIONS_PER_CALL
-from supervisor.api.protocol import MAX_MESSAGE_BYTES, Method
+from supervisor.api.protocol import MAX_MESSAGE_BYTES, MAX_SESSIONS_PER_CALL, Method
 from supervisor.cli.common import exit_code_of
 from supervisor.cli.socket_option import UTF8, resolve_socket
 from supervisor.config import SessionKind
@@ -43,6 +42,7 @@ __all__ = [
     "act",
     "act_options",
     "add_command",
+    "forwarded_note",
     "remove_command",
     "selected",
     "selector_options",
@@ -62,6 +62,15 @@ _ORIGINS = ("config", "api")
 def _short(name: str) -> str:
     """An error's own name (``SessionExists``), as the other verbs' refusals print it."""
     return name.rpartition(".")[2]
+
+
+def forwarded_note(result: dict[str, Any]) -> str:
+    """Who acts on a command a fleet member recorded for another member's session (``forwarded``)."""
+    to = result.get("forwarded")
+    if not isinstance(to, dict):
+        return ""
+    who = f"{to['owner']} on {to['host']}" if to.get("owner") else "its next owner (the shard is free)"
+    return f": recorded for {who}, shard {to['shard']} epoch {to['epoch']}"
 
 
 def _write(obj: Any) -> None:
@@ -355,7 +364,10 @@ def add_command() -> click.Command:
                         result = {"line": number, **result}
                     done = result.get("added")
                     failures += not _report(
-                        result, done, f"added {result.get('sessionId')}: {result.get('state')}", as_json
+                        result,
+                        done,
+                        f"added {result.get('sessionId')}: {result.get('state')}{forwarded_note(result)}",
+                        as_json,
                     )
         if failures:
             raise click.exceptions.Exit(1)
@@ -382,7 +394,9 @@ def remove_command() -> click.Command:
                     raise _refused_call(error, as_json) from None
                 for result in answer["results"]:
                     done = result.get("removed")
-                    failures += not _report(result, done, f"removed {result.get('sessionId')}", as_json)
+                    failures += not _report(
+                        result, done, f"removed {result.get('sessionId')}{forwarded_note(result)}", as_json
+                    )
         if failures:
             raise click.exceptions.Exit(1)
 

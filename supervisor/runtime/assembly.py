@@ -52,8 +52,10 @@ from supervisor.clock import Clock, Rng
 from supervisor.config import Config, SessionSpec, SocketsConfig, load_config
 from supervisor.errors import ConfigError
 from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+from supervisor.fleet.sharing import fleet_sharing
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.durable import Durable
+from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.leases import Leases
 from supervisor.runtime.lock import DaemonLock, default_lock_path
 from supervisor.runtime.logrecords import LogRecords
@@ -72,6 +74,9 @@ if TYPE_CHECKING:
 
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
+    from supervisor.fleet.desired import FleetDesk
+    from supervisor.fleet.leases import PgLeases
+    from supervisor.fleet.view import FleetView
     from supervisor.telemetry import ExportSettings, Telemetry
 
 __all__ = [
@@ -299,6 +304,22 @@ class Daemon:
         options = self.options
         sessions = session_table(wiring)
         durable: Durable | None = None
+        say = options.say if logs is None else logs.warning
+        # a PostgreSQL store makes the daemon a member of the fleet sharing it (docs/runtime.md, "The
+        # fleet"): its shards are leased there, and its store's writes are fenced by those leases
+        fleet: PgLeases | None = None
+        if options.durable and options.leases is None and config.store.url is not None:
+            from supervisor.fleet.member import fleet_leases
+
+            fleet = fleet_leases(
+                config,
+                config_path=options.config_path,
+                config_dir=wiring.config_dir,
+                environ=options.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=say,
+            )
         if options.durable:
             # desired sessions, the session ledger and attribute updates; a store that cannot be
             # opened is said in one line, and the sessions run without it (docs/store.md)
@@ -309,15 +330,52 @@ class Daemon:
                 environ=options.environ,
                 bus=bus,
                 clock=wiring.clock,
-                warn=options.say if logs is None else logs.warning,
+                warn=say,
+                fences=fleet,
             )
+        if fleet is not None and (durable is None or durable.store is None):
+            # a member that could not open its store could neither resume the sessions of the
+            # shards it took nor record them for the next owner: it takes none until restarted
+            problem = "the store could not be opened" if durable is None else (durable.problem or "no store")
+            fleet.stand_aside(f"{problem}; this member takes no shard until it is restarted")
         # the store's book and the session table at construction: neither reaches for the other
-        leases = None if options.leases is None else options.leases(0 if durable is None else durable.epoch)
+        leases: Leases | None = fleet
+        if options.leases is not None:
+            leases = options.leases(0 if durable is None else durable.epoch)
         supervisor = Supervisor(wiring, durable, sessions=sessions, leases=leases)
+        if fleet is not None:
+            from supervisor.fleet.member import follow_reloads
+
+            follow_reloads(fleet, bus, lambda: supervisor.config)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
-            forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
+            # on a PostgreSQL store: the fleet bus, throttles and circuit openings shared with the other
+            # members, the rates at this member's share (docs/runtime.md, "Admission across a fleet")
+            sharing = fleet_sharing(
+                config,
+                attempts=wiring.attempts,
+                events=bus,
+                leases=supervisor.leases,
+                clock=wiring.clock,
+                reports=BusHooks(bus, wiring.clock),
+                config_dir=wiring.config_dir,
+                environ=options.environ,
+                warn=warn,
+            )
+            if sharing is not None:
+                # the commands other members write for this member's sessions, followed (registered
+                # before the bus serves: supervisor/fleet/follow.py)
+                supervisor.follower.register(sharing.bus)
+            shared = () if sharing is None else (sharing.serve,)
+            forced = await self._run(
+                wiring, supervisor, durable, telemetry, stdout, stop, signals, warn, shared
+            )
         finally:
+            if fleet is not None:
+                # after the drain handed the sessions over: every shard freed at once for the peers
+                # (a kill skips this: the leases then expire after leaseSeconds)
+                await fleet.release_all()
+                await fleet.aclose()
             if durable is not None:
                 await durable.aclose()
         # a shadow's divergences held within their minute are lines too, before the last one
@@ -339,11 +397,13 @@ class Daemon:
         stop: anyio.Event,
         signals: SignalReceiver,
         warn: Say,
+        fleet: Sequence[Service] = (),
     ) -> bool:
         """The services built around the supervisor, then the lifecycle; True when the exit was forced."""
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
         sessions = supervisor.sessions
         services: list[Service] = [] if stdout is None else [stdout.serve]
+        services.extend(fleet)
         tap = wiring.taxonomy_tap
         if tap.shadow is not None:
             # a shadow pair's divergences held past its minute are reported by this service
@@ -497,6 +557,7 @@ def socket_api(
     from supervisor.api.server import SocketApi
 
     wiring = supervisor.wiring
+    fleet, fleet_view = fleet_of(supervisor, durable)
     return SocketApi(
         supervisor.sessions,
         supervisor,
@@ -516,7 +577,26 @@ def socket_api(
         messaging=supervisor,
         platform=wiring.platform_events,
         owners=supervisor.owners,
+        fleet=fleet,
+        fleet_view=fleet_view,
     )
+
+
+def fleet_of(
+    supervisor: Supervisor, durable: Durable | None
+) -> tuple[FleetDesk | None, Callable[[], FleetView] | None]:
+    """A fleet member's commands for other members' sessions and its view of the fleet (``ctl status``):
+    a member is a daemon whose leases say the fleet (``fleet_view``: PgLeases) over a PostgreSQL store;
+    one host (SoloLeases, or a SQLite store) has neither."""
+    from supervisor.fleet.desired import FleetDesk, Transactions
+    from supervisor.fleet.view import FleetViews
+
+    leases = supervisor.leases
+    store = None if durable is None else durable.store
+    if not isinstance(leases, FleetViews) or not isinstance(store, Transactions):
+        return None, None
+    clock = supervisor.wiring.clock
+    return FleetDesk(store, leases.identity, clock.time), leases.fleet_view
 
 
 class _ApiSockets:
