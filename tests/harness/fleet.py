@@ -1,0 +1,598 @@
+"""A fleet on one machine for the tests: PostgreSQL, both simulators, N members as real processes.
+
+::
+
+    async with running_fleet(FleetSpec(members=3), genesys_sim, cxone_sim) as fleet:
+        await fleet.wait_all_active()
+        victim = fleet.holder_of_most()
+        moved = await fleet.kill9(victim)           # kill -9; the sessions its shards held
+        await fleet.wait_taken_over(moved, after)   # every one acting again under a newer acquisition
+        await fleet.restart(victim)
+        evidence = await fleet.evidence()           # what the checks of tests/harness/fleet_invariants.py read
+
+* **The database** (:class:`FleetDatabase`): a server of the fleet's own (:func:`tests.harness.postgres.start_embedded`,
+  so stopping it for a restart touches no other test), one schema for the members' store, and a test-only
+  audit: a trigger recording every insert and update of the fenced tables (``server_sessions``, ``outbox``)
+  with its ``epoch`` and the database's clock into a table of another schema (the store's own schema
+  holds only the store's tables). Reads open a fresh connection each time: they go on working across
+  the database's restart.
+* **The members** (:class:`Member`): ``python -m supervisor run`` children from generated configurations
+  (:func:`member_config`: every session of the fleet in each, ``[store] url`` on the database's
+  socket, ``[fleet]`` with the member id, ``leaseSeconds``, ``renewSeconds``, per-member sockets, the
+  stamp ``[daemon] stampMember``), so ``kill -9``, SIGSTOP and SIGTERM are the kernel's.
+* **What they did**: the simulators' activity logs followed from their cursors (read every
+  :data:`READ_EVERY_S`, so the ring never wraps under a reader), the guest tokens the store holds
+  (which name a Web Messaging session in the log: ``wm:`` + a digest of the token), the lease audit
+  ``lease_acquisitions``; the faults the harness made, with their times on the same clock.
+
+Waits poll the activity and ``shard_leases``; the only sleeps are a fault's own hold (the scenario).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import psycopg
+from anyio.abc import Process
+
+from supervisor.api.protocol import Method
+from supervisor.errors import ApiError, ApiUnavailable
+from supervisor.sim.activity import ActivityLog, token_key
+from supervisor.sim.cxone import CxoneSimulator
+from supervisor.sim.genesys import GenesysSimulator
+from supervisor.store.pg import PgStore
+from supervisor.store.shards import shard_of
+from tests.harness.config import Credentials, config_file, cxone_table, genesys_config, with_daemon
+from tests.harness.fleet_invariants import Acquisition, Failure, LeaseTimeline, Pause, RowWrite, acts
+from tests.harness.postgres import PostgresServer, server_from_environment, url_of
+from tests.harness.process import Daemon, spawn
+
+__all__ = [
+    "FENCE_MARGIN_S",
+    "READ_EVERY_S",
+    "Evidence",
+    "Fault",
+    "Fleet",
+    "FleetDatabase",
+    "FleetSpec",
+    "Member",
+    "member_config",
+    "running_fleet",
+]
+
+#: how often the activity logs are read: well within the ring (a fleet writes a few hundred entries a second)
+READ_EVERY_S: Final = 0.5
+#: a member's fence: its last renewal's send + TTL - 4 s (6 s with the defaults): nothing after it
+FENCE_MARGIN_S: Final = 6.0
+_AUDIT_SCHEMA: Final = "fleet_audit"
+_FENCED_TABLES: Final = ("server_sessions", "outbox")
+_POLL_S: Final = 0.2
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """What a fleet runs: its members, its sessions, its lease timing and admission rate."""
+
+    members: int = 3
+    web_messaging: int = 300
+    cxone: int = 300
+    notifications: int = 60
+    lease_seconds: float = 10.0
+    renew_seconds: float = 2.0
+    #: connection attempts per second the fleet may make together (the simulators refuse the excess)
+    admission_rate: float = 100.0
+    #: each member's own loopback address (``[fleet] localAddress``), or None: all on 127.0.0.1
+    addresses: Sequence[str] | None = None
+    #: write the ``[fleet]`` table (members of a PostgreSQL store); False: the daemon's plain store
+    fleet_table: bool = True
+
+    def names(self) -> list[str]:
+        return [f"m{i + 1}" for i in range(self.members)]
+
+    def session_ids(self) -> list[str]:
+        """The sessions whose acts the activity names: Web Messaging guests and CXone agent sessions
+        (a notifications session shares its member's channel: the log names the channel, not it)."""
+        return [f"wm-{i}" for i in range(self.web_messaging)] + [f"cx-{i}" for i in range(self.cxone)]
+
+
+def member_config(
+    spec: FleetSpec,
+    name: str,
+    directory: Path,
+    *,
+    genesys: Mapping[str, str],
+    cxone: Mapping[str, str],
+    store_url: str,
+    address: str | None = None,
+) -> Path:
+    """The configuration of member ``name`` in ``directory`` (its sockets there): every session of
+    the fleet (each member runs those of the shards it holds), the store, the ``[fleet]`` table."""
+    sockets = directory / "sockets"
+    sockets.mkdir(parents=True, exist_ok=True)
+    text = f'[sockets]\nsubscribe = "{sockets / "subscribe.sock"}"\ncontrol = "{sockets / "control.sock"}"\n'
+    text += f'[store]\nurl = "{store_url}"\n'
+    if spec.fleet_table:
+        text += (
+            f'[fleet]\nmember = "{name}"\nleaseSeconds = {spec.lease_seconds}\n'
+            f"renewSeconds = {spec.renew_seconds}\n"
+        )
+        if address is not None:
+            text += f'localAddress = "{address}"\n'
+    genesys_text = genesys_config(genesys, spec.web_messaging, notifications=spec.notifications)
+    # the admission pace starts at the fleet's rate shared by its members
+    genesys_text = genesys_text.replace(
+        "[admission]\n", f"[admission]\ninitialRate = {spec.admission_rate / spec.members:g}\n", 1
+    )
+    text += with_daemon(genesys_text, stampMember=name)
+    text += cxone_table(cxone, poll_timeout=5, watchdog=15.0)
+    for i in range(spec.cxone):
+        text += (
+            f'[[sessions]]\nid = "cx-{i}"\nplatform = "cxone"\nkind = "agent-session"\n'
+            f'stationId = "station-{i}"\nagentId = "{100001 + i}"\n'
+        )
+    return config_file(directory, text, Credentials())
+
+
+class FleetDatabase:
+    """The fleet's PostgreSQL: its own server, the store's schema, and the test-only write audit."""
+
+    def __init__(self, server: PostgresServer, schema: str) -> None:
+        self.server = server
+        self.schema = schema
+        self.dsn = psycopg.conninfo.make_conninfo(server.dsn, options=f"-c search_path={schema}")
+        #: ``[store] url``
+        self.url = url_of(self.dsn)
+        self.audited = False
+
+    @classmethod
+    def start(cls, schema: str = "fleet") -> FleetDatabase:
+        """A server of the fleet's own (``PG_DSN``'s when set: then :meth:`stop` cannot restart it)."""
+        server = server_from_environment()
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {_AUDIT_SCHEMA} CASCADE")
+            conn.execute(f"CREATE SCHEMA {schema}")
+        return cls(server, schema)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One read on a fresh connection (it works again as soon as the server does)."""
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    async def aquery(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return await anyio.to_thread.run_sync(self.query, sql, params)
+
+    def now(self) -> float:
+        """The database's clock (the lease audit's)."""
+        return float(self.query("SELECT extract(epoch from clock_timestamp())")[0][0])
+
+    def has_fleet_tables(self) -> bool:
+        """Whether the store's schema has the fleet's tables and the fenced rows' ``epoch`` (migration 6)."""
+        rows = self.query(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = %s",
+            (self.schema,),
+        )
+        tables = {t for t, _ in rows}
+        epochs = {t for t, c in rows if c == "epoch"}
+        return {"shard_leases", "lease_acquisitions"} <= tables and set(_FENCED_TABLES) <= epochs
+
+    def install_write_audit(self) -> bool:
+        """The trigger recording every write of a fenced row (its epoch, the database's clock); False
+        when the schema has no ``epoch`` to record (nothing installed)."""
+        if not self.has_fleet_tables():
+            return False
+        a = _AUDIT_SCHEMA
+        statements = [
+            f"CREATE SCHEMA IF NOT EXISTS {a}",
+            f"CREATE TABLE IF NOT EXISTS {a}.row_writes (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            "tbl TEXT NOT NULL, session_id TEXT NOT NULL, epoch BIGINT, at DOUBLE PRECISION NOT NULL)",
+            # clock_timestamp(): when the row was written, inside its transaction; a takeover's
+            # acquisition waits on the fence's FOR SHARE lock, so it is stamped after a write it races
+            f"CREATE OR REPLACE FUNCTION {a}.record_write() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN INSERT INTO {a}.row_writes (tbl, session_id, epoch, at) VALUES (TG_TABLE_NAME, "
+            "NEW.session_id, NEW.epoch, extract(epoch from clock_timestamp())); RETURN NULL; END $$",
+        ]
+        for table in _FENCED_TABLES:
+            statements.append(
+                f"CREATE OR REPLACE TRIGGER fleet_record_write AFTER INSERT OR UPDATE ON {self.schema}.{table} "
+                f"FOR EACH ROW EXECUTE FUNCTION {a}.record_write()"
+            )
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+        self.audited = True
+        return True
+
+    def acquisitions(self) -> list[Acquisition]:
+        rows = self.query(
+            "SELECT shard, member, epoch, previous_owner, reason, at FROM lease_acquisitions ORDER BY id"
+        )
+        return [Acquisition(int(s), str(m), int(e), p, str(r), float(t)) for s, m, e, p, r, t in rows]
+
+    def leases(self) -> dict[int, tuple[str | None, int, float | None]]:
+        """``shard_leases`` now: shard -> (owner, epoch, expires_at), and only the valid ones owned."""
+        rows = self.query(
+            "SELECT shard, CASE WHEN expires_at > extract(epoch from clock_timestamp()) THEN owner END, "
+            "epoch, expires_at FROM shard_leases"
+        )
+        return {int(s): (o, int(e), x) for s, o, e, x in rows}
+
+    def guest_tokens(self) -> dict[str, str]:
+        rows = self.query("SELECT session_id, guest_token FROM server_sessions WHERE guest_token IS NOT NULL")
+        return {str(s): str(t) for s, t in rows}
+
+    def row_writes(self) -> list[RowWrite]:
+        if not self.audited:
+            return []
+        rows = self.query(f"SELECT tbl, session_id, epoch, at FROM {_AUDIT_SCHEMA}.row_writes ORDER BY id")
+        return [RowWrite(str(t), str(s), None if e is None else int(e), float(a)) for t, s, e, a in rows]
+
+    def stop(self) -> None:
+        """Stop the server at once (a crash, as clients see it)."""
+        self.server.stop()
+
+    def start_again(self) -> None:
+        self.server.start()
+
+    def remove(self) -> None:
+        self.server.remove()
+
+
+class ActivityFollower:
+    """One simulator's activity log read from a cursor (the simulators run in this process)."""
+
+    def __init__(self, log: ActivityLog) -> None:
+        self.log = log
+        self.cursor = 0
+        self.entries: list[dict[str, Any]] = []
+        self.lost = 0
+
+    def read(self) -> int:
+        page = self.log.since(self.cursor)
+        self.entries.extend(page.entries)
+        self.lost += page.lost
+        self.cursor = page.next
+        return len(page.entries)
+
+
+@dataclass
+class Member:
+    """One member: its configuration, and the process running it (None while down)."""
+
+    name: str
+    config: Path
+    daemon: Daemon | None = None
+    starts: int = 0
+
+    @property
+    def control(self) -> Path:
+        return self.config.parent / "sockets" / "control.sock"
+
+    @property
+    def process(self) -> Process:
+        assert self.daemon is not None, f"{self.name} is not running"
+        return self.daemon.process
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault the harness made: what, to whom, when it began and ended (the simulators' clock)."""
+
+    kind: str
+    member: str | None
+    at: float
+    until: float
+
+
+@dataclass
+class Evidence:
+    """Everything a run collected, for :mod:`tests.harness.fleet_invariants`."""
+
+    entries: list[dict[str, Any]]
+    lost: int
+    session_of: dict[str, str]
+    acquisitions: list[Acquisition]
+    writes: list[RowWrite]
+    faults: list[Fault]
+    audited: bool
+
+    def acts(self) -> list[Any]:
+        return acts(self.entries, self.session_of)
+
+    def leases(self) -> LeaseTimeline:
+        return LeaseTimeline(self.acquisitions)
+
+    def pauses(self) -> list[Pause]:
+        """The SIGSTOPs, each bounded by its pause time + the fence margin (its last renewal was sent
+        no later than the pause: a bound no tighter than the member's own deadline)."""
+        return [
+            Pause(f.member, f.at, f.until, f.at + FENCE_MARGIN_S)
+            for f in self.faults
+            if f.kind == "sigstop" and f.member is not None
+        ]
+
+
+class Fleet:
+    """A running fleet (module docstring); made by :func:`running_fleet`."""
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        db: FleetDatabase,
+        genesys: GenesysSimulator,
+        cxone: CxoneSimulator,
+        directory: Path,
+        tg: Any,
+    ) -> None:
+        self.spec = spec
+        self.db = db
+        self.genesys = genesys
+        self.cxone = cxone
+        self.directory = directory
+        self._tg = tg
+        self.followers = [ActivityFollower(genesys.activity), ActivityFollower(cxone.activity)]
+        self.session_of: dict[str, str] = {str(100001 + i): f"cx-{i}" for i in range(spec.cxone)}
+        self.tokens: dict[str, str] = {}
+        self.faults: list[Fault] = []
+        self.members: dict[str, Member] = {}
+        for i, name in enumerate(spec.names()):
+            address = spec.addresses[i] if spec.addresses else None
+            config = member_config(
+                spec,
+                name,
+                directory / name,
+                genesys=genesys.urls,
+                cxone=cxone.urls,
+                store_url=db.url,
+                address=address,
+            )
+            self.members[name] = Member(name, config)
+
+    # -- members ----------------------------------------------------------------------------------------
+
+    async def start(self, name: str) -> None:
+        member = self.members[name]
+        process = await spawn(member.config, env={"PYTHONUNBUFFERED": "1"})
+        member.daemon = Daemon(process, member.control)
+        member.starts += 1
+        self._tg.start_soon(member.daemon.pump)
+
+    async def kill9(self, name: str) -> Failure:
+        """``kill -9``: no handler, no drain; reaped before this returns."""
+        process = self.members[name].process
+        at = time.time()
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        self.faults.append(Fault("kill9", name, at, at))
+        return Failure(name, at)
+
+    async def pause(self, name: str, hold_s: float) -> Failure:
+        """SIGSTOP for ``hold_s`` (the scenario's hold), then SIGCONT."""
+        process = self.members[name].process
+        at = time.time()
+        process.send_signal(signal.SIGSTOP)
+        try:
+            await anyio.sleep(hold_s)  # the fault's own duration: the member stays stopped this long
+        finally:
+            process.send_signal(signal.SIGCONT)
+            self.faults.append(Fault("sigstop", name, at, time.time()))
+        return Failure(name, at)
+
+    async def terminate(self, name: str, limit_s: float = 60.0) -> tuple[Failure, int]:
+        """SIGTERM (the handover) and the exit code."""
+        process = self.members[name].process
+        at = time.time()
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(limit_s):
+            code = await process.wait()
+        self.faults.append(Fault("sigterm", name, at, time.time()))
+        return Failure(name, at), code
+
+    async def restart(self, name: str) -> None:
+        member = self.members[name]
+        if member.daemon is not None:
+            if member.daemon.process.returncode is None:
+                raise AssertionError(f"{name} still runs")
+            await member.daemon.process.aclose()
+        await self.start(name)
+
+    async def restart_database(self, hold_s: float) -> tuple[float, float]:
+        """Stop PostgreSQL at once, hold it down ``hold_s`` (the scenario's), start it again."""
+        if not self.db.server.embedded:
+            raise AssertionError(
+                "a database restart needs the embedded server (PG_DSN's cannot be restarted)"
+            )
+        at = time.time()
+        await anyio.to_thread.run_sync(self.db.stop)
+        await anyio.sleep(hold_s)  # the fault's own duration: the database stays down this long
+        await anyio.to_thread.run_sync(self.db.start_again)
+        until = time.time()
+        self.faults.append(Fault("database_restart", None, at, until))
+        return at, until
+
+    def running(self) -> list[str]:
+        return [
+            n for n, m in self.members.items() if m.daemon is not None and m.daemon.process.returncode is None
+        ]
+
+    async def status(self, name: str) -> dict[str, Any] | None:
+        member = self.members[name]
+        if member.daemon is None:
+            return None
+        try:
+            return await member.daemon.acall(Method.STATUS)
+        except (ApiUnavailable, ApiError):
+            return None
+
+    # -- what they did --------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Read the activity since the last read and the guest tokens the store holds now."""
+        for follower in self.followers:
+            follower.read()
+        with contextlib.suppress(psycopg.OperationalError):
+            tokens = await self.db.aquery(
+                "SELECT session_id, guest_token FROM server_sessions WHERE guest_token IS NOT NULL"
+            )
+            for session, token in tokens:
+                self.tokens[str(session)] = str(token)
+                self.session_of[token_key(str(token))] = str(session)
+
+    async def follow(self) -> None:
+        """Keep reading the activity (in the fleet's task group) so the ring never wraps under it."""
+        while True:
+            for follower in self.followers:
+                follower.read()
+            await anyio.sleep(READ_EVERY_S)  # polling the simulators' logs, not waiting for a timer
+
+    def entries(self) -> list[dict[str, Any]]:
+        for follower in self.followers:
+            follower.read()
+        return [e for f in self.followers for e in f.entries]
+
+    def keys(self) -> dict[str, str]:
+        """Session -> the ``wm:`` key of its guest token now."""
+        return {session: token_key(token) for session, token in self.tokens.items()}
+
+    async def sessions_of(self, member: str) -> set[str]:
+        """The fleet's sessions in the shards ``member`` holds now."""
+        leases = await anyio.to_thread.run_sync(self.db.leases)
+        shards = {s for s, (owner, _e, _x) in leases.items() if owner == member}
+        return {s for s in self.spec.session_ids() if shard_of(s) in shards}
+
+    async def holder_of_most(self) -> str:
+        """The running member holding the most shards now."""
+        leases = await anyio.to_thread.run_sync(self.db.leases)
+        counts = dict.fromkeys(self.running(), 0)
+        for owner, _e, _x in leases.values():
+            if owner in counts:
+                counts[owner] += 1
+        return max(counts, key=lambda n: counts[n])
+
+    async def wait(self, what: str, done: Callable[[], bool], limit_s: float) -> float:
+        """Poll (reading the activity and the tokens first) until ``done()``; the seconds it took."""
+        began = time.monotonic()
+        with anyio.move_on_after(limit_s):
+            while True:
+                await self.refresh()
+                if done():
+                    return time.monotonic() - began
+                await anyio.sleep(_POLL_S)  # polling the logs and the store, not waiting for a timer
+        raise AssertionError(f"{what}: not within {limit_s:.0f} s")
+
+    def acted_since(self, sessions: Iterable[str], since: float, *, not_by: str | None = None) -> set[str]:
+        """The ``sessions`` with an act after ``since`` (by a member other than ``not_by``)."""
+        wanted = set(sessions)
+        return {
+            a.session
+            for a in acts(self.entries(), self.session_of)
+            if a.session in wanted and a.t > since and a.member != not_by
+        }
+
+    async def wait_all_active(self, limit_s: float) -> float:
+        """Until every session (Web Messaging, CXone) has acted and every shard is held."""
+        everyone = set(self.spec.session_ids())
+
+        def done() -> bool:
+            return self.acted_since(everyone, 0.0) == everyone
+
+        took = await self.wait("every session active", done, limit_s)
+        await self.wait_shards_held(limit_s)
+        return took
+
+    async def wait_shards_held(self, limit_s: float) -> float:
+        """Until every shard is held (by a running member)."""
+        held: dict[int, Any] = {}
+
+        def done() -> bool:
+            return len(held) == 256
+
+        async def read() -> None:
+            held.clear()
+            with contextlib.suppress(psycopg.OperationalError):
+                for shard, (owner, _e, _x) in (await anyio.to_thread.run_sync(self.db.leases)).items():
+                    if owner in self.running():
+                        held[shard] = owner
+
+        began = time.monotonic()
+        with anyio.fail_after(limit_s):
+            while True:
+                await read()
+                if done():
+                    return time.monotonic() - began
+                await anyio.sleep(_POLL_S)  # polling shard_leases, not waiting for a timer
+
+    async def wait_taken_over(self, failure: Failure, moved: Iterable[str], limit_s: float) -> float:
+        """Until each of ``moved`` acts again under an acquisition made after the failure."""
+        from tests.harness.fleet_invariants import takeover_latencies
+
+        sessions = set(moved)
+
+        def done() -> bool:
+            timeline = LeaseTimeline(self.db.acquisitions())
+            found = takeover_latencies(acts(self.entries(), self.session_of), failure, sessions, timeline)
+            return all(v is not None for v in found.values())
+
+        return await self.wait("taken over", done, limit_s)
+
+    async def evidence(self) -> Evidence:
+        await self.refresh()
+        acquisitions = await anyio.to_thread.run_sync(self.db.acquisitions)
+        writes = await anyio.to_thread.run_sync(self.db.row_writes)
+        return Evidence(
+            entries=self.entries(),
+            lost=sum(f.lost for f in self.followers),
+            session_of=dict(self.session_of),
+            acquisitions=acquisitions,
+            writes=writes,
+            faults=list(self.faults),
+            audited=self.db.audited,
+        )
+
+
+@contextlib.asynccontextmanager
+async def running_fleet(
+    spec: FleetSpec, genesys: GenesysSimulator, cxone: CxoneSimulator, directory: Path
+) -> AsyncIterator[Fleet]:
+    """A fleet of ``spec.members`` started on its own database, its schema migrated and audited first;
+    every member killed and reaped, and the database removed, when the block ends, whatever happened."""
+    db = await anyio.to_thread.run_sync(FleetDatabase.start)
+    try:
+        store = await PgStore.open(db.url)  # the schema, migrated before any member (then the audit)
+        await store.aclose()
+        await anyio.to_thread.run_sync(db.install_write_audit)
+        async with anyio.create_task_group() as tg:
+            fleet = Fleet(spec, db, genesys, cxone, directory, tg)
+            tg.start_soon(fleet.follow)
+            try:
+                for name in spec.names():
+                    await fleet.start(name)
+                yield fleet
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for member in fleet.members.values():
+                        await _reap(member)
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(db.remove)
+
+
+async def _reap(member: Member) -> None:
+    """Kill ``member``'s process if it runs (continued first: a stopped process is killed all the same,
+    but its pipes are read only once it runs), wait for it, close its pipes."""
+    if member.daemon is None:
+        return
+    process = member.daemon.process
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+    await process.wait()
+    await process.aclose()

@@ -1,0 +1,194 @@
+"""The fleet's acceptance scenario and its checks, shared by the ``fleet`` suite and the benchmark.
+
+:func:`run_scenario` drives a running fleet (:mod:`tests.harness.fleet`) through its faults, one after
+the other, each waited out on what the activity and ``shard_leases`` show (never a fixed sleep but the
+faults' own holds): ``kills`` × kill -9 of the member holding most shards (restarted once its
+sessions were taken over), ``pauses`` × SIGSTOP for ``pause_s`` (then SIGCONT), ``db_restarts`` ×
+PostgreSQL stopped and held down ``db_hold_s``, then one SIGTERM. :func:`check` turns what it collected
+into the :class:`~tests.harness.fleet_invariants.Finding` s the acceptance reports, each a figure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.harness.fleet import Evidence, Fleet, FleetSpec
+from tests.harness.fleet_invariants import (
+    Failure,
+    Finding,
+    admission_peak,
+    before_retry_after,
+    ended_peer_sessions,
+    epochs_decreasing,
+    handover,
+    latency_finding,
+    sent_after_deadline,
+    stale_fenced_writes,
+    takeover_latencies,
+    takeovers_between,
+    two_members_at_once,
+)
+
+__all__ = ["GENESYS_ATTEMPTS", "RETRY_AFTER_GRACE_S", "Record", "check", "run_scenario"]
+
+#: the connection attempts the admission limit paces (WebSocket handshakes): listener and kind
+GENESYS_ATTEMPTS = (("webmessaging", "connect"), ("streaming", "connect"))
+#: attempts already on their way when a refusal was answered (sent before any member read it)
+RETRY_AFTER_GRACE_S = 0.25
+#: the SIGTERM handover: every session resumed elsewhere within this (docs/runtime.md)
+HANDOVER_WITHIN_S = 3.0
+
+
+@dataclass
+class Takeover:
+    """A failure and the sessions the failed member held at that moment."""
+
+    failure: Failure
+    kind: str
+    moved: set[str]
+
+
+@dataclass
+class Record:
+    """What the scenario did, beside what the fleet saw (:class:`~tests.harness.fleet.Evidence`)."""
+
+    takeovers: list[Takeover] = field(default_factory=list)
+    database_restarts: list[tuple[float, float]] = field(default_factory=list)
+    handover: Takeover | None = None
+    keys_before: dict[str, str] = field(default_factory=dict)
+    keys_after: dict[str, str] = field(default_factory=dict)
+    #: the window after which a database restart's consequences are all in the audit
+    quiet_until: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _takeover_limit(spec: FleetSpec, moved: int) -> float:
+    return spec.lease_seconds + 2.0 + moved / spec.admission_rate
+
+
+async def run_scenario(
+    fleet: Fleet,
+    *,
+    kills: int,
+    pauses: int,
+    db_restarts: int,
+    sigterm: bool = True,
+    pause_s: float = 12.0,
+    db_hold_s: float = 15.0,
+    settle_limit_s: float = 120.0,
+) -> Record:
+    """Drive ``fleet`` through the faults (module docstring); the fleet must be all active already."""
+    spec = fleet.spec
+    record = Record()
+    # the slack past the bound a wait allows before giving up: the check, not the wait, judges
+    slack = 2 * spec.lease_seconds
+    for _ in range(kills):
+        victim = await fleet.holder_of_most()
+        moved = await fleet.sessions_of(victim)
+        failure = await fleet.kill9(victim)
+        record.takeovers.append(Takeover(failure, "kill9", moved))
+        await fleet.wait_taken_over(failure, moved, _takeover_limit(spec, len(moved)) + slack)
+        await fleet.restart(victim)
+        await fleet.wait_shards_held(settle_limit_s)
+    for _ in range(pauses):
+        victim = await fleet.holder_of_most()
+        moved = await fleet.sessions_of(victim)
+        failure = await fleet.pause(victim, pause_s)
+        record.takeovers.append(Takeover(failure, "sigstop", moved))
+        await fleet.wait_taken_over(failure, moved, _takeover_limit(spec, len(moved)) + slack)
+        await fleet.wait_shards_held(settle_limit_s)
+    for _ in range(db_restarts):
+        at, until = await fleet.restart_database(db_hold_s)
+        record.database_restarts.append((at, until))
+        await fleet.wait_shards_held(settle_limit_s)
+        record.quiet_until = until + spec.lease_seconds + 2 * spec.renew_seconds
+    if sigterm:
+        victim = await fleet.holder_of_most()
+        moved = await fleet.sessions_of(victim)
+        await fleet.refresh()
+        record.keys_before = {s: k for s, k in fleet.keys().items() if s in moved}
+        failure, _code = await fleet.terminate(victim)
+        record.handover = Takeover(failure, "sigterm", moved)
+        await fleet.wait(
+            "the handover resumed",
+            lambda: fleet.acted_since(moved, failure.at, not_by=victim) == moved,
+            HANDOVER_WITHIN_S + slack,
+        )
+        record.keys_after = {s: k for s, k in fleet.keys().items() if s in moved}
+    # every consequence of a database restart is in the audit once a lease's time has passed after it
+    await fleet.wait(
+        "the database restart's lease time", lambda: time.time() > record.quiet_until, settle_limit_s
+    )
+    return record
+
+
+def check(spec: FleetSpec, evidence: Evidence, record: Record) -> list[Finding]:
+    """Every acceptance figure (tests/harness/fleet_invariants.py), from what the run collected."""
+    found = evidence.acts()
+    leases = evidence.leases()
+    findings = [
+        two_members_at_once(found, leases),
+        epochs_decreasing(found, leases, evidence.acquisitions),
+        sent_after_deadline(found, evidence.pauses(), leases),
+    ]
+    for i, takeover in enumerate(record.takeovers):
+        latencies = takeover_latencies(found, takeover.failure, takeover.moved, leases)
+        findings.append(
+            latency_finding(
+                f"takeover {i + 1} ({takeover.kind} of {takeover.failure.member})",
+                latencies,
+                first_within=spec.lease_seconds + 2.0,
+                all_within=_takeover_limit(spec, len(takeover.moved)),
+            )
+        )
+    findings.append(admission_peak(evidence.entries, GENESYS_ATTEMPTS, spec.admission_rate))
+    findings.append(
+        before_retry_after(
+            evidence.entries, [listener for listener, _ in GENESYS_ATTEMPTS], 1.0, grace=RETRY_AFTER_GRACE_S
+        )
+    )
+    handed = record.handover
+    # the SIGTERM's handover, which may fall in a restart's lease time, is not the restart's doing
+    audit = [
+        a
+        for a in evidence.acquisitions
+        if handed is None or a.previous_owner != handed.failure.member or a.at < handed.failure.at
+    ]
+    for at, _until in record.database_restarts:
+        restart = takeovers_between(audit, at, record.quiet_until)
+        restart.name = "takeovers caused by the database restart"
+        findings.append(restart)
+    if handed is not None:
+        findings.append(
+            handover(
+                found,
+                member=handed.failure.member,
+                at=handed.failure.at,
+                moved=handed.moved,
+                keys_before=record.keys_before,
+                keys_after=record.keys_after,
+                within=HANDOVER_WITHIN_S,
+            )
+        )
+    findings.append(ended_peer_sessions(found, leases))
+    fenced = stale_fenced_writes(evidence.writes, leases)
+    if not evidence.audited:
+        fenced.add("row writes not recorded: the store has no fleet tables or no epoch column")
+    findings.append(fenced)
+    coverage = Finding("activity seen whole")
+    if evidence.lost:
+        coverage.add(f"{evidence.lost} activity entries lost before they were read (the ring wrapped)")
+    coverage.figures["entries"] = float(len(evidence.entries))
+    coverage.figures["acts"] = float(len(found))
+    findings.append(coverage)
+    return findings
+
+
+def summary(findings: list[Finding]) -> dict[str, Any]:
+    """The findings as JSON: name -> violations, figures, examples."""
+    return {
+        f.name: {"violations": f.violations, **f.figures, **({"examples": f.examples} if f.examples else {})}
+        for f in findings
+    }
