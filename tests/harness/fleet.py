@@ -41,6 +41,7 @@ from typing import Any, Final
 import anyio
 import psycopg
 from anyio.abc import Process
+from psycopg import sql
 
 from supervisor.api.protocol import Method
 from supervisor.errors import ApiError, ApiUnavailable
@@ -71,7 +72,6 @@ __all__ = [
 READ_EVERY_S: Final = 0.5
 #: a member's fence: its last renewal's send + TTL - 4 s (6 s with the defaults): nothing after it
 FENCE_MARGIN_S: Final = 6.0
-_AUDIT_SCHEMA: Final = "fleet_audit"
 _FENCED_TABLES: Final = ("server_sessions", "outbox")
 _POLL_S: Final = 0.2
 
@@ -140,6 +140,10 @@ def member_config(
     return config_file(directory, text, Credentials())
 
 
+def _audit_schema(schema: str) -> str:
+    return f"{schema}_audit"
+
+
 class FleetDatabase:
     """The fleet's PostgreSQL: its own server, the store's schema, and the test-only write audit."""
 
@@ -149,17 +153,28 @@ class FleetDatabase:
         self.dsn = psycopg.conninfo.make_conninfo(server.dsn, options=f"-c search_path={schema}")
         #: ``[store] url``
         self.url = url_of(self.dsn)
+        #: the audit's schema (beside the store's, which holds only the store's tables)
+        self.audit = _audit_schema(schema)
         self.audited = False
+
+    @classmethod
+    def on(cls, server: PostgresServer, schema: str) -> FleetDatabase:
+        """The fleet's schema (made anew, with the audit's) on ``server``."""
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            for name in (schema, _audit_schema(schema)):
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        return cls(server, schema)
 
     @classmethod
     def start(cls, schema: str = "fleet") -> FleetDatabase:
         """A server of the fleet's own (``PG_DSN``'s when set: then :meth:`stop` cannot restart it)."""
         server = server_from_environment()
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            conn.execute(f"DROP SCHEMA IF EXISTS {_AUDIT_SCHEMA} CASCADE")
-            conn.execute(f"CREATE SCHEMA {schema}")
-        return cls(server, schema)
+        try:
+            return cls.on(server, schema)
+        except BaseException:
+            server.remove()
+            raise
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One read on a fresh connection (it works again as soon as the server does)."""
@@ -188,7 +203,7 @@ class FleetDatabase:
         when the schema has no ``epoch`` to record (nothing installed)."""
         if not self.has_fleet_tables():
             return False
-        a = _AUDIT_SCHEMA
+        a = self.audit
         statements = [
             f"CREATE SCHEMA IF NOT EXISTS {a}",
             f"CREATE TABLE IF NOT EXISTS {a}.row_writes (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
@@ -231,7 +246,7 @@ class FleetDatabase:
     def row_writes(self) -> list[RowWrite]:
         if not self.audited:
             return []
-        rows = self.query(f"SELECT tbl, session_id, epoch, at FROM {_AUDIT_SCHEMA}.row_writes ORDER BY id")
+        rows = self.query(f"SELECT tbl, session_id, epoch, at FROM {self.audit}.row_writes ORDER BY id")
         return [RowWrite(str(t), str(s), None if e is None else int(e), float(a)) for t, s, e, a in rows]
 
     def stop(self) -> None:
