@@ -30,6 +30,7 @@ Waits poll the activity and ``shard_leases``; the only sleeps are a fault's own 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import signal
 import time
@@ -51,7 +52,16 @@ from supervisor.sim.genesys import GenesysSimulator
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
 from tests.harness.config import Credentials, config_file, cxone_table, genesys_config, with_daemon
-from tests.harness.fleet_invariants import Acquisition, Failure, LeaseTimeline, Pause, RowWrite, acts
+from tests.harness.fleet_invariants import (
+    Acquisition,
+    Act,
+    Failure,
+    LeaseTimeline,
+    Pause,
+    RowWrite,
+    acts,
+    takeover_latencies,
+)
 from tests.harness.postgres import PostgresServer, server_from_environment, url_of
 from tests.harness.process import Daemon, spawn
 
@@ -239,9 +249,10 @@ class FleetDatabase:
         )
         return {int(s): (o, int(e), x) for s, o, e, x in rows}
 
-    def guest_tokens(self) -> dict[str, str]:
+    def guest_tokens(self) -> list[tuple[str, str]]:
+        """Every (session, guest token) the store holds now."""
         rows = self.query("SELECT session_id, guest_token FROM server_sessions WHERE guest_token IS NOT NULL")
-        return {str(s): str(t) for s, t in rows}
+        return [(str(s), str(t)) for s, t in rows]
 
     def row_writes(self) -> list[RowWrite]:
         if not self.audited:
@@ -318,7 +329,7 @@ class Evidence:
     faults: list[Fault]
     audited: bool
 
-    def acts(self) -> list[Any]:
+    def acts(self) -> list[Act]:
         return acts(self.entries, self.session_of)
 
     def leases(self) -> LeaseTimeline:
@@ -356,6 +367,10 @@ class Fleet:
         self.session_of: dict[str, str] = {str(100001 + i): f"cx-{i}" for i in range(spec.cxone)}
         self.tokens: dict[str, str] = {}
         self.faults: list[Fault] = []
+        #: the lease audit as of the last refresh
+        self.acquisitions: list[Acquisition] = []
+        self._acts: list[Act] = []
+        self._pending: list[dict[str, Any]] = []
         self.members: dict[str, Member] = {}
         for i, name in enumerate(spec.names()):
             address = spec.addresses[i] if spec.addresses else None
@@ -448,28 +463,42 @@ class Fleet:
 
     # -- what they did --------------------------------------------------------------------------------
 
-    async def refresh(self) -> None:
-        """Read the activity since the last read and the guest tokens the store holds now."""
+    def _read_activity(self) -> None:
+        """Read the logs on from their cursors; attribute the new entries (kept aside while their key
+        is not known yet: a guest's token reaches the store after its first frames)."""
         for follower in self.followers:
+            start = len(follower.entries)
             follower.read()
-        with contextlib.suppress(psycopg.OperationalError):
-            tokens = await self.db.aquery(
-                "SELECT session_id, guest_token FROM server_sessions WHERE guest_token IS NOT NULL"
+            fresh = follower.entries[start:]
+            self._pending.extend(
+                e for e in fresh if e.get("session") is not None and e.get("member") is not None
             )
-            for session, token in tokens:
-                self.tokens[str(session)] = str(token)
-                self.session_of[token_key(str(token))] = str(session)
+
+    def _attribute(self) -> None:
+        known = [e for e in self._pending if e["session"] in self.session_of]
+        if known:
+            self._pending = [e for e in self._pending if e["session"] not in self.session_of]
+            self._acts.extend(acts(known, self.session_of))
+            self._acts.sort(key=lambda a: (a.t, a.seq))
+
+    async def refresh(self) -> None:
+        """Read the activity since the last read, the guest tokens the store holds and the lease audit
+        (what the store cannot answer while the database is down is read at the next refresh)."""
+        self._read_activity()
+        with contextlib.suppress(psycopg.OperationalError):
+            for session, token in await anyio.to_thread.run_sync(self.db.guest_tokens):
+                self.tokens[session] = token
+                self.session_of[token_key(token)] = session
+            self.acquisitions = await anyio.to_thread.run_sync(self.db.acquisitions)
+        self._attribute()
 
     async def follow(self) -> None:
         """Keep reading the activity (in the fleet's task group) so the ring never wraps under it."""
         while True:
-            for follower in self.followers:
-                follower.read()
+            self._read_activity()
             await anyio.sleep(READ_EVERY_S)  # polling the simulators' logs, not waiting for a timer
 
     def entries(self) -> list[dict[str, Any]]:
-        for follower in self.followers:
-            follower.read()
         return [e for f in self.followers for e in f.entries]
 
     def keys(self) -> dict[str, str]:
@@ -492,7 +521,7 @@ class Fleet:
         return max(counts, key=lambda n: counts[n])
 
     async def wait(self, what: str, done: Callable[[], bool], limit_s: float) -> float:
-        """Poll (reading the activity and the tokens first) until ``done()``; the seconds it took."""
+        """Poll (:meth:`refresh` first) until ``done()``; the seconds it took."""
         began = time.monotonic()
         with anyio.move_on_after(limit_s):
             while True:
@@ -503,59 +532,45 @@ class Fleet:
         raise AssertionError(f"{what}: not within {limit_s:.0f} s")
 
     def acted_since(self, sessions: Iterable[str], since: float, *, not_by: str | None = None) -> set[str]:
-        """The ``sessions`` with an act after ``since`` (by a member other than ``not_by``)."""
+        """The ``sessions`` with an act after ``since`` (by a member other than ``not_by``), as of the
+        last :meth:`refresh`."""
         wanted = set(sessions)
-        return {
-            a.session
-            for a in acts(self.entries(), self.session_of)
-            if a.session in wanted and a.t > since and a.member != not_by
-        }
+        first = bisect.bisect_right([a.t for a in self._acts], since)
+        return {a.session for a in self._acts[first:] if a.session in wanted and a.member != not_by}
 
     async def wait_all_active(self, limit_s: float) -> float:
         """Until every session (Web Messaging, CXone) has acted and every shard is held."""
         everyone = set(self.spec.session_ids())
-
-        def done() -> bool:
-            return self.acted_since(everyone, 0.0) == everyone
-
-        took = await self.wait("every session active", done, limit_s)
-        await self.wait_shards_held(limit_s)
-        return took
+        took = await self.wait(
+            "every session active", lambda: self.acted_since(everyone, 0.0) == everyone, limit_s
+        )
+        return took + await self.wait_shards_held(limit_s)
 
     async def wait_shards_held(self, limit_s: float) -> float:
-        """Until every shard is held (by a running member)."""
-        held: dict[int, Any] = {}
-
-        def done() -> bool:
-            return len(held) == 256
-
-        async def read() -> None:
-            held.clear()
-            with contextlib.suppress(psycopg.OperationalError):
-                for shard, (owner, _e, _x) in (await anyio.to_thread.run_sync(self.db.leases)).items():
-                    if owner in self.running():
-                        held[shard] = owner
-
+        """Until every shard is held by a running member (``shard_leases``)."""
         began = time.monotonic()
-        with anyio.fail_after(limit_s):
+        with anyio.move_on_after(limit_s):
             while True:
-                await read()
-                if done():
-                    return time.monotonic() - began
+                with contextlib.suppress(psycopg.OperationalError):
+                    leases = await anyio.to_thread.run_sync(self.db.leases)
+                    running = set(self.running())
+                    if all(owner in running for owner, _e, _x in leases.values()):
+                        return time.monotonic() - began
                 await anyio.sleep(_POLL_S)  # polling shard_leases, not waiting for a timer
+        raise AssertionError(f"every shard held by a running member: not within {limit_s:.0f} s")
 
     async def wait_taken_over(self, failure: Failure, moved: Iterable[str], limit_s: float) -> float:
         """Until each of ``moved`` acts again under an acquisition made after the failure."""
-        from tests.harness.fleet_invariants import takeover_latencies
-
         sessions = set(moved)
 
         def done() -> bool:
-            timeline = LeaseTimeline(self.db.acquisitions())
-            found = takeover_latencies(acts(self.entries(), self.session_of), failure, sessions, timeline)
+            first = bisect.bisect_right([a.t for a in self._acts], failure.at)
+            found = takeover_latencies(
+                self._acts[first:], failure, sessions, LeaseTimeline(self.acquisitions)
+            )
             return all(v is not None for v in found.values())
 
-        return await self.wait("taken over", done, limit_s)
+        return await self.wait(f"the sessions of {failure.member} taken over", done, limit_s)
 
     async def evidence(self) -> Evidence:
         await self.refresh()

@@ -70,7 +70,7 @@ async def test_the_write_audit_records_each_fenced_write_with_its_epoch_and_time
     assert stale.violations == 1 and "epoch 1" in stale.examples[0]
     leases = fleet_db.leases()
     assert leases[shard][:2] == ("m2", 2) and leases[(shard + 1) % 256][0] is None
-    assert fleet_db.guest_tokens() == {"wm-1": "token-1"}
+    assert fleet_db.guest_tokens() == [("wm-1", "token-1")]
 
 
 def test_reads_work_again_after_the_database_restarts() -> None:
