@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ import psycopg
 from anyio.abc import Process
 from psycopg import sql
 
+from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.errors import ApiError, ApiUnavailable
 from supervisor.sim.activity import ActivityLog, token_key
@@ -63,7 +65,7 @@ from tests.harness.fleet_invariants import (
     takeover_latencies,
 )
 from tests.harness.postgres import PostgresServer, server_from_environment, url_of
-from tests.harness.process import Daemon, spawn
+from tests.harness.process import spawn
 
 __all__ = [
     "FENCE_MARGIN_S",
@@ -290,11 +292,13 @@ class ActivityFollower:
 
 @dataclass
 class Member:
-    """One member: its configuration, and the process running it (None while down)."""
+    """One member: its configuration, and the process running it (None before its first start). Its
+    standard output and error go to ``output.log`` beside its configuration (the harness reads the
+    simulators' activity, not the members' lines: a fleet's lines would cost the test's loop)."""
 
     name: str
     config: Path
-    daemon: Daemon | None = None
+    running: Process | None = None
     starts: int = 0
 
     @property
@@ -302,9 +306,22 @@ class Member:
         return self.config.parent / "sockets" / "control.sock"
 
     @property
+    def log(self) -> Path:
+        return self.config.parent / "output.log"
+
+    @property
     def process(self) -> Process:
-        assert self.daemon is not None, f"{self.name} is not running"
-        return self.daemon.process
+        assert self.running is not None, f"{self.name} was never started"
+        return self.running
+
+    def alive(self) -> bool:
+        return self.running is not None and self.running.returncode is None
+
+    def tail(self, lines: int = 20) -> str:
+        """The end of its output (for a failure's message)."""
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
 
 
 @dataclass(frozen=True)
@@ -355,14 +372,12 @@ class Fleet:
         genesys: GenesysSimulator,
         cxone: CxoneSimulator,
         directory: Path,
-        tg: Any,
     ) -> None:
         self.spec = spec
         self.db = db
         self.genesys = genesys
         self.cxone = cxone
         self.directory = directory
-        self._tg = tg
         self.followers = [ActivityFollower(genesys.activity), ActivityFollower(cxone.activity)]
         self.session_of: dict[str, str] = {str(100001 + i): f"cx-{i}" for i in range(spec.cxone)}
         self.tokens: dict[str, str] = {}
@@ -389,10 +404,9 @@ class Fleet:
 
     async def start(self, name: str) -> None:
         member = self.members[name]
-        process = await spawn(member.config, env={"PYTHONUNBUFFERED": "1"})
-        member.daemon = Daemon(process, member.control)
+        with member.log.open("ab") as log:  # the child keeps its own descriptor
+            member.running = await spawn(member.config, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         member.starts += 1
-        self._tg.start_soon(member.daemon.pump)
 
     async def kill9(self, name: str) -> Failure:
         """``kill -9``: no handler, no drain; reaped before this returns."""
@@ -427,10 +441,10 @@ class Fleet:
 
     async def restart(self, name: str) -> None:
         member = self.members[name]
-        if member.daemon is not None:
-            if member.daemon.process.returncode is None:
-                raise AssertionError(f"{name} still runs")
-            await member.daemon.process.aclose()
+        if member.alive():
+            raise AssertionError(f"{name} still runs")
+        if member.running is not None:
+            await member.running.aclose()
         await self.start(name)
 
     async def restart_database(self, hold_s: float) -> tuple[float, float]:
@@ -447,17 +461,23 @@ class Fleet:
         self.faults.append(Fault("database_restart", None, at, until))
         return at, until
 
+    def tails(self, lines: int = 15) -> str:
+        """The end of every member's output (for a failure's message)."""
+        return "\n".join(f"--- {name}:\n{m.tail(lines)}" for name, m in self.members.items())
+
     def running(self) -> list[str]:
-        return [
-            n for n, m in self.members.items() if m.daemon is not None and m.daemon.process.returncode is None
-        ]
+        return [n for n, m in self.members.items() if m.alive()]
 
     async def status(self, name: str) -> dict[str, Any] | None:
+        """The member's ``Status`` over its control socket; None while it does not answer."""
         member = self.members[name]
-        if member.daemon is None:
-            return None
+
+        def call() -> dict[str, Any]:
+            with Client(member.control, timeout=10.0) as client:
+                return client.call(Method.STATUS)
+
         try:
-            return await member.daemon.acall(Method.STATUS)
+            return await anyio.to_thread.run_sync(call)
         except (ApiUnavailable, ApiError):
             return None
 
@@ -599,7 +619,7 @@ async def running_fleet(
         await store.aclose()
         await anyio.to_thread.run_sync(db.install_write_audit)
         async with anyio.create_task_group() as tg:
-            fleet = Fleet(spec, db, genesys, cxone, directory, tg)
+            fleet = Fleet(spec, db, genesys, cxone, directory)
             tg.start_soon(fleet.follow)
             try:
                 for name in spec.names():
@@ -615,11 +635,10 @@ async def running_fleet(
 
 
 async def _reap(member: Member) -> None:
-    """Kill ``member``'s process if it runs (continued first: a stopped process is killed all the same,
-    but its pipes are read only once it runs), wait for it, close its pipes."""
-    if member.daemon is None:
+    """Kill ``member``'s process if it runs (continued first, so a stopped one dies at once), wait for it."""
+    if member.running is None:
         return
-    process = member.daemon.process
+    process = member.running
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGCONT)
