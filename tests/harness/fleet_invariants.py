@@ -49,6 +49,7 @@ __all__ = [
     "latency_finding",
     "sent_after_deadline",
     "stale_fenced_writes",
+    "stamps_match_addresses",
     "takeover_latencies",
     "takeovers_between",
     "two_members_at_once",
@@ -478,6 +479,24 @@ def ended_peer_sessions(found: Sequence[Act], leases: LeaseTimeline) -> Finding:
         holder = leases.latest(a.shard, a.t)
         if holder is not None and holder.member != a.member:
             finding.add(f"{a.member} ended {a.session} at {a.t:.3f}: {holder.member} holds shard {a.shard}")
+    return finding
+
+
+def stamps_match_addresses(entries: Iterable[Mapping[str, Any]], addresses: Mapping[str, str]) -> Finding:
+    """With each member on its own loopback address (``[fleet] localAddress``), an entry's stamped
+    member and the address it came from name the same member: the stamp's attribution holds."""
+    finding = Finding("stamp and source address disagree")
+    member_at = {address: member for member, address in addresses.items()}
+    checked = 0
+    for e in entries:
+        member, peer = e.get("member"), e.get("peer")
+        if member is None or not peer:
+            continue
+        host = str(peer).rsplit(":", 1)[0].strip("[]")
+        checked += 1
+        if member_at.get(host) != member:
+            finding.add(f"seq {e.get('seq')}: stamped {member}, sent from {host} ({member_at.get(host)})")
+    finding.figures["checked"] = float(checked)
     return finding
 
 

@@ -26,6 +26,7 @@ from tests.harness.fleet_invariants import (
     latency_finding,
     sent_after_deadline,
     stale_fenced_writes,
+    stamps_match_addresses,
     takeover_latencies,
     takeovers_between,
     two_members_at_once,
@@ -177,6 +178,10 @@ def check(spec: FleetSpec, evidence: Evidence, record: Record) -> list[Finding]:
     if not evidence.audited:
         fenced.add("row writes not recorded: the store has no fleet tables or no epoch column")
     findings.append(fenced)
+    if spec.addresses:
+        findings.append(
+            stamps_match_addresses(evidence.entries, dict(zip(spec.names(), spec.addresses, strict=True)))
+        )
     coverage = Finding("activity seen whole")
     if evidence.lost:
         coverage.add(f"{evidence.lost} activity entries lost before they were read (the ring wrapped)")

@@ -24,6 +24,7 @@ from tests.harness.fleet_invariants import (
     latency_finding,
     sent_after_deadline,
     stale_fenced_writes,
+    stamps_match_addresses,
     takeover_latencies,
     takeovers_between,
     two_members_at_once,
@@ -291,3 +292,16 @@ def test_stale_fenced_writes_passes_writes_before_the_next_epoch_and_counts_unfe
 def test_stale_fenced_writes_catches_a_write_at_the_old_epoch_after_the_takeover() -> None:
     finding = stale_fenced_writes([RowWrite("outbox", S1, 1, 20.4)], LeaseTimeline(CLEAN_AUDIT))
     assert finding.violations == 1 and "m2 took shard" in finding.examples[0]
+
+
+def test_stamps_match_addresses_passes_each_member_from_its_own_address_and_catches_a_mismatch() -> None:
+    addresses = {"m1": "127.0.0.11", "m2": "127.0.0.12"}
+    log = [
+        frame(1.0, "m1", peer="127.0.0.11:40001"),
+        frame(2.0, "m2", peer="127.0.0.12:40002"),
+        frame(3.0, None),
+    ]
+    held = stamps_match_addresses(log, addresses)
+    assert held.ok and held.figures["checked"] == 2
+    wrong = stamps_match_addresses([*log, frame(4.0, "m1", peer="127.0.0.12:40003")], addresses)
+    assert wrong.violations == 1 and "stamped m1, sent from 127.0.0.12 (m2)" in wrong.examples[0]
