@@ -305,3 +305,33 @@ def test_stamps_match_addresses_passes_each_member_from_its_own_address_and_catc
     assert held.ok and held.figures["checked"] == 2
     wrong = stamps_match_addresses([*log, frame(4.0, "m1", peer="127.0.0.12:40003")], addresses)
     assert wrong.violations == 1 and "stamped m1, sent from 127.0.0.12 (m2)" in wrong.examples[0]
+
+
+def test_the_scenario_check_passes_a_clean_run_and_blames_the_database_restart_only_for_its_own() -> None:
+    from tests.harness.fleet import Evidence, FleetSpec
+    from tests.harness.fleet_scenario import Record, Takeover, check
+
+    spec = FleetSpec(members=2, web_messaging=2, cxone=8)
+    audit = [*CLEAN_AUDIT, acquired(S2, "m1", 1, 0.0), acquired(S2, "m2", 2, 100.5, previous="m1")]
+    log = [
+        *CLEAN_LOG,
+        connect(0.5, "m1"),
+        request(2.0, "m1", "GET", CXONE_START[1] + "/{sessionId}/get-next-event"),
+        request(101.0, "m2", "POST", CXONE_START[1] + "/join"),
+    ]
+    record = Record(
+        takeovers=[Takeover(Failure("m1", 10.5), "kill9", {S1})],
+        database_restarts=[(50.0, 65.0)],
+        handover=Takeover(Failure("m1", 100.0), "sigterm", {S2}),
+        quiet_until=79.0,
+    )
+    evidence = Evidence(log, 0, dict(KEYS), audit, [RowWrite("outbox", S1, 2, 30.0)], [], audited=True)
+    findings = {f.name: f for f in check(spec, evidence, record)}
+    assert all(f.ok for f in findings.values()), [str(f) for f in findings.values() if not f.ok]
+    assert findings["takeover 1 (kill9 of m1)"].figures["first_s"] == 10.0
+    # a shard taken from a live member while the database was down is the restart's doing
+    restart = [*audit, acquired("wm-9", "m2", 7, 60.0, previous="m1")]
+    evidence = Evidence(log, 0, dict(KEYS), restart, [], [], audited=False)
+    findings = {f.name: f for f in check(spec, evidence, record)}
+    assert findings["takeovers caused by the database restart"].violations == 1
+    assert not findings["fenced row written after its shard's next epoch"].ok  # no write audit, said so
