@@ -405,7 +405,13 @@ class Fleet:
     async def start(self, name: str) -> None:
         member = self.members[name]
         with member.log.open("ab") as log:  # the child keeps its own descriptor
-            member.running = await spawn(member.config, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            member.running = await spawn(
+                member.config,
+                env={"PYTHONUNBUFFERED": "1"},  # every line in the log as written, up to a kill -9
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
         member.starts += 1
 
     async def kill9(self, name: str) -> Failure:
@@ -561,9 +567,17 @@ class Fleet:
     async def wait_all_active(self, limit_s: float) -> float:
         """Until every session (Web Messaging, CXone) has acted and every shard is held."""
         everyone = set(self.spec.session_ids())
-        took = await self.wait(
-            "every session active", lambda: self.acted_since(everyone, 0.0) == everyone, limit_s
-        )
+        missing: set[str] = set()
+
+        def done() -> bool:
+            missing.clear()
+            missing.update(everyone - self.acted_since(everyone, 0.0))
+            return not missing
+
+        try:
+            took = await self.wait("every session active", done, limit_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {len(missing)} not yet, such as {sorted(missing)[:5]}") from None
         return took + await self.wait_shards_held(limit_s)
 
     async def wait_shards_held(self, limit_s: float) -> float:
@@ -580,17 +594,39 @@ class Fleet:
         raise AssertionError(f"every shard held by a running member: not within {limit_s:.0f} s")
 
     async def wait_taken_over(self, failure: Failure, moved: Iterable[str], limit_s: float) -> float:
-        """Until each of ``moved`` acts again under an acquisition made after the failure."""
+        """Until each of ``moved`` acts again under an acquisition made after the failure; failing,
+        the sessions still waited for and what became of their shards."""
         sessions = set(moved)
+        waiting: list[str] = []
 
         def done() -> bool:
             first = bisect.bisect_right([a.t for a in self._acts], failure.at)
             found = takeover_latencies(
                 self._acts[first:], failure, sessions, LeaseTimeline(self.acquisitions)
             )
-            return all(v is not None for v in found.values())
+            waiting[:] = sorted(s for s, v in found.items() if v is None)
+            return not waiting
 
-        return await self.wait(f"the sessions of {failure.member} taken over", done, limit_s)
+        try:
+            return await self.wait(f"the sessions of {failure.member} taken over", done, limit_s)
+        except AssertionError as exc:
+            timeline = LeaseTimeline(self.acquisitions)
+            said = []
+            for session in waiting[:5]:
+                shard = shard_of(session)
+                after = [
+                    f"{a.member}@{a.epoch} {a.reason} +{a.at - failure.at:.1f}s"
+                    for a in timeline.of_shard(shard)
+                    if a.at > failure.at - 1.0
+                ]
+                last = [a for a in self._acts if a.session == session][-1:]
+                said.append(
+                    f"{session} (shard {shard}): acquisitions {after or 'none'}; last act "
+                    + (f"{last[0].member} {last[0].what} +{last[0].t - failure.at:.1f}s" if last else "none")
+                )
+            raise AssertionError(
+                f"{exc}: {len(waiting)} of {len(sessions)} still waited for\n" + "\n".join(said)
+            ) from None
 
     async def evidence(self) -> Evidence:
         await self.refresh()

@@ -11,6 +11,7 @@ into the :class:`~tests.harness.fleet_invariants.Finding` s the acceptance repor
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,18 @@ def _takeover_limit(spec: FleetSpec, moved: int) -> float:
     return spec.lease_seconds + 2.0 + moved / spec.admission_rate
 
 
+async def _taken_over(
+    fleet: Fleet, failure: Failure, moved: set[str], limit_s: float, say: Callable[[str], None]
+) -> float:
+    """The wait for a takeover; one that does not complete is said and the scenario goes on (the
+    check reports the sessions never resumed, beside every other figure)."""
+    try:
+        return await fleet.wait_taken_over(failure, moved, limit_s)
+    except AssertionError as exc:
+        say(str(exc))
+        return float("inf")
+
+
 async def run_scenario(
     fleet: Fleet,
     *,
@@ -85,32 +98,45 @@ async def run_scenario(
     record = Record()
     # the slack past the bound a wait allows before giving up: the check, not the wait, judges
     slack = 2 * spec.lease_seconds
-    for _ in range(kills):
+    began = time.monotonic()
+
+    def say(what: str) -> None:  # the timeline, shown with a failure (pytest prints captured output)
+        print(f"fleet +{time.monotonic() - began:6.1f}s {what}")
+
+    for i in range(kills):
         victim = await fleet.holder_of_most()
         moved = await fleet.sessions_of(victim)
         failure = await fleet.kill9(victim)
+        say(f"kill -9 {i + 1}: {victim}, {len(moved)} sessions")
         record.takeovers.append(Takeover(failure, "kill9", moved))
-        await fleet.wait_taken_over(failure, moved, _takeover_limit(spec, len(moved)) + slack)
+        took = await _taken_over(fleet, failure, moved, _takeover_limit(spec, len(moved)) + slack, say)
+        say(f"kill -9 {i + 1}: taken over after {took:.1f}s")
         await fleet.restart(victim)
         await fleet.wait_shards_held(settle_limit_s)
-    for _ in range(pauses):
+        say(f"kill -9 {i + 1}: {victim} restarted, every shard held")
+    for i in range(pauses):
         victim = await fleet.holder_of_most()
         moved = await fleet.sessions_of(victim)
+        say(f"SIGSTOP {i + 1}: {victim}, {len(moved)} sessions")
         failure = await fleet.pause(victim, pause_s)
         record.takeovers.append(Takeover(failure, "sigstop", moved))
-        await fleet.wait_taken_over(failure, moved, _takeover_limit(spec, len(moved)) + slack)
+        took = await _taken_over(fleet, failure, moved, _takeover_limit(spec, len(moved)) + slack, say)
         await fleet.wait_shards_held(settle_limit_s)
-    for _ in range(db_restarts):
+        say(f"SIGSTOP {i + 1}: continued, taken over after {took:.1f}s, every shard held")
+    for i in range(db_restarts):
+        say(f"database restart {i + 1}")
         at, until = await fleet.restart_database(db_hold_s)
         record.database_restarts.append((at, until))
         await fleet.wait_shards_held(settle_limit_s)
         record.quiet_until = until + spec.lease_seconds + 2 * spec.renew_seconds
+        say(f"database restart {i + 1}: back, every shard held")
     if sigterm:
         victim = await fleet.holder_of_most()
         moved = await fleet.sessions_of(victim)
         await fleet.refresh()
         record.keys_before = {s: k for s, k in fleet.keys().items() if s in moved}
-        failure, _code = await fleet.terminate(victim)
+        failure, code = await fleet.terminate(victim)
+        say(f"SIGTERM: {victim} exited {code}, {len(moved)} sessions")
         record.handover = Takeover(failure, "sigterm", moved)
         await fleet.wait(
             "the handover resumed",
@@ -121,6 +147,7 @@ async def run_scenario(
     await fleet.wait(
         "the database restart's lease time", lambda: time.time() > record.quiet_until, settle_limit_s
     )
+    say("done")
     if record.handover is not None:  # read last: a guest session made anew has stored its token by now
         record.keys_after = {s: k for s, k in fleet.keys().items() if s in record.handover.moved}
     return record
