@@ -620,9 +620,16 @@ class Fleet:
                     if a.at > failure.at - 1.0
                 ]
                 last = [a for a in self._acts if a.session == session][-1:]
+                keys = {k for k, v in self.session_of.items() if v == session}
+                unstamped = sum(
+                    1
+                    for e in self.entries()
+                    if e.get("session") in keys and e.get("member") is None and e["t"] > failure.at
+                )
                 said.append(
                     f"{session} (shard {shard}): acquisitions {after or 'none'}; last act "
                     + (f"{last[0].member} {last[0].what} +{last[0].t - failure.at:.1f}s" if last else "none")
+                    + f"; unstamped entries since the failure {unstamped}"
                 )
             raise AssertionError(
                 f"{exc}: {len(waiting)} of {len(sessions)} still waited for\n" + "\n".join(said)
