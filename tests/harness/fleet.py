@@ -469,7 +469,14 @@ class Fleet:
 
     def tails(self, lines: int = 15) -> str:
         """The end of every member's output (for a failure's message)."""
-        return "\n".join(f"--- {name}:\n{m.tail(lines)}" for name, m in self.members.items())
+
+        def state(m: Member) -> str:
+            if m.running is None:
+                return "never started"
+            code = m.running.returncode
+            return "running" if code is None else f"exited {code}"
+
+        return "\n".join(f"--- {name} ({state(m)}):\n{m.tail(lines)}" for name, m in self.members.items())
 
     def running(self) -> list[str]:
         return [n for n, m in self.members.items() if m.alive()]
