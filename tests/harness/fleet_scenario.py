@@ -1,4 +1,4 @@
-"""The fleet's acceptance scenario and its checks, shared by the ``fleet`` suite and the benchmark.
+"""The fleet's acceptance scenario and its checks, shared by its short form and its full form (the benchmark).
 
 :func:`run_scenario` drives a running fleet (:mod:`tests.harness.fleet`) through its faults, one after
 the other, each waited out on what the activity and ``shard_leases`` show (never a fixed sleep but the

@@ -1,7 +1,8 @@
 """The fleet harness's database side (tests/harness/fleet.py) on the real PostgreSQL (``-m postgres``):
 the write audit records every write of a fenced row with its epoch on the database's clock, the lease
 audit and ``shard_leases`` read back as the checks need them, and reads work again after a restart.
-The fleet itself runs in the ``fleet`` suite (tests/integration/test_fleet.py)."""
+The fleet itself runs in the acceptance scenario (tests/harness/fleet_scenario.py; its full form is
+tests/bench/bench_fleet.py)."""
 
 from __future__ import annotations
 
