@@ -162,6 +162,10 @@ def acts(entries: Iterable[Mapping[str, Any]], session_of: Mapping[str, str]) ->
         key, member = e.get("session"), e.get("member")
         if e.get("kind") not in _ACTING or key is None or member is None or key not in session_of:
             continue
+        if e.get("kind") == "request" and "{sessionId}" not in str(e.get("endpoint")):
+            # a CXone request names its agent session only on the session's own routes; a login, a
+            # start or a join is keyed by its token's agent, which all of a member's sessions share
+            continue
         session = session_of[key]
         if e.get("kind") == "request":
             what = f"{e.get('method')} {e.get('endpoint')}"
@@ -249,7 +253,9 @@ def two_members_at_once(found: Sequence[Act], leases: LeaseTimeline) -> Finding:
     for a in found:
         epoch = _tenure_of(a, leases)
         if epoch is None:
-            finding.add(f"{a.member} acted on {a.session} (shard {a.shard}) at {a.t:.3f} holding no lease")
+            finding.add(
+                f"{a.member} {a.kind} {a.what} on {a.session} (shard {a.shard}) at {a.t:.3f} holding no lease"
+            )
             continue
         span = spans.setdefault((a.session, a.member, epoch), [a.t, a.t])
         span[1] = max(span[1], a.t)
@@ -291,7 +297,7 @@ def epochs_decreasing(
             seen = session_epoch.get(a.session)
             if seen is not None and epoch < seen[0]:
                 finding.add(
-                    f"{a.session}: {a.member} acted at {a.t:.3f} under epoch {epoch} after "
+                    f"{a.session}: {a.member} {a.kind} {a.what} at {a.t:.3f} under epoch {epoch} after "
                     f"{seen[1].member} under epoch {seen[0]} at {seen[1].t:.3f}"
                 )
             if seen is None or epoch >= seen[0]:
@@ -431,6 +437,7 @@ def takeovers_between(acquisitions: Iterable[Acquisition], start: float, end: fl
 
 def handover(
     found: Sequence[Act],
+    entries: Iterable[Mapping[str, Any]],
     *,
     member: str,
     at: float,
@@ -440,22 +447,28 @@ def handover(
     within: float,
 ) -> Finding:
     """A SIGTERMed member's sessions resumed elsewhere within ``within`` s of ``at``, as themselves: no
-    CXone agent session started (``POST agent-sessions``: joining the live one is the resume), and each
-    Web Messaging guest on its kept token (``keys_before`` / ``keys_after``: session → ``wm:`` key of
-    its token before and after; a new key is a new guest session, ``newSession: true``)."""
+    CXone agent session started after it (``POST agent-sessions``; a takeover joins the live one: the
+    start is keyed by its token's agent, not by the session, so every start after ``at`` counts), and
+    each Web Messaging guest on its kept token (``keys_before`` / ``keys_after``: session → ``wm:`` key
+    of its token before and after; a new key is a new guest session, answered ``newSession: true``)."""
     sessions = set(moved)
     finding = Finding("handover resumed")
     resumed: dict[str, float] = {}
     for a in found:
-        if a.session not in sessions or a.t <= at or a.member == member:
-            continue
-        resumed.setdefault(a.session, a.t - at)
+        if a.session in sessions and a.t > at and a.member != member:
+            resumed.setdefault(a.session, a.t - at)
+    method, endpoint = CXONE_START
+    for e in entries:
         if (
-            (a.kind == "request" and a.what == " ".join(CXONE_START))
-            and a.status is not None
-            and a.status < 300
+            e.get("kind") == "request"
+            and (e.get("method"), e.get("endpoint")) == (method, endpoint)
+            and float(e["t"]) > at
+            and isinstance(e.get("status"), int)
+            and e["status"] < 300
         ):
-            finding.add(f"{a.session}: a new agent session started by {a.member}")
+            finding.add(
+                f"a new CXone agent session started by {e.get('member')} {float(e['t']) - at:.3f} s after"
+            )
     for session in sorted(sessions):
         if session not in resumed:
             finding.add(f"{session} not resumed")

@@ -198,6 +198,7 @@ def check(spec: FleetSpec, evidence: Evidence, record: Record) -> list[Finding]:
         findings.append(
             handover(
                 found,
+                evidence.entries,
                 member=handed.failure.member,
                 at=handed.failure.at,
                 moved=handed.moved,

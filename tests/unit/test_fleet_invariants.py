@@ -99,6 +99,7 @@ CLEAN_LOG = [
 
 def test_acts_attribute_stamped_entries_of_known_sessions_and_count_the_rest() -> None:
     log = [*CLEAN_LOG, frame(3.0, None), frame(4.0, "m1", key="wm:unknown"), connect(2.0, "m1")]
+    log.append(request(4.5, "m1", *CXONE_START))  # keyed by its token's agent, not by the session
     found = acts(log, KEYS)
     assert [(a.member, a.t, a.shard) for a in found] == [
         ("m1", 1.0, shard_of(S1)),
@@ -153,7 +154,10 @@ def test_epochs_decreasing_catches_an_audit_that_goes_back() -> None:
 def test_epochs_decreasing_catches_an_act_under_an_older_epoch() -> None:
     log = [*CLEAN_LOG, frame(26.0, "m1")]
     finding = epochs_decreasing(acts(log, KEYS), LeaseTimeline(CLEAN_AUDIT), CLEAN_AUDIT)
-    assert finding.violations == 1 and "under epoch 1 after m2 under epoch 2" in finding.examples[0]
+    assert (
+        finding.violations == 1
+        and "echo at 26.000 under epoch 1 after m2 under epoch 2" in finding.examples[0]
+    )
 
 
 def test_epochs_decreasing_catches_a_stamp_that_goes_back() -> None:
@@ -233,12 +237,14 @@ def test_takeovers_between_counts_only_shards_taken_from_another_member_in_the_w
 def test_handover_passes_a_join_and_a_kept_token() -> None:
     audit = [acquired(S2, "m1", 1, 0.0), acquired(S2, "m2", 2, 100.5, previous="m1"), *CLEAN_AUDIT]
     log = [
-        request(101.0, "m2", "POST", CXONE_START[1] + "/join"),
+        request(101.0, "m2", "POST", CXONE_START[1] + "/join"),  # keyed by the token's agent: not an act
+        request(101.1, "m2", "GET", CXONE_START[1] + "/{sessionId}/get-next-event"),
         frame(101.2, "m2", action="configureSession"),
     ]
     found = acts(log, KEYS)
     finding = handover(
         found,
+        log,
         member="m1",
         at=100.0,
         moved=[S1, S2],
@@ -251,10 +257,15 @@ def test_handover_passes_a_join_and_a_kept_token() -> None:
 
 
 def test_handover_catches_a_new_agent_session_a_new_guest_and_a_late_resume() -> None:
-    log = [request(101.0, "m2", *CXONE_START, status=202), frame(104.5, "m2", key="wm:bbbb")]
+    log = [
+        request(101.0, "m2", *CXONE_START, status=202),
+        request(101.5, "m2", "GET", CXONE_START[1] + "/{sessionId}/get-next-event"),
+        frame(104.5, "m2", key="wm:bbbb"),
+    ]
     keys = {**KEYS, "wm:bbbb": S1}
     finding = handover(
         acts(log, keys),
+        log,
         member="m1",
         at=100.0,
         moved=[S1, S2],
@@ -263,7 +274,7 @@ def test_handover_catches_a_new_agent_session_a_new_guest_and_a_late_resume() ->
         within=3.0,
     )
     assert finding.violations == 3
-    assert any("new agent session" in e for e in finding.examples)
+    assert any("a new CXone agent session started by m2 1.000 s after" in e for e in finding.examples)
     assert any("new guest session" in e for e in finding.examples)
     assert any("resumed 4.500 s after" in e for e in finding.examples)
 
@@ -318,6 +329,7 @@ def test_the_scenario_check_passes_a_clean_run_and_blames_the_database_restart_o
         connect(0.5, "m1"),
         request(2.0, "m1", "GET", CXONE_START[1] + "/{sessionId}/get-next-event"),
         request(101.0, "m2", "POST", CXONE_START[1] + "/join"),
+        request(101.2, "m2", "GET", CXONE_START[1] + "/{sessionId}/get-next-event"),
     ]
     record = Record(
         takeovers=[Takeover(Failure("m1", 10.5), "kill9", {S1})],
