@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from supervisor.config_durable import AttributesConfig, HandoverConfig, StoreConfig
+from supervisor.config_durable import AttributesConfig, FleetConfig, HandoverConfig, StoreConfig
 from supervisor.config_urls import HTTP, WS, url_problem
 
 # their home was here: importers keep importing them from supervisor.config
@@ -372,6 +372,8 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    # with [store] url: this daemon's membership of the fleet sharing that store (supervisor/fleet/)
+    fleet: FleetConfig = msgspec.field(default_factory=FleetConfig)
     # what a stop does to the sessions with a store: hand them over (default) or end them
     handover: HandoverConfig = msgspec.field(default_factory=HandoverConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)

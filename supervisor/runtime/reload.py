@@ -20,7 +20,7 @@ the credential files, validate everything first, and only then apply the differe
 * the global tables a running daemon can take are applied: ``circuit``, ``reconnect`` (every
   session's next reconnection), ``tokens``, ``daemon.requestTimeout``, ``daemon.taxonomyVersion``,
   and the socket API's access lists, roles and limits (``apply_sockets``). What it cannot take
-  (:data:`RESTART_FIELDS`: ``store``, ``attributes``, ``telemetry``, ``admission``, ``taxonomy``, the sockets'
+  (:data:`RESTART_FIELDS`: ``store``, ``fleet``, ``attributes``, ``telemetry``, ``admission``, ``taxonomy``, the sockets'
   paths and modes, the daemon's grace, seed, lock and buffer) is named in the answer and in
   ``CONFIG_RELOADED`` as ``restartRequired`` (compared with the configuration the daemon started
   with: every reload until the restart names it), never acknowledged as applied;
@@ -115,6 +115,8 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "sockets": ("enabled", "subscribe", "control", "mode", "group"),
     # the store's file is open and its outbox served; the attribute service is built over it
     "store": None,
+    # the member's id, its leases' timing and its lease connection are taken at start
+    "fleet": None,
     "attributes": None,
     # capture and shadow: the capture file's writer and the shadow classifier are built at start
     "taxonomy": None,
