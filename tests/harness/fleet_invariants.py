@@ -404,12 +404,16 @@ def admission_peak(
 def before_retry_after(
     entries: Iterable[Mapping[str, Any]], listeners: Iterable[str], retry_after: float, *, grace: float
 ) -> Finding:
-    """Nothing sent before a Retry-After: after a refusal (429/503) on a listener at ``t``, no member
-    sends to that listener until ``t + retry_after``, except what was already on its way within
-    ``grace`` s of the refusal (sent before any member could have read the answer)."""
+    """Nothing sent before a Retry-After: after a refused handshake (429/503) on a listener at ``t``, no
+    member attempts another on that listener until ``t + retry_after``, except what was already on its
+    way within ``grace`` s of the refusal (sent before any member could have read the answer). Frames
+    on sockets already open are not attempts: the refusal holds connections, not traffic."""
     wanted = set(listeners)
     finding = Finding("sent before a Retry-After")
-    ordered = sorted((e for e in entries if e.get("listener") in wanted), key=lambda e: (e["t"], e["seq"]))
+    ordered = sorted(
+        (e for e in entries if e.get("listener") in wanted and e.get("kind") == "connect"),
+        key=lambda e: (e["t"], e["seq"]),
+    )
     holds: dict[str, float] = {}  # listener -> the refusal that holds it
     for e in ordered:
         t, listener = float(e["t"]), str(e["listener"])

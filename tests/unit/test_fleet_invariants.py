@@ -212,6 +212,7 @@ def test_admission_peak_counts_every_member_in_a_sliding_second() -> None:
 
 def test_before_retry_after_passes_a_fleet_that_waits() -> None:
     log = [connect(1.0, "m1", status=429), connect(1.02, "m2"), connect(3.1, "m3"), connect(3.2, "m1")]
+    log.append(frame(1.5, "m2"))  # traffic on a socket already open: not an attempt
     finding = before_retry_after(log, ["webmessaging"], retry_after=2.0, grace=0.05)
     assert finding.ok
 
