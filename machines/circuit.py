@@ -144,6 +144,8 @@ class Admission:
 # the hot path (closed circuit) allocates nothing
 ADMITTED: Final = Admission(True)
 _NO_EFFECTS: Final[tuple[CircuitEffect, ...]] = ()
+#: the reason of an opening a peer of the fleet made (:meth:`Circuit.open_for_peer`): it is not sent on again
+PEER_OPENED: Final = "FLEET"
 
 
 class Circuit:
@@ -304,6 +306,27 @@ class Circuit:
         if not self._is_current_probe(probe_id, "probe_timed_out"):
             return _NO_EFFECTS
         return self._reopen("PROBE_TIMEOUT", self._clock.monotonic())
+
+    def open_for_peer(self, for_s: float) -> tuple[CircuitEffect, ...]:
+        """Another member of the fleet opened its circuit of this endpoint, for ``for_s`` more
+        seconds: a closed circuit opens for that long (reason ``FLEET``; its own failures are not
+        counted again, its trips neither), an open one stays open at least that long. A half-open
+        circuit waits for its own probe's answer, an isolated one for its operator: unchanged."""
+        if not (for_s > 0.0 and math.isfinite(for_s)):
+            return _NO_EFFECTS
+        now = self._clock.monotonic()
+        if self._state is CircuitState.OPEN:
+            self._open_until = max(self._open_until, now + for_s)
+            return _NO_EFFECTS
+        if self._state is not CircuitState.CLOSED:
+            return _NO_EFFECTS
+        self._open_until = now + for_s
+        self._failures.clear()
+        now_iso = iso_utc(self._clock.time())
+        return (
+            self._move("trip", PEER_OPENED, now_iso),
+            CircuitOpened(self.circuit_id, PEER_OPENED, 0, for_s, self._trips, timestamp=now_iso),
+        )
 
     # -- manual control (docs/runtime.md, "Manual circuit control") -------------------------
 

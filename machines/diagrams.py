@@ -51,7 +51,10 @@ _SECTIONS: tuple[tuple[str, str, Any], ...] = (
         "numbers from `CircuitConfig`). By hand (`ctl circuit`, an administrator's verb): `isolate` from "
         "any state (again: only its end moves) admits nothing until `close`, or `isolation_ended` when "
         "its `--for` is over; `reset` leads any state to `closed` with its counters cleared. There is "
-        "no always-closed state; an isolation lives in memory only.",
+        "no always-closed state; an isolation lives in memory only. A peer of a fleet that opened its "
+        "circuit of the endpoint opens a closed one with `trip`, reason `FLEET` (`open_for_peer`, "
+        "[runtime.md](runtime.md#admission-across-a-fleet)); an open one only has its end moved later, "
+        "a half-open or isolated one is left as it is.",
         CircuitMachine,
     ),
     (
@@ -110,6 +113,8 @@ place() / hand_over()          -> a place in flight (connect endpoints), first c
 held_for(), respace(queued_at) -> what a waiter for a place still waits (a Retry-After, a send slot)
 answered(ticket, failure, sent_at) -> the circuit's effects and the pacer's report, once
 lost(), called(), may_retry()
+hold(until), open_for_peer(for_s) -> a fleet peer's Retry-After (the pause, not a cut), its circuit opened
+rescale(config, factor)        -> the member's share of the configured rates moved (Endpoints.scale)
 ```
 
 Only the attempt shell (`supervisor/attempts/shell.py`) calls it, and nothing else calls the

@@ -44,7 +44,7 @@ from typing import Final
 
 from machines.circuit import Circuit
 from machines.effects import CircuitEffect
-from machines.pacing import Pacer, PacerReport, echo_of_throttle
+from machines.pacing import Pacer, PacerReport, PacingConfig, echo_of_throttle
 from machines.retry_budget import RetryBudget
 from supervisor.clock import Clock
 from supervisor.taxonomy.headers import RateLimitReading
@@ -345,6 +345,28 @@ class Endpoint:
             elif retry_after is not None:
                 self._held_until = max(self._held_until, self._clock.monotonic() + retry_after)
         return QUIET if not effects and report is None else Moves(effects, report)
+
+    def hold(self, until: float) -> bool:
+        """A peer of the fleet was told Retry-After for this endpoint: nothing leaves here before
+        ``until`` (monotonic) either (:meth:`machines.pacing.Pacer.hold`; without a pacer, the same
+        window :meth:`held_for` reports). True when it lengthened the hold."""
+        if self._pacer is not None:
+            return self._pacer.hold(until)
+        if until <= self._held_until + 1e-9:
+            return False
+        self._held_until = until
+        return True
+
+    def rescale(self, config: PacingConfig, factor: float) -> None:
+        """The pacer goes on with ``config``, its rates moved by ``factor``
+        (:meth:`machines.pacing.Pacer.rescale`); nothing without one."""
+        if self._pacer is not None:
+            self._pacer.rescale(config, factor)
+
+    def open_for_peer(self, for_s: float) -> tuple[CircuitEffect, ...]:
+        """A peer's circuit of this endpoint opened for ``for_s`` more seconds
+        (:meth:`machines.circuit.Circuit.open_for_peer`)."""
+        return self._circuit.open_for_peer(for_s)
 
     def lost(self) -> PacerReport | None:
         """The platform dropped a connection of this endpoint: the pace learned before is stale

@@ -539,6 +539,32 @@ class Pacer:
         """
         return sent_at < self._last_cut
 
+    def hold(self, until: float) -> bool:
+        """Another member of the fleet was told Retry-After for this endpoint: nobody attempts before
+        ``until`` (monotonic), here either. The pause only: this member's rate is its own (it was not
+        refused), and the attempts the peer sent are not this pacer's to count. Slots booked before
+        are void (the caller reserves again, after the pause). True when it lengthened the pause."""
+        if until <= self._paused_until + 1e-9:
+            return False
+        self._paused_until = until
+        self.generation += 1
+        return True
+
+    def rescale(self, config: PacingConfig, factor: float) -> None:
+        """Go on with ``config``, this member's share of the configured rates, which moved by
+        ``factor`` (the shards it owns: twice as many, twice the rate). What the pacer knows moves
+        with it: the rate, the slow-start threshold and the limit learned at the last cut (the
+        platform's limit is the fleet's; this member's part of it follows its part of the sessions),
+        each kept within the new bounds. The schedule and the pause are kept."""
+        self._config = config
+        if self._max_before_cut > 0:
+            self._max_before_cut *= factor
+        if math.isfinite(self._ssthresh):
+            self._ssthresh = max(config.min_rate, self._ssthresh * factor)
+        rate = self._rate
+        if rate is not None:
+            self._rate = self._published_rate = min(max(rate * factor, config.min_rate), config.max_rate)
+
     def throttled(self, retry_after_s: float | None) -> PacerReport | None:
         """The platform refused for rate (429/503): cut the rate once per episode, pause the endpoint."""
         cfg = self._config

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 
 from machines.circuit import Circuit, CircuitConfig
 from machines.endpoint import Endpoint, EndpointKind
@@ -61,7 +62,17 @@ class Endpoints:
     could multiply without end); None, the daemon's: its endpoints are few and named by config.
     """
 
-    __slots__ = ("_budget", "_connect", "_endpoints", "_learned", "_limit", "_rest", "circuits", "clock")
+    __slots__ = (
+        "_budget",
+        "_connect",
+        "_endpoints",
+        "_learned",
+        "_limit",
+        "_rest",
+        "_share",
+        "circuits",
+        "clock",
+    )
 
     def __init__(
         self,
@@ -84,16 +95,51 @@ class Endpoints:
         self._endpoints: dict[EndpointId, Endpoint] = {}
         # limits learned before this start (a previous run's), each endpoint's pacer seeded with its own
         self._learned: dict[EndpointId, float] = {}
+        # this member's share of the configured rates (:meth:`scale`); 1.0: one host
+        self._share = 1.0
+
+    @property
+    def share(self) -> float:
+        """The share of the configured initial and maximum rates the pacers use (:meth:`scale`)."""
+        return self._share
+
+    def scale(self, share: float) -> None:
+        """Pace at ``share`` (0 < share <= 1) of the configured initial and maximum rates: a fleet
+        member's share of the shards (docs/runtime.md, "Admission across a fleet"), so that the
+        members together start from, and never pass, the rates one host is configured with. Every
+        pacer made from now on, and those made already, whose rates move in proportion
+        (``Pacer.rescale``)."""
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"a share of the rates is within (0, 1], got {share!r}")
+        factor = share / self._share
+        self._share = share
+        for endpoint in self._endpoints.values():
+            pacing = self._connect if endpoint.kind is EndpointKind.CONNECT else self._rest
+            if pacing is not None and endpoint.kind is not EndpointKind.TOKEN:
+                endpoint.rescale(self._scaled(pacing), factor)
+
+    def _scaled(self, pacing: PacingConfig) -> PacingConfig:
+        share = self._share
+        if share == 1.0:
+            return pacing
+        top = pacing.max_rate * share
+        return replace(
+            pacing,
+            initial_rate=None if pacing.initial_rate is None else pacing.initial_rate * share,
+            max_rate=top,
+            min_rate=min(pacing.min_rate, top),
+        )
 
     def seed(self, learned: Mapping[EndpointId, float]) -> None:
         """Start each endpoint's pacer from the limit a previous run learned of it
         (:meth:`machines.pacing.Pacer.seed`): those made from now on, and those made already that
-        have learned none of their own."""
+        have learned none of their own. A limit is the fleet's (:meth:`learned`): each pacer is
+        seeded with this member's share of it."""
         self._learned.update(learned)
         for name, endpoint in self._endpoints.items():
             limit = learned.get(name)
             if limit is not None:
-                endpoint.seed(limit)
+                endpoint.seed(limit * self._share)
 
     def learned(self) -> dict[EndpointId, float]:
         """Each connect endpoint's learned limit (:meth:`machines.pacing.Pacer.learned`), for those
@@ -102,7 +148,9 @@ class Endpoints:
         for name, endpoint in self._endpoints.items():
             limit = endpoint.learned()
             if limit is not None and endpoint.kind is EndpointKind.CONNECT:
-                out[name] = limit
+                # the fleet's limit: this member's part of it over its share (:meth:`scale`), so that a
+                # member that starts again with another share seeds its own part of the same limit
+                out[name] = limit / self._share
         return out
 
     def connect(self, name: EndpointId) -> Endpoint:
@@ -137,10 +185,10 @@ class Endpoints:
         if kind is not EndpointKind.TOKEN:
             pacing = self._connect if kind is EndpointKind.CONNECT else self._rest
             if pacing is not None:
-                pacer = Pacer(name, self.clock, pacing, kind=kind.value)
+                pacer = Pacer(name, self.clock, self._scaled(pacing), kind=kind.value)
                 limit = self._learned.get(name)
                 if limit is not None:
-                    pacer.seed(limit)
+                    pacer.seed(limit * self._share)
             if self._budget is not None:
                 ratio, min_per_s = self._budget
                 budget = RetryBudget(self.clock, ratio=ratio, min_per_s=min_per_s)

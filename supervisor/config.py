@@ -194,6 +194,12 @@ class AdmissionSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkn
     # it was refused at), when it is at most this old: slow start stops below it instead of crossing
     # it (docs/runtime.md, "Admission"); 0: never (every start discovers the limit again)
     learned_limit_max_age: _Seconds = 3600.0
+    # the hard tenant quota of a fleet on a PostgreSQL store (docs/runtime.md, "Admission across a
+    # fleet"): at most this many attempts a second per tenant, all members together, decided by the
+    # database for every attempt; 0: off (each member paces at its share of the shards alone)
+    tenant_quota: Annotated[float, msgspec.Meta(ge=0.0, le=100_000.0)] = 0.0
+    # ... and this many at once (GCRA's burst)
+    tenant_quota_burst: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 10
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

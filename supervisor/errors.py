@@ -255,14 +255,25 @@ class NotOwner(SupervisorError):
 
     Raised by the owner lookup (supervisor/runtime/leases.py) for a verb on such a session; the
     socket API answers it as ``NotOwner`` and ``ctl`` exits 69 (docs/socket-api.md, "Errors").
-    ``owner`` is the fleet identity of the process that owns it, when known.
+    ``owner`` is the fleet identity of the member that owns it, ``host`` what that member tells
+    clients to reach it by, ``epoch`` the shard's owner epoch: each when known (a fleet's lease
+    table says them, supervisor/fleet/owners.py; one host's leases know only their own).
     """
 
-    def __init__(self, session_id: str, shard: int, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        shard: int,
+        owner: str | None = None,
+        host: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
         self.session_id = session_id
         self.shard = shard
         self.owner = owner
-        held = f"owned by {owner}" if owner else "not owned by this process"
+        self.host = host
+        self.epoch = epoch
+        held = f"owned by {owner}" + (f" on {host}" if host else "") if owner else "not owned by this process"
         super().__init__(f"session '{session_id}' is in shard {shard}, {held}: ask the process that owns it")
 
 

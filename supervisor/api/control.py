@@ -42,6 +42,7 @@ from supervisor.api.control_sessions import SessionVerbs
 from supervisor.api.events import ControlCommand, Peer, TaxonomySwitched
 from supervisor.api.idl import service_reply
 from supervisor.api.messages import parse_subscription
+from supervisor.api.not_owner import not_owner
 from supervisor.api.protocol import (
     CONTROL,
     SERVICE,
@@ -59,17 +60,21 @@ from supervisor.attributes import AttributeService
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.distribution import VERSION
-from supervisor.errors import ApiError, ConfigError, SupervisorError, TaxonomyError
+from supervisor.errors import ApiError, ConfigError, StoreError, SupervisorError, TaxonomyError
+from supervisor.fleet.desired import REQUESTED, FleetDesk
+from supervisor.fleet.view import FleetView, fleet_wire
 from supervisor.runtime.sessions import (
     CircuitControl,
     DesiredSessions,
     ManualMove,
+    Owner,
     SessionControl,
     SessionMessaging,
     SessionOwners,
     SessionReader,
     TaxonomySwitch,
 )
+from supervisor.store.model import DesiredState
 from supervisor.taxonomy import Taxonomy, load_taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, SessionState
 
@@ -112,6 +117,13 @@ _ON_SESSIONS: Final = frozenset(
         Method.REMOVE_SESSION.value,
     }
 )
+#: the verbs on a named session any fleet member accepts (docs/socket-api.md, "A fleet"); the others
+#: answer NotOwner {owner, host, shard, epoch}. Start and stop: the desired state written here for the
+#: owner (supervisor/fleet/desired.py)
+_ANY_MEMBER: Final = frozenset({Method.START_SESSION.value, Method.STOP_SESSION.value})
+#: ... and the verbs that find each session's owner themselves: RemoveSession per id, SetAttributes (the
+#: update committed to the outbox here, its owner told)
+_EACH_ITS_OWN: Final = frozenset({Method.REMOVE_SESSION.value, Method.SET_ATTRIBUTES.value})
 #: the longest isolation ``--for`` gives (a week: a maintenance window, not a way to switch an endpoint off)
 MAX_ISOLATION_S: Final = 7 * 24 * 3600.0
 _MAX_TAXONOMY_BYTES: Final = 1 << 20
@@ -159,8 +171,14 @@ class ControlService:
         circuits: CircuitControl | None = None,
         messaging: SessionMessaging | None = None,
         owners: SessionOwners | None = None,
+        fleet: FleetDesk | None = None,
+        fleet_view: Callable[[], FleetView] | None = None,
     ) -> None:
         self.sessions = sessions
+        # a fleet member's commands for sessions other members own; None: one host, or a store of its own
+        self.fleet = fleet
+        # the fleet as this member's leases see it (Status's ``fleet``); None: not a fleet member
+        self.fleet_view = fleet_view
         # who answers for a session (the one lookup; None: this process answers for every session)
         self.owners = owners
         # manual circuit control; None: a daemon that offers none (the verbs answer Unsupported)
@@ -181,11 +199,11 @@ class ControlService:
         self._sockets = sockets
         # desired sessions and attribute updates (docs/attributes.md); None: a daemon without a store
         self.desired = desired
-        self.attribute_verbs = AttributeVerbs(attributes)
+        self.attribute_verbs = AttributeVerbs(attributes, owners=owners, fleet=fleet)
         # a message or an agent state on a live session's behalf; None: not offered (Unsupported)
         self.message_verbs = MessageVerbs(sessions, messaging)
         # sessions added and removed at run time (supervisor/api/control_sessions.py)
-        self.session_verbs = SessionVerbs(sessions, operations)
+        self.session_verbs = SessionVerbs(sessions, operations, owners=owners, fleet=fleet)
 
     # ------------------------------------------------------------------ connection
     def configure(self, *, roles: ControlRoles, handshake_timeout: float, idle_timeout: float) -> None:
@@ -266,9 +284,10 @@ class ControlService:
             self._check_role(peer, role, call)
             # every parameter's type, as the interface description declares it, before any verb runs
             check_parameters(call.method, call.parameters)
-            # a verb on a session this process does not own reaches nothing: its owner answers for it
-            self._check_owner(peer, call)
-            result = await self._dispatch(peer, call)
+            # a verb on a session this process does not own reaches nothing here: its owner answers
+            # for it, or (a fleet's start and stop) the desired state is written for the owner
+            forwarded = await self._check_owner(peer, call)
+            result = forwarded if forwarded is not None else await self._dispatch(peer, call)
         except ApiError as error:
             return b"" if oneway else encode_error(error)
         return b"" if oneway else encode_reply(result)
@@ -330,12 +349,18 @@ class ControlService:
         )(error)
         raise error
 
-    def _check_owner(self, peer: Peer, call: Call) -> None:
+    async def _check_owner(self, peer: Peer, call: Call) -> dict[str, Any] | None:
         """NotOwner (published as CONTROL_COMMAND for a verb that changes something) when a session
-        the call names is in a shard this process does not own (supervisor/runtime/leases.py)."""
+        the call names is in a shard this process does not own (supervisor/runtime/leases.py); on a
+        fleet, a start or stop of such a session is written for its owner instead (its answer)."""
         owners = self.owners
         if owners is None or call.method not in _ON_SESSIONS:
-            return
+            return None
+        fleet = self.fleet
+        if fleet is not None and call.method in _EACH_ITS_OWN:
+            # answered by the verb: here, or written for the owner (SessionVerbs.remove_sessions,
+            # AttributeVerbs.set_attributes)
+            return None
         named = call.parameters.get("sessionIds") if call.method == Method.REMOVE_SESSION else None
         ids = named if isinstance(named, list) else [call.parameters.get("sessionId")]
         for session_id in ids:
@@ -344,20 +369,60 @@ class ControlService:
             owner = owners.owner_of(session_id)
             if owner.here:
                 continue
-            held = f"owned by {owner.identity}" if owner.identity else "not owned by this process"
-            error = ApiError(
-                ApiFault.NOT_OWNER,
-                {
-                    "sessionId": session_id,
-                    "shard": owner.shard,
-                    "owner": owner.identity,
-                    "problem": f"session '{session_id}' is in shard {owner.shard}, {held}: ask its owner",
-                },
-            )
+            if fleet is not None and call.method in _ANY_MEMBER:
+                running = call.method == Method.START_SESSION
+                return await self._desire_elsewhere(peer, fleet, session_id, running)
+            error = await self._not_owner(session_id, owner)
             verb = _VERBS.get(call.method)
             if verb is not None:
                 self._published(verb, peer, session_id=session_id)(error)
             raise error
+        return None
+
+    async def _not_owner(self, session_id: str, owner: Owner) -> ApiError:
+        """``NotOwner {owner, host, shard, epoch}``: a fleet's lease table says who (one short query)."""
+        if self.fleet is not None:
+            try:
+                found = await self.fleet.locate(session_id)
+            except StoreError:
+                pass  # the database is away: who owns it is not known here now (owner null)
+            else:
+                owner = Owner(found.shard, False, found.owner, found.host, found.epoch)
+        return not_owner(session_id, owner)
+
+    async def _desire_elsewhere(
+        self, peer: Peer, fleet: FleetDesk, session_id: str, running: bool
+    ) -> dict[str, Any]:
+        """``ctl start``/``ctl stop`` of a session another member owns: its desired state written and
+        the owner told in one transaction, answered once it committed (supervisor/fleet/desired.py)."""
+        verb = "start" if running else "stop"
+        publish = self._published(verb, peer, session_id=session_id)
+        spec = self.sessions.spec(session_id)
+        # the row's own platform when this configuration does not declare it (added over a control socket)
+        platform = None
+        if spec is not None:  # the session's scope: its platform, a named tenant's NAME/<platform>
+            platform = spec.platform.value if spec.tenant is None else f"{spec.tenant}/{spec.platform.value}"
+        state = DesiredState.RUNNING if running else DesiredState.STOPPED
+        try:
+            forwarded = await fleet.desire(session_id, platform, state, None if running else "ctl stop")
+        except StoreError as exc:
+            error = ApiError(
+                ApiFault.STORE_UNAVAILABLE,
+                {"sessionId": session_id, "problem": f"{exc}; nothing was recorded"},
+            )
+            publish(error)
+            raise error from None
+        if forwarded is None:
+            error = _no_such_session(session_id)
+            publish(error)
+            raise error
+        publish(None)
+        answer: dict[str, Any] = {"sessionId": session_id, "state": REQUESTED}
+        if running:
+            previous = forwarded.previous
+            answer["reauthenticated"] = previous is not None and previous.state is not DesiredState.RUNNING
+        answer["forwarded"] = forwarded.as_wire()
+        return answer
 
     def _published(
         self,
@@ -400,6 +465,7 @@ class ControlService:
             "sessions": {"total": len(rows), "byState": dict(sorted(by_state.items()))},
             "circuits": board.circuits(),
             "sockets": self._sockets(),
+            **({} if self.fleet_view is None else {"fleet": fleet_wire(self.fleet_view())}),
         }
 
     def list_sessions(self, parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,10 @@ from typing import Any
 
 from supervisor.api.protocol import ApiFault, Method
 from supervisor.attributes import AttributeService, Refused
-from supervisor.errors import ApiError
+from supervisor.attributes.model import SubmitAnswer
+from supervisor.errors import ApiError, StoreError
+from supervisor.fleet.desired import FleetDesk
+from supervisor.runtime.sessions import SessionOwners
 from supervisor.store import Resolution
 
 __all__ = ["AttributeVerbs", "Publish"]
@@ -43,8 +46,37 @@ def _refusal(refused: Refused) -> ApiError:
 class AttributeVerbs:
     """The attribute verbs of one control service; ``service`` is None when the daemon runs without one."""
 
-    def __init__(self, service: AttributeService | None) -> None:
+    def __init__(
+        self,
+        service: AttributeService | None,
+        *,
+        owners: SessionOwners | None = None,
+        fleet: FleetDesk | None = None,
+    ) -> None:
         self._service = service
+        # a fleet member accepts an update of a session another member owns: committed to the outbox
+        # here, its owner told to send it (None: refused as NotOwner before the verb runs)
+        self._owners = owners
+        self._fleet = fleet
+
+    async def _submit_elsewhere(
+        self, service: AttributeService, session_id: str, attributes: Mapping[str, Any]
+    ) -> SubmitAnswer | None:
+        """An update of a session another fleet member owns, accepted here (None: the session is ours)."""
+        owners, fleet = self._owners, self._fleet
+        if owners is None or fleet is None or owners.owner_of(session_id).here:
+            return None
+        try:
+            conversation = await fleet.conversation_of(session_id)
+        except StoreError as exc:
+            raise Refused(
+                ApiFault.STORE_UNAVAILABLE, f"{exc}; nothing was acknowledged", path=exc.path
+            ) from None
+
+        async def tell(tenant: str, conversation_id: str) -> None:
+            await fleet.attributes_submitted(session_id, tenant, conversation_id)
+
+        return await service.submit_elsewhere(session_id, attributes, conversation, tell)
 
     def _require(self, method: str) -> AttributeService:
         if self._service is None:
@@ -93,7 +125,8 @@ class AttributeVerbs:
             service = self._require(Method.SET_ATTRIBUTES)
             if conversation_id is None:
                 assert isinstance(session_id, str)  # exactly one of them, checked above
-                answer = await service.submit(session_id, attributes)
+                elsewhere = await self._submit_elsewhere(service, session_id, attributes)
+                answer = elsewhere if elsewhere is not None else await service.submit(session_id, attributes)
             else:
                 # a conversation by id: written with ``tenant``'s credential (None: the default tenant's)
                 answer = await service.submit_conversation(conversation_id, attributes, tenant)

@@ -24,7 +24,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+import msgspec
+
 from supervisor.api.control_messages import Publish
+from supervisor.api.not_owner import not_owner
 from supervisor.api.protocol import MAX_SESSIONS_PER_CALL, ApiFault
 from supervisor.config import (
     GENESYS_CHANNELS_PER_CLIENT,
@@ -36,7 +39,9 @@ from supervisor.config import (
     session_table,
 )
 from supervisor.errors import ApiError, ChannelLimit, ConfigError, StoreError
-from supervisor.runtime.sessions import Origin, SessionControl, SessionReader
+from supervisor.fleet.desired import REQUESTED, FleetDesk
+from supervisor.runtime.sessions import Origin, SessionControl, SessionOwners, SessionReader
+from supervisor.store.model import DesiredSession, DesiredState
 
 __all__ = ["MAX_SESSIONS_PER_CALL", "SessionVerbs"]
 
@@ -67,9 +72,25 @@ def _refused(error: ApiError) -> dict[str, Any]:
 class SessionVerbs:
     """AddSession and RemoveSession of one control service (module docstring)."""
 
-    def __init__(self, sessions: SessionReader, operations: SessionControl) -> None:
+    def __init__(
+        self,
+        sessions: SessionReader,
+        operations: SessionControl,
+        *,
+        owners: SessionOwners | None = None,
+        fleet: FleetDesk | None = None,
+    ) -> None:
         self._sessions = sessions
         self._operations = operations
+        # who owns a session's shard (None: this process, every session), and a fleet member's
+        # commands for the sessions other members own (None: refused as NotOwner)
+        self._owners = owners
+        self._fleet = fleet
+
+    def _elsewhere(self, session_id: str) -> bool:
+        """A fleet member that does not own ``session_id``'s shard writes its row for the owner."""
+        owners = self._owners
+        return self._fleet is not None and owners is not None and not owners.owner_of(session_id).here
 
     async def add_sessions(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
         entries = parameters.get("sessions")
@@ -143,6 +164,20 @@ class SessionVerbs:
             taken.add(spec.id)
             accepted.append((index, spec))
             results.append(None)
+        owners = self._owners
+        if owners is not None and self._fleet is None:
+            # no fleet to record them for their owners (one host's leases, a store of its own): refused
+            for index, spec in list(accepted):
+                owner = owners.owner_of(spec.id)
+                if not owner.here:
+                    error = not_owner(spec.id, owner)
+                    publish("sessions.add", spec.id, None)(error)
+                    results[index] = {**_refused(error), "index": index}
+                    accepted.remove((index, spec))
+        elsewhere = [(index, spec) for index, spec in accepted if self._elsewhere(spec.id)]
+        if elsewhere:
+            accepted = [(index, spec) for index, spec in accepted if not self._elsewhere(spec.id)]
+            await self._add_elsewhere(publish, elsewhere, results)
         if accepted:
             try:
                 runners = await self._operations.add_sessions([spec for _, spec in accepted])
@@ -170,6 +205,61 @@ class SessionVerbs:
             "refused": sum(1 for r in done if not r["added"]),
         }
 
+    async def _add_elsewhere(
+        self,
+        publish: Publish,
+        entries: list[tuple[int, SessionSpec]],
+        results: list[dict[str, Any] | None],
+    ) -> None:
+        """Entries whose shards other members own: kept in the store for them (origin ``api``, as an
+        owner keeps its own) and each owner told, in one transaction (supervisor/fleet/desired.py)."""
+        fleet = self._fleet
+        assert fleet is not None
+        rows = [
+            DesiredSession(
+                spec.id,
+                # the session's scope: its platform, a named tenant's NAME/<platform>
+                spec.platform.value if spec.tenant is None else f"{spec.tenant}/{spec.platform.value}",
+                DesiredState.RUNNING,
+                None,
+                origin=Origin.API.value,
+                spec=msgspec.json.encode(spec).decode(),
+            )
+            for _, spec in entries
+        ]
+        try:
+            forwarded = await fleet.add(rows)
+        except StoreError as exc:
+            error = ApiError(ApiFault.NO_STORE, {"problem": f"{ORIGIN}: {exc}; nothing was added"})
+            for _, spec in entries:
+                publish("sessions.add", spec.id, None)(error)
+            raise error from None
+        for (index, spec), done in zip(entries, forwarded, strict=True):
+            if done is None:  # another member's control socket added it first
+                error = ApiError(
+                    ApiFault.SESSION_EXISTS,
+                    {
+                        "index": index,
+                        "sessionId": spec.id,
+                        "origin": Origin.API.value,
+                        "problem": f"{ORIGIN}: sessions[{index}].id: session '{spec.id}' exists "
+                        f"({_said(Origin.API.value)})",
+                    },
+                )
+                publish("sessions.add", spec.id, None)(error)
+                results[index] = _refused(error)
+                continue
+            publish("sessions.add", spec.id, None)(None)
+            results[index] = {
+                "added": True,
+                "sessionId": spec.id,
+                "platform": spec.platform.value,
+                "kind": spec.kind.value,
+                "state": REQUESTED,
+                "origin": Origin.API.value,
+                "forwarded": done.as_wire(),
+            }
+
     async def remove_sessions(self, publish: Publish, parameters: Mapping[str, Any]) -> dict[str, Any]:
         ids = parameters.get("sessionIds")
         if not isinstance(ids, list) or not 0 < len(ids) <= MAX_SESSIONS_PER_CALL:
@@ -193,6 +283,9 @@ class SessionVerbs:
         for session_id in ids:
             announce: Callable[[ApiError | None], None] = publish("sessions.remove", session_id, None)
             origin = self._sessions.origin_of(session_id)
+            if origin is not Origin.CONFIG and self._elsewhere(session_id):
+                results.append(await self._remove_elsewhere(announce, session_id))
+                continue
             if origin is None:
                 error = ApiError(
                     ApiFault.NO_SUCH_SESSION,
@@ -217,6 +310,36 @@ class SessionVerbs:
                 {"sessionId": session_id, "removed": False, "error": error.name, **error.parameters}
             )
         return {"results": results, "removed": sum(1 for r in results if r["removed"])}
+
+    async def _remove_elsewhere(
+        self, announce: Callable[[ApiError | None], None], session_id: str
+    ) -> dict[str, Any]:
+        """``RemoveSession`` of a session another member owns: its row forgotten and the owner told."""
+        fleet = self._fleet
+        assert fleet is not None
+        try:
+            forwarded = await fleet.remove(session_id)
+        except StoreError as exc:
+            error = ApiError(
+                ApiFault.STORE_UNAVAILABLE,
+                {"sessionId": session_id, "problem": f"{exc}; nothing was removed"},
+            )
+            announce(error)
+            raise error from None
+        if forwarded is None:
+            error = ApiError(
+                ApiFault.NO_SUCH_SESSION,
+                {"sessionId": session_id, "problem": f"no session '{session_id}' was added"},
+            )
+            announce(error)
+            return {"sessionId": session_id, "removed": False, "error": error.name, **error.parameters}
+        announce(None)
+        return {
+            "sessionId": session_id,
+            "removed": True,
+            "state": REQUESTED,
+            "forwarded": forwarded.as_wire(),
+        }
 
 
 def _said(origin: str) -> str:

@@ -116,15 +116,25 @@ type Count (total: int, byState: [string]int)
 # tenant: a named tenant's endpoint (NAME/genesys:api); absent for the default tenant's
 type Circuit (endpoint: string, circuitId: string, state: string, tenant: ?string)
 
+# A fleet member's view of the fleet (absent on one host): its members and each shard's owner and epoch.
+type FleetMember (member: string, host: string, state: string, live: bool, shards: int,
+  heartbeatAgeSeconds: ?float, mine: bool)
+type FleetShard (shard: int, owner: ?string, epoch: int, mine: bool)
+# problem: why the view is as the member last read it (the database cannot be reached now)
+type Fleet (member: string, problem: ?string, members: []FleetMember, shards: []FleetShard)
+# A verb accepted for a session another fleet member owns: recorded for it (state "requested").
+type Forwarded (owner: ?string, host: ?string, shard: int, epoch: int)
+
 method Status() -> (bootId: string, uptimeSeconds: float, startedAt: string, version: string,
-  taxonomy: string, draining: bool, sessions: Count, circuits: []Circuit, sockets: object)
+  taxonomy: string, draining: bool, sessions: Count, circuits: []Circuit, sockets: object, fleet: ?Fleet)
 method ListSessions(sessions: ?[]string, platforms: ?[]string, states: ?[]string) -> (sessions: []Session)
 method ShowSession(sessionId: string) -> (session: Session)
 # A configured session that is not running (never started, stopped, or terminated by a fail-fast):
 # a new runner, a full authentication cycle.
-method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool)
+method StartSession(sessionId: string) -> (sessionId: string, state: string, reauthenticated: bool,
+  forwarded: ?Forwarded)
 # Close 1000 (CXone: end the agent session); idempotent.
-method StopSession(sessionId: string) -> (sessionId: string, state: string)
+method StopSession(sessionId: string) -> (sessionId: string, state: string, forwarded: ?Forwarded)
 # Drain like SIGTERM, then exit. With a store the sessions are handed over (left alive for the next
 # start: handover true); endSessions ends them on the platform instead (closeSession, DELETE).
 method Drain(endSessions: ?bool) -> (draining: bool, handover: bool)
@@ -203,7 +213,7 @@ error NotIsolated (endpoint: string, state: string, problem: string)
 # A notifications session would need one more channel than its OAuth client may hold (channels of topics each).
 error ChannelLimit (index: int, sessionId: string, channels: int, topics: int, problem: string)
 # The session's shard is not owned by this process (owner: the fleet identity of the one that owns it, when known).
-error NotOwner (sessionId: string, shard: int, owner: ?string, problem: string)
+error NotOwner (sessionId: string, shard: int, owner: ?string, host: ?string, epoch: ?int, problem: string)
 """
 )
 

@@ -18,7 +18,7 @@ socket takes it, every connection is closed and both socket files are removed (i
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from supervisor.attributes import AttributeService
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import SocketsConfig
+from supervisor.fleet.desired import FleetDesk
+from supervisor.fleet.view import FleetView
 from supervisor.runtime.main import Service
 from supervisor.runtime.sessions import (
     CircuitControl,
@@ -76,6 +78,8 @@ class SocketApi:
         messaging: SessionMessaging | None = None,
         platform: PlatformEvents | None = None,
         owners: SessionOwners | None = None,
+        fleet: FleetDesk | None = None,
+        fleet_view: Callable[[], FleetView] | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
@@ -122,6 +126,8 @@ class SocketApi:
             circuits=circuit_control,
             messaging=messaging,
             owners=owners,
+            fleet=fleet,
+            fleet_view=fleet_view,
         )
         common: dict[str, Any] = {
             "mode": config.mode_bits,

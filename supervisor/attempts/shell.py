@@ -36,7 +36,7 @@ from typing import Final, Protocol
 import anyio
 
 from machines.effects import CircuitEffect, CircuitManual
-from machines.endpoint import QUIET, Endpoint, Refused, Ticket, Wait
+from machines.endpoint import QUIET, Endpoint, EndpointKind, Refused, Ticket, Wait
 from machines.pacing import PacerReport
 from machines.registry import Endpoints
 from supervisor.clock import Clock
@@ -45,7 +45,18 @@ from supervisor.taxonomy import SdkErrorEvent
 from supervisor.taxonomy.headers import RateLimitReading
 from supervisor.vocabulary import CircuitState, EndpointId
 
-__all__ = ["SILENT", "Attempts", "Flight", "Gate", "Late", "Pending", "Refused", "Reports", "Sleep"]
+__all__ = [
+    "SILENT",
+    "Attempts",
+    "Flight",
+    "Gate",
+    "Late",
+    "Pending",
+    "Refused",
+    "Reports",
+    "Sleep",
+    "TenantQuota",
+]
 
 Sleep = Callable[[float], Awaitable[None]]
 #: what the endpoint answered an attempt that may not go at once (to wait on, or a refusal)
@@ -79,14 +90,28 @@ class Late:
     wait_s: float
 
 
+#: the hard tenant quota's question for one attempt of a tenant: 0 admitted, else seconds to wait
+#: before asking again (supervisor/fleet/quota.py)
+TenantQuota = Callable[[str], Awaitable[float]]
+
+
 class Attempts:
     """The gates of every endpoint, over one :class:`~machines.registry.Endpoints`."""
 
-    __slots__ = ("_gates", "endpoints")
+    __slots__ = ("_gates", "_quota", "endpoints")
 
     def __init__(self, endpoints: Endpoints) -> None:
         self.endpoints = endpoints
         self._gates: dict[EndpointId, Gate] = {}
+        self._quota: TenantQuota | None = None
+
+    def limit_tenants(self, quota: TenantQuota | None) -> None:
+        """Ask ``quota`` for every attempt of a connect or REST endpoint (its tenant's), right before
+        it leaves: the hard tenant quota of a fleet (docs/runtime.md, "Admission across a fleet");
+        None: no quota. The gates made already and those made from now on."""
+        self._quota = quota
+        for gate in self._gates.values():
+            gate.limit(quota)
 
     def connect(self, name: EndpointId) -> Gate:
         """The gate of a session's connection attempts (paced from the start, places in flight)."""
@@ -106,6 +131,8 @@ class Attempts:
         endpoint = made(name)  # (checks the kind of an endpoint made before)
         if gate is None:
             gate = self._gates[name] = Gate(endpoint, self.endpoints.clock)
+            if self._quota is not None:
+                gate.limit(self._quota)
         return gate
 
 
@@ -123,7 +150,7 @@ class _Waiter:
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
-    __slots__ = ("_clock", "_endpoint", "_held", "_waiters", "endpoint_id")
+    __slots__ = ("_clock", "_endpoint", "_held", "_quota", "_waiters", "endpoint_id")
 
     def __init__(self, endpoint: Endpoint, clock: Clock) -> None:
         self.endpoint_id = endpoint.endpoint_id
@@ -132,6 +159,21 @@ class Gate:
         self._waiters: deque[_Waiter] = deque()
         # the waits of callers the isolation refused, woken when it ends (:meth:`woken_on_release`)
         self._held: set[anyio.CancelScope] = set()
+        # the hard tenant quota's question for this endpoint's tenant (:meth:`limit`); None: none
+        self._quota: Callable[[], Awaitable[float]] | None = None
+
+    def limit(self, quota: TenantQuota | None) -> None:
+        """Every attempt asks ``quota`` for its tenant right before it leaves (token endpoints: never,
+        a token serves every session of its credential)."""
+        if quota is None or self._endpoint.kind is EndpointKind.TOKEN:
+            self._quota = None
+            return
+        tenant = self.endpoint_id.tenant
+
+        async def ask() -> float:
+            return await quota(tenant)
+
+        self._quota = ask
 
     @property
     def circuit_id(self) -> str:
@@ -235,6 +277,17 @@ class Gate:
                 scope.cancel()
         return effects
 
+    # -- a peer of the fleet (docs/runtime.md, "Admission across a fleet") ------------------------
+
+    def hold(self, until: float) -> bool:
+        """A peer was told Retry-After for this endpoint: nothing leaves before ``until`` (monotonic)
+        here either (``Endpoint.hold``). True when it lengthened the hold."""
+        return self._endpoint.hold(until)
+
+    def open_for_peer(self, for_s: float, reports: Reports) -> tuple[CircuitEffect, ...]:
+        """A peer's circuit of this endpoint opened for ``for_s`` more seconds: so does this one."""
+        return self._moved(self._endpoint.open_for_peer(for_s), reports)
+
     # -- the endpoint's other inputs -----------------------------------------------------------
 
     def lost(self, reports: Reports) -> None:
@@ -334,7 +387,8 @@ class Flight:
     def leave_at_once(self) -> bool:
         """The attempt leaves now when its endpoint keeps no places in flight (the hot path: nothing
         awaited); False: :meth:`leave` it."""
-        if self._stage != _ADMITTED or self._gate._endpoint.keeps_places:
+        gate = self._gate
+        if self._stage != _ADMITTED or gate._endpoint.keeps_places or gate._quota is not None:
             return False
         self.sent_at = self._gate._clock.monotonic()
         self._stage = _LEFT
@@ -349,16 +403,21 @@ class Flight:
         gate = self._gate
         endpoint, clock = gate._endpoint, gate._clock
         queued_at = clock.monotonic()
-        if await gate._place():
-            self._placed = True
-            try:
+        placed = self._placed = await gate._place()
+        try:
+            if placed:
                 while (held := endpoint.held_for()) > 0:
                     await self._sleep(held)
                 while (extra := endpoint.respace(queued_at)) > 0:
                     await self._sleep(extra)
-            except BaseException:
-                self.abandon()
-                raise
+            quota = gate._quota
+            if quota is not None:
+                # the hard tenant quota: the fleet's one decision for this attempt, last
+                while (wait := await quota()) > 0:
+                    await self._sleep(wait)
+        except BaseException:
+            self.abandon()
+            raise
         self.sent_at = clock.monotonic()
         self._stage = _LEFT
 

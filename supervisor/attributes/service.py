@@ -12,8 +12,9 @@ here too.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,6 +72,11 @@ class Targets(Protocol):
 
     def accept(self, session_id: str) -> Accepted:
         """The session may take updates now; raises Refused (unknown, terminated, no conversation, CXone)."""
+
+    def accept_elsewhere(self, session_id: str, conversation_id: str | None) -> Accepted:
+        """A session another fleet member owns may take updates (accepted here, sent by its owner):
+        a Genesys session of the configuration, with a conversation (configured, or ``conversation_id``
+        from the session ledger); raises Refused (unknown, no conversation, CXone, no credential)."""
 
     def accept_conversation(self, conversation_id: str, tenant: str | None = None) -> Accepted:
         """Updates by conversation id with no session may go to Genesys now, with ``tenant``'s credential
@@ -140,6 +146,32 @@ class AttributeService:
             self.counters["rejected"] += 1
             raise
 
+    async def submit_elsewhere(
+        self,
+        session_id: str,
+        attributes: Mapping[str, object],
+        conversation_id: str | None,
+        tell: Callable[[str, str], Awaitable[None]],
+    ) -> SubmitAnswer:
+        """Queue an update of a session another fleet member owns: committed to the outbox here, not
+        scheduled here; ``tell(tenant, conversation)`` then tells its owner, which sends it
+        (supervisor/fleet/desired.py). Raises Refused, or Backpressured (try later)."""
+        self.counters["submitted"] += 1
+        try:
+            accepted = self._targets.accept_elsewhere(session_id, conversation_id)
+            answer = await self._submit(session_id, attributes, accepted=accepted)
+        except Backpressured:
+            self.counters["refused"] += 1
+            raise
+        except Refused:
+            self.counters["rejected"] += 1
+            raise
+        # acknowledged whatever comes of the notice: the row is the update, and the shard's next
+        # acquisition loads it if the owner missed the notice
+        with contextlib.suppress(StoreError):
+            await tell(accepted.tenant, accepted.conversation_id)
+        return answer
+
     async def submit_conversation(
         self, conversation_id: str, attributes: Mapping[str, object], tenant: str | None = None
     ) -> SubmitAnswer:
@@ -162,6 +194,8 @@ class AttributeService:
         attributes: Mapping[str, object],
         conversation_id: str | None = None,
         tenant: str | None = None,
+        *,
+        accepted: Accepted | None = None,
     ) -> SubmitAnswer:
         try:
             values = check_attributes(attributes)
@@ -170,9 +204,11 @@ class AttributeService:
         if not self._accepting:
             raise Refused(ApiFault.NOT_ACCEPTING, "the daemon is draining: updates are not accepted")
         store = self._require_store()
-        if session_id is not None:
+        # given: another fleet member's session, whose owner sends it; else sent from here
+        here = accepted is None
+        if accepted is None and session_id is not None:
             accepted = self._targets.accept(session_id)
-        else:
+        elif accepted is None:
             assert conversation_id is not None
             accepted = self._targets.accept_conversation(conversation_id, tenant)
         tenant = accepted.tenant
@@ -195,11 +231,20 @@ class AttributeService:
             self._refuse(tenant, result.depth)
         # committed: a crash from here on loses no acknowledged update, only (at worst) its answer
         self.counters["acknowledged"] += 1
-        self._owner[accepted.conversation_id] = (tenant, session_id)
-        self.scheduler.after(Work(Kind.SEND, tenant, accepted.conversation_id), 0.0)
+        if here:
+            self._owner[accepted.conversation_id] = (tenant, session_id)
+            self.scheduler.after(Work(Kind.SEND, tenant, accepted.conversation_id), 0.0)
         return SubmitAnswer(
             result.update_id, session_id, accepted.conversation_id, result.coalesced, result.depth
         )
+
+    def accepted_elsewhere(self, tenant: str, session_id: str | None, conversation_id: str) -> None:
+        """An update another fleet member accepted into the outbox for a session owned here: its send
+        is scheduled as this member's own acknowledged updates are (the outbox row is the update)."""
+        if not self._accepting:
+            return  # draining: the row stays queued for the shard's next owner
+        self._owner[conversation_id] = (tenant, session_id)
+        self.scheduler.after(Work(Kind.SEND, tenant, conversation_id), 0.0)
 
     def _require_store(self) -> Store:
         if self.store is None:

@@ -113,7 +113,49 @@ def status(as_json: bool) -> None:
             f"{name} socket: {stats['path']}: {stats['connections']} connections{extra}, "
             f"{stats['refusedPeers']} peers refused{denied}"
         )
+    fleet = result.get("fleet")
+    if isinstance(fleet, dict):
+        lines.extend(_fleet_lines(fleet))
     _emit(result, as_json, "\n".join(lines))
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-3, 7, 9-12``: shard numbers as runs."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
+def _fleet_lines(fleet: dict[str, Any]) -> list[str]:
+    """Status's fleet section (docs/socket-api.md, "A fleet"): the members, then this member's shards."""
+    shards = fleet["shards"]
+    mine = [s for s in shards if s["mine"]]
+    lines = [
+        f"fleet: member {fleet['member']}, {len(fleet['members'])} members, "
+        f"{len(mine)} of {len(shards)} shards mine"
+    ]
+    if fleet.get("problem"):
+        lines.append(f"  as last read: {fleet['problem']}")
+    for m in fleet["members"]:
+        this = " (this daemon)" if m["mine"] else ""
+        age = m.get("heartbeatAgeSeconds")
+        heard = "" if age is None else f", heartbeat {age:.1f} s ago"
+        silent = "" if m.get("live", True) else ", silent"
+        lines.append(
+            f"  member {m['member']} on {m['host']}: {m['state']}{silent}, {m['shards']} shards{heard}{this}"
+        )
+    if mine:
+        epochs = sorted({s["epoch"] for s in mine})
+        span = str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
+        lines.append(f"  mine: shards {_ranges([s['shard'] for s in mine])} (epochs {span})")
+    free = [s["shard"] for s in shards if s["owner"] is None]
+    if free:
+        lines.append(f"  unowned: shards {_ranges(free)}")
+    return lines
 
 
 @ctl.group(invoke_without_command=True)
@@ -239,11 +281,11 @@ def stop(
 
 def _started(result: dict[str, Any]) -> str:
     again = " (re-authenticating)" if result.get("reauthenticated") else ""
-    return f"started {result['sessionId']}: {result['state']}{again}"
+    return f"started {result['sessionId']}: {result['state']}{again}{ctl_sessions.forwarded_note(result)}"
 
 
 def _stopped(result: dict[str, Any]) -> str:
-    return f"stopped {result['sessionId']}: {result['state']}"
+    return f"stopped {result['sessionId']}: {result['state']}{ctl_sessions.forwarded_note(result)}"
 
 
 def _start_or_stop(

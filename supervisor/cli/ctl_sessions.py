@@ -42,6 +42,7 @@ __all__ = [
     "act",
     "act_options",
     "add_command",
+    "forwarded_note",
     "remove_command",
     "selected",
     "selector_options",
@@ -61,6 +62,15 @@ _ORIGINS = ("config", "api")
 def _short(name: str) -> str:
     """An error's own name (``SessionExists``), as the other verbs' refusals print it."""
     return name.rpartition(".")[2]
+
+
+def forwarded_note(result: dict[str, Any]) -> str:
+    """Who acts on a command a fleet member recorded for another member's session (``forwarded``)."""
+    to = result.get("forwarded")
+    if not isinstance(to, dict):
+        return ""
+    who = f"{to['owner']} on {to['host']}" if to.get("owner") else "its next owner (the shard is free)"
+    return f": recorded for {who}, shard {to['shard']} epoch {to['epoch']}"
 
 
 def _write(obj: Any) -> None:
@@ -354,7 +364,10 @@ def add_command() -> click.Command:
                         result = {"line": number, **result}
                     done = result.get("added")
                     failures += not _report(
-                        result, done, f"added {result.get('sessionId')}: {result.get('state')}", as_json
+                        result,
+                        done,
+                        f"added {result.get('sessionId')}: {result.get('state')}{forwarded_note(result)}",
+                        as_json,
                     )
         if failures:
             raise click.exceptions.Exit(1)
@@ -381,7 +394,9 @@ def remove_command() -> click.Command:
                     raise _refused_call(error, as_json) from None
                 for result in answer["results"]:
                     done = result.get("removed")
-                    failures += not _report(result, done, f"removed {result.get('sessionId')}", as_json)
+                    failures += not _report(
+                        result, done, f"removed {result.get('sessionId')}{forwarded_note(result)}", as_json
+                    )
         if failures:
             raise click.exceptions.Exit(1)
 

@@ -6,5 +6,12 @@
 * :mod:`.leases`: :class:`~supervisor.fleet.leases.PgLeases`, the leases kept in ``shard_leases``;
 * :mod:`.events`: ``FLEET_DEGRADED`` and ``FLEET_RECOVERED``;
 * :mod:`.member`: a ``[store] url`` daemon made a fleet member;
-* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members).
+* :mod:`.bus`: the fleet bus (LISTEN/NOTIFY between members);
+* :mod:`.admission`: throttles and circuit openings shared, the rates at the member's share of the shards;
+* :mod:`.quota`: the hard tenant quota (GCRA in the store);
+* :mod:`.sharing`: a ``[store] url`` daemon's bus and admission across members, built and served;
+* :mod:`.owners`: who owns a shard (``NotOwner {owner, host, shard, epoch}``);
+* :mod:`.view`: the fleet as ``ctl status`` shows it;
+* :mod:`.desired`: the desired state of a session another member owns, written for it, its owner told;
+* :mod:`.follow`: the owner's side, following what other members wrote for its sessions.
 """

@@ -52,8 +52,10 @@ from supervisor.clock import Clock, Rng
 from supervisor.config import Config, SessionSpec, SocketsConfig, load_config
 from supervisor.errors import ConfigError
 from supervisor.events import DaemonForcedExit, DaemonStarted, DaemonStopped, DaemonStopping
+from supervisor.fleet.sharing import fleet_sharing
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.durable import Durable
+from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.leases import Leases
 from supervisor.runtime.lock import DaemonLock, default_lock_path
 from supervisor.runtime.logrecords import LogRecords
@@ -72,7 +74,9 @@ if TYPE_CHECKING:
 
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
+    from supervisor.fleet.desired import FleetDesk
     from supervisor.fleet.leases import PgLeases
+    from supervisor.fleet.view import FleetView
     from supervisor.telemetry import ExportSettings, Telemetry
 
 __all__ = [
@@ -345,7 +349,27 @@ class Daemon:
             follow_reloads(fleet, bus, lambda: supervisor.config)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
-            forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
+            # on a PostgreSQL store: the fleet bus, throttles and circuit openings shared with the other
+            # members, the rates at this member's share (docs/runtime.md, "Admission across a fleet")
+            sharing = fleet_sharing(
+                config,
+                attempts=wiring.attempts,
+                events=bus,
+                leases=supervisor.leases,
+                clock=wiring.clock,
+                reports=BusHooks(bus, wiring.clock),
+                config_dir=wiring.config_dir,
+                environ=options.environ,
+                warn=warn,
+            )
+            if sharing is not None:
+                # the commands other members write for this member's sessions, followed (registered
+                # before the bus serves: supervisor/fleet/follow.py)
+                supervisor.follower.register(sharing.bus)
+            shared = () if sharing is None else (sharing.serve,)
+            forced = await self._run(
+                wiring, supervisor, durable, telemetry, stdout, stop, signals, warn, shared
+            )
         finally:
             if fleet is not None:
                 # after the drain handed the sessions over: every shard freed at once for the peers
@@ -373,11 +397,13 @@ class Daemon:
         stop: anyio.Event,
         signals: SignalReceiver,
         warn: Say,
+        fleet: Sequence[Service] = (),
     ) -> bool:
         """The services built around the supervisor, then the lifecycle; True when the exit was forced."""
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
         sessions = supervisor.sessions
         services: list[Service] = [] if stdout is None else [stdout.serve]
+        services.extend(fleet)
         tap = wiring.taxonomy_tap
         if tap.shadow is not None:
             # a shadow pair's divergences held past its minute are reported by this service
@@ -531,6 +557,7 @@ def socket_api(
     from supervisor.api.server import SocketApi
 
     wiring = supervisor.wiring
+    fleet, fleet_view = fleet_of(supervisor, durable)
     return SocketApi(
         supervisor.sessions,
         supervisor,
@@ -550,7 +577,26 @@ def socket_api(
         messaging=supervisor,
         platform=wiring.platform_events,
         owners=supervisor.owners,
+        fleet=fleet,
+        fleet_view=fleet_view,
     )
+
+
+def fleet_of(
+    supervisor: Supervisor, durable: Durable | None
+) -> tuple[FleetDesk | None, Callable[[], FleetView] | None]:
+    """A fleet member's commands for other members' sessions and its view of the fleet (``ctl status``):
+    a member is a daemon whose leases say the fleet (``fleet_view``: PgLeases) over a PostgreSQL store;
+    one host (SoloLeases, or a SQLite store) has neither."""
+    from supervisor.fleet.desired import FleetDesk, Transactions
+    from supervisor.fleet.view import FleetViews
+
+    leases = supervisor.leases
+    store = None if durable is None else durable.store
+    if not isinstance(leases, FleetViews) or not isinstance(store, Transactions):
+        return None, None
+    clock = supervisor.wiring.clock
+    return FleetDesk(store, leases.identity, clock.time), leases.fleet_view
 
 
 class _ApiSockets:

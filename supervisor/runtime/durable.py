@@ -572,6 +572,35 @@ class Durable:
         if self.store is not None:
             await self._quietly(self.store.forget_desired(session_id))
 
+    async def reread(self, session_id: str) -> DesiredSession | None:
+        """The session's desired row read again (another fleet member wrote it: supervisor/fleet/follow.py)."""
+        store = self.store
+        if store is None:
+            return self.desired.get(session_id)
+        row = (await store.desired_sessions({shard_of(session_id)})).get(session_id)
+        if row is None:
+            self.desired.pop(session_id, None)
+        else:
+            self.desired[session_id] = row
+        return row
+
+    async def reread_shards(self, shards: Collection[int]) -> dict[str, DesiredSession]:
+        """The desired rows of ``shards`` read again (kept as what the book knows)."""
+        store = self.store
+        wanted = frozenset(shards)
+        if store is None:
+            return _of(self.desired, wanted)
+        rows = await store.desired_sessions(wanted)
+        for session_id in [k for k in self.desired if shard_of(k) in wanted and k not in rows]:
+            del self.desired[session_id]
+        self.desired.update(rows)
+        return rows
+
+    def follow_attributes(self, session_id: str, tenant: str, conversation_id: str) -> None:
+        """An update of ``session_id`` another fleet member accepted into the outbox: sent from here."""
+        if self.store is not None:
+            self.attributes.accepted_elsewhere(tenant, session_id, conversation_id)
+
     def draining(self) -> None:
         self.attributes.drain()
 

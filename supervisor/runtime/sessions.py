@@ -36,6 +36,7 @@ from anyio.abc import TaskStatus
 
 from supervisor.config import Config, SessionSpec
 from supervisor.runtime.session_runner import SessionRunner
+from supervisor.store.model import DesiredSession
 from supervisor.taxonomy import Taxonomy
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
 
@@ -77,11 +78,14 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class Owner:
     """Who answers for a session: its shard, whether this process owns it, and the owner's fleet
-    identity when known (this process's when ``here``)."""
+    identity when known (this process's when ``here``), with the host it is reached on and the
+    shard's owner epoch when a fleet's lease table said them (supervisor/fleet/owners.py)."""
 
     shard: int
     here: bool
     identity: str | None = None
+    host: str | None = None
+    epoch: int | None = None
 
 
 class SessionOwners(Protocol):
@@ -283,6 +287,16 @@ class SessionBook(Protocol):
 
     async def forget(self, session_id: str) -> None:
         """The session left the configuration."""
+
+    def follow_attributes(self, session_id: str, tenant: str, conversation_id: str) -> None:
+        """An attribute update of ``session_id`` another fleet member accepted into the outbox: send it."""
+
+    async def reread_shards(self, shards: Collection[int]) -> dict[str, DesiredSession]:
+        """The desired rows of ``shards`` read again from the store, kept (by session id)."""
+
+    async def reread(self, session_id: str) -> DesiredSession | None:
+        """The session's desired row read again from the store (another fleet member wrote it), kept
+        as what the book knows of it; None: it has none. Raises StoreError when it cannot be read."""
 
     def hands_over(self) -> bool:
         """A drain leaves the sessions alive for the next start (a store that can write, and the

@@ -30,6 +30,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
+from supervisor.fleet.follow import DesiredFollower, Follow, decide
 from supervisor.runtime.circuits import ManualCircuits
 from supervisor.runtime.leases import Lease, LeaseOwners, Leases, SoloLeases
 from supervisor.runtime.platform_sinks import session_describer
@@ -37,6 +38,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import SessionBook, SessionTable
 from supervisor.runtime.tenancy import scope_of, spec_scope
 from supervisor.runtime.wiring import Rotation, Wiring
+from supervisor.store.model import DesiredSession
 from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel
 from supervisor.vocabulary import CircuitState, CloseCode, EndpointId, Scope, SessionState
@@ -97,6 +99,15 @@ class Supervisor:
         self.owners = LeaseOwners(self.leases)
         # runners abandoned because their shard was lost: their end writes nothing to the store
         self._abandoned: set[SessionRunner] = set()
+        #: the commands other fleet members wrote for sessions of ours, followed (the fleet bus's
+        #: ``ss_desired`` and ``ss_attributes`` handlers: supervisor/fleet/follow.py)
+        self.follower = DesiredFollower(
+            self.leases.identity,
+            owns=self.owns,
+            follow=self.follow_desired,
+            attributes=None if book is None else book.follow_attributes,
+            everything=self.follow_every_desired,
+        )
 
     @property
     def config(self) -> Config:
@@ -144,6 +155,8 @@ class Supervisor:
                 await tg.start(self.wiring.channel_pools.serve)
                 if self.book is not None:
                     await tg.start(self.book.serve)
+                # what other fleet members write for our sessions, followed from the first shard on
+                await tg.start(self.follower.serve)
                 # start-up goes through the leases: each shard acquired is loaded and its sessions started
                 await tg.start(self.leases.serve, self)
                 task_status.started()
@@ -195,6 +208,48 @@ class Supervisor:
                 runner.hand_over()
         if self.book is not None:
             self.book.release(gone)
+
+    async def follow_desired(self, session_id: str) -> None:
+        """Another fleet member wrote the desired row of a session of ours: re-read, and do what it says
+        (supervisor/fleet/follow.py, ``decide``); the row is already written, so nothing is written back."""
+        book = self.book
+        if book is None or self._tg is None or self.draining.is_set() or not self.owns(session_id):
+            return
+        await self._follow_row(session_id, await book.reread(session_id))
+
+    async def _follow_row(self, session_id: str, row: DesiredSession | None) -> None:
+        """Do what ``row`` (just read) asks of a session of ours (supervisor/fleet/follow.py, ``decide``)."""
+        book = self.book
+        if book is None or self._tg is None or self.draining.is_set():
+            return
+        runner = self.runners.get(session_id)
+        running = runner is not None and not runner.core.terminated
+        action = decide(row, running=running, added=session_id in self.sessions.added)
+        if action is Follow.START:
+            spec = self.sessions.spec(session_id)
+            if spec is None:
+                # added over another member's control socket: its entry is the row's
+                spec = next((s for s in book.added_sessions(self.config) if s.id == session_id), None)
+                if spec is None:
+                    return  # this configuration cannot run it (its platform's table gone)
+                self.sessions.add(spec)
+                self._count_added()
+            self.start(spec)
+        elif action is Follow.STOP:
+            await self.stop(session_id, CloseCode.NORMAL_CLOSURE)
+        elif action is Follow.REMOVE:
+            await self.remove_session(session_id)
+
+    async def follow_every_desired(self) -> None:
+        """Every desired row of the owned shards followed again (the fleet bus lost notices while it
+        was reconnecting): each session whose row another member changed meanwhile is acted on."""
+        book = self.book
+        if book is None:
+            return
+        rows = await book.reread_shards(self.leases.owned().keys())
+        for session_id in sorted(rows.keys() | self.sessions.added.keys()):
+            if self.owns(session_id):
+                await self._follow_row(session_id, rows.get(session_id))
 
     def start(self, spec: SessionSpec, resume: Mapping[str, str] | None = None) -> SessionRunner:
         """Start supervising one session (a new machine: a full authentication cycle, or, at start-up,

@@ -82,6 +82,31 @@ class SessionTargets:
             )
         return Accepted(key, conversation)
 
+    def accept_elsewhere(self, session_id: str, conversation_id: str | None) -> Accepted:
+        # another fleet member runs it: what this member knows is its configuration entry, and the
+        # conversation the session ledger holds (its owner wrote it when the session opened)
+        spec = self._sessions.spec(session_id)
+        if spec is None:
+            raise Refused(
+                ApiFault.NO_SUCH_SESSION, f"no configured session '{session_id}'", sessionId=session_id
+            )
+        if spec.platform is not Platform.GENESYS:
+            raise Refused(
+                ApiFault.UNSUPPORTED,
+                f"session '{session_id}' is a CXone agent session: the daemon writes no CXone contact "
+                "data (docs/attributes.md says why)",
+                sessionId=session_id,
+            )
+        key = self._credential(spec.tenant, sessionId=session_id)
+        conversation = spec.conversation_id or conversation_id
+        if conversation is None:
+            raise Refused(
+                ApiFault.NO_CONVERSATION,
+                f"session '{session_id}' has no known conversation (configure its conversationId)",
+                sessionId=session_id,
+            )
+        return Accepted(key, conversation)
+
     def accept_conversation(self, conversation_id: str, tenant: str | None = None) -> Accepted:
         # no session to ask: only the Genesys credential the writes go out with (``tenant``'s:
         # ``ctl attributes set --conversation ID --tenant T``; None: the default tenant's)

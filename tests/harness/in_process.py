@@ -32,8 +32,10 @@ from supervisor.bus import EventBus
 from supervisor.clock import Clock, FakeClock, SystemClock
 from supervisor.config import Config, SocketsConfig, parse_config
 from supervisor.events import Published, wire
+from supervisor.fleet.sharing import FleetSharing, fleet_sharing
 from supervisor.rest.executor import Sleep
 from supervisor.runtime.durable import Durable
+from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.supervisor import Supervisor, session_table
 from supervisor.runtime.wiring import NotificationSink, Wiring
 from supervisor.store import UpdateOutcome
@@ -105,6 +107,7 @@ class Harness:
     api: SocketApi | None = None
     sockets: ApiSockets | None = None
     telemetry: Telemetry | None = None
+    fleet: FleetSharing | None = None
 
     @property
     def runners(self) -> dict[str, Any]:
@@ -192,6 +195,7 @@ async def supervised(
     drain_s: float | None = DRAIN_S,
     record: bool = True,
     leases: Leases | None = None,
+    fleet: bool = False,
 ) -> AsyncIterator[Harness]:
     """A daemon serving ``config`` (a TOML text, or parsed), its relative credential files in
     ``directory`` (written there from ``credentials``; None: no directory, nothing written).
@@ -202,6 +206,8 @@ async def supervised(
     wiring's randomness; ``drain_s`` None ends the block by cancelling, without a drain; ``record``
     False leaves :attr:`Harness.recorded` empty (a benchmark's thousands of sessions: its cost is not
     the daemon's). ``leases``: the shards the daemon owns (None: SoloLeases, every shard).
+    ``fleet``: on a PostgreSQL store, the fleet bus and admission across members
+    (supervisor/fleet/sharing.py), started before the sessions.
     """
     if directory is not None:
         (credentials or Credentials()).write(directory)
@@ -235,12 +241,29 @@ async def supervised(
         try:
             supervisor = Supervisor(wiring, store, sessions=sessions, leases=leases)
             api = None if sockets is None else _socket_api(supervisor, sockets, store)
+            member = None
+            if fleet:
+                member = fleet_sharing(
+                    parsed,
+                    attempts=wiring.attempts,
+                    events=bus,
+                    leases=supervisor.leases,
+                    clock=clock,
+                    reports=BusHooks(bus, clock),
+                    config_dir=directory,
+                    environ={},
+                )
+                assert member is not None, "fleet=True needs a [store] url"
             async with anyio.create_task_group() as tg:
+                if member is not None:
+                    await tg.start(member.serve)
                 await tg.start(supervisor.serve)
                 if api is not None:
                     await tg.start(api.serve)
                 try:
-                    yield Harness(supervisor, recorded, tg, clock, parsed, store, api, sockets, exporter)
+                    yield Harness(
+                        supervisor, recorded, tg, clock, parsed, store, api, sockets, exporter, member
+                    )
                 finally:
                     if drain_s is not None:
                         await supervisor.shutdown(drain_s)

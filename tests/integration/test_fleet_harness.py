@@ -1,4 +1,4 @@
-"""The fleet harness's database side (tests/harness/fleet.py) on the real PostgreSQL (``-m postgres``):
+"""The fleet harness's database side (tests/harness/fleet_run.py) on the real PostgreSQL (``-m postgres``):
 the write audit records every write of a fenced row with its epoch on the database's clock, the lease
 audit and ``shard_leases`` read back as the checks need them, and reads work again after a restart.
 The fleet itself runs in the acceptance scenario (tests/harness/fleet_scenario.py; its full form is
@@ -14,8 +14,8 @@ import pytest
 
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
-from tests.harness.fleet import FleetDatabase
 from tests.harness.fleet_invariants import LeaseTimeline, stale_fenced_writes
+from tests.harness.fleet_run import FleetDatabase
 from tests.harness.postgres import PostgresServer, start_embedded
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]

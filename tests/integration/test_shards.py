@@ -243,6 +243,8 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
             "sessionId": "wm-1",
             "shard": shard_of("wm-1"),
             "owner": None,
+            "host": None,
+            "epoch": None,
             "problem": refusal["problem"],
         }
         assert "NotOwner" in shown.stderr and f"shard {shard_of('wm-1')}" in shown.stderr
@@ -262,6 +264,16 @@ async def test_a_lost_shard_is_abandoned_refused_and_taken_over_when_it_comes_ba
             with pytest.raises(ApiError) as refused:
                 await anyio.to_thread.run_sync(_call, daemon.control, method, parameters)
             assert refused.value.fault is ApiFault.NOT_OWNER, method
+        # an entry added in a lost shard: refused NotOwner (nothing kept: this process records for no owner)
+        assert shard_of("added-33") == shard_of("wm-1")
+        added = await anyio.to_thread.run_sync(
+            _call,
+            daemon.control,
+            Method.ADD_SESSION,
+            {"sessions": [{"id": "added-33", "kind": "webmessaging", "platform": "genesys"}]},
+        )
+        assert added["added"] == 0 and added["results"][0]["error"].endswith("NotOwner")
+        assert added["results"][0]["shard"] == shard_of("wm-1") and "added-33" not in daemon.runners
         for session_id in KEPT:
             kept = await anyio.to_thread.run_sync(
                 _call, daemon.control, Method.SHOW_SESSION, {"sessionId": session_id}

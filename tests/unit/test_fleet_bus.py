@@ -74,7 +74,12 @@ async def test_a_notice_published_by_one_bus_reaches_the_others_handler_not_its_
         assert got.sender_pid > 0
         # a hears b's, never its own (sent first, so it would have come first)
         assert json.loads((await heard_a.next()).payload)["n"] == 2
-        assert a.own_dropped == 1 and b.own_dropped == 1
+        assert a.own_dropped == 1  # its own came first, and was dropped
+        # b's own notice came after a's first: a later notice of a's, once heard by b, says b has met
+        # (and dropped) its own, since one listener hears notices in their commit order
+        await a.publish("ss_throttle", payload("member-a", n=3))
+        assert json.loads((await heard_b.next()).payload)["n"] == 3
+        assert b.own_dropped == 1
 
 
 async def test_only_registered_channels_are_heard(pg_dsn: str) -> None:
@@ -198,3 +203,46 @@ async def test_publishing_to_an_unreachable_database_names_it_never_the_password
         await bus.publish("ss_throttle", payload("m"))
     assert "fleet bus" in str(caught.value) and "cannot reach the database" in str(caught.value)
     assert "s3cr3t-pw" not in str(caught.value)
+
+
+async def test_a_handler_that_fails_is_said_and_the_bus_goes_on(pg_dsn: str) -> None:
+    said: list[str] = []
+    heard = Heard()
+
+    def handler(notice: Notice) -> None:
+        if json.loads(notice.payload)["n"] == 1:
+            raise KeyError("endpoint")
+        heard(notice)
+
+    b = FleetBus(pg_dsn, member="member-b", warn=said.append)
+    b.on("ss_throttle", handler)
+    a = FleetBus(pg_dsn, member="member-a")
+    async with serving(b):
+        await a.publish("ss_throttle", payload("member-a", n=1))
+        await a.publish("ss_throttle", payload("member-a", n=2))
+        assert json.loads((await heard.next()).payload)["n"] == 2
+    await a.aclose()
+    assert said == ["fleet bus: the handler of 'ss_throttle' failed: KeyError: 'endpoint'"]
+
+
+async def test_the_liveness_check_between_notices_keeps_the_same_connection(pg_dsn: str) -> None:
+    """Every ``check_s`` the bus asks the server ``SELECT 1``; a server that answers keeps its connection,
+    and notices sent around the checks all arrive."""
+    heard = Heard()
+    b = FleetBus(pg_dsn, member="member-b", check_s=0.05)
+    b.on("ss_throttle", heard)
+    a = FleetBus(pg_dsn, member="member-a")
+    async with serving(b), await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+        pid = b.listener_pid
+        for n in range(5):
+            await a.publish("ss_throttle", payload("member-a", n=n))
+            assert json.loads((await heard.next()).payload)["n"] == n
+            # the listener's last statement: a check, once at least one came round
+            with anyio.fail_after(_BOUND_S):
+                while True:
+                    cur = await admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,))
+                    if (await cur.fetchone()) == ("SELECT 1",):
+                        break
+                    await anyio.sleep(0.01)  # polling the server's view, not waiting for a timer
+        assert b.listener_pid == pid and b.degraded is None
+    await a.aclose()

@@ -320,7 +320,7 @@ def test_stamps_match_addresses_passes_each_member_from_its_own_address_and_catc
 
 
 def test_the_scenario_check_passes_a_clean_run_and_blames_the_database_restart_only_for_its_own() -> None:
-    from tests.harness.fleet import Evidence, FleetSpec
+    from tests.harness.fleet_run import Evidence, FleetSpec
     from tests.harness.fleet_scenario import Record, Takeover, check
 
     spec = FleetSpec(members=2, web_messaging=2, cxone=8)

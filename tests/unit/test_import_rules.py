@@ -94,6 +94,7 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (
         7,
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
+        " the fleet (leases, owners, commands for other members);"
         " the socket API's board, services, client;"
         " the systemd services (status line, watchdog, probes, the glue run wires in);"
         " the fleet (a member's leases in PostgreSQL, the fleet bus)",

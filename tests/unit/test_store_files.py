@@ -55,6 +55,7 @@ RELEASED = {
     4: FIXTURES / "v4-byconv.sqlite3",
     5: FIXTURES / "v5-shards.sqlite3",
     6: FIXTURES / "v6-fleet.sqlite3",
+    7: FIXTURES / "v7-quota.sqlite3",
 }
 REFUSED = "refusing to open it"
 
