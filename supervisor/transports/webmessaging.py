@@ -338,8 +338,9 @@ class WebMessagingConnection:
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._pending: dict[str, _Pending] = {}
         self._ended: RawError | None = None
-        # the echo health check: set by every inbound frame (any frame proves the link, §1)
-        self._heard = anyio.Event()
+        # the echo health check's wait for an answer (any inbound frame proves the link, §1): the
+        # frame that comes first cancels it (:meth:`_health_check`); None while no echo waits
+        self._answer_wait: anyio.CancelScope | None = None
         ka = transport._keepalive
         self._health = EchoSchedule(ka.echo_interval, transport.clock.monotonic())
         self._closed = False
@@ -640,13 +641,20 @@ class WebMessagingConnection:
             if wait > 0:
                 await sleep(wait)
                 continue  # a frame may have come in meanwhile: the next echo moved
-            heard = self._heard = anyio.Event()
+            # the wait is a cancel scope the first inbound frame cancels (:meth:`_classify_frame`),
+            # not a task beside an event: an echo per guest every 30 s, a task each was a tenth of
+            # the steady CPU of 5,000 guests (docs/benchmarks.md, "Endurance and scale")
+            waiting = self._answer_wait = anyio.CancelScope()
             self._health.sent(clock.monotonic())
             try:
                 await self._ws.send(echo)
             except SOCKET_FAILURES:
+                self._answer_wait = None
                 return  # the link is gone: the receive loop reports how it ended
-            if not await _set_within(heard, answer_within, sleep):
+            with waiting:
+                await sleep(answer_within)
+            self._answer_wait = None
+            if not waiting.cancel_called:
                 abort_socket(self._ws)
                 scope.cancel()
                 return
@@ -675,7 +683,9 @@ class WebMessagingConnection:
         """The RawError a frame stands for, or None when it is not a failure (or answers a request)."""
         # any inbound frame proves the link: the echo health check waits for one
         self._health.heard(self._t.clock.monotonic())
-        self._heard.set()
+        waiting = self._answer_wait
+        if waiting is not None:
+            waiting.cancel()  # the echo's answer (any frame): its wait ends now
         if msg is None:
             return malformed_frame(self._ctx, method=None, endpoint=ENDPOINT)
         traced = msg.get("tracingId")
@@ -774,22 +784,6 @@ class _Unanswered(Exception):
 # what the check of an unanswered send found: not there, or nothing it could tell
 _ABSENT = object()
 _UNKNOWN = object()
-
-
-async def _set_within(event: anyio.Event, seconds: float, sleep: Sleep) -> bool:
-    """Whether ``event`` is set within ``seconds``, timed by ``sleep`` (the transport's clock)."""
-    answered = False
-    async with anyio.create_task_group() as tg:
-
-        async def expire() -> None:
-            await sleep(seconds)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(expire)
-        await event.wait()
-        answered = True
-        tg.cancel_scope.cancel()
-    return answered
 
 
 def _epoch(message: Mapping[str, Any]) -> float | None:
