@@ -1,0 +1,280 @@
+"""The write fence on the wire: every byte for a session checked in the same step as its write.
+
+A fleet member may write for a shard only until its lease deadline (supervisor/runtime/fence.py,
+docs/runtime.md, "The fence at the write"). Checking where a request enters httpx is too early: the
+request then waits for a pooled connection, a TLS handshake, a slot of the event loop, and a
+prototype that checked there let 1,353 requests out after the deadline. So the check sits in the
+write itself, with no ``await`` between it and the bytes handed to the kernel:
+
+* :class:`FencedTransport` wraps an asyncio transport: ``write``/``writelines`` ask the
+  :class:`WriteGuard` first and hand the bytes to the socket's transport in the same synchronous step
+  (asyncio's ``Transport.write`` is synchronous: the event loop cannot run between them). A refused
+  write aborts the socket (``transport.abort()``: a TCP reset, no FIN, no TLS close_notify) and raises
+  :class:`~supervisor.errors.Fenced`.
+* :class:`FencedBackend` is an httpcore ``AsyncNetworkBackend`` whose streams write through a
+  :class:`FencedTransport` (httpcore's own AnyIO backend yields to the loop inside ``send``, between
+  any check of ours and the socket's write: anyio's ``SocketStream.send`` begins with a checkpoint).
+  TLS is layered over the fenced transport (``loop.start_tls``), so handshake records are fenced too.
+* :func:`fenced_connection` is the websockets ``ClientConnection`` factory whose transport is a
+  :class:`FencedTransport`: frames, pings, pongs and the close frame (websockets writes them all
+  through ``Connection.send_data`` → ``transport.write``, websockets/asyncio/connection.py).
+
+Every socket is adopted by its guard, which aborts it when the guard's deadline passes (the
+watchdog of supervisor/runtime/fence.py), so a fenced shard holds no socket open either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import anyio
+import httpcore
+from websockets.asyncio.client import ClientConnection
+
+__all__ = ["FencedBackend", "FencedTransport", "WriteGuard", "fenced_connection"]
+
+#: struct linger {l_onoff = 1, l_linger = 0}: close() resets the connection (socket(7))
+_RESET = struct.pack("ii", 1, 0)
+
+
+class WriteGuard(Protocol):
+    """What a socket asks before it writes (supervisor/runtime/fence.py implements it)."""
+
+    def check(self) -> None:
+        """Return when a write may go out now; raise :class:`~supervisor.errors.Fenced` when not."""
+
+    def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
+        """Abort the socket (``abort()``) when the guard's deadline passes; returns the release (the
+        socket closed on its own)."""
+
+
+class FencedTransport(asyncio.Transport):
+    """An asyncio transport whose writes are checked by ``guard`` in the same step (module docstring)."""
+
+    # loop.start_tls accepts only transports that say so (asyncio/base_events.py, start_tls): every
+    # call below goes to the socket's own transport, which is compatible
+    _start_tls_compatible = True
+
+    def __init__(self, inner: asyncio.Transport, guard: WriteGuard) -> None:
+        super().__init__()
+        self._inner = inner
+        self._guard = guard
+        self._release = guard.adopt(self.abort)
+
+    def _check(self) -> None:
+        try:
+            self._guard.check()
+        except BaseException:
+            self.abort()
+            raise
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._check()
+        self._inner.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self._check()
+        self._inner.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        self._inner.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._inner.can_write_eof()
+
+    def abort(self) -> None:
+        """Drop the connection with a TCP reset: asyncio's ``abort`` discards what is buffered, but
+        the kernel would still send a FIN (a graceful end) after what it holds; SO_LINGER on, with a
+        zero timeout, makes ``close`` discard it all and reset (socket(7), SO_LINGER; RFC 9293 §3.6.1)."""
+        self._release()
+        sock = self._inner.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        self._inner.abort()
+
+    def close(self) -> None:
+        self._release()
+        self._inner.close()
+
+    def is_closing(self) -> bool:
+        return self._inner.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._inner.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._inner.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._inner.get_protocol()
+
+    def pause_reading(self) -> None:
+        self._inner.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._inner.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._inner.is_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._inner.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._inner.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._inner.get_write_buffer_limits()
+
+
+class _FencedStream(httpcore.AsyncNetworkStream):
+    """One HTTP connection's socket (asyncio streams over a :class:`FencedTransport`)."""
+
+    def __init__(
+        self,
+        raw: FencedTransport,
+        protocol: asyncio.StreamReaderProtocol,
+        reader: asyncio.StreamReader,
+        transport: asyncio.Transport,
+    ) -> None:
+        self._raw = raw
+        self._protocol = protocol
+        self._reader = reader
+        self._writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        with httpcore_errors({TimeoutError: httpcore.ReadTimeout, OSError: httpcore.ReadError}):
+            with anyio.fail_after(timeout):
+                return await self._reader.read(max_bytes)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        with httpcore_errors({TimeoutError: httpcore.WriteTimeout, OSError: httpcore.WriteError}):
+            # the check and the write are one synchronous step (FencedTransport.write)
+            self._writer.write(buffer)
+            with anyio.fail_after(timeout):
+                await self._writer.drain()
+
+    async def aclose(self) -> None:
+        self._writer.close()
+        self._raw.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        errors: dict[type[Exception], type[Exception]] = {
+            TimeoutError: httpcore.ConnectTimeout,
+            OSError: httpcore.ConnectError,
+        }
+        with httpcore_errors(errors):
+            try:
+                with anyio.fail_after(timeout):
+                    # the TLS records are written through the fenced transport (its handshake's too)
+                    tls = await loop.start_tls(
+                        self._raw, self._protocol, ssl_context, server_hostname=server_hostname
+                    )
+            except BaseException:
+                self._raw.abort()
+                raise
+        assert tls is not None  # (None only for a transport closed meanwhile: start_tls raises then)
+        return _FencedStream(self._raw, self._protocol, self._reader, tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        writer = self._writer
+        if info == "ssl_object":
+            return writer.get_extra_info("ssl_object")
+        if info == "client_addr":
+            return writer.get_extra_info("sockname")
+        if info == "server_addr":
+            return writer.get_extra_info("peername")
+        if info == "socket":
+            return writer.get_extra_info("socket")
+        if info == "is_readable":
+            # an idle pooled connection the server closed (httpcore drops it before reuse): asyncio
+            # reads eagerly, so the end is in the reader rather than on the socket
+            return self._reader.at_eof() or self._raw.is_closing() or bool(self._reader._buffer)
+        return None
+
+
+class httpcore_errors:  # noqa: N801 - used as a context manager, like httpcore's map_exceptions
+    """OSError and timeouts as httpcore's exceptions (what httpx maps to its own); Fenced passes as is."""
+
+    def __init__(self, errors: dict[type[Exception], type[Exception]]) -> None:
+        self._errors = errors
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        for source, target in self._errors.items():
+            if isinstance(exc, source):
+                raise target(exc) from exc
+        return False
+
+
+class FencedBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend whose connections write through ``guard`` (module docstring)."""
+
+    def __init__(self, guard: WriteGuard) -> None:
+        self._guard = guard
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        # nothing is written by a TCP connect, but a fenced shard opens no socket either
+        self._guard.check()
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        local = (local_address, 0) if local_address is not None else None
+        errors: dict[type[Exception], type[Exception]] = {
+            TimeoutError: httpcore.ConnectTimeout,
+            OSError: httpcore.ConnectError,
+        }
+        with httpcore_errors(errors):
+            with anyio.fail_after(timeout):
+                transport, _ = await loop.create_connection(lambda: protocol, host, port, local_addr=local)
+            for option in socket_options or ():
+                sock = transport.get_extra_info("socket")
+                sock.setsockopt(*option)
+        raw = FencedTransport(transport, self._guard)
+        # (StreamReaderProtocol keeps the transport it was made with: the reads are the socket's own)
+        return _FencedStream(raw, protocol, reader, raw)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the fenced backend makes TCP connections only")
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+def fenced_connection(guard: WriteGuard) -> type[ClientConnection]:
+    """A websockets ``ClientConnection`` class (``connect(..., create_connection=...)``) whose
+    transport is a :class:`FencedTransport` over ``guard``: the opening handshake, frames, pings and
+    the close frame are all fenced."""
+
+    class FencedClientConnection(ClientConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            super().connection_made(FencedTransport(transport, guard))
+
+    # (websockets calls create_connection(protocol, ping_interval=..., ...): the class itself)
+    return FencedClientConnection
