@@ -23,15 +23,19 @@ One host (SoloLeases: leases without deadline) has no fence: its pools and socke
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.errors import Fenced
-from supervisor.runtime.leases import Lease
+
+if TYPE_CHECKING:
+    # (annotations only: the leases' module reaches the session runner, which imports this one)
+    from supervisor.runtime.leases import Lease
 
 __all__ = ["DEFAULT_LOOP_LAG_S", "EarliestGuard", "ShardGuard", "WriteFence", "boottime"]
 
@@ -202,9 +206,13 @@ class WriteFence:
     # -- the leases' side --------------------------------------------------------------------------
 
     def follow(self, owned: Mapping[int, Lease]) -> None:
-        """The leases' new word (``Leases.subscribe_deadlines``' callback, on the loop): every shard
-        held with its deadline. A renewal lifts the lag guard's fence; a shard gone is aborted now."""
-        self.deadlines = {s: lease.deadline for s, lease in owned.items() if lease.deadline is not None}
+        """The leases' new word (``Leases.subscribe_deadlines``' callback, on the loop; and the
+        supervisor's at every acquisition and loss): every shard held with its deadline. A renewal
+        lifts the lag guard's fence; a shard gone is aborted now."""
+        # (a lease without deadline is held for as long as the process runs)
+        self.deadlines = {
+            s: math.inf if lease.deadline is None else lease.deadline for s, lease in owned.items()
+        }
         self.lagging = False
         self.enforce()
         self._wake()
@@ -251,7 +259,7 @@ class WriteFence:
         event.set()
 
     def _next_wait(self, now: float) -> float:
-        ahead = [d - now for d in self.deadlines.values() if d > now]
+        ahead = [d - now for d in self.deadlines.values() if now < d < math.inf]
         return min([self.tick_s, *ahead])
 
     def stalled(self, lateness: float) -> None:

@@ -42,9 +42,17 @@ from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, iso_utc
-from supervisor.errors import ChannelLimit, CircuitOpenError, OperationError, SessionError, TransportFailure
+from supervisor.errors import (
+    ChannelLimit,
+    CircuitOpenError,
+    Fenced,
+    OperationError,
+    SessionError,
+    TransportFailure,
+)
 from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
+from supervisor.runtime.fence import ShardGuard
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
@@ -98,8 +106,14 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
+        fence: ShardGuard | None = None,
     ) -> None:
         self.transport = transport
+        # a fleet member's session: its shard's write fence (None: one host). Past the shard's lease
+        # deadline nothing is written (the sockets refuse, supervisor/runtime/fence.py) and the runner
+        # makes no attempt either: it waits for the lease to be renewed, or for the shard's loss to
+        # abandon it (docs/runtime.md, "The fence at the write")
+        self._fence = fence
         # the session's connect endpoint (its circuit; beyond the seed, docs/runtime.md, "Admission": its pace and its
         # places in flight), and where its moves are published
         self._gate = gate
@@ -155,7 +169,9 @@ class SessionRunner:
         """Until terminated: connect, serve, and reconnect when the machine says so."""
         try:
             while not self.core.terminated:
-                if self.core.state is SessionState.RECONNECTING:
+                if self._fenced():
+                    await self._await_fence()
+                elif self.core.state is SessionState.RECONNECTING:
                     await self._await_reconnect()
                 else:
                     await self._connect_and_serve()
@@ -279,6 +295,20 @@ class SessionRunner:
     def _stopped(self) -> bool:
         return self.core.terminated
 
+    def _fenced(self) -> bool:
+        """The session's shard is fenced here (its lease deadline passed, or the loop stalled)."""
+        return self._fence is not None and self._fence.passed()
+
+    async def _await_fence(self) -> None:
+        """Wait, attempting nothing, until the shard's lease is renewed (a stop or the shard's loss
+        wakes it: the runner is then stopped or handed over)."""
+        fence = self._fence
+        assert fence is not None
+        with anyio.CancelScope() as scope:
+            self._wait_scope = scope
+            await fence.reopened()
+        self._wait_scope = None
+
     async def _admitted(self) -> Flight | Refused | None:
         """Wait for the connect endpoint's next slot, then ask its circuit: the admitted attempt,
         or the circuit's refusal; None when the session ended meanwhile.
@@ -371,6 +401,12 @@ class SessionRunner:
         except OperationError as failure:
             self._connect_failed(self._unpublished(failure), flight)
             return
+        except Fenced:
+            # the shard's deadline passed at the attempt's first byte: nothing was sent, nothing is
+            # counted against the endpoint, and the machine is left as it is (the run loop waits)
+            if flight is not None:
+                flight.abandon()
+            return
         except ChannelLimit:
             # a shared notifications channel has no room and the client holds all it may (its
             # configuration and AddSession refuse this beforehand; a reload can still get here):
@@ -417,6 +453,12 @@ class SessionRunner:
         await self._serve(connection)
 
     def _connect_failed(self, event: SdkErrorEvent, flight: Flight | None) -> None:
+        if self._fenced():
+            # the attempt failed because its shard was fenced (a socket reset at the deadline, a
+            # write refused): the platform said nothing, so nothing is told or counted
+            if flight is not None:
+                flight.abandon()
+            return
         # the connect endpoint hears of the failure when the attempt was made and nobody told it
         # yet (a CXone start's answers were told by the retry executor, a notifications channel
         # that could not be created never reached its handshake): each attempt once (none was
@@ -441,6 +483,10 @@ class SessionRunner:
                 failure = self._unpublished(exc)
             except CircuitOpenError as exc:
                 refused = exc
+            except Fenced:
+                # a request of the connection's own (a CXone poll) met the fence: the connection is
+                # lost here as if its link dropped; the run loop then waits for the lease
+                ended = None
         self._serve_scope = None
         if self.core.terminated:
             return  # stopped, or a reported fail-fast already ended it

@@ -31,13 +31,14 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 import anyio
 import httpcore
 from websockets.asyncio.client import ClientConnection
 
-__all__ = ["FencedBackend", "FencedTransport", "WriteGuard", "fenced_connection"]
+__all__ = ["PLAIN_WIRE", "FencedBackend", "FencedTransport", "Wire", "WriteGuard", "fenced_connection"]
 
 #: struct linger {l_onoff = 1, l_linger = 0}: close() resets the connection (socket(7))
 _RESET = struct.pack("ii", 1, 0)
@@ -149,42 +150,53 @@ class _FencedStream(httpcore.AsyncNetworkStream):
         self._reader = reader
         self._writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        with httpcore_errors({TimeoutError: httpcore.ReadTimeout, OSError: httpcore.ReadError}):
+    # (the ``timeout`` parameters are httpcore's AsyncNetworkStream interface)
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        try:
             with anyio.fail_after(timeout):
                 return await self._reader.read(max_bytes)
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore.ReadError(exc) from exc
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
             return
-        with httpcore_errors({TimeoutError: httpcore.WriteTimeout, OSError: httpcore.WriteError}):
+        try:
             # the check and the write are one synchronous step (FencedTransport.write)
             self._writer.write(buffer)
             with anyio.fail_after(timeout):
                 await self._writer.drain()
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore.WriteError(exc) from exc
 
     async def aclose(self) -> None:
         self._writer.close()
         self._raw.close()
 
     async def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        errors: dict[type[Exception], type[Exception]] = {
-            TimeoutError: httpcore.ConnectTimeout,
-            OSError: httpcore.ConnectError,
-        }
-        with httpcore_errors(errors):
-            try:
-                with anyio.fail_after(timeout):
-                    # the TLS records are written through the fenced transport (its handshake's too)
-                    tls = await loop.start_tls(
-                        self._raw, self._protocol, ssl_context, server_hostname=server_hostname
-                    )
-            except BaseException:
-                self._raw.abort()
-                raise
+        try:
+            with anyio.fail_after(timeout):
+                # the TLS records are written through the fenced transport (its handshake's too)
+                tls = await loop.start_tls(
+                    self._raw, self._protocol, ssl_context, server_hostname=server_hostname
+                )
+        except BaseException as exc:
+            self._raw.abort()
+            if isinstance(exc, TimeoutError):
+                raise httpcore.ConnectTimeout(exc) from exc
+            if isinstance(exc, OSError):  # ssl.SSLError is one
+                raise httpcore.ConnectError(exc) from exc
+            raise
         assert tls is not None  # (None only for a transport closed meanwhile: start_tls raises then)
         return _FencedStream(self._raw, self._protocol, self._reader, tls)
 
@@ -201,26 +213,8 @@ class _FencedStream(httpcore.AsyncNetworkStream):
         if info == "is_readable":
             # an idle pooled connection the server closed (httpcore drops it before reuse): asyncio
             # reads eagerly, so the end is in the reader rather than on the socket
-            return self._reader.at_eof() or self._raw.is_closing() or bool(self._reader._buffer)
+            return self._reader.at_eof() or self._raw.is_closing()
         return None
-
-
-class httpcore_errors:  # noqa: N801 - used as a context manager, like httpcore's map_exceptions
-    """OSError and timeouts as httpcore's exceptions (what httpx maps to its own); Fenced passes as is."""
-
-    def __init__(self, errors: dict[type[Exception], type[Exception]]) -> None:
-        self._errors = errors
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if exc is None or not isinstance(exc, Exception):
-            return False
-        for source, target in self._errors.items():
-            if isinstance(exc, source):
-                raise target(exc) from exc
-        return False
 
 
 class FencedBackend(httpcore.AsyncNetworkBackend):
@@ -233,7 +227,7 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
         self,
         host: str,
         port: int,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
@@ -243,22 +237,24 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
         reader = asyncio.StreamReader(loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         local = (local_address, 0) if local_address is not None else None
-        errors: dict[type[Exception], type[Exception]] = {
-            TimeoutError: httpcore.ConnectTimeout,
-            OSError: httpcore.ConnectError,
-        }
-        with httpcore_errors(errors):
+        try:
             with anyio.fail_after(timeout):
                 transport, _ = await loop.create_connection(lambda: protocol, host, port, local_addr=local)
-            for option in socket_options or ():
-                sock = transport.get_extra_info("socket")
-                sock.setsockopt(*option)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(exc) from exc
+        for option in socket_options or ():
+            transport.get_extra_info("socket").setsockopt(*option)
         raw = FencedTransport(transport, self._guard)
         # (StreamReaderProtocol keeps the transport it was made with: the reads are the socket's own)
         return _FencedStream(raw, protocol, reader, raw)
 
     async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+        socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("the fenced backend makes TCP connections only")
 
@@ -278,3 +274,26 @@ def fenced_connection(guard: WriteGuard) -> type[ClientConnection]:
 
     # (websockets calls create_connection(protocol, ping_interval=..., ...): the class itself)
     return FencedClientConnection
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """How a session's sockets are made: fenced by ``guard`` (a fleet member; None: one host) and bound
+    to ``local_address`` (``[fleet] localAddress``; None: the kernel's choice)."""
+
+    guard: WriteGuard | None = None
+    local_address: str | None = None
+
+    def websocket_options(self) -> dict[str, Any]:
+        """The keyword arguments of websockets' ``connect`` (those it does not know go to
+        ``loop.create_connection``: ``local_addr``)."""
+        options: dict[str, Any] = {}
+        if self.guard is not None:
+            options["create_connection"] = fenced_connection(self.guard)
+        if self.local_address is not None:
+            options["local_addr"] = (self.local_address, 0)
+        return options
+
+
+#: one host's sockets without a source address: websockets' own connection, nothing bound
+PLAIN_WIRE: Final = Wire()

@@ -22,6 +22,7 @@ import httpx
 import pytest
 import websockets
 from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
 
 from supervisor.errors import Fenced
 from supervisor.runtime.fence import WriteFence
@@ -204,7 +205,7 @@ async def test_no_websocket_frame_or_ping_leaves_after_the_deadline() -> None:
     received: list[tuple[float, int]] = []
     ended: list[bool] = []
 
-    async def handler(ws: websockets.asyncio.server.ServerConnection) -> None:
+    async def handler(ws: ServerConnection) -> None:
         try:
             async for message in ws:
                 received.append((now(), len(message)))
@@ -212,7 +213,7 @@ async def test_no_websocket_frame_or_ping_leaves_after_the_deadline() -> None:
         except websockets.ConnectionClosed as exc:
             ended.append(exc.rcvd is None)
 
-    async with websockets.asyncio.server.serve(handler, "127.0.0.1", 0) as server:
+    async with serve(handler, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
         guard = fence.guard(SHARD_A)
         async with anyio.create_task_group() as tg:
@@ -247,13 +248,15 @@ async def test_the_loop_lag_guard_fences_every_shard_until_renewed() -> None:
     a, b = fence.guard(SHARD_A), fence.guard(SHARD_B)
     async with anyio.create_task_group() as tg:
         await tg.start(fence.serve)
-        a.check(), b.check()
+        a.check()
+        b.check()
         now.advance(2.5)  # the loop (as the watchdog sees it) woke 2.5 s late
         await wait_until(lambda: fence.lagging)
         for guard in (a, b):
             with pytest.raises(Fenced):
                 guard.check()
         fence.follow(owned)  # the leases renewed
-        a.check(), b.check()
+        a.check()
+        b.check()
         tg.cancel_scope.cancel()
     assert fence.stalls == 1
