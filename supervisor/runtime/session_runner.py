@@ -114,6 +114,8 @@ class SessionRunner:
         # makes no attempt either: it waits for the lease to be renewed, or for the shard's loss to
         # abandon it (docs/runtime.md, "The fence at the write")
         self._fence = fence
+        #: the session waits for its shard's lease (fenced: nothing attempted meanwhile)
+        self.fenced = False
         # the session's connect endpoint (its circuit; beyond the seed, docs/runtime.md, "Admission": its pace and its
         # places in flight), and where its moves are published
         self._gate = gate
@@ -304,10 +306,14 @@ class SessionRunner:
         wakes it: the runner is then stopped or handed over)."""
         fence = self._fence
         assert fence is not None
-        with anyio.CancelScope() as scope:
-            self._wait_scope = scope
-            await fence.reopened()
-        self._wait_scope = None
+        self.fenced = True
+        try:
+            with anyio.CancelScope() as scope:
+                self._wait_scope = scope
+                await fence.reopened()
+            self._wait_scope = None
+        finally:
+            self.fenced = False
 
     async def _admitted(self) -> Flight | Refused | None:
         """Wait for the connect endpoint's next slot, then ask its circuit: the admitted attempt,

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
     from supervisor.attributes import AttributeService
+    from supervisor.runtime.fence import WriteFence
     from supervisor.runtime.leases import Leases
     from supervisor.telemetry import ExportSettings, Telemetry
 
@@ -192,6 +193,7 @@ async def supervised(
     drain_s: float | None = DRAIN_S,
     record: bool = True,
     leases: Leases | None = None,
+    fence: WriteFence | None = None,
 ) -> AsyncIterator[Harness]:
     """A daemon serving ``config`` (a TOML text, or parsed), its relative credential files in
     ``directory`` (written there from ``credentials``; None: no directory, nothing written).
@@ -201,7 +203,8 @@ async def supervised(
     executor hooks, the bus sink and the exporter. ``rng_seed`` overrides ``daemon.seed`` for the
     wiring's randomness; ``drain_s`` None ends the block by cancelling, without a drain; ``record``
     False leaves :attr:`Harness.recorded` empty (a benchmark's thousands of sessions: its cost is not
-    the daemon's). ``leases``: the shards the daemon owns (None: SoloLeases, every shard).
+    the daemon's). ``leases``: the shards the daemon owns (None: SoloLeases, every shard); ``fence``: a fleet member's write fence (a
+    test's CLOCK_BOOTTIME source; None: the supervisor's own when ``leases`` are a fleet's).
     """
     if directory is not None:
         (credentials or Credentials()).write(directory)
@@ -233,7 +236,7 @@ async def supervised(
                 parsed, sessions=sessions, wiring=wiring, environ={}, bus=bus, clock=clock, background=False
             )
         try:
-            supervisor = Supervisor(wiring, store, sessions=sessions, leases=leases)
+            supervisor = Supervisor(wiring, store, sessions=sessions, leases=leases, fence=fence)
             api = None if sockets is None else _socket_api(supervisor, sockets, store)
             async with anyio.create_task_group() as tg:
                 await tg.start(supervisor.serve)
