@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -210,6 +210,7 @@ class Wiring:
             stamp=self.stamper.headers,
             classified=bus_hooks.classified,
         )
+        self.channel_pools.local_address = config.fleet.local_address
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform
         # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
@@ -372,8 +373,10 @@ class Wiring:
 
     def use_fence(self, fence: WriteFence) -> None:
         """This daemon is a fleet member: its sessions' sockets are fenced by their shards' lease
-        deadlines, and their HTTP pools are per shard (sessions made from now on)."""
+        deadlines, and their HTTP pools are per shard (sessions made from now on); its shared
+        channels are fenced by the earliest deadline of the shards each carries."""
         self.fence = fence
+        self.channel_pools.fencing = _ChannelFencing(self, fence)
 
     def wire_for(self, session_id: str) -> Wire:
         """How ``session_id``'s WebSockets are made: its shard's guard (a fleet member), the source address."""
@@ -758,6 +761,31 @@ class Wiring:
             # a fleet member's session waits while its shard is fenced: nothing reconnects there
             fence=None if self.fence is None else self.fence.guard(shard_of(spec.id)),
         )
+
+
+class _ChannelFencing:
+    """A fleet member's shared channels: each on an HTTP pool of its own, fenced by the earliest
+    lease deadline of the shards it carries (supervisor/transports/channel_pool.py, ChannelFencing)."""
+
+    def __init__(self, wiring: Wiring, fence: WriteFence) -> None:
+        self._wiring = wiring
+        self._fence = fence
+
+    def guard(self, shards: Callable[[], Collection[int]]) -> WriteGuard:
+        return self._fence.earliest(shards)
+
+    def pipeline(self, base: RequestPipeline, guard: WriteGuard) -> RequestPipeline:
+        wiring = self._wiring
+        timeout = httpx.Timeout(wiring.config.daemon.request_timeout)
+        # (a channel's requests are a few: its creation, its subscriptions; the smallest pool)
+        client = wiring._client(timeout, 1, guard=guard)
+        return RequestPipeline(client, base.executor, tokens=base.tokens, tenant=base.tenant)
+
+    async def retire(self, pipeline: RequestPipeline) -> None:
+        await self._wiring.close_clients([pipeline.client])
+
+    def owned(self) -> int:
+        return self._fence.owned_count()
 
 
 def window_limits(events: EventsConfig) -> WindowLimits:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -53,9 +53,11 @@ from supervisor.config import Keepalive
 from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.fenced_io import PLAIN_WIRE, Wire
 from supervisor.transports.notifications import CHANNELS_PATH, CIRCUIT, NotificationsTransport
 from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Signal
 from supervisor.transports.overlap import OverlapDedupe
@@ -76,7 +78,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 class ChannelHost(Protocol):
     """What a channel takes from its pool (:class:`~.channel_pool.ChannelPool`): the client's limits,
-    clock and randomness, its streaming endpoint's admission, the requests' pipeline."""
+    clock and randomness, its streaming endpoint's admission, the requests' pipeline, and (a fleet
+    member's) the fence of the shards it carries."""
 
     topic_limit: int
     quota: ChannelQuota
@@ -96,7 +99,18 @@ class ChannelHost(Protocol):
     def gate(self) -> Gate | None: ...
     @property
     def reports(self) -> Reports: ...
-    def transport(self, topics: list[str]) -> NotificationsTransport: ...
+    def transport(
+        self, topics: list[str], *, wire: Wire = PLAIN_WIRE, pipeline: RequestPipeline | None = None
+    ) -> NotificationsTransport: ...
+    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline]:
+        """How a channel carrying ``shards()`` connects and makes its requests (a fleet member's:
+        fenced by their earliest lease deadline, on a pool of the channel's own)."""
+        ...
+
+    async def retire(self, pipeline: RequestPipeline) -> None:
+        """The channel closed: the pool of its own (a fleet member's) is closed."""
+        ...
+
     def classify(self, raw: RawError) -> SdkErrorEvent:
         """Classify a failure of the channel's own, and publish it (SDK_ERROR_CLASSIFIED)."""
         ...
@@ -171,6 +185,13 @@ class SharedChannel:
         self.last_drop: RawError | None = None
         # the attempt the endpoint admitted for the next connection
         self._flight: Flight | None = None
+        # its socket's writes and its own requests (creation, subscriptions): a fleet member's are
+        # fenced by the earliest lease deadline among the shards of its members (fenced_io.py)
+        self.wire, self.pipeline = pool.wire_for(self.shards)
+
+    def shards(self) -> set[int]:
+        """The shards of the sessions this channel carries now."""
+        return {shard_of(session_id) for session_id in self.members}
 
     # -- members ----------------------------------------------------------------------------------
 
@@ -246,6 +267,8 @@ class SharedChannel:
             if core.state is not ChannelState.CLOSED:
                 core.close()
             self.pool.closed(self)
+            with anyio.CancelScope(shield=True):
+                await self.pool.retire(self.pipeline)
             for member in list(self.members.values()):
                 member.channel = None
                 if not member.ready.is_set():
@@ -270,7 +293,7 @@ class SharedChannel:
             flight = answer
         topics = self._topics()
         place = await pool.quota.reserve()
-        transport = pool.transport(topics)
+        transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         try:
             link = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat, flight=flight)
         except (OperationError, TransportFailure, CircuitOpenError) as exc:
@@ -434,7 +457,7 @@ class SharedChannel:
     async def _request(self, link: ChannelLink, method: str, topics: list[str]) -> None:
         pool = self.pool
         self.batches += 1
-        await pool.pipeline.request(
+        await self.pipeline.request(
             method,
             f"{pool.api_url}{CHANNELS_PATH}/{quote(link.channel_id, safe='')}/subscriptions",
             ctx=link.ctx,
@@ -529,7 +552,7 @@ class SharedChannel:
         assert old is not None
         topics = self._topics()
         duplicates = {sid: m.duplicates for sid, m in self.members.items()}
-        transport = pool.transport(topics)
+        transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         place = None
         try:
             if reason is RolloverReason.TOKEN_EXPIRING:
