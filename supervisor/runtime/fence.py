@@ -128,8 +128,12 @@ class ShardGuard:
 
 class EarliestGuard:
     """The fence of a socket that carries several shards (a shared notifications channel): its
-    writes stop at the **earliest** deadline among ``shards()``; with no shard (a channel not yet
-    carrying a topic) the member's earliest deadline of all."""
+    writes stop at the **earliest** deadline among the shards of ``shards()`` still held; with no
+    shard (a channel not yet carrying a topic) the member's earliest deadline of all.
+
+    A shard no longer held is left out rather than fencing the socket: its sessions are leaving the
+    channel (their topics unsubscribed by the next request, which carries only the shards that stay),
+    and the channel is the other shards' too. With none held at all, it is fenced."""
 
     __slots__ = ("_fence", "_shards", "_sockets")
 
@@ -149,9 +153,7 @@ class EarliestGuard:
         earliest: float | None = None
         for shard in shards:
             deadline = deadlines.get(shard)
-            if deadline is None:
-                return None
-            if earliest is None or deadline < earliest:
+            if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest
 

@@ -482,17 +482,19 @@ class SessionRunner:
         with anyio.CancelScope() as scope:
             self._serve_scope = scope
             try:
-                ended = await connection.serve(self._report)
+                try:
+                    ended = await connection.serve(self._report)
+                except* Fenced:
+                    # a request of the connection's own (a CXone poll, a channel's renewal, in a task
+                    # group of the transport's) met the fence: the connection is lost here as if its
+                    # link dropped; the run loop then waits for the lease
+                    ended = None
             except TransportFailure as exc:
                 ended = exc.raw
             except OperationError as exc:
                 failure = self._unpublished(exc)
             except CircuitOpenError as exc:
                 refused = exc
-            except Fenced:
-                # a request of the connection's own (a CXone poll) met the fence: the connection is
-                # lost here as if its link dropped; the run loop then waits for the lease
-                ended = None
         self._serve_scope = None
         if self.core.terminated:
             return  # stopped, or a reported fail-fast already ended it

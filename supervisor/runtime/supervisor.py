@@ -207,10 +207,10 @@ class Supervisor:
         DELETE, no closeSession) and nothing written to the store, which the next owner reads."""
         gone = frozenset(shards)
         if self.fence is not None:
-            # not one more byte for them: their sockets reset now, before anything else
-            self.fence.follow({s: lease for s, lease in self.leases.owned().items() if s not in gone})
-            # their topics leave the shared channels (one PUT per channel of the topics that stay)
+            # their topics leave the shared channels (one PUT per channel of the topics that stay) ...
             self.wiring.channel_pools.shards_lost(gone)
+            # ... and not one more byte for them: their own sockets reset now
+            self.fence.follow({s: lease for s, lease in self.leases.owned().items() if s not in gone})
         for runner in list(self.runners.values()):
             if shard_of(runner.session_id) in gone and not runner.core.terminated:
                 self._abandoned.add(runner)

@@ -50,7 +50,7 @@ from supervisor.attempts import Flight, Gate, Late, Refused, Reports
 from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng
 from supervisor.config import Keepalive
-from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, Fenced, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.store.shards import shard_of
@@ -296,8 +296,10 @@ class SharedChannel:
         transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         try:
             link = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat, flight=flight)
-        except (OperationError, TransportFailure, CircuitOpenError) as exc:
-            if flight is not None:
+        except (OperationError, TransportFailure, CircuitOpenError, Fenced) as exc:
+            if flight is not None and isinstance(exc, Fenced):
+                flight.abandon()  # nothing was sent: the fence refused the first byte
+            elif flight is not None:
                 failure = exc.raw if isinstance(exc, TransportFailure) else None
                 flight.settle(None if failure is None else pool.classify(failure))
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
@@ -392,7 +394,7 @@ class SharedChannel:
                         await self._replace(link)
                     elif self._to_add:
                         await self._add(link)
-                except (OperationError, CircuitOpenError, TransportFailure) as exc:
+                except (OperationError, CircuitOpenError, TransportFailure, Fenced) as exc:
                     # the channel is gone (404), or its subscriptions cannot be made now (retries
                     # spent, the API's circuit open): a new channel, with every topic in one PUT [I]
                     raw = RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, status=404)
@@ -563,7 +565,7 @@ class SharedChannel:
                 await old.close(CloseCode.NORMAL_CLOSURE)
                 place = await pool.quota.reserve()
             new = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat)
-        except (OperationError, TransportFailure, CircuitOpenError) as exc:
+        except (OperationError, TransportFailure, CircuitOpenError, Fenced) as exc:
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
             self._dropped(raw)
             return

@@ -120,7 +120,6 @@ async def test_a_shard_past_its_deadline_sends_nothing_more_and_the_others_run_o
         assert all(daemon.runners[s].state is SessionState.ACTIVE for s in KEPT)
         # nothing reconnected on the fenced shard: no attempt either (the runner waits for the lease)
         assert all(daemon.runners[s].state is not SessionState.TERMINATED for s in FENCED)
-        assert fence.aborted >= 2
 
         # -- the lease is renewed: the fenced sessions come back (the guest resumed, the agent polled on)
         leases.renew(fenced_shards)
