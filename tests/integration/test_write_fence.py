@@ -160,3 +160,31 @@ async def test_a_loop_stall_past_the_bound_fences_every_shard_until_renewed(
         leases.renew()
         await daemon.wait_active(2)
         assert not fence.lagging and not any(daemon.runners[s].fenced for s in KEPT)
+
+
+async def test_every_connection_of_a_member_binds_its_local_address(
+    genesys_sim: GenesysSimulator, cxone_sim: CxoneSimulator, workdir: Path
+) -> None:
+    """``[fleet] localAddress``: the source address of the HTTP pools' and the WebSockets' connections
+    (three members on one machine each on a loopback address of its own: the simulators tell them apart)."""
+    conversation = genesys_sim.create_conversation()
+    config = daemon_config(
+        genesys_sim.urls,
+        workdir,
+        [("wm-1", conversation.id)],
+        cxone=cxone_sim.urls,
+        cxone_sessions=[("cx-1", AGENTS[1])],
+        extra='[fleet]\nlocalAddress = "127.0.0.12"\n',
+    )
+    now = ManualBoottime()
+    leases = DeadlineLeases({shard_of(s) for s in FENCED}, now, margin=100.0)
+    async with supervised(config.read_text(), workdir, leases=leases, fence=WriteFence(now=now)) as daemon:
+        await daemon.wait_active(2)
+        await daemon.runners["wm-1"].send_message("from .12")
+        peers = {
+            str(e["peer"]).rsplit(":", 1)[0]
+            for sim in (genesys_sim, cxone_sim)
+            for e in sim.activity.since(0).entries
+            if e["peer"] is not None
+        }
+    assert peers == {"127.0.0.12"}
