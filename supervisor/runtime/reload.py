@@ -120,6 +120,9 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "taxonomy": None,
     # the platform events' windows are applied; the resync reads' limiter is built at start
     "events": ("resync_in_flight",),
+    # a fleet member's identity, leases, write fence and source address are taken at start (the
+    # HTTP pools bind their address when they are made)
+    "fleet": None,
 }
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)

@@ -31,7 +31,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -52,7 +52,6 @@ from supervisor.errors import (
 )
 from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
-from supervisor.runtime.fence import ShardGuard
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.publish import publish_effects
 from supervisor.taxonomy import Classifier, RawError, Scope, SdkErrorEvent, TaxonomyClass
@@ -91,6 +90,17 @@ def _decided(error: OperationError) -> SdkErrorEvent:
     return event
 
 
+class ShardFence(Protocol):
+    """The write fence of the session's shard, as the runner waits on it (supervisor/runtime/fence.py,
+    ShardGuard)."""
+
+    def passed(self) -> bool:
+        """The shard's lease deadline passed (or the loop stalled): nothing may be written."""
+
+    async def reopened(self) -> None:
+        """Return once writes may go out again."""
+
+
 class SessionRunner:
     """Runs one session until it terminates; :meth:`stop` ends it on purpose."""
 
@@ -106,7 +116,7 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
-        fence: ShardGuard | None = None,
+        fence: ShardFence | None = None,
     ) -> None:
         self.transport = transport
         # a fleet member's session: its shard's write fence (None: one host). Past the shard's lease
