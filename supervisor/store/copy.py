@@ -35,7 +35,12 @@ from supervisor.store.pg_schema import prepare
 from supervisor.store.schema import SCHEMA_VERSION, NewerSchema, NotOurs, identify
 from supervisor.store.sqlite import describe as describe_sqlite
 
-__all__ = ["COPIED", "CopyReport", "copy_store"]
+__all__ = ["COPIED", "NOT_COPIED", "CopyReport", "copy_store"]
+
+#: the fleet's tables (migration 6) are not copied: a one-host SQLite store keeps them as the migration
+#: made them (SoloLeases holds every shard in memory), and the PostgreSQL store's own 256 free leases
+#: are what its first fleet member acquires
+NOT_COPIED: Final = ("fleet_members", "shard_leases", "lease_acquisitions")
 
 #: the tables copied, in an order that satisfies every reference; (table, columns, SQLite's order)
 COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
@@ -60,6 +65,7 @@ COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
             "outcome",
             "left_at",
             "shard",
+            "epoch",
         ),
         "session_id",
     ),
@@ -97,6 +103,7 @@ COPIED: Final[tuple[tuple[str, tuple[str, ...], str], ...]] = (
             "accepted_at",
             "last_error",
             "shard",
+            "epoch",
         ),
         "id",
     ),

@@ -51,6 +51,9 @@ TABLES: Final = (
     "update_rows",
     "ledger",
     "mismatches",
+    "fleet_members",
+    "shard_leases",
+    "lease_acquisitions",
 )
 
 _V1: Final = """
@@ -177,6 +180,37 @@ CREATE INDEX server_sessions_by_shard ON server_sessions (shard);
 CREATE INDEX outbox_by_shard ON outbox (shard, status);
 """
 
+# the fleet (supervisor/fleet/leases.py): SQLite's migration 6 with PostgreSQL's types; times are the
+# database's clock, extract(epoch from clock_timestamp()), so members' clocks never decide a lease
+_V6: Final = """
+CREATE TABLE fleet_members (
+    member TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('active', 'degraded', 'leaving')),
+    started_at DOUBLE PRECISION NOT NULL,
+    heartbeat_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE shard_leases (
+    shard INTEGER PRIMARY KEY CHECK (shard >= 0 AND shard < 256),
+    owner TEXT,
+    epoch BIGINT NOT NULL DEFAULT 0,
+    expires_at DOUBLE PRECISION
+);
+INSERT INTO shard_leases (shard) SELECT generate_series(0, 255);
+CREATE TABLE lease_acquisitions (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    member TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    previous_owner TEXT,
+    reason TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL
+);
+ALTER TABLE server_sessions ADD COLUMN epoch BIGINT;
+ALTER TABLE outbox ADD COLUMN epoch BIGINT;
+"""
+
 #: each table whose rows belong to a session, and the key its shard is computed from (a row with no
 #: session takes its conversation's shard: docs/store.md, "Shards")
 SHARD_KEYS: Final = (
@@ -223,7 +257,14 @@ PG_MIGRATIONS: Final[tuple[PgMigration, ...]] = tuple(
     # migration 3 (two ALTER TABLE ... ADD COLUMN) is SQLite's own text
     for m, (script, backfill) in zip(
         MIGRATIONS,
-        ((_V1, None), (_V2, None), (MIGRATIONS[2].script, None), (_V4, None), (_V5, _backfill_shards)),
+        (
+            (_V1, None),
+            (_V2, None),
+            (MIGRATIONS[2].script, None),
+            (_V4, None),
+            (_V5, _backfill_shards),
+            (_V6, None),
+        ),
         strict=True,
     )
 )

@@ -23,7 +23,9 @@ Tables (docs/store.md has the full description): ``desired_sessions``, ``server_
 session ledger), ``updates`` and ``update_rows`` (acknowledged submissions and the rows that carry
 their attributes), ``outbox`` (one attribute write each), ``ledger`` (one send each), ``mismatches``,
 and ``meta`` (the owner epoch, bumped at every open and stamped on ledger entries). From version 5
-every row that belongs to a session carries its shard (supervisor/store/shards.py).
+every row that belongs to a session carries its shard (supervisor/store/shards.py). From version 6
+``fleet_members``, ``shard_leases`` and ``lease_acquisitions`` hold a fleet's leases (PostgreSQL only:
+a SQLite store keeps them empty), and ``server_sessions`` and ``outbox`` rows carry the owner ``epoch``.
 """
 
 from __future__ import annotations
@@ -240,6 +242,43 @@ CREATE INDEX outbox_by_shard ON outbox (shard, status);
 """
 
 
+# the fleet (docs/runtime.md, "The fleet"): members of a fleet sharing one PostgreSQL store, a lease per
+# shard (its owner, its epoch: incremented at every acquisition, never decreased; when it expires, on the
+# database's clock; NULL: free) and an audit row per acquisition; ledger and outbox rows carry the owner
+# epoch that wrote them. A one-host SQLite store keeps the three tables empty (SoloLeases holds every
+# shard in memory); the 256 lease rows exist so both dialects have the same rows at every version.
+_V6: Final = """
+CREATE TABLE fleet_members (
+    member TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('active', 'degraded', 'leaving')),
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
+);
+CREATE TABLE shard_leases (
+    shard INTEGER PRIMARY KEY CHECK (shard >= 0 AND shard < 256),
+    owner TEXT,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL
+);
+INSERT INTO shard_leases (shard)
+    WITH RECURSIVE n (shard) AS (SELECT 0 UNION ALL SELECT shard + 1 FROM n WHERE shard < 255)
+    SELECT shard FROM n;
+CREATE TABLE lease_acquisitions (
+    id INTEGER PRIMARY KEY,
+    shard INTEGER NOT NULL,
+    member TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    previous_owner TEXT,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL
+);
+ALTER TABLE server_sessions ADD COLUMN epoch INTEGER;
+ALTER TABLE outbox ADD COLUMN epoch INTEGER;
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """Takes a store to schema ``version`` (from ``version - 1``)."""
@@ -258,6 +297,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         4, "attribute updates without a session: updates and outbox rebuilt with session_id optional", _V4
     ),
     Migration(5, "every row of a session carries its shard (blake2b of the session id, mod 256)", _V5),
+    Migration(
+        6,
+        "the fleet: members, shard leases, their acquisitions; the owner epoch stamped in ledger and outbox rows",
+        _V6,
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -96,7 +96,7 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
         " the socket API's board, services, client;"
         " the systemd services (status line, watchdog, probes, the glue run wires in)",
-        ("supervisor.runtime", "supervisor.api", "supervisor.systemd"),
+        ("supervisor.runtime", "supervisor.api", "supervisor.systemd", "supervisor.fleet"),
     ),
     (
         6,

@@ -54,6 +54,7 @@ RELEASED = {
     3: FIXTURES / "v3-sessions.sqlite3",
     4: FIXTURES / "v4-byconv.sqlite3",
     5: FIXTURES / "v5-shards.sqlite3",
+    6: FIXTURES / "v6-fleet.sqlite3",
 }
 REFUSED = "refusing to open it"
 
@@ -329,6 +330,44 @@ async def test_migration_5_gives_every_row_of_a_session_its_shard(tmp_path: Path
             )
             assert rows, table
             assert [shard for _, shard in rows] == [shard_of(key) for key, _ in rows], table
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("version", [1, 5])
+async def test_migration_6_makes_the_fleets_tables_and_keeps_every_row(tmp_path: Path, version: int) -> None:
+    """A store of version 5 (and 1) gains the fleet's tables: 256 free leases at epoch 0, no member, no
+    acquisition (a one-host store keeps them so); its sessions and outbox rows are kept, with no epoch."""
+    path = tmp_path / "store.sqlite3"
+    shutil.copyfile(RELEASED[version], path)
+    before = sqlite3.connect(f"file:{RELEASED[version]}?immutable=1", uri=True)
+    try:
+        sessions = before.execute(
+            "SELECT session_id, state FROM server_sessions ORDER BY session_id"
+        ).fetchall()
+        outbox = before.execute("SELECT id, status FROM outbox ORDER BY id").fetchall()
+    finally:
+        before.close()
+    opened = await SqliteStore.open(path, synchronous="normal")
+    await opened.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        leases = conn.execute(
+            "SELECT shard, owner, epoch, expires_at FROM shard_leases ORDER BY shard"
+        ).fetchall()
+        assert leases == [(shard, None, 0, None) for shard in range(256)]
+        assert conn.execute("SELECT count(*) FROM fleet_members").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM lease_acquisitions").fetchone() == (0,)
+        kept = conn.execute("SELECT session_id, state FROM server_sessions ORDER BY session_id").fetchall()
+        assert sessions and kept == sessions
+        assert conn.execute("SELECT id, status FROM outbox ORDER BY id").fetchall() == outbox
+        assert conn.execute("SELECT count(*) FROM server_sessions WHERE epoch IS NOT NULL").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM outbox WHERE epoch IS NOT NULL").fetchone() == (0,)
+        # the checks hold: no 257th shard, no state outside the three
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO shard_leases (shard) VALUES (256)")
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO fleet_members VALUES ('m', 'h', 'd', 'gone', 1.0, 1.0)")
     finally:
         conn.close()
 

@@ -121,6 +121,39 @@ async def test_migration_5_gives_every_row_of_a_session_its_shard(
         assert rows and [shard for _, shard in rows] == [shard_of(str(k)) for k, _ in rows], table
 
 
+async def test_migration_6_makes_the_fleets_tables_and_keeps_every_row(
+    raw: psycopg.AsyncConnection[tuple[object, ...]],
+) -> None:
+    """A version 5 store gains 256 free leases at epoch 0, no member, no acquisition; its sessions and
+    outbox rows are kept with no epoch; an acquisition's id is the database's (an identity)."""
+    await prepare(raw, upto=5)
+    await raw.execute(
+        "INSERT INTO server_sessions (session_id, platform, kind, state, opened_at, shard) "
+        "VALUES ('wm-0', 'genesys', 'webmessaging', 'open', 1.0, 50)"
+    )
+    await raw.execute(
+        "INSERT INTO outbox (tenant, session_id, conversation_id, attribute, value, sensitive, status, "
+        "created_at, shard) VALUES ('t', 'wm-0', 'conv-1', 'a', '1', 0, 'pending', 1.0, 50)"
+    )
+    await prepare(raw)
+    cur = await raw.execute("SELECT shard, owner, epoch, expires_at FROM shard_leases ORDER BY shard")
+    assert await cur.fetchall() == [(shard, None, 0, None) for shard in range(256)]
+    for table in ("fleet_members", "lease_acquisitions"):
+        cur = await raw.execute(f"SELECT count(*) FROM {table}".encode())
+        assert await cur.fetchone() == (0,), table
+    cur = await raw.execute("SELECT session_id, epoch FROM server_sessions")
+    assert await cur.fetchall() == [("wm-0", None)]
+    cur = await raw.execute("SELECT attribute, epoch FROM outbox")
+    assert await cur.fetchall() == [("a", None)]
+    cur = await raw.execute(
+        "INSERT INTO lease_acquisitions (shard, member, epoch, reason, at) VALUES (1, 'm', 1, 'free', 1.0) "
+        "RETURNING id"
+    )
+    assert await cur.fetchone() == (1,)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        await raw.execute("INSERT INTO shard_leases (shard) VALUES (256)")
+
+
 async def test_an_older_store_is_migrated_and_keeps_its_rows(
     raw: psycopg.AsyncConnection[tuple[object, ...]], pg_url: str
 ) -> None:
