@@ -143,17 +143,17 @@ class ChannelPool:
             wire=wire,
         )
 
-    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline]:
+    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline | None]:
         fencing = self._pools.fencing
         local = self._pools.local_address
         if fencing is None:
-            return Wire(None, local), self.pipeline
+            return Wire(None, local), None
         guard = fencing.guard(shards)
         return Wire(guard, local), fencing.pipeline(self.pipeline, guard)
 
-    async def retire(self, pipeline: RequestPipeline) -> None:
+    async def retire(self, pipeline: RequestPipeline | None) -> None:
         fencing = self._pools.fencing
-        if fencing is not None and pipeline is not self.pipeline:
+        if fencing is not None and pipeline is not None:
             await fencing.retire(pipeline)
 
     def _share(self) -> None:

@@ -102,12 +102,12 @@ class ChannelHost(Protocol):
     def transport(
         self, topics: list[str], *, wire: Wire = PLAIN_WIRE, pipeline: RequestPipeline | None = None
     ) -> NotificationsTransport: ...
-    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline]:
+    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline | None]:
         """How a channel carrying ``shards()`` connects and makes its requests (a fleet member's:
-        fenced by their earliest lease deadline, on a pool of the channel's own)."""
+        fenced by their earliest lease deadline, on a pool of the channel's own; None: the pool's)."""
         ...
 
-    async def retire(self, pipeline: RequestPipeline) -> None:
+    async def retire(self, pipeline: RequestPipeline | None) -> None:
         """The channel closed: the pool of its own (a fleet member's) is closed."""
         ...
 
@@ -187,7 +187,14 @@ class SharedChannel:
         self._flight: Flight | None = None
         # its socket's writes and its own requests (creation, subscriptions): a fleet member's are
         # fenced by the earliest lease deadline among the shards of its members (fenced_io.py)
-        self.wire, self.pipeline = pool.wire_for(self.shards)
+        self.wire, self._own_pipeline = pool.wire_for(self.shards)
+
+    @property
+    def pipeline(self) -> RequestPipeline:
+        """Where the channel's requests go: its own fenced pool's (a fleet member), else its pool's
+        (which a reload may rebuild)."""
+        own = self._own_pipeline
+        return own if own is not None else self.pool.pipeline
 
     def shards(self) -> set[int]:
         """The shards of the sessions this channel carries now."""
@@ -268,7 +275,7 @@ class SharedChannel:
                 core.close()
             self.pool.closed(self)
             with anyio.CancelScope(shield=True):
-                await self.pool.retire(self.pipeline)
+                await self.pool.retire(self._own_pipeline)
             for member in list(self.members.values()):
                 member.channel = None
                 if not member.ready.is_set():
