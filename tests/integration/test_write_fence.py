@@ -11,6 +11,8 @@ loopback, its leases' deadlines set by the test on an injected CLOCK_BOOTTIME so
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,9 @@ from supervisor.sim.activity import token_key
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store.shards import shard_of
+from supervisor.transports.cxone import AgentSessionTransport
 from supervisor.transports.webmessaging import WebMessagingTransport
-from supervisor.vocabulary import SessionState
+from supervisor.vocabulary import Platform, SessionState
 from tests.harness.config import daemon_config
 from tests.harness.in_process import Harness, supervised
 from tests.harness.leases import DeadlineLeases, ManualBoottime
@@ -46,8 +49,9 @@ def test_the_sessions_of_this_test_lie_in_the_shards_it_means() -> None:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    return tmp_path
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ss-wf-", dir="/tmp") as d:
+        yield Path(d)
 
 
 def _keys(daemon: Harness, session_ids: tuple[str, ...]) -> set[str]:
@@ -188,3 +192,29 @@ async def test_every_connection_of_a_member_binds_its_local_address(
             if e["peer"] is not None
         }
     assert peers == {"127.0.0.12"}
+
+
+async def test_one_host_has_no_fence_and_keeps_its_pools(
+    genesys_sim: GenesysSimulator, cxone_sim: CxoneSimulator, workdir: Path
+) -> None:
+    """SoloLeases (leases without deadline): no fence, no watchdog, the platform's pools shared by
+    sessions of any shard, websockets' own connection class."""
+    config = daemon_config(
+        genesys_sim.urls,
+        workdir,
+        [("wm-0", None), ("wm-1", None)],
+        cxone=cxone_sim.urls,
+        cxone_sessions=[("cx-0", AGENTS[0]), ("cx-1", AGENTS[1])],
+    )
+    async with supervised(config.read_text(), workdir) as daemon:
+        await daemon.wait_active(4)
+        wiring = daemon.supervisor.wiring
+        assert daemon.supervisor.fence is None and wiring.fence is None
+        assert wiring.channel_pools.fencing is None
+        cxone = [daemon.runners[s].transport for s in ("cx-0", "cx-1")]
+        assert all(isinstance(t, AgentSessionTransport) for t in cxone)
+        assert {id(t.pipeline) for t in cxone if isinstance(t, AgentSessionTransport)} == {
+            id(wiring.pipelines[Platform.CXONE])
+        }
+        # the WebSockets: websockets' own connection, nothing bound
+        assert all(wiring.wire_for(s).websocket_options() == {} for s in ("wm-0", "wm-1"))

@@ -10,6 +10,8 @@ at the write"), against the Genesys simulator over loopback, the leases' deadlin
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 CLIENT = "demo-client"
 AGENTS = 4
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ss-wfc-", dir="/tmp") as d:
+        yield Path(d)
 
 
 def _config(urls: dict[str, str]) -> str:
@@ -55,7 +63,7 @@ def test_the_share_of_a_clients_channels_follows_the_shards_owned() -> None:
 
 
 async def test_a_lost_shard_leaves_the_channel_and_the_channel_stops_at_its_earliest_deadline(
-    tmp_path: Path, start_genesys: StartGenesys
+    workdir: Path, start_genesys: StartGenesys
 ) -> None:
     sim = await start_genesys(GenesysSimConfig(max_topics=100), seed=5)
     sessions = [f"nt-{i}" for i in range(AGENTS)]
@@ -64,7 +72,7 @@ async def test_a_lost_shard_leaves_the_channel_and_the_channel_stops_at_its_earl
     now = ManualBoottime()
     leases = DeadlineLeases(set(shards.values()), now, margin=100.0)
     fence = WriteFence(now=now, tick_s=0.02, loop_lag_s=2.0)
-    async with supervised(_config(sim.urls), tmp_path, leases=leases, fence=fence) as h:
+    async with supervised(_config(sim.urls), workdir, leases=leases, fence=fence) as h:
         await h.wait(lambda: len(h.runners) == AGENTS and h.all_in("active"))
         assert _topics(sim) == [sorted(f"v2.users.n-{i}.conversations" for i in range(AGENTS))]
         pool = h.supervisor.wiring.channel_pools.pools[CLIENT]
