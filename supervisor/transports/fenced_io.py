@@ -50,6 +50,9 @@ class WriteGuard(Protocol):
     def check(self) -> None:
         """Return when a write may go out now; raise :class:`~supervisor.errors.Fenced` when not."""
 
+    def passed(self) -> bool:
+        """Nothing may be written now (what ``check`` would raise for)."""
+
     def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
         """Abort the socket (``abort()``) when the guard's deadline passes; returns the release (the
         socket closed on its own)."""
@@ -101,6 +104,10 @@ class FencedTransport(asyncio.Transport):
         self._inner.abort()
 
     def close(self) -> None:
+        # a graceful close sends a FIN after what is buffered: past the deadline, a reset instead
+        if self._guard.passed():
+            self.abort()
+            return
         self._release()
         self._inner.close()
 

@@ -152,7 +152,8 @@ async def test_no_http_byte_leaves_after_the_shard_deadline_and_its_sockets_are_
             while True:
                 try:
                     response = await client.get(f"http://127.0.0.1:{port}/s{shard}")
-                except Fenced as exc:
+                except (Fenced, httpx.TransportError) as exc:
+                    # the next request's write refused, or the answer in flight cut by the reset
                     fenced.append(exc)
                     return
                 assert response.text == "ok"
@@ -179,7 +180,10 @@ async def test_no_http_byte_leaves_after_the_shard_deadline_and_its_sockets_are_
         tg.cancel_scope.cancel()
     for client in clients.values():
         await client.aclose()
-    assert all(isinstance(exc, Fenced) and exc.shards == (SHARD_A,) for exc in fenced)
+    assert all(
+        isinstance(exc, httpx.TransportError) or getattr(exc, "shards", None) == (SHARD_A,) for exc in fenced
+    )
+    assert any(isinstance(exc, Fenced) for exc in fenced) or fence.aborted >= CONNECTIONS
     assert len(reset) == CONNECTIONS and {c.peer for c in reset} <= a_peers
     assert server.bytes_after(deadline, [c for c in server.conns if c.peer in a_peers]) == 0
     # B's connections were never reset and carried the traffic after the deadline
@@ -236,6 +240,25 @@ async def test_no_websocket_frame_or_ping_leaves_after_the_deadline() -> None:
             tg.cancel_scope.cancel()
     assert len(received) == 20 and all(at < deadline for at, _ in received)
     assert ended == [True]  # no close frame came: the link was dropped, not closed
+
+
+async def test_a_fenced_shard_makes_no_websocket_handshake() -> None:
+    """The upgrade request is the connection's first write: refused, the socket reset, no upgrade."""
+    now = ManualBoottime()
+    fence = _fence(now, now() - 0.001)
+    upgrades: list[str] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        upgrades.append(ws.request.path if ws.request is not None else "")
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await connect(
+                f"ws://127.0.0.1:{port}/", create_connection=fenced_connection(fence.guard(SHARD_A))
+            )
+    assert isinstance(closed.value.__cause__, Fenced)
+    assert upgrades == [] and fence.guard(SHARD_A).sockets == 0
 
 
 async def test_the_loop_lag_guard_fences_every_shard_until_renewed() -> None:
