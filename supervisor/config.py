@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from supervisor.config_durable import AttributesConfig, HandoverConfig, StoreConfig
+from supervisor.config_durable import AttributesConfig, FleetConfig, HandoverConfig, StoreConfig
 from supervisor.config_urls import HTTP, WS, url_problem
 
 # their home was here: importers keep importing them from supervisor.config
@@ -350,21 +350,6 @@ class TaxonomySettings(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
     shadow: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
 
 
-# ``[fleet] localAddress``: an IPv4 or IPv6 literal (what a socket binds before it connects)
-LOCAL_ADDRESS = r"^(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$"
-
-
-class FleetSettings(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``[fleet]``: a member of a fleet sharing a PostgreSQL store (docs/runtime.md, "The fence at the
-    write"; docs/configuration.md)."""
-
-    # a stall of the event loop longer than this fences every shard until the leases are renewed
-    # again (the loop's lateness is measured on CLOCK_BOOTTIME: a stopped process sees it too)
-    loop_lag_seconds: Annotated[float, msgspec.Meta(gt=0.0, le=60.0)] = 2.0
-    # the source address of every outgoing connection (HTTP and WebSocket); none: the kernel's choice
-    local_address: Annotated[str, msgspec.Meta(pattern=LOCAL_ADDRESS)] | None = None
-
-
 class Platforms(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     genesys: GenesysConfig | None = None
     cxone: CxoneConfig | None = None
@@ -392,7 +377,7 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
     taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
     # a fleet member's settings (a PostgreSQL store makes the daemon one)
-    fleet: FleetSettings = msgspec.field(default_factory=FleetSettings)
+    fleet: FleetConfig = msgspec.field(default_factory=FleetConfig)
 
 
 _INVALID_ENUM = "invalid enum value "

@@ -81,6 +81,21 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
             raise ValueError("passwordFile is for a PostgreSQL store: give url too")
 
 
+# ``[fleet] localAddress``: an IPv4 or IPv6 literal (what a socket binds before it connects)
+LOCAL_ADDRESS = r"^(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$"
+
+
+class FleetConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``[fleet]``: a member of a fleet sharing a PostgreSQL store (docs/runtime.md, "The fence at the
+    write"; docs/configuration.md)."""
+
+    # a stall of the event loop longer than this fences every shard until the leases are renewed
+    # again (the loop's lateness is measured on CLOCK_BOOTTIME: a stopped process sees it too)
+    loop_lag_seconds: Annotated[float, msgspec.Meta(gt=0.0, le=60.0)] = 2.0
+    # the source address of every outgoing connection (HTTP and WebSocket); none: the kernel's choice
+    local_address: Annotated[str, msgspec.Meta(pattern=LOCAL_ADDRESS)] | None = None
+
+
 class StopAction(enum.StrEnum):
     """What a stop (SIGTERM, ``ctl drain``) does to the sessions when a store is configured."""
 

@@ -49,9 +49,13 @@ WATCH_TICK_S: Final = 0.25
 Now = Callable[[], float]
 
 
+#: Linux's; elsewhere (macOS, the BSDs) the monotonic clock stands in (it may not count a suspension)
+_BOOTTIME: Final = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
 def boottime() -> float:
     """Seconds on CLOCK_BOOTTIME: what lease deadlines are measured on (module docstring)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.clock_gettime(_BOOTTIME)
 
 
 class _Sockets:
