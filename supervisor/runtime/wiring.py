@@ -387,13 +387,15 @@ class Wiring:
         """The request pipeline a session's calls go through (its pool's); the first without a session.
         A fleet member's session: its shard's own pool, fenced by the shard's lease deadline."""
         if self.fence is not None and session_id is not None:
-            return self._shard_pipeline(platform, shard_of(session_id))
+            return self.shard_pipeline(platform, shard_of(session_id))
         shards = self._shards[platform]
         if session_id is None or len(shards) == 1:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
 
-    def _shard_pipeline(self, platform: Scope, shard: int) -> RequestPipeline:
+    def shard_pipeline(self, platform: Scope, shard: int) -> RequestPipeline:
+        """A fleet member's pipeline of ``shard`` (its pool's connections fenced by the shard's lease
+        deadline), made at its first use."""
         key = (platform, shard)
         pipeline = self._shard_pipelines.get(key)
         if pipeline is None:

@@ -20,6 +20,7 @@ import pytest
 
 from supervisor.errors import SessionError
 from supervisor.runtime.fence import WriteFence
+from supervisor.runtime.targets import SessionTargets
 from supervisor.sim.activity import token_key
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
@@ -185,6 +186,15 @@ async def test_every_connection_of_a_member_binds_its_local_address(
     async with supervised(config.read_text(), workdir, leases=leases, fence=WriteFence(now=now)) as daemon:
         await daemon.wait_active(2)
         await daemon.runners["wm-1"].send_message("from .12")
+        # an attribute update of the session goes on its shard's fenced pool (a conversation's alone: its shard's)
+        wiring = daemon.supervisor.wiring
+        targets = SessionTargets(daemon.supervisor.sessions, wiring, lambda session_id: None)
+        target = targets.target("genesys:demo-client", "wm-1", conversation.id)
+        assert target is not None
+        assert target.pipeline is wiring.shard_pipeline(Platform.GENESYS, shard_of("wm-1"))
+        alone = targets.target("genesys:demo-client", None, conversation.id)
+        assert alone is not None
+        assert alone.pipeline is wiring.shard_pipeline(Platform.GENESYS, shard_of(conversation.id))
         peers = {
             str(e["peer"]).rsplit(":", 1)[0]
             for sim in (genesys_sim, cxone_sim)
