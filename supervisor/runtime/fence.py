@@ -181,6 +181,11 @@ class EarliestGuard:
     def sockets(self) -> int:
         return len(self._sockets)
 
+    async def reopened(self) -> None:
+        """Return once writes may go out again."""
+        while self.passed():
+            await self._fence.changed()
+
 
 Guard = ShardGuard | EarliestGuard
 

@@ -53,6 +53,9 @@ class WriteGuard(Protocol):
     def passed(self) -> bool:
         """Nothing may be written now (what ``check`` would raise for)."""
 
+    async def reopened(self) -> None:
+        """Return once writes may go out again (the leases renewed)."""
+
     def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
         """Abort the socket (``abort()``) when the guard's deadline passes; returns the release (the
         socket closed on its own)."""

@@ -185,6 +185,8 @@ class SharedChannel:
         self.last_drop: RawError | None = None
         # the attempt the endpoint admitted for the next connection
         self._flight: Flight | None = None
+        # waiting for the leases of the shards it carries (fenced: nothing attempted meanwhile)
+        self.fenced = False
         # its socket's writes and its own requests (creation, subscriptions): a fleet member's are
         # fenced by the earliest lease deadline among the shards of its members (fenced_io.py)
         self.wire, self._own_pipeline = pool.wire_for(self.shards)
@@ -521,6 +523,14 @@ class SharedChannel:
             await self.pool.sleep(wait)
         if self.core.state is not ChannelState.RECONNECTING:
             return
+        guard = self.wire.guard
+        if guard is not None and guard.passed():
+            # a fleet member's channel whose shards are fenced: no attempt until the leases are renewed
+            self.fenced = True
+            try:
+                await guard.reopened()
+            finally:
+                self.fenced = False
         answer = await self._admitted()
         if answer is not None and not isinstance(answer, Flight):
             self._defer(answer)

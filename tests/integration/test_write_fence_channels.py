@@ -95,6 +95,8 @@ async def test_a_lost_shard_leaves_the_channel_and_the_channel_stops_at_its_earl
         await h.wait(lambda: guard.sockets == 0)
         assert guard.passed() and fence.aborted >= 1
         mark = sim.activity.last_seq
+        # the channel waits for the leases, attempting nothing (no new channel, no socket)
+        await h.wait(lambda: channel.fenced)
         # nothing more is sent on the channel's socket, nor on a new one (its attempts are fenced)
         sent = [
             e
