@@ -9,8 +9,8 @@ write itself, with no ``await`` between it and the bytes handed to the kernel:
 * :class:`FencedTransport` wraps an asyncio transport: ``write``/``writelines`` ask the
   :class:`WriteGuard` first and hand the bytes to the socket's transport in the same synchronous step
   (asyncio's ``Transport.write`` is synchronous: the event loop cannot run between them). A refused
-  write aborts the socket (``transport.abort()``: a TCP reset, no FIN, no TLS close_notify) and raises
-  :class:`~supervisor.errors.Fenced`.
+  write aborts the socket (``SO_LINGER`` 0, then ``transport.abort()``: a TCP reset, no FIN, no TLS
+  close_notify) and raises :class:`~supervisor.errors.Fenced`; so does a close past the deadline.
 * :class:`FencedBackend` is an httpcore ``AsyncNetworkBackend`` whose streams write through a
   :class:`FencedTransport` (httpcore's own AnyIO backend yields to the loop inside ``send``, between
   any check of ours and the socket's write: anyio's ``SocketStream.send`` begins with a checkpoint).
@@ -74,6 +74,14 @@ class FencedTransport(asyncio.Transport):
         self._guard = guard
         self._release = guard.adopt(self.abort)
 
+    def fenced(self) -> bool:
+        """Nothing may be written on this socket now."""
+        return self._guard.passed()
+
+    def check(self) -> None:
+        """Raise :class:`~supervisor.errors.Fenced` (the socket reset) when nothing may be written."""
+        self._check()
+
     def _check(self) -> None:
         try:
             self._guard.check()
@@ -117,6 +125,15 @@ class FencedTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self._inner.is_closing()
 
+    def _force_close(self, exc: BaseException | None) -> None:
+        # asyncio's TLS layer ends its transport this way on a fatal error (asyncio/sslproto.py)
+        self._release()
+        force = getattr(self._inner, "_force_close", None)
+        if force is not None:
+            force(exc)
+        else:
+            self._inner.abort()
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._inner.get_extra_info(name, default)
 
@@ -145,26 +162,101 @@ class FencedTransport(asyncio.Transport):
         return self._inner.get_write_buffer_limits()
 
 
-class _FencedStream(httpcore.AsyncNetworkStream):
-    """One HTTP connection's socket (asyncio streams over a :class:`FencedTransport`)."""
+#: bytes received and not yet read past which the socket stops reading (asyncio's streams' default)
+_READ_LIMIT: Final = 64 * 1024
 
-    def __init__(
-        self,
-        raw: FencedTransport,
-        protocol: asyncio.StreamReaderProtocol,
-        reader: asyncio.StreamReader,
-        transport: asyncio.Transport,
-    ) -> None:
+
+class _Receiving(asyncio.Protocol):
+    """One HTTP connection's side of asyncio: what it received, and the flow control of its writes
+    (the part of asyncio's streams httpcore needs; their StreamWriter is made for one transport, and
+    a connection's transport changes at its TLS handshake)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.eof = False
+        self.error: BaseException | None = None
+        # the transport that reads for it (the socket's, then the TLS layer's)
+        self.reading: asyncio.Transport | None = None
+        self._paused = False
+        self._readable: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.reading = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._wake_reader()
+        if len(self.buffer) > _READ_LIMIT and self.reading is not None:
+            self.reading.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake_reader()
+        return False  # (the transport closes itself)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.error = exc
+        self._wake_reader()
+        self._paused = False
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writer()
+
+    def _wake_reader(self) -> None:
+        waiter, self._readable = self._readable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_writer(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self, max_bytes: int) -> bytes:
+        while not self.buffer and not self.eof:
+            self._readable = asyncio.get_running_loop().create_future()
+            await self._readable
+        if self.buffer:
+            data = bytes(self.buffer[:max_bytes])
+            del self.buffer[:max_bytes]
+            if len(self.buffer) <= _READ_LIMIT and self.reading is not None and not self.reading.is_closing():
+                self.reading.resume_reading()
+            return data
+        if isinstance(self.error, OSError):
+            raise self.error
+        return b""
+
+    async def drain(self) -> None:
+        while self._paused and self.error is None:
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
+        if isinstance(self.error, OSError):
+            raise self.error
+
+
+class _FencedStream(httpcore.AsyncNetworkStream):
+    """One HTTP connection's socket: writes through a :class:`FencedTransport` (directly, or through
+    the TLS layer over it)."""
+
+    def __init__(self, raw: FencedTransport, protocol: _Receiving, transport: asyncio.Transport) -> None:
         self._raw = raw
         self._protocol = protocol
-        self._reader = reader
-        self._writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
+        # where writes go: the fenced transport, or the TLS layer that writes its records through it
+        self._transport = transport
 
     # (the ``timeout`` parameters are httpcore's AsyncNetworkStream interface)
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         try:
             with anyio.fail_after(timeout):
-                return await self._reader.read(max_bytes)
+                return await self._protocol.read(max_bytes)
         except TimeoutError as exc:
             raise httpcore.ReadTimeout(exc) from exc
         except OSError as exc:
@@ -174,17 +266,26 @@ class _FencedStream(httpcore.AsyncNetworkStream):
         if not buffer:
             return
         try:
-            # the check and the write are one synchronous step (FencedTransport.write)
-            self._writer.write(buffer)
+            if self._protocol.error is not None or self._transport.is_closing():
+                raise ConnectionResetError("the connection is closed")
+            # the check and the write are one synchronous step (FencedTransport.write; through TLS,
+            # the layer's records are checked there too, but a refusal inside it would surface as
+            # a lost connection: asked here first, in the same step, it raises Fenced as itself)
+            self._raw.check()
+            self._transport.write(buffer)
             with anyio.fail_after(timeout):
-                await self._writer.drain()
+                await self._protocol.drain()
         except TimeoutError as exc:
             raise httpcore.WriteTimeout(exc) from exc
         except OSError as exc:
             raise httpcore.WriteError(exc) from exc
 
     async def aclose(self) -> None:
-        self._writer.close()
+        if self._raw.fenced():
+            # past the deadline not even a TLS close_notify or a FIN: a reset
+            self._raw.abort()
+            return
+        self._transport.close()
         self._raw.close()
 
     async def start_tls(
@@ -208,22 +309,24 @@ class _FencedStream(httpcore.AsyncNetworkStream):
                 raise httpcore.ConnectError(exc) from exc
             raise
         assert tls is not None  # (None only for a transport closed meanwhile: start_tls raises then)
-        return _FencedStream(self._raw, self._protocol, self._reader, tls)
+        self._protocol.reading = tls
+        return _FencedStream(self._raw, self._protocol, tls)
 
     def get_extra_info(self, info: str) -> Any:
-        writer = self._writer
+        transport = self._transport
         if info == "ssl_object":
-            return writer.get_extra_info("ssl_object")
+            return transport.get_extra_info("ssl_object")
         if info == "client_addr":
-            return writer.get_extra_info("sockname")
+            return transport.get_extra_info("sockname")
         if info == "server_addr":
-            return writer.get_extra_info("peername")
+            return transport.get_extra_info("peername")
         if info == "socket":
-            return writer.get_extra_info("socket")
+            return transport.get_extra_info("socket")
         if info == "is_readable":
-            # an idle pooled connection the server closed (httpcore drops it before reuse): asyncio
-            # reads eagerly, so the end is in the reader rather than on the socket
-            return self._reader.at_eof() or self._raw.is_closing()
+            # an idle pooled connection the server closed or wrote to (httpcore drops it before reuse):
+            # asyncio reads eagerly, so what came is in the buffer rather than on the socket
+            protocol = self._protocol
+            return protocol.eof or bool(protocol.buffer) or self._raw.is_closing()
         return None
 
 
@@ -244,8 +347,7 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
         # nothing is written by a TCP connect, but a fenced shard opens no socket either
         self._guard.check()
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        protocol = _Receiving()
         local = (local_address, 0) if local_address is not None else None
         try:
             with anyio.fail_after(timeout):
@@ -257,8 +359,7 @@ class FencedBackend(httpcore.AsyncNetworkBackend):
         for option in socket_options or ():
             transport.get_extra_info("socket").setsockopt(*option)
         raw = FencedTransport(transport, self._guard)
-        # (StreamReaderProtocol keeps the transport it was made with: the reads are the socket's own)
-        return _FencedStream(raw, protocol, reader, raw)
+        return _FencedStream(raw, protocol, raw)
 
     async def connect_unix_socket(
         self,

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import httpcore
@@ -114,10 +117,12 @@ class CountingServers:
 
 
 @contextlib.asynccontextmanager
-async def counting_server(now: ManualBoottime) -> AsyncIterator[tuple[CountingServers, int]]:
+async def counting_server(
+    now: ManualBoottime, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[CountingServers, int]]:
     servers = CountingServers(now)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: CountingServer(servers), "127.0.0.1", 0)
+    server = await loop.create_server(lambda: CountingServer(servers), "127.0.0.1", 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     try:
         yield servers, port
@@ -131,10 +136,56 @@ def _fence(now: ManualBoottime, a_deadline: float) -> WriteFence:
     return fence
 
 
-def _client(fence: WriteFence, shard: int) -> httpx.AsyncClient:
+def _client(fence: WriteFence, shard: int, trust: ssl.SSLContext | None = None) -> httpx.AsyncClient:
     transport = httpx.AsyncHTTPTransport(retries=0)
-    transport._pool = httpcore.AsyncConnectionPool(network_backend=FencedBackend(fence.guard(shard)))
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=trust, network_backend=FencedBackend(fence.guard(shard))
+    )
     return httpx.AsyncClient(transport=transport)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl, as an operator makes one for a test)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"openssl cannot make a test certificate: {made.stderr.decode().strip()[-200:]}")
+    return cert, key
+
+
+async def test_over_tls_the_records_go_through_the_fence_too(certificate: tuple[Path, Path]) -> None:
+    """HTTPS through the fenced backend (TLS layered over the fenced transport): requests answered,
+    then past the deadline the next one is refused, nothing more reaches the server, the socket reset."""
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    trust = ssl.create_default_context(cafile=str(cert))
+    now = ManualBoottime()
+    deadline = now() + 1.0
+    fence = _fence(now, deadline)
+    async with counting_server(now, served) as (server, port), anyio.create_task_group() as tg:
+        await tg.start(fence.serve)
+        async with _client(fence, SHARD_A, trust) as client:
+            for _ in range(5):
+                response = await client.get(f"https://127.0.0.1:{port}/s{SHARD_A}")
+                assert response.text == "ok"
+            now.advance(1.5)
+            with pytest.raises(Fenced):
+                await client.get(f"https://127.0.0.1:{port}/s{SHARD_A}")
+            await wait_until(lambda: all(c.ended for c in server.conns))
+        tg.cancel_scope.cancel()
+    assert server.requests == 5 and len(server.conns) == 1
+    assert server.bytes_after(deadline, server.conns) == 0 and server.conns[0].reset
 
 
 async def test_no_http_byte_leaves_after_the_shard_deadline_and_its_sockets_are_reset() -> None:
