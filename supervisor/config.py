@@ -372,12 +372,12 @@ class Config(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     # the durable store and attribute updates (docs/attributes.md; supervisor/config_durable.py)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    # with [store] url: this daemon's membership of the fleet sharing that store (supervisor/fleet/)
+    fleet: FleetConfig = msgspec.field(default_factory=FleetConfig)
     # what a stop does to the sessions with a store: hand them over (default) or end them
     handover: HandoverConfig = msgspec.field(default_factory=HandoverConfig)
     attributes: AttributesConfig = msgspec.field(default_factory=AttributesConfig)
     taxonomy: TaxonomySettings = msgspec.field(default_factory=TaxonomySettings)
-    # a fleet member's settings (a PostgreSQL store makes the daemon one)
-    fleet: FleetConfig = msgspec.field(default_factory=FleetConfig)
 
 
 _INVALID_ENUM = "invalid enum value "

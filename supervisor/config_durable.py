@@ -1,4 +1,4 @@
-"""The ``[store]``, ``[handover]`` and ``[attributes]`` tables of the configuration (docs/configuration.md).
+"""The ``[store]``, ``[fleet]``, ``[handover]`` and ``[attributes]`` tables of the configuration (docs/configuration.md).
 
 Kept beside :mod:`supervisor.config`, which includes them in :class:`~supervisor.config.Config`:
 
@@ -6,6 +6,12 @@ Kept beside :mod:`supervisor.config`, which includes them in :class:`~supervisor
 [store]
 path = "/var/lib/session-supervisor/store.sqlite3"   # default: $STATE_DIRECTORY/store.sqlite3
 synchronous = "full"                                 # "full" (survives power loss) or "normal"
+
+[fleet]                  # with [store] url: this daemon is a member of the fleet on that store
+member = "edge-1"        # default: the boot id and 8 hex of the configuration file's path's digest
+host = "edge-1.example.com"   # what a client asking another member for a session is told
+leaseSeconds = 10        # a shard's lease; a member silent this long loses its shards to the others
+renewSeconds = 2         # how often a member renews its leases (and takes or gives back shards)
 
 [handover]
 onStop = "handover"      # a stop with a store leaves the sessions alive for the next start; "end" ends them
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -31,8 +37,10 @@ from supervisor.errors import ConfigError
 
 __all__ = [
     "DEFAULT_HANDOVER_MAX_AGE_S",
+    "FLEET_MEMBER_PATTERN",
     "ON_STOP_ENV",
     "AttributesConfig",
+    "FleetConfig",
     "HandoverConfig",
     "StopAction",
     "StoreConfig",
@@ -83,17 +91,39 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 
 # ``[fleet] localAddress``: an IPv4 or IPv6 literal (what a socket binds before it connects)
 LOCAL_ADDRESS = r"^(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$"
+#: what a fleet member id may be: the default's boot id, "/" and hex digits, or a name of the operator's
+FLEET_MEMBER_PATTERN: Final = r"^[A-Za-z0-9._:@/-]{1,200}$"
 
 
 class FleetConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``[fleet]``: a member of a fleet sharing a PostgreSQL store (docs/runtime.md, "The fence at the
-    write"; docs/configuration.md)."""
+    """``[fleet]``: a daemon on a PostgreSQL store (``[store] url``) is a member of the fleet sharing
+    it (docs/runtime.md, "The fleet"); with a file store the table is not used."""
 
+    # the member's id in fleet_members and shard_leases; unset: the boot id, "/", and 8 hex digits of
+    # the SHA-256 of the configuration file's absolute path (supervisor/fleet/identity.py)
+    member: Annotated[str, msgspec.Meta(pattern=FLEET_MEMBER_PATTERN)] | None = None
+    # what NotOwner tells a client of a session another member runs; unset: the host name
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] | None = None
+    # a shard's lease on the database's clock: a member silent this long loses its shards
+    lease_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=600.0)] = 10.0
+    # one renewal (and the acquisitions and releases it decides) every renewSeconds
+    renew_seconds: Annotated[float, msgspec.Meta(ge=0.1, le=300.0)] = 2.0
     # a stall of the event loop longer than this fences every shard until the leases are renewed
-    # again (the loop's lateness is measured on CLOCK_BOOTTIME: a stopped process sees it too)
+    # again (the loop's lateness is measured on CLOCK_BOOTTIME: a stopped process sees it too;
+    # docs/runtime.md, "The fence at the write")
     loop_lag_seconds: Annotated[float, msgspec.Meta(gt=0.0, le=60.0)] = 2.0
     # the source address of every outgoing connection (HTTP and WebSocket); none: the kernel's choice
     local_address: Annotated[str, msgspec.Meta(pattern=LOCAL_ADDRESS)] | None = None
+
+    def __post_init__(self) -> None:
+        # two renewals fit in a lease's local window (leaseSeconds less its fence margin: 4 s, or
+        # 40 % of a lease under 10 s; supervisor/fleet/leases.py), so one lost renewal loses nothing
+        window = self.lease_seconds - min(4.0, self.lease_seconds * 0.4)
+        if self.renew_seconds * 2 > window:
+            raise ValueError(
+                f"renewSeconds {self.renew_seconds:g} is too long for leaseSeconds {self.lease_seconds:g}: "
+                f"two renewals must fit in {window:g} s (the lease less its fence margin)"
+            )
 
 
 class StopAction(enum.StrEnum):

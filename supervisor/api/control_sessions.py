@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from supervisor.api.control_messages import Publish
-from supervisor.api.protocol import ApiFault
+from supervisor.api.protocol import MAX_SESSIONS_PER_CALL, ApiFault
 from supervisor.config import (
     GENESYS_CHANNELS_PER_CLIENT,
     GenesysConfig,
@@ -40,10 +40,6 @@ from supervisor.runtime.sessions import Origin, SessionControl, SessionReader
 
 __all__ = ["MAX_SESSIONS_PER_CALL", "SessionVerbs"]
 
-#: the most entries one AddSession takes: 200 entries of typical ids (a UUID agent id, a 20-character
-#: session id: about 150 bytes each) fit one 64 KiB frame with room to spare; ``ctl sessions add``
-#: packs its calls by this count and by the frame's bytes
-MAX_SESSIONS_PER_CALL: Final = 200
 #: the origin named in the errors of an AddSession entry (as a file's path names a file's)
 ORIGIN: Final = "AddSession"
 

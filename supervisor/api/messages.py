@@ -73,6 +73,8 @@ STREAMS: Final[Mapping[str, frozenset[str]]] = {
             "SUBSCRIBER_DISCONNECTED",
             "STORE_DEGRADED",
             "STORE_RECOVERED",
+            "FLEET_DEGRADED",
+            "FLEET_RECOVERED",
             "SESSION_RECONCILED",
             "TAXONOMY_CAPTURE_FAILED",
         }

@@ -32,6 +32,7 @@ __all__ = [
     "CLIENT_MAX_MESSAGE_BYTES",
     "CONTROL",
     "MAX_MESSAGE_BYTES",
+    "MAX_SESSIONS_PER_CALL",
     "PROTOCOL",
     "SERVICE",
     "STATE",
@@ -53,6 +54,12 @@ __all__ = [
 MAX_MESSAGE_BYTES: Final = 64 * 1024
 #: the largest message a client reads: a snapshot grows with the number of sessions (~250 bytes each)
 CLIENT_MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+#: the most entries one AddSession or RemoveSession takes: 200 entries of typical ids (a UUID agent id,
+#: a 20-character session id: about 150 bytes each) fit one 64 KiB frame with room to spare; ``ctl
+#: sessions add`` packs its calls by this count and by the frame's bytes. Here, with the wire's other
+#: limits, and not beside the verbs (supervisor/api/control_sessions.py): the verbs import the runtime,
+#: which ``ctl`` must not load to talk to a socket (docs/benchmarks.md, "CLI start")
+MAX_SESSIONS_PER_CALL: Final = 200
 
 # varlink: interface names are lower-case dotted, method names start upper-case
 _METHOD = re.compile(r"^([a-z]([-]*[a-z0-9])*(\.[a-z0-9]([-]*[a-z0-9])*)+)\.([A-Z][A-Za-z0-9]*)$")

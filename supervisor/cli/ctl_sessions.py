@@ -4,7 +4,7 @@ selectors ``ctl start`` and ``ctl stop`` share (docs/socket-api.md, "Sessions as
 **Adding.** ``ctl sessions add ID --kind K [--platform P] [--agent A] [--conversation C]``, ``--spec
 JSON`` (one entry as the configuration writes it, camelCase), or ``--from -`` (NDJSON on stdin: one
 JSON object per line). Entries go to the daemon in as many ``AddSession`` calls as needed, each at
-most :data:`~supervisor.api.control_sessions.MAX_SESSIONS_PER_CALL` entries and one frame, over one
+most :data:`~supervisor.api.protocol.MAX_SESSIONS_PER_CALL` entries and one frame, over one
 connection. Every entry is answered on its own (a line; with ``--json`` one JSON object per line,
 ``line`` naming the stdin line); exit 0 only when every entry was added, 1 when any was refused.
 
@@ -28,8 +28,7 @@ import click
 import msgspec
 
 from supervisor.api.client import Client
-from supervisor.api.control_sessions import MAX_SESSIONS_PER_CALL
-from supervisor.api.protocol import MAX_MESSAGE_BYTES, Method
+from supervisor.api.protocol import MAX_MESSAGE_BYTES, MAX_SESSIONS_PER_CALL, Method
 from supervisor.cli.common import exit_code_of
 from supervisor.cli.socket_option import UTF8, resolve_socket
 from supervisor.config import SessionKind

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
+    from supervisor.fleet.leases import PgLeases
     from supervisor.telemetry import ExportSettings, Telemetry
 
 __all__ = [
@@ -299,6 +300,22 @@ class Daemon:
         options = self.options
         sessions = session_table(wiring)
         durable: Durable | None = None
+        say = options.say if logs is None else logs.warning
+        # a PostgreSQL store makes the daemon a member of the fleet sharing it (docs/runtime.md, "The
+        # fleet"): its shards are leased there, and its store's writes are fenced by those leases
+        fleet: PgLeases | None = None
+        if options.durable and options.leases is None and config.store.url is not None:
+            from supervisor.fleet.member import fleet_leases
+
+            fleet = fleet_leases(
+                config,
+                config_path=options.config_path,
+                config_dir=wiring.config_dir,
+                environ=options.environ,
+                bus=bus,
+                clock=wiring.clock,
+                warn=say,
+            )
         if options.durable:
             # desired sessions, the session ledger and attribute updates; a store that cannot be
             # opened is said in one line, and the sessions run without it (docs/store.md)
@@ -309,15 +326,32 @@ class Daemon:
                 environ=options.environ,
                 bus=bus,
                 clock=wiring.clock,
-                warn=options.say if logs is None else logs.warning,
+                warn=say,
+                fences=fleet,
             )
+        if fleet is not None and (durable is None or durable.store is None):
+            # a member that could not open its store could neither resume the sessions of the
+            # shards it took nor record them for the next owner: it takes none until restarted
+            problem = "the store could not be opened" if durable is None else (durable.problem or "no store")
+            fleet.stand_aside(f"{problem}; this member takes no shard until it is restarted")
         # the store's book and the session table at construction: neither reaches for the other
-        leases = None if options.leases is None else options.leases(0 if durable is None else durable.epoch)
+        leases: Leases | None = fleet
+        if options.leases is not None:
+            leases = options.leases(0 if durable is None else durable.epoch)
         supervisor = Supervisor(wiring, durable, sessions=sessions, leases=leases)
+        if fleet is not None:
+            from supervisor.fleet.member import follow_reloads
+
+            follow_reloads(fleet, bus, lambda: supervisor.config)
         try:
             warn = _warning(options.say) if logs is None else logs.warning
             forced = await self._run(wiring, supervisor, durable, telemetry, stdout, stop, signals, warn)
         finally:
+            if fleet is not None:
+                # after the drain handed the sessions over: every shard freed at once for the peers
+                # (a kill skips this: the leases then expire after leaseSeconds)
+                await fleet.release_all()
+                await fleet.aclose()
             if durable is not None:
                 await durable.aclose()
         # a shadow's divergences held within their minute are lines too, before the last one

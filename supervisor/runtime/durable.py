@@ -67,6 +67,7 @@ from supervisor.runtime.targets import SessionTargets
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
+from supervisor.store.model import FenceSource
 from supervisor.store.shards import shard_of
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
@@ -143,6 +144,8 @@ class Durable:
             store, self.targets, _settings(config), bus=bus, clock=clock, unavailable=problem
         )
         self._tg: TaskGroup | None = None
+        #: a fleet member's leases, which fence the store's owner writes (None: one host)
+        self.fences: FenceSource | None = None
         self._started: set[str] = set()
         #: server sessions found open at start that nobody wants: session id -> outcome once ended
         self.reconciled: dict[str, str] = {}
@@ -159,8 +162,12 @@ class Durable:
         clock: Clock,
         warn: Warn | None = None,
         background: bool = True,
+        fences: FenceSource | None = None,
     ) -> Durable:
-        """Open the store named by ``config`` (never raises for the store: a degraded one is reported)."""
+        """Open the store named by ``config`` (never raises for the store: a degraded one is reported).
+
+        ``fences``: a fleet member's leases (supervisor/fleet/leases.py), what a PostgreSQL store's
+        owner writes are fenced by."""
         path = store_path(config, environ)
         common: dict[str, Any] = {
             "sessions": sessions,
@@ -171,7 +178,7 @@ class Durable:
             "environ": environ,
         }
         if config.store.url is not None:
-            return await cls._open_postgres(config, wiring, environ, common, warn)
+            return await cls._open_postgres(config, wiring, environ, common, warn, fences)
         if path is None:
             return cls(config, None, problem=NO_STORE, **common)
         health = _Health(str(path), bus, clock, warn)
@@ -257,9 +264,11 @@ class Durable:
         environ: Mapping[str, str],
         common: dict[str, Any],
         warn: Warn | None,
+        fences: FenceSource | None = None,
     ) -> Durable:
         """The store in PostgreSQL (``[store] url``): no read-only fallback, a database that cannot be
-        reached is a degraded store (the sessions start as the configuration says)."""
+        reached is a degraded store (the sessions start as the configuration says; a fleet member's
+        sessions start only as its leases give it their shards)."""
         url = config.store.url
         assert url is not None
         health = _Health(url, common["bus"], common["clock"], warn)
@@ -279,6 +288,10 @@ class Durable:
             opened = await PgStore.open(
                 url, password=None if secret is None else secret.reveal(), on_health=health
             )
+            # STORE_FENCE_HOOK: the fleet member's leases become the store's fences here, as
+            # PgStore.open(..., fences=fences), once the store takes them (its owner writes then
+            # check the shard's lease in their transaction); until then they are kept beside it
+            opened_fences = fences
         except ConfigError as exc:
             health(str(exc))
             return cls(config, None, problem=str(exc), **common)
@@ -298,7 +311,9 @@ class Durable:
             return cls(config, None, problem=str(exc), **common)
         wiring.stamper.epoch = opened.epoch  # the test-only stamp carries the epoch this open took
         wiring.attempts.endpoints.seed(limits)
-        return cls(config, crash_points(store, environ), desired=desired, server=server, **common)
+        durable = cls(config, crash_points(store, environ), desired=desired, server=server, **common)
+        durable.fences = opened_fences
+        return durable
 
     @property
     def degraded(self) -> str | None:

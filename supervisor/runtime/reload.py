@@ -20,7 +20,7 @@ the credential files, validate everything first, and only then apply the differe
 * the global tables a running daemon can take are applied: ``circuit``, ``reconnect`` (every
   session's next reconnection), ``tokens``, ``daemon.requestTimeout``, ``daemon.taxonomyVersion``,
   and the socket API's access lists, roles and limits (``apply_sockets``). What it cannot take
-  (:data:`RESTART_FIELDS`: ``store``, ``attributes``, ``telemetry``, ``admission``, ``taxonomy``, the sockets'
+  (:data:`RESTART_FIELDS`: ``store``, ``fleet``, ``attributes``, ``telemetry``, ``admission``, ``taxonomy``, the sockets'
   paths and modes, the daemon's grace, seed, lock and buffer) is named in the answer and in
   ``CONFIG_RELOADED`` as ``restartRequired`` (compared with the configuration the daemon started
   with: every reload until the restart names it), never acknowledged as applied;
@@ -115,14 +115,14 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "sockets": ("enabled", "subscribe", "control", "mode", "group"),
     # the store's file is open and its outbox served; the attribute service is built over it
     "store": None,
+    # the member's id, its leases' timing and its lease connection are taken at start, and so are its
+    # write fence and source address (the HTTP pools bind their address when they are made)
+    "fleet": None,
     "attributes": None,
     # capture and shadow: the capture file's writer and the shadow classifier are built at start
     "taxonomy": None,
     # the platform events' windows are applied; the resync reads' limiter is built at start
     "events": ("resync_in_flight",),
-    # a fleet member's identity, leases, write fence and source address are taken at start (the
-    # HTTP pools bind their address when they are made)
-    "fleet": None,
 }
 #: the tables a reload applies in full (every other table is in RESTART_FIELDS, at least in part;
 #: tests/unit/test_reload_decisions.py fails on a table in neither)

@@ -30,6 +30,8 @@ __all__ = [
     "Claim",
     "DesiredSession",
     "DesiredState",
+    "Fence",
+    "FenceSource",
     "LedgerChange",
     "LedgerEntry",
     "Mismatch",
@@ -283,6 +285,21 @@ class ResolveRefused(Exception):
         self.kind = kind
         self.problem = problem
         super().__init__(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What an owner's write proves: the member that holds the shard's lease, at which epoch."""
+
+    member: str
+    epoch: int
+
+
+class FenceSource(Protocol):
+    """The fences of the shards held here (a fleet's leases: supervisor/fleet/leases.py)."""
+
+    def fence_for(self, shard: int) -> Fence | None:
+        """The shard's fence while its lease is held here; None: not held here (the write is refused)."""
 
 
 class Store(Protocol):

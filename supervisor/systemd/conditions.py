@@ -11,6 +11,10 @@
 * ``store`` while the durable store (docs/store.md) refuses writes (``STORE_DEGRADED`` until
   ``STORE_RECOVERED``; :class:`StoreConditions`): acknowledgements are refused, sessions run. The
   state-directory probe tells the operator before the first write fails.
+* ``fleet`` while this fleet member (``[store] url``: docs/runtime.md, "The fleet") cannot reach the
+  database or runs another configuration than the fleet's (``FLEET_DEGRADED`` until
+  ``FLEET_RECOVERED``; :class:`FleetConditions`): it takes no shard meanwhile, and a restart would
+  cure neither.
 * ``credentials`` while a rotated credential the platform refused waits for a good one
   (``CREDENTIAL_REFUSED`` until ``CREDENTIAL_ACCEPTED`` for every platform refused;
   :class:`CredentialConditions`): the credential in use serves the sessions until it is revoked at
@@ -35,6 +39,7 @@ from supervisor.events import (
     CredentialRefused,
     Published,
 )
+from supervisor.fleet.events import FleetDegraded, FleetRecovered
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.systemd.degraded import Degraded
 from supervisor.vocabulary import CircuitState
@@ -44,6 +49,7 @@ __all__ = [
     "PROBE_INTERVAL_S",
     "CircuitConditions",
     "CredentialConditions",
+    "FleetConditions",
     "StateDirectoryProbe",
     "StoreConditions",
     "state_directory",
@@ -91,6 +97,22 @@ class StoreConditions:
         if isinstance(event, StoreDegraded):
             self._degraded.raise_condition(self.CONDITION, f"{event.problem}: acknowledgements refused")
         elif isinstance(event, StoreRecovered):
+            self._degraded.clear(self.CONDITION)
+
+
+class FleetConditions:
+    """A bus sink: ``fleet`` raised while the fleet member is degraded, cleared when it recovers."""
+
+    CONDITION = "fleet"
+
+    def __init__(self, degraded: Degraded) -> None:
+        self._degraded = degraded
+
+    def __call__(self, published: Published) -> None:
+        event = published.event
+        if isinstance(event, FleetDegraded):
+            self._degraded.raise_condition(self.CONDITION, f"{event.problem}: no shard taken")
+        elif isinstance(event, FleetRecovered):
             self._degraded.clear(self.CONDITION)
 
 

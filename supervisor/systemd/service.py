@@ -41,6 +41,7 @@ from supervisor.runtime.sessions import CircuitReader, SessionReader
 from supervisor.systemd.conditions import (
     CircuitConditions,
     CredentialConditions,
+    FleetConditions,
     StateDirectoryProbe,
     StoreConditions,
     state_directory,
@@ -87,6 +88,7 @@ class Systemd:
         bus.subscribe(self.status)
         bus.subscribe(CircuitConditions(self.degraded))
         bus.subscribe(StoreConditions(self.degraded))
+        bus.subscribe(FleetConditions(self.degraded))
         bus.subscribe(CredentialConditions(self.degraded))
         if store_problem is not None:
             # the store failed to open before this glue subscribed: its STORE_DEGRADED went by

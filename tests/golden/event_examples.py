@@ -66,6 +66,7 @@ from supervisor.events import (
     TerminationReason,
     TraceIds,
 )
+from supervisor.fleet.events import FleetDegraded, FleetRecovered
 from supervisor.retry.backoff import GiveUpReason
 from supervisor.runtime.reconcile import SessionReconciled
 from supervisor.runtime.reload import ConfigReloaded, ConfigReloadFailed
@@ -1009,6 +1010,16 @@ EXAMPLES: Final[tuple[Example, ...]] = (
         StoreDegraded("/var/lib/session-supervisor/state.db", "database or disk is full", timestamp=T0),
     ),
     Example("store_recovered", StoreRecovered("/var/lib/session-supervisor/state.db", timestamp=T1)),
+    # -- a fleet member -------------------------------------------------------------------------------
+    Example(
+        "fleet_degraded",
+        FleetDegraded(
+            "0b5e2c7a-3d41-4f6e-9a1b-7c2d8e9f0a13/5f1c02ab",
+            "cannot reach the database (connection refused)",
+            timestamp=T0,
+        ),
+    ),
+    Example("fleet_recovered", FleetRecovered("0b5e2c7a-3d41-4f6e-9a1b-7c2d8e9f0a13/5f1c02ab", timestamp=T1)),
     Example(
         "session_reconciled.ended",
         SessionReconciled("wm-1", "genesys", "webmessaging", "ended", "guest session closed", T0),

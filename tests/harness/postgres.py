@@ -62,6 +62,7 @@ __all__ = [
     "binaries",
     "fresh_schema",
     "pg_dsn",
+    "pg_restartable",
     "pg_server",
     "pg_url",
     "reachable_binaries",
@@ -295,6 +296,20 @@ def pg_dsn(pg_server: PostgresServer) -> Iterator[str]:
     """A DSN whose tables live in a schema of this test's own (dropped after it)."""
     with fresh_schema(pg_server) as dsn:
         yield dsn
+
+
+@pytest.fixture
+def pg_restartable(pg_server: PostgresServer) -> Iterator[PostgresServer]:
+    """The session's server, for a test that stops and starts it (``stop()``, ``start()``): found
+    running again by the next test whatever this one did. Another server (``PG_DSN``) is not the
+    tests' to stop: such a test is skipped then."""
+    if not pg_server.embedded:
+        pytest.skip("PG_DSN names another server: the test does not stop it")
+    try:
+        yield pg_server
+    finally:
+        if not pg_server.running():
+            pg_server.start()
 
 
 def url_of(dsn: str) -> str:

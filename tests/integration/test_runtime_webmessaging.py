@@ -112,6 +112,13 @@ async def test_handshake_429_is_never_retried_before_retry_after(
         assert h.terminations() == {}
 
 
+#: the overload of the two tests below: 12 sessions reconnecting at once against a platform that admits
+#: this many handshakes a second. Unpaced, the burst fails five in a row whatever the rate (the first
+#: test); paced, every session comes back at the admitted rate, which sets the second test's length
+#: (12 s at 1 a second, 4 s at 3)
+OVERLOAD_RATE_PER_S = 3
+
+
 async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
@@ -124,10 +131,10 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     config = genesys_config(genesys_sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
     async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
-        # one handshake admitted per second, the rest refused with 503: the burst of first
+        # three handshakes admitted per second, the rest refused with 503: the burst of first
         # reconnections (all within 0.1 s) makes well over five consecutive failures
         refuse = genesys_sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": OVERLOAD_RATE_PER_S, "status": 503})
         )
         genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
@@ -159,7 +166,7 @@ async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_cir
     async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
         refuse = genesys_sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": OVERLOAD_RATE_PER_S, "status": 503})
         )
         genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("PACING_CHANGED")))

@@ -102,6 +102,29 @@ def test_a_short_command_imports_no_simulator_demo_aiohttp_or_opentelemetry(
     assert heavy(modules) == []
 
 
+#: what only the daemon needs: the HTTP and WebSocket clients, the state machines, the session runner
+DAEMON_SIDE = ("httpx", "websockets", "statemachine", "machines", "supervisor.runtime.sessions")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("ctl", "--socket", "{absent}", "status"), id="ctl status"),
+        pytest.param(
+            ("ctl", "--socket", "{absent}", "sessions", "add", "wm-9", "--kind", "webmessaging"),
+            id="ctl sessions add",
+        ),
+        pytest.param(("watch", "--socket", "{absent}", "--json"), id="watch"),
+    ],
+)
+def test_a_socket_command_imports_nothing_of_the_daemon(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """``ctl`` and ``watch`` talk to a socket: importing the session verbs' server side once made each
+    call load the runtime, httpx and the state machines (~0.25 s of CPU more per call)."""
+    code, modules, _ = run_cli(tmp_path, *(a.format(absent=tmp_path / "nobody-listens.sock") for a in args))
+    assert code == 1
+    assert [m for m in modules if any(m == d or m.startswith(d + ".") for d in DAEMON_SIDE)] == []
+
+
 def test_the_probe_sees_them_when_a_command_does_load_them(tmp_path: Path) -> None:
     """The control: ``demo --help`` imports the demo's scenarios, and the probe says so."""
     code, modules, _ = run_cli(tmp_path, "demo", "--help")

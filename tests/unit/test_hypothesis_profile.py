@@ -29,12 +29,18 @@ def _suite_sources() -> list[Path]:
     return sorted(p for p in TESTS.rglob("*.py") if "bench" not in p.relative_to(TESTS).parts)
 
 
-def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+@pytest.fixture(scope="module")
+def suite_trees() -> list[tuple[Path, ast.Module]]:
+    """Every test source, parsed once for the checks below that only read it."""
+    return [(path, ast.parse(path.read_text(), str(path))) for path in _suite_sources()]
+
+
+def _calls(tree: ast.AST, *names: str) -> list[ast.Call]:
     def called(node: ast.Call) -> str:
         func = node.func
         return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and called(n) == name]
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and called(n) in names]
 
 
 @pytest.mark.parametrize(
@@ -73,10 +79,9 @@ def test_ci_runs_under_the_ci_profile() -> None:
     assert f'export {PROFILE_VARIABLE}="${{{PROFILE_VARIABLE}:-ci}}"' in script
 
 
-def test_no_test_sets_its_own_deadline_or_example_count() -> None:
+def test_no_test_sets_its_own_deadline_or_example_count(suite_trees: list[tuple[Path, ast.Module]]) -> None:
     offenders = []
-    for path in _suite_sources():
-        tree = ast.parse(path.read_text(), str(path))
+    for path, tree in suite_trees:
         for call in _calls(tree, "settings"):
             given = {k.arg for k in call.keywords if k.arg is not None}
             # register_profile(NAME, parent, ...) in conftest is the profile itself
@@ -90,18 +95,18 @@ def test_no_test_sets_its_own_deadline_or_example_count() -> None:
     assert offenders == []
 
 
-def test_no_strategy_draws_from_hypothesis_own_character_tables() -> None:
+def test_no_strategy_draws_from_hypothesis_own_character_tables(
+    suite_trees: list[tuple[Path, ast.Module]],
+) -> None:
     """``st.text`` / ``st.characters`` build Unicode tables on first use: tests/strategies.py's text instead."""
     offenders = []
-    for path in _suite_sources():
+    for path, tree in suite_trees:
         if path.name == "strategies.py":
             continue
-        tree = ast.parse(path.read_text(), str(path))
-        for name in ("text", "characters"):
-            for call in _calls(tree, name):
-                func = call.func
-                if isinstance(func, ast.Attribute) and ast.unparse(func.value) == "st":
-                    offenders.append(f"{path.relative_to(ROOT)}:{call.lineno}: st.{name}")
+        for call in _calls(tree, "text", "characters"):
+            func = call.func
+            if isinstance(func, ast.Attribute) and ast.unparse(func.value) == "st":
+                offenders.append(f"{path.relative_to(ROOT)}:{call.lineno}: st.{func.attr}")
     assert offenders == []
 
 

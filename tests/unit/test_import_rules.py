@@ -95,7 +95,8 @@ FLOORS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         7,
         "the runtime: the composition root, lifecycle, session table, supervisor, session runners, sinks;"
         " the socket API's board, services, client;"
-        " the systemd services (status line, watchdog, probes, the glue run wires in)",
+        " the systemd services (status line, watchdog, probes, the glue run wires in);"
+        " the fleet (a member's leases in PostgreSQL, the fleet bus)",
         ("supervisor.runtime", "supervisor.api", "supervisor.systemd", "supervisor.fleet"),
     ),
     (

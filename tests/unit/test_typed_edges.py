@@ -86,6 +86,9 @@ OTHER_VOCABULARIES: dict[tuple[str, str], str] = {
     ("supervisor.store.model", "closed"): "ServerState.CLOSED",
     # the ledger's outcome of a session we closed ourselves ("closed", "ended", "already_gone", ...)
     ("supervisor.runtime.durable", "closed"): "the session ledger's outcome",
+    # a fleet member's state in fleet_members (active, degraded, leaving): persisted words of the
+    # store's schema, migration 6 (docs/store.md)
+    ("supervisor.fleet.shares", "active"): "MemberState.ACTIVE",
     # "cannot open the store": a verb in an error message
     ("supervisor.store.sqlite", "open"): "a verb",
     # the demo summary's field listing the sessions that ended (README, docs/demo.md: ``terminated``)
