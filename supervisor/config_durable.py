@@ -89,6 +89,8 @@ class StoreConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
             raise ValueError("passwordFile is for a PostgreSQL store: give url too")
 
 
+# ``[fleet] localAddress``: an IPv4 or IPv6 literal (what a socket binds before it connects)
+LOCAL_ADDRESS = r"^(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$"
 #: what a fleet member id may be: the default's boot id, "/" and hex digits, or a name of the operator's
 FLEET_MEMBER_PATTERN: Final = r"^[A-Za-z0-9._:@/-]{1,200}$"
 
@@ -106,6 +108,12 @@ class FleetConfig(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
     lease_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=600.0)] = 10.0
     # one renewal (and the acquisitions and releases it decides) every renewSeconds
     renew_seconds: Annotated[float, msgspec.Meta(ge=0.1, le=300.0)] = 2.0
+    # a stall of the event loop longer than this fences every shard until the leases are renewed
+    # again (the loop's lateness is measured on CLOCK_BOOTTIME: a stopped process sees it too;
+    # docs/runtime.md, "The fence at the write")
+    loop_lag_seconds: Annotated[float, msgspec.Meta(gt=0.0, le=60.0)] = 2.0
+    # the source address of every outgoing connection (HTTP and WebSocket); none: the kernel's choice
+    local_address: Annotated[str, msgspec.Meta(pattern=LOCAL_ADDRESS)] | None = None
 
     def __post_init__(self) -> None:
         # two renewals fit in a lease's local window (leaseSeconds less its fence margin: 4 s, or

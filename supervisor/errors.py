@@ -17,6 +17,7 @@ module under ``supervisor.`` (``attributes.model.Refused``) or ``machines.``::
     │   │   └── SendUnconfirmed          a message got no answer and was not found after: it may have arrived
     │   ├── CircuitOpenError             the endpoint's circuit refused the call: carries retry_in_s
     │   ├── ChannelLimit                 a session would need a 21st notifications channel on its client
+    │   ├── Fenced                       a write for a shard past its lease deadline: refused, the shard lost here
     │   └── SdkError                     a library call failed for good: carries its SdkErrorEvent
     ├── ApiError                         a typed error of the socket API: an ApiFault + parameters
     │   ├── attributes.model.Refused     an attribute update refused for good (its fault says why)
@@ -168,6 +169,25 @@ class ChannelLimit(SessionError):
             f"OAuth client '{client}' would need more than {channels} notification channels "
             f"of {topics} topic(s) each (the platform's limit)"
         )
+
+
+class Fenced(SessionError):
+    """A byte for a session whose shard's lease deadline has passed (or every shard's, when the event
+    loop stalled past its bound): nothing was written, and the shard's sockets are aborted.
+
+    Raised at the network write itself (supervisor/runtime/fence.py, docs/runtime.md, "The fence at
+    the write"). The session treats its shard as lost here: it reconnects nothing on that shard until
+    the lease is renewed or the shard acquired again. ``shards`` are the shards the write was for;
+    ``deadline`` the earliest of their deadlines (CLOCK_BOOTTIME seconds; None: not held, or the loop
+    stalled).
+    """
+
+    def __init__(self, shards: tuple[int, ...], deadline: float | None) -> None:
+        self.shards = shards
+        self.deadline = deadline
+        named = ", ".join(str(s) for s in shards) or "none"
+        when = "not held" if deadline is None else f"its lease deadline {deadline:.3f} passed"
+        super().__init__(f"write fenced: shard {named}, {when}")
 
 
 class SdkError(SessionError):

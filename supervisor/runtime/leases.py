@@ -26,7 +26,7 @@ stays one per host and configuration: two daemons of one configuration on one ho
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -93,6 +93,10 @@ class Leases(Protocol):
     def owned(self) -> Mapping[int, Lease]:
         """Every shard held now, with its lease."""
 
+    def subscribe_deadlines(self, callback: Callable[[Mapping[int, Lease]], None]) -> None:
+        """Call ``callback`` on the loop after every renewal or loss with the new owned map (what the
+        write fence follows: supervisor/runtime/fence.py). Leases without deadlines never call it."""
+
     async def serve(
         self, holder: LeaseHolder, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -115,6 +119,9 @@ class SoloLeases:
 
     def owned(self) -> Mapping[int, Lease]:
         return self._view
+
+    def subscribe_deadlines(self, callback: Callable[[Mapping[int, Lease]], None]) -> None:
+        """One host's leases never end: nothing to follow, the callback is never called."""
 
     async def serve(
         self, holder: LeaseHolder, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -115,7 +115,8 @@ RESTART_FIELDS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "sockets": ("enabled", "subscribe", "control", "mode", "group"),
     # the store's file is open and its outbox served; the attribute service is built over it
     "store": None,
-    # the member's id, its leases' timing and its lease connection are taken at start
+    # the member's id, its leases' timing and its lease connection are taken at start, and so are its
+    # write fence and source address (the HTTP pools bind their address when they are made)
     "fleet": None,
     "attributes": None,
     # capture and shadow: the capture file's writer and the shadow classifier are built at start

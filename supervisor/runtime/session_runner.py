@@ -31,7 +31,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -42,7 +42,14 @@ from supervisor.attempts import Flight, Gate, Late, Refused
 from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, Rng, iso_utc
-from supervisor.errors import ChannelLimit, CircuitOpenError, OperationError, SessionError, TransportFailure
+from supervisor.errors import (
+    ChannelLimit,
+    CircuitOpenError,
+    Fenced,
+    OperationError,
+    SessionError,
+    TransportFailure,
+)
 from supervisor.events import ConnectionRolledOver, Correlation, ErrorClassified
 from supervisor.rest.tokens import TokenCache
 from supervisor.runtime.hooks import BusHooks
@@ -83,6 +90,17 @@ def _decided(error: OperationError) -> SdkErrorEvent:
     return event
 
 
+class ShardFence(Protocol):
+    """The write fence of the session's shard, as the runner waits on it (supervisor/runtime/fence.py,
+    ShardGuard)."""
+
+    def passed(self) -> bool:
+        """The shard's lease deadline passed (or the loop stalled): nothing may be written."""
+
+    async def reopened(self) -> None:
+        """Return once writes may go out again."""
+
+
 class SessionRunner:
     """Runs one session until it terminates; :meth:`stop` ends it on purpose."""
 
@@ -98,8 +116,16 @@ class SessionRunner:
         tokens: TokenCache | None = None,
         config: SessionConfig | None = None,
         sleep: Sleep = anyio.sleep,
+        fence: ShardFence | None = None,
     ) -> None:
         self.transport = transport
+        # a fleet member's session: its shard's write fence (None: one host). Past the shard's lease
+        # deadline nothing is written (the sockets refuse, supervisor/runtime/fence.py) and the runner
+        # makes no attempt either: it waits for the lease to be renewed, or for the shard's loss to
+        # abandon it (docs/runtime.md, "The fence at the write")
+        self._fence = fence
+        #: the session waits for its shard's lease (fenced: nothing attempted meanwhile)
+        self.fenced = False
         # the session's connect endpoint (its circuit; beyond the seed, docs/runtime.md, "Admission": its pace and its
         # places in flight), and where its moves are published
         self._gate = gate
@@ -155,7 +181,9 @@ class SessionRunner:
         """Until terminated: connect, serve, and reconnect when the machine says so."""
         try:
             while not self.core.terminated:
-                if self.core.state is SessionState.RECONNECTING:
+                if self._fenced():
+                    await self._await_fence()
+                elif self.core.state is SessionState.RECONNECTING:
                     await self._await_reconnect()
                 else:
                     await self._connect_and_serve()
@@ -279,6 +307,24 @@ class SessionRunner:
     def _stopped(self) -> bool:
         return self.core.terminated
 
+    def _fenced(self) -> bool:
+        """The session's shard is fenced here (its lease deadline passed, or the loop stalled)."""
+        return self._fence is not None and self._fence.passed()
+
+    async def _await_fence(self) -> None:
+        """Wait, attempting nothing, until the shard's lease is renewed (a stop or the shard's loss
+        wakes it: the runner is then stopped or handed over)."""
+        fence = self._fence
+        assert fence is not None
+        self.fenced = True
+        try:
+            with anyio.CancelScope() as scope:
+                self._wait_scope = scope
+                await fence.reopened()
+            self._wait_scope = None
+        finally:
+            self.fenced = False
+
     async def _admitted(self) -> Flight | Refused | None:
         """Wait for the connect endpoint's next slot, then ask its circuit: the admitted attempt,
         or the circuit's refusal; None when the session ended meanwhile.
@@ -371,6 +417,12 @@ class SessionRunner:
         except OperationError as failure:
             self._connect_failed(self._unpublished(failure), flight)
             return
+        except Fenced:
+            # the shard's deadline passed at the attempt's first byte: nothing was sent, nothing is
+            # counted against the endpoint, and the machine is left as it is (the run loop waits)
+            if flight is not None:
+                flight.abandon()
+            return
         except ChannelLimit:
             # a shared notifications channel has no room and the client holds all it may (its
             # configuration and AddSession refuse this beforehand; a reload can still get here):
@@ -417,6 +469,12 @@ class SessionRunner:
         await self._serve(connection)
 
     def _connect_failed(self, event: SdkErrorEvent, flight: Flight | None) -> None:
+        if self._fenced():
+            # the attempt failed because its shard was fenced (a socket reset at the deadline, a
+            # write refused): the platform said nothing, so nothing is told or counted
+            if flight is not None:
+                flight.abandon()
+            return
         # the connect endpoint hears of the failure when the attempt was made and nobody told it
         # yet (a CXone start's answers were told by the retry executor, a notifications channel
         # that could not be created never reached its handshake): each attempt once (none was
@@ -434,7 +492,13 @@ class SessionRunner:
         with anyio.CancelScope() as scope:
             self._serve_scope = scope
             try:
-                ended = await connection.serve(self._report)
+                try:
+                    ended = await connection.serve(self._report)
+                except* Fenced:
+                    # a request of the connection's own (a CXone poll, a channel's renewal, in a task
+                    # group of the transport's) met the fence: the connection is lost here as if its
+                    # link dropped; the run loop then waits for the lease
+                    ended = None
             except TransportFailure as exc:
                 ended = exc.raw
             except OperationError as exc:

@@ -32,6 +32,7 @@ from supervisor.config import Config, Secret, SessionSpec
 from supervisor.errors import ConfigError, OperationError, SessionError, StoreError
 from supervisor.fleet.follow import DesiredFollower, Follow, decide
 from supervisor.runtime.circuits import ManualCircuits
+from supervisor.runtime.fence import WriteFence
 from supervisor.runtime.leases import Lease, LeaseOwners, Leases, SoloLeases
 from supervisor.runtime.platform_sinks import session_describer
 from supervisor.runtime.session_runner import SessionRunner
@@ -65,6 +66,7 @@ class Supervisor:
         *,
         sessions: SessionTable | None = None,
         leases: Leases | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         if book is not None and sessions is None:
             # a book reads the table it was built over: a second one here would stay empty for it
@@ -97,6 +99,15 @@ class Supervisor:
         self.leases: Leases = leases if leases is not None else SoloLeases(0 if book is None else book.epoch)
         #: who answers for a session: the one lookup the socket API's verbs go through
         self.owners = LeaseOwners(self.leases)
+        #: a fleet member's write fence (supervisor/runtime/fence.py): every byte for a session checked
+        #: against its shard's lease deadline. One host's leases never end: no fence, today's pools
+        self.fence: WriteFence | None = None
+        if not isinstance(self.leases, SoloLeases):
+            self.fence = (
+                fence if fence is not None else WriteFence(loop_lag_s=self.config.fleet.loop_lag_seconds)
+            )
+            wiring.use_fence(self.fence)
+            self.leases.subscribe_deadlines(self.fence.follow)
         # runners abandoned because their shard was lost: their end writes nothing to the store
         self._abandoned: set[SessionRunner] = set()
         #: the commands other fleet members wrote for sessions of ours, followed (the fleet bus's
@@ -157,6 +168,9 @@ class Supervisor:
                     await tg.start(self.book.serve)
                 # what other fleet members write for our sessions, followed from the first shard on
                 await tg.start(self.follower.serve)
+                if self.fence is not None:
+                    # the watchdog (sockets aborted at their deadline) and the loop-lag guard
+                    await tg.start(self.fence.serve)
                 # start-up goes through the leases: each shard acquired is loaded and its sessions started
                 await tg.start(self.leases.serve, self)
                 task_status.started()
@@ -173,6 +187,9 @@ class Supervisor:
         """Shards now this process's: each loaded from the store, its sessions started (or resumed,
         or kept down as the store says), then its orphans, and only its, ended."""
         shards = frozenset(lease.shard for lease in leases)
+        if self.fence is not None:
+            # the new shards' sockets may write from now on, until their deadlines
+            self.fence.follow(self.leases.owned())
         if self._tg is None or self.draining.is_set() or not shards:
             return
         book = self.book
@@ -202,6 +219,11 @@ class Supervisor:
         """Shards no longer this process's: their sessions abandoned (left alive on the platform: no
         DELETE, no closeSession) and nothing written to the store, which the next owner reads."""
         gone = frozenset(shards)
+        if self.fence is not None:
+            # their topics leave the shared channels (one PUT per channel of the topics that stay) ...
+            self.wiring.channel_pools.shards_lost(gone)
+            # ... and not one more byte for them: their own sockets reset now
+            self.fence.follow({s: lease for s, lease in self.leases.owned().items() if s not in gone})
         for runner in list(self.runners.values()):
             if shard_of(runner.session_id) in gone and not runner.core.terminated:
                 self._abandoned.add(runner)

@@ -26,6 +26,7 @@ from supervisor.config import GenesysConfig
 from supervisor.runtime.sessions import SessionReader
 from supervisor.runtime.tenancy import scope_of, scope_table
 from supervisor.runtime.wiring import Wiring
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel, Platform, SdkErrorEvent
 from supervisor.vocabulary import ApiFault
 
@@ -150,6 +151,10 @@ class SessionTargets:
         gen = scope_table(self._sessions.config, scope)
         if pipeline is None or not isinstance(gen, GenesysConfig):
             return None
+        if self._wiring.fence is not None:
+            # a fleet member's: the write goes on the pool of the row's shard (its session's, else its
+            # conversation's: docs/store.md, "Shards"), fenced by that shard's lease deadline
+            pipeline = self._wiring.shard_pipeline(scope, shard_of(session_id or conversation_id))
         runner = None if session_id is None else self._sessions.runners.get(session_id)
         agent = runner.context.agent_id if runner is not None else None
         ctx = SessionContext(

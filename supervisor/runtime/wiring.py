@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
+import httpcore
 import httpx
 import msgspec
 from anyio import to_thread
@@ -53,6 +54,7 @@ from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.hooks import ExecutorHooks, HookChain
 from supervisor.rest.pipeline import RequestPipeline
 from supervisor.rest.tokens import GenesysClientCredentials, Token, TokenCache, TokenSource
+from supervisor.runtime.fence import WriteFence
 from supervisor.runtime.hooks import BusHooks
 from supervisor.runtime.platform_sinks import cxone_sink, notifications_sink, webmessaging_sink
 from supervisor.runtime.resync import Resyncer
@@ -69,10 +71,12 @@ from supervisor.runtime.tenancy import (
 )
 from supervisor.runtime.tls import TlsContexts
 from supervisor.stamp import Stamper
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel, Classifier, Platform, Taxonomy, load_taxonomy, resolve_version
 from supervisor.transports.base import Transport
 from supervisor.transports.channel_pool import ChannelPools, SharedNotificationsTransport
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.fenced_io import FencedBackend, Wire, WriteGuard
 from supervisor.transports.wm_history import GuestHistory
 from supervisor.vocabulary import GENESYS_STREAMING, GENESYS_WEBMESSAGING, EndpointId
 
@@ -179,6 +183,10 @@ class Wiring:
         self._shards: dict[Scope, list[RequestPipeline]] = {}
         self.secrets: dict[Scope, tuple[Secret | None, ...]] = {}
         self._clients: dict[Scope, list[httpx.AsyncClient]] = {}
+        # a fleet member's (use_fence): the write fence, and one pool per scope and shard, so the
+        # sockets aborted at a shard's deadline are that shard's only (docs/runtime.md, "The fence at the write")
+        self.fence: WriteFence | None = None
+        self._shard_pipelines: dict[tuple[Scope, int], RequestPipeline] = {}
         # per scope: the sessions added over the control socket (the pools are sized for the file's
         # sessions and these together: Wiring.grow)
         self.added: dict[Scope, int] = {}
@@ -202,6 +210,7 @@ class Wiring:
             stamp=self.stamper.headers,
             classified=bus_hooks.classified,
         )
+        self.channel_pools.local_address = config.fleet.local_address
         self.notification_sink = notification_sink
         # every session's platform events: numbered, windowed, handed to the socket API's platform
         # stream (docs/runtime.md, "Platform events"); on the bus to find the gaps
@@ -233,6 +242,7 @@ class Wiring:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close_clients([c for clients in self._clients.values() for c in clients])
+        await self.close_clients([p.client for p in self._shard_pipelines.values()])
         if self.taxonomy_tap.enabled:
             # the capture's last lines are written by its thread: waited for off the loop (bounded)
             with anyio.CancelScope(shield=True):
@@ -329,6 +339,8 @@ class Wiring:
                     kept[platform] = self.secrets[platform]
                 continue
             retired.extend(self._clients.pop(platform, []))
+            for key in [key for key in self._shard_pipelines if key[0] == platform]:
+                retired.append(self._shard_pipelines.pop(key).client)
             self.tokens.pop(platform, None)
             self.cxone_apis.pop(platform, None)
             self.pipelines.pop(platform, None)
@@ -359,12 +371,49 @@ class Wiring:
         """The default tenant's CXone agent API (``[platforms.cxone]``)."""
         return self.cxone_apis.get(Platform.CXONE)
 
+    def use_fence(self, fence: WriteFence) -> None:
+        """This daemon is a fleet member: its sessions' sockets are fenced by their shards' lease
+        deadlines, and their HTTP pools are per shard (sessions made from now on); its shared
+        channels are fenced by the earliest deadline of the shards each carries."""
+        self.fence = fence
+        self.channel_pools.fencing = _ChannelFencing(self, fence)
+
+    def wire_for(self, session_id: str) -> Wire:
+        """How ``session_id``'s WebSockets are made: its shard's guard (a fleet member), the source address."""
+        guard = None if self.fence is None else self.fence.guard(shard_of(session_id))
+        return Wire(guard, self.config.fleet.local_address)
+
     def pipeline_for(self, platform: Scope, session_id: str | None = None) -> RequestPipeline:
-        """The request pipeline a session's calls go through (its shard); the first without a session."""
+        """The request pipeline a session's calls go through (its pool's); the first without a session.
+        A fleet member's session: its shard's own pool, fenced by the shard's lease deadline."""
+        if self.fence is not None and session_id is not None:
+            return self.shard_pipeline(platform, shard_of(session_id))
         shards = self._shards[platform]
         if session_id is None or len(shards) == 1:
             return shards[0]
         return shards[zlib.crc32(session_id.encode()) % len(shards)]
+
+    def shard_pipeline(self, platform: Scope, shard: int) -> RequestPipeline:
+        """A fleet member's pipeline of ``shard`` (its pool's connections fenced by the shard's lease
+        deadline), made at its first use."""
+        key = (platform, shard)
+        pipeline = self._shard_pipelines.get(key)
+        if pipeline is None:
+            assert self.fence is not None
+            first = self._shards[platform][0]
+            client = self._client(
+                httpx.Timeout(self.config.daemon.request_timeout),
+                SESSIONS_PER_CLIENT,
+                guard=self.fence.guard(shard),
+            )
+            pipeline = self._shard_pipelines[key] = RequestPipeline(
+                client,
+                self.executor,
+                tokens=first.tokens,
+                rate_limit_headers=self.config.admission.rate_limit_headers,
+                tenant=scope_tenant(platform),
+            )
+        return pipeline
 
     async def read_conversation(self, ctx: SessionContext, conversation_id: str) -> Mapping[str, Any]:
         """A Genesys conversation's current state, ``GET /api/v2/conversations/{id}`` (PY269
@@ -476,7 +525,9 @@ class Wiring:
         self._clients[platform] = clients
         return clients
 
-    def _client(self, timeout: httpx.Timeout, sessions: int) -> httpx.AsyncClient:
+    def _client(
+        self, timeout: httpx.Timeout, sessions: int, *, guard: WriteGuard | None = None
+    ) -> httpx.AsyncClient:
         # each client holds at least SESSIONS_PER_CLIENT sessions' worth: a pool made for a few
         # sessions keeps its share when sessions are added later (Wiring.grow)
         per = max(sessions, SESSIONS_PER_CLIENT)
@@ -484,7 +535,21 @@ class Wiring:
         # one retry layer (docs/architecture.md, "Decisions the code relies on"): the transport never retries on its own
         # the TLS context is shared (made once per trust configuration), the pool is the client's own
         tls = self.tls.context()
-        transport = httpx.AsyncHTTPTransport(verify=tls, retries=0, limits=limits)
+        local = self.config.fleet.local_address
+        transport = httpx.AsyncHTTPTransport(verify=tls, retries=0, limits=limits, local_address=local)
+        if guard is not None:
+            # a shard's pool: its connections write through the fence (supervisor/transports/fenced_io.py).
+            # httpx 0.28 takes no network backend, so the pool it made is replaced by the same pool
+            # over ours (httpx's docs, "Custom transports": httpcore's pool is the transport's)
+            transport._pool = httpcore.AsyncConnectionPool(
+                ssl_context=tls,
+                max_connections=limits.max_connections,
+                max_keepalive_connections=limits.max_keepalive_connections,
+                keepalive_expiry=limits.keepalive_expiry,
+                local_address=local,
+                retries=0,
+                network_backend=FencedBackend(guard),
+            )
         # [daemon] stampMember (tests only): each request stamped as it leaves (supervisor/stamp.py)
         hooks = {"request": [self._stamp]} if self.stamper.member is not None else None
         # (verify: the same context for the transports httpx mounts for proxies from the environment)
@@ -563,6 +628,7 @@ class Wiring:
                 send_check_after=gen.send_check_after,
                 on_event=webmessaging_sink(self.platform_events, spec.id),
                 stamp=self.stamper.headers,
+                wire=self.wire_for(spec.id),
             )
             return wm, GENESYS_WEBMESSAGING.of(tenant)
         if spec.kind is SessionKind.NOTIFICATIONS:
@@ -608,6 +674,7 @@ class Wiring:
                 quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
                 stamp=self.stamper.headers,
+                wire=self.wire_for(spec.id),
             )
             return nt, GENESYS_STREAMING.of(tenant)
         from supervisor.transports.cxone import CONNECT_ENDPOINT, AgentSessionTransport
@@ -693,7 +760,34 @@ class Wiring:
             tokens=self.tokens.get(spec_scope(spec)),
             config=self.session_config,
             sleep=self.sleep,
+            # a fleet member's session waits while its shard is fenced: nothing reconnects there
+            fence=None if self.fence is None else self.fence.guard(shard_of(spec.id)),
         )
+
+
+class _ChannelFencing:
+    """A fleet member's shared channels: each on an HTTP pool of its own, fenced by the earliest
+    lease deadline of the shards it carries (supervisor/transports/channel_pool.py, ChannelFencing)."""
+
+    def __init__(self, wiring: Wiring, fence: WriteFence) -> None:
+        self._wiring = wiring
+        self._fence = fence
+
+    def guard(self, shards: Callable[[], Collection[int]]) -> WriteGuard:
+        return self._fence.earliest(shards)
+
+    def pipeline(self, base: RequestPipeline, guard: WriteGuard) -> RequestPipeline:
+        wiring = self._wiring
+        timeout = httpx.Timeout(wiring.config.daemon.request_timeout)
+        # (a channel's requests are a few: its creation, its subscriptions; the smallest pool)
+        client = wiring._client(timeout, 1, guard=guard)
+        return RequestPipeline(client, base.executor, tokens=base.tokens, tenant=base.tenant)
+
+    async def retire(self, pipeline: RequestPipeline) -> None:
+        await self._wiring.close_clients([pipeline.client])
+
+    def owned(self) -> int:
+        return self._fence.owned_count()
 
 
 def window_limits(events: EventsConfig) -> WindowLimits:

@@ -11,13 +11,20 @@ last used date"). A session that would need a 21st channel is refused with
 channel with room; :class:`SharedNotificationsTransport` is its transport, :class:`Membership` its
 connection (it ends when the channel drops under it). :class:`ChannelPools` holds every client's
 pool and the task group their channels run in.
+
+A fleet member (docs/runtime.md, "The fence at the write"): a channel belongs to the member whose
+sessions it carries. Its socket's frames (pings, subscriptions) and its own REST calls go through a
+pool of its own, fenced by the **earliest** lease deadline among the shards it carries
+(:class:`ChannelFencing`); a shard lost unsubscribes that shard's topics (:meth:`ChannelPools.shards_lost`);
+and the client's 20 channels are shared by the fleet in proportion to the shards each member owns
+(:func:`~.channel_quota.fleet_share`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -29,9 +36,11 @@ from supervisor.clock import Clock, Rng
 from supervisor.config import GENESYS_TOPICS_PER_CHANNEL, Keepalive
 from supervisor.errors import ChannelLimit, OperationError, TransportFailure
 from supervisor.rest.pipeline import RequestPipeline
+from supervisor.store.shards import SHARDS, shard_of
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent
 from supervisor.transports.base import Rollover
-from supervisor.transports.channel_quota import GENESYS_CHANNEL_LIMIT, ChannelQuota
+from supervisor.transports.channel_quota import GENESYS_CHANNEL_LIMIT, ChannelQuota, fleet_share
+from supervisor.transports.fenced_io import PLAIN_WIRE, Wire, WriteGuard
 from supervisor.transports.notifications import NotificationsTransport, channel_gone
 from supervisor.transports.shared_channel import EventHandler, Member, SharedChannel
 from supervisor.vocabulary import CloseCode, Platform
@@ -48,6 +57,22 @@ __all__ = [
 Sleep = Callable[[float], Awaitable[None]]
 
 
+class ChannelFencing(Protocol):
+    """A fleet member's fence for its channels (the runtime's: supervisor/runtime/wiring.py)."""
+
+    def guard(self, shards: Callable[[], Collection[int]]) -> WriteGuard:
+        """The guard of a socket carrying ``shards()``: their earliest lease deadline."""
+
+    def pipeline(self, base: RequestPipeline, guard: WriteGuard) -> RequestPipeline:
+        """``base``'s requests on a pool of their own whose connections write through ``guard``."""
+
+    async def retire(self, pipeline: RequestPipeline) -> None:
+        """Close a pool :meth:`pipeline` made."""
+
+    def owned(self) -> int:
+        """How many shards the member owns now."""
+
+
 class ChannelPool:
     """The shared channels of one OAuth client (``key``)."""
 
@@ -62,6 +87,8 @@ class ChannelPool:
         self.key = key
         self._pools = pools
         self.topic_limit = topic_limit
+        # the platform's limit for the client; a fleet member holds its share of it (_share)
+        self.client_limit = channel_limit
         self.channel_limit = channel_limit
         self.quota = ChannelQuota(channel_limit)
         self.channels: list[SharedChannel] = []
@@ -98,11 +125,14 @@ class ChannelPool:
     def reports(self) -> Reports:
         return self._pools.reports
 
-    def transport(self, topics: list[str]) -> NotificationsTransport:
-        """A channel's own requests (its creation, its socket, one PUT of ``topics``)."""
+    def transport(
+        self, topics: list[str], *, wire: Wire = PLAIN_WIRE, pipeline: RequestPipeline | None = None
+    ) -> NotificationsTransport:
+        """A channel's own requests (its creation, its socket, one PUT of ``topics``), with ``wire``'s
+        socket and ``pipeline`` (the pool's by default)."""
         return NotificationsTransport(
             SessionContext(self.key, Platform.GENESYS, Channel.NOTIFICATIONS),
-            pipeline=self.pipeline,
+            pipeline=pipeline if pipeline is not None else self.pipeline,
             api_url=self.api_url,
             topics=topics,
             keepalive=self.keepalive,
@@ -110,7 +140,29 @@ class ChannelPool:
             sleep=self.sleep,
             quota=self.quota,
             stamp=self._pools.stamp,
+            wire=wire,
         )
+
+    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline | None]:
+        fencing = self._pools.fencing
+        local = self._pools.local_address
+        if fencing is None:
+            return Wire(None, local), None
+        guard = fencing.guard(shards)
+        return Wire(guard, local), fencing.pipeline(self.pipeline, guard)
+
+    async def retire(self, pipeline: RequestPipeline | None) -> None:
+        fencing = self._pools.fencing
+        if fencing is not None and pipeline is not None:
+            await fencing.retire(pipeline)
+
+    def _share(self) -> None:
+        """A fleet member's share of the client's channels, from the shards it owns now."""
+        fencing = self._pools.fencing
+        if fencing is None:
+            return
+        self.channel_limit = fleet_share(self.client_limit, fencing.owned(), SHARDS)
+        self.quota.limit = self.channel_limit
 
     def classify(self, raw: RawError) -> SdkErrorEvent:
         """Classify a failure of one of this client's channels and publish it (SDK_ERROR_CLASSIFIED
@@ -126,6 +178,7 @@ class ChannelPool:
     def join(self, member: Member) -> SharedChannel:
         """Put ``member`` on a channel with room, opening one when none has; raises ChannelLimit
         when the client's channels are all full and it holds as many as the platform allows."""
+        self._share()
         for channel in self.channels:
             if channel.room_for(member):
                 channel.add(member)
@@ -177,6 +230,23 @@ class ChannelPools:
         self.channel_limit = channel_limit
         self._pools: dict[str, ChannelPool] = {}
         self._tg: TaskGroup | None = None
+        # a fleet member's: its channels fenced by their shards' deadlines (ChannelFencing); the
+        # source address of every channel's connections ([fleet] localAddress)
+        self.fencing: ChannelFencing | None = None
+        self.local_address: str | None = None
+
+    def shards_lost(self, shards: Collection[int]) -> int:
+        """The member lost ``shards``: their sessions leave their channels now, their topics removed
+        with one PUT per channel (on the channel's fenced pool), the channel closed when it carried
+        nothing else. Returns how many sessions left."""
+        left = 0
+        for pool in self._pools.values():
+            for channel in list(pool.channels):
+                for member in list(channel.members.values()):
+                    if shard_of(member.session_id) in shards:
+                        channel.remove(member, quietly=False)
+                        left += 1
+        return left
 
     def pool(
         self,

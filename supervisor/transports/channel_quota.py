@@ -19,10 +19,18 @@ from __future__ import annotations
 
 import anyio
 
-__all__ = ["GENESYS_CHANNEL_LIMIT", "ChannelQuota", "Place"]
+__all__ = ["GENESYS_CHANNEL_LIMIT", "ChannelQuota", "Place", "fleet_share"]
 
 #: PY269 post_notifications_channels: 20 channels per user/app combination
 GENESYS_CHANNEL_LIMIT = 20
+
+
+def fleet_share(limit: int, owned: int, shards: int) -> int:
+    """A fleet member's share of a client's ``limit`` channels: in proportion to the ``owned`` of all
+    ``shards`` it holds, rounded up, at least one (the members' shares together may exceed the limit
+    by less than one channel per member: the platform then drops the oldest unused channel, never a
+    connected one while each member stays within its share of a fleet whose shards are all held)."""
+    return max(1, -(-limit * owned // shards))
 
 
 class Place:

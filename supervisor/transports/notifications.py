@@ -52,6 +52,7 @@ from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota, Place
+from supervisor.transports.fenced_io import PLAIN_WIRE, Wire
 from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Noticed, Signal
 from supervisor.transports.overlap import OverlapDedupe
 from supervisor.transports.renewal import RENEW_LEAD_S, renewal_due
@@ -117,9 +118,12 @@ class NotificationsTransport:
         max_size: int = 1 << 20,
         proxy: str | None = None,
         stamp: Callable[[], Mapping[str, str]] | None = None,
+        wire: Wire = PLAIN_WIRE,
     ) -> None:
         # headers for the upgrade request: the test-only stamp (supervisor/stamp.py), else none
         self._stamp = stamp
+        # a fleet member's sockets: each write fenced by the shard's lease deadline, bound to its address
+        self._wire = wire
         if not topics:
             raise ValueError("a notifications channel needs at least one topic")
         self.context = ctx
@@ -248,6 +252,7 @@ class NotificationsTransport:
                 ping_timeout=ka.ping_timeout,
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
+                **self._wire.websocket_options(),
             )
         if flight is not None:
             flight.answered(None)  # the handshake went through: its endpoint hears so now

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -50,12 +50,14 @@ from supervisor.attempts import Flight, Gate, Late, Refused, Reports
 from supervisor.boundary import SessionContext
 from supervisor.clock import Clock, Rng
 from supervisor.config import Keepalive
-from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, Fenced, OperationError, TransportFailure
 from supervisor.events import RolloverReason
 from supervisor.rest.pipeline import RequestPipeline
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel, RawError, SdkErrorEvent, TaxonomyClass
 from supervisor.transports.base import Rollover
 from supervisor.transports.channel_quota import ChannelQuota
+from supervisor.transports.fenced_io import PLAIN_WIRE, Wire
 from supervisor.transports.notifications import CHANNELS_PATH, CIRCUIT, NotificationsTransport
 from supervisor.transports.notifications_link import ChannelLink, Due, Ended, Notice, Signal
 from supervisor.transports.overlap import OverlapDedupe
@@ -76,7 +78,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 class ChannelHost(Protocol):
     """What a channel takes from its pool (:class:`~.channel_pool.ChannelPool`): the client's limits,
-    clock and randomness, its streaming endpoint's admission, the requests' pipeline."""
+    clock and randomness, its streaming endpoint's admission, the requests' pipeline, and (a fleet
+    member's) the fence of the shards it carries."""
 
     topic_limit: int
     quota: ChannelQuota
@@ -96,7 +99,18 @@ class ChannelHost(Protocol):
     def gate(self) -> Gate | None: ...
     @property
     def reports(self) -> Reports: ...
-    def transport(self, topics: list[str]) -> NotificationsTransport: ...
+    def transport(
+        self, topics: list[str], *, wire: Wire = PLAIN_WIRE, pipeline: RequestPipeline | None = None
+    ) -> NotificationsTransport: ...
+    def wire_for(self, shards: Callable[[], Collection[int]]) -> tuple[Wire, RequestPipeline | None]:
+        """How a channel carrying ``shards()`` connects and makes its requests (a fleet member's:
+        fenced by their earliest lease deadline, on a pool of the channel's own; None: the pool's)."""
+        ...
+
+    async def retire(self, pipeline: RequestPipeline | None) -> None:
+        """The channel closed: the pool of its own (a fleet member's) is closed."""
+        ...
+
     def classify(self, raw: RawError) -> SdkErrorEvent:
         """Classify a failure of the channel's own, and publish it (SDK_ERROR_CLASSIFIED)."""
         ...
@@ -171,6 +185,22 @@ class SharedChannel:
         self.last_drop: RawError | None = None
         # the attempt the endpoint admitted for the next connection
         self._flight: Flight | None = None
+        # waiting for the leases of the shards it carries (fenced: nothing attempted meanwhile)
+        self.fenced = False
+        # its socket's writes and its own requests (creation, subscriptions): a fleet member's are
+        # fenced by the earliest lease deadline among the shards of its members (fenced_io.py)
+        self.wire, self._own_pipeline = pool.wire_for(self.shards)
+
+    @property
+    def pipeline(self) -> RequestPipeline:
+        """Where the channel's requests go: its own fenced pool's (a fleet member), else its pool's
+        (which a reload may rebuild)."""
+        own = self._own_pipeline
+        return own if own is not None else self.pool.pipeline
+
+    def shards(self) -> set[int]:
+        """The shards of the sessions this channel carries now."""
+        return {shard_of(session_id) for session_id in self.members}
 
     # -- members ----------------------------------------------------------------------------------
 
@@ -246,6 +276,8 @@ class SharedChannel:
             if core.state is not ChannelState.CLOSED:
                 core.close()
             self.pool.closed(self)
+            with anyio.CancelScope(shield=True):
+                await self.pool.retire(self._own_pipeline)
             for member in list(self.members.values()):
                 member.channel = None
                 if not member.ready.is_set():
@@ -270,11 +302,13 @@ class SharedChannel:
             flight = answer
         topics = self._topics()
         place = await pool.quota.reserve()
-        transport = pool.transport(topics)
+        transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         try:
             link = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat, flight=flight)
-        except (OperationError, TransportFailure, CircuitOpenError) as exc:
-            if flight is not None:
+        except (OperationError, TransportFailure, CircuitOpenError, Fenced) as exc:
+            if flight is not None and isinstance(exc, Fenced):
+                flight.abandon()  # nothing was sent: the fence refused the first byte
+            elif flight is not None:
                 failure = exc.raw if isinstance(exc, TransportFailure) else None
                 flight.settle(None if failure is None else pool.classify(failure))
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
@@ -369,7 +403,7 @@ class SharedChannel:
                         await self._replace(link)
                     elif self._to_add:
                         await self._add(link)
-                except (OperationError, CircuitOpenError, TransportFailure) as exc:
+                except (OperationError, CircuitOpenError, TransportFailure, Fenced) as exc:
                     # the channel is gone (404), or its subscriptions cannot be made now (retries
                     # spent, the API's circuit open): a new channel, with every topic in one PUT [I]
                     raw = RawError(platform=Platform.GENESYS, channel=Channel.NOTIFICATIONS, status=404)
@@ -434,7 +468,7 @@ class SharedChannel:
     async def _request(self, link: ChannelLink, method: str, topics: list[str]) -> None:
         pool = self.pool
         self.batches += 1
-        await pool.pipeline.request(
+        await self.pipeline.request(
             method,
             f"{pool.api_url}{CHANNELS_PATH}/{quote(link.channel_id, safe='')}/subscriptions",
             ctx=link.ctx,
@@ -489,6 +523,14 @@ class SharedChannel:
             await self.pool.sleep(wait)
         if self.core.state is not ChannelState.RECONNECTING:
             return
+        guard = self.wire.guard
+        if guard is not None and guard.passed():
+            # a fleet member's channel whose shards are fenced: no attempt until the leases are renewed
+            self.fenced = True
+            try:
+                await guard.reopened()
+            finally:
+                self.fenced = False
         answer = await self._admitted()
         if answer is not None and not isinstance(answer, Flight):
             self._defer(answer)
@@ -529,7 +571,7 @@ class SharedChannel:
         assert old is not None
         topics = self._topics()
         duplicates = {sid: m.duplicates for sid, m in self.members.items()}
-        transport = pool.transport(topics)
+        transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         place = None
         try:
             if reason is RolloverReason.TOKEN_EXPIRING:
@@ -540,7 +582,7 @@ class SharedChannel:
                 await old.close(CloseCode.NORMAL_CLOSURE)
                 place = await pool.quota.reserve()
             new = await transport.establish(self.ctx, place, self._deliver, _no_heartbeat)
-        except (OperationError, TransportFailure, CircuitOpenError) as exc:
+        except (OperationError, TransportFailure, CircuitOpenError, Fenced) as exc:
             raw = exc.raw if isinstance(exc, TransportFailure) else self._raw(CloseCode.ABNORMAL_CLOSURE)
             self._dropped(raw)
             return

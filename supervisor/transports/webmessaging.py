@@ -72,6 +72,7 @@ from supervisor.errors import (
 from supervisor.rest.executor import RetryExecutor, Sleep
 from supervisor.rest.tokens import Token
 from supervisor.taxonomy import RawError, SdkErrorEvent
+from supervisor.transports.fenced_io import PLAIN_WIRE, Wire
 from supervisor.transports.sockets import (
     abort_socket,
     decode_frame,
@@ -150,10 +151,13 @@ class WebMessagingTransport:
         history: GuestHistory | None = None,
         send_check_after: float = 3.0,
         stamp: Callable[[], Mapping[str, str]] | None = None,
+        wire: Wire = PLAIN_WIRE,
     ) -> None:
         self.context = ctx
         # headers for the upgrade request: the test-only stamp (supervisor/stamp.py), else none
         self._stamp = stamp
+        # a fleet member's sockets: each write fenced by the shard's lease deadline, bound to its address
+        self._wire = wire
         #: the guest history (REST, guest JWT): where an unanswered send is looked for
         self.history = history
         #: seconds an unanswered send waits for a late echo before the history is read
@@ -230,6 +234,7 @@ class WebMessagingTransport:
                 ping_timeout=ka.ping_timeout,
                 close_timeout=self._close_timeout,
                 max_size=self._max_size,
+                **self._wire.websocket_options(),
             )
         conn = WebMessagingConnection(self, ws)
         try:

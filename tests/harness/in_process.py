@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from supervisor.api.control import Reload
     from supervisor.api.server import SocketApi
     from supervisor.attributes import AttributeService
+    from supervisor.runtime.fence import WriteFence
     from supervisor.runtime.leases import Leases
     from supervisor.telemetry import ExportSettings, Telemetry
 
@@ -196,6 +197,7 @@ async def supervised(
     record: bool = True,
     leases: Leases | None = None,
     fleet: bool = False,
+    fence: WriteFence | None = None,
 ) -> AsyncIterator[Harness]:
     """A daemon serving ``config`` (a TOML text, or parsed), its relative credential files in
     ``directory`` (written there from ``credentials``; None: no directory, nothing written).
@@ -207,7 +209,8 @@ async def supervised(
     False leaves :attr:`Harness.recorded` empty (a benchmark's thousands of sessions: its cost is not
     the daemon's). ``leases``: the shards the daemon owns (None: SoloLeases, every shard).
     ``fleet``: on a PostgreSQL store, the fleet bus and admission across members
-    (supervisor/fleet/sharing.py), started before the sessions.
+    (supervisor/fleet/sharing.py), started before the sessions. ``fence``: a fleet member's write
+    fence (a test's CLOCK_BOOTTIME source; None: the supervisor's own when ``leases`` are a fleet's).
     """
     if directory is not None:
         (credentials or Credentials()).write(directory)
@@ -239,7 +242,7 @@ async def supervised(
                 parsed, sessions=sessions, wiring=wiring, environ={}, bus=bus, clock=clock, background=False
             )
         try:
-            supervisor = Supervisor(wiring, store, sessions=sessions, leases=leases)
+            supervisor = Supervisor(wiring, store, sessions=sessions, leases=leases, fence=fence)
             api = None if sockets is None else _socket_api(supervisor, sockets, store)
             member = None
             if fleet:

@@ -6,7 +6,7 @@ kept tokens (no new guest session)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -66,6 +66,9 @@ class Killable:
 
     def owned(self) -> Mapping[int, Lease]:
         return self.leases.owned()
+
+    def subscribe_deadlines(self, callback: Callable[[Mapping[int, Lease]], None]) -> None:
+        self.leases.subscribe_deadlines(callback)
 
     async def serve(
         self, holder: LeaseHolder, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -80,6 +80,9 @@ class FlakyLeases:
 
     def owned(self) -> Mapping[int, Lease]:
         return MappingProxyType(self._owned)
+
+    def subscribe_deadlines(self, callback: Callable[[Mapping[int, Lease]], None]) -> None:
+        """Its leases have no deadline: nothing to renew, so nothing to tell (the holder is told)."""
 
     async def serve(
         self, holder: LeaseHolder, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
