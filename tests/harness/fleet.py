@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -64,6 +64,9 @@ class TableLeases:
 
     def fleet_view(self) -> FleetView:
         return self._view
+
+    def subscribe_deadlines(self, callback: Callable[[Mapping[int, Lease]], None]) -> None:
+        """Its leases have no deadline (the test holds them for the daemon's life): nothing to tell."""
 
     async def refresh(self) -> FleetView:
         """Read the fleet from the tables again (what ``fleet_view`` answers from now on)."""
