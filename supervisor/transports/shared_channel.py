@@ -570,6 +570,11 @@ class SharedChannel:
         pool, old = self.pool, self.link
         assert old is not None
         topics = self._topics()
+        if not topics:
+            # every member left before the rollover was due: nothing to carry over, and the batches
+            # task is closing the channel (its last member gone); a new channel with no topic is
+            # one the platform's subscription API cannot have
+            return
         duplicates = {sid: m.duplicates for sid, m in self.members.items()}
         transport = pool.transport(topics, wire=self.wire, pipeline=self.pipeline)
         place = None

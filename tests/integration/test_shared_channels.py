@@ -18,6 +18,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from supervisor.events import RolloverReason
 from supervisor.sim.faults import Fault, FaultKind
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.transports.channel_pool import ChannelPool, SharedChannel
@@ -294,6 +295,27 @@ async def test_a_stopped_session_takes_its_topic_off_and_the_last_one_closes_the
         await h.wait(lambda: pool_of(h).channels == [] and chan_id not in sim.notifications.by_channel)
         assert channel.core.state is ChannelState.CLOSED
         assert socket.close_code == 1000  # stopped: a normal closure
+
+
+async def test_a_renewal_due_after_every_member_left_makes_no_channel(
+    tmp_path: Path, start_genesys: StartGenesys
+) -> None:
+    """The renewal and the last member's leaving race: when the renewal comes first to a channel whose
+    members have all gone (its batches task not yet run), it carries nothing over and makes no channel
+    (the platform has no channel without a topic); it once raised "needs at least one topic"."""
+    sim = await start_genesys(GenesysSimConfig(), seed=9)
+    async with supervised(shared_config(sim.urls, 1), tmp_path) as h:
+        await h.wait(lambda: len(h.runners) == 1 and h.all_in("active"))
+        (channel,) = pool_of(h).channels
+        link = channel.link
+        assert link is not None
+        before = set(sim.state.channels)
+        # the moment of the race: the member gone from the channel, the renewal due
+        channel.members.clear()
+        channel._by_topic.clear()
+        await channel._roll_over(RolloverReason.CHANNEL_EXPIRING)
+        assert channel.link is link and channel.rollovers == 0
+        assert set(sim.state.channels) == before
 
 
 async def test_a_shutdown_closes_the_channel_going_away_and_removes_no_topic(
