@@ -21,7 +21,8 @@ CXone agent sessions, 60 notifications sessions; then 3 × kill -9 (the member r
 sessions were taken over), 3 × SIGSTOP for 12 s, the database held down 15 s, one SIGTERM
 (tests/harness/fleet_scenario.py). Every figure is checked from the simulators' activity, the lease
 audit (``lease_acquisitions``) and the fenced rows' writes (tests/harness/fleet_invariants.py), and
-written to ``$FLEET_REPORT`` (JSON) when that is set. The full form, 20 kill and 20 SIGSTOP cycles and
+written to ``$FLEET_REPORT`` (JSON) when that is set; ``$FLEET_EVIDENCE`` names a file for everything
+collected (a pickle of the spec, the evidence and the scenario's record), to look into a failure. The full form, 20 kill and 20 SIGSTOP cycles and
 two database restarts, is the benchmark tests/bench/bench_fleet.py.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +89,11 @@ async def test_three_members_hold_every_invariant_through_kills_pauses_a_databas
         except AssertionError as exc:  # a wait that gave up: say what each member last wrote
             raise AssertionError(f"{exc}\n{fleet.tails()}") from None
         evidence = await fleet.evidence()
+    if os.environ.get("FLEET_EVIDENCE"):  # everything collected, for a diagnosis beyond the report's examples
+        await anyio.Path(os.environ["FLEET_EVIDENCE"]).write_bytes(pickle.dumps((SPEC, evidence, record)))
+        async for output in anyio.Path(workdir).rglob("output.log"):  # each member's own account, beside it
+            name = f"{os.environ['FLEET_EVIDENCE']}.{output.parent.name}.log"
+            await anyio.Path(name).write_bytes(await output.read_bytes())
     findings = check(SPEC, evidence, record)
     report = summary(findings)
     if os.environ.get("FLEET_REPORT"):
