@@ -143,7 +143,7 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         executor=wiring.executor,
         guest_token=row.guest_token,
         resuming=True,
-        stamp=wiring.stamper.headers,
+        stamp=wiring.stamper.for_shard(shard_of(row.session_id)),
         # a fleet member's: the guest's connection written through its shard's fence
         wire=wiring.wire_for(row.session_id),
     )
