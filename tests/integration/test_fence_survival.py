@@ -1,6 +1,9 @@
-"""A fenced shard never ends the daemon: a session stopped while its shard is fenced (its close, its
-DELETE refused at the write) ends alone, quietly, as an abandoned one; the other shards' sessions run
-on and the daemon keeps serving (docs/runtime.md, "The fence at the write").
+"""A fenced shard never ends the daemon (docs/runtime.md, "The fence at the write"):
+
+* sessions stopped past their shard's deadline (their close, their DELETE refused at the write) end
+  alone; the other shards' sessions run on and the daemon keeps serving;
+* a shared notifications channel whose last members leave past its shards' deadline, before the
+  watchdog reset its socket, closes without ending the daemon.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store.shards import shard_of
 from supervisor.vocabulary import SessionState
-from tests.harness.config import daemon_config
+from tests.harness.config import daemon_config, genesys_config
 from tests.harness.in_process import supervised
 from tests.harness.leases import DeadlineLeases, ManualBoottime
+from tests.harness.simulators import StartGenesys
 
 pytestmark = [
     pytest.mark.integration,
@@ -70,3 +74,32 @@ async def test_sessions_stopped_on_a_fenced_shard_end_alone_and_the_daemon_runs_
         # the daemon runs on: the kept shard's sessions are active and still send
         await daemon.runners["wm-0"].send_message("still here")
         assert all(daemon.runners[s].state is SessionState.ACTIVE for s in KEPT)
+
+
+def _shared(urls: dict[str, str], agents: int) -> str:
+    base = genesys_config(urls, 0, notifications=agents)
+    shared = "sharedChannels = true\ntopicsPerChannel = 100\n"
+    return base.replace("[platforms.genesys.keepalive]\n", shared + "[platforms.genesys.keepalive]\n", 1)
+
+
+async def test_a_shared_channel_closed_past_its_deadline_does_not_end_the_daemon(
+    workdir: Path, start_genesys: StartGenesys
+) -> None:
+    sim = await start_genesys(GenesysSimConfig(max_topics=100), seed=6)
+    sessions = ["nt-0", "nt-1"]
+    now = ManualBoottime()
+    leases = DeadlineLeases({shard_of(s) for s in sessions}, now, margin=100.0)
+    # the watchdog sleeps through the test: the deadline is met by the channel's own close frame
+    fence = WriteFence(now=now, tick_s=600.0, loop_lag_s=600.0)
+    async with supervised(_shared(sim.urls, len(sessions)), workdir, leases=leases, fence=fence) as h:
+        await h.wait(lambda: len(h.runners) == len(sessions) and h.all_in("active"))
+        pool = h.supervisor.wiring.channel_pools.pools["demo-client"]
+        (channel,) = pool.channels
+        now.advance(200.0)  # every deadline passed, nothing aborted yet
+        runners = [h.runners[s] for s in sessions]
+        assert channel.link is not None and channel.wire.guard.sockets >= 1  # its socket still open
+        for sid in sessions:
+            await h.supervisor.stop(sid)  # the last member leaves: the channel closes
+        await h.wait(lambda: all(h.supervisor.finished(r) for r in runners) and not pool.channels)
+        assert channel.wire.guard.passed()
+    # (a Fenced escaping a channel's close would have ended the daemon's task group: raised here)
