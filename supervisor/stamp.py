@@ -2,7 +2,7 @@
 
 With ``[daemon] stampMember = "m1"`` every HTTP request and every WebSocket upgrade the daemon sends
 carries :data:`STAMP_HEADER` ``member=m1; epoch=<n>``, ``n`` the store's epoch (bumped at every open:
-docs/store.md). The simulators record it in their activity log (docs/simulators.md, "Activity log"),
+docs/store.md) on one host; on a fleet member, a session's requests carry its shard's lease epoch. The simulators record it in their activity log (docs/simulators.md, "Activity log"),
 which is how a test of several daemons tells which one sent what, and under which epoch. Unset (the
 default), nothing is added: a real platform never sees it.
 
@@ -13,7 +13,9 @@ recognise); its value is plain ASCII (a member name of letters, digits, ``.``, `
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,9 +68,23 @@ class Stamper:
     def __init__(self, member: str | None) -> None:
         self.member = member
         self.epoch = 0
+        #: a fleet member's: the epoch of the lease it holds on a shard now (None: not held). Under
+        #: fleet leases a session's requests carry its shard's lease epoch, not the store's per-open
+        #: epoch, so "epochs never decrease per session and shard" is about the owner epochs
+        self.shard_epoch: Callable[[int], int | None] | None = None
 
-    def headers(self) -> dict[str, str]:
-        """The header to add to a request or a WebSocket upgrade now: none when not configured."""
+    def headers(self, shard: int | None = None) -> dict[str, str]:
+        """The header to add to a request or a WebSocket upgrade now: none when not configured.
+        ``shard``: the shard the request is for (its lease's epoch when a fleet member holds it)."""
         if self.member is None:
             return {}
-        return {STAMP_HEADER: format_stamp(self.member, self.epoch)}
+        epoch = self.epoch
+        if shard is not None and self.shard_epoch is not None:
+            held = self.shard_epoch(shard)
+            if held is not None:
+                epoch = held
+        return {STAMP_HEADER: format_stamp(self.member, epoch)}
+
+    def for_shard(self, shard: int) -> Callable[[], dict[str, str]]:
+        """:meth:`headers` for the requests of one shard's sessions."""
+        return functools.partial(self.headers, shard)

@@ -26,15 +26,16 @@ from supervisor.boundary import SessionContext
 from supervisor.bus import EventBus
 from supervisor.clock import Clock, iso_utc
 from supervisor.config import GenesysConfig, table_key
-from supervisor.errors import CircuitOpenError, OperationError, StoreError, TransportFailure
+from supervisor.errors import CircuitOpenError, Fenced, OperationError, StoreError, TransportFailure
 from supervisor.events import Correlation, Event
 from supervisor.runtime.tenancy import scope_table, scope_tenant
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import ServerSession, Store
+from supervisor.store.shards import shard_of
 from supervisor.taxonomy import Channel, Platform
 from supervisor.vocabulary import CloseCode, parse_scope
 
-__all__ = ["SessionReconciled", "end_orphan", "reconcile"]
+__all__ = ["SessionReconciled", "end_orphan", "holds", "reconcile"]
 
 ENDED = "ended"
 ALREADY_GONE = "already_gone"
@@ -69,11 +70,23 @@ class SessionReconciled(Event):
 async def reconcile(
     store: Store, orphans: list[ServerSession], wiring: Wiring, bus: EventBus, clock: Clock
 ) -> dict[str, str]:
-    """End every orphan; returns session id -> outcome (each also published and recorded)."""
+    """End every orphan; returns session id -> outcome (each also published and recorded).
+
+    A fleet member ends only the orphans of shards it holds at the moment it acts: the list was made
+    when their shards were acquired, and a shard lost since (its deadline passed, a peer took it) is
+    the new owner's to decide. Each end goes through the shard's fenced connections, so a deadline
+    passing mid-way refuses the bytes (:class:`~supervisor.errors.Fenced`): that orphan is left as
+    it is, nothing is written, and the shard's remaining orphans are skipped.
+    """
     outcomes: dict[str, str] = {}
     for row in orphans:
-        with anyio.move_on_after(ORPHAN_TIMEOUT_S) as bounded:
-            outcome, detail = await end_orphan(row, wiring)
+        if not holds(wiring, row.session_id):
+            continue  # the shard is not ours now: not one byte, not one write
+        try:
+            with anyio.move_on_after(ORPHAN_TIMEOUT_S) as bounded:
+                outcome, detail = await end_orphan(row, wiring)
+        except Fenced:
+            continue  # the shard was lost mid-way: its next owner decides (no store write)
         if bounded.cancelled_caught:
             outcome, detail = FAILED, f"no answer within {ORPHAN_TIMEOUT_S:g} s"
         outcomes[row.session_id] = outcome
@@ -86,6 +99,13 @@ async def reconcile(
             with contextlib.suppress(StoreError):
                 await store.session_closed(row.session_id, f"{outcome}: {detail}", clock.time())
     return outcomes
+
+
+def holds(wiring: Wiring, session_id: str) -> bool:
+    """Whether this process may act for ``session_id`` now: always on one host (no fence); a fleet
+    member while its shard's lease deadline has not passed (supervisor/runtime/fence.py)."""
+    fence = wiring.fence
+    return fence is None or not fence.guard(shard_of(session_id)).passed()
 
 
 async def end_orphan(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
@@ -123,7 +143,9 @@ async def _end_guest(row: ServerSession, wiring: Wiring) -> tuple[str, str]:
         executor=wiring.executor,
         guest_token=row.guest_token,
         resuming=True,
-        stamp=wiring.stamper.headers,
+        stamp=wiring.stamper.for_shard(shard_of(row.session_id)),
+        # a fleet member's: the guest's connection written through its shard's fence
+        wire=wiring.wire_for(row.session_id),
     )
     try:
         connection = await transport.open()
@@ -142,8 +164,11 @@ async def _end_agent_session(row: ServerSession, wiring: Wiring) -> tuple[str, s
     # the row's scope: a named tenant's agent session is ended with that tenant's access key
     scope = parse_scope(row.platform) or Platform.CXONE
     cx = scope_table(wiring.config, scope)
-    pipeline = wiring.pipelines.get(scope)
     api = wiring.cxone_apis.get(scope)
+    # a fleet member's DELETE goes through its shard's pool, fenced by the shard's lease deadline
+    pipeline = wiring.pipelines.get(scope)
+    if pipeline is not None and wiring.fence is not None:
+        pipeline = wiring.pipeline_for(scope, row.session_id)
     if row.platform_session_id is None:
         return NOT_CLEANABLE, "the start's answer was never seen: the agent session id is unknown"
     if cx is None or pipeline is None or api is None:

@@ -108,6 +108,8 @@ class Supervisor:
             )
             wiring.use_fence(self.fence)
             self.leases.subscribe_deadlines(self.fence.follow)
+            # the test-only stamp: a session's requests carry its shard's lease epoch (supervisor/stamp.py)
+            wiring.stamper.shard_epoch = self._lease_epoch
         # runners abandoned because their shard was lost: their end writes nothing to the store
         self._abandoned: set[SessionRunner] = set()
         #: the commands other fleet members wrote for sessions of ours, followed (the fleet bus's
@@ -179,6 +181,11 @@ class Supervisor:
                 self._tg = None
 
     # ------------------------------------------------------------------ shards (the LeaseHolder)
+    def _lease_epoch(self, shard: int) -> int | None:
+        """The epoch of this process's lease on ``shard`` (None: not held here)."""
+        lease = self.leases.owned().get(shard)
+        return None if lease is None else lease.epoch
+
     def owns(self, session_id: str) -> bool:
         """This process owns the session's shard."""
         return shard_of(session_id) in self.leases.owned()

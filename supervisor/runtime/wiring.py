@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random
 import zlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -405,6 +405,7 @@ class Wiring:
                 httpx.Timeout(self.config.daemon.request_timeout),
                 SESSIONS_PER_CLIENT,
                 guard=self.fence.guard(shard),
+                shard=shard,
             )
             pipeline = self._shard_pipelines[key] = RequestPipeline(
                 client,
@@ -526,7 +527,12 @@ class Wiring:
         return clients
 
     def _client(
-        self, timeout: httpx.Timeout, sessions: int, *, guard: WriteGuard | None = None
+        self,
+        timeout: httpx.Timeout,
+        sessions: int,
+        *,
+        guard: WriteGuard | None = None,
+        shard: int | None = None,
     ) -> httpx.AsyncClient:
         # each client holds at least SESSIONS_PER_CLIENT sessions' worth: a pool made for a few
         # sessions keeps its share when sessions are added later (Wiring.grow)
@@ -551,7 +557,9 @@ class Wiring:
                 network_backend=FencedBackend(guard),
             )
         # [daemon] stampMember (tests only): each request stamped as it leaves (supervisor/stamp.py)
-        hooks = {"request": [self._stamp]} if self.stamper.member is not None else None
+        # (a shard's pool: stamped with the shard's lease epoch)
+        stamp = self._stamp if shard is None else self._shard_stamp(shard)
+        hooks = {"request": [stamp]} if self.stamper.member is not None else None
         # (verify: the same context for the transports httpx mounts for proxies from the environment)
         client = httpx.AsyncClient(
             verify=tls, timeout=timeout, transport=transport, follow_redirects=False, event_hooks=hooks
@@ -561,6 +569,14 @@ class Wiring:
 
     async def _stamp(self, request: httpx.Request) -> None:
         request.headers.update(self.stamper.headers())
+
+    def _shard_stamp(self, shard: int) -> Callable[[httpx.Request], Awaitable[None]]:
+        headers = self.stamper.for_shard(shard)
+
+        async def stamp(request: httpx.Request) -> None:
+            request.headers.update(headers())
+
+        return stamp
 
     def grow(self, platform: Scope, added: int) -> None:
         """The platform now has ``added`` sessions from the control socket: more pools when the file's
@@ -627,7 +643,7 @@ class Wiring:
                 history=self.guest_history(spec.id, scope),
                 send_check_after=gen.send_check_after,
                 on_event=webmessaging_sink(self.platform_events, spec.id),
-                stamp=self.stamper.headers,
+                stamp=self.stamper.for_shard(shard_of(spec.id)),
                 wire=self.wire_for(spec.id),
             )
             return wm, GENESYS_WEBMESSAGING.of(tenant)
@@ -673,7 +689,7 @@ class Wiring:
                 # the shared channels' pools know it: channel_client, where a tenant's identity enters)
                 quota=self.channel_quotas.setdefault(self.channel_client(spec), ChannelQuota()),
                 on_event=sink,
-                stamp=self.stamper.headers,
+                stamp=self.stamper.for_shard(shard_of(spec.id)),
                 wire=self.wire_for(spec.id),
             )
             return nt, GENESYS_STREAMING.of(tenant)
