@@ -44,8 +44,9 @@ renewal period and ``idle_in_transaction_session_timeout`` below the TTL (Postgr
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -287,27 +288,39 @@ class PgLeases:
         self, holder: LeaseHolder, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Renew every ``renewSeconds`` and lose shards at their deadlines, telling ``holder``; started
-        once the first renewal's shards were told (none when the database cannot be reached)."""
-        self._holder = holder
+        once the first renewal's shards were told (none when the database cannot be reached).
+
+        ``holder`` is told in order by a task of its own (:class:`_Relay`), never inside the renewal
+        loop: what it does with shards (the store read, orphans ended, sessions started or abandoned)
+        may take longer than a TTL after a database restart, and a renewal waiting for it would let
+        this member's own leases expire for a peer to take."""
+        relay = _Relay(holder)
+        self._holder = relay
         try:
-            if self._aside is not None:
-                # not a member at all: no row, no heartbeat, so the others' shares leave it out
-                self._degrade(self._aside)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(relay.run)
+                if self._aside is not None:
+                    # not a member at all: no row, no heartbeat, so the others' shares leave it out
+                    self._degrade(self._aside)
+                    task_status.started()
+                    await anyio.sleep_forever()
+                await self.renew()
+                await relay.idle()
                 task_status.started()
-                await anyio.sleep_forever()
-            await self.renew()
-            task_status.started()
-            while True:
-                now = self._clock()
-                due = (self._last_sent if self._last_sent is not None else now) + self.renew_s
-                deadlines = [lease.deadline for lease in self._owned.values() if lease.deadline is not None]
-                wake = min([due, *deadlines])
-                await self._sleep(max(0.0, wake - now))
-                await self.expire()
-                if self._clock() >= due:
-                    await self.renew()
+                while True:
+                    now = self._clock()
+                    due = (self._last_sent if self._last_sent is not None else now) + self.renew_s
+                    deadlines = [
+                        lease.deadline for lease in self._owned.values() if lease.deadline is not None
+                    ]
+                    wake = min([due, *deadlines])
+                    await self._sleep(max(0.0, wake - now))
+                    await self.expire()
+                    if self._clock() >= due:
+                        await self.renew()
         finally:
             self._holder = None
+            relay.close()
 
     def stand_aside(self, problem: str) -> None:
         """Before :meth:`serve`: this process must not hold shards (its store could not be opened at
@@ -566,6 +579,52 @@ class PgLeases:
         self.problem = problem
         if self._on_health is not None:
             self._on_health(problem)
+
+
+class _Relay:
+    """Tells a :class:`~supervisor.runtime.leases.LeaseHolder` what the renewals decided, in their
+    order, from a task of its own (:meth:`run`): the renewal loop hands each word over and goes on.
+    The write fence does not wait for it: it follows the deadlines at once
+    (:meth:`PgLeases.subscribe_deadlines`)."""
+
+    def __init__(self, holder: LeaseHolder) -> None:
+        self._holder = holder
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[bool, tuple[Any, ...]]](math.inf)
+        self._pending = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def acquired(self, leases: Sequence[Lease]) -> None:
+        self._put(True, tuple(leases))
+
+    async def lost(self, shards: Collection[int]) -> None:
+        self._put(False, tuple(shards))
+
+    def _put(self, acquired: bool, what: tuple[Any, ...]) -> None:
+        if self._pending == 0:
+            self._idle = anyio.Event()
+        self._pending += 1
+        self._send.send_nowait((acquired, what))
+
+    async def idle(self) -> None:
+        """Return once everything handed over so far has been told."""
+        await self._idle.wait()
+
+    def close(self) -> None:
+        self._send.close()
+        self._receive.close()
+
+    async def run(self) -> None:
+        async for acquired, what in self._receive:
+            try:
+                if acquired:
+                    await self._holder.acquired(what)
+                else:
+                    await self._holder.lost(what)
+            finally:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
 
 
 def _unreachable(exc: BaseException) -> str:
