@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.runtime.fence import WriteFence
+from supervisor.runtime.fence import EarliestGuard, WriteFence
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimConfig, GenesysSimulator
 from supervisor.store.shards import shard_of
@@ -95,11 +95,13 @@ async def test_a_shared_channel_closed_past_its_deadline_does_not_end_the_daemon
         await h.wait(lambda: len(h.runners) == len(sessions) and h.all_in("active"))
         pool = h.supervisor.wiring.channel_pools.pools["demo-client"]
         (channel,) = pool.channels
+        guard = channel.wire.guard
+        assert isinstance(guard, EarliestGuard)
         now.advance(200.0)  # every deadline passed, nothing aborted yet
         runners = [h.runners[s] for s in sessions]
-        assert channel.link is not None and channel.wire.guard.sockets >= 1  # its socket still open
+        assert channel.link is not None and guard.sockets >= 1  # its socket still open
         for sid in sessions:
             await h.supervisor.stop(sid)  # the last member leaves: the channel closes
         await h.wait(lambda: all(h.supervisor.finished(r) for r in runners) and not pool.channels)
-        assert channel.wire.guard.passed()
+        assert guard.passed()
     # (a Fenced escaping a channel's close would have ended the daemon's task group: raised here)
