@@ -220,10 +220,11 @@ class Durable:
         """The owner epoch this open of the store took (``meta.epoch``); 0 without a store."""
         return 0 if self.store is None else self.store.epoch
 
-    async def acquire(self, shards: Collection[int]) -> None:
+    async def acquire(self, shards: Collection[int]) -> frozenset[int]:
         """``shards`` are now this process's: their desired sessions and server sessions loaded (read
         by shard), then the sessions of those shards a stop left too long ago ended, before any of
-        them starts."""
+        them starts. Returns the shards whose sessions may start: all of them on one host; on a
+        fleet member only those whose rows were read (:meth:`_read_shards`)."""
         wanted = frozenset(shards)
         store = self.store
         if store is None:
@@ -231,12 +232,7 @@ class Durable:
             desired = {} if snapshot is None else _of(snapshot.desired, wanted)
             server = {} if snapshot is None else _of(snapshot.server, wanted)
         else:
-            try:
-                desired = await store.desired_sessions(wanted)
-                server = await store.server_sessions(wanted)
-            except StoreError:
-                # the health hook reported it: these shards' sessions run from the configuration alone
-                desired, server = {}, {}
+            wanted, desired, server = await self._read_shards(store, wanted)
         self.desired.update(desired)
         self.server.update(server)
         await self._end_stale(server)
@@ -245,6 +241,38 @@ class Durable:
             # (a store that fails here is degraded: its health hook reported it)
             with contextlib.suppress(StoreError):
                 await self.attributes.load(wanted)
+        return wanted
+
+    async def _read_shards(
+        self, store: Store, wanted: frozenset[int]
+    ) -> tuple[frozenset[int], dict[str, DesiredSession], dict[str, ServerSession]]:
+        """The shards' rows, read in order to start their sessions.
+
+        One host (no fences): a store that cannot be read leaves the sessions to the configuration
+        (docs/store.md; its health hook reported it). A fleet member must not do that: a shard run
+        without its rows starts its guests anew (a new conversation for a live customer), and so
+        would the next owner. Giving the shard back would need the leases to free and skip it; the
+        simpler correct choice is to retry the read while the shard is still held here: a dropped
+        connection (a failover, a killed backend) is reopened by the next call, and a store down
+        for longer outlasts the lease, whose deadline the fence stops at -- that shard is then not
+        run here at all, and its next owner reads its rows."""
+        delay = 0.0
+        while True:
+            try:
+                desired = await store.desired_sessions(wanted)
+                server = await store.server_sessions(wanted)
+            except StoreError:
+                fences = self.fences
+                if fences is None:
+                    return wanted, {}, {}
+                wanted = frozenset(s for s in wanted if fences.fence_for(s) is not None)
+                if not wanted:
+                    return wanted, {}, {}
+                # at once first (a connection that died is reopened), then backing off up to 1 s
+                await anyio.sleep(delay)
+                delay = min(1.0, delay * 2 or 0.1)
+            else:
+                return wanted, desired, server
 
     def release(self, shards: Collection[int]) -> None:
         """``shards`` are lost: what was loaded of them is forgotten (nothing written: the next owner

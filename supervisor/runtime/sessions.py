@@ -255,9 +255,11 @@ class SessionBook(Protocol):
     def epoch(self) -> int:
         """The owner epoch the store took when it opened (0 without a store): SoloLeases' epoch."""
 
-    async def acquire(self, shards: Collection[int]) -> None:
+    async def acquire(self, shards: Collection[int]) -> frozenset[int]:
         """Load the desired sessions and the session ledger of ``shards`` (now owned), and end the
-        sessions of those shards a stop left longer ago than ``handover.maxAgeSeconds``."""
+        sessions of those shards a stop left longer ago than ``handover.maxAgeSeconds``; returns
+        the shards whose sessions may start (a fleet member's shard whose rows could not be read
+        before its lease ended is not run)."""
 
     def release(self, shards: Collection[int]) -> None:
         """``shards`` are no longer owned: forget what was loaded of them (no store write)."""

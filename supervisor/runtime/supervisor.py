@@ -201,7 +201,8 @@ class Supervisor:
             return
         book = self.book
         if book is not None:
-            await book.acquire(shards)
+            # a fleet member runs only the shards whose rows could be read (Durable.acquire)
+            shards = await book.acquire(shards)
             # the sessions added over the control socket before this start: entries again
             for spec in book.added_sessions(self.config):
                 if shard_of(spec.id) in shards and spec.id not in self.sessions.added:

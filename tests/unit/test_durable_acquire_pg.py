@@ -1,0 +1,142 @@
+"""A fleet member's shard is run only with its rows (supervisor/runtime/durable.py, ``acquire``), on a
+real PostgreSQL (``-m postgres``).
+
+The store's connection killed (``pg_terminate_backend``, as a failover or an administrator does) just
+as a shard is acquired: the read is retried on a new connection, so a Web Messaging guest resumes by
+its kept token instead of starting a new conversation. A shard whose lease ended while its rows
+could not be read is not run here at all; one host (no fences) runs from the configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from supervisor.config import parse_config
+from supervisor.runtime.durable import Durable
+from supervisor.runtime.supervisor import session_table
+from supervisor.runtime.wiring import Wiring
+from supervisor.store import ServerSession, ServerState
+from supervisor.store.model import Fence
+from supervisor.store.pg import PgStore
+from supervisor.store.shards import shard_of
+from tests.harness.postgres import url_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+Raw = psycopg.AsyncConnection[tuple[object, ...]]
+SESSION = "wm-acquired"
+SHARD = shard_of(SESSION)
+#: the store's connections carry this name, so the test kills theirs and no other
+APP = "durable-acquire"
+
+
+class HeldShards:
+    """The leases this member believes it holds, set by the test."""
+
+    def __init__(self, member: str) -> None:
+        self.member = member
+        self.epochs: dict[int, int] = {}
+
+    def fence_for(self, shard: int) -> Fence | None:
+        epoch = self.epochs.get(shard)
+        return None if epoch is None else Fence(self.member, epoch)
+
+
+@pytest.fixture
+async def raw(pg_dsn: str) -> AsyncIterator[Raw]:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+async def held(pg_dsn: str, raw: Raw) -> HeldShards:
+    """Member m1 holds SHARD at epoch 3 (in the table and in its leases); the schema made."""
+    store = await PgStore.open(url_of(pg_dsn))
+    await store.aclose()
+    await raw.execute(
+        "UPDATE shard_leases SET owner = 'm1', epoch = 3, "
+        "expires_at = extract(epoch from clock_timestamp()) + 60 WHERE shard = %s",
+        (SHARD,),
+    )
+    member = HeldShards("m1")
+    member.epochs[SHARD] = 3
+    return member
+
+
+async def open_durable(wiring: Wiring, fences: HeldShards | None) -> Durable:
+    return await Durable.open(
+        wiring.config,
+        sessions=session_table(wiring),
+        wiring=wiring,
+        environ={},
+        bus=wiring.bus,
+        clock=wiring.clock,
+        background=False,
+        fences=fences,
+    )
+
+
+def config_text(pg_dsn: str) -> str:
+    return f'[store]\nurl = "{url_of(make_conninfo(pg_dsn, application_name=APP))}"\n'
+
+
+async def kill_store_connection(raw: Raw) -> int:
+    cur = await raw.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", (APP,)
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+async def test_a_killed_store_connection_at_acquisition_is_read_again_and_the_guest_resumes(
+    pg_dsn: str, raw: Raw, held: HeldShards, tmp_path: Path
+) -> None:
+    config = parse_config(config_text(pg_dsn), str(tmp_path / "c.toml"))
+    async with Wiring(config, config_dir=tmp_path, environ={}) as wiring:
+        durable = await open_durable(wiring, held)
+        try:
+            assert durable.store is not None
+            await durable.store.session_opening(
+                ServerSession(SESSION, "genesys", "webmessaging", ServerState.OPENING, 1.0, guest_token="tok")
+            )
+            assert await kill_store_connection(raw) == 1
+            assert await durable.acquire({SHARD}) == {SHARD}
+            assert durable.server[SESSION].guest_token == "tok"
+        finally:
+            await durable.aclose()
+
+
+async def test_a_shard_whose_lease_ended_before_its_rows_were_read_is_not_run(
+    pg_dsn: str, held: HeldShards, tmp_path: Path
+) -> None:
+    config = parse_config(config_text(pg_dsn), str(tmp_path / "c.toml"))
+    async with Wiring(config, config_dir=tmp_path, environ={}) as wiring:
+        durable = await open_durable(wiring, held)
+        assert durable.store is not None
+        await durable.store.aclose()  # every read fails from now on
+        held.epochs.clear()  # and the lease is gone (its deadline passed)
+        try:
+            assert await durable.acquire({SHARD}) == frozenset()
+        finally:
+            await durable.aclose()
+
+
+async def test_one_host_runs_its_shards_from_the_configuration_when_the_store_cannot_be_read(
+    pg_dsn: str, held: HeldShards, tmp_path: Path
+) -> None:
+    config = parse_config(config_text(pg_dsn), str(tmp_path / "c.toml"))
+    async with Wiring(config, config_dir=tmp_path, environ={}) as wiring:
+        durable = await open_durable(wiring, None)
+        assert durable.store is not None
+        await durable.store.aclose()
+        try:
+            assert await durable.acquire({SHARD}) == {SHARD}
+            assert durable.server == {}
+        finally:
+            await durable.aclose()
