@@ -51,11 +51,13 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import anyio
+import msgspec
 import psycopg
 from anyio.abc import TaskStatus
 from psycopg import AsyncConnection
 
 from supervisor.fleet import shares
+from supervisor.fleet.bus import NOTIFY_SQL
 from supervisor.fleet.identity import DIGEST_SHOWN
 from supervisor.fleet.shares import FleetView, LeaseRow, MemberRow, MemberState, Plan
 from supervisor.runtime.leases import Lease, LeaseHolder
@@ -77,6 +79,8 @@ Conn = AsyncConnection[tuple[Any, ...]]
 Sleep = Callable[[float], Awaitable[None]]
 Health = Callable[[str | None], None]
 #: the most a renewal keeps back of a lease for transit and a paused clock (10 s → a 6 s window)
+#: the fleet bus channel of a member's release (:meth:`PgLeases.release_all`): its peers renew at once
+RELEASED: Final = "ss_released"
 MAX_FENCE_MARGIN_S: Final = 4.0
 #: a shorter lease keeps back this part of itself (2 s → 1.2 s window)
 FENCE_MARGIN_PART: Final = 0.4
@@ -243,6 +247,9 @@ class PgLeases:
         self._leases: list[LeaseRow] = []
         self._db_now: float | None = None
         self._last_sent: float | None = None
+        # a peer's release heard (wake): the loop renews, and so acquires, without waiting its period
+        self._woken = False
+        self._waiting: anyio.CancelScope | None = None
         #: renewals run, and renewals that reached the database (for tests and status)
         self.renewals = 0
         self.reached = 0
@@ -314,9 +321,13 @@ class PgLeases:
                         lease.deadline for lease in self._owned.values() if lease.deadline is not None
                     ]
                     wake = min([due, *deadlines])
-                    await self._sleep(max(0.0, wake - now))
+                    if not self._woken:
+                        with anyio.CancelScope() as self._waiting:
+                            await self._sleep(max(0.0, wake - now))
+                        self._waiting = None
+                    woken, self._woken = self._woken, False
                     await self.expire()
-                    if self._clock() >= due:
+                    if woken or self._clock() >= due:
                         await self.renew()
         finally:
             self._holder = None
@@ -412,9 +423,22 @@ class PgLeases:
                 cur = await conn.execute(LEAVE_SQL, {"member": self._member})
                 row = await cur.fetchone()
                 freed = int(row[0]) if row is not None else 0
+                if freed:
+                    # the peers' fleet buses hear it once the rows are free (autocommit: the LEAVE
+                    # has committed) and renew at once (wake), instead of at their next period
+                    payload = msgspec.json.encode({"member": self._member, "freed": freed}).decode()
+                    await conn.execute(NOTIFY_SQL, (RELEASED, payload))
             except (psycopg.Error, OSError):
                 await self._drop()
         return freed
+
+    def wake(self) -> None:
+        """A peer released its shards (``ss_released`` on the fleet bus): renew now, so this member
+        acquires its share of them at once rather than at its next renewal (the SIGTERM handover's
+        3 s). Renewals stay one at a time: a wake during a renewal makes the loop renew once more."""
+        self._woken = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def aclose(self) -> None:
         """Close the lease connection (the leases held expire by themselves)."""

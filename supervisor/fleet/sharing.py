@@ -111,6 +111,13 @@ def fleet_sharing(
         return None
     password = None if secret is None else secret.reveal()
     bus = FleetBus(conninfo, member=leases.identity, password=password, warn=warn)
+    from supervisor.fleet.leases import RELEASED, PgLeases
+
+    if isinstance(leases, PgLeases):
+        # a peer's SIGTERM handover: its freed shards are acquired at once, not at the next renewal
+        # (the bus drops this member's own notices)
+        pg_leases = leases
+        bus.on(RELEASED, lambda _notice: pg_leases.wake())
     settings = config.admission
     quota = None
     if settings.tenant_quota > 0:

@@ -17,7 +17,8 @@ import anyio.lowlevel
 import psycopg
 import pytest
 
-from supervisor.fleet.leases import PgLeases
+from supervisor.fleet.bus import FleetBus
+from supervisor.fleet.leases import RELEASED, PgLeases
 from supervisor.fleet.shares import RELEASE_PER_RENEWAL
 from supervisor.runtime.leases import Lease
 from supervisor.store.model import Fence
@@ -364,6 +365,47 @@ async def test_release_all_loses_everything_here_then_frees_it_for_the_peers(fle
     await b.renew()  # the next renewal of a peer takes them: a leaving member is no share
     assert set(b.owned()) == set(range(256))
     assert {(p, r) for s, m, _, p, r in await acquisitions(raw) if s in held and m == "b"} == {(None, "free")}
+
+
+async def test_a_peer_acquires_what_a_stop_released_at_once_not_at_its_next_renewal(
+    fleet: Fleet, raw: Raw, pg_dsn: str
+) -> None:
+    """The SIGTERM handover: a's release_all publishes ``ss_released``; b's fleet bus hears it and
+    wakes b's renewal loop, which takes the freed shards with b's clock not moved (its next renewal
+    is 2 s away and b's sleep never ends by itself)."""
+    a, b = fleet.member("a"), fleet.member("b")
+    await a.join()
+    await b.join()
+    await a.renew()
+    await b.renew()
+    released = sorted(a.owned())
+    assert len(released) == 128
+    clock = fleet.clocks["b"]
+    started_at = clock.now
+    everything = anyio.Event()
+    b.subscribe_deadlines(lambda owned: everything.set() if len(owned) == 256 else None)
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)  # the renewal period: only a wake (a cancellation) ends it
+        await anyio.sleep_forever()
+
+    b._sleep = sleep
+    bus = FleetBus(pg_dsn, member="b")
+    bus.on(RELEASED, lambda _notice: b.wake())
+    async with anyio.create_task_group() as tg:
+        await tg.start(bus.serve)
+        await tg.start(b.serve, Told(fleet.holders["b"]))
+        renewals = b.renewals
+        assert await a.release_all() == 128
+        with anyio.fail_after(10):
+            await everything.wait()
+        tg.cancel_scope.cancel()
+    assert set(b.owned()) == set(range(256)) and clock.now == started_at
+    assert b.renewals == renewals + 1 and waits[0] == 2.0
+    assert {(p, r) for s, m, _, p, r in await acquisitions(raw) if s in released and m == "b"} == {
+        (None, "free")
+    }
 
 
 async def test_deadlines_are_told_after_every_renewal_and_every_loss(fleet: Fleet, raw: Raw) -> None:

@@ -10,6 +10,8 @@ from supervisor.attempts import SILENT, Attempts
 from supervisor.bus import EventBus
 from supervisor.clock import FakeClock
 from supervisor.config import parse_config
+from supervisor.fleet.bus import Notice
+from supervisor.fleet.leases import RELEASED, PgLeases
 from supervisor.fleet.sharing import FleetSharing, fleet_sharing
 from supervisor.runtime.leases import SoloLeases
 
@@ -24,13 +26,13 @@ deploymentId = "dep-1"
 """
 
 
-def build(text: str, directory: Path) -> FleetSharing | None:
+def build(text: str, directory: Path, leases: SoloLeases | PgLeases | None = None) -> FleetSharing | None:
     clock = FakeClock()
     return fleet_sharing(
         parse_config(text, "test.toml"),
         attempts=Attempts(Endpoints(clock)),
         events=EventBus(),
-        leases=SoloLeases(1, identity="member-x"),
+        leases=SoloLeases(1, identity="member-x") if leases is None else leases,
         clock=clock,
         reports=SILENT,
         config_dir=directory,
@@ -57,3 +59,14 @@ def test_a_postgresql_store_makes_a_member_its_bus_with_the_stores_password(tmp_
     assert limited is not None
     assert limited.quota is not None
     assert (limited.quota.rate, limited.quota.burst) == (50.0, 5)
+
+
+def test_a_peers_release_heard_on_the_bus_wakes_the_members_renewal(tmp_path: Path) -> None:
+    store = '[store]\nurl = "postgresql:///fleet?host=/run/pg&user=ss"\n'
+    leases = PgLeases("dbname=fleet", member="member-x", host="h", digest="d" * 64)
+    member = build(BASE + store, tmp_path, leases)
+    assert member is not None
+    handler = member.bus._handlers[RELEASED]
+    assert not leases._woken
+    handler(Notice(RELEASED, '{"member": "member-y", "freed": 128}', 4242))
+    assert leases._woken
