@@ -125,12 +125,15 @@ def _check(options: DaemonConfig, config_path: Path) -> None:
     anyio.run(check_credentials, backend="asyncio")
     _check_socket_paths(config_path, config.sockets, options.environ)
     stop = stop_line(config, options.environ)  # a bad $SESSION_SUPERVISOR_ON_STOP fails the check
-    from supervisor.fleet.member import fleet_line
+    fleet = None
+    if config.store.url is not None:
+        # imported here: psycopg is the postgres extra's, absent from a one-host install
+        from supervisor.fleet.member import fleet_line
 
-    # a PostgreSQL store: the fleet member it makes (a password file it cannot read fails the check)
-    fleet = fleet_line(
-        config, config_path=config_path, config_dir=options.config_dir, environ=options.environ
-    )
+        # a PostgreSQL store: the fleet member it makes (a password file it cannot read fails the check)
+        fleet = fleet_line(
+            config, config_path=config_path, config_dir=options.config_dir, environ=options.environ
+        )
     click.echo(f"ok: {config_path}: {len(config.sessions)} sessions, credentials readable")
     click.echo(stop)
     if fleet is not None:

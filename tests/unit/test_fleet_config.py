@@ -4,6 +4,9 @@ located line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,28 @@ def test_run_check_refuses_a_missing_password_file_in_one_line(
     assert info.value.code == 1 and "fleet: " not in out
     (line,) = err.splitlines()
     assert line.startswith("session-supervisor: error: ") and "store.passwordFile" in line
+
+
+def test_run_check_of_one_host_needs_no_postgresql_driver(tmp_path: Path) -> None:
+    """A one-host install has no ``postgres`` extra (systemd/install.sh installs the wheel alone): ``run
+    --check`` of a configuration without ``[store] url`` must not import psycopg (it once did, through the
+    fleet's check line, and the install failed)."""
+    blocked = tmp_path / "blocked"
+    (blocked / "psycopg").mkdir(parents=True)
+    (blocked / "psycopg" / "__init__.py").write_text(
+        'raise ModuleNotFoundError("psycopg is not installed")\n'
+    )
+    config = tmp_path / "one.toml"
+    config.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(blocked), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env.pop("STATE_DIRECTORY", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "run", "--config", str(config), "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "psycopg" not in done.stderr and "fleet: " not in done.stdout
