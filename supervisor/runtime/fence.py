@@ -85,15 +85,45 @@ class _Sockets:
         return len(self._aborts)
 
 
-class ShardGuard:
+class _GuardSockets:
+    """What both guards share: the sockets adopted under the fence, aborted at its deadline, and the
+    wait for writes to be allowed again; ``passed`` is each guard's own."""
+
+    __slots__ = ("_fence", "_sockets")
+
+    def __init__(self, fence: WriteFence) -> None:
+        self._fence = fence
+        self._sockets = _Sockets()
+
+    def passed(self) -> bool:
+        raise NotImplementedError
+
+    def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
+        self._fence.watch(self)  # type: ignore[arg-type]  # each subclass is a Guard
+        return self._sockets.adopt(abort)
+
+    def abort_sockets(self) -> int:
+        return self._sockets.abort_all()
+
+    @property
+    def sockets(self) -> int:
+        """Sockets adopted and still open."""
+        return len(self._sockets)
+
+    async def reopened(self) -> None:
+        """Return once writes may go out again (the lease renewed, or the shard acquired again)."""
+        while self.passed():
+            await self._fence.changed()
+
+
+class ShardGuard(_GuardSockets):
     """One shard's fence: ``check`` before every write of its sessions' sockets."""
 
-    __slots__ = ("_fence", "_sockets", "shard")
+    __slots__ = ("shard",)
 
     def __init__(self, fence: WriteFence, shard: int) -> None:
-        self._fence = fence
+        super().__init__(fence)
         self.shard = shard
-        self._sockets = _Sockets()
 
     def deadline(self) -> float | None:
         """The shard's lease deadline (None: not held, or every shard fenced by a stalled loop)."""
@@ -112,25 +142,8 @@ class ShardGuard:
         if fence.lagging or deadline is None or fence.now() >= deadline:
             raise Fenced((self.shard,), None if fence.lagging else deadline)
 
-    def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
-        self._fence.watch(self)
-        return self._sockets.adopt(abort)
 
-    def abort_sockets(self) -> int:
-        return self._sockets.abort_all()
-
-    @property
-    def sockets(self) -> int:
-        """Sockets adopted and still open."""
-        return len(self._sockets)
-
-    async def reopened(self) -> None:
-        """Return once writes may go out again (the lease renewed, or the shard acquired again)."""
-        while self.passed():
-            await self._fence.changed()
-
-
-class EarliestGuard:
+class EarliestGuard(_GuardSockets):
     """The fence of a socket that carries several shards (a shared notifications channel): its
     writes stop at the **earliest** deadline among the shards of ``shards()`` still held; with no
     shard (a channel not yet carrying a topic) the member's earliest deadline of all.
@@ -139,12 +152,11 @@ class EarliestGuard:
     channel (their topics unsubscribed by the next request, which carries only the shards that stay),
     and the channel is the other shards' too. With none held at all, it is fenced."""
 
-    __slots__ = ("_fence", "_shards", "_sockets")
+    __slots__ = ("_shards",)
 
     def __init__(self, fence: WriteFence, shards: Callable[[], Collection[int]]) -> None:
-        self._fence = fence
+        super().__init__(fence)
         self._shards = shards
-        self._sockets = _Sockets()
 
     def deadline(self) -> float | None:
         fence = self._fence
@@ -169,22 +181,6 @@ class EarliestGuard:
         deadline = self.deadline()
         if deadline is None or self._fence.now() >= deadline:
             raise Fenced(tuple(sorted(self._shards())), deadline)
-
-    def adopt(self, abort: Callable[[], None]) -> Callable[[], None]:
-        self._fence.watch(self)
-        return self._sockets.adopt(abort)
-
-    def abort_sockets(self) -> int:
-        return self._sockets.abort_all()
-
-    @property
-    def sockets(self) -> int:
-        return len(self._sockets)
-
-    async def reopened(self) -> None:
-        """Return once writes may go out again."""
-        while self.passed():
-            await self._fence.changed()
 
 
 Guard = ShardGuard | EarliestGuard
