@@ -66,8 +66,11 @@ async def test_metrics_after_a_storm_a_rate_limited_call_and_a_fail_fast(
     async with traced(config, tmp_path, receiver, ratio=0.0) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == N)
         h.supervisor.wiring.executor._sleep = no_wait
+        # every handshake refused until cleared: the breaker opens on five consecutive failures (seed
+        # section 2), so one admitted handshake between refusals resets the count; at one a second, on
+        # a loaded machine the reconnections spread out enough never to make five in a row
         refuse = genesys_sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 1, "status": 503, "retry_after": "1"})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503, "retry_after": "1"})
         )
         genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("RECONNECTION_THROTTLED")))
