@@ -69,6 +69,10 @@ class PacingConfig:
     initial_rate: float | None = 20.0
     min_rate: float = 1.0
     max_rate: float = 10_000.0
+    # a fleet member's share of the platform's limit (the shards it owns out of 256: the rates above
+    # are already its share, machines/registry.py ``Endpoints.scale``); 1.0: one host, the only
+    # sender. Below 1, a refusal may be for the peers' attempts: see :meth:`Pacer.throttled`
+    share: float = 1.0
     # slow start: the rate grows by this factor for each rate's worth of admitted attempts (TCP's
     # doubling per round trip, RFC 5681 section 3.1: a refusal comes back within milliseconds, so
     # the second in which the rate crosses the limit overshoots it by what is in flight, not by x 2)
@@ -120,6 +124,8 @@ class PacingConfig:
     def __post_init__(self) -> None:
         if self.initial_rate is not None and not self.initial_rate > 0:
             raise ValueError(f"initial_rate must be > 0 or None, got {self.initial_rate!r}")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"share must be within (0, 1], got {self.share!r}")
         if not 0 < self.min_rate <= self.max_rate:
             raise ValueError(f"need 0 < min_rate <= max_rate, got {self.min_rate!r}, {self.max_rate!r}")
         if not self.growth > 1.0:
@@ -592,6 +598,13 @@ class Pacer:
             # rate: a rate far above the limit (grown while nothing refused) comes down in one
             # cut instead of one per episode (the burst the platform refused is over the limit)
             basis = min(previous, measured) if measured > 0 else previous
+            if cfg.share < 1.0 and self._unvalidated(previous):
+                # a fleet member that was not using its pace (less than half of it admitted): the
+                # platform's limit is the fleet's, and it was its peers' attempts that crossed it.
+                # Cut from what it admitted, its rate fell to a few a second (3 admitted as a
+                # takeover began: 2.55/s) and the additive probe took tens of seconds to bring its
+                # share of the sessions back; so it cuts its pace, as the peers' cut theirs
+                basis = previous
             cut = max(cfg.min_rate, basis * cfg.backoff)
         # CUBIC's W_max: the rate the platform refused, i.e. what it was admitting
         self._max_before_cut = cut / cfg.backoff

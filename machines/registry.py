@@ -122,12 +122,15 @@ class Endpoints:
         share = self._share
         if share == 1.0:
             return pacing
-        top = pacing.max_rate * share
+        # the minimum is shared too: kept whole, it clamped the rate of a member holding few shards
+        # (1/256 of 20/s is under 1/s), and the clamped rate then grew with the share out of
+        # proportion (x 85 on acquiring 85 shards: 85/s where 85/256 of 20/s is 6.6/s), past the fleet's
         return replace(
             pacing,
             initial_rate=None if pacing.initial_rate is None else pacing.initial_rate * share,
-            max_rate=top,
-            min_rate=min(pacing.min_rate, top),
+            max_rate=pacing.max_rate * share,
+            min_rate=pacing.min_rate * share,
+            share=share,
         )
 
     def seed(self, learned: Mapping[EndpointId, float]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -45,6 +45,14 @@ class ResponseCheck:
     kind: str | None = None
 
 
+class PoolGuard(Protocol):
+    """The write fence of a client's pool (supervisor/runtime/fence.py's guards; named here, where the
+    REST client may not import the transports): ``check`` raises :class:`~supervisor.errors.Fenced`
+    once nothing may be written on the pool's sockets."""
+
+    def check(self) -> None: ...
+
+
 def _reading(response: httpx.Response) -> RateLimitReading | None:
     return parse_rate_limit(response.headers)
 
@@ -56,6 +64,14 @@ class RequestPipeline:
     names is that tenant's (``NAME/genesys:api``, its own circuit, pace and retry budget), so a
     transport names ``genesys:api`` and its tenant's pipeline keeps tenants apart; None: the default
     tenant's, the endpoints as named.
+
+    ``guard``: the write fence of the client's pool (a fleet member's shard pool, a shared channel's;
+    supervisor/runtime/fence.py), None on one host. A request that fails while its guard has passed
+    failed because this member aborted the pool's sockets (the shard's lease ended or was given back):
+    it raises :class:`~supervisor.errors.Fenced` instead of a classified failure, so the endpoint's
+    circuit, pace and retry budget hear nothing of it. Counted, the polls a member aborts as it gives
+    shards back (or wakes from a SIGSTOP past its deadlines) opened its CXone API circuit, and that
+    opening, published to the fleet, held every member's CXone starts for seconds.
     """
 
     def __init__(
@@ -66,11 +82,13 @@ class RequestPipeline:
         tokens: TokenCache | None = None,
         rate_limit_headers: bool = True,
         tenant: str | None = None,
+        guard: PoolGuard | None = None,
     ) -> None:
         self.client = client
         self.executor = executor
         self.tokens = tokens
         self.tenant = tenant
+        self.guard = guard
         # read the platform's rate window from each successful answer (inin-ratelimit-*) and tell
         # it to the endpoint's pace ([admission] rateLimitHeaders; docs/runtime.md, "Admission")
         self._reading = _reading if rate_limit_headers else None
@@ -138,6 +156,7 @@ class RequestPipeline:
         path = parsed.path
         headers = dict(kwargs.pop("headers", None) or {})
         tokens = self.tokens
+        guard = self.guard
 
         async def attempt_once(token: Token | None) -> httpx.Response | RawError | SdkErrorEvent:
             if token is not None:
@@ -146,6 +165,10 @@ class RequestPipeline:
                 # no headers argument at all when there are none: httpx would merge an empty dict
                 response = await self.client.request(method, url, headers=headers or None, **kwargs)
             except HTTP_FAILURES as exc:
+                if guard is not None:
+                    # the fence aborted the socket (the shard is no longer this member's): not the
+                    # platform's failure, nothing to classify or count (raises Fenced when passed)
+                    guard.check()
                 return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
             status = response.status_code
             if 200 <= status < 300 or status in ok_statuses:

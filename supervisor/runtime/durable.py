@@ -235,6 +235,8 @@ class Durable:
             wanted, desired, server = await self._read_shards(store, wanted)
         self.desired.update(desired)
         self.server.update(server)
+        if store is not None and self.fences is not None:
+            await self._seed_peers_limits(store)
         await self._end_stale(server)
         if store is not None:
             # the attribute updates of those shards: queued writes, unanswered sends, verifications
@@ -242,6 +244,17 @@ class Durable:
             with contextlib.suppress(StoreError):
                 await self.attributes.load(wanted)
         return wanted
+
+    async def _seed_peers_limits(self, store: Store) -> None:
+        """A fleet member's pacers seeded, before an acquisition's sessions start, with the limits its
+        peers learned since it opened the store (``meta`` is the fleet's: supervisor/fleet/admission.py):
+        a member never refused itself otherwise slow-starts with no threshold, and two of them taking a
+        SIGTERMed member's sessions at once passed the platform's limit together (121 handshakes within
+        a second, at 100/s). A pacer with a limit of its own keeps it (``Pacer.seed``)."""
+        max_age = self.sessions.config.admission.learned_limit_max_age
+        with contextlib.suppress(StoreError):  # (the store's health hook reported it)
+            limits = await learned_limits.load(store, self.clock.time(), max_age, None)
+            self.wiring.attempts.endpoints.seed(limits)
 
     async def _read_shards(
         self, store: Store, wanted: frozenset[int]

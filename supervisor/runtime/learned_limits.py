@@ -9,7 +9,8 @@ kept in the store's ``meta`` table, one row per endpoint (docs/store.md, "meta")
 ``limit`` in attempts per second, ``at`` the wall time (epoch seconds) the daemon last knew it.
 Rows are written for connect endpoints (handshakes, CXone starts: the ones paced from the start)
 whenever their pacer cuts on a refusal (so a ``kill -9`` keeps the last one) and, for every one with a
-learned limit, when the daemon stops; they are read once at start, and a
+learned limit, when the daemon stops; they are read at start (a fleet member's again at each
+acquisition of shards: its peers' are the fleet's too), and a
 record younger than ``[admission] learnedLimitMaxAge`` seeds its endpoint's pacer. A row that is
 not such a record is ignored with one warning naming its key.
 """

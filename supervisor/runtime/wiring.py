@@ -401,10 +401,11 @@ class Wiring:
         if pipeline is None:
             assert self.fence is not None
             first = self._shards[platform][0]
+            guard = self.fence.guard(shard)
             client = self._client(
                 httpx.Timeout(self.config.daemon.request_timeout),
                 SESSIONS_PER_CLIENT,
-                guard=self.fence.guard(shard),
+                guard=guard,
                 shard=shard,
             )
             pipeline = self._shard_pipelines[key] = RequestPipeline(
@@ -413,6 +414,8 @@ class Wiring:
                 tokens=first.tokens,
                 rate_limit_headers=self.config.admission.rate_limit_headers,
                 tenant=scope_tenant(platform),
+                # a request the fence aborted raises Fenced: told to no endpoint (the pipeline's docstring)
+                guard=guard,
             )
         return pipeline
 
@@ -797,7 +800,7 @@ class _ChannelFencing:
         timeout = httpx.Timeout(wiring.config.daemon.request_timeout)
         # (a channel's requests are a few: its creation, its subscriptions; the smallest pool)
         client = wiring._client(timeout, 1, guard=guard)
-        return RequestPipeline(client, base.executor, tokens=base.tokens, tenant=base.tenant)
+        return RequestPipeline(client, base.executor, tokens=base.tokens, tenant=base.tenant, guard=guard)
 
     async def retire(self, pipeline: RequestPipeline) -> None:
         await self._wiring.close_clients([pipeline.client])

@@ -138,9 +138,12 @@ def member_config(
         if address is not None:
             text += f'localAddress = "{address}"\n'
     genesys_text = genesys_config(genesys, spec.web_messaging, notifications=spec.notifications)
-    # the admission pace starts at the fleet's rate shared by its members
+    # the admission pace starts at the fleet's rate: the configured rates are the fleet's, and each
+    # member paces at its share of them (the shards it owns out of 256: supervisor/fleet/admission.py),
+    # so the members' paces add up to it whoever holds what (divided here too, a member owning a
+    # third paced at a ninth of the fleet's rate)
     genesys_text = genesys_text.replace(
-        "[admission]\n", f"[admission]\ninitialRate = {spec.admission_rate / spec.members:g}\n", 1
+        "[admission]\n", f"[admission]\ninitialRate = {spec.admission_rate:g}\n", 1
     )
     text += with_daemon(genesys_text, stampMember=name)
     text += cxone_table(cxone, poll_timeout=5, watchdog=15.0)

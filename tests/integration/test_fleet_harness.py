@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from supervisor.config import load_config
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
 from tests.harness.fleet_invariants import LeaseTimeline, stale_fenced_writes
-from tests.harness.fleet_run import FleetDatabase
+from tests.harness.fleet_run import FleetDatabase, FleetSpec, member_config
 from tests.harness.postgres import PostgresServer, start_embedded
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.postgres]
@@ -86,3 +88,22 @@ def test_reads_work_again_after_the_database_restarts() -> None:
         assert db.now() > 0
     finally:
         server.remove()
+
+
+def test_each_member_is_configured_with_the_fleets_admission_rate_which_its_share_divides(
+    tmp_path: Path,
+) -> None:
+    # the daemon paces at owned/256 of the configured rates (supervisor/fleet/admission.py): the
+    # configuration carries the fleet's rate, not a member's part of it (divided twice otherwise)
+    spec = FleetSpec(members=3, web_messaging=2, cxone=1, notifications=1, admission_rate=100.0)
+    genesys = {k: f"http://127.0.0.1:9/{k}" for k in ("login", "api")}
+    genesys |= {k: f"ws://127.0.0.1:9/{k}" for k in ("webmessaging", "streaming")}
+    path = member_config(
+        spec,
+        "m2",
+        tmp_path / "m2",
+        genesys=genesys,
+        cxone={"auth": "http://127.0.0.1:9/auth"},
+        store_url="postgresql://fleet@localhost/fleet",
+    )
+    assert load_config(path).admission.initial_rate == 100.0

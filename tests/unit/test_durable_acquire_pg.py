@@ -17,6 +17,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from supervisor.config import parse_config
+from supervisor.runtime import learned_limits
 from supervisor.runtime.durable import Durable
 from supervisor.runtime.supervisor import session_table
 from supervisor.runtime.wiring import Wiring
@@ -24,6 +25,7 @@ from supervisor.store import ServerSession, ServerState
 from supervisor.store.model import Fence
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
+from supervisor.vocabulary import GENESYS_WEBMESSAGING
 from tests.harness.postgres import url_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -138,5 +140,26 @@ async def test_one_host_runs_its_shards_from_the_configuration_when_the_store_ca
         try:
             assert await durable.acquire({SHARD}) == {SHARD}
             assert durable.server == {}
+        finally:
+            await durable.aclose()
+
+
+@pytest.mark.parametrize("member", [True, False])
+async def test_a_member_seeds_its_pacers_with_the_limit_a_peer_learned_when_it_acquires_shards(
+    pg_dsn: str, held: HeldShards, tmp_path: Path, member: bool
+) -> None:
+    config = parse_config(config_text(pg_dsn), str(tmp_path / "c.toml"))
+    async with Wiring(config, config_dir=tmp_path, environ={}) as wiring:
+        durable = await open_durable(wiring, held if member else None)
+        endpoint = wiring.attempts.endpoints.connect(GENESYS_WEBMESSAGING)
+        assert endpoint.learned() is None
+        try:
+            assert durable.store is not None
+            # a peer refused at 90 handshakes a second after this member opened the store
+            await learned_limits.save(durable.store, {GENESYS_WEBMESSAGING: 90.0}, wiring.clock.time())
+            assert await durable.acquire({SHARD}) == {SHARD}
+            # a fleet member starts the shard's sessions with the fleet's limit; one host, the only
+            # sender, learned it at its start (nobody else writes it meanwhile)
+            assert endpoint.learned() == (pytest.approx(90.0) if member else None)
         finally:
             await durable.aclose()

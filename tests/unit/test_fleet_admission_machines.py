@@ -114,6 +114,42 @@ def test_the_rates_scale_with_the_share_of_shards_made_before_and_after() -> Non
     assert endpoints.connect(GENESYS_WEBMESSAGING.of("t4")).rate == 20.0
 
 
+def test_a_member_that_held_no_shard_paces_at_its_new_share_of_the_rates_once_it_acquires() -> None:
+    # a member (re)started owns nothing (1/256 of the rates), then acquires 85 shards: its pacers go
+    # on at 85/256 of the configured rates, not at the minimum rate times 85
+    clock = FakeClock()
+    endpoints = Endpoints(clock, connect=PacingConfig(initial_rate=33.0, max_rate=10_000.0))
+    endpoints.scale(share_of(0))
+    pacer = endpoints.connect(GENESYS_WEBMESSAGING)
+    made_before = endpoints.connect(GENESYS_WEBMESSAGING.of("t2"))
+    endpoints.scale(1.0)
+    endpoints.scale(share_of(0))  # (one made at a larger share, then shrunk to nothing)
+    endpoints.scale(share_of(85))
+    assert pacer.rate == pytest.approx(33.0 * 85 / 256)
+    assert made_before.rate == pytest.approx(33.0 * 85 / 256)
+
+
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_a_member_refused_while_not_using_its_pace_cuts_its_pace_not_to_what_it_admitted(share: float) -> None:
+    # a takeover's first attempts: 3 admitted, then the platform refuses (its limit is the fleet's,
+    # crossed by a peer's burst). A fleet member cuts its pace (its share, 20/s and more) by the
+    # backoff; one host, the only sender, still cuts to below what the platform admitted
+    clock = FakeClock()
+    pacer = Pacer(GENESYS_WEBMESSAGING, clock, PacingConfig(initial_rate=20.0, share=share), kind="connect")
+    for _ in range(3):
+        wait, booked = pacer.reserve()
+        assert booked
+        clock.advance(wait)
+        pacer.admitted(0.001)
+    clock.advance(0.5)
+    pace = pacer.rate
+    assert pace is not None and pace >= 20.0
+    pacer.throttled(1.0)
+    cut = pace * 0.85 if share < 1.0 else 3 * 0.85
+    assert pacer.rate == pytest.approx(cut)
+    assert pacer.learned() == pytest.approx(cut / 0.85)
+
+
 def test_what_a_pacer_learned_moves_with_its_share_within_the_new_bounds() -> None:
     clock = FakeClock()
     pacer = Pacer(GENESYS_WEBMESSAGING, clock, PacingConfig(initial_rate=20.0, max_rate=400.0))

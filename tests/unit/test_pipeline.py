@@ -20,10 +20,12 @@ from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
-from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, Fenced, OperationError, TransportFailure
 from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache
+from supervisor.runtime.fence import WriteFence
+from supervisor.runtime.leases import Lease
 from supervisor.taxonomy import Channel, Classifier, Platform, RawError, load_taxonomy
 from supervisor.vocabulary import EndpointId
 from tests.harness.clocks import advancing
@@ -52,7 +54,9 @@ class Source:
 
 
 class Rig:
-    def __init__(self, handler: Any, *, lifetime: float = 3600.0, early: float = 0.0) -> None:
+    def __init__(
+        self, handler: Any, *, lifetime: float = 3600.0, early: float = 0.0, fence: WriteFence | None = None
+    ) -> None:
         self.clock = FakeClock(start=100.0)
         self.source = Source(lifetime)
         self.tokens = TokenCache(self.source, self.clock, early_refresh_s=early)
@@ -68,7 +72,8 @@ class Rig:
             rng=random.Random(3),
             sleep=sleep,
         )
-        self.pipeline = RequestPipeline(self.client, self.executor, tokens=self.tokens)
+        guard = None if fence is None else fence.guard(7)
+        self.pipeline = RequestPipeline(self.client, self.executor, tokens=self.tokens, guard=guard)
         self.ctx = SessionContext("s-1", Platform.GENESYS, Channel.REST, agent_id="a-1")
 
     async def get(self, **kwargs: Any) -> httpx.Response:
@@ -229,6 +234,35 @@ async def test_five_transient_failures_open_the_circuit_and_calls_are_refused() 
     assert calls == 5
     assert 0 < info.value.retry_in_s <= 30.0
     assert rig.circuits.get(EndpointId(Platform.GENESYS, "api")).state.value == "open"
+
+
+async def test_requests_the_fence_aborted_raise_fenced_and_never_reach_the_circuit() -> None:
+    # a fleet member's shard pool: shard 7 held until boot time 50, then given back (its polls aborted)
+    boot = [10.0]
+    fence = WriteFence(now=lambda: boot[0])
+    fence.follow({7: Lease(7, 3, deadline=50.0)})
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    rig = Rig(handler, fence=fence)
+    circuit = rig.circuits.get(EndpointId(Platform.GENESYS, "api"))
+    with pytest.raises(OperationError) as info:
+        await rig.get()  # held: the platform's failure, classified and counted as ever
+    assert info.value.event.code == "CONNECTION_FAILED"  # type: ignore[attr-defined]
+    counted = circuit.consecutive_failures
+    assert counted > 0
+    fence.follow({})  # the shard given back: its sockets aborted, each request in flight fails
+    for _ in range(6):
+        with pytest.raises(Fenced):
+            await rig.get()
+    assert circuit.consecutive_failures == counted
+    assert circuit.state.value == "closed"
+    boot[0] = 60.0  # past a deadline (a member woken from SIGSTOP) fences all the same
+    fence.follow({7: Lease(7, 3, deadline=50.0)})
+    with pytest.raises(Fenced):
+        await rig.get()
+    assert circuit.consecutive_failures == counted
 
 
 async def test_304_is_an_answer_and_its_empty_body_is_not_validated() -> None:
