@@ -65,6 +65,7 @@ from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import Origin, Plan, SessionReader
 from supervisor.runtime.targets import SessionTargets
 from supervisor.runtime.wiring import Wiring
+from supervisor.runtime.write_ahead import WriteAhead
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
 from supervisor.store.model import FenceSource
@@ -149,6 +150,8 @@ class Durable:
         self._started: set[str] = set()
         #: server sessions found open at start that nobody wants: session id -> outcome once ended
         self.reconciled: dict[str, str] = {}
+        # a fleet member's write-ahead of the sessions it starts, committed in groups (made at first use)
+        self._grouped: WriteAhead | None = None
 
     @classmethod
     async def open(
@@ -558,8 +561,22 @@ class Durable:
             platform_session_id=record.get("platformSessionId"),
             guest_token=record.get("guestToken"),
         )
+        if self.fences is not None:
+            # a fleet member: its sessions start by the shard-full, their rows are committed in groups
+            desired = DesiredSession(
+                runner.session_id, ctx.scope.value, DesiredState.RUNNING, None, self.clock.time()
+            )
+            self.desired[runner.session_id] = desired
+            await self._write_ahead(store).write(desired, row)
+            return
         await self._quietly(self._desire(runner.session_id, ctx.scope, DesiredState.RUNNING, None))
         await self._quietly(store.session_opening(row))
+
+    def _write_ahead(self, store: Store) -> WriteAhead:
+        write_ahead = self._grouped
+        if write_ahead is None:
+            write_ahead = self._grouped = WriteAhead(store)
+        return write_ahead
 
     async def ended(self, runner: SessionRunner, *, draining: bool) -> None:
         """The runner is done: a termination stays across restarts; the server side is closed, except

@@ -69,6 +69,12 @@ class StoreCalls:
     async def session_opening(self, session: ServerSession) -> None:
         await self._call(lambda tx: sql_sessions.session_opening(tx, session))
 
+    async def sessions_opening(
+        self, desired: Sequence[DesiredSession], sessions: Sequence[ServerSession]
+    ) -> None:
+        wanted, opening = list(desired), list(sessions)
+        await self._call(lambda tx: sql_sessions.sessions_opening(tx, wanted, opening))
+
     async def session_opened(
         self, session_id: str, conversation_id: str | None, platform_session_id: str | None
     ) -> None:

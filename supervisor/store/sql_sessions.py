@@ -11,6 +11,7 @@ may carry out (AddSession, RemoveSession, a configuration reload), not fenced.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
 from supervisor.store.shards import shard_of
@@ -25,6 +26,7 @@ __all__ = [
     "session_left",
     "session_opened",
     "session_opening",
+    "sessions_opening",
     "set_desired",
 ]
 
@@ -52,25 +54,31 @@ def desired_sessions(tx: Tx, shards: Collection[int] | None = None) -> Body[dict
     }
 
 
+_SET_DESIRED = (
+    "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
+    "VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
+    "reason = excluded.reason, updated_at = excluded.updated_at"
+)
+
+
+def _desired_row(desired: DesiredSession) -> tuple[Any, ...]:
+    return (
+        desired.session_id,
+        desired.platform,
+        desired.state.value,
+        desired.reason,
+        desired.updated_at,
+        shard_of(desired.session_id),
+    )
+
+
 def set_desired(tx: Tx, desired: DesiredSession, *, fenced: bool = True) -> Body[None]:
     """The session's desired state: the owner's (fenced), or a command's (``ctl start``/``stop``,
     ``fenced`` False: any member may carry it out)."""
     if fenced:
         yield from fence(tx, [shard_of(desired.session_id)])
-    yield from do(
-        "INSERT INTO desired_sessions (session_id, platform, state, reason, updated_at, shard) "
-        "VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, state = excluded.state, "
-        "reason = excluded.reason, updated_at = excluded.updated_at",
-        (
-            desired.session_id,
-            desired.platform,
-            desired.state.value,
-            desired.reason,
-            desired.updated_at,
-            shard_of(desired.session_id),
-        ),
-    )
+    yield from do(_SET_DESIRED, _desired_row(desired))
 
 
 def add_sessions(tx: Tx, added: Sequence[DesiredSession]) -> Body[None]:
@@ -134,6 +142,34 @@ def server_sessions(
     }
 
 
+_SESSION_OPENING = (
+    f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard, epoch) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
+    "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
+    "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
+    "platform_session_id = COALESCE(excluded.platform_session_id, server_sessions.platform_session_id), "
+    "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL, left_at = NULL, "
+    "epoch = excluded.epoch"
+)
+
+
+def _opening_row(session: ServerSession, epoch: int | None) -> tuple[Any, ...]:
+    return (
+        session.session_id,
+        session.platform,
+        session.kind,
+        session.state.value,
+        session.opened_at,
+        session.agent_id,
+        session.conversation_id,
+        session.platform_session_id,
+        session.guest_token,
+        shard_of(session.session_id),
+        epoch,
+    )
+
+
 def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
     """A session's server side is about to be opened: its row, before the first connection attempt
     (``opening``; ``open`` when it resumes a server session known to be open).
@@ -144,29 +180,21 @@ def session_opening(tx: Tx, session: ServerSession) -> Body[None]:
     """
     shard = shard_of(session.session_id)
     epochs = yield from fence(tx, [shard])
-    yield from do(
-        f"INSERT INTO server_sessions ({_SERVER_COLUMNS}, shard, epoch) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?) "
-        "ON CONFLICT (session_id) DO UPDATE SET platform = excluded.platform, kind = excluded.kind, "
-        "state = excluded.state, opened_at = excluded.opened_at, agent_id = excluded.agent_id, "
-        "conversation_id = COALESCE(excluded.conversation_id, server_sessions.conversation_id), "
-        "platform_session_id = COALESCE(excluded.platform_session_id, server_sessions.platform_session_id), "
-        "guest_token = excluded.guest_token, closed_at = NULL, outcome = NULL, left_at = NULL, "
-        "epoch = excluded.epoch",
-        (
-            session.session_id,
-            session.platform,
-            session.kind,
-            session.state.value,
-            session.opened_at,
-            session.agent_id,
-            session.conversation_id,
-            session.platform_session_id,
-            session.guest_token,
-            shard,
-            epochs[shard],
-        ),
-    )
+    yield from do(_SESSION_OPENING, _opening_row(session, epochs[shard]))
+
+
+def sessions_opening(
+    tx: Tx, desired: Sequence[DesiredSession], sessions: Sequence[ServerSession]
+) -> Body[None]:
+    """Several sessions about to open, in one transaction: each one's desired row (the owner's) and
+    its server row (:func:`session_opening`), their shards fenced once each. What a fleet member
+    writes ahead of the sessions of the shards it just acquired, which start together."""
+    shards = {shard_of(d.session_id) for d in desired} | {shard_of(s.session_id) for s in sessions}
+    epochs = yield from fence(tx, shards)
+    if desired:
+        yield from many(_SET_DESIRED, [_desired_row(d) for d in desired])
+    if sessions:
+        yield from many(_SESSION_OPENING, [_opening_row(s, epochs[shard_of(s.session_id)]) for s in sessions])
 
 
 def session_opened(

@@ -67,13 +67,21 @@ def _keys(daemon: Harness, session_ids: tuple[str, ...]) -> set[str]:
     return keys
 
 
-def _sent_after(entries: list[dict[str, Any]], seq: int, keys: set[str]) -> list[dict[str, Any]]:
+def _sent_after(
+    entries: list[dict[str, Any]], seq: int, keys: set[str], since: float | None = None
+) -> list[dict[str, Any]]:
     """What the clients of ``keys`` sent after ``seq`` (a request given up before its answer, 499, was
-    sent before: it is written when the simulator sees the connection go)."""
+    sent before: it is written when the simulator sees the connection go), and received at ``since``
+    or later when given: a long poll is written when it is answered, after the entries of what came
+    in meanwhile (docs/simulators.md, "Activity log"), so one held across the mark was sent before it."""
     return [
         e
         for e in entries
-        if e["seq"] > seq and e["session"] in keys and e["kind"] in SENT and e.get("status") != 499
+        if e["seq"] > seq
+        and (since is None or e["t"] >= since)
+        and e["session"] in keys
+        and e["kind"] in SENT
+        and e.get("status") != 499
     ]
 
 
@@ -111,6 +119,7 @@ async def test_a_shard_past_its_deadline_sends_nothing_more_and_the_others_run_o
         await daemon.wait(lambda: all(g.sockets == 0 for g in guards))
         await daemon.wait(lambda: all(daemon.runners[s].fenced for s in FENCED))
         mark = {sim: sim.activity.last_seq for sim in (genesys_sim, cxone_sim)}
+        marked = {sim: sim.activity.now() for sim in mark}
         # ... and the kept sessions run on: polls, a message, while the fenced ones are waited for
         await daemon.runners["wm-0"].send_message("still here")
         with pytest.raises(SessionError):
@@ -120,7 +129,7 @@ async def test_a_shard_past_its_deadline_sends_nothing_more_and_the_others_run_o
             lambda: len(_sent_after(cxone_sim.activity.since(cx_seq).entries, cx_seq, kept_keys)) >= 3
         )
         entries = {sim: sim.activity.since(mark[sim]).entries for sim in mark}
-        assert all(_sent_after(entries[sim], mark[sim], keys) == [] for sim in mark)
+        assert all(_sent_after(entries[sim], mark[sim], keys, marked[sim]) == [] for sim in mark)
         assert _sent_after(entries[genesys_sim], mark[genesys_sim], kept_keys)
         assert all(daemon.runners[s].state is SessionState.ACTIVE for s in KEPT)
         # nothing reconnected on the fenced shard: no attempt either (the runner waits for the lease)
@@ -157,10 +166,11 @@ async def test_a_loop_stall_past_the_bound_fences_every_shard_until_renewed(
         # every session waits for the lease, attempting nothing
         await daemon.wait(lambda: all(daemon.runners[s].fenced for s in KEPT))
         mark = {sim: sim.activity.last_seq for sim in (genesys_sim, cxone_sim)}
+        marked = {sim: sim.activity.now() for sim in mark}
         with pytest.raises(SessionError):
             await daemon.runners["wm-0"].send_message("stalled")
         entries = {sim: sim.activity.since(mark[sim]).entries for sim in mark}
-        assert all(_sent_after(entries[sim], mark[sim], keys) == [] for sim in mark)
+        assert all(_sent_after(entries[sim], mark[sim], keys, marked[sim]) == [] for sim in mark)
         assert fence.stalls >= 1 and all(daemon.runners[s].fenced for s in KEPT)
         leases.renew()
         await daemon.wait_active(2)

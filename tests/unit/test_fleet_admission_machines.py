@@ -130,7 +130,9 @@ def test_a_member_that_held_no_shard_paces_at_its_new_share_of_the_rates_once_it
 
 
 @pytest.mark.parametrize("share", [0.5, 1.0])
-def test_a_member_refused_while_not_using_its_pace_cuts_its_pace_not_to_what_it_admitted(share: float) -> None:
+def test_a_member_refused_while_not_using_its_pace_cuts_its_pace_not_to_what_it_admitted(
+    share: float,
+) -> None:
     # a takeover's first attempts: 3 admitted, then the platform refuses (its limit is the fleet's,
     # crossed by a peer's burst). A fleet member cuts its pace (its share, 20/s and more) by the
     # backoff; one host, the only sender, still cuts to below what the platform admitted
