@@ -19,6 +19,7 @@ import httpx
 
 from supervisor.attempts import Flight, Gate
 from supervisor.boundary import HTTP_FAILURES, SessionContext, TokenAge, raw_from_exception, raw_from_response
+from supervisor.errors import ConnectionLost
 from supervisor.rest.executor import Attempt, Reading, RetryExecutor
 from supervisor.rest.tokens import Token, TokenCache
 from supervisor.taxonomy import Channel, Classifier, RawError, SdkErrorEvent
@@ -47,10 +48,10 @@ class ResponseCheck:
 
 class PoolGuard(Protocol):
     """The write fence of a client's pool (supervisor/runtime/fence.py's guards; named here, where the
-    REST client may not import the transports): ``check`` raises :class:`~supervisor.errors.Fenced`
-    once nothing may be written on the pool's sockets."""
+    REST client may not import the transports): ``passed`` once nothing may be written on the pool's
+    sockets (the watchdog aborts them then)."""
 
-    def check(self) -> None: ...
+    def passed(self) -> bool: ...
 
 
 def _reading(response: httpx.Response) -> RateLimitReading | None:
@@ -68,10 +69,11 @@ class RequestPipeline:
     ``guard``: the write fence of the client's pool (a fleet member's shard pool, a shared channel's;
     supervisor/runtime/fence.py), None on one host. A request that fails while its guard has passed
     failed because this member aborted the pool's sockets (the shard's lease ended or was given back):
-    it raises :class:`~supervisor.errors.Fenced` instead of a classified failure, so the endpoint's
-    circuit, pace and retry budget hear nothing of it. Counted, the polls a member aborts as it gives
-    shards back (or wakes from a SIGSTOP past its deadlines) opened its CXone API circuit, and that
-    opening, published to the fleet, held every member's CXone starts for seconds.
+    it is a lost connection (:class:`~supervisor.errors.ConnectionLost`), which the retry executor ends
+    unretried (``OperationError``, as any caller expects) and tells no endpoint, so the circuit, pace
+    and retry budget hear nothing of it. Counted, the polls a member aborts as it gives shards back (or
+    wakes from a SIGSTOP past its deadlines) opened its CXone API circuit, and that opening, published
+    to the fleet, held every member's CXone takeovers for seconds.
     """
 
     def __init__(
@@ -165,11 +167,12 @@ class RequestPipeline:
                 # no headers argument at all when there are none: httpx would merge an empty dict
                 response = await self.client.request(method, url, headers=headers or None, **kwargs)
             except HTTP_FAILURES as exc:
-                if guard is not None:
+                raw = raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
+                if guard is not None and guard.passed():
                     # the fence aborted the socket (the shard is no longer this member's): not the
-                    # platform's failure, nothing to classify or count (raises Fenced when passed)
-                    guard.check()
-                return raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
+                    # platform's failure; over, unretried, and no endpoint is told
+                    raise ConnectionLost(raw) from exc
+                return raw
             status = response.status_code
             if 200 <= status < 300 or status in ok_statuses:
                 # only a 2xx carries a body to check (RFC 9110 section 15.4.5: a 304 has none)

@@ -65,6 +65,7 @@ from supervisor.config import Keepalive
 from supervisor.errors import (
     CircuitOpenError,
     ConnectionLost,
+    Fenced,
     OperationError,
     SendUnconfirmed,
     TransportFailure,
@@ -564,7 +565,9 @@ class WebMessagingConnection:
                     found.append(dict(entry))
                 if reached or number >= page.page_count or not page.entities:
                     break
-        except (OperationError, CircuitOpenError, ConnectionLost):
+        except (OperationError, CircuitOpenError, ConnectionLost, Fenced):
+            # (Fenced: the session's shard is no longer this member's, its read refused at the write;
+            # the resync that asked runs in the daemon's task group, which it must not end)
             return None
         found.reverse()
         return [m for m in found if t.saw(m)]

@@ -20,7 +20,7 @@ from supervisor.attempts import Attempts
 from supervisor.boundary import SessionContext
 from supervisor.clock import FakeClock
 from supervisor.config import Secret
-from supervisor.errors import CircuitOpenError, Fenced, OperationError, TransportFailure
+from supervisor.errors import CircuitOpenError, OperationError, TransportFailure
 from supervisor.rest.executor import RetryExecutor
 from supervisor.rest.pipeline import RequestPipeline, ResponseCheck
 from supervisor.rest.tokens import TokenCache
@@ -236,7 +236,7 @@ async def test_five_transient_failures_open_the_circuit_and_calls_are_refused() 
     assert rig.circuits.get(EndpointId(Platform.GENESYS, "api")).state.value == "open"
 
 
-async def test_requests_the_fence_aborted_raise_fenced_and_never_reach_the_circuit() -> None:
+async def test_requests_the_fence_aborted_end_unretried_and_never_reach_the_circuit() -> None:
     # a fleet member's shard pool: shard 7 held until boot time 50, then given back (its polls aborted)
     boot = [10.0]
     fence = WriteFence(now=lambda: boot[0])
@@ -254,13 +254,15 @@ async def test_requests_the_fence_aborted_raise_fenced_and_never_reach_the_circu
     assert counted > 0
     fence.follow({})  # the shard given back: its sockets aborted, each request in flight fails
     for _ in range(6):
-        with pytest.raises(Fenced):
+        calls = len(rig.sleeps)
+        with pytest.raises(OperationError):
             await rig.get()
+        assert len(rig.sleeps) == calls  # over at once: no retry on a socket the fence reset
     assert circuit.consecutive_failures == counted
     assert circuit.state.value == "closed"
     boot[0] = 60.0  # past a deadline (a member woken from SIGSTOP) fences all the same
     fence.follow({7: Lease(7, 3, deadline=50.0)})
-    with pytest.raises(Fenced):
+    with pytest.raises(OperationError):
         await rig.get()
     assert circuit.consecutive_failures == counted
 
