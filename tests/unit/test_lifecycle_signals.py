@@ -10,8 +10,8 @@ import signal
 from collections.abc import Iterator
 
 import anyio
-from anyio.abc import TaskStatus
 import pytest
+from anyio.abc import TaskStatus
 
 from supervisor.config import parse_config
 from supervisor.runtime.main import run_daemon
