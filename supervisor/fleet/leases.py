@@ -7,8 +7,8 @@ acquisition, never decreased) and when its lease expires, on the **database's cl
 ``fleet_members``, the expiry of every shard it holds at the epochs it holds them pushed one TTL on,
 and the tables read back. Then, from what it read (:func:`supervisor.fleet.shares.plan`), it takes
 free or expired shards (:data:`ACQUIRE_SQL`: ``FOR UPDATE SKIP LOCKED``, ``epoch + 1``, an audit row
-in ``lease_acquisitions``) or gives back a few when it is above its share (never one it acquired less
-than :attr:`PgLeases.hold_s` ago: :mod:`supervisor.fleet.shares`, "Settling").
+in ``lease_acquisitions``) or gives back a few when it is above its share (never one it took over from
+another member less than :attr:`PgLeases.hold_s` ago: :mod:`supervisor.fleet.shares`, "Settling").
 
 **Local deadlines.** A shard held here is held until the boot-time clock (``CLOCK_BOOTTIME``: it runs
 on while the machine is suspended, as the database's clock does) reaches the moment the renewal that
@@ -161,7 +161,7 @@ ACQUIRE_SQL: Final = (
     "SELECT shard, %(member)s, epoch, previous_owner, "
     "CASE WHEN previous_owner IS NULL THEN 'free' WHEN previous_owner = %(member)s THEN 'reclaimed' "
     "ELSE 'expired' END, now FROM taken) "
-    "SELECT shard, epoch FROM taken ORDER BY shard"
+    "SELECT shard, epoch, previous_owner FROM taken ORDER BY shard"
 )
 
 #: gives back the shards named (held here at those epochs): free at once for the next renewal of a peer
@@ -226,8 +226,8 @@ class PgLeases:
         self.renew_s = renew_s
         #: after a database restart, how long no other member's expired lease is taken (one TTL)
         self.quiet_s = lease_s if quiet_s is None else quiet_s
-        #: how long a shard acquired stays here before it may be given back for balance (shares.py,
-        #: "Settling"; boot-time seconds)
+        #: how long a shard taken over from another member stays here before it may be given back
+        #: for balance (shares.py, "Settling"; boot-time seconds)
         self.hold_s = shares.MIN_HOLD_TTLS * lease_s if hold_s is None else hold_s
         #: from a renewal's send to its local deadline (leaseSeconds − the fence margin)
         self.window_s = lease_s - fence_margin(lease_s)
@@ -242,7 +242,8 @@ class PgLeases:
         # shards given back: lost here at one renewal, freed in the table at the next (the abandoned
         # sessions have had a renewal period to close their connections)
         self._releasing: dict[int, int] = {}
-        # when each shard held here was acquired (boot-time seconds): a shard settles for hold_s
+        # when each shard held here was taken over from another member (boot-time seconds): it settles
+        # for hold_s
         self._since: dict[int, float] = {}
         self._subscribers: list[Callable[[Mapping[int, Lease]], None]] = []
         #: why the member is degraded now (the database unreachable, a digest mismatch), or None
@@ -426,7 +427,7 @@ class PgLeases:
         await self._apply(conn, decided)
 
     def settling(self) -> frozenset[int]:
-        """The shards held here acquired less than ``hold_s`` ago: not given back for balance yet."""
+        """The shards held here taken over less than ``hold_s`` ago: not given back for balance yet."""
         now = self._clock()
         return frozenset(s for s, since in self._since.items() if now - since < self.hold_s)
 
@@ -609,12 +610,16 @@ class PgLeases:
             await self._drop()
             self._degrade(_unreachable(exc))
             return
-        taken = [Lease(int(shard), int(epoch), sent + self.window_s) for shard, epoch in rows]
+        taken = [Lease(int(shard), int(epoch), sent + self.window_s) for shard, epoch, _ in rows]
         if not taken:
             return
         for lease in taken:
             self._owned[lease.shard] = lease
-            self._since[lease.shard] = sent
+        # a shard taken over from another member settles here (its sessions are being resumed); a
+        # free one (a fleet's start, a stop's release, a give-back) or this member's own does not
+        for shard, _, previous in rows:
+            if previous is not None and previous != self._member:
+                self._since[int(shard)] = sent
         # what the view shows until the next renewal reads the table again
         expires = (self._db_now or 0.0) + self.lease_s
         by_shard = {lease.shard: lease for lease in taken}

@@ -16,8 +16,11 @@ takes and which it gives back. :class:`~supervisor.fleet.leases.PgLeases` reads 
   different times), the database decides (``FOR UPDATE SKIP LOCKED`` and a conditional update).
 * **Giving back** (:data:`RELEASE_PER_RENEWAL`): a member above its share (a new member joined) gives
   back a few shards per renewal, those it ranks lowest for, never all at once: no takeover storm.
-* **Settling** (:data:`MIN_HOLD_TTLS`): a shard acquired less than ``MIN_HOLD_TTLS`` × TTL ago is not
-  given back; the excess is given from the shards held longer, and waits only while there are none.
+* **Settling** (:data:`MIN_HOLD_TTLS`): a shard taken over from another member (its lease expired: a
+  kill, a pause) less than ``MIN_HOLD_TTLS`` × TTL ago is not given back; the excess is given from the
+  other shards, and waits only while there are none. A free shard (a fleet's start, a stop's release,
+  a give-back) does not settle: at a fleet's start the first member takes every shard, and holding
+  them would keep the next members from their shares and start every session on the first.
   A member that took a paused peer's shards is still resuming their sessions when the peer comes back
   (SIGCONT) and asks for its share: giving those shards back then moved their sessions twice, each
   resumed twice and late (a run measured p50 17 s, max 31 s after the pause, against a bound of 15 s). Kafka's
@@ -66,11 +69,13 @@ __all__ = [
 #: how many shards a member above its share gives back per renewal (a new member's share arrives in
 #: ``share / RELEASE_PER_RENEWAL`` renewals: 128 shards in 8 renewals, 16 s with the defaults)
 RELEASE_PER_RENEWAL: Final = 16
-#: how long, in TTLs, a shard acquired stays before it may be given back for balance (20 s with the
-#: defaults): a takeover's sessions are resumed within about a TTL of their shard's acquisition (the
-#: takeover bound's 2 s plus the sessions at the admission rate; a slow run: 13 s), so two TTLs cover
-#: them with room, and a member joining a fleet waits at most this long before its share starts coming
-MIN_HOLD_TTLS: Final = 2.0
+#: how long, in TTLs, a shard taken over stays before it may be given back for balance (30 s with the
+#: defaults): a takeover's sessions are resumed within a few seconds of their shard's acquisition (the
+#: takeover bound's 2 s plus the sessions at the admission rate), up to 13 s in a slow run and more
+#: when a platform's circuit is open; a paused member is back within a TTL or two and its share comes
+#: 16 shards a renewal: three TTLs cover both. A member whose share can only come from shards taken
+#: over waits at most this long for it
+MIN_HOLD_TTLS: Final = 3.0
 
 
 class MemberState(enum.StrEnum):

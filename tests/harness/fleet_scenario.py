@@ -146,6 +146,21 @@ async def run_scenario(
         await fleet.wait_shards_held(settle_limit_s)
         record.quiet_until = until + spec.lease_seconds + 2 * spec.renew_seconds
         say(f"database restart {i + 1}: back, every shard held")
+        # every session acting again: each member lost its shards at their deadlines while the database
+        # was down and reconnects all their sessions once it has them back (through the admission, at
+        # 100 a second); a SIGTERM before that measures this queue, not the handover
+        everyone = set(spec.session_ids())
+
+        def acting_again(back: float = until, everyone: set[str] = everyone) -> bool:
+            return fleet.acted_since(everyone, back) == everyone
+
+        try:
+            took = await fleet.wait(
+                "every session acting again after the database restart", acting_again, settle_limit_s
+            )
+            say(f"database restart {i + 1}: every session acting again after {took:.1f}s")
+        except AssertionError as exc:  # said; the SIGTERM comes anyway
+            say(str(exc))
     if sigterm:
         victim = await fleet.holder_of_most()
         moved = await fleet.sessions_of(victim)
