@@ -67,4 +67,7 @@ class LeftRows:
                 return
             except LeaseLost as lost:
                 # the shard's rows are its new owner's now; the others are still this member's to write
-                rows = [row for row in rows if shard_of(row.session_id) != lost.shard]
+                left = [row for row in rows if shard_of(row.session_id) != lost.shard]
+                if len(left) == len(rows):
+                    raise  # a shard none of the rows is of: nothing to leave out
+                rows = left
