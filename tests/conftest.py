@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -52,6 +55,19 @@ settings.load_profile(_profile(dict(os.environ)))
 # -- shared fixtures -------------------------------------------------------------------------------
 # the clock, the simulators and PostgreSQL, for every directory (tests/harness/__init__.py says what is where)
 pytest_plugins = ("tests.harness.clocks", "tests.harness.simulators", "tests.harness.postgres")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A short base for ``tmp_path`` (before pytest's own tmpdir plugin reads it): tests put Unix
+    sockets there, and a socket's path must fit sun_path, 108 bytes (unix(7)). pytest's default
+    base, ``/tmp/pytest-of-USER/pytest-N/``, plus pytest-xdist's ``popen-gwN/`` and a 30-character
+    test directory left too little for ``sockets/subscribe.sock``. A fresh directory per run (two
+    runs at once never share one; pytest empties a given base first); an xdist worker is handed its
+    own below the controller's. ``--basetemp`` still wins."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pt-", dir="/tmp")
+        config.add_cleanup(functools.partial(shutil.rmtree, config.option.basetemp, ignore_errors=True))
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ acquisition, never decreased) and when its lease expires, on the **database's cl
 ``fleet_members``, the expiry of every shard it holds at the epochs it holds them pushed one TTL on,
 and the tables read back. Then, from what it read (:func:`supervisor.fleet.shares.plan`), it takes
 free or expired shards (:data:`ACQUIRE_SQL`: ``FOR UPDATE SKIP LOCKED``, ``epoch + 1``, an audit row
-in ``lease_acquisitions``) or gives back a few when it is above its share.
+in ``lease_acquisitions``) or gives back a few when it is above its share (never one it took over from
+another member less than :attr:`PgLeases.hold_s` ago: :mod:`supervisor.fleet.shares`, "Settling").
 
 **Local deadlines.** A shard held here is held until the boot-time clock (``CLOCK_BOOTTIME``: it runs
 on while the machine is suspended, as the database's clock does) reaches the moment the renewal that
@@ -32,9 +33,10 @@ lease; each owner takes back its own at its next renewal (a new epoch, reason ``
 (:mod:`supervisor.fleet.identity`); a member whose digest is not the fleet's takes no shard and is
 degraded with one line naming both digests.
 
-**A stop** (:meth:`PgLeases.release_all`, after the drain handed the sessions over): every shard is
-lost locally, then freed in one statement, and the member marked ``leaving``: peers take the shards
-at their next renewal, without waiting for a TTL.
+**A stop** (:meth:`PgLeases.release_all`, as soon as the drain handed the sessions over, while the
+renewal loop may still run): the renewals end, every shard is lost locally, then freed in one
+statement, and the member marked ``leaving``; ``ss_released`` on the fleet bus wakes the peers, which
+take the shards at once, without waiting for a TTL or their next renewal.
 
 The lease connection is the member's own (not the store's), with ``statement_timeout`` below the
 renewal period and ``idle_in_transaction_session_timeout`` below the TTL (PostgreSQL docs, 19.11.2,
@@ -159,7 +161,7 @@ ACQUIRE_SQL: Final = (
     "SELECT shard, %(member)s, epoch, previous_owner, "
     "CASE WHEN previous_owner IS NULL THEN 'free' WHEN previous_owner = %(member)s THEN 'reclaimed' "
     "ELSE 'expired' END, now FROM taken) "
-    "SELECT shard, epoch FROM taken ORDER BY shard"
+    "SELECT shard, epoch, previous_owner FROM taken ORDER BY shard"
 )
 
 #: gives back the shards named (held here at those epochs): free at once for the next renewal of a peer
@@ -211,6 +213,7 @@ class PgLeases:
         lease_s: float = 10.0,
         renew_s: float = 2.0,
         quiet_s: float | None = None,
+        hold_s: float | None = None,
         clock: Callable[[], float] = boottime,
         sleep: Sleep = anyio.sleep,
         on_health: Health | None = None,
@@ -223,6 +226,9 @@ class PgLeases:
         self.renew_s = renew_s
         #: after a database restart, how long no other member's expired lease is taken (one TTL)
         self.quiet_s = lease_s if quiet_s is None else quiet_s
+        #: how long a shard taken over from another member stays here before it may be given back
+        #: for balance (shares.py, "Settling"; boot-time seconds)
+        self.hold_s = shares.MIN_HOLD_TTLS * lease_s if hold_s is None else hold_s
         #: from a renewal's send to its local deadline (leaseSeconds − the fence margin)
         self.window_s = lease_s - fence_margin(lease_s)
         self._clock = clock
@@ -236,6 +242,9 @@ class PgLeases:
         # shards given back: lost here at one renewal, freed in the table at the next (the abandoned
         # sessions have had a renewal period to close their connections)
         self._releasing: dict[int, int] = {}
+        # when each shard held here was taken over from another member (boot-time seconds): it settles
+        # for hold_s
+        self._since: dict[int, float] = {}
         self._subscribers: list[Callable[[Mapping[int, Lease]], None]] = []
         #: why the member is degraded now (the database unreachable, a digest mismatch), or None
         self.problem: str | None = None
@@ -250,6 +259,10 @@ class PgLeases:
         # a peer's release heard (wake): the loop renews, and so acquires, without waiting its period
         self._woken = False
         self._waiting: anyio.CancelScope | None = None
+        # one renewal at a time, and none once the stop's release has begun (leaving): a renewal after
+        # it would mark the member active again and take back the shards it has just freed
+        self._renewing = anyio.Lock()
+        self._leaving = False
         #: renewals run, and renewals that reached the database (for tests and status)
         self.renewals = 0
         self.reached = 0
@@ -315,6 +328,8 @@ class PgLeases:
                 await relay.idle()
                 task_status.started()
                 while True:
+                    if self._leaving:
+                        await anyio.sleep_forever()  # released (a stop): no renewal any more
                     now = self._clock()
                     due = (self._last_sent if self._last_sent is not None else now) + self.renew_s
                     deadlines = [
@@ -342,7 +357,14 @@ class PgLeases:
     # ------------------------------------------------------------------ one renewal
     async def renew(self) -> None:
         """One renewal (module docstring): renew, lose what was not renewed, then give back or take
-        shards as :func:`~supervisor.fleet.shares.plan` says. The database unreachable: degraded."""
+        shards as :func:`~supervisor.fleet.shares.plan` says. The database unreachable: degraded.
+        After :meth:`release_all` has begun: nothing."""
+        async with self._renewing:
+            if self._leaving:
+                return
+            await self._renew()
+
+    async def _renew(self) -> None:
         self.renewals += 1
         await self.expire()  # a lease past its deadline is not renewed: the fence has stopped it
         sent = self._clock()
@@ -400,8 +422,14 @@ class PgLeases:
             now=self._db_now,
             ttl=self.lease_s,
             quiet=self.quiet,
+            settling=self.settling(),
         )
         await self._apply(conn, decided)
+
+    def settling(self) -> frozenset[int]:
+        """The shards held here taken over less than ``hold_s`` ago: not given back for balance yet."""
+        now = self._clock()
+        return frozenset(s for s, since in self._since.items() if now - since < self.hold_s)
 
     async def expire(self) -> None:
         """Lose every shard whose local deadline has passed (the write fence has stopped it already)."""
@@ -411,13 +439,31 @@ class PgLeases:
         )
 
     async def release_all(self) -> int:
-        """A stop, after the drain handed the sessions over: every shard lost here, then freed in the
-        table in one statement (the member ``leaving``); returns how many rows were freed (0 when the
-        database cannot be reached: the leases then expire after their TTL)."""
+        """A stop, once the drain has handed the sessions over (their rows written): every shard lost
+        here, then freed in the table in one statement (the member ``leaving``); returns how many rows
+        were freed (0 when the database cannot be reached: the leases then expire after their TTL).
+
+        It may run while :meth:`serve` does (the drain calls it before the services stop, so the
+        peers start taking over at once): a renewal in flight ends first, and none runs after it.
+        Called again, it does nothing."""
+        if self._leaving:
+            return 0
+        self._leaving = True
+        freed = 0
+        with anyio.CancelScope(shield=True):
+            async with self._renewing:
+                freed = await self._leave()
+        return freed
+
+    async def _leave(self) -> int:
+        # the supervisor is not told: its drain has let every session go already, and what a loss does
+        # besides (a shared channel's topics removed on the platform) is not a stop's; the write fence
+        # is (subscribe_deadlines), so not one byte more leaves for these shards
+        self._holder = None
         await self._lose(list(self._owned))
         self._releasing.clear()
         freed = 0
-        with anyio.CancelScope(shield=True), anyio.move_on_after(max(self.renew_s, 1.0)):
+        with anyio.move_on_after(max(self.renew_s, 1.0)):
             try:
                 conn = await self._connection()
                 cur = await conn.execute(LEAVE_SQL, {"member": self._member})
@@ -564,11 +610,16 @@ class PgLeases:
             await self._drop()
             self._degrade(_unreachable(exc))
             return
-        taken = [Lease(int(shard), int(epoch), sent + self.window_s) for shard, epoch in rows]
+        taken = [Lease(int(shard), int(epoch), sent + self.window_s) for shard, epoch, _ in rows]
         if not taken:
             return
         for lease in taken:
             self._owned[lease.shard] = lease
+        # a shard taken over from another member settles here (its sessions are being resumed); a
+        # free one (a fleet's start, a stop's release, a give-back) or this member's own does not
+        for shard, _, previous in rows:
+            if previous is not None and previous != self._member:
+                self._since[int(shard)] = sent
         # what the view shows until the next renewal reads the table again
         expires = (self._db_now or 0.0) + self.lease_s
         by_shard = {lease.shard: lease for lease in taken}
@@ -588,6 +639,7 @@ class PgLeases:
             return
         for shard in lost:
             del self._owned[shard]
+            self._since.pop(shard, None)
         self._tell()
         if self._holder is not None:
             await self._holder.lost(lost)

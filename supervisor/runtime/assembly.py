@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import signal
 import socket
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -368,12 +368,23 @@ class Daemon:
                 supervisor.follower.register(sharing.bus)
             shared = () if sharing is None else (sharing.serve,)
             forced = await self._run(
-                wiring, supervisor, durable, telemetry, stdout, stop, signals, warn, shared
+                wiring,
+                supervisor,
+                durable,
+                telemetry,
+                stdout,
+                stop,
+                signals,
+                warn,
+                shared,
+                # once the drain has handed the sessions over (each one's row written): every shard
+                # freed for the peers at once, before the services wind down (docs/runtime.md, "a stop")
+                None if fleet is None else fleet.release_all,
             )
         finally:
             if fleet is not None:
-                # after the drain handed the sessions over: every shard freed at once for the peers
-                # (a kill skips this: the leases then expire after leaseSeconds)
+                # a start that failed, or a drain cut short by a second signal: freed here (a no-op
+                # after the drain's; a kill skips both: the leases then expire after leaseSeconds)
                 await fleet.release_all()
                 await fleet.aclose()
             if durable is not None:
@@ -398,6 +409,7 @@ class Daemon:
         signals: SignalReceiver,
         warn: Say,
         fleet: Sequence[Service] = (),
+        on_drained: Callable[[], Awaitable[object]] | None = None,
     ) -> bool:
         """The services built around the supervisor, then the lifecycle; True when the exit was forced."""
         options, bus, grace_s = self.options, wiring.bus, self.options.grace
@@ -495,6 +507,7 @@ class Daemon:
             on_reload=None if requests is None else requests.request,
             stop=stop,
             signals=signals,
+            on_drained=on_drained,
         )
 
     def _socket_api(

@@ -60,6 +60,7 @@ from supervisor.config_durable import StopAction, stop_action
 from supervisor.errors import ConfigError, StoreError
 from supervisor.events import PacingChanged, Published, SessionTransition, TerminationReason
 from supervisor.runtime import learned_limits
+from supervisor.runtime.left_rows import LeftRows
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import Origin, Plan, SessionReader
@@ -68,7 +69,7 @@ from supervisor.runtime.wiring import Wiring
 from supervisor.runtime.write_ahead import WriteAhead
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
-from supervisor.store.model import FenceSource
+from supervisor.store.model import FenceSource, LeftSession
 from supervisor.store.shards import shard_of
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
@@ -125,6 +126,8 @@ class Durable:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
+        # a drain's handed-over rows, group-committed: the shards are freed only once they are written
+        self._left_rows = None if store is None else LeftRows(store)
         # $SESSION_SUPERVISOR_ON_STOP overrides handover.onStop (checked here: a bad value ends the start)
         self.environ = dict(environ or {})
         stop_action(config.handover, self.environ)
@@ -585,10 +588,12 @@ class Durable:
         if store is None:
             return
         if runner.core.handed_over:
-            # alive on the platform: what the next start polls on (CXone's rolling id) and when it was left
+            # alive on the platform: what the next start polls on (CXone's rolling id) and when it was
+            # left; written with the other sessions the drain hands over at the same time
+            assert self._left_rows is not None
             ctx = runner.context
-            await self._quietly(
-                store.session_left(runner.session_id, self.clock.time(), ctx.platform_session_id)
+            await self._left_rows.write(
+                LeftSession(runner.session_id, self.clock.time(), ctx.platform_session_id)
             )
             return
         ended = runner.termination

@@ -8,6 +8,7 @@ Structured concurrency from one root task group (anyio; uvicorn's phases)::
     on_ready()                            # the readiness moment: READY=1 hooks in here
     await body()                          # `run`: until a signal or a stop request; `demo`: the scenario
     on_stopping(); supervisor.shutdown()  # drain: close every session with 1001, bounded
+    await on_drained()                    # a fleet member: its shards freed for its peers
     tg.cancel_scope.cancel()
     binding.close() ...                   # whatever happened: the listeners closed, our files removed
 
@@ -82,6 +83,7 @@ async def run_daemon(
     on_reload: Callable[[], Awaitable[object]] | None = None,
     stop: anyio.Event | None = None,
     signals: SignalReceiver | None = None,
+    on_drained: Callable[[], Awaitable[object]] | None = None,
 ) -> bool:
     """Run the daemon until ``body`` returns (default: forever), a stop signal or ``stop``; then drain.
 
@@ -89,7 +91,9 @@ async def run_daemon(
     SIGHUP calls ``on_reload`` and the daemon goes on. Returns True when a second stop signal
     forced the exit before the drain completed. A stop signal already recorded at the readiness
     moment skips ``on_ready`` and ``body``: the drain starts at once. ``bind`` is bound in order
-    before any session starts, and closed when the lifecycle ends.
+    before any session starts, and closed when the lifecycle ends. ``on_drained`` is awaited once the
+    drain is over, before the services stop (a fleet member frees its shards there: its peers take
+    them over while this process is still winding down).
     """
     with contextlib.ExitStack() as stack:
         if signals is None:
@@ -99,7 +103,7 @@ async def run_daemon(
             binding.bind()
             stack.callback(binding.close)
         return await _lifecycle(
-            supervisor, grace_s, services, body, on_ready, on_stopping, on_reload, stop, signals
+            supervisor, grace_s, services, body, on_ready, on_stopping, on_reload, stop, signals, on_drained
         )
 
 
@@ -113,6 +117,7 @@ async def _lifecycle(
     on_reload: Callable[[], Awaitable[object]] | None,
     stop: anyio.Event | None,
     signals: SignalReceiver,
+    on_drained: Callable[[], Awaitable[object]] | None = None,
 ) -> bool:
     forced = False
     async with anyio.create_task_group() as tg:
@@ -163,6 +168,8 @@ async def _lifecycle(
 
             drain.start_soon(force_on_second_signal)
             await supervisor.shutdown(grace_s)
+            if on_drained is not None:
+                await on_drained()
             drain.cancel_scope.cancel()
         tg.cancel_scope.cancel()
     return forced

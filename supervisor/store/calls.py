@@ -20,6 +20,7 @@ from supervisor.store.model import (
     DesiredSession,
     LedgerChange,
     LedgerEntry,
+    LeftSession,
     Mismatch,
     NewMismatch,
     OutboxRow,
@@ -87,6 +88,10 @@ class StoreCalls:
 
     async def session_left(self, session_id: str, left_at: float, platform_session_id: str | None) -> None:
         await self._call(lambda tx: sql_sessions.session_left(tx, session_id, left_at, platform_session_id))
+
+    async def sessions_left(self, left: Sequence[LeftSession]) -> None:
+        rows = list(left)
+        await self._call(lambda tx: sql_sessions.sessions_left(tx, rows))
 
     # ------------------------------------------------------------------ outbox, ledger, mismatches
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult:

@@ -34,6 +34,7 @@ __all__ = [
     "FenceSource",
     "LedgerChange",
     "LedgerEntry",
+    "LeftSession",
     "Mismatch",
     "NewMismatch",
     "OutboxRow",
@@ -81,6 +82,16 @@ class ServerState(enum.StrEnum):
     OPENING = "opening"
     OPEN = "open"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class LeftSession:
+    """A session a stop handed over (:meth:`Store.sessions_left`): when it was left, and what the next
+    start polls on (CXone's rolling sessionId; None: the stored one stays)."""
+
+    session_id: str
+    left_at: float
+    platform_session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +349,8 @@ class Store(Protocol):
     async def session_left(
         self, session_id: str, left_at: float, platform_session_id: str | None
     ) -> None: ...
+    #: a drain's handovers together, in one transaction: ``session_left`` for each (one fence per shard)
+    async def sessions_left(self, left: Sequence[LeftSession]) -> None: ...
 
     # outbox, ledger, mismatches
     async def submit(self, submission: Submission, max_depth: int) -> SubmitResult: ...

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from supervisor.store.model import DesiredSession, DesiredState, ServerSession, ServerState
+from supervisor.store.model import DesiredSession, DesiredState, LeftSession, ServerSession, ServerState
 from supervisor.store.shards import shard_of
 from supervisor.store.sql import Body, Tx, do, fence, many, rows
 
@@ -26,6 +26,7 @@ __all__ = [
     "session_left",
     "session_opened",
     "session_opening",
+    "sessions_left",
     "sessions_opening",
     "set_desired",
 ]
@@ -227,15 +228,41 @@ def session_closed(tx: Tx, session_id: str, outcome: str, closed_at: float) -> B
     )
 
 
+#: a handed-over session's row: left at, its rolling id when known, the epoch; a closed row stays closed
+_LEFT_SQL = (
+    "UPDATE server_sessions SET left_at = ?, "
+    "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
+    "WHERE session_id = ? AND state != ?"
+)
+
+
 def session_left(tx: Tx, session_id: str, left_at: float, platform_session_id: str | None) -> Body[None]:
     """A stop handed the session over: still open on the platform, with what the next start polls
     (CXone's rolling sessionId, kept over the anchor when known) and when it was left."""
     epoch = yield from _fence_session(tx, session_id)
-    yield from do(
-        "UPDATE server_sessions SET left_at = ?, "
-        "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
-        "WHERE session_id = ? AND state != ?",
-        (left_at, platform_session_id, epoch, session_id, ServerState.CLOSED.value),
+    yield from do(_LEFT_SQL, (left_at, platform_session_id, epoch, session_id, ServerState.CLOSED.value))
+
+
+def sessions_left(tx: Tx, left: Sequence[LeftSession]) -> Body[None]:
+    """:func:`session_left` for each of ``left`` in this one transaction: each shard fenced once (a shard
+    no longer held refuses the whole write: LeaseLost names it), one UPDATE per session. A drain hands
+    hundreds of sessions over at once; written one by one they queued on the store's one connection for
+    most of a second before the shards could be freed for the peers (docs/runtime.md, "a stop")."""
+    if not left:
+        return
+    epochs = yield from fence(tx, {shard_of(one.session_id) for one in left})
+    yield from many(
+        _LEFT_SQL,
+        [
+            (
+                one.left_at,
+                one.platform_session_id,
+                epochs[shard_of(one.session_id)],
+                one.session_id,
+                ServerState.CLOSED.value,
+            )
+            for one in left
+        ],
     )
 
 

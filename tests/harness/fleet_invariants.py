@@ -448,9 +448,18 @@ def handover(
     moved: Iterable[str],
     keys_before: Mapping[str, str],
     keys_after: Mapping[str, str],
-    within: float,
+    first_within: float,
+    all_within: float,
 ) -> Finding:
-    """A SIGTERMed member's sessions resumed elsewhere within ``within`` s of ``at``, as themselves: no
+    """A SIGTERMed member's sessions resumed elsewhere promptly, as themselves.
+
+    Promptly, as a takeover's bound says it: the **first** session resumed within ``first_within`` s of
+    ``at`` (the handover itself: the drain, the release, a peer's acquisition and its first resumption),
+    and **every** one within ``all_within`` s (that plus the sessions moved ÷ the fleet's admission
+    rate: the guests reconnect through the fleet's handshake admission, so a hundred of them cannot all
+    be back within the first bound at 100 a second, however early the shards are released).
+
+    As themselves: no
     CXone agent session started after it (``POST agent-sessions``; a takeover joins the live one: the
     start is keyed by its token's agent, not by the session, so every start after ``at`` counts), and
     each Web Messaging guest on its kept token (``keys_before`` / ``keys_after``: session → ``wm:`` key
@@ -473,15 +482,21 @@ def handover(
             finding.add(
                 f"a new CXone agent session started by {e.get('member')} {float(e['t']) - at:.3f} s after"
             )
+    if resumed and min(resumed.values()) > first_within:
+        finding.add(
+            f"first session resumed {min(resumed.values()):.3f} s after the SIGTERM > {first_within:.3f} s"
+        )
     for session in sorted(sessions):
         if session not in resumed:
             finding.add(f"{session} not resumed")
-        elif resumed[session] > within:
-            finding.add(f"{session} resumed {resumed[session]:.3f} s after the SIGTERM > {within:.3f} s")
+        elif resumed[session] > all_within:
+            finding.add(f"{session} resumed {resumed[session]:.3f} s after the SIGTERM > {all_within:.3f} s")
         if session in keys_before and keys_after.get(session) != keys_before[session]:
             finding.add(f"{session}: a new guest session (the token changed)")
     if resumed:
+        finding.figures["first_s"] = min(resumed.values())
         finding.figures["last_s"] = max(resumed.values())
+    finding.figures["limit_s"] = all_within
     return finding
 
 

@@ -77,7 +77,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "ruff check supervisor machines tests",
         "ruff format --check supervisor machines tests",
         "mypy ",
-        "python -m pytest [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest --numprocesses=auto [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]",
@@ -124,7 +124,7 @@ def test_the_budgets_stay_under_thirty_minutes_in_all() -> None:
     assert sum(fixed) + sum(heavy_suites().values()) < 30 * 60
 
 
-DEFAULT_RUN = "python -m pytest [HYPOTHESIS_PROFILE=ci]"
+DEFAULT_RUN = "python -m pytest --numprocesses=auto [HYPOTHESIS_PROFILE=ci]"
 SWEEP_RUN = "python -m pytest -m signal_sweep [HYPOTHESIS_PROFILE=ci]"
 PROMETHEUS_RUN = "python -m pytest -m prometheus [HYPOTHESIS_PROFILE=ci]"
 ROTEL_RUN = "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]"

@@ -65,7 +65,7 @@ def test_test_adds_the_test_extra_and_bench_the_bench_extra_each_once(fake_venv:
     dev(fake_venv, "demo")
     _, calls = dev(fake_venv, "test", "-q")
     assert pip_installs(calls) == [".", ".[test]"]
-    assert calls[-1] == "python -m pytest -q"
+    assert calls[-1] == "python -m pytest --numprocesses=auto -q"
     _, calls = dev(fake_venv, "test")
     assert pip_installs(calls) == [".", ".[test]"]  # not again
     _, calls = dev(fake_venv, "bench")
@@ -78,3 +78,31 @@ def test_a_changed_pyproject_installs_again(fake_venv: Path) -> None:
         stamp.write_text("an older pyproject.toml\n")
     _, calls = dev(fake_venv, "demo")
     assert pip_installs(calls) == [".", "."]
+
+
+def test_byte_compiled_modules_are_kept_under_the_venv_even_where_the_environment_forbids_them(
+    tmp_path: Path,
+) -> None:
+    # a daemon a test starts then imports the package from its cache, not compiled anew each time
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    seen = tmp_path / "seen"
+    python = venv / "bin" / "python"
+    python.write_text(
+        f'#!/bin/sh\necho "prefix=$PYTHONPYCACHEPREFIX dont=${{PYTHONDONTWRITEBYTECODE-unset}}" > {seen}\n'
+    )
+    python.chmod(0o755)
+    for extra in ("base", "test"):
+        want = subprocess.run(["sha256sum", str(ROOT / "pyproject.toml")], capture_output=True, text=True)
+        (venv / f".installed-{extra}").write_text(want.stdout.split()[0] + "\n")
+    env = {**os.environ, "VENV": str(venv), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(
+        ["bash", str(ROOT / "dev"), "pytest", "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert seen.read_text().split() == [f"prefix={venv.resolve()}/pycache", "dont=unset"]

@@ -251,9 +251,11 @@ def test_handover_passes_a_join_and_a_kept_token() -> None:
         moved=[S1, S2],
         keys_before={S1: "wm:aaaa"},
         keys_after={S1: "wm:aaaa"},
-        within=3.0,
+        first_within=3.0,
+        all_within=3.02,
     )
     assert finding.ok and abs(finding.figures["last_s"] - 1.2) < 1e-9
+    assert abs(finding.figures["first_s"] - 1.1) < 1e-9
     assert two_members_at_once(found, LeaseTimeline(audit)).ok
 
 
@@ -272,12 +274,52 @@ def test_handover_catches_a_new_agent_session_a_new_guest_and_a_late_resume() ->
         moved=[S1, S2],
         keys_before={S1: "wm:aaaa"},
         keys_after={S1: "wm:bbbb"},
-        within=3.0,
+        first_within=3.0,
+        all_within=3.02,
     )
     assert finding.violations == 3
     assert any("a new CXone agent session started by m2 1.000 s after" in e for e in finding.examples)
     assert any("new guest session" in e for e in finding.examples)
     assert any("resumed 4.500 s after" in e for e in finding.examples)
+
+
+def test_handover_bounds_the_first_resumption_by_the_handover_and_the_rest_by_the_admission_rate() -> None:
+    # two guests: the first back 2.5 s after the SIGTERM, the second, admitted after it, at 4.5 s
+    keys = {**KEYS, "wm:bbbb": "wm-2"}
+    log = [frame(102.5, "m2", action="configureSession"), frame(104.5, "m2", key="wm:bbbb")]
+
+    def judged(first_within: float, all_within: float) -> list[str]:
+        finding = handover(
+            acts(log, keys),
+            log,
+            member="m1",
+            at=100.0,
+            moved=[S1, "wm-2"],
+            keys_before={},
+            keys_after={},
+            first_within=first_within,
+            all_within=all_within,
+        )
+        assert finding.figures["first_s"] == 2.5 and finding.figures["last_s"] == 4.5
+        assert finding.figures["limit_s"] == all_within
+        return finding.examples
+
+    # the tail within the handover's bound plus the moved sessions at the admission rate: held
+    assert judged(3.0, 5.0) == []
+    # the same tail past a bound with no room for the admission: the late one named
+    assert judged(3.0, 4.0) == ["wm-2 resumed 4.500 s after the SIGTERM > 4.000 s"]
+    # a handover whose first resumption came late fails however roomy the tail's bound is
+    assert judged(2.0, 10.0) == ["first session resumed 2.500 s after the SIGTERM > 2.000 s"]
+
+
+def test_the_scenario_bounds_a_handovers_tail_by_the_sessions_moved_at_the_admission_rate() -> None:
+    from tests.harness.fleet_run import FleetSpec
+    from tests.harness.fleet_scenario import HANDOVER_WITHIN_S, handover_limit
+
+    spec = FleetSpec(members=3, web_messaging=300, cxone=300, admission_rate=100.0)
+    assert HANDOVER_WITHIN_S == 3.0
+    assert handover_limit(spec, 218) == 3.0 + 2.18
+    assert handover_limit(spec, 0) == 3.0
 
 
 def test_ended_peer_sessions_passes_an_owner_ending_its_own() -> None:

@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 Raw = psycopg.AsyncConnection[tuple[object, ...]]
 #: a lease long enough that the database's real clock never expires one during a test
 LONG_S = 60.0
+#: a hold shorter than the fence window (56 s): a member's clock moved past it keeps its shards
+HOLD_S = 20.0
 
 
 @dataclass
@@ -87,7 +89,13 @@ class Fleet:
         self.health: dict[str, list[str | None]] = {}
 
     def member(
-        self, name: str, *, digest: str = "d" * 64, lease_s: float = LONG_S, quiet_s: float | None = None
+        self,
+        name: str,
+        *,
+        digest: str = "d" * 64,
+        lease_s: float = LONG_S,
+        quiet_s: float | None = None,
+        hold_s: float | None = None,
     ) -> PgLeases:
         clock = Boot()
         moves: list[str | None] = []
@@ -99,6 +107,7 @@ class Fleet:
             lease_s=lease_s,
             renew_s=2.0,
             quiet_s=quiet_s,
+            hold_s=hold_s,
             clock=clock,
             on_health=moves.append,
         )
@@ -221,6 +230,8 @@ async def test_two_members_split_the_shards_by_rank_balanced(fleet: Fleet, raw: 
 async def test_a_new_member_gets_its_share_a_few_shards_per_renewal(fleet: Fleet, raw: Raw) -> None:
     a = fleet.member("a")
     await a.renew()
+    # free shards do not settle (a fleet's first member gives them up at once): only shards taken over
+    assert a.settling() == frozenset()
     b = fleet.member("b")
     await b.join()
     counts = []
@@ -242,6 +253,49 @@ async def test_a_new_member_gets_its_share_a_few_shards_per_renewal(fleet: Fleet
     lost = {s for told in fleet.holders["a"].lost for s in told}
     assert lost == set(b.owned())
     assert {(p, r, e) for _, m, e, p, r in await acquisitions(raw) if m == "b"} == {(None, "free", 2)}
+
+
+async def test_a_paused_member_back_gets_its_share_from_settled_shards_not_from_those_just_taken_over(
+    fleet: Fleet, raw: Raw
+) -> None:
+    """SIGSTOP and SIGCONT: a and c take the paused b's shards; b comes back before they have settled
+    and asks for its share. a and c give it their own older shards (paced), never one they are still
+    resuming (each of those moves once, not twice); the fleet is balanced all the same, and what was
+    taken over may be given back once it has been held for the hold."""
+    a, b, c = (fleet.member(name, quiet_s=0.0, hold_s=HOLD_S) for name in ("a", "b", "c"))
+    for m in (a, b, c):
+        await m.join()
+    for m in (a, b, c):
+        await m.renew()
+    assert sum(len(m.owned()) for m in (a, b, c)) == 256 and max(len(m.owned()) for m in (a, b, c)) <= 86
+    paused = set(b.owned())
+    await age(raw, 100.0, "b")  # b stopped renewing a while ago (its heartbeat too: not live)
+    for name in ("a", "c"):
+        fleet.clocks[name].now += HOLD_S  # a and c have held their own shards past the hold
+    for m in (a, c):
+        await m.renew()
+    taken = {name: paused & set(m.owned()) for name, m in (("a", a), ("c", c))}
+    assert taken["a"] | taken["c"] == paused and len(a.owned()) + len(c.owned()) == 256
+    assert a.settling() == frozenset(taken["a"]) and c.settling() == frozenset(taken["c"])
+    fleet.clocks["b"].now += LONG_S  # SIGCONT: b's deadlines have passed, its renewal loses them all
+    given: set[int] = set()
+    for _ in range(8):  # 16 s: within the hold of what a and c took over
+        for name, m in (("b", b), ("a", a), ("c", c)):
+            fleet.clocks[name].now += 2.0
+            before = set(m.owned())
+            await m.renew()
+            if m is not b:
+                gone = before - set(m.owned())
+                assert len(gone) <= RELEASE_PER_RENEWAL  # paced
+                assert not gone & paused, f"{m.identity} gave back shards it was still resuming"
+                given |= gone
+    # balanced across the live members, each at most its share, b's share from a's and c's own
+    assert sum(len(m.owned()) for m in (a, b, c)) == 256 and max(len(m.owned()) for m in (a, b, c)) <= 86
+    assert len(b.owned()) >= 84 and set(b.owned()) <= given and not given & paused
+    assert taken["a"] <= set(a.owned()) and taken["c"] <= set(c.owned())
+    # once held past the hold, a shard taken over settles like any other
+    fleet.clocks["a"].now += HOLD_S
+    assert a.settling() == frozenset()
 
 
 async def test_an_expired_member_is_taken_over_with_a_new_epoch_and_an_audit_row(
@@ -355,8 +409,12 @@ async def test_release_all_loses_everything_here_then_frees_it_for_the_peers(fle
     await a.renew()
     await b.renew()
     held = sorted(a.owned())
+    told: list[int] = []
+    a.subscribe_deadlines(lambda owned: told.append(len(owned)))
     assert await a.release_all() == 128
-    assert a.owned() == {} and fleet.holders["a"].lost[-1] == held
+    # the write fence follows the loss at once; the supervisor is not told (its drain let every
+    # session go before: a loss's other work, such as topics removed from shared channels, is not a stop's)
+    assert a.owned() == {} and told == [0] and fleet.holders["a"].lost == []
     table = await owners(raw)
     assert all(table[s][0] is None for s in held)
     cur = await raw.execute("SELECT state FROM fleet_members WHERE member = 'a'")
@@ -365,6 +423,30 @@ async def test_release_all_loses_everything_here_then_frees_it_for_the_peers(fle
     await b.renew()  # the next renewal of a peer takes them: a leaving member is no share
     assert set(b.owned()) == set(range(256))
     assert {(p, r) for s, m, _, p, r in await acquisitions(raw) if s in held and m == "b"} == {(None, "free")}
+
+
+async def test_after_release_all_no_renewal_runs_so_nothing_freed_comes_back_and_a_second_call_does_nothing(
+    fleet: Fleet, raw: Raw
+) -> None:
+    """The drain releases while the member's renewal loop still runs (it stops with the services,
+    later): a renewal then would mark the member active again and take back the shards just freed."""
+    a, b = fleet.member("a"), fleet.member("b")
+    await a.join()
+    await b.join()
+    await a.renew()
+    await b.renew()
+    assert await a.release_all() == 128
+    renewals = a.renewals
+    fleet.clocks["a"].now += 2.0
+    await a.renew()  # what the loop does when its period comes, or a peer's release wakes it
+    assert a.renewals == renewals and a.owned() == {}
+    table = await owners(raw)
+    assert sum(1 for owner, _ in table.values() if owner == "a") == 0
+    cur = await raw.execute("SELECT state FROM fleet_members WHERE member = 'a'")
+    assert await cur.fetchone() == ("leaving",)
+    # the stop's own call after the drain's: nothing more freed, nothing said again
+    assert await a.release_all() == 0
+    assert sorted(s for s, (o, _) in table.items() if o is None) == sorted(set(range(256)) - set(b.owned()))
 
 
 async def test_a_peer_acquires_what_a_stop_released_at_once_not_at_its_next_renewal(

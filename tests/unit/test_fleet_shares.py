@@ -15,6 +15,7 @@ from supervisor.fleet.shares import (
     RELEASE_PER_RENEWAL,
     LeaseRow,
     MemberRow,
+    Plan,
     fleet_digest,
     live_members,
     plan,
@@ -86,6 +87,27 @@ def test_a_member_above_its_share_gives_back_a_few_it_ranks_lowest() -> None:
     assert decided.acquire == () and len(decided.release) == RELEASE_PER_RENEWAL
     lowest = sorted(range(256), key=lambda s: rank("a", s))[:RELEASE_PER_RENEWAL]
     assert set(decided.release) == set(lowest)
+
+
+def test_a_shard_still_settling_is_not_given_back_the_excess_comes_from_settled_ones() -> None:
+    # three members; a holds its own 86 and, settling, the 43 it just took from the paused b, who is back
+    rows = [member("a"), member("b"), member("c")]
+    own = [s for s in range(256) if s % 3 == 0][:86]
+    taken = [s for s in range(256) if s % 3 == 1][:43]
+    held = dict.fromkeys(own + taken, 1)
+    leases = [LeaseRow(s, "a", 1, NOW + 5) for s in held]
+    everything = plan("a", rows, leases, held, now=NOW, ttl=TTL)
+    # without the hold the lowest-ranked go back whoever took them last: some just taken (moved twice)
+    assert set(everything.release) & set(taken)
+    decided = plan("a", rows, leases, held, now=NOW, ttl=TTL, settling=frozenset(taken))
+    assert len(decided.release) == RELEASE_PER_RENEWAL and not set(decided.release) & set(taken)
+    lowest_own = sorted(own, key=lambda s: rank("a", s))[:RELEASE_PER_RENEWAL]
+    assert set(decided.release) == set(lowest_own) and decided.acquire == ()
+    # only settling shards above the share: nothing given back (nor taken) until they have settled
+    assert plan("a", rows, leases, held, now=NOW, ttl=TTL, settling=frozenset(held)) == Plan()
+    # fewer settled shards than the renewal's pace: those few go back, no settling one with them
+    few = plan("a", rows, leases, held, now=NOW, ttl=TTL, settling=frozenset(own[3:] + taken))
+    assert set(few.release) == set(own[:3])
 
 
 def test_an_expired_lease_of_another_is_taken_but_not_in_the_quiet_after_a_restart() -> None:

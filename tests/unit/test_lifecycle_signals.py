@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from supervisor.config import parse_config
 from supervisor.runtime.main import run_daemon
@@ -92,3 +93,42 @@ async def test_sighups_recorded_before_ready_are_one_reload_once_it_serves(recor
                 signals=signals,
             )
     assert said == ["ready", "reload", "body done"]
+
+
+async def test_on_drained_runs_once_the_drain_is_over_and_before_the_services_stop(
+    record: SignalRecord,
+) -> None:
+    """A fleet member frees its shards there: after every session was let go of (their rows written),
+    while its services (the fleet bus, the socket API) still run."""
+    said: list[str] = []
+
+    async def service(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            said.append("service stopped")
+
+    config = parse_config(CONFIG, "test.toml")
+    async with Wiring(config, rng=random.Random(1), environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+
+        async def drained() -> None:
+            runners = list(supervisor.runners.values())
+            said.append(
+                f"drained: {len(runners)} sessions, all let go of: {all(map(supervisor.finished, runners))}"
+            )
+
+        async def body() -> None:
+            said.append("body")
+
+        with anyio.fail_after(20), receiving(record) as signals:
+            await run_daemon(
+                supervisor, grace_s=10.0, services=[service], body=body, on_drained=drained, signals=signals
+            )
+    assert len(supervisor.runners) > 0
+    assert said == [
+        "body",
+        f"drained: {len(supervisor.runners)} sessions, all let go of: True",
+        "service stopped",
+    ]
