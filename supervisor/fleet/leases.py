@@ -27,7 +27,8 @@ degraded (``FLEET_DEGRADED``; the ``fleet`` condition) and joins again when the 
 one TTL ago) must not hand shards to other members merely because every lease expired while it was
 down: the first member back extends by one TTL every lease that was valid at the fleet's last
 heartbeat before the restart (:data:`EXTEND_SQL`), and for one TTL no member takes another's expired
-lease; each owner takes back its own at its next renewal (a new epoch, reason ``reclaimed``).
+lease; each owner takes back its own at its next renewal (a new epoch, reason ``reclaimed``), all of
+them, past its share too (the excess is given back paced, as free, never left to expire into a peer).
 
 **The digest.** Each member publishes the digest of its ``[[sessions]]`` and ``[tenants]``
 (:mod:`supervisor.fleet.identity`); a member whose digest is not the fleet's takes no shard and is
@@ -405,6 +406,8 @@ class PgLeases:
         if not gone:
             self._tell()  # the new deadlines (a loss tells them with it)
         await self._lose(gone)
+        # the rows this renewal frees: its answer was read before, and still names this member
+        freed = frozenset(self._releasing)
         try:
             await self._free_released(conn)
             await self._after_restart(conn, float(started), last_heartbeat)
@@ -414,10 +417,14 @@ class PgLeases:
             return
         self._check_digest()
         held = {s: lease.epoch for s, lease in self._owned.items()}
+        leases = [
+            shares.LeaseRow(row.shard, None, row.epoch, None) if row.shard in freed else row
+            for row in self._leases
+        ]
         decided = shares.plan(
             self._member,
             self._members,
-            self._leases,
+            leases,
             held,
             now=self._db_now,
             ttl=self.lease_s,

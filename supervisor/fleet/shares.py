@@ -185,8 +185,11 @@ def plan(
             continue
         if lease.owner == me:
             # leased in this member's name but not held here: a restart of this member, or its own
-            # leases lost locally during a database outage and extended since; taken back first
-            if counts[me] < cap:
+            # leases lost locally during a database outage and extended since; taken back first, up
+            # to the share, and during the quiet after a database restart all of them: left to expire,
+            # the excess would pass to a peer as a takeover the restart caused (a TTL's gap for its
+            # sessions); taken back, it is given back paced, as free
+            if quiet or counts[me] < cap:
                 taken.append(lease.shard)
                 counts[me] += 1
             continue

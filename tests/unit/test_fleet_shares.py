@@ -145,3 +145,17 @@ def test_the_digest_is_of_the_sessions_and_tenants_only_and_the_member_id_of_the
     assert first.startswith("boot/") and len(first) == len("boot/") + 8
     assert first == default_member(tmp_path / "a.toml", boot_id="boot")
     assert first != default_member(tmp_path / "b.toml", boot_id="boot")
+
+
+def test_after_a_database_restart_a_member_takes_back_all_its_own_leases_past_its_share() -> None:
+    # a and b; a's own 150 leases (extended after the restart) are held nowhere locally: left to expire
+    # past a's share of 128 they would pass to b as takeovers the restart caused; in the quiet a takes
+    # them all back (and gives the excess back paced, as free), outside it only up to its share
+    rows = [LeaseRow(s, "a" if s < 150 else "b", 3, NOW + TTL) for s in range(256)]
+    members = [member("a"), member("b")]
+    quiet = plan("a", members, rows, {}, now=NOW, ttl=TTL, quiet=True)
+    assert quiet.acquire == tuple(range(150))
+    assert plan("a", members, rows, {}, now=NOW, ttl=TTL).acquire == tuple(range(128))
+    # held back again, the excess is given back a few at a time
+    again = plan("a", members, rows, dict.fromkeys(range(150), 4), now=NOW, ttl=TTL, quiet=True)
+    assert len(again.release) == min(150 - 128, RELEASE_PER_RENEWAL) and not again.acquire
