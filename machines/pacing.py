@@ -73,6 +73,9 @@ class PacingConfig:
     # are already its share, machines/registry.py ``Endpoints.scale``); 1.0: one host, the only
     # sender. Below 1, a refusal may be for the peers' attempts: see :meth:`Pacer.throttled`
     share: float = 1.0
+    # a fleet member, whatever its share (one holding all 256 shards too): it slow-starts no further
+    # than the initial rate, which is the fleet's share (Pacer._share_threshold)
+    fleet: bool = False
     # slow start: the rate grows by this factor for each rate's worth of admitted attempts (TCP's
     # doubling per round trip, RFC 5681 section 3.1: a refusal comes back within milliseconds, so
     # the second in which the rate crosses the limit overshoots it by what is in flight, not by x 2)
@@ -273,6 +276,7 @@ class Pacer:
         # that spend what is left of it by its end, until that end (monotonic); None: no ceiling
         self._ceiling: float | None = None
         self._ceiling_until = -math.inf
+        self._share_threshold()
 
     # -- inspection ---------------------------------------------------------------------------
 
@@ -570,6 +574,23 @@ class Pacer:
         rate = self._rate
         if rate is not None:
             self._rate = self._published_rate = min(max(rate * factor, config.min_rate), config.max_rate)
+        self._share_threshold()
+
+    def _share_threshold(self) -> None:
+        """A fleet member that knows no limit yet slow-starts no further than its share of the
+        initial rate, and probes on above it additively (TCP's slow-start threshold, RFC 5681
+        section 3.1, set to what the fleet is configured to start from). Each member's slow start
+        sees only its own admissions, so members growing at once multiply the fleet's rate together:
+        two taking a failed member's sessions crossed the platform's limit by a fifth before the
+        first refusal came back (120 handshakes within a second at 100/s, 20 of them refused), and
+        a fleet's first member, holding every shard before its peers joined, by a quarter. The
+        shares of the initial rate add up to the configured one; the additive probe passes it by
+        2 % a second. One host keeps its slow start."""
+        initial = self._config.initial_rate
+        if self._config.fleet and initial is not None and not math.isfinite(self._ssthresh):
+            self._ssthresh = initial
+            if self._rate is not None and self._rate >= initial:
+                self._avoiding_since = self._clock.monotonic()
 
     def throttled(self, retry_after_s: float | None) -> PacerReport | None:
         """The platform refused for rate (429/503): cut the rate once per episode, pause the endpoint."""

@@ -66,6 +66,7 @@ class Endpoints:
         "_budget",
         "_connect",
         "_endpoints",
+        "_fleet",
         "_learned",
         "_limit",
         "_rest",
@@ -97,6 +98,7 @@ class Endpoints:
         self._learned: dict[EndpointId, float] = {}
         # this member's share of the configured rates (:meth:`scale`); 1.0: one host
         self._share = 1.0
+        self._fleet = False
 
     @property
     def share(self) -> float:
@@ -113,6 +115,7 @@ class Endpoints:
             raise ValueError(f"a share of the rates is within (0, 1], got {share!r}")
         factor = share / self._share
         self._share = share
+        self._fleet = True  # only a fleet member's admission scales its rates
         for endpoint in self._endpoints.values():
             pacing = self._connect if endpoint.kind is EndpointKind.CONNECT else self._rest
             if pacing is not None and endpoint.kind is not EndpointKind.TOKEN:
@@ -120,7 +123,7 @@ class Endpoints:
 
     def _scaled(self, pacing: PacingConfig) -> PacingConfig:
         share = self._share
-        if share == 1.0:
+        if not self._fleet:
             return pacing
         # the minimum is shared too: kept whole, it clamped the rate of a member holding few shards
         # (1/256 of 20/s is under 1/s), and the clamped rate then grew with the share out of
@@ -131,6 +134,7 @@ class Endpoints:
             max_rate=pacing.max_rate * share,
             min_rate=pacing.min_rate * share,
             share=share,
+            fleet=True,
         )
 
     def seed(self, learned: Mapping[EndpointId, float]) -> None:

@@ -152,6 +152,33 @@ def test_a_member_refused_while_not_using_its_pace_cuts_its_pace_not_to_what_it_
     assert pacer.learned() == pytest.approx(cut / 0.85)
 
 
+@pytest.mark.parametrize(("share", "fleet"), [(0.5, True), (1.0, True), (1.0, False)])
+def test_a_member_that_knows_no_limit_slow_starts_only_to_its_share_of_the_initial_rate(
+    share: float, fleet: bool
+) -> None:
+    # 200 attempts queued at once (a takeover, or a fleet's first member holding all 256 shards): one
+    # host doubles its pace per second's worth of them; a fleet member stops at its share of the
+    # initial rate and probes on by 2 % a second, so members growing together do not multiply the
+    # fleet's rate
+    clock = FakeClock()
+    config = PacingConfig(initial_rate=100.0 * share, share=share, fleet=fleet)
+    pacer = Pacer(GENESYS_WEBMESSAGING, clock, config)
+    start = pacer.rate
+    assert start == pytest.approx(100.0 * share)
+    for _ in range(200):
+        wait, booked = pacer.reserve()
+        while not booked:
+            clock.advance(wait)
+            wait, booked = pacer.reserve()
+        clock.advance(wait)
+        pacer.admitted(0.001)
+    assert pacer.rate is not None
+    if fleet:
+        assert start <= pacer.rate <= start * 1.1
+    else:
+        assert pacer.rate > 2 * start
+
+
 def test_what_a_pacer_learned_moves_with_its_share_within_the_new_bounds() -> None:
     clock = FakeClock()
     pacer = Pacer(GENESYS_WEBMESSAGING, clock, PacingConfig(initial_rate=20.0, max_rate=400.0))
