@@ -407,6 +407,10 @@ class Durable:
         if row.left_at is not None and row.platform_session_id is not None and row.kind == "agent-session":
             # a handover left the agent session logged in: poll on with its last id, no new start
             return Plan(True, resume={"platformSessionId": row.platform_session_id})
+        if row.kind == "agent-session" and row.state is ServerState.OPEN and row.left_at is None:
+            # a crash (a kill -9, a fleet peer lost) left the agent session logged in with a rolling id
+            # this store never saw: join it (one request) rather than start, be answered 409, then join
+            return Plan(True, resume={"agentSession": "join"})
         return Plan(True)
 
     def stop_action(self) -> StopAction | None:

@@ -718,6 +718,8 @@ class Wiring:
             on_snapshot=self._snapshot_sink(spec.id),
             # a handover's agent session: polled on with the id the last daemon left, no new start
             resume_session_id=(resume or {}).get("platformSessionId"),
+            # a crash's agent session (still logged in, its last id unknown): joined, no start first
+            join_first=(resume or {}).get("agentSession") == "join",
         )
         return at, CONNECT_ENDPOINT.of(tenant)
 

@@ -89,12 +89,18 @@ async def test_an_outage_ends_no_cxone_session_and_all_come_back(
         assert h.terminations() == {}
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["no-store", "store"])
 async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
-    cxone_sim: CxoneSimulator, tmp_path: Path
+    cxone_sim: CxoneSimulator, tmp_path: Path, store: bool
 ) -> None:
-    """The first daemon dies without a DELETE; the second joins the agents' live sessions (409 -> join)."""
+    """The first daemon dies without a DELETE; the second joins the agents' live sessions: without a
+    store it learns of them from the start's 409, with one from its rows (open, not handed over), and
+    joins at once: one request per session, no start."""
     config = tmp_path / "supervisor.toml"
-    config.write_text(cxone_config(cxone_sim.urls, 2, poll_timeout=1))
+    text = cxone_config(cxone_sim.urls, 2, poll_timeout=1)
+    if store:
+        text += f'[store]\npath = "{tmp_path / "store.sqlite3"}"\n'
+    config.write_text(text)
     (tmp_path / "cxone-secret").write_text("not-a-real-secret")
     (tmp_path / "cxone-password").write_text("not-a-real-access-key-secret")
     for attempt in ("first", "second"):
@@ -126,6 +132,6 @@ async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
                 await process.wait()
             tg.cancel_scope.cancel()
     # the second daemon found the agents' sessions alive and took them over
-    assert cxone_sim.recorder.request_count("POST", START, 409) == 2
+    assert cxone_sim.recorder.request_count("POST", START, 409) == (0 if store else 2)
     assert cxone_sim.recorder.request_count("POST", JOIN, 202) == 2
     assert not [r for r in lines if r["event"] == "SESSION_TERMINATED" and r["reason"] != "STOPPED"]

@@ -720,3 +720,31 @@ async def test_a_kept_id_of_an_ended_agent_session_is_answered_with_a_new_start(
     conn = await rig.transport(resume_session_id=kept).open()
     assert rig.sim.recorder.request_count("POST", START, 202) == 2
     assert conn.session_response["sessionId"] != kept
+
+
+async def test_a_crashs_agent_session_is_joined_at_once_and_one_no_longer_live_is_started(rig: Rig) -> None:
+    """A crash (kill -9, a fleet peer lost) left the agent session logged in, its last rolling id
+    unknown: the next transport joins it at once (one request on the connect endpoint, where a start
+    would be answered 409 and joined after); with no live session to join, it starts one."""
+    first = await rig.transport().open()
+    start_id = str(first.session_response["sessionId"])
+    # the daemon died: nothing sent, the agent session still live on the platform
+    joined = await rig.transport(join_first=True).open()
+    assert rig.sim.recorder.request_count("POST", START) == 1
+    assert rig.sim.recorder.request_count("POST", START + "/join", 202) == 1
+    assert rig.sim.recorder.request_count("POST", START, 409) == 0
+    # its own sessionId chain on the same agent session
+    assert (
+        rig.sim.state.handle(joined.learned.platform_session_id or "").session is rig.handle(start_id).session
+    )
+    # the platform ended it meanwhile: the join finds none, and a start follows (the join used once)
+    rig.sim.state.end(joined.learned.platform_session_id or "", EndReason.INACTIVITY)
+    transport = rig.transport(join_first=True)
+    again = await transport.open()
+    assert rig.sim.recorder.request_count("POST", START + "/join", 404) == 1
+    assert rig.sim.recorder.request_count("POST", START, 202) == 2
+    assert again.session_response["sessionId"] != start_id
+    await again.close(CloseCode.GOING_AWAY)
+    await transport.open()  # a later open (a reconnection) starts, no join first
+    assert rig.sim.recorder.request_count("POST", START + "/join") == 2
+    assert rig.sim.recorder.request_count("POST", START, 202) == 3
