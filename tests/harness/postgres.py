@@ -47,11 +47,12 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import psycopg
 import pytest
 
 __all__ = [
@@ -59,9 +60,11 @@ __all__ = [
     "PG_BIN",
     "PG_DSN",
     "PostgresServer",
+    "Raw",
     "binaries",
     "fresh_schema",
     "pg_dsn",
+    "pg_raw",
     "pg_restartable",
     "pg_server",
     "pg_url",
@@ -296,6 +299,18 @@ def pg_dsn(pg_server: PostgresServer) -> Iterator[str]:
     """A DSN whose tables live in a schema of this test's own (dropped after it)."""
     with fresh_schema(pg_server) as dsn:
         yield dsn
+
+
+#: a plain connection to the test's database, outside the code under test
+Raw = psycopg.AsyncConnection[tuple[object, ...]]
+
+
+@pytest.fixture
+async def pg_raw(pg_dsn: str) -> AsyncIterator[Raw]:
+    """A second connection to this test's schema (autocommit): what other members do (an acquisition, a
+    lock held), and the reads of what the code under test wrote."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
 
 
 @pytest.fixture

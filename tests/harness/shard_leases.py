@@ -10,8 +10,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from supervisor.runtime.leases import Lease, LeaseHolder
+from supervisor.store.model import Fence
 
-__all__ = ["ShardLeases"]
+__all__ = ["HeldShards", "ShardLeases"]
 
 
 class ShardLeases:
@@ -61,3 +62,16 @@ class ShardLeases:
     def _told(self) -> None:
         for callback in self._subscribers:
             callback(self.owned())
+
+
+class HeldShards:
+    """The leases member ``member`` believes it holds (shard -> epoch, set by the test): a store's
+    :class:`~supervisor.store.model.FenceSource`, as the fleet's leases are."""
+
+    def __init__(self, member: str = "m1") -> None:
+        self.member = member
+        self.epochs: dict[int, int] = {}
+
+    def fence_for(self, shard: int) -> Fence | None:
+        epoch = self.epochs.get(shard)
+        return None if epoch is None else Fence(self.member, epoch)

@@ -9,10 +9,8 @@ could not be read is not run here at all; one host (no fences) runs from the con
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
@@ -22,45 +20,26 @@ from supervisor.runtime.durable import Durable
 from supervisor.runtime.supervisor import session_table
 from supervisor.runtime.wiring import Wiring
 from supervisor.store import ServerSession, ServerState
-from supervisor.store.model import Fence
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
 from supervisor.vocabulary import GENESYS_WEBMESSAGING
-from tests.harness.postgres import url_of
+from tests.harness.postgres import Raw, url_of
+from tests.harness.shard_leases import HeldShards
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-Raw = psycopg.AsyncConnection[tuple[object, ...]]
 SESSION = "wm-acquired"
 SHARD = shard_of(SESSION)
 #: the store's connections carry this name, so the test kills theirs and no other
 APP = "durable-acquire"
 
 
-class HeldShards:
-    """The leases this member believes it holds, set by the test."""
-
-    def __init__(self, member: str) -> None:
-        self.member = member
-        self.epochs: dict[int, int] = {}
-
-    def fence_for(self, shard: int) -> Fence | None:
-        epoch = self.epochs.get(shard)
-        return None if epoch is None else Fence(self.member, epoch)
-
-
 @pytest.fixture
-async def raw(pg_dsn: str) -> AsyncIterator[Raw]:
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-async def held(pg_dsn: str, raw: Raw) -> HeldShards:
+async def held(pg_dsn: str, pg_raw: Raw) -> HeldShards:
     """Member m1 holds SHARD at epoch 3 (in the table and in its leases); the schema made."""
     store = await PgStore.open(url_of(pg_dsn))
     await store.aclose()
-    await raw.execute(
+    await pg_raw.execute(
         "UPDATE shard_leases SET owner = 'm1', epoch = 3, "
         "expires_at = extract(epoch from clock_timestamp()) + 60 WHERE shard = %s",
         (SHARD,),
@@ -87,8 +66,8 @@ def config_text(pg_dsn: str) -> str:
     return f'[store]\nurl = "{url_of(make_conninfo(pg_dsn, application_name=APP))}"\n'
 
 
-async def kill_store_connection(raw: Raw) -> int:
-    cur = await raw.execute(
+async def kill_store_connection(pg_raw: Raw) -> int:
+    cur = await pg_raw.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", (APP,)
     )
     row = await cur.fetchone()
@@ -97,7 +76,7 @@ async def kill_store_connection(raw: Raw) -> int:
 
 
 async def test_a_killed_store_connection_at_acquisition_is_read_again_and_the_guest_resumes(
-    pg_dsn: str, raw: Raw, held: HeldShards, tmp_path: Path
+    pg_dsn: str, pg_raw: Raw, held: HeldShards, tmp_path: Path
 ) -> None:
     config = parse_config(config_text(pg_dsn), str(tmp_path / "c.toml"))
     async with Wiring(config, config_dir=tmp_path, environ={}) as wiring:
@@ -107,7 +86,7 @@ async def test_a_killed_store_connection_at_acquisition_is_read_again_and_the_gu
             await durable.store.session_opening(
                 ServerSession(SESSION, "genesys", "webmessaging", ServerState.OPENING, 1.0, guest_token="tok")
             )
-            assert await kill_store_connection(raw) == 1
+            assert await kill_store_connection(pg_raw) == 1
             assert await durable.acquire({SHARD}) == {SHARD}
             assert durable.server[SESSION].guest_token == "tok"
         finally:

@@ -6,28 +6,27 @@ server (``-m postgres``), the member's boot-time clock and its sleeps driven by 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import anyio
-import psycopg
 import pytest
 
 from supervisor.fleet.leases import PgLeases
 from supervisor.runtime.leases import Lease
 from supervisor.store.pg_schema import prepare
+from tests.harness.postgres import Raw
 from tests.harness.waits import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-Raw = psycopg.AsyncConnection[tuple[object, ...]]
 RENEW_S = 2.0
 
 
 @pytest.fixture
-async def raw(pg_dsn: str) -> AsyncIterator[Raw]:
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await prepare(conn)
-        yield conn
+async def raw(pg_raw: Raw) -> Raw:
+    """The second connection, the fleet's tables made."""
+    await prepare(pg_raw)
+    return pg_raw
 
 
 class SlowHolder:

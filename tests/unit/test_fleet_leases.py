@@ -23,11 +23,10 @@ from supervisor.fleet.shares import RELEASE_PER_RENEWAL
 from supervisor.runtime.leases import Lease
 from supervisor.store.model import Fence
 from supervisor.store.pg_schema import prepare
-from tests.harness.postgres import PostgresServer
+from tests.harness.postgres import PostgresServer, Raw
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-Raw = psycopg.AsyncConnection[tuple[object, ...]]
 #: a lease long enough that the database's real clock never expires one during a test
 LONG_S = 60.0
 #: a hold shorter than the fence window (56 s): a member's clock moved past it keeps its shards
@@ -72,10 +71,10 @@ class Told:
 
 
 @pytest.fixture
-async def raw(pg_dsn: str) -> AsyncIterator[Raw]:
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await prepare(conn)
-        yield conn
+async def raw(pg_raw: Raw) -> Raw:
+    """The second connection, the fleet's tables made."""
+    await prepare(pg_raw)
+    return pg_raw
 
 
 class Fleet:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import anyio
-import psycopg
 import pytest
 
 from supervisor.runtime.left_rows import LeftRows
@@ -16,10 +15,10 @@ from supervisor.store import ServerSession, ServerState
 from supervisor.store.model import Fence, LeftSession
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
+from tests.harness.postgres import Raw
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-Raw = psycopg.AsyncConnection[tuple[object, ...]]
 #: sessions of two shards
 SESSIONS = [f"wm-{i}" for i in range(40)]
 KEPT = shard_of(SESSIONS[0])
@@ -35,16 +34,10 @@ class Held:
 
 
 @pytest.fixture
-async def raw(pg_dsn: str) -> AsyncIterator[Raw]:
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-async def store(pg_url: str, raw: Raw) -> AsyncIterator[PgStore]:
+async def store(pg_url: str, pg_raw: Raw) -> AsyncIterator[PgStore]:
     made = await PgStore.open(pg_url)  # the schema
     await made.aclose()
-    await raw.execute(
+    await pg_raw.execute(
         "UPDATE shard_leases SET owner = 'm1', epoch = 3, "
         "expires_at = extract(epoch from clock_timestamp()) + 60 WHERE shard = ANY(%s)",
         ([KEPT, LOST],),
@@ -60,8 +53,8 @@ async def store(pg_url: str, raw: Raw) -> AsyncIterator[PgStore]:
         await opened.aclose()
 
 
-async def left_rows(raw: Raw) -> dict[str, tuple[object, ...]]:
-    cur = await raw.execute("SELECT session_id, left_at, epoch FROM server_sessions")
+async def left_rows(pg_raw: Raw) -> dict[str, tuple[object, ...]]:
+    cur = await pg_raw.execute("SELECT session_id, left_at, epoch FROM server_sessions")
     return {str(r[0]): (r[1], r[2]) for r in await cur.fetchall()}
 
 
@@ -72,23 +65,23 @@ async def write_all(rows: LeftRows, sessions: list[str]) -> None:
 
 
 async def test_rows_arriving_together_are_written_in_one_transaction_and_each_caller_sees_its_own(
-    store: PgStore, raw: Raw
+    store: PgStore, pg_raw: Raw
 ) -> None:
     rows = LeftRows(store)
     await write_all(rows, MINE)
     # every row joined the batch of the first caller while it waited its turn (taking the lock is a
     # checkpoint): one transaction for all
     assert rows.transactions == 1
-    written = await left_rows(raw)
+    written = await left_rows(pg_raw)
     assert written == {session: (100.0 + i, 3) for i, session in enumerate(MINE)}
 
 
-async def test_a_shard_lost_meanwhile_costs_only_its_own_rows(store: PgStore, raw: Raw) -> None:
+async def test_a_shard_lost_meanwhile_costs_only_its_own_rows(store: PgStore, pg_raw: Raw) -> None:
     # another member took LOST over (its acquisition: a new owner and epoch)
-    await raw.execute("UPDATE shard_leases SET owner = 'm2', epoch = 4 WHERE shard = %s", (LOST,))
+    await pg_raw.execute("UPDATE shard_leases SET owner = 'm2', epoch = 4 WHERE shard = %s", (LOST,))
     rows = LeftRows(store)
     await write_all(rows, MINE)
-    written = await left_rows(raw)
+    written = await left_rows(pg_raw)
     assert {s for s, (left, _) in written.items() if left is not None} == {
         s for s in MINE if shard_of(s) == KEPT
     }

@@ -13,25 +13,14 @@ import pytest
 
 from supervisor.runtime.write_ahead import WriteAhead
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState
-from supervisor.store.model import Fence
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
 from tests.harness.postgres import url_of
+from tests.harness.shard_leases import HeldShards
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 SESSIONS = [f"wm-{i}" for i in range(60)]
-
-
-class HeldShards:
-    """The leases member m1 believes it holds (shard -> epoch), set by the test."""
-
-    def __init__(self) -> None:
-        self.epochs: dict[int, int] = {}
-
-    def fence_for(self, shard: int) -> Fence | None:
-        epoch = self.epochs.get(shard)
-        return None if epoch is None else Fence("m1", epoch)
 
 
 @pytest.fixture
@@ -40,8 +29,8 @@ async def store(pg_dsn: str) -> AsyncIterator[tuple[PgStore, HeldShards]]:
     made = await PgStore.open(url_of(pg_dsn))
     await made.aclose()
     shards = sorted({shard_of(s) for s in SESSIONS})
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as raw:
-        await raw.execute(
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as pg_raw:
+        await pg_raw.execute(
             "UPDATE shard_leases SET owner = 'm1', epoch = 4, "
             "expires_at = extract(epoch from clock_timestamp()) + 60 WHERE shard = ANY(%s)",
             (shards,),
