@@ -216,20 +216,10 @@ class AgentSessionTransport:
             return resumed
         if self._join_first:
             self._join_first = False
-            joined = await self.pipeline.request(
-                "POST",
-                f"{sessions}/join",
-                ctx=self.context,
-                circuit=CONNECT_ENDPOINT,
-                admitted=flight,
-                operation=_JOIN,
-                check=ResponseCheck(),
-                # no live session to join (ended meanwhile): a start, as NICE's SDK starts when it holds
-                # none. Which status the platform answers then no vendor source says [inferred]: the
-                # simulator's 404, or a 409 like an ended session's poll
-                ok_statuses=_GONE,
-                json=self._join,
-            )
+            # no live session to join (ended meanwhile): a start, as NICE's SDK starts when it holds
+            # none. Which status the platform answers then no vendor source says [inferred]: the
+            # simulator's 404, or a 409 like an ended session's poll
+            joined = await self._join_session(sessions, flight, ok_statuses=_GONE)
             if joined.status_code not in _GONE:
                 return await self._anchored(sessions, joined)
             flight = None  # the join used the admitted slot: the start asks the endpoint anew
@@ -248,18 +238,26 @@ class AgentSessionTransport:
         if response.status_code in _EXISTS:
             # take it over rather than fail: join gives us our own sessionId chain on the agent's
             # live session (docs/platforms.md, "NICE CXone", POST agent-sessions/join; NICE's SDK joins so)
-            response = await self.pipeline.request(
-                "POST",
-                f"{sessions}/join",
-                ctx=self.context,
-                circuit=CONNECT_ENDPOINT,
-                # (its flight was the start's: the join asks the same endpoint anew)
-                admitted=flight,
-                operation=_JOIN,
-                check=ResponseCheck(),
-                json=self._join,
-            )
+            # (its flight was the start's: the join asks the same endpoint anew)
+            response = await self._join_session(sessions, flight)
         return await self._anchored(sessions, response)
+
+    async def _join_session(
+        self, sessions: str, flight: Flight | None, *, ok_statuses: frozenset[int] = frozenset()
+    ) -> httpx.Response:
+        """``POST agent-sessions/join`` on the connect endpoint (NICE ``acd-session-manager.js``
+        ``joinSession``): our own sessionId chain on the agent's live session."""
+        return await self.pipeline.request(
+            "POST",
+            f"{sessions}/join",
+            ctx=self.context,
+            circuit=CONNECT_ENDPOINT,
+            admitted=flight,
+            operation=_JOIN,
+            check=ResponseCheck(),
+            ok_statuses=ok_statuses,
+            json=self._join,
+        )
 
     async def _anchored(self, sessions: str, response: httpx.Response) -> AgentSessionConnection:
         """The connection on the sessionId a start or a join answered, after its first poll."""
