@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,16 @@ async def test_an_outage_ends_no_cxone_session_and_all_come_back(
         assert h.terminations() == {}
 
 
+def open_rows(path: Path) -> int:
+    """The agent sessions the store holds open, read as another process would (read-only)."""
+    query = "SELECT count(*) FROM server_sessions WHERE state = 'open' AND kind = 'agent-session'"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            return int(conn.execute(query).fetchone()[0])
+    except sqlite3.OperationalError:  # the file or its tables not created yet, or a write under way
+        return 0
+
+
 @pytest.mark.parametrize("store", [False, True], ids=["no-store", "store"])
 async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
     cxone_sim: CxoneSimulator, tmp_path: Path, store: bool
@@ -125,6 +137,10 @@ async def test_a_daemon_restarted_after_kill_9_takes_over_its_cxone_sessions(
             await wait_until(lambda: active() >= 2, 20.0)
             if attempt == "first":
                 assert cxone_sim.recorder.request_count("POST", START, 202) == 2
+                if store:
+                    # the row says "open" in a commit just after the transition is told; a kill before
+                    # it leaves "opening", which the next start rightly starts (409) and then joins
+                    await wait_until(lambda: open_rows(tmp_path / "store.sqlite3") == 2, 20.0)
                 process.kill()  # kill -9: no drain, no DELETE; the agent sessions stay on the platform
             else:
                 process.send_signal(signal.SIGTERM)
