@@ -47,9 +47,18 @@ class GroupCommit(Generic[T]):
     def __init__(self, commit: Callable[[Sequence[T]], Awaitable[None]]) -> None:
         self._commit = commit
         self._gathering: _Group[T] | None = None
+        self._committing: _Group[T] | None = None
         self._writing = False
         #: the groups committed (one call of ``commit`` each), for tests and figures
         self.groups = 0
+
+    async def flush(self) -> None:
+        """Return once every item written before this call has been committed (or its commit failed):
+        what must reach the store before something written otherwise (a drain's handed-over rows after
+        the rows of the sessions that went active just before it)."""
+        group = self._gathering if self._gathering is not None else self._committing
+        if group is not None:
+            await group.done.wait()
 
     async def write(self, item: T) -> None:
         """Return once the group holding ``item`` has been committed."""
@@ -69,6 +78,7 @@ class GroupCommit(Generic[T]):
                 await anyio.lowlevel.checkpoint()
                 while self._gathering is not None:
                     current, self._gathering = self._gathering, None
+                    self._committing = current
                     try:
                         self.groups += 1
                         await self._commit(current.items)
@@ -76,6 +86,7 @@ class GroupCommit(Generic[T]):
                         failure = failure or exc
                     finally:
                         current.done.set()
+                        self._committing = None
             finally:
                 self._writing = False
         if failure is not None:

@@ -36,6 +36,10 @@ class OpenedRows:
         """Groups committed (a transaction each, when the store took them whole)."""
         return self._groups.groups
 
+    async def flush(self) -> None:
+        """Return once every row written before this call has been committed (or refused)."""
+        await self._groups.flush()
+
     async def write(self, row: OpenedSession) -> None:
         """Return once ``row`` is written (or could not be: never raises a store failure)."""
         await self._groups.write(row)

@@ -20,6 +20,7 @@ class Gated:
 
     def __init__(self, fail_first: bool = False) -> None:
         self.groups: list[list[str]] = []
+        self.finished: list[str] = []
         self.started = anyio.Event()
         self.release = anyio.Event()
         self.fail_first = fail_first
@@ -28,6 +29,8 @@ class Gated:
         self.groups.append(list(items))
         self.started.set()
         await self.release.wait()
+        await anyio.lowlevel.checkpoint()  # a commit's own last round trip
+        self.finished.extend(items)
         if self.fail_first and len(self.groups) == 1:
             raise RuntimeError("refused")
 
@@ -130,3 +133,25 @@ async def test_a_commit_that_fails_strands_none_of_its_callers_and_the_next_grou
     assert commit.groups == [["a"], ["b"]]
     await groups.write("c")  # nothing left stuck: the next write is a writer of its own
     assert commit.groups[-1] == ["c"]
+
+
+async def test_flush_returns_once_everything_written_before_it_is_committed() -> None:
+    commit = Gated()
+    groups = GroupCommit(commit)
+    flushed: list[list[str]] = []
+
+    async def flush() -> None:
+        await groups.flush()
+        flushed.append(list(commit.finished))
+
+    await groups.flush()  # nothing written: returns at once
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(groups.write, "a")
+        await commit.started.wait()
+        tg.start_soon(groups.write, "b")  # gathered behind "a"'s commit
+        await settle()
+        tg.start_soon(flush)
+        await settle()
+        assert flushed == []  # "a" is still being committed, "b" waits for it
+        commit.release.set()
+    assert flushed == [["a", "b"]]  # "b", written before the flush, was committed before it returned
