@@ -573,7 +573,18 @@ class Pacer:
             self._ssthresh = max(config.min_rate, self._ssthresh * factor)
         rate = self._rate
         if rate is not None:
-            self._rate = self._published_rate = min(max(rate * factor, config.min_rate), config.max_rate)
+            scaled = rate * factor
+            initial = config.initial_rate
+            if config.fleet and factor > 1.0 and initial is not None:
+                # what the member's additive probe found above its former share of the initial rate
+                # is carried over as it is, not multiplied: that probe was validated on the former
+                # share's attempts only. Multiplied, two members taking a killed peer's shards (x 4
+                # each, 32 -> 128 shards) went on at 56/s and 55/s where their shares were 50/s:
+                # 114 handshakes within a second at the fleet's 100/s
+                former = initial / factor
+                if rate > former:
+                    scaled = min(scaled, initial + (rate - former))
+            self._rate = self._published_rate = min(max(scaled, config.min_rate), config.max_rate)
         self._share_threshold()
 
     def _share_threshold(self) -> None:

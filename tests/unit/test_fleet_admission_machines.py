@@ -251,3 +251,26 @@ def test_a_learned_limit_is_kept_as_the_fleets_and_seeded_as_the_members_share_o
     alone.seed({GENESYS_WEBMESSAGING: 80.0})
     assert alone.connect(GENESYS_WEBMESSAGING).learned() == pytest.approx(80.0)
     assert alone.learned() == {GENESYS_WEBMESSAGING: pytest.approx(80.0)}
+
+
+def test_a_probe_above_the_former_share_is_carried_over_not_multiplied_when_the_share_grows() -> None:
+    # a member holding 32 shards (a share of 12.5/s) probed above it for 20 s of attempts at its pace,
+    # then takes a killed peer's shards (x 4: 128 shards, a share of 50/s): it goes on at 50/s plus
+    # what it probed, not 4 x its rate (two such members together passed the fleet's 100/s by 14 %)
+    clock = FakeClock()
+    small = PacingConfig(initial_rate=12.5, max_rate=1250.0, min_rate=0.125, share=0.125, fleet=True)
+    pacer = Pacer(GENESYS_WEBMESSAGING, clock, small, kind="connect")
+    for _ in range(260):
+        wait, booked = pacer.reserve()
+        while not booked:
+            clock.advance(wait)
+            wait, booked = pacer.reserve()
+        clock.advance(wait)
+        pacer.admitted(0.001)
+    probed = pacer.rate
+    assert probed is not None and probed > 12.5 * 1.05
+    large = PacingConfig(initial_rate=50.0, max_rate=5000.0, min_rate=0.5, share=0.5, fleet=True)
+    pacer.rescale(large, 4.0)
+    assert pacer.rate == pytest.approx(50.0 + (probed - 12.5))
+    pacer.rescale(small, 0.25)  # a share that shrinks scales the rate in proportion, as before
+    assert pacer.rate == pytest.approx((50.0 + probed - 12.5) / 4)
