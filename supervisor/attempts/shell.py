@@ -150,13 +150,18 @@ class _Waiter:
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
-    __slots__ = ("_clock", "_endpoint", "_held", "_quota", "_waiters", "endpoint_id")
+    __slots__ = ("_clock", "_endpoint", "_held", "_leading", "_line", "_quota", "_waiters", "endpoint_id")
 
     def __init__(self, endpoint: Endpoint, clock: Clock) -> None:
         self.endpoint_id = endpoint.endpoint_id
         self._endpoint = endpoint
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
+        # callers whose slot could not be booked yet (the pace's schedule is full a lookahead ahead):
+        # one of them, the leader, sleeps and asks again for all; the others wait in line, first come
+        # first served, each woken when the one before it got its answer (:meth:`_in_line`)
+        self._line: deque[anyio.Event] = deque()
+        self._leading = False
         # the waits of callers the isolation refused, woken when it ends (:meth:`woken_on_release`)
         self._held: set[anyio.CancelScope] = set()
         # the hard tenant quota's question for this endpoint's tenant (:meth:`limit`); None: none
@@ -219,18 +224,68 @@ class Gate:
         """
         endpoint = self._endpoint
         answer = endpoint.ask() if pending is None else pending
-        while isinstance(answer, Wait):
-            if answer.slot and deadline is not None and answer.booking.due > deadline:
-                return Late(answer.seconds)
-            await sleep(answer.seconds)
-            if stopped is not None and stopped():
-                return None
-            answer = endpoint.ask(answer.booking)
+        turn = False  # this caller was woken to ask for the line: it wakes the next when it leaves
+        try:
+            while isinstance(answer, Wait):
+                if answer.slot and deadline is not None and answer.booking.due > deadline:
+                    return Late(answer.seconds)
+                if answer.slot and not answer.booking.booked and deadline is None:
+                    # no slot yet: the pace will not book one for seconds. Thousands of callers
+                    # asking again each lookahead (a take-over's guests, 25 s of them queued at
+                    # 200/s) cost the loop a timer and an ask each per second; one asks for all
+                    front, turn = turn, False
+                    turn = await self._in_line(sleep, answer.seconds, front=front)
+                else:
+                    if turn:
+                        turn = self._pass_turn()  # booked (or checked): the next in line asks now
+                    await sleep(answer.seconds)
+                if stopped is not None and stopped():
+                    return None
+                answer = endpoint.ask(answer.booking)
+        finally:
+            if turn:
+                self._pass_turn()
         if answer.effects:
             self._moved(answer.effects, reports)
         if isinstance(answer, Refused):
             return answer
         return Flight(self, answer, reports, sleep)
+
+    async def _in_line(self, sleep: Sleep, seconds: float, *, front: bool) -> bool:
+        """Wait for the pace to book slots again: the leader sleeps ``seconds`` (the pace's wait), the
+        others wait in line to be woken, one by one, as those before them got slots. True: this
+        caller is to ask now, and must wake the next in line when it is done asking (``front``: it
+        was woken to ask and got no slot: it keeps its place at the head of the line)."""
+        if not self._leading:
+            self._leading = True
+            try:
+                await sleep(seconds)
+            except BaseException:
+                self._leading = False
+                self._pass_turn()  # nobody else asks for the line: the next in line leads now
+                raise
+            self._leading = False
+            return True
+        woken = anyio.Event()
+        if front:
+            self._line.appendleft(woken)
+        else:
+            self._line.append(woken)
+        try:
+            await woken.wait()
+        except BaseException:
+            if woken.is_set():
+                self._pass_turn()  # woken, then cancelled before it asked: the next asks instead
+            else:
+                self._line.remove(woken)
+            raise
+        return True
+
+    def _pass_turn(self) -> bool:
+        """Wake the first caller in line (it asks the pace now); False, the turn is passed."""
+        if self._line:
+            self._line.popleft().set()
+        return False
 
     async def flight(self, reports: Reports, sleep: Sleep, pending: Pending | None = None) -> Flight:
         """:meth:`ask` for an operation's attempt: raises :class:`CircuitOpenError` when refused."""
