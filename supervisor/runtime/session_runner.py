@@ -335,13 +335,14 @@ class SessionRunner:
         A slot past the reconnection horizon ends the session there (the machine gives up:
         HORIZON) instead of waiting for it.
         """
-        # a stop cancels the whole wait: the pause it sleeps in, or its place in the gate's line of
+        # a stop cancels the whole wait, this one scope: the sleeps until a slot (no scope each: a
+        # take-over's guests sleep thousands of times a second) and a place in the gate's line of
         # callers the pace has no slot for yet (woken by the gate, not by a timer of its own)
         with anyio.CancelScope() as scope:
             self._wait_scope = scope
             try:
                 answer = await self._gate.ask(
-                    self._reports, self._pause, deadline=self.core.horizon_deadline, stopped=self._stopped
+                    self._reports, self._sleep, deadline=self.core.horizon_deadline, stopped=self._stopped
                 )
             finally:
                 self._wait_scope = None
