@@ -61,6 +61,7 @@ from supervisor.errors import ConfigError, StoreError
 from supervisor.events import PacingChanged, Published, SessionTransition, TerminationReason
 from supervisor.runtime import learned_limits
 from supervisor.runtime.left_rows import LeftRows
+from supervisor.runtime.opened_rows import OpenedRows
 from supervisor.runtime.reconcile import reconcile
 from supervisor.runtime.session_runner import SessionRunner
 from supervisor.runtime.sessions import Origin, Plan, SessionReader
@@ -69,7 +70,7 @@ from supervisor.runtime.wiring import Wiring
 from supervisor.runtime.write_ahead import WriteAhead
 from supervisor.store import DesiredSession, DesiredState, ServerSession, ServerState, SqliteStore, Store
 from supervisor.store.events import StoreDegraded, StoreRecovered
-from supervisor.store.model import FenceSource, LeftSession
+from supervisor.store.model import FenceSource, LeftSession, OpenedSession
 from supervisor.store.shards import shard_of
 from supervisor.store.sqlite import Snapshot, read_only
 from supervisor.store.testhooks import crash_points
@@ -155,6 +156,8 @@ class Durable:
         self.reconciled: dict[str, str] = {}
         # a fleet member's write-ahead of the sessions it starts, committed in groups (made at first use)
         self._grouped: WriteAhead | None = None
+        # the rows of the sessions that went active, group-committed
+        self._opened_rows: OpenedRows | None = None
 
     @classmethod
     async def open(
@@ -708,10 +711,12 @@ class Durable:
         if runner is None:
             return
         record = _record_of(runner)
-        opened = store.session_opened(
+        opened = OpenedSession(
             event.session_id, runner.context.conversation_id, record.get("platformSessionId")
         )
-        tg.start_soon(self._quietly, opened)
+        if self._opened_rows is None:
+            self._opened_rows = OpenedRows(store)
+        tg.start_soon(self._opened_rows.write, opened)
 
 
 async def _read_only(path: Path) -> Snapshot | None:

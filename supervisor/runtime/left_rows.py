@@ -4,12 +4,9 @@ A drain hands every session over at once: each runner, once its connection is le
 row (``left_at`` and CXone's rolling id: what the next owner polls on). Written one transaction each,
 a few hundred of them queued on the store's one connection for most of a second (a fleet's short
 acceptance run measured 0.6 s for 218), and a fleet member frees its shards for its peers only once
-they are written (its fence refuses a write after that). Here they are **group-committed**, as
-PostgreSQL does with the WAL flushes of concurrent commits (PostgreSQL docs, "WAL Configuration",
-``commit_delay``): a row joins the batch being gathered; whoever finds no batch
-being written writes the gathered one in one transaction (:meth:`Store.sessions_left`), and every
-caller returns once the transaction holding its row has committed. Nothing waits on a timer: the
-batch is whatever arrived while the previous one was being written.
+they are written (its fence refuses a write after that). Here they are **group-committed**
+(:mod:`supervisor.runtime.group_commit`): every caller returns once the transaction holding its row
+(:meth:`Store.sessions_left`) has committed.
 
 A shard no longer held here (:class:`~supervisor.errors.LeaseLost`) costs only its own rows: the
 batch is written again without them (its new owner has the shard's rows). Any other store failure
@@ -20,21 +17,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-import anyio
 
 from supervisor.errors import LeaseLost, StoreError
+from supervisor.runtime.group_commit import GroupCommit
 from supervisor.store.model import LeftSession, Store
 from supervisor.store.shards import shard_of
 
 __all__ = ["LeftRows"]
-
-
-@dataclass
-class _Batch:
-    rows: list[LeftSession] = field(default_factory=list)
-    written: bool = False
 
 
 class LeftRows:
@@ -42,22 +31,17 @@ class LeftRows:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._gathering = _Batch()
-        self._writing = anyio.Lock()
-        #: transactions written, for tests and figures
+        self._groups: GroupCommit[LeftSession] = GroupCommit(self._commit)
+        #: transactions tried (a batch written again without a lost shard's rows counts again)
         self.transactions = 0
 
     async def write(self, row: LeftSession) -> None:
         """Return once ``row`` is written (or could not be: never raises a store failure)."""
-        batch = self._gathering
-        batch.rows.append(row)
-        async with self._writing:
-            if batch.written:
-                return  # written by the caller that held the lock before us
-            self._gathering = _Batch()
-            with contextlib.suppress(StoreError):
-                await self._write(batch.rows)
-            batch.written = True
+        await self._groups.write(row)
+
+    async def _commit(self, rows: Sequence[LeftSession]) -> None:
+        with contextlib.suppress(StoreError):
+            await self._write(rows)
 
     async def _write(self, rows: Sequence[LeftSession]) -> None:
         while rows:

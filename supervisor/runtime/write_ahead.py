@@ -8,32 +8,23 @@ member just acquired (a hundred and more, started together) queued behind one an
 order of the configuration, so a takeover's last sessions (its CXone ones, listed last) made their
 first attempt seconds after the acquisition, whatever the pace allowed.
 
-:class:`WriteAhead` commits them the way a database commits a log (group commit): the rows that arrive
-while a transaction runs are written together by the next one, so a burst of sessions costs a few
-transactions, not two per session. A group the store refuses as a whole (a shard among them lost
-meanwhile: ``LeaseLost``) is written again row by row, so the others' rows are not lost with it.
+:class:`WriteAhead` commits them in groups (:mod:`supervisor.runtime.group_commit`): a burst of sessions
+costs a few transactions, not two per session. A group the store refuses as a whole (a shard among them
+lost meanwhile: ``LeaseLost``) is written again row by row, so the others' rows are not lost with it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-
-import anyio
+from collections.abc import Sequence
 
 from supervisor.errors import StoreError
+from supervisor.runtime.group_commit import GroupCommit
 from supervisor.store import DesiredSession, ServerSession, Store
 
 __all__ = ["WriteAhead"]
 
-
-@dataclass
-class _Group:
-    """Rows that arrived while the previous group was being written."""
-
-    desired: list[DesiredSession] = field(default_factory=list)
-    sessions: list[ServerSession] = field(default_factory=list)
-    done: anyio.Event = field(default_factory=anyio.Event)
+Rows = tuple[DesiredSession, ServerSession]
 
 
 class WriteAhead:
@@ -41,45 +32,28 @@ class WriteAhead:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._gathering: _Group | None = None
-        self._writing = False
-        #: transactions committed (a group each), and groups written again row by row
-        self.groups = 0
+        self._groups: GroupCommit[Rows] = GroupCommit(self._commit)
+        #: groups written again row by row (a shard among them lost, or the database gone)
         self.split = 0
+
+    @property
+    def groups(self) -> int:
+        """Groups committed (a transaction each, when the store took them whole)."""
+        return self._groups.groups
 
     async def write(self, desired: DesiredSession, session: ServerSession) -> None:
         """Return once ``desired`` and ``session`` are written (or the store refused them: its health
         hook reports a store that cannot write; the session goes on, as a single write's would)."""
-        group = self._gathering
-        if group is None:
-            group = self._gathering = _Group()
-        group.desired.append(desired)
-        group.sessions.append(session)
-        if self._writing:
-            await group.done.wait()
-            return
-        self._writing = True
-        # shielded: the groups gathered meanwhile are written even if this session is cancelled (handed
-        # over), or their sessions would wait for a writer that is gone
-        with anyio.CancelScope(shield=True):
-            try:
-                while self._gathering is not None:
-                    current, self._gathering = self._gathering, None
-                    await self._commit(current)
-            finally:
-                self._writing = False
+        await self._groups.write((desired, session))
 
-    async def _commit(self, group: _Group) -> None:
+    async def _commit(self, rows: Sequence[Rows]) -> None:
         try:
-            await self._store.sessions_opening(group.desired, group.sessions)
-            self.groups += 1
+            await self._store.sessions_opening([d for d, _ in rows], [s for _, s in rows])
         except StoreError:
             # one shard lost (or the database gone): each row on its own, as before the grouping
             self.split += 1
-            for desired, session in zip(group.desired, group.sessions, strict=True):
+            for desired, session in rows:
                 with contextlib.suppress(StoreError):
                     await self._store.set_desired(desired)
                 with contextlib.suppress(StoreError):
                     await self._store.session_opening(session)
-        finally:
-            group.done.set()

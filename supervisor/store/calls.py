@@ -23,6 +23,7 @@ from supervisor.store.model import (
     LeftSession,
     Mismatch,
     NewMismatch,
+    OpenedSession,
     OutboxRow,
     Resolution,
     RowChange,
@@ -82,6 +83,10 @@ class StoreCalls:
         await self._call(
             lambda tx: sql_sessions.session_opened(tx, session_id, conversation_id, platform_session_id)
         )
+
+    async def sessions_opened(self, opened: Sequence[OpenedSession]) -> None:
+        rows = list(opened)
+        await self._call(lambda tx: sql_sessions.sessions_opened(tx, rows))
 
     async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None:
         await self._call(lambda tx: sql_sessions.session_closed(tx, session_id, outcome, closed_at))

@@ -37,6 +37,7 @@ __all__ = [
     "LeftSession",
     "Mismatch",
     "NewMismatch",
+    "OpenedSession",
     "OutboxRow",
     "Outcome",
     "Resolution",
@@ -91,6 +92,16 @@ class LeftSession:
 
     session_id: str
     left_at: float
+    platform_session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSession:
+    """A session that went active (:meth:`Store.sessions_opened`): the conversation and the platform
+    session id it opened on (None: what the row holds stays)."""
+
+    session_id: str
+    conversation_id: str | None = None
     platform_session_id: str | None = None
 
 
@@ -345,6 +356,9 @@ class Store(Protocol):
     async def session_opened(
         self, session_id: str, conversation_id: str | None, platform_session_id: str | None
     ) -> None: ...
+    #: sessions that went active together, in one transaction: ``session_opened`` for each (one fence
+    #: per shard)
+    async def sessions_opened(self, opened: Sequence[OpenedSession]) -> None: ...
     async def session_closed(self, session_id: str, outcome: str, closed_at: float) -> None: ...
     async def session_left(
         self, session_id: str, left_at: float, platform_session_id: str | None

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from supervisor.store.model import DesiredSession, DesiredState, LeftSession, ServerSession, ServerState
+from supervisor.store.model import (
+    DesiredSession,
+    DesiredState,
+    LeftSession,
+    OpenedSession,
+    ServerSession,
+    ServerState,
+)
 from supervisor.store.shards import shard_of
 from supervisor.store.sql import Body, Tx, do, fence, many, rows
 
@@ -198,15 +205,20 @@ def sessions_opening(
         yield from many(_SESSION_OPENING, [_opening_row(s, epochs[shard_of(s.session_id)]) for s in sessions])
 
 
+_OPENED_SQL = (
+    "UPDATE server_sessions SET state = ?, "
+    "conversation_id = COALESCE(?, conversation_id), "
+    "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
+    "WHERE session_id = ? AND state != ?"
+)
+
+
 def session_opened(
     tx: Tx, session_id: str, conversation_id: str | None, platform_session_id: str | None
 ) -> Body[None]:
     epoch = yield from _fence_session(tx, session_id)
     yield from do(
-        "UPDATE server_sessions SET state = ?, "
-        "conversation_id = COALESCE(?, conversation_id), "
-        "platform_session_id = COALESCE(?, platform_session_id), epoch = ? "
-        "WHERE session_id = ? AND state != ?",
+        _OPENED_SQL,
         (
             ServerState.OPEN.value,
             conversation_id,
@@ -215,6 +227,31 @@ def session_opened(
             session_id,
             ServerState.CLOSED.value,
         ),
+    )
+
+
+def sessions_opened(tx: Tx, opened: Sequence[OpenedSession]) -> Body[None]:
+    """:func:`session_opened` for each of ``opened`` in this one transaction: each shard fenced once (a
+    shard no longer held refuses the whole write: LeaseLost names it), one UPDATE per session. A
+    takeover's sessions go active together; written one transaction each, they held a fleet member's one
+    store connection for a second and more, and the write-ahead of the sessions still to start waited
+    behind them (docs/runtime.md, "Shards and leases")."""
+    if not opened:
+        return
+    epochs = yield from fence(tx, {shard_of(one.session_id) for one in opened})
+    yield from many(
+        _OPENED_SQL,
+        [
+            (
+                ServerState.OPEN.value,
+                one.conversation_id,
+                one.platform_session_id,
+                epochs[shard_of(one.session_id)],
+                one.session_id,
+                ServerState.CLOSED.value,
+            )
+            for one in opened
+        ],
     )
 
 

@@ -240,8 +240,8 @@ class AgentSessionTransport:
         if response.status_code in _EXISTS:
             # take it over rather than fail: join gives us our own sessionId chain on the agent's
             # live session (docs/platforms.md, "NICE CXone", POST agent-sessions/join; NICE's SDK joins so)
-            # (its flight was the start's: the join asks the same endpoint anew)
-            response = await self._join_session(sessions, flight)
+            # the start's flight has left and been answered: the join asks the same endpoint anew
+            response = await self._join_session(sessions, None)
         return await self._anchored(sessions, response)
 
     async def _join_session(

@@ -10,7 +10,7 @@ sessions were taken over), ``--pauses`` × SIGSTOP for ``--pause-s``, ``--db-res
 held down ``--db-hold-s``, one SIGTERM. Every figure of the acceptance is printed (and written as JSON
 with ``--json``); the exit status is 1 when any invariant was broken.
 
-    .venv/bin/python tests/bench/bench_fleet.py [--kills 20] [--pauses 20] [--db-restarts 2] [--json OUT]
+    .venv/bin/python tests/bench/bench_fleet.py [--kills 20] [--pauses 20] [--db-restarts 2] [--json OUT] [--evidence PICKLE]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import sys
 import tempfile
@@ -73,6 +74,8 @@ async def run_fleet(spec: FleetSpec, args: argparse.Namespace) -> tuple[list[Fin
                 timings["scenario_s"] = time.monotonic() - scenario
                 evidence = await fleet.evidence()
             timings["total_s"] = time.monotonic() - began
+    if args.evidence is not None:  # everything collected, as the short form's FLEET_EVIDENCE keeps it
+        args.evidence.write_bytes(pickle.dumps((spec, evidence, record)))
     return check(spec, evidence, record), timings
 
 
@@ -103,6 +106,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=float, default=300.0, help="seconds any one wait may take")
     p.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
+    p.add_argument(
+        "--evidence",
+        type=Path,
+        default=None,
+        help="write everything collected here (a pickle of the spec, the evidence and the scenario's record)",
+    )
     return p
 
 

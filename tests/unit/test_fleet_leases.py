@@ -9,7 +9,7 @@ database's clock moving on would do), never by waiting.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from supervisor.fleet.bus import FleetBus
-from supervisor.fleet.leases import RELEASED, PgLeases
+from supervisor.fleet.leases import EXPIRY_LAG_S, RELEASED, PgLeases
 from supervisor.fleet.shares import RELEASE_PER_RENEWAL
 from supervisor.runtime.leases import Lease
 from supervisor.store.model import Fence
@@ -487,6 +487,50 @@ async def test_a_peer_acquires_what_a_stop_released_at_once_not_at_its_next_rene
     assert {(p, r) for s, m, _, p, r in await acquisitions(raw) if s in released and m == "b"} == {
         (None, "free")
     }
+
+
+async def test_a_peers_expiry_is_taken_when_it_comes_not_at_the_next_renewal(fleet: Fleet, raw: Raw) -> None:
+    """a stops renewing (killed) with its leases expiring 0.5 s after b's last renewal: b's loop wakes
+    for that expiry (EXPIRY_LAG_S after it), not at its period 2 s on, and takes every one of them."""
+    a, b = fleet.member("a", quiet_s=0.0), fleet.member("b", quiet_s=0.0)
+    await a.join()
+    await b.join()
+    await a.renew()
+    await b.renew()
+    mine = sorted(a.owned())
+    assert len(mine) == 128
+    await age(raw, LONG_S - 0.5, "a")  # a's last renewal was a TTL less half a second ago
+    clock = fleet.clocks["b"]
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) > 1:
+            await anyio.sleep_forever()  # the next period: only the test's end ends it
+        clock.now += seconds
+        await age(raw, seconds)  # the database's clock moves on as b's does
+
+    b._sleep = sleep
+    everything = anyio.Event()
+    began, took_at = clock.now, []
+
+    def told(owned: Mapping[int, Lease]) -> None:
+        if len(owned) == 256 and not everything.is_set():
+            took_at.append(clock.now)
+            everything.set()
+
+    b.subscribe_deadlines(told)
+    async with anyio.create_task_group() as tg:
+        await tg.start(b.serve, Told(fleet.holders["b"]))
+        with anyio.fail_after(10):
+            await everything.wait()
+        tg.cancel_scope.cancel()
+    # the first wait ended at a's expiry (on b's clock, read by the renewal serve began with), well
+    # before the period; the renewal it ran took every shard of a's
+    assert 0.0 < waits[0] <= 0.5 + EXPIRY_LAG_S < b.renew_s
+    assert took_at == [began + waits[0]]
+    taken = [(s, r) for s, m, _e, p, r in await acquisitions(raw) if p == "a" and m == "b"]
+    assert sorted(s for s, _ in taken) == mine and {r for _, r in taken} == {"expired"}
 
 
 async def test_deadlines_are_told_after_every_renewal_and_every_loss(fleet: Fleet, raw: Raw) -> None:

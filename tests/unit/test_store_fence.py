@@ -18,10 +18,12 @@ import psycopg
 import pytest
 
 from supervisor.errors import LeaseLost
+from supervisor.runtime.opened_rows import OpenedRows
 from supervisor.store import (
     DesiredSession,
     DesiredState,
     LedgerChange,
+    OpenedSession,
     Outcome,
     RowChange,
     RowStatus,
@@ -281,3 +283,38 @@ async def test_a_command_run_in_the_callers_transaction_is_not_fenced(
         assert await fetch(pg_raw, "SELECT COUNT(*) FROM desired_sessions") == [(1,)]
     finally:
         await conn.close()
+
+
+async def test_sessions_opened_together_are_one_fenced_write_and_a_lost_shard_costs_only_its_rows(
+    store: PgStore, held: HeldShards, pg_raw: Raw
+) -> None:
+    """``sessions_opened``: every row stamped with its shard's epoch in one transaction; a shard among
+    them lost refuses the whole write (LeaseLost, nothing written), and OpenedRows, the runtime's group
+    commit of them (supervisor/runtime/opened_rows.py), then writes the others row by row."""
+    other = next(f"wm-{i}" for i in range(1000) if shard_of(f"wm-{i}") == OTHER)
+    await grant(pg_raw, OTHER, "m1", 7)
+    held.epochs[OTHER] = 7
+    for session_id in (SESSION, other):
+        await store.session_opening(
+            ServerSession(session_id, "genesys", "webmessaging", ServerState.OPENING, 1.0, guest_token="t")
+        )
+    await store.sessions_opened([OpenedSession(SESSION, "conv-1"), OpenedSession(other, "conv-2")])
+    assert await fetch(
+        pg_raw, "SELECT session_id, state, conversation_id, epoch FROM server_sessions ORDER BY epoch"
+    ) == [(SESSION, "open", "conv-1", 3), (other, "open", "conv-2", 7)]
+    await pg_raw.execute("UPDATE server_sessions SET state = 'opening', conversation_id = NULL")
+    await grant(pg_raw, OTHER, "m2", 8)  # another member took the second shard
+    with pytest.raises(LeaseLost):
+        await store.sessions_opened([OpenedSession(SESSION, "conv-1"), OpenedSession(other, "conv-2")])
+    assert await fetch(pg_raw, "SELECT DISTINCT state FROM server_sessions") == [("opening",)]
+    # a group of both, gathered behind a commit under way: refused whole, then written row by row
+    first = next(f"cx-{i}" for i in range(5000) if shard_of(f"cx-{i}") == SHARD)
+    await store.session_opening(ServerSession(first, "cxone", "agent-session", ServerState.OPENING, 1.0))
+    rows = OpenedRows(store)
+    async with anyio.create_task_group() as tg:
+        for session_id in (first, SESSION, other):
+            tg.start_soon(rows.write, OpenedSession(session_id))
+    assert rows.groups == 2 and rows.split == 1
+    assert await fetch(pg_raw, "SELECT session_id, state FROM server_sessions ORDER BY session_id") == sorted(
+        [(first, "open"), (SESSION, "open"), (other, "opening")]
+    )

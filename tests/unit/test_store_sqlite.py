@@ -29,6 +29,7 @@ from supervisor.store import (
     DesiredState,
     LedgerChange,
     NewMismatch,
+    OpenedSession,
     Outcome,
     Resolution,
     ResolveRefused,
@@ -244,6 +245,35 @@ async def test_resend_is_refused_when_a_newer_value_was_submitted_since(store: S
     with pytest.raises(ResolveRefused) as refused:
         await store.resolve(mid, Resolution.RESEND, 2.0)
     assert refused.value.kind == "superseded"
+
+
+async def test_sessions_opened_together_set_each_row_as_session_opened_does(
+    store: SqliteStore | PgStore,
+) -> None:
+    """One transaction for several sessions gone active: each row open with its conversation and its
+    platform session id (None keeps the stored one), a closed row left closed."""
+    for session_id, kind in (("wm-0", "webmessaging"), ("cx-0", "agent-session"), ("wm-9", "webmessaging")):
+        await store.session_opening(
+            ServerSession(session_id, "genesys", kind, ServerState.OPENING, 1.0, platform_session_id="kept")
+        )
+    await store.session_closed("wm-9", "closed", 2.0)
+    await store.sessions_opened(
+        [
+            OpenedSession("wm-0", "conv-0"),
+            OpenedSession("cx-0", None, "rolling-1"),
+            OpenedSession("wm-9", "x"),
+        ]
+    )
+    rows = await store.server_sessions()
+    assert [
+        (rows[s].state, rows[s].conversation_id, rows[s].platform_session_id)
+        for s in ("wm-0", "cx-0", "wm-9")
+    ] == [
+        (ServerState.OPEN, "conv-0", "kept"),
+        (ServerState.OPEN, None, "rolling-1"),
+        (ServerState.CLOSED, None, "kept"),
+    ]
+    await store.sessions_opened([])  # nothing to write: no transaction needed, nothing raised
 
 
 async def test_desired_and_server_sessions_survive_a_reopen_and_close_wipes_the_guest_token(
