@@ -147,17 +147,68 @@ class _Waiter:
         self.handed = False
 
 
+class _Line:
+    """Callers of one endpoint waiting for the same thing from its pace (a slot to book, or their
+    turn to go out at the rate): one of them, the leader, sleeps the pace's wait and asks again;
+    the others wait in line, first come, first served, woken as those before them get through.
+
+    A caller woken (or the leader, awake) holds the line's turn: when it gets through it wakes the
+    next two (:meth:`pass_turn`: the ones after them woken in a few turns of the event loop, not
+    one turn each: a loop busy with thousands of sessions turns a few times a second), and when it
+    does not it waits again at the head of the line (``front``).
+    """
+
+    __slots__ = ("_back", "_leading", "_queue")
+
+    def __init__(self) -> None:
+        self._queue: deque[anyio.Event] = deque()
+        # those woken who did not get through, back in line before the rest, in the order they had
+        self._back: deque[anyio.Event] = deque()
+        self._leading = False
+
+    async def wait(self, sleep: Sleep, seconds: float, *, front: bool) -> None:
+        """Until this caller is to ask the pace again (it then holds the turn)."""
+        if not self._leading:
+            self._leading = True
+            try:
+                await sleep(seconds)
+            except BaseException:
+                self._leading = False
+                self.pass_turn()  # nobody else asks for the line: the next in line leads now
+                raise
+            self._leading = False
+            return
+        woken = anyio.Event()
+        queue = self._back if front else self._queue
+        queue.append(woken)
+        try:
+            await woken.wait()
+        except BaseException:
+            if woken.is_set():
+                self.pass_turn()  # woken, then cancelled before it asked: the next ask instead
+            else:
+                queue.remove(woken)
+            raise
+
+    def pass_turn(self) -> None:
+        """Wake the first two callers in line (they ask the pace now)."""
+        for _ in range(2):
+            queue = self._back if self._back else self._queue
+            if not queue:
+                return
+            queue.popleft().set()
+
+
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
     __slots__ = (
-        "_back",
         "_clock",
         "_endpoint",
         "_held",
-        "_leading",
-        "_line",
         "_quota",
+        "_sending",
+        "_unbooked",
         "_waiters",
         "endpoint_id",
     )
@@ -167,13 +218,11 @@ class Gate:
         self._endpoint = endpoint
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
-        # callers whose slot could not be booked yet (the pace's schedule is full a lookahead ahead):
-        # one of them, the leader, sleeps and asks again for all; the others wait in line, first come
-        # first served, woken as those before them get slots (:meth:`_in_line`); ``_back``: those
-        # woken who got none, back in line before the rest, in the order they had
-        self._line: deque[anyio.Event] = deque()
-        self._back: deque[anyio.Event] = deque()
-        self._leading = False
+        # callers whose slot could not be booked yet (the pace's schedule is full a lookahead ahead),
+        # and callers that woke late for their slot and are spaced again at the rate (the send
+        # check): each kind waits in its own line (:class:`_Line`)
+        self._unbooked = _Line()
+        self._sending = _Line()
         # the waits of callers the isolation refused, woken when it ends (:meth:`woken_on_release`)
         self._held: set[anyio.CancelScope] = set()
         # the hard tenant quota's question for this endpoint's tenant (:meth:`limit`); None: none
@@ -236,74 +285,46 @@ class Gate:
         """
         endpoint = self._endpoint
         answer = endpoint.ask() if pending is None else pending
-        turn = False  # this caller was woken to ask for the line: it wakes the next when it leaves
+        # the line whose turn this caller holds (woken to ask for it): it wakes the next when it leaves
+        turn: _Line | None = None
         try:
             while isinstance(answer, Wait):
                 if answer.slot and deadline is not None and answer.booking.due > deadline:
                     return Late(answer.seconds)
-                if answer.slot and not answer.booking.booked and deadline is None:
-                    # no slot yet: the pace will not book one for seconds. Thousands of callers
-                    # asking again each lookahead (a take-over's guests, 25 s of them queued at
-                    # 200/s) cost the loop a timer and an ask each per second; one asks for all
-                    front, turn = turn, False
-                    turn = await self._in_line(sleep, answer.seconds, front=front)
+                # No slot yet (the pace will not book one for seconds), or woken late for its slot
+                # and spaced again at the rate (the send check): thousands of callers each sleeping
+                # and asking again (a take-over's guests, 25 s of them queued at 200/s; those a stall
+                # of the loop woke late, every few ms) cost the loop a timer and an ask each, over
+                # and over; in line, one asks for all. (A caller with a deadline asks on its own.)
+                line = None
+                if deadline is None:
+                    if not answer.slot:
+                        line = self._sending
+                    elif not answer.booking.booked:
+                        line = self._unbooked
+                if line is not None:
+                    front = turn is line
+                    if turn is not None and not front:
+                        turn.pass_turn()
+                    turn = None
+                    await line.wait(sleep, answer.seconds, front=front)
+                    turn = line
                 else:
-                    if turn:
-                        turn = self._pass_turn()  # booked (or checked): the next in line asks now
+                    if turn is not None:
+                        turn.pass_turn()  # booked: the next in line asks now
+                        turn = None
                     await sleep(answer.seconds)
                 if stopped is not None and stopped():
                     return None
                 answer = endpoint.ask(answer.booking)
         finally:
-            if turn:
-                self._pass_turn()
+            if turn is not None:
+                turn.pass_turn()
         if answer.effects:
             self._moved(answer.effects, reports)
         if isinstance(answer, Refused):
             return answer
         return Flight(self, answer, reports, sleep)
-
-    async def _in_line(self, sleep: Sleep, seconds: float, *, front: bool) -> bool:
-        """Wait for the pace to book slots again: the leader sleeps ``seconds`` (the pace's wait), the
-        others wait in line to be woken, one by one, as those before them got slots. True: this
-        caller is to ask now, and must wake the next in line when it is done asking (``front``: it
-        was woken to ask and got no slot: it keeps its place at the head of the line)."""
-        if not self._leading:
-            self._leading = True
-            try:
-                await sleep(seconds)
-            except BaseException:
-                self._leading = False
-                self._pass_turn()  # nobody else asks for the line: the next in line leads now
-                raise
-            self._leading = False
-            return True
-        woken = anyio.Event()
-        queue = self._back if front else self._line
-        queue.append(woken)
-        try:
-            await woken.wait()
-        except BaseException:
-            if woken.is_set():
-                self._pass_turn()  # woken, then cancelled before it asked: the next asks instead
-            else:
-                queue.remove(woken)
-            raise
-        return True
-
-    def _pass_turn(self) -> bool:
-        """Wake the first two callers in line (they ask the pace now); False: the turn is passed.
-
-        Two, not one: each caller woken that gets a slot wakes two more, so the slots the pace
-        frees are taken in a few turns of the event loop, not one turn each (a loop busy with
-        thousands of sessions turns a few times a second); those woken for nothing go back in line.
-        """
-        for _ in range(2):
-            queue = self._back if self._back else self._line
-            if not queue:
-                break
-            queue.popleft().set()
-        return False
 
     async def flight(self, reports: Reports, sleep: Sleep, pending: Pending | None = None) -> Flight:
         """:meth:`ask` for an operation's attempt: raises :class:`CircuitOpenError` when refused."""

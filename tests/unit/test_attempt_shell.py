@@ -202,3 +202,36 @@ async def test_a_caller_in_line_that_stops_gives_its_turn_to_the_next(clock: Fak
             timers.advance(0.05)
             await anyio.wait_all_tasks_blocked()
     assert admitted_in == [*booked, "second", "fourth"]
+
+
+async def test_callers_a_stall_woke_late_go_out_spaced_at_the_rate_asking_in_line(clock: FakeClock) -> None:
+    timers = clocks.FakeTimers(clock)
+    gate = gate_and_endpoint(clock, rate=200.0, floor=None)[0]
+    sleeps: list[float] = []
+    left: list[float] = []
+
+    async def counted(seconds: float) -> None:
+        sleeps.append(seconds)
+        await timers.sleep(seconds)
+
+    async def caller() -> None:
+        assert isinstance(await gate.ask(Seen(), counted), Flight)
+        left.append(clock.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(200):
+            tg.start_soon(caller)
+        await anyio.wait_all_tasks_blocked()
+        timers.advance(0.5)  # the loop stalled: 100 slots fell due at once, their callers all late
+        while len(left) < 200:
+            for _ in range(10):  # (the callers woken run, in a few turns of the loop)
+                await anyio.lowlevel.checkpoint()
+            timers.advance(0.002)
+    stalled = 1000.5  # the clock when the stall ended
+    per_window = [sum(1 for t in left if stalled + k * 0.1 <= t < stalled + (k + 1) * 0.1) for k in range(10)]
+    # spaced again at the rate after the stall: 20 a 100 ms (the first window more: the callers
+    # within the send check's 20 ms burst, and those whose slot came as the stall ended)
+    assert sum(per_window) == 200 - 1 and max(per_window[1:]) <= 20 and per_window[0] <= 30
+    # each late caller asked again a few times, not every few milliseconds until its turn: about
+    # 2 sleeps a caller (its slot, its turn), where each asking again on its own took 25
+    assert len(sleeps) < 3 * 200
