@@ -40,13 +40,16 @@ from supervisor.bus import EventBus
 from supervisor.clock import iso_utc
 from supervisor.events import EventsDropped, LogRecorded, Published, wire
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "WAKE_AFTER_S", "StdoutEvents"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "WAKE_AFTER_S", "WAKE_AT_BYTES", "StdoutEvents"]
 
 #: the most event bytes held for a slow standard output before lines are dropped
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
 #: how long a line may wait on the loop for the lines after it before the writer is woken: one
 #: wake (a GIL hand-over to the writer thread and back) per this much time, not one per line
 WAKE_AFTER_S = 0.02
+#: ...unless this many bytes wait (or half the buffer, when that is less): the writer is woken at
+#: once, so a burst of lines (a drain's) is not dropped from a small buffer while the wake is due
+WAKE_AT_BYTES = 64 * 1024
 
 _encoder = msgspec.json.Encoder()
 
@@ -66,6 +69,7 @@ class StdoutEvents:
     ) -> None:
         self._bus = bus
         self._wake_after_s = wake_after_s
+        self._wake_at = min(WAKE_AT_BYTES, max_buffer_bytes // 2)
         self._fd = fd
         self._priority = priority
         self._stderr_prefix = stderr_prefix
@@ -108,6 +112,9 @@ class StdoutEvents:
             idle = not self._lines
             self._lines.append(line)
             self._buffered += len(line)
+            if self._buffered >= self._wake_at:
+                self._lock.notify()  # (a writer awake already: nobody waits, nothing happens)
+                return
             if not idle:
                 return  # the writer waits only on an empty buffer: a line behind others goes with them
             loop = self._loop
@@ -166,6 +173,8 @@ class StdoutEvents:
         (started here when the start failed before the services: what was said before is written)."""
         if self._thread is None:
             self._start_writer()
+        with self._lock:
+            self._lock.notify()  # what is buffered goes now, not when the wake is due
         with anyio.move_on_after(within_s):
             while True:
                 with self._lock:

@@ -25,6 +25,10 @@ second daemon's slow start stops below it (docs/runtime.md, "A restart starts fr
 The timeline has both daemons' PACING_CHANGED lines.
 
     .venv/bin/python tests/bench/bench_handover.py [--wm 5000] [--cxone 2000] [--rate 200] [--timeline DIR]
+
+``--profile FILE`` samples the second daemon with py-spy (``pip install py-spy``; not a dependency: off by
+default, and the sampler takes CPU from the same cores) from its spawn until every session is active, raw
+stacks of the thread holding the interpreter's lock (``--gil``): where the take-over's CPU goes.
 """
 
 from __future__ import annotations
@@ -259,11 +263,12 @@ def _load() -> str:
 
 
 def _profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` (50 Hz, raw stacks, without pausing it) into ``out`` until interrupted."""
+    """py-spy sampling ``pid`` (100 Hz, raw stacks of the thread holding the GIL, without pausing it) into
+    ``out`` until interrupted."""
     exe = shutil.which("py-spy")
     if exe is None:
         raise RuntimeError("--profile needs py-spy on PATH")
-    command = [exe, "record", "--pid", str(pid), "--rate", "50", "--format", "raw", "--nonblocking"]
+    command = [exe, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--nonblocking", "--gil"]
     return subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL)
 
 

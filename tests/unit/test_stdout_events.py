@@ -82,3 +82,29 @@ async def test_lines_published_on_several_turns_of_the_loop_reach_the_writer_in_
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+async def test_lines_filling_half_a_small_buffer_wake_the_writer_at_once() -> None:
+    """A burst (a drain's lines) into a small buffer wakes the writer at once, not when the wake is
+    due: lines that would fit if written are not dropped meanwhile."""
+    read_end, write_end = os.pipe()
+    bus = EventBus()
+    sink = StdoutEvents(bus, fd=write_end, max_buffer_bytes=4096, wake_after_s=3600.0)
+    bus.subscribe(sink)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.serve)
+            bus.publish(_transition(0))
+            await anyio.wait_all_tasks_blocked()
+            assert sink.written == 0  # one line: its wake is due (in an hour)
+            i = 1
+            while sink._buffered < 2048:
+                bus.publish(_transition(i))
+                i += 1
+            await wait_until(lambda: sink.written == i, 5)  # half the buffer: written at once
+            assert sink.dropped == 0
+            await sink.flush(1.0)
+            tg.cancel_scope.cancel()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
