@@ -11,7 +11,8 @@ the items that arrive while a commit runs are written together by the next one. 
 * every caller returns once the commit holding its item has ended (what the commit function did with
   a failure is the commit function's: :mod:`supervisor.runtime.write_ahead`,
   :mod:`supervisor.runtime.left_rows`);
-* nothing waits on a timer: a group is whatever arrived while the previous one was being written;
+* nothing waits on a timer: a group is whatever arrived while the previous one was being written
+  (the first, what arrived within one turn of the event loop);
 * the writer's commits are shielded from cancellation: a writer cancelled (its session handed over)
   still writes the groups gathered meanwhile, or their callers would wait for a writer that is gone.
 """
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 __all__ = ["GroupCommit"]
 
@@ -62,6 +64,9 @@ class GroupCommit(Generic[T]):
         failure: Exception | None = None
         with anyio.CancelScope(shield=True):
             try:
+                # one turn of the loop before the first commit: the writes started in the same turn
+                # as this one (a drain's hundreds of handed-over rows) join its group, at no timer's cost
+                await anyio.lowlevel.checkpoint()
                 while self._gathering is not None:
                     current, self._gathering = self._gathering, None
                     try:

@@ -10,8 +10,8 @@ may carry out (AddSession, RemoveSession, a configuration reload), not fenced.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TypeVar
 
 from supervisor.store.model import (
     DesiredSession,
@@ -236,22 +236,18 @@ def sessions_opened(tx: Tx, opened: Sequence[OpenedSession]) -> Body[None]:
     takeover's sessions go active together; written one transaction each, they held a fleet member's one
     store connection for a second and more, and the write-ahead of the sessions still to start waited
     behind them (docs/runtime.md, "Shards and leases")."""
-    if not opened:
-        return
-    epochs = yield from fence(tx, {shard_of(one.session_id) for one in opened})
-    yield from many(
+    yield from _fenced_rows(
+        tx,
         _OPENED_SQL,
-        [
-            (
-                ServerState.OPEN.value,
-                one.conversation_id,
-                one.platform_session_id,
-                epochs[shard_of(one.session_id)],
-                one.session_id,
-                ServerState.CLOSED.value,
-            )
-            for one in opened
-        ],
+        opened,
+        lambda one, epoch: (
+            ServerState.OPEN.value,
+            one.conversation_id,
+            one.platform_session_id,
+            epoch,
+            one.session_id,
+            ServerState.CLOSED.value,
+        ),
     )
 
 
@@ -285,22 +281,32 @@ def sessions_left(tx: Tx, left: Sequence[LeftSession]) -> Body[None]:
     no longer held refuses the whole write: LeaseLost names it), one UPDATE per session. A drain hands
     hundreds of sessions over at once; written one by one they queued on the store's one connection for
     most of a second before the shards could be freed for the peers (docs/runtime.md, "a stop")."""
-    if not left:
-        return
-    epochs = yield from fence(tx, {shard_of(one.session_id) for one in left})
-    yield from many(
+    yield from _fenced_rows(
+        tx,
         _LEFT_SQL,
-        [
-            (
-                one.left_at,
-                one.platform_session_id,
-                epochs[shard_of(one.session_id)],
-                one.session_id,
-                ServerState.CLOSED.value,
-            )
-            for one in left
-        ],
+        left,
+        lambda one, epoch: (
+            one.left_at,
+            one.platform_session_id,
+            epoch,
+            one.session_id,
+            ServerState.CLOSED.value,
+        ),
     )
+
+
+_Row = TypeVar("_Row", OpenedSession, LeftSession)
+
+
+def _fenced_rows(
+    tx: Tx, sql: str, items: Sequence[_Row], params: Callable[[_Row, int | None], tuple[object, ...]]
+) -> Body[None]:
+    """``sql`` once per one of ``items`` (``params`` of it and its shard's epoch), every shard they are
+    of fenced once first, in this one transaction; nothing for no items."""
+    if not items:
+        return
+    epochs = yield from fence(tx, {shard_of(item.session_id) for item in items})
+    yield from many(sql, [params(item, epochs[shard_of(item.session_id)]) for item in items])
 
 
 def _fence_session(tx: Tx, session_id: str) -> Body[int | None]:

@@ -69,8 +69,8 @@ async def test_rows_arriving_together_are_written_in_one_transaction_and_each_ca
 ) -> None:
     rows = LeftRows(store)
     await write_all(rows, MINE)
-    # every row joined the batch of the first caller while it waited its turn (taking the lock is a
-    # checkpoint): one transaction for all
+    # every row joined the group of the first caller, which lets the loop turn once before it commits
+    # (supervisor/runtime/group_commit.py): one transaction for all
     assert rows.transactions == 1
     written = await left_rows(pg_raw)
     assert written == {session: (100.0 + i, 3) for i, session in enumerate(MINE)}
