@@ -16,7 +16,9 @@ callers, each for its own attempts:
   waits on the endpoint's Retry-After hold (:meth:`Gate.held_for`) instead of keeping one itself.
 
 The waiting is here, decided by the endpoint's answers: sleeping until a slot (a deadline may
-cut it short, a stop end it), waiting first come, first served for a place in flight (a place is
+cut it short, a stop end it; callers the pace has no slot for yet, and callers spaced again after
+waking late for theirs, wait in line behind one of them that asks for all: :class:`_Line`),
+waiting first come, first served for a place in flight (a place is
 never lost: cancelled waiters and attempts give theirs back), then waiting out a Retry-After that
 came back meanwhile and the respacing of waiters released together. Circuit and pacing moves go
 to the caller's :class:`Reports` (the executor's hooks, or the bus).
