@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -452,8 +451,7 @@ class ControlService:
     # ------------------------------------------------------------------ read-only verbs
     def status(self) -> dict[str, Any]:
         board = self.board
-        rows = board.rows()
-        by_state = Counter(row.wire_state for row in rows)
+        total, by_state = board.counts()
         return {
             "bootId": board.boot_id,
             "uptimeSeconds": round(self._clock.monotonic() - board.started_monotonic, 3),
@@ -462,7 +460,7 @@ class ControlService:
             "taxonomy": self._taxonomy.taxonomy.version,
             "draining": self._stop is not None and self._stop.is_set(),
             "seq": board.seq,
-            "sessions": {"total": len(rows), "byState": dict(sorted(by_state.items()))},
+            "sessions": {"total": total, "byState": dict(sorted(by_state.items()))},
             "circuits": board.circuits(),
             "sockets": self._sockets(),
             **({} if self.fleet_view is None else {"fleet": fleet_wire(self.fleet_view())}),

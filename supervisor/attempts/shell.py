@@ -16,7 +16,9 @@ callers, each for its own attempts:
   waits on the endpoint's Retry-After hold (:meth:`Gate.held_for`) instead of keeping one itself.
 
 The waiting is here, decided by the endpoint's answers: sleeping until a slot (a deadline may
-cut it short, a stop end it), waiting first come, first served for a place in flight (a place is
+cut it short, a stop end it; callers the pace has no slot for yet, and callers spaced again after
+waking late for theirs, wait in line behind one of them that asks for all: :class:`_Line`),
+waiting first come, first served for a place in flight (a place is
 never lost: cancelled waiters and attempts give theirs back), then waiting out a Retry-After that
 came back meanwhile and the respacing of waiters released together. Circuit and pacing moves go
 to the caller's :class:`Reports` (the executor's hooks, or the bus).
@@ -147,16 +149,82 @@ class _Waiter:
         self.handed = False
 
 
+class _Line:
+    """Callers of one endpoint waiting for the same thing from its pace (a slot to book, or their
+    turn to go out at the rate): one of them, the leader, sleeps the pace's wait and asks again;
+    the others wait in line, first come, first served, woken as those before them get through.
+
+    A caller woken (or the leader, awake) holds the line's turn: when it gets through it wakes the
+    next two (:meth:`pass_turn`: the ones after them woken in a few turns of the event loop, not
+    one turn each: a loop busy with thousands of sessions turns a few times a second), and when it
+    does not it waits again at the head of the line (``front``).
+    """
+
+    __slots__ = ("_back", "_leading", "_queue")
+
+    def __init__(self) -> None:
+        self._queue: deque[anyio.Event] = deque()
+        # those woken who did not get through, back in line before the rest, in the order they had
+        self._back: deque[anyio.Event] = deque()
+        self._leading = False
+
+    async def wait(self, sleep: Sleep, seconds: float, *, front: bool) -> None:
+        """Until this caller is to ask the pace again (it then holds the turn)."""
+        if not self._leading:
+            self._leading = True
+            try:
+                await sleep(seconds)
+            except BaseException:
+                self._leading = False
+                self.pass_turn()  # nobody else asks for the line: the next in line leads now
+                raise
+            self._leading = False
+            return
+        woken = anyio.Event()
+        queue = self._back if front else self._queue
+        queue.append(woken)
+        try:
+            await woken.wait()
+        except BaseException:
+            if woken.is_set():
+                self.pass_turn()  # woken, then cancelled before it asked: the next ask instead
+            else:
+                queue.remove(woken)
+            raise
+
+    def pass_turn(self) -> None:
+        """Wake the first two callers in line (they ask the pace now)."""
+        for _ in range(2):
+            queue = self._back if self._back else self._queue
+            if not queue:
+                return
+            queue.popleft().set()
+
+
 class Gate:
     """One endpoint's attempts: admission, places in flight, answers (the module docstring)."""
 
-    __slots__ = ("_clock", "_endpoint", "_held", "_quota", "_waiters", "endpoint_id")
+    __slots__ = (
+        "_clock",
+        "_endpoint",
+        "_held",
+        "_quota",
+        "_sending",
+        "_unbooked",
+        "_waiters",
+        "endpoint_id",
+    )
 
     def __init__(self, endpoint: Endpoint, clock: Clock) -> None:
         self.endpoint_id = endpoint.endpoint_id
         self._endpoint = endpoint
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
+        # callers whose slot could not be booked yet (the pace's schedule is full a lookahead ahead),
+        # and callers that woke late for their slot and are spaced again at the rate (the send
+        # check): each kind waits in its own line (:class:`_Line`)
+        self._unbooked = _Line()
+        self._sending = _Line()
         # the waits of callers the isolation refused, woken when it ends (:meth:`woken_on_release`)
         self._held: set[anyio.CancelScope] = set()
         # the hard tenant quota's question for this endpoint's tenant (:meth:`limit`); None: none
@@ -219,13 +287,41 @@ class Gate:
         """
         endpoint = self._endpoint
         answer = endpoint.ask() if pending is None else pending
-        while isinstance(answer, Wait):
-            if answer.slot and deadline is not None and answer.booking.due > deadline:
-                return Late(answer.seconds)
-            await sleep(answer.seconds)
-            if stopped is not None and stopped():
-                return None
-            answer = endpoint.ask(answer.booking)
+        # the line whose turn this caller holds (woken to ask for it): it wakes the next when it leaves
+        turn: _Line | None = None
+        try:
+            while isinstance(answer, Wait):
+                if answer.slot and deadline is not None and answer.booking.due > deadline:
+                    return Late(answer.seconds)
+                # No slot yet (the pace will not book one for seconds), or woken late for its slot
+                # and spaced again at the rate (the send check): thousands of callers each sleeping
+                # and asking again (a take-over's guests, 25 s of them queued at 200/s; those a stall
+                # of the loop woke late, every few ms) cost the loop a timer and an ask each, over
+                # and over; in line, one asks for all. (A caller with a deadline asks on its own.)
+                line = None
+                if deadline is None:
+                    if not answer.slot:
+                        line = self._sending
+                    elif not answer.booking.booked:
+                        line = self._unbooked
+                if line is not None:
+                    front = turn is line
+                    if turn is not None and not front:
+                        turn.pass_turn()
+                    turn = None
+                    await line.wait(sleep, answer.seconds, front=front)
+                    turn = line
+                else:
+                    if turn is not None:
+                        turn.pass_turn()  # booked: the next in line asks now
+                        turn = None
+                    await sleep(answer.seconds)
+                if stopped is not None and stopped():
+                    return None
+                answer = endpoint.ask(answer.booking)
+        finally:
+            if turn is not None:
+                turn.pass_turn()
         if answer.effects:
             self._moved(answer.effects, reports)
         if isinstance(answer, Refused):

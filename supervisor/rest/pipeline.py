@@ -165,7 +165,8 @@ class RequestPipeline:
                 headers["Authorization"] = token.authorization
             try:
                 # no headers argument at all when there are none: httpx would merge an empty dict
-                response = await self.client.request(method, url, headers=headers or None, **kwargs)
+                # the URL parsed once (cached): httpx takes it as it is, a string it parses again
+                response = await self.client.request(method, parsed, headers=headers or None, **kwargs)
             except HTTP_FAILURES as exc:
                 raw = raw_from_exception(exc, ctx=ctx, channel=channel, method=method, endpoint=path)
                 if guard is not None and guard.passed():

@@ -296,13 +296,16 @@ class SessionRunner:
         """Wait, but wake at once when the session is stopped (``held``: or when the isolation of
         the connect endpoint that refused it ends, whoever ends it)."""
         with anyio.CancelScope() as scope:
-            self._wait_scope = scope
-            if held:
-                with self._gate.woken_on_release(scope):
+            # (within the wait of :meth:`_admitted`, whose scope a stop cancels once this sleep is over)
+            outer, self._wait_scope = self._wait_scope, scope
+            try:
+                if held:
+                    with self._gate.woken_on_release(scope):
+                        await self._sleep(seconds)
+                else:
                     await self._sleep(seconds)
-            else:
-                await self._sleep(seconds)
-        self._wait_scope = None
+            finally:
+                self._wait_scope = outer
 
     def _stopped(self) -> bool:
         return self.core.terminated
@@ -332,9 +335,19 @@ class SessionRunner:
         A slot past the reconnection horizon ends the session there (the machine gives up:
         HORIZON) instead of waiting for it.
         """
-        answer = await self._gate.ask(
-            self._reports, self._pause, deadline=self.core.horizon_deadline, stopped=self._stopped
-        )
+        # a stop cancels the whole wait, this one scope: the sleeps until a slot (no scope each: a
+        # take-over's guests sleep thousands of times a second) and a place in the gate's line of
+        # callers the pace has no slot for yet (woken by the gate, not by a timer of its own)
+        with anyio.CancelScope() as scope:
+            self._wait_scope = scope
+            try:
+                answer = await self._gate.ask(
+                    self._reports, self._sleep, deadline=self.core.horizon_deadline, stopped=self._stopped
+                )
+            finally:
+                self._wait_scope = None
+        if scope.cancelled_caught:
+            return None
         if isinstance(answer, Late):
             if self.core.state is SessionState.RECONNECTING:
                 self._execute(self.core.reconnect_due(answer.wait_s))

@@ -92,6 +92,8 @@ MAX_AGE_CEILING_S = 60.0
 CLOSE_TIMEOUT_S = 5.0
 
 _EXISTS = frozenset({409})
+# an empty poll is an answer, not a failure (RFC 9110 section 15.4.5)
+_NOT_MODIFIED = frozenset({304})
 # a poll on an agent session that ended (409, AGENT_SESSION_ENDED) or that the platform no longer knows
 _GONE = frozenset({404, 409})
 # cxone-get-next-adapter.js: both end the session for NICE's SDK
@@ -340,6 +342,9 @@ class AgentSessionConnection:
         self._next_delay = 0.0  # max-age of the last 304 (seed section 2)
         self._ended = False  # the platform said AgentSessionEnd: the session is over
         self._closed = False
+        # the context of the calls on this session, kept while its ids stay the same (a poll every
+        # few seconds per agent would build the same one each time)
+        self._context: tuple[tuple[object, ...], SessionContext] | None = None
 
     @property
     def ended(self) -> bool:
@@ -356,7 +361,15 @@ class AgentSessionConnection:
 
     @property
     def _ctx(self) -> SessionContext:
-        return self._t.context.learned(self.learned)
+        base = self._t.context
+        agent = self._response.get("agentId")
+        key = (base, self.session_id, agent)
+        kept = self._context
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        context = base.learned(self.learned)
+        self._context = (key, context)
+        return context
 
     @property
     def session_response(self) -> Mapping[str, Any]:
@@ -380,14 +393,15 @@ class AgentSessionConnection:
         with anyio.move_on_after(t.poll_watchdog):
             response = await t.pipeline.request(
                 "GET",
-                self._poll_url(session_id),
+                # the query in the URL, not httpx's params: a URL merged with params is parsed
+                # twice more per request (the takeover's first polls and every long poll)
+                f"{self._poll_url(session_id)}?timeout={hold_s}",
                 ctx=self._ctx,
                 circuit=CIRCUIT,
                 operation=_POLL,
                 route=self._route + "/get-next-event",
-                ok_statuses=frozenset({304}),
+                ok_statuses=_NOT_MODIFIED,
                 check=t.poll_check,
-                params={"timeout": hold_s},
                 timeout=t.poll_http_timeout,
             )
             return response

@@ -70,7 +70,8 @@ class GuestHistory:
         """One page; raises the executor's OperationError or CircuitOpenError."""
         response = await self._pipeline.request(
             "GET",
-            self._url,
+            # the query in the URL (ints: nothing to escape), not httpx's params: parsed once
+            f"{self._url}?pageNumber={number}&pageSize={size}",
             ctx=ctx,
             circuit=_CIRCUIT,
             operation=_OPERATION,
@@ -78,7 +79,6 @@ class GuestHistory:
             check=_PAGE,
             route=HISTORY_ROUTE,
             headers={"Authorization": f"Bearer {jwt}"},
-            params={"pageNumber": number, "pageSize": size},
         )
         body = response.json()
         entities = body.get("entities") if isinstance(body, Mapping) else None

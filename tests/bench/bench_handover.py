@@ -25,6 +25,10 @@ second daemon's slow start stops below it (docs/runtime.md, "A restart starts fr
 The timeline has both daemons' PACING_CHANGED lines.
 
     .venv/bin/python tests/bench/bench_handover.py [--wm 5000] [--cxone 2000] [--rate 200] [--timeline DIR]
+
+``--profile FILE`` samples the second daemon with py-spy (``pip install py-spy``; not a dependency: off by
+default, and the sampler takes CPU from the same cores) from its spawn until every session is active, raw
+stacks of the thread holding the interpreter's lock (``--gil``): where the take-over's CPU goes.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -255,8 +262,34 @@ def _load() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def _profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` (100 Hz, raw stacks of the thread holding the GIL, without pausing it) into
+    ``out`` until interrupted."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        raise RuntimeError("--profile needs py-spy on PATH")
+    command = [exe, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--nonblocking", "--gil"]
+    return subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL)
+
+
+def _end_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    """Interrupt py-spy (it writes its file on SIGINT) and wait for it."""
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait()
+
+
 async def restart_once(
-    wm: int, cx: int, rate: int, limit_s: float, on_stop: str, initial_rate: float | None
+    wm: int,
+    cx: int,
+    rate: int,
+    limit_s: float,
+    on_stop: str,
+    initial_rate: float | None,
+    profile: Path | None = None,
 ) -> Result:
     stop_limit_s = 900.0  # measured, not bounded: the stop's own duration is a figure
     total = wm + cx
@@ -286,8 +319,13 @@ async def restart_once(
             result.load = _load()
             async with running_daemon(config) as second:
                 epoch0 = time.time()
-                result.takeover_s = await _until_active(second, total, limit_s)
-                result.takeover_cpu_s = _cpu_s(second.process.pid)
+                profiler = None if profile is None else _profiler(second.process.pid, profile)
+                try:
+                    result.takeover_s = await _until_active(second, total, limit_s)
+                    result.takeover_cpu_s = _cpu_s(second.process.pid)
+                finally:
+                    if profiler is not None:
+                        await anyio.to_thread.run_sync(_end_profiler, profiler)
                 if result.takeover_s is not None:
                     result.since_sigterm_s = time.monotonic() - sigterm
                 g = await genesys.stats(admin)
@@ -369,12 +407,13 @@ def run(
     timeline: Path | None,
     on_stop: str = "handover",
     initial_rate: float | None = None,
+    profile: Path | None = None,
 ) -> Result:
     need = 2 * (wm + cx) + 1024  # the daemon's sockets (one per guest, one per poll) and the simulators'
     got = raise_nofile(need)
     if got < need:
         print(f"note: RLIMIT_NOFILE {got} < {need} wanted", file=sys.stderr)
-    result = anyio.run(restart_once, wm, cx, rate, limit_s, on_stop, initial_rate, backend="asyncio")
+    result = anyio.run(restart_once, wm, cx, rate, limit_s, on_stop, initial_rate, profile, backend="asyncio")
     if timeline is not None:
         path = timeline / f"handover-{cx}-{wm}-{rate}.jsonl"
         with path.open("w") as out:
@@ -418,6 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="admission.initialRate of the daemon (default: the daemon's own, 20/s)",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="py-spy's raw stacks of the second daemon, from its spawn until every session is active "
+        "(needs py-spy on PATH; off by default: the sampler shares the machine's cores)",
+    )
     args = parser.parse_args(argv)
     if args.initial_rate is not None and args.initial_rate <= 0:
         parser.error("--initial-rate must be positive")
@@ -428,7 +474,16 @@ def main(argv: list[str] | None = None) -> int:
             args.timeline.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             parser.error(f"--timeline {args.timeline}: cannot make the directory: {exc.strerror}")
-    result = run(args.wm, args.cxone, args.rate, args.limit, args.timeline, args.on_stop, args.initial_rate)
+    result = run(
+        args.wm,
+        args.cxone,
+        args.rate,
+        args.limit,
+        args.timeline,
+        args.on_stop,
+        args.initial_rate,
+        args.profile,
+    )
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; first start {result.first_start_s:.1f} s, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +347,42 @@ async def test_records_appended_to_a_shared_run_count_against_the_cap_of_a_subsc
                 assert stuck.outbox.pending_bytes <= cap + RUN_BYTES
             assert stuck.outbox.lagged and not other.outbox.lagged
             assert other.outbox.pending_bytes >= sum(sizes) - RUN_BYTES
+
+
+THREE = CONFIG + "".join(
+    f'[[sessions]]\nid = "{sid}"\nplatform = "genesys"\nkind = "webmessaging"\n' for sid in ("wm-1", "wm-2")
+)
+
+
+def _walked(board: StateBoard) -> tuple[int, dict[str, int]]:
+    rows = board.rows()
+    return len(rows), dict(Counter(row.wire_state for row in rows))
+
+
+async def test_the_counts_by_state_are_those_of_the_rows_through_seeds_moves_and_restarts() -> None:
+    clock = FakeClock(start=10.0)
+    bus = EventBus()
+    async with Wiring(parse_config(THREE, "t.toml"), bus=bus, clock=clock, environ={}) as wiring:
+        supervisor = Supervisor(wiring)
+        board = StateBoard(supervisor.sessions, wiring.circuits, clock, boot_id=bus.boot_id)
+        bus.subscribe(board)
+        specs = {spec.id: spec for spec in supervisor.sessions.config.sessions}
+        # two runners the bus has not spoken of yet: counted (seeded) without a row walked for them
+        for sid in ("wm-1", "wm-2"):
+            supervisor.sessions.put(wiring.runner_for(specs[sid]))
+        assert board.counts() == (2, {"connecting": 2})
+        # one heard of first through a transition (no runner), one moving, one moving twice
+        moves = [
+            ("wm-0", SessionState.CONNECTING, SessionState.ACTIVE),
+            ("wm-1", SessionState.CONNECTING, SessionState.ACTIVE),
+            ("wm-2", SessionState.CONNECTING, SessionState.ACTIVE),
+            ("wm-2", SessionState.ACTIVE, SessionState.RECONNECTING),
+        ]
+        for sid, source, target in moves:
+            bus.publish(SessionTransition(sid, source, target, "r", "R", "t1"), Correlation(sid))
+            assert board.counts() == _walked(board)
+        assert board.counts() == (3, {"active": 2, "reconnecting": 1})
+        # a start through the control socket replaces a row: counted once, in its fresh state
+        bus.publish(ControlCommand("start", Peer(1, 0, 0), True, "t2", session_id="wm-2"))
+        assert board.counts() == _walked(board) == (3, {"active": 2, "connecting": 1})
+        await anyio.lowlevel.checkpoint()

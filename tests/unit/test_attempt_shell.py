@@ -145,3 +145,93 @@ async def test_an_operations_attempt_refused_by_the_circuit_raises_with_its_wait
     assert refused.value.circuit_id == "circuit:genesys:ep" and refused.value.retry_in_s == pytest.approx(
         30.0, abs=0.01
     )
+
+
+async def test_callers_the_pace_has_no_slot_for_wait_in_line_behind_one_sleep_and_go_in_order(
+    clock: FakeClock,
+) -> None:
+    timers = clocks.FakeTimers(clock)
+    # 10/s, slots booked at most a second ahead (the pacer's lookahead): the first ten callers get
+    # slots (0.0 to 0.9 s), the 20 after them none yet
+    gate = gate_of(clock, rate=10.0, floor=None)
+    admitted_in: list[int] = []
+
+    async def caller(number: int) -> None:
+        answer = await gate.ask(Seen(), timers.sleep)
+        assert isinstance(answer, Flight)
+        admitted_in.append(number)
+
+    async with anyio.create_task_group() as tg:
+        for number in range(30):
+            tg.start_soon(caller, number)
+            await anyio.wait_all_tasks_blocked()
+        # the nine with later slots sleep until them; of the 20 without, one sleeps and asks again for all
+        assert timers.sleeping == 9 + 1
+        while len(admitted_in) < 30:
+            timers.advance(0.05)
+            await anyio.wait_all_tasks_blocked()
+            assert timers.sleeping <= 9 + 1  # never a timer per caller in line
+    assert admitted_in == list(range(30))  # first come, first served
+
+
+async def test_a_caller_in_line_that_stops_gives_its_turn_to_the_next(clock: FakeClock) -> None:
+    timers = clocks.FakeTimers(clock)
+    gate = gate_of(clock, rate=10.0, floor=None)
+    admitted_in: list[str] = []
+    scopes: dict[str, anyio.CancelScope] = {}
+
+    async def caller(name: str) -> None:
+        with anyio.CancelScope() as scope:
+            scopes[name] = scope
+            answer = await gate.ask(Seen(), timers.sleep)
+            assert isinstance(answer, Flight)
+            admitted_in.append(name)
+
+    booked = [f"booked-{n}" for n in range(10)]  # the next second's slots
+    async with anyio.create_task_group() as tg:
+        for name in [*booked, "leader", "second", "third", "fourth"]:
+            tg.start_soon(caller, name)
+            await anyio.wait_all_tasks_blocked()
+        assert timers.sleeping == 9 + 1  # (the first slot went at once) and the leader
+        scopes["leader"].cancel()  # the one asking for the line stops: the next in line leads
+        await anyio.wait_all_tasks_blocked()
+        assert timers.sleeping == 9 + 1
+        scopes["third"].cancel()  # one waiting in line stops: it only leaves the line
+        await anyio.wait_all_tasks_blocked()
+        while len(admitted_in) < 12:
+            timers.advance(0.05)
+            await anyio.wait_all_tasks_blocked()
+    assert admitted_in == [*booked, "second", "fourth"]
+
+
+async def test_callers_a_stall_woke_late_go_out_spaced_at_the_rate_asking_in_line(clock: FakeClock) -> None:
+    timers = clocks.FakeTimers(clock)
+    gate = gate_and_endpoint(clock, rate=200.0, floor=None)[0]
+    sleeps: list[float] = []
+    left: list[float] = []
+
+    async def counted(seconds: float) -> None:
+        sleeps.append(seconds)
+        await timers.sleep(seconds)
+
+    async def caller() -> None:
+        assert isinstance(await gate.ask(Seen(), counted), Flight)
+        left.append(clock.monotonic())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(200):
+            tg.start_soon(caller)
+        await anyio.wait_all_tasks_blocked()
+        timers.advance(0.5)  # the loop stalled: 100 slots fell due at once, their callers all late
+        while len(left) < 200:
+            for _ in range(10):  # (the callers woken run, in a few turns of the loop)
+                await anyio.lowlevel.checkpoint()
+            timers.advance(0.002)
+    stalled = 1000.5  # the clock when the stall ended
+    per_window = [sum(1 for t in left if stalled + k * 0.1 <= t < stalled + (k + 1) * 0.1) for k in range(10)]
+    # spaced again at the rate after the stall: 20 a 100 ms (the first window more: the callers
+    # within the send check's 20 ms burst, and those whose slot came as the stall ended)
+    assert sum(per_window) == 200 - 1 and max(per_window[1:]) <= 20 and per_window[0] <= 30
+    # each late caller asked again a few times, not every few milliseconds until its turn: about
+    # 2 sleeps a caller (its slot, its turn), where each asking again on its own took 25
+    assert len(sleeps) < 3 * 200

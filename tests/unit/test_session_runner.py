@@ -320,6 +320,53 @@ async def test_a_take_over_waits_for_no_slot_of_the_connect_endpoint(clock: Fake
             await runner.stop()
 
 
+async def test_sessions_waiting_in_the_gates_line_for_a_slot_end_at_once_when_stopped(
+    clock: FakeClock,
+) -> None:
+    """40 starts at a 20/s pace on a frozen clock: those with a slot sleep until it, those the
+    pace has none for yet wait in the gate's line (one of them sleeping for all). A stop ends each
+    at once, the ones in line included: nobody waits for a timer that will never fire."""
+    timers = FakeTimers(clock)
+    gate = Attempts(Endpoints(clock, connect=PacingConfig(initial_rate=20.0))).connect(EP)
+    transports = [GatedTransport(fail=False) for _ in range(40)]
+    runners = [
+        SessionRunner(
+            t,
+            classifier=Classifier(load_taxonomy("v1"), clock),
+            gate=gate,
+            bus=EventBus(),
+            clock=clock,
+            rng=random.Random(1),
+            sleep=timers.sleep,
+        )
+        for t in transports
+    ]
+    ended: list[int] = []
+
+    async def run(number: int) -> None:
+        await runners[number].run()
+        ended.append(number)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for number in range(40):
+                tg.start_soon(run, number)
+            try:
+                await anyio.wait_all_tasks_blocked()
+                entered = sum(t.entered.is_set() for t in transports)
+                assert entered >= 1 and timers.sleeping < 40 - entered  # not a timer per session
+                # the last to come is in line, behind the one asking for all: it ends on its own
+                await runners[-1].stop()
+                await anyio.wait_all_tasks_blocked()
+                assert ended == [39]
+                for runner in runners:
+                    await runner.stop()
+            finally:
+                for transport in transports:
+                    transport.gate.set()  # the attempts already made finish (shielded)
+    assert all(runner.state.value == "terminated" for runner in runners)
+
+
 class FullTransport(GatedTransport):
     """A shared notifications channel pool with no room: open() is refused ChannelLimit."""
 

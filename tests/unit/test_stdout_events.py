@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from supervisor.bus import EventBus
@@ -53,4 +54,57 @@ async def test_a_reader_that_went_away_drops_lines_without_reporting_drops_into_
     finally:
         if read_end >= 0:
             os.close(read_end)
+        os.close(write_end)
+
+
+async def test_lines_published_on_several_turns_of_the_loop_reach_the_writer_in_one_wake() -> None:
+    """The writer thread is woken once per ``wake_after_s`` (a GIL hand-over each), not once per
+    line that finds the buffer empty: lines of 50 turns of the loop go out in one write."""
+    read_end, write_end = os.pipe()
+    bus = EventBus()
+    sink = StdoutEvents(bus, fd=write_end, wake_after_s=0.5)
+    bus.subscribe(sink)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.serve)
+            for i in range(50):
+                bus.publish(_transition(i))
+                await anyio.lowlevel.checkpoint()  # the next line on another turn of the loop
+            assert sink.written == 0  # none yet: the writer's wake is due later
+            await wait_until(lambda: sink.written == 50, 5)
+            assert sink.batches == 1
+            data = b""
+            while data.count(b"\n") < 50:
+                data += os.read(read_end, 65536)
+            assert [line.count(b'"seq"') for line in data.splitlines()] == [1] * 50
+            await sink.flush(1.0)
+            tg.cancel_scope.cancel()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+async def test_lines_filling_half_a_small_buffer_wake_the_writer_at_once() -> None:
+    """A burst (a drain's lines) into a small buffer wakes the writer at once, not when the wake is
+    due: lines that would fit if written are not dropped meanwhile."""
+    read_end, write_end = os.pipe()
+    bus = EventBus()
+    sink = StdoutEvents(bus, fd=write_end, max_buffer_bytes=4096, wake_after_s=3600.0)
+    bus.subscribe(sink)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.serve)
+            bus.publish(_transition(0))
+            await anyio.wait_all_tasks_blocked()
+            assert sink.written == 0  # one line: its wake is due (in an hour)
+            i = 1
+            while sink._buffered < 2048:
+                bus.publish(_transition(i))
+                i += 1
+            await wait_until(lambda: sink.written == i, 5)  # half the buffer: written at once
+            assert sink.dropped == 0
+            await sink.flush(1.0)
+            tg.cancel_scope.cancel()
+    finally:
+        os.close(read_end)
         os.close(write_end)
