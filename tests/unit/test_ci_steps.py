@@ -84,16 +84,18 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]",
         "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]",
+        "python -m pytest -m fleet [HYPOTHESIS_PROFILE=ci]",
     ]
     lines = ci_lines(result)
     # step 1 is the README's one test command, exactly: lint, types and the default suite
-    assert lines[0] == "ci: step 1/7: ./dev test (budget 780 s): ./dev test"
-    assert "ci: step 2/7: heavy suite signal_sweep (budget 90 s): ./dev pytest -m signal_sweep" in lines
-    assert "ci: step 3/7: heavy suite prometheus (budget 120 s): ./dev pytest -m prometheus" in lines
-    assert "ci: step 4/7: heavy suite rotel (budget 60 s): ./dev pytest -m rotel" in lines
-    assert "ci: step 5/7: heavy suite systemd_pid1 (budget 450 s): ./dev pytest -m systemd_pid1" in lines
-    assert "ci: step 6/7: heavy suite bridge (budget 150 s): ./dev pytest -m bridge" in lines
-    assert "ci: step 7/7: heavy suite channels_scale (budget 60 s): ./dev pytest -m channels_scale" in lines
+    assert lines[0] == "ci: step 1/8: ./dev test (budget 780 s): ./dev test"
+    assert "ci: step 2/8: heavy suite signal_sweep (budget 90 s): ./dev pytest -m signal_sweep" in lines
+    assert "ci: step 3/8: heavy suite prometheus (budget 100 s): ./dev pytest -m prometheus" in lines
+    assert "ci: step 4/8: heavy suite rotel (budget 60 s): ./dev pytest -m rotel" in lines
+    assert "ci: step 5/8: heavy suite systemd_pid1 (budget 300 s): ./dev pytest -m systemd_pid1" in lines
+    assert "ci: step 6/8: heavy suite bridge (budget 80 s): ./dev pytest -m bridge" in lines
+    assert "ci: step 7/8: heavy suite channels_scale (budget 60 s): ./dev pytest -m channels_scale" in lines
+    assert "ci: step 8/8: heavy suite fleet (budget 240 s): ./dev pytest -m fleet" in lines
     assert [re.sub(r" in \d+ s$", "", line) for line in lines[lines.index("ci: summary") :]] == [
         "ci: summary",
         "ci:   ./dev test: passed",
@@ -103,6 +105,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "ci:   heavy suite systemd_pid1: passed",
         "ci:   heavy suite bridge: passed",
         "ci:   heavy suite channels_scale: passed",
+        "ci:   heavy suite fleet: passed",
     ]
     # each pytest step prints its own summary
     assert re.findall(r"fake pytest summary: (\w+)", result.stdout) == [
@@ -113,6 +116,7 @@ def test_the_steps_run_in_order_each_with_its_budget_and_summary(fake_venv: Path
         "systemd_pid1",
         "bridge",
         "channels_scale",
+        "fleet",
     ]
 
 
@@ -131,7 +135,8 @@ ROTEL_RUN = "python -m pytest -m rotel [HYPOTHESIS_PROFILE=ci]"
 PID1_RUN = "python -m pytest -m systemd_pid1 [HYPOTHESIS_PROFILE=ci]"
 BRIDGE_RUN = "python -m pytest -m bridge [HYPOTHESIS_PROFILE=ci]"
 CHANNELS_RUN = "python -m pytest -m channels_scale [HYPOTHESIS_PROFILE=ci]"
-HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN, BRIDGE_RUN, CHANNELS_RUN]
+FLEET_RUN = "python -m pytest -m fleet [HYPOTHESIS_PROFILE=ci]"
+HEAVY_RUNS = [SWEEP_RUN, PROMETHEUS_RUN, ROTEL_RUN, PID1_RUN, BRIDGE_RUN, CHANNELS_RUN, FLEET_RUN]
 
 
 @pytest.mark.parametrize(
@@ -233,11 +238,9 @@ def heavy_suites() -> dict[str, int]:
     return suites
 
 
-#: suites left out of the default run that are not CI steps either: run on request only (``fleet``: the
-#: fleet's acceptance, short form, ~130 s, passes some runs and not others on its admission peak, 105-120/s
-#: against 110/s: a step that fails at random would block every change; docs/benchmarks.md, "Fleet
-#: acceptance, short form")
-ON_REQUEST_ONLY = {"fleet"}
+#: suites left out of the default run that are not CI steps either: run on request only, when their
+#: time does not fit under CI's 30 minutes (none now: the fleet's acceptance, short form, is a step)
+ON_REQUEST_ONLY: set[str] = set()
 
 
 def test_every_heavy_suite_is_registered_left_out_of_the_default_run_and_used() -> None:
