@@ -23,7 +23,7 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class Output:
         self.err = ""
         self._err_lock = anyio.Lock()
         self._err_done = False
+        self._eof = False
 
     async def pump(self) -> None:
         """Read standard output (and standard error) until the process closes them."""
@@ -96,6 +97,7 @@ class Output:
                     self.raw.append(line)
                     if self.json_lines:
                         self.records.append(json.loads(line))
+            self._eof = True
 
     async def _read_err(self) -> None:
         assert self.process.stderr is not None
@@ -114,6 +116,28 @@ class Output:
     def named(self, event: str) -> list[dict[str, Any]]:
         """The event lines of ``event``."""
         return [r for r in self.records if r.get("event") == event]
+
+    async def arrived(
+        self,
+        event: str,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+        *,
+        count: int = 1,
+        limit_s: float = 10.0,
+    ) -> list[dict[str, Any]]:
+        """The event lines of ``event`` (those ``where`` holds for), once at least ``count`` came.
+
+        Standard output is not the control socket: the daemon's writer thread takes what the loop
+        buffered up to 20 ms later (supervisor/runtime/stdout.py), so a line caused by a control call
+        may come after its answer. Read what a call published through this, never right after it."""
+        with anyio.fail_after(limit_s):
+            while True:
+                lines = [r for r in self.named(event) if where is None or where(r)]
+                if len(lines) >= count:
+                    return lines
+                if self.process.returncode is not None and self._eof:
+                    raise AssertionError(f"the process exited {self.process.returncode} without {event}")
+                await anyio.sleep(0.005)  # polling the pipe's arrivals, not waiting for a timer
 
     def typed(self, kind: str) -> list[dict[str, Any]]:
         """The lines of ``type`` ``kind`` (``watch --json``'s)."""

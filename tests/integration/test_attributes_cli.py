@@ -137,7 +137,7 @@ async def test_mismatches_and_resolve_never_show_a_sensitive_value(
             "hello",
             "failed: CONVERSATION_NOT_FOUND",
         )
-        (event,) = daemon.named("ATTRIBUTE_MISMATCH")
+        (event,) = await daemon.arrived("ATTRIBUTE_MISMATCH")
         assert sorted(event["keys"]) == ["note", "ssn"] and event["conversationId"] == gone
         code, resolved, err = await ctl(
             daemon, "resolve", str(found["note"]["id"]), "--accept-server", "--json"
@@ -248,7 +248,7 @@ async def test_a_failed_read_of_a_conversation_with_no_session_flags_the_update_
         (flagged,) = listed["mismatches"]
         assert (flagged["sessionId"], flagged["conversationId"], flagged["key"]) == (None, other.id, "note")
         assert flagged["reason"] == "failed: QUEUE_FULL"
-        (event,) = daemon.named("ATTRIBUTE_MISMATCH")
+        (event,) = await daemon.arrived("ATTRIBUTE_MISMATCH")
         assert event["conversationId"] == other.id and event["keys"] == ["note"]
         assert event["sessionId"] == f"conversation:{other.id}"  # the correlation, no session's id
         assert dict(other.customer().attributes) == {}

@@ -141,7 +141,7 @@ async def test_refused_for_an_unknown_session_a_cxone_one_and_a_read_only_conver
         # bad usage: exit 2
         code, _, err = await ctl(daemon, "send", "wm-0")
         assert code == 2
-        published = [c for c in daemon.named("CONTROL_COMMAND") if c.get("verb") == "send"]
+        published = await daemon.arrived("CONTROL_COMMAND", lambda c: c.get("verb") == "send", count=3)
         assert [c.get("error", "").rsplit(".", 1)[-1] for c in published] == [
             "NoSuchSession",
             "WrongSessionKind",

@@ -117,6 +117,8 @@ async def test_a_restart_with_a_store_hands_every_session_over_and_takes_it_back
         assert rec.request_count("DELETE") == 0
         assert len(genesys_sim.state.conversations) == conversations
         assert _agent_sessions(cxone_sim) == live
+        # read up to the four taken over going active: nothing ended or reconciled before them
+        await second.arrived("SESSION_TRANSITION", lambda r: r["to"] == "active", count=4)
         assert not second.named("SESSION_TERMINATED") and not second.named("SESSION_RECONCILED")
         # the agent sessions are polled on: events still reach the daemon through the kept chain
         assert all(server_sessions(store)[sid]["left_at"] is None for sid in IDS)
@@ -172,6 +174,8 @@ async def test_a_session_left_longer_ago_than_max_age_is_ended_at_start_then_sta
 
     async with running_daemon(config) as second:
         await second.wait_ready(4)
+        # (the lines of those four going active are read, not only their status)
+        await second.arrived("SESSION_TRANSITION", lambda r: r["to"] == "active", count=4)
         reconciled = {e["sessionId"]: e["outcome"] for e in second.named("SESSION_RECONCILED")}
         assert reconciled == {"wm-0": "ended", "wm-1": "ended", "cx-0": "ended", "cx-1": "ended"}
         # ended before any session went active again

@@ -100,7 +100,7 @@ async def test_a_good_new_genesys_secret_swaps_the_token_source_and_touches_no_s
             assert sim.recorder.connections_open("streaming") == 1
             status = await daemon.acall(Method.STATUS)
             assert status["sessions"]["byState"] == {"active": 4}
-            (accepted,) = daemon.named("CREDENTIAL_ACCEPTED")
+            (accepted,) = await daemon.arrived("CREDENTIAL_ACCEPTED")
             assert (accepted["platform"], accepted["rotated"]) == ("genesys", True)
             assert not daemon.named("SESSION_TERMINATED") and not daemon.named("CREDENTIAL_REFUSED")
             assert await daemon.stop() == 0
@@ -127,9 +127,9 @@ async def test_a_refused_new_secret_keeps_the_one_in_use_until_a_good_one_arrive
             assert err.splitlines() == [
                 f"session-supervisor: error: io.sessionsupervisor.control.v1.ReloadFailed: {expected}"
             ]
-            (refused,) = daemon.named("CREDENTIAL_REFUSED")
+            (refused,) = await daemon.arrived("CREDENTIAL_REFUSED")
             assert (refused["platform"], refused["problem"]) == ("genesys", expected)
-            assert daemon.named("CONFIG_RELOAD_FAILED")[-1]["error"] == expected
+            assert (await daemon.arrived("CONFIG_RELOAD_FAILED"))[-1]["error"] == expected
             await wait_until(lambda: conditions(daemon, "DAEMON_DEGRADED") == ["credentials"], 10)
             assert sim.recorder.tokens()["rejected"] == 1
             # the sessions run on, and the credential in use still serves: nt-0 stopped and started
@@ -158,7 +158,7 @@ async def test_a_refused_new_secret_keeps_the_one_in_use_until_a_good_one_arrive
             result = (await daemon.acall(Method.RELOAD))["result"]
             assert (result["credentialsRotated"], result["restarted"]) == (["genesys"], [])
             await wait_until(lambda: conditions(daemon, "DAEMON_RECOVERED") == ["credentials"], 10)
-            assert [r["rotated"] for r in daemon.named("CREDENTIAL_ACCEPTED")] == [True]
+            assert [r["rotated"] for r in await daemon.arrived("CREDENTIAL_ACCEPTED")] == [True]
             # nothing ended but the session the test stopped itself
             ended = [(r["sessionId"], r["reason"]) for r in daemon.named("SESSION_TERMINATED")]
             assert ended == [("nt-0", "STOPPED")]

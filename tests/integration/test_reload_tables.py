@@ -193,7 +193,7 @@ async def test_a_store_change_is_named_for_a_restart_and_a_refused_reload_fails_
             assert (code, err) == (0, "")
             result = json.loads(out)["result"]
             assert (result["restartRequired"], result["restarted"], result["unchanged"]) == (["store"], [], 1)
-            assert daemon.named("CONFIG_RELOADED")[-1]["restartRequired"] == ["store"]
+            assert (await daemon.arrived("CONFIG_RELOADED"))[-1]["restartRequired"] == ["store"]
             # the store in use is still the first one: nothing pretended it moved
             assert not (directory / "elsewhere.sqlite3").exists()
             code, out, err = await ctl_reload(control)

@@ -108,7 +108,7 @@ async def test_an_added_session_runs_survives_a_restart_and_a_reload_and_is_remo
         assert code == 0, err
         assert removed == {"sessionId": "wm-9", "removed": True}
         # closed cleanly, as stop closes it: close 1000 (the daemon's own record of its end)
-        ended = [e for e in daemon.named("SESSION_TERMINATED") if e.get("sessionId") == "wm-9"]
+        ended = await daemon.arrived("SESSION_TERMINATED", lambda e: e.get("sessionId") == "wm-9")
         assert ended and ended[-1]["reason"] == "STOPPED"
         # the file's session cannot be removed this way; an unknown id neither (exit 1, typed)
         code, refused, err = await ctl(daemon, "sessions", "remove", "wm-0", "nope", "--json")

@@ -80,13 +80,13 @@ async def set_attributes(daemon: Daemon, *pairs: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-def degraded_at_start(daemon: Daemon, store: Path) -> None:
+async def degraded_at_start(daemon: Daemon, store: Path) -> None:
     # said once, as an event line of the daemon's own (it serves: nothing goes to stderr as text)
+    (event,) = await daemon.arrived("STORE_DEGRADED")
     said = [r for r in daemon.named("LOG_RECORD") if r["message"].startswith("store:")]
     assert len(said) == 1 and said[0]["message"].startswith(f"store: {store}: "), said
     assert (said[0]["logger"], said[0]["level"]) == ("session-supervisor", "warning")
     assert "store:" not in daemon.err
-    (event,) = daemon.named("STORE_DEGRADED")
     assert event["path"] == str(store)
 
 
@@ -118,7 +118,7 @@ async def test_a_corrupt_or_unreadable_store_refuses_updates_and_the_sessions_ru
     config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=store)
     async with running_daemon(config) as daemon:
         await daemon.wait_ready(1)
-        degraded_at_start(daemon, store)
+        await degraded_at_start(daemon, store)
         await refused_naming(daemon, store, problem)
         assert await daemon.stop() == 0
     if before is not None:
@@ -187,7 +187,7 @@ async def test_a_read_only_state_directory_refuses_updates_and_the_sessions_run(
         config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id)], store=store)
         async with running_daemon(config) as daemon:
             await daemon.wait_ready(1)
-            degraded_at_start(daemon, store)
+            await degraded_at_start(daemon, store)
             await refused_naming(daemon, store, "cannot create it for writing")
             assert await daemon.stop() == 0
 
@@ -243,10 +243,10 @@ async def test_a_start_on_a_full_disk_reads_the_store_and_reports_it_degraded(
         config = daemon_config(genesys_sim.urls, workdir, [("wm-0", conv.id), ("wm-1", None)], store=store)
         async with running_daemon(config) as daemon:
             await daemon.wait_ready(1)
-            degraded_at_start(daemon, store)
+            await degraded_at_start(daemon, store)
             (event,) = daemon.named("STORE_DEGRADED")
             assert "the disk is full" in event["problem"] and "read it without writing" in event["problem"]
-            started = {r["machineId"] for r in daemon.named("SESSION_TRANSITION")}
+            started = {r["machineId"] for r in await daemon.arrived("SESSION_TRANSITION")}
             assert started == {"wm-0"}  # wm-1 stays stopped, as the store says
             await refused_naming(daemon, store, "the disk is full")
             assert await daemon.stop() == 0
