@@ -79,7 +79,9 @@ def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> No
     before the URLs were printed (during the imports, while binding) stops the simulator there,
     with one line and exit 0, never a default action's 143 or a traceback.
     """
+    from supervisor.runtime.collector import tuned_collector
     from supervisor.runtime.signals import receiving
+    from supervisor.sim.loop_stalls import LoopStalls
 
     async def main() -> signal.Signals | None:
         """None once it served and was stopped; the signal that stopped it before it served."""
@@ -87,10 +89,14 @@ def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> No
             early = signals.take_stop(SIM_STOPS)
             if early is not None:
                 return early
-            async with factory() as sim:
+            async with factory() as sim, anyio.create_task_group() as watching:
                 early = signals.take_stop(SIM_STOPS)
                 if early is not None:
                     return early
+                # the judge keeps its own stalls (supervisor/sim/loop_stalls.py): a second it
+                # stalled in says as much about it as about its client
+                stalls = sim.recorder.loop_stalls = LoopStalls()
+                watching.start_soon(stalls.watch)
                 try:
                     sys.stdout.write(json.dumps(sim.urls) + "\n")
                     sys.stdout.flush()
@@ -100,10 +106,14 @@ def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> No
                 async for received in signals:
                     if received in SIM_STOPS:
                         break
+                watching.cancel_scope.cancel()
         return None
 
     try:
-        early = anyio.run(main, backend="asyncio")
+        # this process holds thousands of sessions too: collected as the daemon's is, in fewer,
+        # larger collections, not a full one every few seconds stalling every handshake
+        with tuned_collector():
+            early = anyio.run(main, backend="asyncio")
     except _OutputError as exc:
         raise click.ClickException(f"cannot write to standard output: {exc}") from None
     except OSError as exc:  # e.g. a port taken between checks

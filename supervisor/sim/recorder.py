@@ -43,7 +43,12 @@ Public API (stable; the CXone simulator builds on it)::
      "attributes_dropped": {"<conversationId>": n},
      "ws_messages": [{"listener": "webmessaging", "direction": "in", "kind": "echo", "count": n}, ...],
      "fault_hits": {"<fault id>": {"kind": "drop", "hits": n}},
-     "events": [{"event": "close", "listener": "...", "code": 1001, "count": n}, ...]}
+     "events": [{"event": "close", "listener": "...", "code": 1001, "count": n}, ...],
+     "loop_stalls": {"watched": true, "count": n, "total_s": s, "longest_s": s,
+                     "recent": [[epoch_s, s], ...]}}   # {"watched": false} unless watched
+
+The loop's stalls (supervisor/sim/loop_stalls.py) are the simulator's own: attempts sent evenly
+during one are stamped together after it, in one second's bucket.
 
 Attempt buckets are whole seconds of ``clock.time()`` (the same windows the ADMISSION_LIMIT fault uses).
 """
@@ -54,6 +59,7 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any, Literal
 
 from supervisor.clock import Clock, SystemClock
+from supervisor.sim.loop_stalls import LoopStalls
 
 if TYPE_CHECKING:
     from supervisor.sim.faults import Fault
@@ -69,6 +75,8 @@ class Recorder:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
+        #: the simulator's own loop stalls, when something watches them (``session-supervisor sim``)
+        self.loop_stalls: LoopStalls | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -90,6 +98,8 @@ class Recorder:
             # upgrades being answered now (they stay counted across a reset, like open connections)
             self._handshaking: Counter[str] = Counter()
         self._peak_handshakes: Counter[str] = Counter(self._handshaking)
+        if self.loop_stalls is not None:
+            self.loop_stalls.reset()
 
     # -- recording ----------------------------------------------------------------------------------
 
@@ -296,4 +306,5 @@ class Recorder:
             ],
             "fault_hits": {fid: {"kind": kind, "hits": hits} for fid, (kind, hits) in self._faults.items()},
             "events": [{**dict(key), "count": n} for key, n in self._events.items()],
+            "loop_stalls": ({"watched": False} if self.loop_stalls is None else self.loop_stalls.snapshot()),
         }

@@ -180,6 +180,10 @@ class Result:
     #: seconds from the second daemon's spawn to the last guest / agent session going active (its event lines)
     guests_active_s: float | None = None
     agents_active_s: float | None = None
+    #: the Genesys simulator's own loop stalls over the take-over (GET /stats's loop_stalls): the
+    #: judge of the peak; attempts sent during one are stamped together after it
+    sim_stalls: int = 0
+    sim_longest_stall_s: float = 0.0
     timeline: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -345,6 +349,8 @@ async def restart_once(
     result.accepted = sum(r["accepted"] for r in rows)
     result.refused = sum(r["refused"] for r in rows)
     result.peak = int(g["peak_attempts_per_second"].get(LISTENER, {"all": 0})["all"])
+    stalls = g["loop_stalls"]
+    result.sim_stalls, result.sim_longest_stall_s = stalls["count"], stalls["longest_s"]
     result.timeline = (
         [
             {"since_spawn": round(r["t"] - epoch0, 1), "accepted": r["accepted"], "refused": r["refused"]}
@@ -352,6 +358,7 @@ async def restart_once(
         ]
         + _active_per_second(second.records, epoch0)
         + pacing
+        + [{"since_spawn": round(t - epoch0, 2), "simulator_stalled_s": s} for t, s in stalls["recent"]]
     )
     return result
 
@@ -373,6 +380,7 @@ def report(results: list[Result]) -> str:
         "target (guests only), s",
         "peak/s",
         "refused",
+        "simulator stalls (longest, s)",
         "load avg",
     ]
     rows = [
@@ -392,6 +400,7 @@ def report(results: list[Result]) -> str:
             f"{r.bound_s:.1f} ({r.guests_bound_s:.1f})",
             str(r.peak),
             str(r.refused),
+            f"{r.sim_stalls} ({r.sim_longest_stall_s:.2f})",
             r.load,
         ]
         for r in results

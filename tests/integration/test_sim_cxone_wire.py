@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -506,6 +507,15 @@ def test_cli_prints_the_urls_and_serves(tmp_path: Path) -> None:
         assert token["resource_server_base_uri"] == urls["api"] + "/inContactAPI/"
         stats = httpx.get(urls["admin"] + "/stats", timeout=10).json()
         assert stats["tokens"]["issued"] == 1
+        # the process watches its own loop: a stall (here the process stopped for 0.3 s) is kept
+        assert stats["loop_stalls"]["watched"] is True
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(0.3)  # the stall itself: the process is stopped this long
+        os.kill(proc.pid, signal.SIGCONT)
+        stalls = httpx.get(urls["admin"] + "/stats", timeout=10).json()["loop_stalls"]
+        assert stalls["count"] >= 1 and stalls["longest_s"] >= 0.25, stalls
+        (ended_at, length) = max(stalls["recent"], key=lambda r: r[1])
+        assert length == stalls["longest_s"] and abs(ended_at - time.time()) < 10
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=20)
