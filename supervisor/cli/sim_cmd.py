@@ -89,24 +89,26 @@ def run_simulator(factory: Callable[[], AbstractAsyncContextManager[Any]]) -> No
             early = signals.take_stop(SIM_STOPS)
             if early is not None:
                 return early
-            async with factory() as sim, anyio.create_task_group() as watching:
+            async with factory() as sim:
                 early = signals.take_stop(SIM_STOPS)
                 if early is not None:
                     return early
-                # the judge keeps its own stalls (supervisor/sim/loop_stalls.py): a second it
-                # stalled in says as much about it as about its client
-                stalls = sim.recorder.loop_stalls = LoopStalls()
-                watching.start_soon(stalls.watch)
                 try:
                     sys.stdout.write(json.dumps(sim.urls) + "\n")
                     sys.stdout.flush()
                 except OSError as exc:
-                    # nobody can learn the URLs: stop rather than serve blind
+                    # nobody can learn the URLs: stop rather than serve blind (raised outside the
+                    # task group below, so that it stays one error, not an exception group)
                     raise _OutputError(exc.strerror or str(exc)) from None
-                async for received in signals:
-                    if received in SIM_STOPS:
-                        break
-                watching.cancel_scope.cancel()
+                # the judge keeps its own stalls (supervisor/sim/loop_stalls.py): a second it
+                # stalled in says as much about it as about its client
+                stalls = sim.recorder.loop_stalls = LoopStalls()
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(stalls.watch)
+                    async for received in signals:
+                        if received in SIM_STOPS:
+                            break
+                    watching.cancel_scope.cancel()
         return None
 
     try:

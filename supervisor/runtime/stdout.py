@@ -40,7 +40,7 @@ from supervisor.bus import EventBus
 from supervisor.clock import iso_utc
 from supervisor.events import EventsDropped, LogRecorded, Published, wire
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "WAKE_AFTER_S", "WAKE_AT_BYTES", "StdoutEvents"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "WAKE_AFTER_S", "WAKE_AT_BYTES", "WRITTEN_AT_ONCE", "StdoutEvents"]
 
 #: the most event bytes held for a slow standard output before lines are dropped
 DEFAULT_BUFFER_BYTES = 8 * 1024 * 1024
@@ -50,6 +50,33 @@ WAKE_AFTER_S = 0.02
 #: ...unless this many bytes wait (or half the buffer, when that is less): the writer is woken at
 #: once, so a burst of lines (a drain's) is not dropped from a small buffer while the wake is due
 WAKE_AT_BYTES = 64 * 1024
+#: ...or the line is one of the daemon's own state, which wakes the writer at once: a process
+#: killed (a watchdog's SIGABRT, kill -9) loses what waits for the wake, and journald must not miss
+#: that the daemon started, degraded or was reloaded because a kill came within 20 ms of it. Each
+#: comes a few times per change of the whole daemon, never per session, so no burst wakes per line.
+WRITTEN_AT_ONCE: frozenset[str] = frozenset(
+    {
+        "SOCKET_API_LISTENING",
+        "DAEMON_STARTED",
+        "DAEMON_STOPPING",
+        "DAEMON_STOPPED",
+        "DAEMON_FORCED_EXIT",
+        "DAEMON_DEGRADED",
+        "DAEMON_RECOVERED",
+        "WATCHDOG_WITHHELD",
+        "WATCHDOG_RESUMED",
+        "STORE_DEGRADED",
+        "STORE_RECOVERED",
+        "FLEET_DEGRADED",
+        "FLEET_RECOVERED",
+        "CONFIG_RELOADED",
+        "CONFIG_RELOAD_FAILED",
+        "CREDENTIAL_ACCEPTED",
+        "CREDENTIAL_REFUSED",
+        "TAXONOMY_SWITCHED",
+        "EVENTS_DROPPED",
+    }
+)
 
 _encoder = msgspec.json.Encoder()
 
@@ -112,7 +139,7 @@ class StdoutEvents:
             idle = not self._lines
             self._lines.append(line)
             self._buffered += len(line)
-            if self._buffered >= self._wake_at:
+            if self._buffered >= self._wake_at or published.event.name in WRITTEN_AT_ONCE:
                 self._lock.notify()  # (a writer awake already: nobody waits, nothing happens)
                 return
             if not idle:

@@ -9,8 +9,9 @@ import anyio.lowlevel
 import pytest
 
 from supervisor.bus import EventBus
-from supervisor.events import Published, SessionTransition
-from supervisor.runtime.stdout import StdoutEvents
+from supervisor.events import DaemonStarted, Published, SessionTransition
+from supervisor.runtime.stdout import WRITTEN_AT_ONCE, StdoutEvents
+from supervisor.systemd.journal import _EVENT_PRIORITIES, SD_NOTICE
 from supervisor.vocabulary import SessionState
 from tests.harness.waits import wait_until
 
@@ -108,3 +109,37 @@ async def test_lines_filling_half_a_small_buffer_wake_the_writer_at_once() -> No
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+async def test_a_line_of_the_daemons_own_state_wakes_the_writer_at_once_with_the_lines_before_it() -> None:
+    """DAEMON_STARTED (and the other lines of :data:`WRITTEN_AT_ONCE`) is written at once, taking
+    the lines waiting before it along: a kill within the wake's delay must not lose from the journal
+    that the daemon started (a watchdog test lost it: SIGSTOP came right after READY)."""
+    read_end, write_end = os.pipe()
+    bus = EventBus()
+    sink = StdoutEvents(bus, fd=write_end, wake_after_s=3600.0)
+    bus.subscribe(sink)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sink.serve)
+            bus.publish(_transition(0))
+            await anyio.wait_all_tasks_blocked()
+            assert sink.written == 0  # a session's line: its wake is due (in an hour)
+            bus.publish(DaemonStarted(1, "x.toml"))
+            await wait_until(lambda: sink.written == 2, 5)
+            data = b""
+            while data.count(b"\n") < 2:
+                data += os.read(read_end, 65536)
+            assert [b'"SESSION_TRANSITION"' in line for line in data.splitlines()] == [True, False]
+            await sink.flush(1.0)
+            tg.cancel_scope.cancel()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_the_lines_written_at_once_are_the_daemons_notices_and_warnings_never_a_sessions() -> None:
+    # each a wire name journald's table knows at notice or above; none a per-session event, whose
+    # bursts (a take-over's, a drain's) must wait for the wake
+    assert all(_EVENT_PRIORITIES[name] <= SD_NOTICE for name in WRITTEN_AT_ONCE)
+    assert not WRITTEN_AT_ONCE & {"SESSION_TERMINATED", "SESSION_TRANSITION", "LOG_RECORD", "CONTROL_COMMAND"}
