@@ -13,7 +13,8 @@ seconds so that a benchmark can say so (``GET /stats``'s ``loop_stalls``).
 The watch is one task sleeping :data:`WATCH_EVERY_S` and keeping how much later than that it
 woke, when that is over :data:`STALL_S`. ``session-supervisor sim`` runs it (and tunes the
 collector as ``run`` does, supervisor/runtime/collector.py); simulators created in a test's own
-process do not, unless the test starts :meth:`LoopStalls.watch`.
+process do not, unless the test starts :meth:`LoopStalls.watch` (the fleet's harness does, keeping
+every stall with its evidence: ``LoopStalls(keep=None)``).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ RECENT: Final = 256
 
 
 class LoopStalls:
-    """Stalls of the loop the watch runs on, over :data:`STALL_S`."""
+    """Stalls of the loop the watch runs on, over :data:`STALL_S`; the last ``keep`` with their
+    times (every one when ``None``: a run that keeps them all as evidence)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int | None = RECENT) -> None:
+        self._keep = keep
         self.reset()
 
     def reset(self) -> None:
@@ -45,7 +48,7 @@ class LoopStalls:
         self.total_s = 0.0
         self.longest_s = 0.0
         #: (epoch seconds when the stall ended, its length)
-        self.recent: deque[tuple[float, float]] = deque(maxlen=RECENT)
+        self.recent: deque[tuple[float, float]] = deque(maxlen=self._keep)
 
     def record(self, ended_at: float, late_s: float) -> None:
         """A wake ``late_s`` later than asked, at ``ended_at`` (epoch seconds)."""

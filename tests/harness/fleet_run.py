@@ -24,7 +24,8 @@
   :data:`READ_EVERY_S`, so the ring never wraps under a reader), the guest tokens the store holds
   (which name a Web Messaging session in the log: ``wm:`` + a digest of the token), the lease audit
   ``lease_acquisitions``; the faults the harness made, with their times on the same clock.
-* **The simulators' own loop** (:meth:`Fleet.watch_loop`): they run in this process, and an entry is
+* **The simulators' own loop** (``Fleet.loop_stalls``, the simulators' own watch,
+  supervisor/sim/loop_stalls.py, keeping every stall): they run in this process, and an entry is
   stamped when their loop handles it; a stall of that loop (this process's, never a member's) records
   what arrived meanwhile in a clump after it. The stalls are kept with the evidence, so a report says
   whether the judge itself was late.
@@ -56,6 +57,7 @@ from supervisor.errors import ApiError, ApiUnavailable
 from supervisor.sim.activity import ActivityLog, token_key
 from supervisor.sim.cxone import CxoneSimulator
 from supervisor.sim.genesys import GenesysSimulator
+from supervisor.sim.loop_stalls import LoopStalls
 from supervisor.store.pg import PgStore
 from supervisor.store.shards import shard_of
 from tests.harness.config import Credentials, config_file, cxone_table, genesys_config, with_daemon
@@ -91,9 +93,6 @@ READ_EVERY_S: Final = 0.5
 FENCE_MARGIN_S: Final = 6.0
 _FENCED_TABLES: Final = ("server_sessions", "outbox")
 _POLL_S: Final = 0.2
-#: the loop's stalls longer than this are kept (:meth:`Fleet.watch_loop`)
-STALL_S: Final = 0.05
-_WATCH_EVERY_S: Final = 0.02
 
 
 @dataclass(frozen=True)
@@ -403,7 +402,8 @@ class Fleet:
         self.session_of: dict[str, str] = {str(100001 + i): f"cx-{i}" for i in range(spec.cxone)}
         self.tokens: dict[str, str] = {}
         self.faults: list[Fault] = []
-        self.stalls: list[tuple[float, float]] = []
+        #: the simulators' loop stalls, every one kept for the evidence
+        self.loop_stalls = LoopStalls(keep=None)
         #: the lease audit as of the last refresh
         self.acquisitions: list[Acquisition] = []
         self._acquisitions_read = 0
@@ -565,15 +565,6 @@ class Fleet:
             gc.freeze()
             await anyio.sleep(READ_EVERY_S)  # polling the simulators' logs, not waiting for a timer
 
-    async def watch_loop(self) -> None:
-        """Keep the stalls of this process's loop, the simulators' (module docstring), over :data:`STALL_S`."""
-        while True:
-            began = time.monotonic()
-            await anyio.sleep(_WATCH_EVERY_S)  # measuring how late a sleep ends, not waiting for a timer
-            late = time.monotonic() - began - _WATCH_EVERY_S
-            if late > STALL_S:
-                self.stalls.append((time.time(), late))
-
     def entries(self) -> list[dict[str, Any]]:
         return [e for f in self.followers for e in f.entries]
 
@@ -697,7 +688,7 @@ class Fleet:
             writes=writes,
             faults=list(self.faults),
             audited=self.db.audited,
-            stalls=list(self.stalls),
+            stalls=list(self.loop_stalls.recent),
         )
 
 
@@ -715,7 +706,7 @@ async def running_fleet(
         async with anyio.create_task_group() as tg:
             fleet = Fleet(spec, db, genesys, cxone, directory)
             tg.start_soon(fleet.follow)
-            tg.start_soon(fleet.watch_loop)
+            tg.start_soon(fleet.loop_stalls.watch)
             try:
                 for name in spec.names():
                     await fleet.start(name)

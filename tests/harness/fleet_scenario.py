@@ -254,7 +254,7 @@ def check(spec: FleetSpec, evidence: Evidence, record: Record) -> list[Finding]:
     coverage.figures["acts"] = float(len(found))
     # entries of our sessions that no member stamped (or under a key never learned): not checked above
     coverage.figures["unattributed"] = float(unattributed(evidence.entries, evidence.session_of))
-    # the judge's own lateness (tests/harness/fleet_run.py, Fleet.watch_loop): a figure, not a finding
+    # the judge's own lateness (tests/harness/fleet_run.py, Fleet.loop_stalls): a figure, not a finding
     coverage.figures["simulators_stalled_s"] = round(sum(late for _at, late in evidence.stalls), 3)
     coverage.figures["simulators_longest_stall_s"] = round(
         max((late for _at, late in evidence.stalls), default=0.0), 3

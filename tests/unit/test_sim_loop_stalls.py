@@ -34,3 +34,11 @@ def test_the_recorder_says_whether_stalls_are_watched_and_a_reset_forgets_them()
         "longest_s": 0.0,
         "recent": [],
     }
+
+
+def test_a_watch_keeping_every_stall_keeps_more_than_the_ring() -> None:
+    # the fleet's harness keeps each stall with its evidence (tests/harness/fleet_run.py)
+    stalls = LoopStalls(keep=None)
+    for i in range(RECENT + 10):
+        stalls.record(float(i), 0.06)
+    assert len(stalls.recent) == stalls.count == RECENT + 10
