@@ -34,6 +34,7 @@ from anyio.streams.text import TextReceiveStream
 from supervisor.api.client import Client
 from supervisor.api.protocol import Method
 from supervisor.errors import ApiError, ApiUnavailable
+from tests.harness.waits import wait_until
 
 __all__ = [
     "CLI",
@@ -127,17 +128,22 @@ class Output:
     ) -> list[dict[str, Any]]:
         """The event lines of ``event`` (those ``where`` holds for), once at least ``count`` came.
 
-        Standard output is not the control socket: the daemon's writer thread takes what the loop
-        buffered up to 20 ms later (supervisor/runtime/stdout.py), so a line caused by a control call
-        may come after its answer. Read what a call published through this, never right after it."""
-        with anyio.fail_after(limit_s):
-            while True:
-                lines = [r for r in self.named(event) if where is None or where(r)]
-                if len(lines) >= count:
-                    return lines
-                if self.process.returncode is not None and self._eof:
-                    raise AssertionError(f"the process exited {self.process.returncode} without {event}")
-                await anyio.sleep(0.005)  # polling the pipe's arrivals, not waiting for a timer
+        Standard output is not the control socket: the daemon's writer thread takes a session's lines
+        up to 20 ms after the loop buffered them (supervisor/runtime/stdout.py), so a line caused by a
+        control call may come after its answer. Read what a call published through this, never right
+        after it."""
+
+        def matching() -> list[dict[str, Any]]:
+            return [r for r in self.named(event) if where is None or where(r)]
+
+        def ended() -> bool:
+            return self.process.returncode is not None and self._eof
+
+        await wait_until(lambda: len(matching()) >= count or ended(), limit_s)
+        lines = matching()
+        if len(lines) < count:
+            raise AssertionError(f"the process exited {self.process.returncode} without {event}")
+        return lines
 
     def typed(self, kind: str) -> list[dict[str, Any]]:
         """The lines of ``type`` ``kind`` (``watch --json``'s)."""
