@@ -112,10 +112,12 @@ async def test_handshake_429_is_never_retried_before_retry_after(
         assert h.terminations() == {}
 
 
-#: the overload of the two tests below: 12 sessions reconnecting at once against a platform that admits
-#: this many handshakes a second. Unpaced, the burst fails five in a row whatever the rate (the first
-#: test); paced, every session comes back at the admitted rate, which sets the second test's length
-#: (12 s at 1 a second, 4 s at 3)
+#: the overload of the adaptive test below: 12 sessions reconnecting at once against a platform that
+#: admits this many handshakes a second; paced, every session comes back at the admitted rate, which sets
+#: that test's length (12 s at 1 a second, 4 s at 3). The circuit's test refuses every handshake
+#: instead: the platform's windows are whole clock seconds, and a burst that straddles a second's
+#: boundary has twice the rate admitted among its refusals, so five may not fail in a row (CI saw the
+#: circuit stay closed for 10 s once at 3 a second; the straddle is the likely cause, not proven)
 OVERLOAD_RATE_PER_S = 3
 
 
@@ -131,10 +133,10 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
     config = genesys_config(genesys_sim.urls, n, open_for=3.0, first_min=0.05, first_max=0.1, adaptive=False)
     async with supervised(config, tmp_path) as h:
         await h.wait(lambda: h.all_in("active") and len(h.runners) == n)
-        # three handshakes admitted per second, the rest refused with 503: the burst of first
-        # reconnections (all within 0.1 s) makes well over five consecutive failures
+        # every handshake refused with 503 (the overload's platform at its worst; see OVERLOAD_RATE_PER_S):
+        # the burst of first reconnections (all within 0.1 s) is twelve consecutive failures
         refuse = genesys_sim.faults.inject(
-            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": OVERLOAD_RATE_PER_S, "status": 503})
+            Fault(kind=FaultKind.ADMISSION_LIMIT, params={"rate_per_s": 0, "status": 503})
         )
         genesys_sim.faults.inject(Fault(kind=FaultKind.DROP))
         await h.wait(lambda: bool(h.recorded.named("CIRCUIT_BREAKER_OPEN")))
@@ -157,7 +159,8 @@ async def test_open_circuit_pauses_reconnection_until_one_probe_succeeds(
 async def test_adaptive_pacing_absorbs_the_same_overload_without_opening_the_circuit(
     genesys_sim: GenesysSimulator, tmp_path: Path
 ) -> None:
-    """Beyond the seed (docs/runtime.md, "Admission"): the overload of the test above, pacing on. Each 503 cuts the endpoint's rate and
+    """Beyond the seed (docs/runtime.md, "Admission"): the burst of the test above against a platform admitting
+    OVERLOAD_RATE_PER_S handshakes a second, pacing on. Each 503 cuts the endpoint's rate and
     pauses it for the Retry-After, so the reconnections queue at the rate the platform admits
     instead of failing five in a row: every session comes back, the circuit stays closed, and
     no attempt reached the endpoint inside a pause it had been given."""
